@@ -1,0 +1,212 @@
+"""ErnieDocConfig: the one place model hyper-parameters live.
+
+Reads the official `ernie_config.json` keys and PaddleNLP's `config.json` keys, and adds the
+options of this project (`recurrence`, `mask_empty_memory`, `rel_pos_params_sharing`,
+`relative_position_mapping`, `cls_token_idx`).
+"""
+import copy
+import json
+import math
+import os
+
+RECURRENCE_MODES = ("enhanced", "xl", "none")
+POSITION_MAPPINGS = ("pretrained", "official")
+
+# Official / PaddleNLP spellings of the same hyper-parameter.
+_ALIASES = {
+    "attention_dropout_prob": "attention_probs_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "layer_norm_eps": "epsilon",
+    "mem_len": "memory_len",
+    "type_vocab_size": "task_type_vocab_size",
+}
+# Keys that other tools write and that carry no meaning for the model.
+_IGNORED = {
+    "sent_type_vocab_size",  # official configs: read by nothing
+    "architectures", "model_type", "init_class", "init_args", "dtype", "paddlenlp_version",
+    "transformers_version", "return_dict", "output_hidden_states", "output_attentions",
+    "use_return_dict", "id2label", "label2id", "problem_type", "num_choices",
+    "tensor_parallel_degree", "tensor_parallel_rank", "tensor_parallel_output",
+    "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "mask_token_id",
+    "unk_token_id", "num_classes", "dropout", "fuse_attention_qkv", "use_cache",
+}
+
+_DEFAULTS = dict(
+    vocab_size=50265,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    hidden_act="gelu",
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    relu_dropout=0.0,
+    max_position_embeddings=512,
+    task_type_vocab_size=3,
+    memory_len=128,
+    epsilon=1e-12,
+    initializer_range=0.02,
+    pad_token_id=1,
+    cls_token_idx=-1,
+    normalize_before=False,
+    classifier_dropout=0.1,
+    num_labels=2,
+    recurrence="enhanced",
+    mask_empty_memory=False,
+    rel_pos_params_sharing=False,
+    relative_position_mapping="pretrained",
+)
+
+# Official values (PaddlePaddle/ERNIE ernie-doc configs); presets are configs only, no download.
+PRESETS = {
+    "ernie-doc-small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4,
+                            vocab_size=50265, pad_token_id=1),
+    "ernie-doc-base-en": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                              vocab_size=50265, pad_token_id=1),
+    "ernie-doc-base-zh": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                              vocab_size=28000, pad_token_id=0, hidden_dropout_prob=0.1,
+                              attention_probs_dropout_prob=0.1),
+    "ernie-doc-large-en": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                               vocab_size=50265, pad_token_id=1),
+}
+
+
+class ConfigError(ValueError):
+    """A config key or value that the model cannot use."""
+
+
+class ErnieDocConfig:
+    """Hyper-parameters of ERNIE-Doc. Unknown keys and impossible values raise ConfigError."""
+
+    def __init__(self, **kwargs):
+        values = dict(_DEFAULTS)
+        for key, value in kwargs.items():
+            key = _ALIASES.get(key, key)
+            if key in _IGNORED:
+                continue
+            if key not in _DEFAULTS:
+                raise ConfigError(
+                    f"unknown config key {key!r}; known keys: {', '.join(sorted(_DEFAULTS))}")
+            values[key] = value
+        self.__dict__.update(values)
+        self.validate()
+
+    # -- checks ------------------------------------------------------------------------------
+    def validate(self):
+        def positive_int(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings", "task_type_vocab_size"):
+            positive_int(name)
+        if isinstance(self.memory_len, bool) or not isinstance(self.memory_len, int) \
+                or self.memory_len < 0:
+            raise ConfigError(f"memory_len must be an integer >= 0, got {self.memory_len!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "relu_dropout",
+                     "classifier_dropout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {v!r}")
+        if not isinstance(self.epsilon, (int, float)) or not self.epsilon > 0 \
+                or math.isinf(self.epsilon):
+            raise ConfigError(f"epsilon must be a positive float, got {self.epsilon!r}")
+        if not isinstance(self.initializer_range, (int, float)) or self.initializer_range <= 0:
+            raise ConfigError(
+                f"initializer_range must be positive, got {self.initializer_range!r}")
+        if self.hidden_act not in ("gelu", "relu", "tanh", "gelu_new", "gelu_approximate"):
+            raise ConfigError(f"hidden_act must be one of gelu, gelu_approximate, relu, tanh; "
+                              f"got {self.hidden_act!r}")
+        if self.recurrence not in RECURRENCE_MODES:
+            raise ConfigError(
+                f"recurrence must be one of {RECURRENCE_MODES}, got {self.recurrence!r}")
+        if self.relative_position_mapping not in POSITION_MAPPINGS:
+            raise ConfigError(f"relative_position_mapping must be one of {POSITION_MAPPINGS}, "
+                              f"got {self.relative_position_mapping!r}")
+        if self.normalize_before:
+            raise ConfigError("normalize_before=True (pre-LN) is not part of ERNIE-Doc; "
+                              "the released models are post-LN")
+        if not isinstance(self.cls_token_idx, int) or isinstance(self.cls_token_idx, bool):
+            raise ConfigError(f"cls_token_idx must be an integer, got {self.cls_token_idx!r}")
+        if not isinstance(self.num_labels, int) or self.num_labels <= 0:
+            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def head_dim(self):
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def intermediate_size(self):
+        return 4 * self.hidden_size  # hard-coded in the official code
+
+    @property
+    def num_position_rows(self):
+        return 2 * self.max_position_embeddings + self.memory_len
+
+    # -- I/O ---------------------------------------------------------------------------------
+    def to_dict(self):
+        return {k: copy.deepcopy(getattr(self, k)) for k in _DEFAULTS}
+
+    def replace(self, **kwargs):
+        """A copy with some values changed."""
+        values = self.to_dict()
+        values.update(kwargs)
+        return ErnieDocConfig(**values)
+
+    @classmethod
+    def from_dict(cls, values, source="config"):
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+        try:
+            return cls(**values)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json(cls, path):
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        return cls.from_dict(values, source=path)
+
+    def to_json(self, path=None):
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            from ernie_doc.utils import atomic_write_text
+            atomic_write_text(path, text)
+        return text
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_any(cls, spec, **overrides):
+        """A config from a preset name, a json path, a dict or a config."""
+        if isinstance(spec, ErnieDocConfig):
+            return spec.replace(**overrides) if overrides else spec
+        if isinstance(spec, dict):
+            return cls.from_dict({**spec, **overrides})
+        if isinstance(spec, str) and spec in PRESETS:
+            return cls.from_preset(spec, **overrides)
+        if isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec):
+            cfg = cls.from_json(spec)
+            return cfg.replace(**overrides) if overrides else cfg
+        raise ConfigError(f"not a preset name or a config file: {spec!r} "
+                          f"(presets: {', '.join(PRESETS)})")
+
+    def __eq__(self, other):
+        return isinstance(other, ErnieDocConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self):
+        return f"ErnieDocConfig({self.to_dict()})"

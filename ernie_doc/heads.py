@@ -1,0 +1,198 @@
+"""Task heads over ErnieDocModel, shared by every task.
+
+Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix, so its .pdparams load as is)
+and declares `official_names`: its own parameters → the official static names. Every forward
+takes the encoder's arguments and returns the new memories with the logits.
+"""
+from collections import namedtuple
+
+import paddle
+import paddle.nn as nn
+
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.modeling.attention import truncated_normal
+from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
+from ernie_doc.modeling.model import ErnieDocModel, activation
+from ernie_doc.modeling.pretrained import PretrainedMixin
+
+NUM_REORDER_CLASSES = 33  # 1! + 2! + 3! + 4!: orderings of up to 4 chunks
+
+
+class HeadOutput(namedtuple("HeadOutput", ["logits", "memories", "memory_mask", "encoder"])):
+    """logits (shape per head) · memories [L,B,M,H] · memory_mask [B,M] or None ·
+    encoder: the ErnieDocOutput."""
+
+    @property
+    def start_logits(self):
+        return self.logits[:, :, 0]
+
+    @property
+    def end_logits(self):
+        return self.logits[:, :, 1]
+
+
+PretrainingOutput = namedtuple("PretrainingOutput",
+                               ["mlm_logits", "reorder_logits", "memories", "memory_mask",
+                                "encoder"])
+
+
+class _Head(PretrainedMixin, nn.Layer):
+    official_names = {}
+
+    def __init__(self, config, dropout=None):
+        super().__init__()
+        if not isinstance(config, ErnieDocConfig):
+            config = ErnieDocConfig.from_any(config)
+        self.config = config
+        self.ernie_doc = ErnieDocModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout if dropout is None else dropout,
+                                  mode="upscale_in_train")
+
+    def _linear(self, out_features):
+        return nn.Linear(self.config.hidden_size, out_features,
+                         weight_attr=truncated_normal(self.config.initializer_range))
+
+    def _encode(self, input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                memory_mask):
+        return self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                              memory_mask)
+
+    @staticmethod
+    def _output(logits, enc):
+        return HeadOutput(logits, enc.memories, enc.memory_mask, enc)
+
+
+class ErnieDocForSequenceClassification(_Head):
+    """pooled → dropout (0.1 as official) → linear: logits [B, num_labels]."""
+    official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+
+    def __init__(self, config, num_labels=None, dropout=None):
+        super().__init__(config, dropout)
+        self.num_labels = num_labels or self.config.num_labels
+        self.config = self.config.replace(num_labels=self.num_labels)
+        self.linear = self._linear(self.num_labels)
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None):
+        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                           memory_mask)
+        return self._output(self.linear(self.dropout(enc.pooled_output)), enc)
+
+
+class ErnieDocForQuestionAnswering(_Head):
+    """sequence → dropout → linear(H, 2): logits [B, T, 2] (.start_logits / .end_logits)."""
+    official_names = {"linear.weight": "cls_mrc_out_w", "linear.bias": "cls_mrc_out_b"}
+
+    def __init__(self, config, dropout=None):
+        super().__init__(config, dropout)
+        self.linear = self._linear(2)
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None):
+        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                           memory_mask)
+        return self._output(self.linear(self.dropout(enc.sequence_output)), enc)
+
+
+class ErnieDocForTokenClassification(_Head):
+    """sequence → dropout → linear: logits [B, T, num_labels]."""
+    official_names = {"linear.weight": "cls_seq_label_out_w",
+                      "linear.bias": "cls_seq_label_out_b"}
+
+    def __init__(self, config, num_labels=None, dropout=None):
+        super().__init__(config, dropout)
+        self.num_labels = num_labels or self.config.num_labels
+        self.config = self.config.replace(num_labels=self.num_labels)
+        self.linear = self._linear(self.num_labels)
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None):
+        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                           memory_mask)
+        return self._output(self.linear(self.dropout(enc.sequence_output)), enc)
+
+
+class ErnieDocForMultipleChoice(_Head):
+    """One row per (question, choice), each its own memory stream: input [B*C, T] →
+    logits [B, C] (one logit per choice row, from the pooled output)."""
+    official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+
+    def __init__(self, config, num_choices=4, dropout=None):
+        super().__init__(config, dropout)
+        self.num_choices = num_choices
+        self.linear = self._linear(1)
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None):
+        if paddle.in_dynamic_mode() and input_ids.shape[0] % self.num_choices:
+            raise ValueError(f"multiple choice: batch rows ({input_ids.shape[0]}) must be a "
+                             f"multiple of num_choices ({self.num_choices})")
+        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                           memory_mask)
+        logits = self.linear(self.dropout(enc.pooled_output)).reshape([-1, self.num_choices])
+        return self._output(logits, enc)
+
+
+class MaskedLMHead(nn.Layer):
+    """dense(H,H) + act → LayerNorm (eps 1e-5, bias starts at 1 as official) → tied output."""
+
+    def __init__(self, config, word_embedding):
+        super().__init__()
+        self.transform = nn.Linear(config.hidden_size, config.hidden_size,
+                                   weight_attr=truncated_normal(config.initializer_range))
+        self.act = activation(config.hidden_act)
+        self.layer_norm = nn.LayerNorm(
+            config.hidden_size, epsilon=EMBEDDING_LN_EPS,
+            bias_attr=paddle.ParamAttr(initializer=nn.initializer.Constant(1.0)))
+        self.decoder_bias = self.create_parameter(
+            [config.vocab_size], is_bias=True,
+            default_initializer=nn.initializer.Constant(0.0))
+        self._word_embedding = [word_embedding]  # tied; a list keeps it out of this state_dict
+
+    def forward(self, hidden):
+        """hidden [N, H] → logits [N, V]."""
+        h = self.layer_norm(self.act(self.transform(hidden)))
+        return paddle.matmul(h, self._word_embedding[0].weight, transpose_y=True) + \
+            self.decoder_bias
+
+
+class ErnieDocForPretraining(_Head):
+    """Masked LM on chosen positions + segment reordering (33 classes) on the pooled output."""
+    official_names = {
+        "lm_head.transform.weight": "mask_lm_trans_fc.w_0",
+        "lm_head.transform.bias": "mask_lm_trans_fc.b_0",
+        "lm_head.layer_norm.weight": "mask_lm_trans_layer_norm_scale",
+        "lm_head.layer_norm.bias": "mask_lm_trans_layer_norm_bias",
+        "lm_head.decoder_bias": "mask_lm_out_fc.b_0",
+        "reorder_head.weight": "multi_sent_sorted_fc.w_0",
+        "reorder_head.bias": "multi_sent_sorted_fc.b_0",
+    }
+
+    def __init__(self, config, num_reorder_classes=NUM_REORDER_CLASSES):
+        super().__init__(config, dropout=0.0)
+        self.lm_head = MaskedLMHead(self.config, self.ernie_doc.embeddings.word_emb)
+        self.reorder_head = self._linear(num_reorder_classes)
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None, masked_positions=None):
+        """masked_positions: flat indices into [B*T] (official mask_pos), or None for all.
+        Returns mlm_logits [N, V] (or [B, T, V]) and reorder_logits [B, 33]."""
+        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                           memory_mask)
+        seq = enc.sequence_output
+        if masked_positions is None:
+            mlm = self.lm_head(seq)
+        else:
+            flat = seq.reshape([-1, self.config.hidden_size])
+            mlm = self.lm_head(paddle.gather(flat, masked_positions.reshape([-1]), axis=0))
+        reorder = self.reorder_head(enc.pooled_output)
+        return PretrainingOutput(mlm, reorder, enc.memories, enc.memory_mask, enc)
+
+
+HEADS = {
+    "sequence_classification": ErnieDocForSequenceClassification,
+    "question_answering": ErnieDocForQuestionAnswering,
+    "token_classification": ErnieDocForTokenClassification,
+    "multiple_choice": ErnieDocForMultipleChoice,
+    "pretraining": ErnieDocForPretraining,
+}

@@ -1,0 +1,1 @@
+from ernie_doc.modeling.model import ErnieDocModel, ErnieDocOutput  # noqa: F401

@@ -1,0 +1,122 @@
+"""Relative multi-head attention over [memory; segment] (official-code.md §1.4–§1.5).
+
+Scores per head, with s = d^-0.5 and keys j over [memory; segment]:
+
+    S[a, j] = s(q_a + u)·k_j  +  s(q_a + v)·R[row(a, j)]  +  s(q_a + t)·T_j
+
+u, v, t are the r_w / r_r / r_t biases, R the projected relative-position rows, T_j the
+projected task embedding of key j. The first and third terms are computed as one product,
+s(q_a + u)·(k_j + T_j) + s(t − u)·T_j, which needs no score tensor for the task term; the
+position term goes through the XLNet rel_shift. Equal to the official sum up to fp32 rounding.
+"""
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
+
+
+def truncated_normal(std):
+    return paddle.ParamAttr(initializer=nn.initializer.TruncatedNormal(mean=0.0, std=std))
+
+
+def relative_position_ids(seg_len, mem_len, max_position, mapping="pretrained"):
+    """Row of the position table for each column of the raw position score, [2T+M] int64.
+
+    Column c stands for the distance δ = M + T − c (query minus key). Past keys (δ ≥ 1) use row
+    P−1+δ ("pretrained": the row that distance had in pretraining with T = P) or T−1+δ
+    ("official": the official reader's ids, correct only for T = P); δ ≤ 0 uses row −δ.
+    """
+    past_base = (max_position if mapping == "pretrained" else seg_len) - 1
+    past = paddle.arange(seg_len + mem_len, 0, -1, dtype="int64") + past_base
+    future = paddle.arange(0, seg_len, dtype="int64")
+    return paddle.concat([past, future])
+
+
+def rel_shift(x, key_len):
+    """[B, n, T, R] → [B, n, T, key_len] with out[a, b] = x[a, b + T − a].
+
+    The official XLNet-style reshape/slice, done as one gather of flat indices
+    T + a(R−1) + b: the strided slice copy is several times slower on CPU.
+    """
+    t, r = x.shape[2], x.shape[3]
+    rows = paddle.arange(t, dtype="int64").unsqueeze(1) * (r - 1) + t
+    index = (rows + paddle.arange(key_len, dtype="int64").unsqueeze(0)).reshape([-1])
+    flat = x.reshape([0, 0, t * r]).flatten(0, 1)
+    return paddle.gather(flat, index, axis=1).reshape([-1, x.shape[1], t, key_len])
+
+
+class RelativeMultiHeadAttention(nn.Layer):
+    """Attention of one layer. Names follow PaddleNLP (`q_proj` … `out_proj`, `r_*_bias`)."""
+
+    def __init__(self, config, shared_biases=None):
+        super().__init__()
+        hidden, std = config.hidden_size, config.initializer_range
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.hidden_size = hidden
+        for name in ("q_proj", "k_proj", "v_proj", "r_proj", "t_proj", "out_proj"):
+            setattr(self, name, nn.Linear(hidden, hidden, weight_attr=truncated_normal(std)))
+        if shared_biases is None:
+            self.r_w_bias = self.create_parameter([hidden], attr=truncated_normal(std))
+            self.r_r_bias = self.create_parameter([hidden], attr=truncated_normal(std))
+            self.r_t_bias = self.create_parameter([hidden], attr=truncated_normal(std))
+        else:
+            # Shared biases are owned by the encoder; a plain attribute keeps them out of this
+            # layer's parameter list (no duplicate state_dict entries).
+            self._shared_biases = shared_biases
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob, mode="upscale_in_train")
+
+    def _biases(self):
+        if hasattr(self, "_shared_biases"):
+            return self._shared_biases
+        return self.r_w_bias, self.r_r_bias, self.r_t_bias
+
+    def _heads(self, x):
+        """[..., L, H] → [..., n, L, d]."""
+        shape = [0] * (len(x.shape) - 1) + [self.num_heads, self.head_dim]
+        x = x.reshape(shape)
+        perm = list(range(len(shape)))
+        perm[-3], perm[-2] = perm[-2], perm[-3]
+        return x.transpose(perm)
+
+    def forward(self, x, memory, pos_emb, task_emb, key_task_ids, mask_bias):
+        """x [B,T,H]; memory [B,M,H] or None; pos_emb [2T+M,H] or [B,2T+M,H];
+        task_emb: the task table [C,H] looked up with key_task_ids [B,K] (K = M+T keys), or,
+        when key_task_ids is None, one vector per key [B,K,H], or None when every key of a row
+        has the same task vector (the term is then constant per query and cancels in the
+        softmax); mask_bias [B,n,T,K] or None.
+        Returns [B,T,H]."""
+        context = x if memory is None else paddle.concat([memory, x], axis=1)
+        key_len = context.shape[1]
+        r_w, r_r, r_t = self._biases()
+        scale = self.head_dim ** -0.5
+
+        q = self.q_proj(x)
+        keys = self.k_proj(context)
+        task = None
+        if task_emb is not None:
+            if key_task_ids is None:
+                task = self.t_proj(task_emb)                               # [B,K,H]
+            else:
+                # Only C distinct task vectors: project the table, then look the keys up.
+                task = F.embedding(key_task_ids, weight=self.t_proj(task_emb))
+            keys = keys + task
+        keys = self._heads(keys)                                           # [B,n,K,d]
+        values = self._heads(self.v_proj(context))
+        rel = self._heads(self.r_proj(pos_emb))                            # [(B,)n,R,d]
+
+        q_w = self._heads((q + r_w) * scale)                               # [B,n,T,d]
+        q_r = self._heads((q + r_r) * scale)
+        score = paddle.matmul(q_w, keys, transpose_y=True)
+        score = score + rel_shift(paddle.matmul(q_r, rel, transpose_y=True), key_len)
+        if task is not None:
+            # s(t − u)·T_j: the task term's correction, one value per key.
+            task_bias = self._heads(task * ((r_t - r_w) * scale)).sum(axis=-1)  # [B,n,K]
+            score = score + task_bias.unsqueeze(2)
+        if mask_bias is not None:
+            score = score + mask_bias
+        weights = self.dropout(F.softmax(score, axis=-1))
+        out = paddle.matmul(weights, values)                               # [B,n,T,d]
+        out = out.transpose([0, 2, 1, 3]).reshape([0, 0, self.hidden_size])
+        return self.out_proj(out)

@@ -1,0 +1,38 @@
+"""Segment-level recurrence: which tensor each layer caches, reset and update (the paper's core).
+
+- enhanced (ERNIE-Doc, paper eq. 3): layer n caches its own output h_n, so layer n at step τ+1
+  attends to [SG(h_n^τ); h_{n-1}^{τ+1}] and context grows without bound.
+- xl (Transformer-XL): layer n caches its input h_{n-1}; context grows one segment per layer.
+- none: no memory.
+
+Memory never carries gradient. A row whose document ends is reset to zeros, exactly the
+official start-of-evaluation state; nothing here keeps hidden state.
+"""
+import paddle
+
+
+def memory_source(mode, layer_input, layer_output):
+    """The tensor layer n caches under recurrence `mode`."""
+    return layer_output if mode == "enhanced" else layer_input
+
+
+def update_memory(prev, current, mem_len):
+    """Last mem_len positions of [prev; current] along time, detached.
+
+    prev [B,M,*] or None, current [B,T,*] → [B,M,*]. For T ≥ M only `current` survives.
+    """
+    seg_len = current.shape[1]
+    if prev is None or (isinstance(seg_len, int) and seg_len >= mem_len):
+        new = current[:, -mem_len:]
+    else:
+        new = paddle.concat([prev, current], axis=1)[:, -mem_len:]
+    return new.detach()
+
+
+def reset_rows(tensor, reset, batch_axis):
+    """Zero the rows of `tensor` (along batch_axis) where reset [B] is true."""
+    shape = [1] * len(tensor.shape)
+    shape[batch_axis] = -1
+    keep = paddle.logical_not(reset.astype("bool")).reshape(shape)
+    keep = paddle.expand_as(keep, tensor)
+    return paddle.where(keep, tensor, paddle.zeros_like(tensor))

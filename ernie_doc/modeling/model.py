@@ -1,0 +1,252 @@
+"""ErnieDocModel: the encoder, its memory contract and the pooler.
+
+    out = model(input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None)
+
+input_ids [B,T] int64 · memories [L,B,M,H] float or None (= zeros) · token_type_ids [B,T]
+(default zeros) · attention_mask [B,T], 1 = token, 0 = pad (default all ones) · reset_memory
+[B] bool, rows that start a new document (memory zeroed first) · memory_mask [B,M], only with
+config.mask_empty_memory: 1 = the slot holds document content.
+
+Returns ErnieDocOutput(sequence_output [B,T,H], pooled_output [B,H], memories [L,B,M,H]
+detached, memory_mask [B,M] or None). Inputs are never modified. Under recurrence "none"
+there is no memory and `.memories` is None.
+"""
+from collections import namedtuple
+
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.modeling.attention import (MASK_VALUE, RelativeMultiHeadAttention,
+                                          relative_position_ids, truncated_normal)
+from ernie_doc.modeling.embeddings import ErnieDocEmbeddings
+from ernie_doc.modeling.memory import memory_source, reset_rows, update_memory
+from ernie_doc.modeling.pretrained import PretrainedMixin
+
+ErnieDocOutput = namedtuple("ErnieDocOutput",
+                            ["sequence_output", "pooled_output", "memories", "memory_mask"])
+
+
+def activation(name):
+    if name == "gelu":
+        return lambda x: F.gelu(x, approximate=False)  # the official exact erf form
+    if name in ("gelu_new", "gelu_approximate"):
+        return lambda x: F.gelu(x, approximate=True)
+    return getattr(F, name)
+
+
+class FeedForward(nn.Layer):
+    def __init__(self, config):
+        super().__init__()
+        std = config.initializer_range
+        self.linear1 = nn.Linear(config.hidden_size, config.intermediate_size,
+                                 weight_attr=truncated_normal(std))
+        self.linear2 = nn.Linear(config.intermediate_size, config.hidden_size,
+                                 weight_attr=truncated_normal(std))
+        self.act = activation(config.hidden_act)
+        # 0 in the official code (hard-coded); PaddleNLP configs may set it.
+        self.dropout = nn.Dropout(config.relu_dropout, mode="upscale_in_train")
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
+
+
+class ErnieDocLayer(nn.Layer):
+    """Post-LN block: y1 = LN(x + drop(attn)); y = LN(y1 + drop(ffn(y1)))."""
+
+    def __init__(self, config, shared_biases=None):
+        super().__init__()
+        self.attn = RelativeMultiHeadAttention(config, shared_biases)
+        self.ffn = FeedForward(config)
+        self.norm1 = nn.LayerNorm(config.hidden_size, epsilon=config.epsilon)
+        self.norm2 = nn.LayerNorm(config.hidden_size, epsilon=config.epsilon)
+        self.dropout1 = nn.Dropout(config.hidden_dropout_prob, mode="upscale_in_train")
+        self.dropout2 = nn.Dropout(config.hidden_dropout_prob, mode="upscale_in_train")
+
+    def forward(self, x, memory, pos_emb, task_emb, key_task_ids, mask_bias):
+        x = self.norm1(x + self.dropout1(
+            self.attn(x, memory, pos_emb, task_emb, key_task_ids, mask_bias)))
+        return self.norm2(x + self.dropout2(self.ffn(x)))
+
+
+class ErnieDocEncoder(nn.Layer):
+    def __init__(self, config):
+        super().__init__()
+        shared = None
+        if config.rel_pos_params_sharing:
+            std = config.initializer_range
+            self.r_w_bias = self.create_parameter([config.hidden_size], attr=truncated_normal(std))
+            self.r_r_bias = self.create_parameter([config.hidden_size], attr=truncated_normal(std))
+            self.r_t_bias = self.create_parameter([config.hidden_size], attr=truncated_normal(std))
+            shared = (self.r_w_bias, self.r_r_bias, self.r_t_bias)
+        self.layers = nn.LayerList([ErnieDocLayer(config, shared)
+                                    for _ in range(config.num_hidden_layers)])
+
+
+class ErnieDocPooler(nn.Layer):
+    """tanh(dense(h[:, cls_token_idx])); the official reader puts [CLS] last (index -1)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size,
+                               weight_attr=truncated_normal(config.initializer_range))
+        self.cls_token_idx = config.cls_token_idx
+
+    def forward(self, sequence_output):
+        return paddle.tanh(self.dense(sequence_output[:, self.cls_token_idx]))
+
+
+def _shape(t):
+    return [int(d) for d in t.shape]
+
+
+class ErnieDocModel(PretrainedMixin, nn.Layer):
+    """The ERNIE-Doc encoder (official-code.md §1)."""
+
+    def __init__(self, config):
+        super().__init__()
+        if not isinstance(config, ErnieDocConfig):
+            config = ErnieDocConfig.from_any(config)
+        self.config = config
+        # Built in the same order as PaddleNLP so state_dict orders match.
+        self.encoder = ErnieDocEncoder(config)
+        self.embeddings = ErnieDocEmbeddings(config)
+        self.pooler = ErnieDocPooler(config)
+
+    @property
+    def memory_len(self):
+        return 0 if self.config.recurrence == "none" else self.config.memory_len
+
+    def init_memories(self, batch_size, dtype="float32"):
+        """Zero memories [L,B,M,H] (the official start state), or None without recurrence."""
+        if not self.memory_len:
+            return None
+        c = self.config
+        return paddle.zeros([c.num_hidden_layers, batch_size, self.memory_len, c.hidden_size],
+                            dtype=dtype)
+
+    # -- input checks (dygraph only: exported programs see symbolic shapes) -------------------
+    def _check_inputs(self, input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                      memory_mask):
+        c = self.config
+        if len(input_ids.shape) != 2:
+            raise ValueError(f"input_ids must be [batch, seq_len] int64, got shape "
+                             f"{_shape(input_ids)}")
+        if input_ids.dtype not in (paddle.int64, paddle.int32):
+            raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        batch, seg_len = _shape(input_ids)
+        if seg_len > c.max_position_embeddings:
+            raise ValueError(f"input_ids has seq_len {seg_len} > max_position_embeddings "
+                             f"{c.max_position_embeddings}: split the document into segments")
+        if self.memory_len and seg_len < 1:
+            raise ValueError("input_ids has seq_len 0")
+        if batch and seg_len:
+            lo, hi = int(input_ids.min()), int(input_ids.max())
+            if lo < 0 or hi >= c.vocab_size:
+                raise ValueError(f"input_ids values must be in [0, {c.vocab_size}), got min {lo} "
+                                 f"max {hi}")
+        for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+            if t is not None and _shape(t) != [batch, seg_len]:
+                raise ValueError(f"{name} must have the shape of input_ids {[batch, seg_len]}, "
+                                 f"got {_shape(t)}")
+        if token_type_ids is not None and batch and seg_len:
+            lo, hi = int(token_type_ids.min()), int(token_type_ids.max())
+            if lo < 0 or hi >= c.task_type_vocab_size:
+                raise ValueError(f"token_type_ids values must be in [0, "
+                                 f"{c.task_type_vocab_size}), got min {lo} max {hi}")
+        if reset_memory is not None and _shape(reset_memory) != [batch]:
+            raise ValueError(f"reset_memory must be [batch] = [{batch}], got "
+                             f"{_shape(reset_memory)}")
+        if memories is not None and self.memory_len:
+            want = [c.num_hidden_layers, batch, self.memory_len, c.hidden_size]
+            if _shape(memories) != want:
+                raise ValueError(f"memories must be [layers, batch, memory_len, hidden] = {want},"
+                                 f" got {_shape(memories)}")
+        if memory_mask is not None:
+            if not c.mask_empty_memory:
+                raise ValueError("memory_mask given but config.mask_empty_memory is False")
+            if _shape(memory_mask) != [batch, self.memory_len]:
+                raise ValueError(f"memory_mask must be [batch, memory_len] = "
+                                 f"{[batch, self.memory_len]}, got {_shape(memory_mask)}")
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None):
+        c = self.config
+        if paddle.in_dynamic_mode():
+            self._check_inputs(input_ids, memories, token_type_ids, attention_mask,
+                               reset_memory, memory_mask)
+        input_ids = input_ids.astype("int64")
+        batch, seg_len = input_ids.shape[0], input_ids.shape[1]
+        mem_len = self.memory_len
+        memories_given = memories is not None
+        if token_type_ids is None:
+            token_type_ids = paddle.zeros_like(input_ids)
+        token_type_ids = token_type_ids.astype("int64")
+
+        if mem_len:
+            if memories is None:
+                memories = self.init_memories(batch)
+            elif reset_memory is not None:
+                memories = reset_rows(memories, reset_memory, batch_axis=1)
+            # Memory slots take the task type of the row's first token (the official code
+            # takes batch row 0's for every row).
+            key_task_ids = paddle.concat(
+                [paddle.expand(token_type_ids[:, :1], [batch, mem_len]), token_type_ids], axis=1)
+        else:
+            memories = None
+            key_task_ids = token_type_ids
+
+        # Additive mask [B,1,T,K]: -1e9 unless query and key are real (memory always real,
+        # unless mask_empty_memory says the slot is empty).
+        mask_bias, new_memory_mask = None, None
+        use_memory_mask = bool(c.mask_empty_memory and mem_len)
+        if attention_mask is not None or use_memory_mask:
+            query_mask = (paddle.ones([batch, seg_len], dtype="float32") if attention_mask is None
+                          else attention_mask.astype("float32"))
+            if mem_len:
+                if use_memory_mask:
+                    if memory_mask is None:
+                        # No memories given: every slot is empty; given memories are
+                        # taken as full (reset rows are emptied just below).
+                        memory_mask = paddle.full([batch, mem_len],
+                                                  1.0 if memories_given else 0.0,
+                                                  dtype="float32")
+                    memory_mask = memory_mask.astype("float32")
+                    if reset_memory is not None:
+                        memory_mask = reset_rows(memory_mask, reset_memory, batch_axis=0)
+                else:
+                    memory_mask = paddle.ones([batch, mem_len], dtype="float32")
+                key_mask = paddle.concat([memory_mask, query_mask], axis=1)
+            else:
+                key_mask = query_mask
+            if use_memory_mask:
+                new_memory_mask = update_memory(memory_mask, query_mask, mem_len)
+            if not (paddle.in_dynamic_mode() and bool(key_mask.min() > 0)):
+                allowed = query_mask.unsqueeze([1, 3]) * key_mask.unsqueeze([1, 2])
+                # Expanded over heads once here: a broadcasting add per layer is slow on CPU.
+                mask_bias = paddle.expand(((allowed - 1.0) * MASK_VALUE).detach(),
+                                          [batch, c.num_attention_heads, seg_len,
+                                           mem_len + seg_len])
+
+        pos_ids = relative_position_ids(seg_len, mem_len, c.max_position_embeddings,
+                                        c.relative_position_mapping)
+        x = self.embeddings.words(input_ids)
+        pos_emb = self.embeddings.positions(pos_ids, batch)
+        task_emb, task_ids = self.embeddings.tasks(key_task_ids)
+        if task_ids is not None and paddle.in_dynamic_mode() and \
+                bool((token_type_ids == token_type_ids[:, :1]).all()):
+            task_emb = None  # one task type per row: the term cancels in the softmax
+
+        new_memories = []
+        for i, layer in enumerate(self.encoder.layers):
+            mem_i = memories[i] if mem_len else None
+            out = layer(x, mem_i, pos_emb, task_emb, task_ids, mask_bias)
+            if mem_len:
+                new_memories.append(update_memory(mem_i, memory_source(c.recurrence, x, out),
+                                                  mem_len))
+            x = out
+        pooled = self.pooler(x)
+        return ErnieDocOutput(x, pooled, paddle.stack(new_memories) if mem_len else None,
+                              new_memory_mask)

@@ -1,0 +1,238 @@
+"""English tokenizer of ERNIE-Doc: GPT-2 byte-level BPE, ids through vocab.txt.
+
+Behaviour of the official reader (``BPETokenizer.tokenize``), reproduced:
+
+1. collapse every run of whitespace to one space;
+2. split the text into sentences (NLTK Punkt; see ``sentences.py``) and
+   encode each sentence on its own;
+3. inside a sentence split on " "; the first word is pre-tokenized as is,
+   every later word with a " " prefix (so the first word of *each sentence*
+   carries no leading-space marker "Ġ", unlike RoBERTa);
+4. pre-tokenize with the GPT-2 regex, apply the GPT-2 merges to the
+   byte-to-unicode mapped piece, and turn each GPT-2 id into its decimal
+   string, which is looked up in ``vocab.txt`` ([UNK] when absent).
+
+Special-token words ("[SEP]", "[p]", "[q]", "[/q]" officially; by default
+also "[CLS]", "[MASK]", "[PAD]", "[UNK]") are not BPE-encoded but looked up
+directly. Nothing is lower-cased.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import regex
+
+from .sentences import split_sentences
+from .vocab import PathLike, Vocab
+
+__all__ = ["BPETokenizer", "GPT2_PATTERN", "OFFICIAL_SPECIAL_TOKENS", "bytes_to_unicode"]
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# Words the official encoder passes through unsplit.
+OFFICIAL_SPECIAL_TOKENS: Tuple[str, ...] = ("[SEP]", "[p]", "[q]", "[/q]")
+DEFAULT_SPECIAL_TOKENS: Tuple[str, ...] = OFFICIAL_SPECIAL_TOKENS + ("[CLS]", "[MASK]", "[PAD]", "[UNK]")
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> Dict[int, str]:
+    """GPT-2's reversible byte -> printable unicode character table."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    table = {b: chr(b) for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in table:
+            # Whitespace/control bytes get characters above U+00FF.
+            table[b] = chr(256 + shift)
+            shift += 1
+    return table
+
+
+def load_merges(path: PathLike) -> List[Tuple[str, str]]:
+    """Read GPT-2 ``vocab.bpe``: drop the "#version" header and the empty tail."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    return [tuple(line.split()) for line in lines[1:-1]]
+
+
+class BPETokenizer:
+    """ERNIE-Doc English tokenizer (official reader semantics).
+
+    Args:
+        vocab_file: ``vocab.txt`` (model ids; GPT-2 ids as decimal strings).
+        encoder_json_file: GPT-2 ``encoder.json``.
+        vocab_bpe_file: GPT-2 ``vocab.bpe`` merges.
+        special_tokens: words kept whole; pass ``OFFICIAL_SPECIAL_TOKENS`` for
+            the exact official set.
+        sentence_splitter: callable text -> sentences; default
+            ``split_sentences`` (NLTK Punkt, else a rule-based fallback).
+    """
+
+    def __init__(
+        self,
+        vocab_file: PathLike,
+        encoder_json_file: PathLike,
+        vocab_bpe_file: PathLike,
+        special_tokens: Iterable[str] = DEFAULT_SPECIAL_TOKENS,
+        sentence_splitter: Optional[Callable[[str], List[str]]] = None,
+        unk_token: str = "[UNK]",
+        pad_token: str = "[PAD]",
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        mask_token: str = "[MASK]",
+    ):
+        self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token)
+        with open(encoder_json_file, encoding="utf-8") as f:
+            self.encoder: Dict[str, int] = json.load(f)
+        self.decoder = {idx: piece for piece, idx in self.encoder.items()}
+        self.bpe_ranks = {pair: rank for rank, pair in enumerate(load_merges(vocab_bpe_file))}
+        self.byte_encoder = bytes_to_unicode()
+        self.byte_decoder = {ch: b for b, ch in self.byte_encoder.items()}
+        self.pattern = regex.compile(GPT2_PATTERN)
+        self.special_tokens = frozenset(special_tokens)
+        self.sentence_splitter = sentence_splitter or split_sentences
+        self.unk_token, self.pad_token, self.cls_token = unk_token, pad_token, cls_token
+        self.sep_token, self.mask_token = sep_token, mask_token
+        self.cache: Dict[str, Tuple[str, ...]] = {}
+
+    @classmethod
+    def from_dir(cls, path: PathLike, **kwargs) -> "BPETokenizer":
+        """Load ``vocab.txt``, ``encoder.json`` and ``vocab.bpe`` from a directory."""
+        return cls(
+            os.path.join(path, "vocab.txt"),
+            os.path.join(path, "encoder.json"),
+            os.path.join(path, "vocab.bpe"),
+            **kwargs,
+        )
+
+    # --- BPE core ----------------------------------------------------------------
+    def bpe(self, piece: str) -> Tuple[str, ...]:
+        """Apply the merges to one byte-mapped piece (memoised)."""
+        cached = self.cache.get(piece)
+        if cached is not None:
+            return cached
+        word = tuple(piece)
+        ranks = self.bpe_ranks
+        while len(word) > 1:
+            pairs = set(zip(word, word[1:]))
+            best = min(pairs, key=lambda p: ranks.get(p, float("inf")))
+            if best not in ranks:
+                break
+            first, second = best
+            merged: List[str] = []
+            i = 0
+            while i < len(word):
+                if i < len(word) - 1 and word[i] == first and word[i + 1] == second:
+                    merged.append(first + second)
+                    i += 2
+                else:
+                    merged.append(word[i])
+                    i += 1
+            word = tuple(merged)
+        self.cache[piece] = word
+        return word
+
+    def pretokenize(self, sentence: str) -> List[str]:
+        """Split one sentence into special-token words and GPT-2 regex pieces."""
+        pieces: List[str] = []
+        for i, word in enumerate(sentence.split(" ")):
+            if word in self.special_tokens:
+                pieces.append(word)
+            else:
+                pieces.extend(self.pattern.findall(word if i == 0 else " " + word))
+        return pieces
+
+    def encode_sentence_gpt2(self, sentence: str) -> List[str]:
+        """GPT-2 ids (as decimal strings) and special tokens of one sentence."""
+        out: List[str] = []
+        for piece in self.pretokenize(sentence):
+            if piece in self.special_tokens:
+                out.append(piece)
+                continue
+            mapped = "".join(self.byte_encoder[b] for b in piece.encode("utf-8"))
+            out.extend(str(self.encoder[sub]) for sub in self.bpe(mapped))
+        return out
+
+    # --- public API ----------------------------------------------------------------
+    def tokenize(self, text: str, sentence_split: bool = True) -> List[str]:
+        """Tokens as vocab strings (decimal GPT-2 ids or special tokens)."""
+        text = " ".join(text.split())
+        if not text:
+            return []
+        sentences = self.sentence_splitter(text) if sentence_split else [text]
+        tokens: List[str] = []
+        for sentence in sentences:
+            tokens.extend(self.encode_sentence_gpt2(sentence))
+        return tokens
+
+    def encode(self, text: str, sentence_split: bool = True) -> List[int]:
+        """Model ids of ``text`` (no [CLS]/[SEP] added)."""
+        return self.convert_tokens_to_ids(self.tokenize(text, sentence_split=sentence_split))
+
+    def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
+        return self.vocab.to_ids(list(tokens))
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        return self.vocab.to_tokens(list(ids))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Best-effort text for ``ids``.
+
+        Sentences were encoded without a leading space on their first word, so
+        decoded sentences touch ("end.Next"); special tokens get a space before
+        them unless they come first.
+        """
+        parts: List[str] = []
+        pending: List[str] = []
+
+        def flush():
+            if pending:
+                raw = bytearray(self.byte_decoder[ch] for ch in "".join(pending))
+                parts.append(raw.decode("utf-8", errors="replace"))
+                pending.clear()
+
+        for tok in self.convert_ids_to_tokens(ids):
+            if tok.isdigit() and int(tok) in self.decoder:
+                pending.append(self.decoder[int(tok)])
+                continue
+            flush()
+            if skip_special_tokens:
+                continue
+            parts.append(tok if not parts else " " + tok)
+        flush()
+        return "".join(parts)
+
+    # --- vocabulary facts ---------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def pad_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.pad_token)
+
+    @property
+    def cls_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.cls_token)
+
+    @property
+    def sep_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.sep_token)
+
+    @property
+    def unk_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.unk_token)
+
+    @property
+    def mask_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.mask_token)

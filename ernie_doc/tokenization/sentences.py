@@ -1,0 +1,271 @@
+"""Sentence splitting for the English BPE tokenizer.
+
+The official ERNIE-Doc reader encodes every sentence separately, with the
+sentences coming from ``nltk.tokenize.sent_tokenize`` (Punkt, English model).
+Sentence boundaries therefore change token ids: the first word of a sentence
+is encoded without the leading-space marker.
+
+``split_sentences`` uses NLTK when both the package and its ``punkt`` /
+``punkt_tab`` data can be loaded. Otherwise it falls back to a built-in
+rule-based splitter and warns once. The fallback mimics Punkt's decision
+procedure (candidate ends ``. ? !`` followed by whitespace or punctuation;
+the period-final word classified as abbreviation, initial, number, ellipsis
+or ordinary word; closing quotes/brackets moved back to the sentence they
+close), but with small hand-written tables instead of the statistics Punkt
+learned from its training corpus. Differences to expect:
+
+* Punkt's abbreviation list and its per-word capitalisation statistics are
+  not available, so decisions after abbreviations, initials, numbers and
+  ellipses ("Mr. Smith", "J. Smith", "in 1999. The", "wait... Then") follow
+  the hand-written tables and can differ for unusual words.
+* Like Punkt, a period after an ordinary word ends a sentence even if the
+  next word is lower-case ("the end. then"), and "e.g." / "i.e." / "etc." /
+  "no." are ordinary words (Punkt's English model does not list them as
+  abbreviations), so they end a sentence too.
+* The odd cases of newer NLTK releases (e.g. "Wow!!!This") are not copied.
+
+On English IMDB reviews the fallback agrees with Punkt on the vast majority
+of documents, but ids can differ wherever a boundary differs.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Callable, List, Optional
+
+__all__ = ["split_sentences", "rule_split_sentences", "nltk_available"]
+
+# --- character classes (the ones Punkt's English language vars use) ----------
+_END_CHARS = ".?!"
+# Punctuation that may directly follow a sentence end, and that never
+# belongs to a word token.
+_NON_WORD = r"""[)";}\]*:@'({\[!?]"""
+_MULTI_PUNCT = r"(?:-{2,}|\.{2,}|(?:\.\s){2,}\.)"
+# Characters that cannot start a word token (they become one-char tokens).
+_NO_WORD_START = "(\"`{[:;&#*@)}]-,"
+
+_CANDIDATE_RE = re.compile(r"[.?!](?=(?P<after>" + _NON_WORD + r"|\s+(?P<next>\S+)))")
+_WORD_RE = re.compile(
+    _MULTI_PUNCT
+    + r"|(?=[^" + re.escape(_NO_WORD_START) + r"])\S+?"
+    + r"(?=\s|$|" + _NON_WORD + "|" + _MULTI_PUNCT
+    + r"|,(?=$|\s|" + _NON_WORD + "|" + _MULTI_PUNCT + r"))"
+    + r"|\S"
+)
+_NUMBER_RE = re.compile(r"^-?[.,]?\d[\d,.-]*\.?$")
+_INITIAL_RE = re.compile(r"^[^\W\d]\.$")
+_ELLIPSIS_RE = re.compile(r"^\.\.+$")
+_CLOSERS_RE = re.compile(r"""["')\]}]+?(?:\s+|(?=--)|$)""", re.M)
+_PUNCT_TOKENS = frozenset(";:,.!?")
+
+# --- hand-written tables -------------------------------------------------------
+# Lower-cased, without the final period. Single letters are initials; the
+# ones listed here also behave as abbreviations (they never end a sentence). "e.g", "i.e", "etc" and "no"
+# are deliberately absent: Punkt's English model does not know them.
+_ABBREVIATIONS = frozenset(
+    """
+    mr mrs ms messrs dr prof rev gen col lt maj sen rep reps gov jr sr st ft mt
+    ave bros co corp inc ltd cos vs ok
+    jan feb aug sep sept oct nov dec tues wed fri
+    calif fla ill mich minn okla ore tenn wis wash conn ariz colo kan nev va
+    u.s u.s.a u.k u.n d.c n.y l.a a.m p.m ph.d
+    c d e f g h k l m n p r s t v w
+    """.split()
+)
+# Capitalised, these words usually start a sentence, so a preceding
+# abbreviation or ellipsis is taken to end one.
+_SENTENCE_STARTERS = frozenset(
+    """
+    the this these there they he it i but however if in when while although
+    though yet so since thus instead meanwhile moreover nevertheless
+    nonetheless indeed similarly even many most some both nor despite among
+    according under
+    """.split()
+)
+# Everyday words that also occur in lower case: capitalised after an
+# initial ("Plan B. The") they signal a new sentence, unlike a name
+# ("J. Smith"). "I" is never lower-case, so it is not one of them.
+_COMMON_WORDS = (_SENTENCE_STARTERS - {"i"}) | frozenset(
+    """
+    she we you a an and or as at by for from of on to with what who why how
+    where which that then than all any each every no not one my his her its
+    our their your me him us them is was are were be been being have has had
+    do does did will would can could should may might must also just only
+    still now well after before because until unless here
+    """.split()
+)
+
+
+def _is_abbreviation(stem: str) -> bool:
+    return (
+        stem in _ABBREVIATIONS
+        or stem.split("-")[-1] in _ABBREVIATIONS
+    )
+
+
+class _Tok:
+    """One Punkt-style word token with the annotations the decisions need."""
+
+    __slots__ = ("text", "sentbreak", "abbr", "ellipsis")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.sentbreak = False
+        self.abbr = False
+        self.ellipsis = False
+
+    @property
+    def period_final(self) -> bool:
+        return self.text.endswith(".")
+
+    @property
+    def kind(self) -> str:
+        low = self.text.lower()
+        return "##number##" if _NUMBER_RE.match(low) else low
+
+    @property
+    def kind_no_period(self) -> str:
+        k = self.kind
+        return k[:-1] if len(k) > 1 and k.endswith(".") else k
+
+    @property
+    def kind_no_sentperiod(self) -> str:
+        return self.kind_no_period if self.sentbreak else self.kind
+
+
+def _starts_sentence(tok: _Tok):
+    """Stand-in for Punkt's orthographic heuristic: True, False or None (unsure)."""
+    if tok.text in _PUNCT_TOKENS:
+        return False
+    first = tok.text[0]
+    if first.islower():
+        # Punkt has usually seen such a word capitalised somewhere, which
+        # makes a lower-case occurrence evidence against a sentence start.
+        return False
+    return None
+
+
+def _context_has_break(context: str) -> bool:
+    """Decide, like Punkt, whether ``context`` contains a sentence break
+    (a break on its last token does not count)."""
+    toks = [_Tok(t) for t in _WORD_RE.findall(context)]
+    # First pass: each token alone.
+    for tok in toks:
+        text = tok.text
+        if text in (".", "?", "!"):
+            tok.sentbreak = True
+        elif _ELLIPSIS_RE.match(text):
+            tok.ellipsis = True
+        elif tok.period_final and not text.endswith(".."):
+            if _is_abbreviation(text[:-1].lower()):
+                tok.abbr = True
+            else:
+                tok.sentbreak = True
+    # Second pass: revise a period-final token using the token after it.
+    for tok, nxt in zip(toks, toks[1:]):
+        if not tok.period_final:
+            continue
+        initial = bool(_INITIAL_RE.match(tok.text))
+        nxt_upper = nxt.text[0].isupper()
+        nxt_kind = nxt.kind_no_sentperiod
+        if (tok.abbr or tok.ellipsis) and not initial:
+            if _starts_sentence(nxt) is True or (nxt_upper and nxt_kind in _SENTENCE_STARTERS):
+                tok.sentbreak = True
+                continue
+        if initial or tok.kind_no_period == "##number##":
+            verdict = _starts_sentence(nxt)
+            if verdict is False:
+                tok.sentbreak, tok.abbr = False, True
+            elif verdict is None and initial and nxt_upper and nxt_kind not in _COMMON_WORDS:
+                # "J. Smith": an initial before a name, not a sentence end.
+                tok.sentbreak, tok.abbr = False, True
+    return any(tok.sentbreak for tok in toks[:-1])
+
+
+def rule_split_sentences(text: str) -> List[str]:
+    """Split ``text`` with the built-in Punkt-like rules (no NLTK needed)."""
+    # Candidates inside one whitespace-free chunk ("!!!", '."') collapse
+    # into the last one, whose context starts at the beginning of the chunk.
+    candidates = []  # (match, context_start)
+    for m in _CANDIDATE_RE.finditer(text):
+        if candidates:
+            prev_m, prev_start = candidates[-1]
+            between = text[prev_m.start():m.start()]
+            if not any(c.isspace() for c in between):
+                candidates[-1] = (m, prev_start)
+                continue
+        ws = max(text.rfind(c, 0, m.start()) for c in " \t\n\r\x0b\x0c")
+        candidates.append((m, ws + 1))
+
+    bounds = []  # (end of sentence, start of the next one)
+    for m, start in candidates:
+        context = text[start:m.start()] + m.group(0) + m.group("after")
+        if _context_has_break(context):
+            nxt = m.start("next") if m.group("next") else m.end()
+            bounds.append((m.end(), nxt))
+
+    sentences = []
+    begin = 0
+    for end, nxt in bounds:
+        # Closing quotes/brackets after the end belong to this sentence.
+        closers = _CLOSERS_RE.match(text, nxt)
+        if closers and closers.start() == nxt:
+            end = nxt + len(closers.group(0).rstrip())
+            nxt = closers.end()
+        if begin < end and text[begin:end]:
+            sentences.append(text[begin:end])
+        begin = max(begin, nxt)
+    tail = text[begin:len(text.rstrip())]
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+# --- NLTK detection --------------------------------------------------------------
+_nltk_splitter: Optional[Callable[[str], List[str]]] = None
+_nltk_checked = False
+_fallback_warned = False
+
+
+def nltk_available() -> bool:
+    """True when ``nltk.tokenize.sent_tokenize`` works (package and punkt data)."""
+    global _nltk_splitter, _nltk_checked
+    if not _nltk_checked:
+        _nltk_checked = True
+        try:
+            import nltk  # noqa: F401  (optional dependency)
+            from nltk.tokenize import sent_tokenize
+
+            sent_tokenize("Punkt check. Second sentence.")
+            _nltk_splitter = sent_tokenize
+        except (ImportError, LookupError, OSError, ValueError):
+            # LookupError: nltk installed but punkt/punkt_tab data missing.
+            _nltk_splitter = None
+    return _nltk_splitter is not None
+
+
+def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
+    """Split English ``text`` into sentences.
+
+    ``use_nltk=None`` (default): NLTK Punkt when available, else the rule-based
+    fallback (warning once per process). ``False``: always the fallback.
+    ``True``: NLTK or a RuntimeError.
+    """
+    global _fallback_warned
+    if use_nltk is False:
+        return rule_split_sentences(text)
+    if nltk_available():
+        return list(_nltk_splitter(text))
+    if use_nltk:
+        raise RuntimeError("nltk with punkt data is required but not available")
+    if not _fallback_warned:
+        _fallback_warned = True
+        warnings.warn(
+            "nltk/punkt not available: using the built-in rule-based sentence "
+            "splitter; sentence boundaries (and so BPE ids) can differ from the "
+            "official ERNIE-Doc reader",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return rule_split_sentences(text)
