@@ -1,0 +1,272 @@
+"""ErnieDocModel: parity with PaddleNLP 2.8.1, the recurrence modes, memory reset and masks."""
+import numpy as np
+import paddle
+import pytest
+
+from conftest import tiny_config
+from ernie_doc import ErnieDocConfig, ErnieDocModel
+from ernie_doc.modeling.attention import rel_shift, relative_position_ids
+from ernie_doc.reference import PaddleNLPReference, official_position_ids
+
+
+def _segments(config, batch, n_segments, seed=0, pad_last=True):
+    """n_segments of (ids [B,T], mask [B,T]); the last one has padding in rows 1 and 2."""
+    rng = np.random.RandomState(seed)
+    seg_len = config.max_position_embeddings
+    out = []
+    for s in range(n_segments):
+        ids = rng.randint(4, config.vocab_size, (batch, seg_len)).astype("int64")
+        mask = np.ones((batch, seg_len), "float32")
+        if pad_last and s == n_segments - 1:
+            mask[1 % batch, seg_len // 2:] = 0          # tail padding (MRC layout)
+            mask[2 % batch, 3:-1] = 0                   # padding before a final [CLS]
+            ids[mask == 0] = config.pad_token_id
+        out.append((paddle.to_tensor(ids), paddle.to_tensor(mask)))
+    return out
+
+
+def _max_diff(a, b):
+    return float(np.abs(a.numpy().astype("float64") - b.numpy().astype("float64")).max())
+
+
+def _check_parity(config, batch, n_segments=3, tol=1e-5):
+    model = ErnieDocModel(config)
+    model.eval()
+    ref = PaddleNLPReference(model)
+    ours_mem = ref_mem = None
+    worst = 0.0
+    with paddle.no_grad():
+        for ids, mask in _segments(config, batch, n_segments):
+            out = model(ids, ours_mem, None, mask)
+            seq, pooled, ref_mem = ref(ids, ref_mem, None, mask)
+            diffs = (_max_diff(out.sequence_output, seq), _max_diff(out.pooled_output, pooled),
+                     _max_diff(out.memories, ref_mem))
+            assert max(diffs) <= tol, diffs
+            worst = max(worst, *diffs)
+            ours_mem = out.memories
+    return worst
+
+
+def test_parity_with_paddlenlp_small():
+    worst = _check_parity(tiny_config(max_position_embeddings=16, memory_len=8), batch=3)
+    assert worst < 1e-5
+
+
+@pytest.mark.slow
+def test_parity_with_paddlenlp_base_en_shape():
+    # base-en shape (H 768, 12 heads, T = P = 512, M = 128, full vocabulary); 2 of the 12
+    # layers keep the test under a minute: every layer is the same code.
+    config = ErnieDocConfig.from_preset("ernie-doc-base-en", num_hidden_layers=2)
+    assert _check_parity(config, batch=3) < 1e-5
+
+
+def test_parity_nonuniform_token_types():
+    config = tiny_config(max_position_embeddings=16, memory_len=8)
+    model = ErnieDocModel(config)
+    model.eval()
+    ref = PaddleNLPReference(model)
+    ids = paddle.randint(4, config.vocab_size, [2, 16])
+    # Every row starts with type 0 (PaddleNLP gives memory slots row 0's first type).
+    types = paddle.to_tensor(np.array([[0] * 8 + [1] * 8, [0] * 4 + [2] * 12], "int64"))
+    mem = paddle.randn([2, 2, 8, 32])
+    out = model(ids, mem, types)
+    seq, pooled, new = ref(ids, mem, types)
+    assert _max_diff(out.sequence_output, seq) < 1e-5
+    assert _max_diff(out.memories, new) < 1e-5
+
+
+def test_inputs_are_not_mutated():
+    config = tiny_config()
+    model = ErnieDocModel(config)
+    model.eval()
+    mem = paddle.randn([2, 2, 4, 32])
+    before = mem.numpy().copy()
+    ids = paddle.randint(0, 60, [2, 16])
+    out = model(ids, mem, reset_memory=paddle.to_tensor([True, False]))
+    assert np.array_equal(mem.numpy(), before)
+    assert out.memories.stop_gradient
+
+
+def test_official_position_ids_and_rel_shift():
+    ids = relative_position_ids(8, 3, 8, "official").numpy()
+    assert ids.tolist() == official_position_ids(8, 3).tolist()
+    assert ids.tolist() == [18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7]
+    # T = P: both mappings agree; T < P: past distances keep their pretraining rows.
+    assert relative_position_ids(8, 3, 8, "pretrained").numpy().tolist() == ids.tolist()
+    short = relative_position_ids(4, 3, 8, "pretrained").numpy()
+    assert short.tolist() == [14, 13, 12, 11, 10, 9, 8, 0, 1, 2, 3]
+    # rel_shift: out[a, b] = x[a, b + T - a]
+    t, m = 4, 3
+    r = 2 * t + m
+    x = paddle.arange(2 * 1 * t * r, dtype="float32").reshape([2, 1, t, r])
+    y = rel_shift(x, t + m).numpy()
+    xn = x.numpy()
+    for a in range(t):
+        for b in range(t + m):
+            assert y[1, 0, a, b] == xn[1, 0, a, b + t - a]
+
+
+def test_relative_row_is_a_function_of_distance():
+    """Through rel_shift, query a / key b (key index over [memory; segment]) uses table row
+    −δ for δ ≤ 0 and P−1+δ for δ ≥ 1, δ = (M+a) − b (official-code.md §1.5)."""
+    t, m, p = 6, 3, 8
+    ids = relative_position_ids(t, m, p).numpy().astype("float32")
+    raw = paddle.to_tensor(np.broadcast_to(ids, (1, 1, t, 2 * t + m)).copy())
+    rows = rel_shift(raw, t + m).numpy()[0, 0]
+    for a in range(t):
+        for b in range(t + m):
+            delta = m + a - b
+            assert rows[a, b] == (-delta if delta <= 0 else p - 1 + delta)
+
+
+def _stream(model, segments, batch):
+    mem, outs = None, []
+    for ids in segments:
+        out = model(ids, mem)
+        mem = out.memories
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("mode, reaches_back", [("enhanced", True), ("xl", False),
+                                                ("none", False)])
+def test_effective_context(mode, reaches_back):
+    """Enhanced recurrence carries segment 1 into segment 4 with 2 layers; Transformer-XL
+    reaches back only L = 2 segments; no recurrence reaches nothing."""
+    config = tiny_config(recurrence=mode, max_position_embeddings=8, memory_len=4)
+    model = ErnieDocModel(config)
+    model.eval()
+    for p in model.parameters():       # larger weights: the initial 0.02 fades too fast to see
+        if len(p.shape) == 2:
+            p.set_value(paddle.randn(p.shape) * 0.3)
+    segs = [paddle.randint(4, 60, [1, 8]) for _ in range(4)]
+    changed = [segs[0].clone()] + segs[1:]
+    changed[0][0, -1] = (int(segs[0][0, -1]) + 7) % 56 + 4     # inside the cached tail
+    base, other = _stream(model, segs, 1), _stream(model, changed, 1)
+    d2 = _max_diff(base[1].sequence_output, other[1].sequence_output)
+    d4 = _max_diff(base[3].sequence_output, other[3].sequence_output)
+    if mode == "none":
+        assert d2 == 0.0 and d4 == 0.0
+    else:
+        assert d2 > 1e-2
+        assert (d4 > 1e-2) if reaches_back else (d4 == 0.0)
+
+
+def test_memory_sources():
+    config = tiny_config(memory_len=4)
+    ids = paddle.randint(4, 60, [2, 16])
+    enhanced = ErnieDocModel(config)
+    enhanced.eval()
+    out = enhanced(ids)
+    # enhanced: the top layer caches its own output
+    assert _max_diff(out.memories[-1], out.sequence_output[:, -4:]) == 0.0
+    xl = ErnieDocModel(config.replace(recurrence="xl"))
+    xl.set_state_dict(enhanced.state_dict())
+    xl.eval()
+    out_xl = xl(ids)
+    # xl: layer 0 caches its input (the normalised word embedding); same parameters, same
+    # first-segment outputs (memory starts at zero in both)
+    emb = enhanced.embeddings.words(ids)
+    assert _max_diff(out_xl.memories[0], emb[:, -4:]) == 0.0
+    assert _max_diff(out_xl.sequence_output, out.sequence_output) == 0.0
+    assert ErnieDocModel(config.replace(recurrence="none"))(ids).memories is None
+
+
+def test_short_segment_keeps_part_of_old_memory():
+    config = tiny_config(memory_len=4)
+    model = ErnieDocModel(config)
+    model.eval()
+    mem = paddle.randn([2, 1, 4, 32])
+    out = model(paddle.randint(4, 60, [1, 3]), mem)
+    assert _max_diff(out.memories[:, :, :1], mem[:, :, 3:]) == 0.0
+    assert _max_diff(out.memories[-1, :, 1:], out.sequence_output) == 0.0
+
+
+def test_reset_memory_rows():
+    config = tiny_config()
+    model = ErnieDocModel(config)
+    model.eval()
+    ids = paddle.randint(4, 60, [3, 16])
+    mem = paddle.randn([2, 3, 4, 32])
+    out = model(ids, mem, reset_memory=paddle.to_tensor([False, True, False]))
+    fresh = model(ids[1:2])                        # no memory = zeros, the start state
+    kept = model(ids, mem)
+    assert _max_diff(out.sequence_output[1:2], fresh.sequence_output) == 0.0
+    assert _max_diff(out.sequence_output[0::2], kept.sequence_output[0::2]) == 0.0
+
+
+def test_mask_empty_memory():
+    config = tiny_config(mask_empty_memory=True)
+    model = ErnieDocModel(config)
+    model.eval()
+    none = ErnieDocModel(config.replace(recurrence="none", mask_empty_memory=False))
+    none.set_state_dict(model.state_dict())
+    none.eval()
+    ids = paddle.randint(4, 60, [2, 16])
+    out = model(ids)                               # no memory: every slot masked
+    # Masked slots get exp(-1e9) = 0: same as attending to the segment alone.
+    assert _max_diff(out.sequence_output, none(ids).sequence_output) < 1e-5
+    assert out.memory_mask.numpy().tolist() == [[1.0] * 4] * 2
+    # Default (official): zero memory is visible and changes the result.
+    official = ErnieDocModel(config.replace(mask_empty_memory=False))
+    official.set_state_dict(model.state_dict())
+    official.eval()
+    assert _max_diff(official(ids).sequence_output, out.sequence_output) > 1e-4
+    # Padding of the previous segment is carried in memory_mask; a reset row empties it.
+    mask = paddle.to_tensor(np.array([[1] * 14 + [0] * 2, [1] * 16], "float32"))
+    step = model(ids, out.memories, attention_mask=mask, memory_mask=out.memory_mask,
+                 reset_memory=paddle.to_tensor([False, True]))
+    assert step.memory_mask.numpy().tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+def test_gradients_flow_and_memories_do_not():
+    config = tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    model = ErnieDocModel(config)
+    model.train()
+    ids = paddle.randint(4, 60, [2, 16])
+    first = model(ids)
+    assert first.memories.stop_gradient      # no backpropagation across segments
+    out = model(ids, first.memories, paddle.to_tensor(np.array([[0] * 8 + [1] * 8] * 2, "int64")))
+    (out.sequence_output.sum() + out.pooled_output.sum()).backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is not None for g in grads.values()), [n for n, g in grads.items() if g is None]
+    assert float(grads["embeddings.token_type_emb.weight"].abs().sum()) > 0
+    assert float(grads["encoder.layers.0.attn.r_t_bias"].abs().sum()) > 0
+
+
+def test_rel_pos_params_sharing():
+    config = tiny_config(rel_pos_params_sharing=True)
+    model = ErnieDocModel(config)
+    names = set(model.state_dict())
+    assert {"encoder.r_w_bias", "encoder.r_r_bias", "encoder.r_t_bias"} <= names
+    assert not any("attn.r_w_bias" in n for n in names)
+    model.eval()
+    out = model(paddle.randint(4, 60, [2, 16]))
+    assert list(out.memories.shape) == [2, 2, 4, 32]
+
+
+def test_parameter_count_of_presets():
+    # official-code.md §1.11: backbone + pooler parameter counts
+    for name, count in (("ernie-doc-base-en", 139342080), ("ernie-doc-base-zh", 122242560)):
+        model = ErnieDocModel(ErnieDocConfig.from_preset(name))
+        assert sum(int(np.prod(p.shape)) for p in model.parameters()) == count
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m(paddle.randint(0, 60, [2, 16, 1])), "input_ids must be [batch, seq_len]"),
+    (lambda m: m(paddle.randint(0, 60, [2, 17])), "seq_len 17 > max_position_embeddings 16"),
+    (lambda m: m(paddle.to_tensor([[1, 60]])), "values must be in [0, 60)"),
+    (lambda m: m(paddle.randint(0, 60, [2, 16]), paddle.zeros([2, 2, 3, 32])),
+     "memories must be [layers, batch, memory_len, hidden] = [2, 2, 4, 32], got [2, 2, 3, 32]"),
+    (lambda m: m(paddle.randint(0, 60, [2, 16]), attention_mask=paddle.ones([2, 15])),
+     "attention_mask must have the shape of input_ids"),
+    (lambda m: m(paddle.randint(0, 60, [2, 16]), token_type_ids=paddle.full([2, 16], 3, "int64")),
+     "token_type_ids values must be in [0, 3)"),
+    (lambda m: m(paddle.randint(0, 60, [2, 16]), reset_memory=paddle.to_tensor([True])),
+     "reset_memory must be [batch] = [2]"),
+])
+def test_bad_inputs(call, message):
+    model = ErnieDocModel(tiny_config())
+    with pytest.raises(ValueError) as err:
+        call(model)
+    assert message in str(err.value)
