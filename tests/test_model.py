@@ -219,8 +219,9 @@ def test_mask_empty_memory():
     assert step.memory_mask.numpy().tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
 
 
-def test_gradients_flow_and_memories_do_not():
-    config = tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_gradients_flow_and_memories_do_not(dropout):
+    config = tiny_config(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     model = ErnieDocModel(config)
     model.train()
     ids = paddle.randint(4, 60, [2, 16])

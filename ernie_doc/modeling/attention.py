@@ -109,6 +109,10 @@ class RelativeMultiHeadAttention(nn.Layer):
         q_w = self._heads((q + r_w) * scale)                               # [B,n,T,d]
         q_r = self._heads((q + r_r) * scale)
         score = paddle.matmul(q_w, keys, transpose_y=True)
+        if len(rel.shape) == 3 and paddle.in_dynamic_mode() and paddle.is_grad_enabled():
+            # Shared position rows: expand instead of a broadcasting matmul, whose gradient
+            # fails on paddle 3.3.1 CPU; the copy is small next to the score tensor.
+            rel = rel.unsqueeze(0).expand([q_r.shape[0]] + list(rel.shape))
         score = score + rel_shift(paddle.matmul(q_r, rel, transpose_y=True), key_len)
         if task is not None:
             # s(t − u)·T_j: the task term's correction, one value per key.
