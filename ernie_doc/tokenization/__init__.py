@@ -1,0 +1,28 @@
+"""Tokenizers for ERNIE-Doc (no paddle dependency).
+
+* ``BPETokenizer``: English, GPT-2 byte-level BPE with the official reader's
+  per-sentence encoding and vocab.txt id mapping.
+* ``WordPieceTokenizer``: Chinese, BERT basic tokenization + WordPiece.
+* ``SentencePieceTokenizer``: trained with ``train_sentencepiece``.
+* ``load_tokenizer``: choose one from the files in a directory.
+* ``split_sentences``: NLTK Punkt when available, else a rule-based fallback.
+"""
+
+from .auto import load_tokenizer
+from .bpe import BPETokenizer
+from .sentences import split_sentences
+from .spm import SentencePieceTokenizer
+from .spm import train as train_sentencepiece
+from .vocab import Vocab, load_vocab
+from .wordpiece import WordPieceTokenizer
+
+__all__ = [
+    "BPETokenizer",
+    "WordPieceTokenizer",
+    "SentencePieceTokenizer",
+    "load_tokenizer",
+    "split_sentences",
+    "train_sentencepiece",
+    "load_vocab",
+    "Vocab",
+]

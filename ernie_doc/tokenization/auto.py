@@ -1,0 +1,76 @@
+"""Pick the tokenizer that matches the files of a checkpoint/vocab directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Union
+
+from .bpe import BPETokenizer
+from .spm import SentencePieceTokenizer
+from .vocab import PathLike
+from .wordpiece import WordPieceTokenizer
+
+__all__ = ["load_tokenizer"]
+
+_BPE_FILES = ("encoder.json", "vocab.bpe", "vocab.txt")
+_SPM_PREFERRED = ("spm.model", "sentencepiece.model")
+_LOOKED_FOR = "encoder.json+vocab.bpe+vocab.txt (BPE), *.model (SentencePiece), vocab.txt (WordPiece)"
+
+Tokenizer = Union[BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer]
+
+
+def _find_spm(directory: Path) -> Optional[Path]:
+    for name in _SPM_PREFERRED:
+        if (directory / name).is_file():
+            return directory / name
+    models = sorted(p for p in directory.glob("*.model") if p.is_file())
+    if len(models) > 1:
+        raise ValueError(
+            f"several SentencePiece models in {directory}: {[p.name for p in models]}; "
+            "pass the .model file itself"
+        )
+    return models[0] if models else None
+
+
+def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[Tokenizer]:
+    if all((directory / name).is_file() for name in _BPE_FILES):
+        return BPETokenizer.from_dir(directory)
+    spm_file = _find_spm(directory)
+    if spm_file is not None:
+        return SentencePieceTokenizer(spm_file)
+    if (directory / "vocab.txt").is_file():
+        kwargs = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
+        return WordPieceTokenizer(directory / "vocab.txt", **kwargs)
+    return None
+
+
+def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Tokenizer:
+    """Load the tokenizer described by the files at ``path``.
+
+    ``path`` is a directory (a checkpoint directory or its ``params/``
+    subdirectory; the parent is searched too in that case) or a file: a
+    ``.model`` file loads SentencePiece, any other file stands for its
+    directory. Priority: encoder.json + vocab.bpe + vocab.txt -> BPE (English
+    ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
+    (Chinese; ``do_lower_case`` is passed to it, default True).
+    """
+    path = Path(path)
+    if path.is_file():
+        if path.suffix == ".model":
+            return SentencePieceTokenizer(path)
+        directory = path.parent
+    elif path.is_dir():
+        directory = path
+    else:
+        raise FileNotFoundError(f"tokenizer path does not exist: {path}")
+
+    searched: List[Path] = [directory]
+    if directory.name == "params" and directory.parent != directory:
+        searched.append(directory.parent)
+    for candidate in searched:
+        tokenizer = _from_directory(candidate, do_lower_case)
+        if tokenizer is not None:
+            return tokenizer
+    raise FileNotFoundError(
+        f"no tokenizer files in {' or '.join(str(d) for d in searched)}; looked for {_LOOKED_FOR}"
+    )

@@ -1,0 +1,169 @@
+"""SentencePiece tokenizer (training and loading) with ERNIE-style specials.
+
+Not part of the official ERNIE-Doc setup; it serves new corpora/languages.
+Reserved ids of a model trained by ``train``:
+
+    0 [PAD]   1 [UNK]   2 [CLS]   3 [SEP]   4 [MASK]
+
+[PAD] is a control piece and [UNK] the unknown piece; [CLS], [SEP] and
+[MASK] are user-defined pieces, so they are recognised inside raw text.
+No BOS/EOS pieces are added.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Sequence, Union
+
+from .vocab import PathLike
+
+__all__ = ["SentencePieceTokenizer", "train", "SPECIAL_TOKENS"]
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def _sentencepiece():
+    try:
+        import sentencepiece
+    except ImportError as exc:  # keep the package importable without it
+        raise ImportError("SentencePiece support needs the 'sentencepiece' package") from exc
+    return sentencepiece
+
+
+def train(
+    files: Union[PathLike, Sequence[PathLike]],
+    model_prefix: PathLike,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 0.9995,
+    normalization_rule_name: str = "nmt_nfkc",
+    hard_vocab_limit: bool = True,
+    byte_fallback: bool = False,
+    input_sentence_size: int = 0,
+    num_threads: int = 1,
+    seed_sentencepiece_size: Optional[int] = None,
+    extra_options: Optional[dict] = None,
+) -> str:
+    """Train a SentencePiece model; returns the path of ``<model_prefix>.model``.
+
+    ``files`` are plain-text files, one sentence or paragraph per line.
+    ``input_sentence_size=0`` uses every line (no sampling, deterministic).
+    """
+    spm = _sentencepiece()
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    files = [os.fspath(f) for f in files]
+    if not files:
+        raise ValueError("no training files given")
+    for f in files:
+        if not os.path.isfile(f):
+            raise FileNotFoundError(f"training file not found: {f}")
+    if model_type not in ("unigram", "bpe", "char", "word"):
+        raise ValueError(f"unknown model_type {model_type!r}")
+    prefix = os.fspath(model_prefix)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    options = dict(
+        input=files,
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        normalization_rule_name=normalization_rule_name,
+        hard_vocab_limit=hard_vocab_limit,
+        byte_fallback=byte_fallback,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=False,
+        num_threads=num_threads,
+        pad_id=0,
+        pad_piece="[PAD]",
+        unk_id=1,
+        unk_piece="[UNK]",
+        bos_id=-1,
+        eos_id=-1,
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        minloglevel=2,
+    )
+    if seed_sentencepiece_size:
+        options["seed_sentencepiece_size"] = seed_sentencepiece_size
+    options.update(extra_options or {})
+    spm.SentencePieceTrainer.train(**options)
+    return prefix + ".model"
+
+
+class SentencePieceTokenizer:
+    """Tokenizer over a trained ``.model`` file, same API as the others."""
+
+    def __init__(
+        self,
+        model_file: PathLike,
+        unk_token: str = "[UNK]",
+        pad_token: str = "[PAD]",
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        mask_token: str = "[MASK]",
+    ):
+        spm = _sentencepiece()
+        self.model_file = os.fspath(model_file)
+        self.sp = spm.SentencePieceProcessor(model_file=self.model_file)
+        self.unk_token, self.pad_token, self.cls_token = unk_token, pad_token, cls_token
+        self.sep_token, self.mask_token = sep_token, mask_token
+
+    @classmethod
+    def from_dir(cls, path: PathLike, **kwargs) -> "SentencePieceTokenizer":
+        return cls(os.path.join(path, "spm.model"), **kwargs)
+
+    def tokenize(self, text: str) -> List[str]:
+        return self.sp.encode(text, out_type=str)
+
+    def encode(self, text: str) -> List[int]:
+        """Model ids of ``text`` (no [CLS]/[SEP] added)."""
+        return self.sp.encode(text, out_type=int)
+
+    def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
+        # piece_to_id maps unknown pieces to the unk id itself.
+        return [self.sp.piece_to_id(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        size = self.sp.get_piece_size()
+        return [self.sp.id_to_piece(int(i)) if 0 <= int(i) < size else self.unk_token for i in ids]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        ids = [int(i) for i in ids]
+        if skip_special_tokens:
+            drop = {self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id}
+            ids = [i for i in ids if i not in drop]
+        return self.sp.decode(ids)
+
+    def _special_id(self, token: str) -> Optional[int]:
+        idx = self.sp.piece_to_id(token)
+        # piece_to_id answers the unk id for absent pieces.
+        if idx == self.sp.unk_id() and token != self.sp.id_to_piece(idx):
+            return None
+        return idx
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    @property
+    def pad_token_id(self) -> Optional[int]:
+        return self._special_id(self.pad_token)
+
+    @property
+    def cls_token_id(self) -> Optional[int]:
+        return self._special_id(self.cls_token)
+
+    @property
+    def sep_token_id(self) -> Optional[int]:
+        return self._special_id(self.sep_token)
+
+    @property
+    def unk_token_id(self) -> Optional[int]:
+        return self._special_id(self.unk_token)
+
+    @property
+    def mask_token_id(self) -> Optional[int]:
+        return self._special_id(self.mask_token)

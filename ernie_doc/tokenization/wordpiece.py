@@ -1,0 +1,215 @@
+"""Chinese tokenizer of ERNIE-Doc: BERT basic tokenization + WordPiece.
+
+Mirrors the official ``FullTokenizer``:
+
+* clean: drop NUL, U+FFFD and every character of Unicode category C*
+  (except TAB/LF/CR); map whitespace (space, TAB, LF, CR, Zs) to a space;
+* put spaces around CJK ideographs (the BERT code-point ranges);
+* split on whitespace; with ``do_lower_case`` lower-case each word, NFD it
+  and drop combining marks (Mn);
+* split off every punctuation character: all ASCII non-alphanumerics and
+  every Unicode P* character;
+* greedy longest-match WordPiece with "##" continuations; a word longer
+  than 100 characters, or one that cannot be covered, becomes [UNK].
+
+``split_symbols=True`` also splits off Unicode symbols (S*, and a few
+letters PaddleNLP 2.x lists), which is what PaddleNLP's BasicTokenizer does;
+the official reader does not.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import List, Optional, Sequence
+
+from .vocab import PathLike, Vocab
+
+__all__ = ["WordPieceTokenizer", "basic_tokenize", "is_cjk_char", "is_punctuation"]
+
+# Extra characters PaddleNLP treats as symbols although they are not S*.
+_PADDLENLP_EXTRA_SYMBOLS = frozenset(map(chr, (0x00AD, 0x00B2, 0x00BA, 0x3007, 0x00B5, 0x00D8, 0x014B, 0x01B1)))
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+
+
+def is_cjk_char(ch: str) -> bool:
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def is_whitespace(ch: str) -> bool:
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def is_control(ch: str) -> bool:
+    # TAB/LF/CR are categorised Cc but count as whitespace.
+    return ch not in "\t\n\r" and unicodedata.category(ch).startswith("C")
+
+
+def is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True  # all ASCII non-alphanumerics, e.g. "$", "^", "`"
+    return unicodedata.category(ch).startswith("P")
+
+
+def is_symbol(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("S") or ch in _PADDLENLP_EXTRA_SYMBOLS
+
+
+def strip_accents(word: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
+
+
+def basic_tokenize(text: str, do_lower_case: bool = True, split_symbols: bool = False) -> List[str]:
+    """BERT BasicTokenizer (see module docstring)."""
+    cleaned = []
+    for ch in text:
+        if ch == "\x00" or ch == "\ufffd" or is_control(ch):
+            continue
+        if is_whitespace(ch):
+            cleaned.append(" ")
+        elif is_cjk_char(ch):
+            cleaned.append(" " + ch + " ")
+        else:
+            cleaned.append(ch)
+    words: List[str] = []
+    for word in "".join(cleaned).split():
+        if do_lower_case:
+            word = strip_accents(word.lower())
+        current = []
+        for ch in word:
+            if is_punctuation(ch) or (split_symbols and is_symbol(ch)):
+                if current:
+                    words.append("".join(current))
+                    current = []
+                words.append(ch)
+            else:
+                current.append(ch)
+        if current:
+            words.append("".join(current))
+    # Accent stripping can leave a word that str.split() would have removed.
+    return [w for piece in words for w in piece.split()]
+
+
+class WordPieceTokenizer:
+    """ERNIE-Doc Chinese (BERT-style) tokenizer.
+
+    Args:
+        vocab_file: ``vocab.txt`` ("token<TAB>id" or one token per line).
+        do_lower_case: lower-case and strip accents (official default True).
+        split_symbols: also split on Unicode symbols, like PaddleNLP 2.x.
+        max_input_chars_per_word: longer words become [UNK].
+    """
+
+    def __init__(
+        self,
+        vocab_file: PathLike,
+        do_lower_case: bool = True,
+        split_symbols: bool = False,
+        max_input_chars_per_word: int = 100,
+        unk_token: str = "[UNK]",
+        pad_token: str = "[PAD]",
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        mask_token: str = "[MASK]",
+    ):
+        self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token)
+        self.do_lower_case = do_lower_case
+        self.split_symbols = split_symbols
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self.unk_token, self.pad_token, self.cls_token = unk_token, pad_token, cls_token
+        self.sep_token, self.mask_token = sep_token, mask_token
+
+    @classmethod
+    def from_dir(cls, path: PathLike, **kwargs) -> "WordPieceTokenizer":
+        import os
+
+        return cls(os.path.join(path, "vocab.txt"), **kwargs)
+
+    def wordpiece(self, word: str) -> List[str]:
+        """Greedy longest-match-first split of one basic token."""
+        if len(word) > self.max_input_chars_per_word:
+            return [self.unk_token]
+        vocab = self.vocab.token_to_id
+        pieces: List[str] = []
+        start = 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                candidate = word[start:end] if start == 0 else "##" + word[start:end]
+                if candidate in vocab:
+                    pieces.append(candidate)
+                    break
+                end -= 1
+            else:
+                return [self.unk_token]  # some suffix has no piece at all
+            start = end
+        return pieces
+
+    def tokenize(self, text: str) -> List[str]:
+        tokens: List[str] = []
+        for word in basic_tokenize(text, self.do_lower_case, self.split_symbols):
+            tokens.extend(self.wordpiece(word))
+        return tokens
+
+    def encode(self, text: str) -> List[int]:
+        """Model ids of ``text`` (no [CLS]/[SEP] added)."""
+        return self.convert_tokens_to_ids(self.tokenize(text))
+
+    def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
+        return self.vocab.to_ids(list(tokens))
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        return self.vocab.to_tokens(list(ids))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Best-effort text: glue "##" pieces, drop spaces next to non-ASCII (CJK) text.
+        Case and accents removed by tokenization are not restored."""
+        specials = {self.pad_token, self.cls_token, self.sep_token, self.mask_token, self.unk_token}
+        text = ""
+        for tok in self.convert_ids_to_tokens(ids):
+            if skip_special_tokens and tok in specials:
+                continue
+            if tok.startswith("##") and text:
+                text += tok[2:]
+            else:
+                text += (" " if text else "") + tok
+        # Tokenization added the spaces around CJK characters; take them away.
+        return re.sub(r"(?<=[^\x00-\x7f]) | (?=[^\x00-\x7f])", "", text)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.size
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def pad_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.pad_token)
+
+    @property
+    def cls_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.cls_token)
+
+    @property
+    def sep_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.sep_token)
+
+    @property
+    def unk_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.unk_token)
+
+    @property
+    def mask_token_id(self) -> Optional[int]:
+        return self.vocab.get_id(self.mask_token)

@@ -1,0 +1,448 @@
+"""Tests for ernie_doc.tokenization.
+
+Reference files come from the project's shared/ folder (or $ERNIE_DOC_SHARED)
+and tests needing them skip when absent; PaddleNLP is imported lazily, only
+by the comparison tests, which skip without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from ernie_doc.tokenization import (  # noqa: E402
+    BPETokenizer,
+    SentencePieceTokenizer,
+    WordPieceTokenizer,
+    load_tokenizer,
+    split_sentences,
+)
+from ernie_doc.tokenization import sentences as sentences_mod  # noqa: E402
+from ernie_doc.tokenization.bpe import OFFICIAL_SPECIAL_TOKENS, bytes_to_unicode  # noqa: E402
+from ernie_doc.tokenization.sentences import rule_split_sentences  # noqa: E402
+from ernie_doc.tokenization.vocab import Vocab, load_vocab  # noqa: E402
+
+
+def shared_dir() -> Path:
+    """The project's shared/ folder (reference assets and data), or $ERNIE_DOC_SHARED."""
+    env = os.environ.get("ERNIE_DOC_SHARED")
+    return Path(env) if env else REPO.parent / "shared"
+
+
+def need_shared(*parts: str) -> Path:
+    path = shared_dir().joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"reference file absent: {path}")
+    return path
+
+
+# --------------------------------------------------------------------------- vocab
+def test_vocab_one_token_per_line(tmp_path):
+    f = tmp_path / "vocab.txt"
+    f.write_text("[CLS]\n[PAD]\n[SEP]\n[UNK]\n13\n 262 \n", encoding="utf-8")
+    assert load_vocab(f) == {"[CLS]": 0, "[PAD]": 1, "[SEP]": 2, "[UNK]": 3, "13": 4, "262": 5}
+
+
+def test_vocab_token_tab_id(tmp_path):
+    f = tmp_path / "vocab.txt"
+    # ids are taken from the file, not from the line number; a line without an
+    # id falls back to its line number.
+    f.write_text("[PAD]\t0\n[CLS]\t1\n你\t7\nhello\n##a \t9\n", encoding="utf-8")
+    assert load_vocab(f) == {"[PAD]": 0, "[CLS]": 1, "你": 7, "hello": 3, "##a": 9}
+
+
+def test_vocab_more_than_two_fields_stops_reading(tmp_path):
+    f = tmp_path / "vocab.txt"
+    f.write_text("a\t0\nb\t1\nc\t2\textra\nd\t3\n", encoding="utf-8")
+    assert load_vocab(f) == {"a": 0, "b": 1}
+
+
+def test_vocab_lookup_with_unk():
+    v = Vocab({"[UNK]": 3, "x": 0, "y": 5})
+    assert v.to_ids(["x", "zz", "y"]) == [0, 3, 5]
+    assert v.to_tokens([5, 0, 42]) == ["y", "x", "[UNK]"]
+    assert len(v) == 3 and v.size == 6
+
+
+# ------------------------------------------------------------------ tiny BPE files
+# GPT-2 ids of the hand-built encoder; merges build "hello", "Ġworld", "Ġhello".
+_TINY_MERGES = [
+    ("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"),
+    ("Ġ", "w"), ("o", "r"), ("Ġw", "or"), ("Ġwor", "l"), ("Ġworl", "d"),
+    # "h e" outranks any merge with "Ġ", so " hello" becomes "Ġ" + "hello" first.
+    ("Ġ", "hello"),
+]
+
+
+def write_tiny_bpe(directory: Path) -> dict:
+    singles = ["h", "e", "l", "o", "w", "r", "d", ".", "Ġ", "!", "[", "]", "S", "E", "P", "A", "D"]
+    pieces = singles + ["".join(m) for m in _TINY_MERGES]
+    encoder = {p: i for i, p in enumerate(pieces)}
+    (directory / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    (directory / "vocab.bpe").write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in _TINY_MERGES), encoding="utf-8"
+    )
+    # Model vocab in another order than GPT-2 ids, like RoBERTa's dict;
+    # GPT-2 id of "." is left out to exercise the [UNK] fallback.
+    gpt2_ids = [i for i in reversed(range(len(pieces))) if i != encoder["."]]
+    lines = ["[CLS]", "[PAD]", "[SEP]", "[UNK]"] + [str(i) for i in gpt2_ids] + ["[p]", "[q]", "[/q]", "[MASK]"]
+    (directory / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return encoder
+
+
+@pytest.fixture
+def tiny_bpe(tmp_path):
+    enc = write_tiny_bpe(tmp_path)
+    return BPETokenizer.from_dir(tmp_path, sentence_splitter=rule_split_sentences), enc
+
+
+def test_bpe_tiny_exact_tokens_and_ids(tiny_bpe):
+    tok, enc = tiny_bpe
+    # Two sentences; the second starts with "hello" without the Ġ marker, and
+    # the word after [SEP] keeps its leading space (official encoder).
+    assert (enc["hello"], enc["Ġworld"], enc["."], enc["Ġhello"]) == (20, 25, 7, 26)
+    text = "hello   world. hello [SEP] world"
+    assert tok.tokenize(text) == ["20", "25", "7", "20", "[SEP]", "25"]
+    # vocab.txt lists GPT-2 ids 26..0 from line 4 on (7 missing -> [UNK]=3).
+    assert tok.encode(text) == [10, 5, 3, 10, 2, 5]
+    # Without sentence splitting the second "hello" gets the space marker.
+    assert tok.tokenize("hello world. hello", sentence_split=False) == ["20", "25", "7", "26"]
+    assert tok.encode("hello world. hello", sentence_split=False) == [10, 5, 3, 4]
+
+
+def test_bpe_tiny_special_tokens_and_ids(tiny_bpe):
+    tok, _ = tiny_bpe
+    assert tok.tokenize("[p] hello [q] world [/q] [PAD]") == ["[p]", "26", "[q]", "25", "[/q]", "[PAD]"]
+    assert tok.encode("[p] hello [q] world [/q] [PAD]") == [30, 4, 31, 5, 32, 1]
+    # Glued to other characters a special token is ordinary text.
+    assert tok.tokenize("hello [SEP]!") == ["20", "8", "10", "12", "13", "14", "11", "9"]
+    assert (tok.cls_token_id, tok.pad_token_id, tok.sep_token_id, tok.unk_token_id, tok.mask_token_id) == (
+        0, 1, 2, 3, 33)
+    assert tok.vocab_size == 34 == len(tok)
+
+
+def test_bpe_tiny_official_special_set(tmp_path):
+    write_tiny_bpe(tmp_path)
+    tok = BPETokenizer.from_dir(tmp_path, special_tokens=OFFICIAL_SPECIAL_TOKENS,
+                                sentence_splitter=rule_split_sentences)
+    # The official encoder keeps only [SEP] [p] [q] [/q] whole; "[PAD]" is BPE'd.
+    assert tok.tokenize("hello [SEP] [PAD]") == ["20", "[SEP]", "8", "10", "14", "15", "16", "11"]
+
+
+def test_bpe_tiny_decode(tiny_bpe):
+    tok, _ = tiny_bpe
+    ids = tok.encode("hello world [SEP] hello")
+    assert tok.decode(ids) == "hello world [SEP] hello"
+    assert tok.decode(ids, skip_special_tokens=True) == "hello world hello"
+    assert tok.convert_ids_to_tokens(tok.convert_tokens_to_ids(["[SEP]", "[p]"])) == ["[SEP]", "[p]"]
+
+
+def test_bytes_to_unicode_is_a_bijection():
+    table = bytes_to_unicode()
+    assert len(table) == 256 == len(set(table.values()))
+    assert table[ord(" ")] == "Ġ" and table[ord("A")] == "A"
+
+
+# -------------------------------------------------------------- real English files
+@pytest.fixture(scope="module")
+def en_bpe():
+    base = need_shared("assets", "ernie-doc", "base-en")
+    for name in ("vocab.txt", "encoder.json", "vocab.bpe"):
+        need_shared("assets", "ernie-doc", "base-en", name)
+    return BPETokenizer.from_dir(base, sentence_splitter=rule_split_sentences)
+
+
+def test_bpe_real_known_ids(en_bpe):
+    assert en_bpe.encode("This is an example") == [713, 16, 41, 1246]
+    assert (en_bpe.cls_token_id, en_bpe.pad_token_id, en_bpe.sep_token_id,
+            en_bpe.unk_token_id, en_bpe.mask_token_id) == (0, 1, 2, 3, 50264)
+    assert en_bpe.vocab_size == 50265
+    assert en_bpe.convert_tokens_to_ids(["[p]", "[q]", "[/q]"]) == [50261, 50262, 50263]
+    # The first word of every sentence has no space marker: "This" twice
+    # encodes to the same id.
+    ids = en_bpe.encode("This is it. This is it.")
+    assert ids[0] == ids[len(ids) // 2] == 713
+    # Decoding is byte-exact except that sentences touch (no space marker).
+    text = "Hello world. It's 3.14, isn't it? Ünïcödé 😀"
+    assert en_bpe.decode(en_bpe.encode(text)) == "Hello world.It's 3.14, isn't it?Ünïcödé 😀"
+
+
+def _imdb_texts(n):
+    path = need_shared("data", "imdb", "imdb_test_sample5k.tsv")
+    with open(path, encoding="utf-8") as f:
+        # Plain TAB split: reviews may start with a quote character.
+        rows = [line.rstrip("\n").split("\t", 3) for line in f]
+    assert rows[0] == ["qid", "label", "score", "text_a"]
+    return [r[3] for r in rows[1 : n + 1]]
+
+
+@pytest.fixture(scope="module")
+def paddlenlp_transformers():
+    pytest.importorskip("paddlenlp", reason="PaddleNLP not installed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import paddlenlp.transformers as transformers
+    return transformers
+
+
+def test_bpe_matches_paddlenlp_on_imdb(en_bpe, paddlenlp_transformers, monkeypatch):
+    base = shared_dir() / "assets" / "ernie-doc" / "base-en"
+    # PaddleNLP calls nltk.tokenize.sent_tokenize; give it our splitter so the
+    # comparison is about BPE, not about sentence splitting.
+    fake_nltk = types.SimpleNamespace(tokenize=types.SimpleNamespace(sent_tokenize=rule_split_sentences))
+    monkeypatch.setitem(sys.modules, "nltk", fake_nltk)
+    ref = paddlenlp_transformers.ErnieDocBPETokenizer(
+        str(base / "vocab.txt"),
+        encoder_json_path=str(base / "encoder.json"),
+        vocab_bpe_path=str(base / "vocab.bpe"),
+    )
+    ref.nltk = fake_nltk
+    texts = _imdb_texts(50)
+    for text in texts:
+        assert en_bpe.encode(text) == ref.convert_tokens_to_ids(ref.tokenize(text))
+    assert ref.convert_tokens_to_ids(ref.tokenize("This is an example")) == [713, 16, 41, 1246]
+
+
+# ----------------------------------------------------------------------- WordPiece
+def test_wordpiece_tiny(tmp_path):
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##want", "##ed", "want", "runn", "##ing",
+             ",", "我", "爱", "hello", "a", "##a", "$", "～", "¿", "Hé"]
+    f = tmp_path / "vocab.txt"
+    f.write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(vocab)), encoding="utf-8")
+    tok = WordPieceTokenizer(f)
+    assert tok.tokenize("UNwant\u00e9d,running") == ["un", "##want", "##ed", ",", "runn", "##ing"]
+    # Accents stripped, CJK split per character, control chars dropped.
+    assert tok.tokenize("Héllo\u200b 我爱\x00hello\ufffd") == ["hello", "我", "爱", "hello"]
+    # ASCII non-alphanumerics and Unicode P* split; symbols (～ is Sm) do not.
+    assert tok.tokenize("a$a ¿a a～") == ["a", "$", "a", "¿", "a", "[UNK]"]
+    assert WordPieceTokenizer(f, split_symbols=True).tokenize("a～") == ["a", "～"]
+    assert tok.tokenize("xyz") == ["[UNK]"]
+    assert tok.tokenize("a" * 100) == ["a"] + ["##a"] * 99
+    assert tok.tokenize("a" * 101) == ["[UNK]"]
+    assert WordPieceTokenizer(f, do_lower_case=False).tokenize("Hé hello") == ["Hé", "hello"]
+    assert tok.encode("我爱hello") == [12, 13, 14]
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (
+        0, 1, 2, 3, 4)
+    assert tok.decode([2, 12, 13, 14, 5, 6, 3], skip_special_tokens=True) == "我爱hello unwant"
+    assert tok.vocab_size == len(vocab) == len(tok)
+
+
+@pytest.fixture(scope="module")
+def zh_vocab_file():
+    return need_shared("assets", "ernie-doc", "base-zh", "vocab.txt")
+
+
+def _zh_texts(n_iflytek, n_cmrc):
+    ifl = need_shared("data", "iflytek", "dev_few_all.json")
+    with open(ifl, encoding="utf-8") as f:
+        sents = [json.loads(line)["sentence"] for line in f if line.strip()][:n_iflytek]
+    cmrc = need_shared("data", "cmrc2018", "cmrc2018_dev.json")
+    with open(cmrc, encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    contexts = [p["context"] for art in data for p in art["paragraphs"]][:n_cmrc]
+    return sents + contexts
+
+
+def test_wordpiece_real_special_ids(zh_vocab_file):
+    tok = WordPieceTokenizer(zh_vocab_file)
+    assert (tok.pad_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, tok.unk_token_id) == (
+        0, 1, 2, 3, 27599)
+    assert tok.vocab_size == 27600
+    # "25℃" is one basic token and ℃ has no piece: the official reader gives [UNK].
+    assert tok.tokenize("温度25℃") == ["温", "度", "[UNK]"]
+
+
+def test_wordpiece_matches_paddlenlp(zh_vocab_file, paddlenlp_transformers, tmp_path):
+    # PaddleNLP reads one token per line; the official zh vocab is "token<TAB>id".
+    plain = tmp_path / "vocab.txt"
+    with open(zh_vocab_file, encoding="utf-8") as f:
+        plain.write_text("".join(line.rstrip("\n").split("\t")[0] + "\n" for line in f), encoding="utf-8")
+    ref = paddlenlp_transformers.ErnieDocTokenizer(str(plain))
+    ours_compat = WordPieceTokenizer(zh_vocab_file, split_symbols=True)
+    ours = WordPieceTokenizer(zh_vocab_file)
+    from ernie_doc.tokenization.wordpiece import is_punctuation, is_symbol
+
+    texts = _zh_texts(200, 20)
+    same_official = 0
+    for text in texts:
+        expected = ref.convert_tokens_to_ids(ref.tokenize(text))
+        assert ours_compat.encode(text) == expected
+        # The official rule differs from PaddleNLP only where a Unicode
+        # symbol (S*) sits next to other characters.
+        if not any(is_symbol(c) and not is_punctuation(c) for c in text):
+            assert ours.encode(text) == expected
+            same_official += 1
+    assert same_official > len(texts) // 2
+
+
+# ----------------------------------------------------------- sentence splitting
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # Expected values were checked against NLTK's Punkt with its English model.
+        ("Mr. Smith went to Washington. He arrived at 5 p.m. today.",
+         ["Mr. Smith went to Washington.", "He arrived at 5 p.m. today."]),
+        ("It cost $3.14 in 1999. Then prices rose to 4.5 dollars.",
+         ["It cost $3.14 in 1999.", "Then prices rose to 4.5 dollars."]),
+        ('He said "hello." Then he left.', ['He said "hello."', "Then he left."]),
+        ("Really?! Yes... I think so. (It was fine.) The end!",
+         ["Really?!", "Yes...", "I think so.", "(It was fine.)", "The end!"]),
+        ("J. R. R. Tolkien wrote it. Plan B. The end.", ["J. R. R. Tolkien wrote it.", "Plan B.", "The end."]),
+        ("Dr. Jones and Mrs. Brown met St. Peter. The rest.",
+         ["Dr. Jones and Mrs. Brown met St. Peter.", "The rest."]),
+        ("Wait... Then what? he asked.", ["Wait... Then what?", "he asked."]),
+        ("The end. then lower case.", ["The end.", "then lower case."]),
+        ("She left!' And that was it.", ["She left!'", "And that was it."]),
+        ("Great movie.10/10 would watch again.", ["Great movie.10/10 would watch again."]),
+        ("It was the U.S. The end.", ["It was the U.S.", "The end."]),
+        # Punkt's English model does not list "e.g." as an abbreviation.
+        ("Some films, e.g. this one, are long.", ["Some films, e.g.", "this one, are long."]),
+        ("", []),
+    ],
+)
+def test_rule_splitter(text, expected):
+    assert rule_split_sentences(text) == expected
+    assert split_sentences(text, use_nltk=False) == expected
+
+
+def test_fallback_warns_once(monkeypatch):
+    monkeypatch.setattr(sentences_mod, "_nltk_checked", True)
+    monkeypatch.setattr(sentences_mod, "_nltk_splitter", None)
+    monkeypatch.setattr(sentences_mod, "_fallback_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert split_sentences("One. Two.") == ["One.", "Two."]
+        assert split_sentences("Three. Four.") == ["Three.", "Four."]
+        split_sentences("Five.", use_nltk=False)
+    assert [str(w.message).split(":")[0] for w in caught] == ["nltk/punkt not available"]
+    with pytest.raises(RuntimeError):
+        split_sentences("x", use_nltk=True)
+
+
+def test_nltk_used_when_available():
+    if not sentences_mod.nltk_available():
+        pytest.skip("nltk with punkt data not available")
+    import nltk
+
+    texts = _imdb_texts(200)
+    for text in texts[:20]:
+        assert split_sentences(text) == nltk.tokenize.sent_tokenize(text)
+    agree = sum(rule_split_sentences(" ".join(t.split())) == nltk.tokenize.sent_tokenize(" ".join(t.split()))
+                for t in texts)
+    assert agree >= 0.9 * len(texts)
+
+
+# ---------------------------------------------------------------- SentencePiece
+def _spm_corpus(path: Path):
+    words = ("the movie was good bad actor story plot great boring film ending scene music really not very "
+             "and but I liked hated director camera dialogue sequel character script horror comedy drama "
+             "funny sad beautiful terrible performance cast budget effects action romance watching watched "
+             "think thought minutes hours better worse best worst original remake version audience").split()
+    lines = []
+    for i in range(600):
+        n = 5 + i % 7
+        lines.append(" ".join(words[(i * 7 + j * 3 + i // 50) % len(words)] for j in range(n)) + ".")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def spm_dir(tmp_path_factory):
+    pytest.importorskip("sentencepiece")
+    d = tmp_path_factory.mktemp("spm")
+    corpus = d / "corpus.txt"
+    _spm_corpus(corpus)
+    cli = runpy.run_path(str(REPO / "tools" / "train_tokenizer.py"))
+    rc = cli["main"](["--input", str(corpus), "--output-dir", str(d / "tok"), "--vocab-size", "120",
+                      "--model-type", "bpe"])
+    assert rc == 0
+    return d / "tok"
+
+
+def test_spm_train_and_load(spm_dir):
+    assert (spm_dir / "spm.model").is_file() and (spm_dir / "spm.vocab").is_file()
+    tok = load_tokenizer(spm_dir)
+    assert isinstance(tok, SentencePieceTokenizer)
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (
+        0, 1, 2, 3, 4)
+    assert tok.vocab_size == 120 == len(tok)
+    text = "the movie was really good but the ending was boring."
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert tok.convert_tokens_to_ids(tok.tokenize(text)) == ids
+    # User-defined specials are recognised inside raw text.
+    assert tok.sep_token_id in tok.encode("good [SEP] bad")
+    assert tok.decode([tok.cls_token_id] + ids + [tok.pad_token_id], skip_special_tokens=True) == text
+
+
+def test_spm_unigram_round_trip(tmp_path):
+    pytest.importorskip("sentencepiece")
+    from ernie_doc.tokenization.spm import train
+
+    corpus = tmp_path / "c.txt"
+    _spm_corpus(corpus)
+    model = train([corpus], tmp_path / "uni", vocab_size=80, model_type="unigram")
+    tok = SentencePieceTokenizer(model)
+    text = "I liked the great plot and the music."
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.convert_ids_to_tokens([0, 1, 2, 3, 4]) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def test_train_cli_missing_input(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "train_tokenizer.py"), "--input", str(tmp_path / "nope.txt"),
+         "--output-dir", str(tmp_path / "out"), "--vocab-size", "100"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [f"error: input file not found: {tmp_path / 'nope.txt'}"]
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ load_tokenizer
+def test_load_tokenizer_picks_type(tmp_path, spm_dir):
+    bpe_dir = tmp_path / "en"
+    bpe_dir.mkdir()
+    write_tiny_bpe(bpe_dir)
+    assert isinstance(load_tokenizer(bpe_dir), BPETokenizer)
+    # A params/ subdirectory of a checkpoint looks in its parent too.
+    (bpe_dir / "params").mkdir()
+    assert isinstance(load_tokenizer(bpe_dir / "params"), BPETokenizer)
+
+    wp_dir = tmp_path / "zh"
+    wp_dir.mkdir()
+    (wp_dir / "vocab.txt").write_text("[PAD]\t0\n[UNK]\t1\nab\t2\n", encoding="utf-8")
+    wp = load_tokenizer(wp_dir)
+    assert isinstance(wp, WordPieceTokenizer) and wp.do_lower_case
+    assert load_tokenizer(wp_dir / "vocab.txt", do_lower_case=False).do_lower_case is False
+    assert wp.encode("AB") == [2]
+
+    assert isinstance(load_tokenizer(spm_dir), SentencePieceTokenizer)
+    assert isinstance(load_tokenizer(spm_dir / "spm.model"), SentencePieceTokenizer)
+
+
+def test_load_tokenizer_errors(tmp_path):
+    empty = tmp_path / "ckpt"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError) as err:
+        load_tokenizer(empty)
+    assert str(empty) in str(err.value) and "vocab.txt" in str(err.value) and "encoder.json" in str(err.value)
+    with pytest.raises(FileNotFoundError):
+        load_tokenizer(tmp_path / "missing")
+
+
+def test_load_tokenizer_real_dirs():
+    en = need_shared("assets", "ernie-doc", "base-en")
+    zh = need_shared("assets", "ernie-doc", "base-zh")
+    assert isinstance(load_tokenizer(en), BPETokenizer)
+    assert isinstance(load_tokenizer(zh), WordPieceTokenizer)
