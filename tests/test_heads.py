@@ -1,0 +1,81 @@
+"""Task heads: shapes, memories passed through, official names, tied MLM output."""
+import numpy as np
+import paddle
+import pytest
+
+from conftest import tiny_config
+from ernie_doc.heads import (HEADS, NUM_REORDER_CLASSES, ErnieDocForMultipleChoice,
+                             ErnieDocForPretraining, ErnieDocForQuestionAnswering,
+                             ErnieDocForSequenceClassification)
+
+
+def test_head_shapes_and_memories():
+    config = tiny_config()
+    ids = paddle.randint(4, 60, [4, 16])
+    expected = {"sequence_classification": [4, 3], "question_answering": [4, 16, 2],
+                "token_classification": [4, 16, 3], "multiple_choice": [1, 4]}
+    for name, shape in expected.items():
+        kwargs = {"num_labels": 3} if name in ("sequence_classification",
+                                               "token_classification") else {}
+        model = HEADS[name](config, **kwargs)
+        model.eval()
+        out = model(ids)
+        assert list(out.logits.shape) == shape, name
+        assert list(out.memories.shape) == [2, 4, 4, 32]
+        # the head's encoder output is the bare model's on the same weights
+        bare = model.ernie_doc(ids)
+        assert np.array_equal(out.encoder.sequence_output.numpy(), bare.sequence_output.numpy())
+
+
+def test_classifier_is_linear_on_pooled_output():
+    model = ErnieDocForSequenceClassification(tiny_config(), num_labels=2)
+    model.eval()
+    assert model.dropout.p == 0.1                  # the official fixed classifier dropout
+    out = model(paddle.randint(4, 60, [2, 16]))
+    manual = paddle.matmul(out.encoder.pooled_output, model.linear.weight) + model.linear.bias
+    assert np.allclose(out.logits.numpy(), manual.numpy(), atol=1e-6)
+
+
+def test_span_logits():
+    model = ErnieDocForQuestionAnswering(tiny_config())
+    model.eval()
+    out = model(paddle.randint(4, 60, [2, 16]))
+    assert list(out.start_logits.shape) == [2, 16]
+    assert np.array_equal(out.end_logits.numpy(), out.logits.numpy()[:, :, 1])
+
+
+def test_multiple_choice_rows():
+    model = ErnieDocForMultipleChoice(tiny_config(), num_choices=4)
+    model.eval()
+    out = model(paddle.randint(4, 60, [8, 16]))
+    per_row = paddle.matmul(out.encoder.pooled_output, model.linear.weight) + model.linear.bias
+    assert np.allclose(out.logits.numpy(), per_row.numpy().reshape(2, 4), atol=1e-6)
+    with pytest.raises(ValueError, match="multiple of num_choices"):
+        model(paddle.randint(4, 60, [6, 16]))
+
+
+def test_pretraining_heads():
+    config = tiny_config()
+    model = ErnieDocForPretraining(config)
+    # official init: MLM LayerNorm bias starts at 1
+    assert np.all(model.lm_head.layer_norm.bias.numpy() == 1.0)
+    names = set(model.state_dict())
+    assert set(model.official_names) <= names
+    assert not any("decoder.weight" in n for n in names)    # output tied to word_emb
+    ids = paddle.randint(4, 60, [2, 16])
+    out = model(ids, masked_positions=paddle.to_tensor([1, 17, 30]))
+    assert list(out.mlm_logits.shape) == [3, 60]
+    assert list(out.reorder_logits.shape) == [2, NUM_REORDER_CLASSES]
+    # gathered rows = logits of those flat positions
+    full = model(ids).mlm_logits.reshape([-1, 60]).numpy()
+    assert np.allclose(out.mlm_logits.numpy(), full[[1, 17, 30]], atol=1e-5)
+    (out.mlm_logits.sum() + out.reorder_logits.sum()).backward()
+    assert float(model.ernie_doc.embeddings.word_emb.weight.grad.abs().sum()) > 0
+
+
+def test_official_head_names_cover_head_parameters():
+    config = tiny_config()
+    for name, cls in HEADS.items():
+        model = cls(config)
+        own = {n for n in model.state_dict() if not n.startswith("ernie_doc.")}
+        assert own == set(cls.official_names), name
