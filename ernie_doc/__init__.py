@@ -4,6 +4,7 @@ Names are imported lazily, so `ernie_doc.tokenization` and `ernie_doc.config` wo
 importing paddle.
 """
 import importlib
+import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scipy/paddlenlp import
 
 __version__ = "0.1.0"
 

@@ -28,7 +28,7 @@ _IGNORED = {
     "use_return_dict", "id2label", "label2id", "problem_type", "num_choices",
     "tensor_parallel_degree", "tensor_parallel_rank", "tensor_parallel_output",
     "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "mask_token_id",
-    "unk_token_id", "num_classes", "dropout", "fuse_attention_qkv", "use_cache",
+    "unk_token_id", "num_classes", "dropout", "fuse_attention_qkv", "use_cache", "architecture",
 }
 
 _DEFAULTS = dict(

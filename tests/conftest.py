@@ -1,4 +1,5 @@
 """Shared test fixtures: repo on sys.path, seeded paddle, the ../shared folder when present."""
+import zlib  # noqa: F401  before paddle: on 2.6.2 a later scipy/paddlenlp import fails otherwise
 import os
 import sys
 from pathlib import Path

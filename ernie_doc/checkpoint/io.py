@@ -1,0 +1,413 @@
+"""Finding, reading and writing checkpoints in the three supported layouts.
+
+    "official"     one LoDTensor file per parameter, named by the official static name, in the
+                   directory or its `params/`; config `ernie_config.json` beside it or one up.
+    "paddlenlp"    `model_state.pdparams` (paddle.save pickle) + `config.json` or the older
+                   `model_config.json`; keys are PaddleNLP's (= ours), heads with `ernie_doc.`.
+    "safetensors"  ours: `model.safetensors` + `config.json`; keys are our state_dict keys, and
+                   the config carries an "architecture" entry (head class and its arguments).
+
+Only name-as-stored tensors and a config dict come out of here; mapping names onto a model
+is done in ernie_doc.modeling.pretrained.
+"""
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ernie_doc import config as config_module
+from ernie_doc.checkpoint import lodtensor, names
+
+logger = logging.getLogger("ernie_doc.checkpoint")
+
+FORMATS = ("safetensors", "paddlenlp", "official")
+FORMAT_ALIASES = {"ours": "safetensors", "safetensor": "safetensors", "pdparams": "paddlenlp",
+                  "static": "official"}
+
+SAFETENSORS_FILE = "model.safetensors"
+PDPARAMS_FILE = "model_state.pdparams"
+CONFIG_FILE = "config.json"
+LEGACY_CONFIG_FILE = "model_config.json"
+OFFICIAL_CONFIG_FILE = "ernie_config.json"
+
+# The keys of the official ernie_config.json, in its order; sent_type_vocab_size is unused.
+OFFICIAL_CONFIG_KEYS = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
+                        "hidden_size", "initializer_range", "max_position_embeddings",
+                        "num_attention_heads", "num_hidden_layers", "sent_type_vocab_size",
+                        "task_type_vocab_size", "vocab_size", "memory_len", "epsilon")
+
+# Arguments of head constructors that a config file may carry (old PaddleNLP top-level keys).
+HEAD_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes", "dropout")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be found or read; the message names the path."""
+
+
+@dataclass
+class Checkpoint:
+    """Tensors as stored (name → ndarray) and what the directory says about the model."""
+    format: str
+    path: str                       # file or directory the tensors were read from
+    tensors: dict
+    config: dict = None             # ErnieDocConfig keyword arguments, or None
+    config_path: str = None
+    architecture: dict = None       # {"class": name, "kwargs": {...}} or None
+    ignored: list = field(default_factory=list)
+
+
+def normalize_format(fmt):
+    fmt = FORMAT_ALIASES.get(fmt, fmt)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {fmt!r}; choose one of "
+                         f"{', '.join(FORMATS)} (or 'ours' = safetensors)")
+    return fmt
+
+
+# -- config files -------------------------------------------------------------------------------
+def _known_config_keys():
+    return (set(config_module._DEFAULTS) | set(config_module._ALIASES)
+            | set(config_module._IGNORED))
+
+
+def _flatten_legacy(raw):
+    """Old PaddleNLP (≤2.4) model_config.json nests the encoder's arguments in "init_args"
+    (a list whose dict entries may nest again); top-level keys win."""
+    flat = {k: v for k, v in raw.items() if k != "init_args"}
+    args = raw.get("init_args")
+    if isinstance(args, dict):
+        args = [args]
+    for arg in args if isinstance(args, (list, tuple)) else []:
+        if isinstance(arg, dict):
+            for key, value in _flatten_legacy(arg).items():
+                flat.setdefault(key, value)
+    return flat
+
+
+def parse_config_dict(raw, source="config"):
+    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
+
+    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
+    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
+    does not know: they are dropped with a warning rather than blocking the load.
+    """
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    ours = "architecture" in raw and "model_type" not in raw
+    flat = _flatten_legacy(raw) if "init_args" in raw else dict(raw)
+
+    architecture = raw.get("architecture")
+    if architecture is not None and not (isinstance(architecture, dict)
+                                         and isinstance(architecture.get("class"), str)):
+        raise CheckpointError(f"{source}: 'architecture' must be an object with a 'class'")
+    if architecture is None:
+        cls_name = flat.get("init_class")
+        archs = flat.get("architectures")
+        if isinstance(archs, (list, tuple)) and archs and isinstance(archs[0], str):
+            cls_name = archs[0]
+        if isinstance(cls_name, str):
+            architecture = {"class": cls_name, "kwargs": {}}
+    if architecture is not None:
+        architecture = {"class": architecture["class"],
+                        "kwargs": dict(architecture.get("kwargs") or {})}
+
+    # PaddleNLP: num_labels lives in id2label; old API: num_classes.
+    if flat.get("num_labels") is None:
+        if isinstance(flat.get("num_classes"), int):
+            flat["num_labels"] = flat["num_classes"]
+        elif isinstance(flat.get("id2label"), dict) and flat["id2label"]:
+            flat["num_labels"] = len(flat["id2label"])
+    if architecture is not None and not ours:
+        for key in ("num_choices", "dropout"):
+            if flat.get(key) is not None:
+                architecture["kwargs"].setdefault(key, flat[key])
+
+    values = {}
+    unknown = []
+    known = _known_config_keys()
+    for key, value in flat.items():
+        if key == "architecture" or value is None:
+            continue  # PaddleNLP writes null for "use the default"
+        if key not in known:
+            unknown.append(key)
+            continue
+        values[key] = value
+    if unknown:
+        if ours:
+            raise CheckpointError(f"{source}: unknown config keys {', '.join(sorted(unknown))}")
+        logger.warning("%s: ignoring config keys this model does not use: %s", source,
+                       ", ".join(sorted(unknown)))
+    return values, architecture
+
+
+def read_config_file(path):
+    """JSON config file → (ErnieDocConfig kwargs, architecture or None)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read config ({e.strerror})") from None
+    return parse_config_dict(raw, source=path)
+
+
+# -- detection ----------------------------------------------------------------------------------
+def _first_file(directories, filenames):
+    for d in directories:
+        for n in filenames:
+            p = os.path.join(d, n)
+            if os.path.isfile(p):
+                return p
+    return None
+
+
+def _all_official_names():
+    """Head parameter names of every head class (imported late: heads import this package)."""
+    from ernie_doc.heads import HEADS
+    out = set()
+    for cls in HEADS.values():
+        out.update(cls.official_names.values())
+    return out
+
+
+def _is_official_param(name, head_names):
+    return names.official_to_backbone(name) is not None or name in head_names
+
+
+def detect_format(path):
+    """path → (format, weights path, config path or None). CheckpointError when the path holds
+    none of the supported layouts (the message lists what was looked for)."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        directory = os.path.dirname(os.path.abspath(path))
+        if path.endswith(".safetensors"):
+            return "safetensors", path, _first_file([directory], [CONFIG_FILE])
+        if path.endswith(".pdparams"):
+            return "paddlenlp", path, _first_file([directory], [CONFIG_FILE, LEGACY_CONFIG_FILE])
+        raise CheckpointError(f"{path}: not a checkpoint file (expected *.safetensors or "
+                              f"*.pdparams, or a checkpoint directory)")
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path}: no such file or directory")
+
+    weights = os.path.join(path, SAFETENSORS_FILE)
+    if os.path.isfile(weights):
+        return "safetensors", weights, _first_file([path], [CONFIG_FILE])
+    weights = os.path.join(path, PDPARAMS_FILE)
+    pdparams = sorted(n for n in os.listdir(path)
+                      if n.endswith(".pdparams") and not n.startswith(".")
+                      and os.path.isfile(os.path.join(path, n)))
+    if os.path.isfile(weights) or len(pdparams) == 1:
+        if not os.path.isfile(weights):
+            weights = os.path.join(path, pdparams[0])  # e.g. ernie-doc-base-en.pdparams
+        return "paddlenlp", weights, _first_file([path], [CONFIG_FILE, LEGACY_CONFIG_FILE])
+
+    tensor_dir = lodtensor.params_dir(path)
+    tensor_files = lodtensor.list_tensor_files(tensor_dir)
+    head_names = _all_official_names()
+    if any(_is_official_param(n, head_names) for n in tensor_files):
+        searched = [tensor_dir]
+        if tensor_dir != path:
+            searched.append(path)  # tensors in path/params: the config sits in path
+        elif os.path.basename(os.path.normpath(os.path.abspath(path))) == "params":
+            searched.append(os.path.dirname(os.path.normpath(os.path.abspath(path))))
+        return "official", tensor_dir, _first_file(searched, [OFFICIAL_CONFIG_FILE])
+
+    found = ""
+    if tensor_files:
+        found = (f" (found {len(tensor_files)} LoDTensor files, none with an official "
+                 f"ERNIE-Doc name, e.g. {', '.join(tensor_files[:3])})")
+    elif len(pdparams) > 1:
+        found = f" (found several .pdparams files: {', '.join(pdparams)}; pass one of them)"
+    raise CheckpointError(
+        f"{path}: no ERNIE-Doc checkpoint found{found}. Looked for: {SAFETENSORS_FILE} + "
+        f"{CONFIG_FILE} (ours); {PDPARAMS_FILE} + {CONFIG_FILE} or {LEGACY_CONFIG_FILE} "
+        f"(PaddleNLP); per-parameter LoDTensor files such as word_embedding, in the directory "
+        f"or its params/ subdirectory, + {OFFICIAL_CONFIG_FILE} (official)")
+
+
+# -- reading ------------------------------------------------------------------------------------
+def _read_safetensors(path):
+    from safetensors.numpy import load_file
+    try:
+        return load_file(path)
+    except Exception as e:  # safetensors raises its own error types
+        raise CheckpointError(f"{path}: cannot read safetensors file ({e})") from None
+
+
+def _read_pdparams(path):
+    """paddle.load (a pickle: PaddleNLP's format) → ({name: ndarray}, [skipped entries])."""
+    import paddle
+    try:
+        state = paddle.load(path)
+    except Exception as e:  # paddle.load raises many types for a bad file
+        raise CheckpointError(f"{path}: cannot read .pdparams file ({e})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a state dict, got {type(state).__name__}")
+    tensors, skipped = {}, []
+    for key, value in state.items():
+        if isinstance(value, paddle.Tensor):
+            if value.dtype == paddle.bfloat16:
+                value = value.astype("float32")  # numpy has no bfloat16; the cast is exact
+            tensors[key] = value.numpy()
+        elif isinstance(value, np.ndarray):
+            tensors[key] = value
+        else:
+            skipped.append(key)  # e.g. a name table
+    return tensors, skipped
+
+
+def read_checkpoint(path, upcast=True):
+    """Any supported layout → Checkpoint (tensors named as stored)."""
+    fmt, weights, config_path = detect_format(path)
+    config = architecture = None
+    if config_path is not None:
+        config, architecture = read_config_file(config_path)
+    ignored = []
+    if fmt == "safetensors":
+        tensors = _read_safetensors(weights)
+    elif fmt == "paddlenlp":
+        tensors, ignored = _read_pdparams(weights)
+    else:
+        tensors = {}
+        for name in lodtensor.list_tensor_files(weights):
+            if names.is_ignored_official(name):
+                ignored.append(name)  # optimizer state can be twice the model: not read
+                continue
+            try:
+                tensors[name] = lodtensor.read_lodtensor(os.path.join(weights, name),
+                                                         upcast=upcast)
+            except lodtensor.LoDTensorFormatError as e:
+                raise CheckpointError(str(e)) from None
+    return Checkpoint(fmt, weights, tensors, config, config_path, architecture, ignored)
+
+
+# -- writing ------------------------------------------------------------------------------------
+def commit_files(directory, writers):
+    """Write several files into `directory` all or nothing: each writer(tmp_path) fills a file
+    in a hidden staging folder inside `directory`, and only when every one succeeded are they
+    moved into place (os.replace, atomic per file). Other files are left alone.
+    """
+    directory = os.fspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CheckpointError(f"{directory}: exists and is not a directory")
+    created = not os.path.isdir(directory)
+    os.makedirs(directory, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".tmp-save-", dir=directory)
+    try:
+        for name, write in writers.items():
+            write(os.path.join(stage, name))
+        for name in writers:
+            os.replace(os.path.join(stage, name), os.path.join(directory, name))
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if created and not os.listdir(directory):
+            os.rmdir(directory)  # leave no trace of a failed save
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def _json_writer(obj):
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+    def write(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return write
+
+
+def official_config_dict(config):
+    """ErnieDocConfig → the official ernie_config.json keys."""
+    values = config.to_dict()
+    out = {k: values[k] for k in OFFICIAL_CONFIG_KEYS if k in values}
+    out["sent_type_vocab_size"] = 4  # present in every official config, read by nothing
+    return {k: out[k] for k in OFFICIAL_CONFIG_KEYS}
+
+
+def paddlenlp_config_dict(config, architecture):
+    """ErnieDocConfig → a PaddleNLP-style config.json (PaddleNLP spells the attention dropout
+    attention_dropout_prob and reads num_labels from id2label)."""
+    values = config.to_dict()
+    values["attention_dropout_prob"] = values.pop("attention_probs_dropout_prob")
+    num_labels = values.pop("num_labels")
+    values["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+    values["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    values["model_type"] = "ernie_doc"
+    values["architectures"] = [architecture["class"]]
+    values["architecture"] = architecture  # ours: head arguments PaddleNLP has no slot for
+    return values
+
+
+def write_checkpoint(directory, fmt, tensors, config, architecture):
+    """Write tensors (named for `fmt`: official names for "official", state_dict keys
+    otherwise) and the config into `directory`, all or nothing.
+
+    tensors: {name: ndarray}; for "paddlenlp", paddle Tensors are also accepted.
+    """
+    fmt = normalize_format(fmt)
+    if fmt == "safetensors":
+        from safetensors.numpy import save_file
+        arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        meta = dict(config.to_dict(), architecture=architecture)
+        writers = {SAFETENSORS_FILE: lambda p: save_file(arrays, p, metadata={"format": "np"}),
+                   CONFIG_FILE: _json_writer(meta)}
+    elif fmt == "paddlenlp":
+        import paddle
+        state = {k: v if isinstance(v, paddle.Tensor) else paddle.to_tensor(v)
+                 for k, v in tensors.items()}
+        writers = {PDPARAMS_FILE: lambda p: paddle.save(state, p),
+                   CONFIG_FILE: _json_writer(paddlenlp_config_dict(config, architecture))}
+    else:
+        for name in tensors:
+            if not name or "/" in name or os.sep in name or name.startswith("."):
+                raise CheckpointError(f"{name!r} cannot be a parameter file name")
+        writers = {name: (lambda p, a=array: lodtensor.write_lodtensor(p, a))
+                   for name, array in tensors.items()}
+        writers[OFFICIAL_CONFIG_FILE] = _json_writer(official_config_dict(config))
+        stale = [n for n in (lodtensor.list_tensor_files(directory)
+                             if os.path.isdir(directory) else [])
+                 if n not in tensors and not names.is_ignored_official(n)]
+        if stale:
+            logger.warning("%s already holds tensor files this save does not write (they will "
+                           "be read as unexpected): %s", directory, ", ".join(stale[:10]))
+    commit_files(directory, writers)
+
+
+# -- which model class ----------------------------------------------------------------------------
+def guess_model_class(ckpt):
+    """The model class a checkpoint was saved from: its config's architecture when that names
+    a known class, else the head tensors present (official names, or `lm_head.` keys), else
+    the bare ErnieDocModel. CheckpointError when several heads or an ambiguous `linear.` head
+    leave the choice open."""
+    from ernie_doc.heads import HEADS
+    from ernie_doc.modeling.model import ErnieDocModel
+    classes = {cls.__name__: cls for cls in HEADS.values()}
+    classes[ErnieDocModel.__name__] = ErnieDocModel
+    if ckpt.architecture and ckpt.architecture["class"] in classes:
+        return classes[ckpt.architecture["class"]]
+    if ckpt.architecture:
+        logger.warning("%s: unknown architecture %r; guessing from the tensor names", ckpt.path,
+                       ckpt.architecture["class"])
+    found = set()
+    if ckpt.format == "official":
+        for head, cls in HEADS.items():
+            if head != "multiple_choice" and any(
+                    n in ckpt.tensors for n in cls.official_names.values()):
+                found.add(head)  # multiple choice shares cls_out_* with classification
+    else:
+        heads = [n for n in ckpt.tensors
+                 if names.backbone_to_official(names.strip_prefix(n)) is None]
+        if any(n.startswith(("lm_head.", "reorder_head.")) for n in heads):
+            found.add("pretraining")
+        if any(n.startswith("linear.") for n in heads):
+            raise CheckpointError(f"{ckpt.path}: holds a 'linear' head but no config names its "
+                                  f"class; say which head it is")
+    if len(found) > 1:
+        raise CheckpointError(f"{ckpt.path}: holds several heads ({', '.join(sorted(found))}); "
+                              f"say which one to load")
+    return HEADS[found.pop()] if found else ErnieDocModel
