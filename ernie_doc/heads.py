@@ -52,14 +52,20 @@ class _Head(PretrainedMixin, nn.Layer):
         return nn.Linear(self.config.hidden_size, out_features,
                          weight_attr=truncated_normal(self.config.initializer_range))
 
-    def _encode(self, input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                memory_mask):
-        return self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                              memory_mask)
+    def _set_num_labels(self, num_labels):
+        self.num_labels = num_labels or self.config.num_labels
+        self.config = self.config.replace(num_labels=self.num_labels)
+        self.linear = self._linear(self.num_labels)
 
-    @staticmethod
-    def _output(logits, enc):
-        return HeadOutput(logits, enc.memories, enc.memory_mask, enc)
+    def logits(self, enc):
+        """The head proper: ErnieDocOutput → logits."""
+        raise NotImplementedError
+
+    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                reset_memory=None, memory_mask=None):
+        enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                             memory_mask)
+        return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, enc)
 
 
 class ErnieDocForSequenceClassification(_Head):
@@ -68,15 +74,10 @@ class ErnieDocForSequenceClassification(_Head):
 
     def __init__(self, config, num_labels=None, dropout=None):
         super().__init__(config, dropout)
-        self.num_labels = num_labels or self.config.num_labels
-        self.config = self.config.replace(num_labels=self.num_labels)
-        self.linear = self._linear(self.num_labels)
+        self._set_num_labels(num_labels)
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None):
-        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                           memory_mask)
-        return self._output(self.linear(self.dropout(enc.pooled_output)), enc)
+    def logits(self, enc):
+        return self.linear(self.dropout(enc.pooled_output))
 
 
 class ErnieDocForQuestionAnswering(_Head):
@@ -87,11 +88,8 @@ class ErnieDocForQuestionAnswering(_Head):
         super().__init__(config, dropout)
         self.linear = self._linear(2)
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None):
-        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                           memory_mask)
-        return self._output(self.linear(self.dropout(enc.sequence_output)), enc)
+    def logits(self, enc):
+        return self.linear(self.dropout(enc.sequence_output))
 
 
 class ErnieDocForTokenClassification(_Head):
@@ -101,15 +99,9 @@ class ErnieDocForTokenClassification(_Head):
 
     def __init__(self, config, num_labels=None, dropout=None):
         super().__init__(config, dropout)
-        self.num_labels = num_labels or self.config.num_labels
-        self.config = self.config.replace(num_labels=self.num_labels)
-        self.linear = self._linear(self.num_labels)
+        self._set_num_labels(num_labels)
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None):
-        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                           memory_mask)
-        return self._output(self.linear(self.dropout(enc.sequence_output)), enc)
+    logits = ErnieDocForQuestionAnswering.logits
 
 
 class ErnieDocForMultipleChoice(_Head):
@@ -122,15 +114,12 @@ class ErnieDocForMultipleChoice(_Head):
         self.num_choices = num_choices
         self.linear = self._linear(1)
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None):
-        if paddle.in_dynamic_mode() and input_ids.shape[0] % self.num_choices:
-            raise ValueError(f"multiple choice: batch rows ({input_ids.shape[0]}) must be a "
+    def logits(self, enc):
+        rows = enc.pooled_output
+        if paddle.in_dynamic_mode() and rows.shape[0] % self.num_choices:
+            raise ValueError(f"multiple choice: batch rows ({rows.shape[0]}) must be a "
                              f"multiple of num_choices ({self.num_choices})")
-        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                           memory_mask)
-        logits = self.linear(self.dropout(enc.pooled_output)).reshape([-1, self.num_choices])
-        return self._output(logits, enc)
+        return self.linear(self.dropout(rows)).reshape([-1, self.num_choices])
 
 
 class MaskedLMHead(nn.Layer):
@@ -177,8 +166,8 @@ class ErnieDocForPretraining(_Head):
                 reset_memory=None, memory_mask=None, masked_positions=None):
         """masked_positions: flat indices into [B*T] (official mask_pos), or None for all.
         Returns mlm_logits [N, V] (or [B, T, V]) and reorder_logits [B, 33]."""
-        enc = self._encode(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                           memory_mask)
+        enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                             memory_mask)
         seq = enc.sequence_output
         if masked_positions is None:
             mlm = self.lm_head(seq)

@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import regex
 
 from .sentences import split_sentences
-from .vocab import PathLike, Vocab
+from .vocab import PathLike, SpecialTokensMixin, Vocab
 
 __all__ = ["BPETokenizer", "GPT2_PATTERN", "OFFICIAL_SPECIAL_TOKENS", "bytes_to_unicode"]
 
@@ -62,7 +62,7 @@ def load_merges(path: PathLike) -> List[Tuple[str, str]]:
     return [tuple(line.split()) for line in lines[1:-1]]
 
 
-class BPETokenizer:
+class BPETokenizer(SpecialTokensMixin):
     """ERNIE-Doc English tokenizer (official reader semantics).
 
     Args:
@@ -214,25 +214,3 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return len(self.vocab)
 
-    def __len__(self) -> int:
-        return len(self.vocab)
-
-    @property
-    def pad_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.pad_token)
-
-    @property
-    def cls_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.cls_token)
-
-    @property
-    def sep_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.sep_token)
-
-    @property
-    def unk_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.unk_token)
-
-    @property
-    def mask_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.mask_token)

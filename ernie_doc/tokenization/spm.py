@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Sequence, Union
 
-from .vocab import PathLike
+from .vocab import PathLike, SpecialTokensMixin
 
 __all__ = ["SentencePieceTokenizer", "train", "SPECIAL_TOKENS"]
 
@@ -90,7 +90,7 @@ def train(
     return prefix + ".model"
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(SpecialTokensMixin):
     """Tokenizer over a trained ``.model`` file, same API as the others."""
 
     def __init__(
@@ -145,25 +145,3 @@ class SentencePieceTokenizer:
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
 
-    def __len__(self) -> int:
-        return self.sp.get_piece_size()
-
-    @property
-    def pad_token_id(self) -> Optional[int]:
-        return self._special_id(self.pad_token)
-
-    @property
-    def cls_token_id(self) -> Optional[int]:
-        return self._special_id(self.cls_token)
-
-    @property
-    def sep_token_id(self) -> Optional[int]:
-        return self._special_id(self.sep_token)
-
-    @property
-    def unk_token_id(self) -> Optional[int]:
-        return self._special_id(self.unk_token)
-
-    @property
-    def mask_token_id(self) -> Optional[int]:
-        return self._special_id(self.mask_token)

@@ -81,3 +81,34 @@ class Vocab:
                 raise KeyError(f"id {idx} not in vocab and no unk token is defined")
             out.append(tok)
         return out
+
+
+class SpecialTokensMixin:
+    """The special-token ids and len() shared by every tokenizer; subclasses provide
+    ``vocab_size`` and ``_special_id(token) -> id or None``."""
+
+    def _special_id(self, token: str) -> Optional[int]:
+        return self.vocab.get_id(token)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    @property
+    def pad_token_id(self) -> Optional[int]:
+        return self._special_id(self.pad_token)
+
+    @property
+    def cls_token_id(self) -> Optional[int]:
+        return self._special_id(self.cls_token)
+
+    @property
+    def sep_token_id(self) -> Optional[int]:
+        return self._special_id(self.sep_token)
+
+    @property
+    def unk_token_id(self) -> Optional[int]:
+        return self._special_id(self.unk_token)
+
+    @property
+    def mask_token_id(self) -> Optional[int]:
+        return self._special_id(self.mask_token)

@@ -23,7 +23,7 @@ import re
 import unicodedata
 from typing import List, Optional, Sequence
 
-from .vocab import PathLike, Vocab
+from .vocab import PathLike, SpecialTokensMixin, Vocab
 
 __all__ = ["WordPieceTokenizer", "basic_tokenize", "is_cjk_char", "is_punctuation"]
 
@@ -101,7 +101,7 @@ def basic_tokenize(text: str, do_lower_case: bool = True, split_symbols: bool = 
     return [w for piece in words for w in piece.split()]
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(SpecialTokensMixin):
     """ERNIE-Doc Chinese (BERT-style) tokenizer.
 
     Args:
@@ -191,25 +191,3 @@ class WordPieceTokenizer:
     def vocab_size(self) -> int:
         return self.vocab.size
 
-    def __len__(self) -> int:
-        return len(self.vocab)
-
-    @property
-    def pad_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.pad_token)
-
-    @property
-    def cls_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.cls_token)
-
-    @property
-    def sep_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.sep_token)
-
-    @property
-    def unk_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.unk_token)
-
-    @property
-    def mask_token_id(self) -> Optional[int]:
-        return self.vocab.get_id(self.mask_token)
