@@ -169,13 +169,8 @@ class ErnieDocConfig:
 
     @classmethod
     def from_json(cls, path):
-        path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-        return cls.from_dict(values, source=path)
+        from ernie_doc.utils import read_json
+        return cls.from_dict(read_json(path, ConfigError), source=os.fspath(path))
 
     def to_json(self, path=None):
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"

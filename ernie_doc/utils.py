@@ -1,5 +1,6 @@
-"""Small shared helpers: atomic file writes."""
+"""Small shared helpers: atomic file writes, JSON reading with file:line errors."""
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -53,3 +54,15 @@ def atomic_dir(path):
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_json(path, error=ValueError):
+    """Parse a JSON file; a bad file raises `error` naming the file (and line)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror})") from None

@@ -21,6 +21,7 @@ import numpy as np
 
 from ernie_doc import config as config_module
 from ernie_doc.checkpoint import lodtensor, names
+from ernie_doc.utils import read_json
 
 logger = logging.getLogger("ernie_doc.checkpoint")
 
@@ -146,15 +147,7 @@ def parse_config_dict(raw, source="config"):
 
 def read_config_file(path):
     """JSON config file → (ErnieDocConfig kwargs, architecture or None)."""
-    path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read config ({e.strerror})") from None
-    return parse_config_dict(raw, source=path)
+    return parse_config_dict(read_json(path, CheckpointError), source=os.fspath(path))
 
 
 # -- detection ----------------------------------------------------------------------------------
