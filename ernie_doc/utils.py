@@ -2,7 +2,6 @@
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 
 
@@ -32,28 +31,6 @@ def atomic_write_bytes(path, data):
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
-
-
-@contextlib.contextmanager
-def atomic_dir(path):
-    """Yield a temporary directory; it replaces `path` only if the block succeeds."""
-    path = os.path.abspath(os.fspath(path))
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=parent)
-    try:
-        yield tmp
-        if os.path.isdir(path):
-            old = tempfile.mkdtemp(prefix=".old-" + os.path.basename(path) + ".", dir=parent)
-            os.rmdir(old)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_json(path, error=ValueError):
