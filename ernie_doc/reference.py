@@ -3,6 +3,8 @@ parity tests and the baseline of tools/benchmark.py. Imports paddlenlp lazily.""
 import numpy as np
 import paddle
 
+from ernie_doc.modeling.attention import relative_position_ids
+
 
 def official_position_ids(seg_len, mem_len):
     """The official reader's relative-position ids [2T+M]: T+M ids counting down from
@@ -43,6 +45,17 @@ class PaddleNLPReference:
         self.model.set_state_dict(model.state_dict())
         self.model.train() if model.training else self.model.eval()
 
+    def eval(self):
+        self.model.eval()
+        return self
+
+    def train(self):
+        self.model.train()
+        return self
+
+    def clear_gradients(self):
+        self.model.clear_gradients()
+
     def __call__(self, input_ids, memories=None, token_type_ids=None, attention_mask=None):
         c = self.config
         batch, seg_len = input_ids.shape
@@ -52,9 +65,13 @@ class PaddleNLPReference:
             token_type_ids = paddle.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = paddle.ones([batch, seg_len], dtype="float32")
-        pos = np.tile(official_position_ids(seg_len, c.memory_len)[None, :, None], (batch, 1, 1))
+        # Our model's table rows (for T = P exactly the official reader's ids, so PaddleNLP's
+        # own recipe); for T < P this makes the reference follow relative_position_mapping.
+        pos = relative_position_ids(seg_len, c.memory_len, c.max_position_embeddings,
+                                    c.relative_position_mapping)
+        pos = paddle.expand(pos.reshape([1, -1, 1]), [batch, pos.shape[0], 1])
         seq, pooled, new = self.model(
             input_ids.unsqueeze(-1), [memories[i] for i in range(c.num_hidden_layers)],
-            token_type_ids.astype("int64").unsqueeze(-1), paddle.to_tensor(pos),
+            token_type_ids.astype("int64").unsqueeze(-1), pos,
             attention_mask.astype("float32").unsqueeze(-1))
         return seq, pooled, paddle.stack(new)

@@ -14,6 +14,9 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
+# Queries are processed in blocks of this many rows: a block of s queries needs only K+s−1
+# of the 2T+M position rows, and the score tensors stay small.
+QUERY_BLOCK = 256
 
 
 def truncated_normal(std):
@@ -33,16 +36,18 @@ def relative_position_ids(seg_len, mem_len, max_position, mapping="pretrained"):
     return paddle.concat([past, future])
 
 
-def rel_shift(x, key_len):
-    """[B, n, T, R] → [B, n, T, key_len] with out[a, b] = x[a, b + T − a].
+def rel_shift(x, key_len, offset=None):
+    """[B, n, T, W] → [B, n, T, key_len] with out[a, b] = x[a, b + offset − a].
 
-    The official XLNet-style reshape/slice, done as one gather of flat indices
-    T + a(R−1) + b: the strided slice copy is several times slower on CPU.
+    offset = T is the official XLNet-style reshape/slice of the full [T, 2T+M] score. Done as
+    one gather of flat indices offset + a(W−1) + b: the strided slice copy is several times
+    slower on CPU.
     """
-    t, r = x.shape[2], x.shape[3]
-    rows = paddle.arange(t, dtype="int64").unsqueeze(1) * (r - 1) + t
+    t, w = x.shape[2], x.shape[3]
+    offset = t if offset is None else offset
+    rows = paddle.arange(t, dtype="int64").unsqueeze(1) * (w - 1) + offset
     index = (rows + paddle.arange(key_len, dtype="int64").unsqueeze(0)).reshape([-1])
-    flat = x.reshape([0, 0, t * r]).flatten(0, 1)
+    flat = x.reshape([0, 0, t * w]).flatten(0, 1)
     return paddle.gather(flat, index, axis=1).reshape([-1, x.shape[1], t, key_len])
 
 
@@ -108,19 +113,31 @@ class RelativeMultiHeadAttention(nn.Layer):
 
         q_w = self._heads((q + r_w) * scale)                               # [B,n,T,d]
         q_r = self._heads((q + r_r) * scale)
-        score = paddle.matmul(q_w, keys, transpose_y=True)
         if len(rel.shape) == 3 and paddle.in_dynamic_mode() and paddle.is_grad_enabled():
             # Shared position rows: expand instead of a broadcasting matmul, whose gradient
             # fails on paddle 3.3.1 CPU; the copy is small next to the score tensor.
-            rel = rel.unsqueeze(0).expand([q_r.shape[0]] + list(rel.shape))
-        score = score + rel_shift(paddle.matmul(q_r, rel, transpose_y=True), key_len)
+            rel = rel.unsqueeze(0).expand([q_w.shape[0]] + list(rel.shape))
+        task_bias = None
         if task is not None:
             # s(t − u)·T_j: the task term's correction, one value per key.
-            task_bias = self._heads(task * ((r_t - r_w) * scale)).sum(axis=-1)  # [B,n,K]
-            score = score + task_bias.unsqueeze(2)
-        if mask_bias is not None:
-            score = score + mask_bias
-        weights = self.dropout(F.softmax(score, axis=-1))
-        out = paddle.matmul(weights, values)                               # [B,n,T,d]
+            task_bias = self._heads(task * ((r_t - r_w) * scale)).sum(axis=-1).unsqueeze(2)
+        seg_len = q_w.shape[2]
+        blocks = []
+        for start in range(0, seg_len, QUERY_BLOCK):
+            size = min(QUERY_BLOCK, seg_len - start)
+            # Query a of the block uses raw position columns T−a … T−a+K−1.
+            first = seg_len - start - size + 1
+            window = rel[..., first:first + key_len + size - 1, :]
+            q_blk = q_r[:, :, start:start + size]
+            score = paddle.matmul(q_w[:, :, start:start + size], keys, transpose_y=True)
+            score = score + rel_shift(paddle.matmul(q_blk, window, transpose_y=True), key_len,
+                                      offset=size - 1)
+            if task_bias is not None:
+                score = score + task_bias
+            if mask_bias is not None:
+                score = score + mask_bias[:, :, start:start + size]
+            weights = self.dropout(F.softmax(score, axis=-1))
+            blocks.append(paddle.matmul(weights, values))                 # [B,n,s,d]
+        out = blocks[0] if len(blocks) == 1 else paddle.concat(blocks, axis=2)
         out = out.transpose([0, 2, 1, 3]).reshape([0, 0, self.hidden_size])
         return self.out_proj(out)

@@ -30,9 +30,9 @@ def update_memory(prev, current, mem_len):
 
 
 def reset_rows(tensor, reset, batch_axis):
-    """Zero the rows of `tensor` (along batch_axis) where reset [B] is true."""
+    """Zero the rows of `tensor` (along batch_axis) where reset [B] is true (bool or 0/1)."""
     shape = [1] * len(tensor.shape)
     shape[batch_axis] = -1
-    keep = paddle.logical_not(reset.astype("bool")).reshape(shape)
-    keep = paddle.expand_as(keep, tensor)
-    return paddle.where(keep, tensor, paddle.zeros_like(tensor))
+    # A multiply rather than where/expand_as on a bool mask: that does not export on 2.6.2.
+    keep = 1.0 - reset.astype(tensor.dtype).reshape(shape)
+    return tensor * keep

@@ -1,0 +1,491 @@
+"""Export an ERNIE-Doc model for `paddle.inference` and run it with explicit memory state.
+
+    info = export(model, "out/ernie_doc", seq_len=512, batch_size=None)   # dynamic batch
+    pred = Predictor("out/ernie_doc", threads=4)
+    out = pred.run(input_ids)                       # zero memories: a new document
+    out = pred.run(next_ids, memories=out["memories"])
+    outs = pred.stream([seg0, seg1, seg2])          # carries memories across segments
+
+The exported program has a flat signature (no Python containers, no None):
+
+    input_ids [B,T] int64, memories [L,B,M,H] float32, token_type_ids [B,T] int64,
+    attention_mask [B,T] float32, reset_memory [B] int64 (1 = zero this row's memory first)
+    [, memory_mask [B,M] float32 when config.mask_empty_memory]
+    → bare model: sequence_output [B,T,H], pooled_output [B,H], memories [L,B,M,H]
+      heads:      logits (shape per head), memories [L,B,M,H]
+      [, memory_mask [B,M]]
+
+Without recurrence (config.recurrence == "none") there is no memories / reset_memory input or
+output. T is fixed at export time (the relative-position layout depends on it); B is fixed or
+dynamic. `reset_memory` is int64 rather than bool because bool feeds are not accepted by every
+paddle.inference version. A sidecar `<prefix>.meta.json` records the config, the I/O names and
+shapes and which model file was written: paddle 3.x writes `<prefix>.json` (PIR), paddle 2.6
+writes `<prefix>.pdmodel`, both with `<prefix>.pdiparams`.
+"""
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import paddle
+import paddle.nn as nn
+
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.modeling.model import ErnieDocModel
+from ernie_doc.utils import atomic_write_text
+
+META_SUFFIX = ".meta.json"
+FORMAT_VERSION = 1
+# Head classes that export as "logits, memories": class name → extra sidecar fields.
+_HEAD_FIELDS = {
+    "ErnieDocForSequenceClassification": ("num_labels",),
+    "ErnieDocForQuestionAnswering": (),
+    "ErnieDocForTokenClassification": ("num_labels",),
+    "ErnieDocForMultipleChoice": ("num_choices",),
+}
+
+
+# paddle 3.x (PIR) inference passes that break this model under oneDNN (measured on 3.3.1):
+# - constant_folding_pass folds the input-independent position and task tables through the
+#   oneDNN layer_norm, which leaves its mean/variance outputs unallocated in inference mode;
+#   create_predictor then fails with "Tensor holds no memory" (pd_op.cast).
+# - reshape_transpose_matmul_fuse_pass folds the head split of the position rows [n,R,d] into
+#   a fused_matmul with q [B,n,T,d]; oneDNN rejects that broadcast at run time (dnnl::error,
+#   surfacing as a bare "RuntimeError: std::exception").
+_BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_fuse_pass")
+
+
+class ExportError(ValueError):
+    """A model or argument that cannot be exported."""
+
+
+class PredictorInputError(ValueError):
+    """An input to Predictor.run with the wrong shape, dtype or values."""
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+# ---------------------------------------------------------------------------------------------
+def _encoder_of(model):
+    if isinstance(model, ErnieDocModel):
+        return model
+    if type(model).__name__ in _HEAD_FIELDS and isinstance(getattr(model, "ernie_doc", None),
+                                                           ErnieDocModel):
+        return model.ernie_doc
+    raise ExportError(f"cannot export {type(model).__name__}: expected ErnieDocModel or one of "
+                      f"{', '.join(sorted(_HEAD_FIELDS))}")
+
+
+class _RecurrentExport(nn.Layer):
+    """Flat-signature wrapper of a model with memory (see the module docstring)."""
+
+    def __init__(self, model, is_head, use_memory_mask):
+        super().__init__()
+        self.model = model
+        self.is_head = is_head
+        self.use_memory_mask = use_memory_mask
+
+    def forward(self, input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                memory_mask=None):
+        out = self.model(input_ids, memories, token_type_ids, attention_mask, reset_memory,
+                         memory_mask)
+        enc = out.encoder if self.is_head else out
+        first = (out.logits,) if self.is_head else (enc.sequence_output, enc.pooled_output)
+        if self.use_memory_mask:
+            return first + (out.memories, out.memory_mask)
+        return first + (out.memories,)
+
+
+class _StatelessExport(nn.Layer):
+    """Flat-signature wrapper of a model without memory (recurrence "none")."""
+
+    def __init__(self, model, is_head):
+        super().__init__()
+        self.model = model
+        self.is_head = is_head
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        out = self.model(input_ids, None, token_type_ids, attention_mask)
+        if self.is_head:
+            return out.logits
+        return out.sequence_output, out.pooled_output
+
+
+def _logits_shape(model, batch, seq_len):
+    name = type(model).__name__
+    if name == "ErnieDocForSequenceClassification":
+        return [batch, model.num_labels]
+    if name == "ErnieDocForQuestionAnswering":
+        return [batch, seq_len, 2]
+    if name == "ErnieDocForTokenClassification":
+        return [batch, seq_len, model.num_labels]
+    # multiple choice: B rows are B / num_choices questions
+    rows = batch // model.num_choices if batch > 0 else -1
+    return [rows, model.num_choices]
+
+
+def io_signature(model, seq_len, batch_size=None):
+    """(inputs, outputs): lists of {"name", "shape", "dtype"}; -1 marks the dynamic batch."""
+    enc = _encoder_of(model)
+    c = enc.config
+    b = -1 if batch_size is None else int(batch_size)
+    t, m, h, n_layers = int(seq_len), enc.memory_len, c.hidden_size, c.num_hidden_layers
+    is_head = model is not enc
+
+    def io(name, shape, dtype):
+        return {"name": name, "shape": list(shape), "dtype": dtype}
+
+    inputs = [io("input_ids", [b, t], "int64")]
+    if m:
+        inputs.append(io("memories", [n_layers, b, m, h], "float32"))
+    inputs += [io("token_type_ids", [b, t], "int64"), io("attention_mask", [b, t], "float32")]
+    if m:
+        inputs.append(io("reset_memory", [b], "int64"))
+        if c.mask_empty_memory:
+            inputs.append(io("memory_mask", [b, m], "float32"))
+    if is_head:
+        outputs = [io("logits", _logits_shape(model, b, t), "float32")]
+    else:
+        outputs = [io("sequence_output", [b, t, h], "float32"),
+                   io("pooled_output", [b, h], "float32")]
+    if m:
+        outputs.append(io("memories", [n_layers, b, m, h], "float32"))
+        if c.mask_empty_memory:
+            outputs.append(io("memory_mask", [b, m], "float32"))
+    return inputs, outputs
+
+
+def _input_specs(inputs):
+    from paddle.static import InputSpec
+    return [InputSpec([None if d == -1 else d for d in spec["shape"]], spec["dtype"],
+                      name=spec["name"]) for spec in inputs]
+
+
+def _previous_model_file(path):
+    """The model file named by an existing sidecar at `path`, or None."""
+    try:
+        with open(path + META_SUFFIX, encoding="utf-8") as f:
+            name = json.load(f).get("model_file")
+    except (OSError, ValueError, AttributeError):
+        return None
+    # Only a plain file name of this prefix: never delete anything else.
+    base = os.path.basename(path)
+    return name if name in (base + ".json", base + ".pdmodel") else None
+
+
+def export(model, path, seq_len, batch_size=None):
+    """Export `model` (ErnieDocModel or a task head) for paddle.inference at `path` (a prefix).
+
+    seq_len: the fixed segment length T (1 ≤ T ≤ max_position_embeddings). batch_size: a fixed
+    B, or None for a dynamic batch. The model is exported in eval mode (its mode is restored).
+    Files appear only when complete: `<path>.json` (paddle 3.x) or `<path>.pdmodel` (2.x),
+    `<path>.pdiparams`, and last the sidecar `<path>.meta.json`. Returns the sidecar dict with
+    absolute "model_path", "params_path" and "meta_path" added.
+    """
+    enc = _encoder_of(model)
+    c = enc.config
+    is_head = model is not enc
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or \
+            not 1 <= seq_len <= c.max_position_embeddings:
+        raise ExportError(f"seq_len must be an integer in [1, max_position_embeddings="
+                          f"{c.max_position_embeddings}], got {seq_len!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or
+                                   not isinstance(batch_size, int) or batch_size < 1):
+        raise ExportError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    if type(model).__name__ == "ErnieDocForMultipleChoice" and batch_size is not None and \
+            batch_size % model.num_choices:
+        raise ExportError(f"multiple choice: batch_size ({batch_size}) must be a multiple of "
+                          f"num_choices ({model.num_choices})")
+
+    inputs, outputs = io_signature(model, seq_len, batch_size)
+    if enc.memory_len:
+        wrapper = _RecurrentExport(model, is_head, bool(c.mask_empty_memory))
+    else:
+        wrapper = _StatelessExport(model, is_head)
+
+    path = os.path.abspath(os.fspath(path))
+    directory, base = os.path.split(path)
+    if not base:
+        raise ExportError(f"path must be a file prefix like DIR/model, got {path!r}")
+    os.makedirs(directory, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    tmp_dir = tempfile.mkdtemp(prefix=".tmp-export-", dir=directory)
+    try:
+        # full_graph=True: AST conversion, so `paddle.in_dynamic_mode()` is False while tracing
+        # and the model takes its general (static) path; the SOT tracer would run it "dynamic".
+        static = paddle.jit.to_static(wrapper, input_spec=_input_specs(inputs), full_graph=True)
+        paddle.jit.save(static, os.path.join(tmp_dir, base))
+        written = sorted(os.listdir(tmp_dir))
+        if base + ".json" in written:
+            model_file, ir = base + ".json", "pir"
+        elif base + ".pdmodel" in written:
+            model_file, ir = base + ".pdmodel", "program"
+        else:
+            raise ExportError(f"paddle.jit.save wrote no model file, only {written}")
+        if base + ".pdiparams" not in written:
+            raise ExportError(f"paddle.jit.save wrote no parameters file, only {written}")
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "paddle_version": paddle.__version__,
+            "ir": ir,
+            "model_file": model_file,
+            "params_file": base + ".pdiparams",
+            "model_class": type(model).__name__,
+            "config": c.to_dict(),
+            "seq_len": seq_len,
+            "batch_size": batch_size,
+            "memory_shape": ([c.num_hidden_layers, -1 if batch_size is None else batch_size,
+                              enc.memory_len, c.hidden_size] if enc.memory_len else None),
+            "inputs": inputs,
+            "outputs": outputs,
+        }
+        for field in _HEAD_FIELDS.get(type(model).__name__, ()):
+            meta[field] = int(getattr(model, field))
+        stale = _previous_model_file(path)
+        # The model files first, the sidecar last: a sidecar means a complete export.
+        for name in written:
+            os.replace(os.path.join(tmp_dir, name), os.path.join(directory, name))
+        atomic_write_text(path + META_SUFFIX, json.dumps(meta, indent=2) + "\n")
+        if stale and stale != model_file:
+            # An earlier export here by the other paddle major version: drop its program file
+            # so the folder does not hold two different programs under one prefix.
+            for name in (stale, base + ".pdiparams.info"):
+                if name not in written and os.path.isfile(os.path.join(directory, name)):
+                    os.remove(os.path.join(directory, name))
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        if was_training:
+            model.train()
+    return dict(meta, model_path=os.path.join(directory, model_file),
+                params_path=os.path.join(directory, base + ".pdiparams"),
+                meta_path=path + META_SUFFIX)
+
+
+# ---------------------------------------------------------------------------------------------
+# inference
+# ---------------------------------------------------------------------------------------------
+def _find_meta(path):
+    """The sidecar of an export: `path` is the prefix, the sidecar itself, a model file of the
+    export, or a directory holding exactly one export."""
+    path = os.fspath(path)
+    if path.endswith(META_SUFFIX) and os.path.isfile(path):
+        return path
+    if os.path.isdir(path):
+        found = sorted(f for f in os.listdir(path) if f.endswith(META_SUFFIX))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{path}: expected one exported model (*{META_SUFFIX}), "
+                                    f"found {found or 'none'}; pass the export prefix")
+        return os.path.join(path, found[0])
+    for suffix in (".json", ".pdmodel", ".pdiparams"):
+        if path.endswith(suffix) and os.path.isfile(path[:-len(suffix)] + META_SUFFIX):
+            return path[:-len(suffix)] + META_SUFFIX
+    if os.path.isfile(path + META_SUFFIX):
+        return path + META_SUFFIX
+    raise FileNotFoundError(f"no exported model at {path!r} (looked for {path + META_SUFFIX}; "
+                            f"export with tools/export_model.py)")
+
+
+class Predictor:
+    """Runs an exported ERNIE-Doc model on CPU with paddle.inference.
+
+    The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
+    is explicit: `run` takes it and returns the new one; the predictor itself keeps none.
+    threads: CPU math library threads. enable_onednn: oneDNN kernels (on by default).
+    """
+
+    def __init__(self, path, threads=1, enable_onednn=True):
+        from paddle import inference
+        meta_path = _find_meta(path)
+        with open(meta_path, encoding="utf-8") as f:
+            self.meta = json.load(f)
+        if self.meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{meta_path}: unsupported export format "
+                             f"{self.meta.get('format_version')!r}")
+        directory = os.path.dirname(os.path.abspath(meta_path))
+        self.model_path = os.path.join(directory, self.meta["model_file"])
+        self.params_path = os.path.join(directory, self.meta["params_file"])
+        for p in (self.model_path, self.params_path):
+            if not os.path.isfile(p):
+                raise FileNotFoundError(f"{p} is missing (named by {meta_path})")
+        if self.meta["ir"] == "pir" and int(paddle.__version__.split(".")[0]) < 3:
+            raise ValueError(f"{self.model_path} is a PIR program written by paddle "
+                             f"{self.meta['paddle_version']}; paddle {paddle.__version__} "
+                             f"cannot read it: re-export with this paddle version")
+        self.config = ErnieDocConfig.from_dict(self.meta["config"], source=meta_path)
+        self.seq_len = int(self.meta["seq_len"])
+        self.batch_size = self.meta["batch_size"]
+        self.input_specs = {s["name"]: s for s in self.meta["inputs"]}
+        self.output_names = [s["name"] for s in self.meta["outputs"]]
+        self.has_memory = "memories" in self.input_specs
+        self.uses_memory_mask = "memory_mask" in self.input_specs
+        self.memory_len = int(self.meta["memory_shape"][2]) if self.has_memory else 0
+
+        cfg = inference.Config(self.model_path, self.params_path)
+        cfg.disable_gpu()
+        if enable_onednn:
+            cfg.enable_mkldnn()
+            if self.meta["ir"] == "pir":
+                # Only for PIR programs: on a paddle 2.6 program (run by 3.x through the old
+                # pass pipeline) these deletions break a later oneDNN fuse instead.
+                for name in _BROKEN_ONEDNN_PIR_PASSES:
+                    cfg.delete_pass(name)
+        else:
+            cfg.disable_mkldnn()
+        cfg.set_cpu_math_library_num_threads(int(threads))
+        cfg.disable_glog_info()
+        self.threads = int(threads)
+        self.onednn = bool(enable_onednn)
+        self._predictor = inference.create_predictor(cfg)
+        names = list(self._predictor.get_input_names())
+        if sorted(names) != sorted(self.input_specs):
+            raise ValueError(f"{self.model_path}: program inputs {names} differ from the "
+                             f"sidecar's {sorted(self.input_specs)}")
+        out_names = list(self._predictor.get_output_names())
+        if len(out_names) != len(self.output_names):
+            raise ValueError(f"{self.model_path}: program has {len(out_names)} outputs, the "
+                             f"sidecar names {self.output_names}")
+        self._input_handles = {n: self._predictor.get_input_handle(n) for n in names}
+        # paddle.jit.save names outputs by itself; they come back in the order returned.
+        self._output_handles = [self._predictor.get_output_handle(n) for n in out_names]
+
+    # -- state --------------------------------------------------------------------------------
+    def init_memories(self, batch_size):
+        """Zero memories [L,B,M,H] float32 (the start of a document), or None without memory."""
+        if not self.has_memory:
+            return None
+        c = self.config
+        return np.zeros([c.num_hidden_layers, batch_size, self.memory_len, c.hidden_size],
+                        dtype="float32")
+
+    # -- validation ---------------------------------------------------------------------------
+    def _expected(self, name, batch):
+        return [batch if d == -1 else d for d in self.input_specs[name]["shape"]]
+
+    def _check(self, name, value, batch, kind):
+        """value as a contiguous array of the exported dtype; kind: 'int', 'float', 'mask'."""
+        want = self._expected(name, batch)
+        try:
+            arr = np.asarray(value)
+        except Exception as e:  # noqa: BLE001 - anything that is not array-like
+            raise PredictorInputError(f"{name} must be an array of shape {want}, got "
+                                      f"{type(value).__name__} ({e})") from None
+        if list(arr.shape) != want:
+            raise PredictorInputError(f"{name} must have shape {want} ({self._shape_doc(name)}),"
+                                      f" got {list(arr.shape)}")
+        ok = {"int": arr.dtype.kind in "iub",
+              "float": arr.dtype.kind == "f",
+              "mask": arr.dtype.kind in "iubf"}[kind]
+        if not ok:
+            need = {"int": "an integer", "float": "a floating", "mask": "a numeric or bool"}[kind]
+            raise PredictorInputError(f"{name} must be {need} array, got dtype {arr.dtype}")
+        return np.ascontiguousarray(arr, dtype=self.input_specs[name]["dtype"])
+
+    def _shape_doc(self, name):
+        return {"input_ids": "[batch, seq_len]", "token_type_ids": "[batch, seq_len]",
+                "attention_mask": "[batch, seq_len]", "reset_memory": "[batch]",
+                "memories": "[layers, batch, memory_len, hidden]",
+                "memory_mask": "[batch, memory_len]"}[name]
+
+    @staticmethod
+    def _check_range(name, arr, high):
+        if arr.size and (arr.min() < 0 or arr.max() >= high):
+            raise PredictorInputError(f"{name} values must be in [0, {high}), got min "
+                                      f"{arr.min()} max {arr.max()}")
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, input_ids, attention_mask=None, token_type_ids=None, memories=None,
+            reset_memory=None, memory_mask=None):
+        """One segment. input_ids [B,T] (T = the exported seq_len; pad the segment yourself,
+        as in training); attention_mask [B,T] 1 = token (default all ones); token_type_ids
+        [B,T] (default zeros); memories [L,B,M,H] (default zeros = a new document);
+        reset_memory [B] bool/int, rows that start a new document; memory_mask [B,M] under
+        mask_empty_memory (default: zeros without memories, ones with them).
+        Returns {output name: np.ndarray}, e.g. sequence_output, pooled_output (or logits)
+        and "memories" — pass that back as `memories` for the next segment."""
+        ids = np.asarray(input_ids)
+        if ids.ndim != 2 or ids.shape[1] != self.seq_len:
+            b = self.batch_size if self.batch_size is not None else "batch"
+            raise PredictorInputError(f"input_ids must have shape [{b}, {self.seq_len}] "
+                                      f"([batch, seq_len], seq_len fixed at export), got "
+                                      f"{list(ids.shape)}")
+        batch = int(ids.shape[0])
+        if self.batch_size is not None and batch != self.batch_size:
+            raise PredictorInputError(f"input_ids must have shape [{self.batch_size}, "
+                                      f"{self.seq_len}] (batch fixed at export), got "
+                                      f"{list(ids.shape)}")
+        if batch == 0:
+            raise PredictorInputError("input_ids has batch size 0")
+        choices = self.meta.get("num_choices")
+        if choices and batch % choices:
+            raise PredictorInputError(f"input_ids rows ({batch}) must be a multiple of "
+                                      f"num_choices ({choices})")
+        c = self.config
+        feeds = {"input_ids": self._check("input_ids", ids, batch, "int")}
+        self._check_range("input_ids", feeds["input_ids"], c.vocab_size)
+        feeds["token_type_ids"] = (
+            np.zeros([batch, self.seq_len], "int64") if token_type_ids is None
+            else self._check("token_type_ids", token_type_ids, batch, "int"))
+        self._check_range("token_type_ids", feeds["token_type_ids"], c.task_type_vocab_size)
+        feeds["attention_mask"] = (
+            np.ones([batch, self.seq_len], "float32") if attention_mask is None
+            else self._check("attention_mask", attention_mask, batch, "mask"))
+        if self.has_memory:
+            feeds["memories"] = (self.init_memories(batch) if memories is None
+                                 else self._check("memories", memories, batch, "float"))
+            feeds["reset_memory"] = (
+                np.zeros([batch], "int64") if reset_memory is None
+                else self._check("reset_memory", reset_memory, batch, "int"))
+            if self.uses_memory_mask:
+                if memory_mask is None:
+                    # The model's own default: no memories → every slot empty.
+                    fill = 0.0 if memories is None else 1.0
+                    feeds["memory_mask"] = np.full([batch, self.memory_len], fill, "float32")
+                else:
+                    feeds["memory_mask"] = self._check("memory_mask", memory_mask, batch, "mask")
+            elif memory_mask is not None:
+                raise PredictorInputError("memory_mask given but the model was exported "
+                                          "without config.mask_empty_memory")
+        elif memories is not None or reset_memory is not None or memory_mask is not None:
+            raise PredictorInputError("this model has no memory (recurrence 'none'): do not "
+                                      "pass memories, reset_memory or memory_mask")
+        for name, arr in feeds.items():
+            handle = self._input_handles[name]
+            handle.reshape(list(arr.shape))
+            handle.copy_from_cpu(arr)
+        self._predictor.run()
+        return {name: h.copy_to_cpu() for name, h in zip(self.output_names,
+                                                          self._output_handles)}
+
+    def iter_stream(self, document_segments, memories=None, memory_mask=None):
+        """Yield run()'s output for each segment, carrying the memories (and memory mask).
+
+        Each segment is input_ids [B,T] or a dict of run()'s arguments (input_ids,
+        attention_mask, token_type_ids, reset_memory); the B rows are B independent
+        documents read in step. memories: the state to start from (default zeros)."""
+        for i, seg in enumerate(document_segments):
+            kwargs = dict(seg) if isinstance(seg, dict) else {"input_ids": seg}
+            unknown = set(kwargs) - {"input_ids", "attention_mask", "token_type_ids",
+                                     "reset_memory"}
+            if unknown or "input_ids" not in kwargs:
+                raise PredictorInputError(f"segment {i}: expected input_ids or a dict with "
+                                          f"input_ids and optionally attention_mask, "
+                                          f"token_type_ids, reset_memory; got keys "
+                                          f"{sorted(kwargs)}")
+            if self.has_memory:
+                kwargs["memories"] = memories
+                if self.uses_memory_mask:
+                    kwargs["memory_mask"] = memory_mask
+            try:
+                out = self.run(**kwargs)
+            except PredictorInputError as e:
+                raise PredictorInputError(f"segment {i}: {e}") from None
+            memories = out.get("memories")
+            memory_mask = out.get("memory_mask")
+            yield out
+
+    def stream(self, document_segments, memories=None, memory_mask=None):
+        """run() over consecutive segments of the same rows, carrying memories; a list of the
+        per-segment outputs (the last one's "memories" is the state after the document)."""
+        return list(self.iter_stream(document_segments, memories, memory_mask))

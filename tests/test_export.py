@@ -1,0 +1,209 @@
+"""Export + paddle.inference Predictor (oneDNN on) against dygraph, carrying memories."""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import ROOT, tiny_config
+from ernie_doc import ErnieDocModel
+from ernie_doc.heads import ErnieDocForSequenceClassification
+from ernie_doc.inference import Predictor, PredictorInputError, export
+
+SEQ_LEN = 8
+BATCH = 3
+TOL = 1e-5
+
+
+def _segments(config, n=3, seed=0):
+    """n segments (dicts of numpy arrays) of B=3 rows: segment 1 has non-uniform task ids,
+    segment 2 resets row 0's memory, the last one is padded (tail and before a final token)."""
+    rng = np.random.RandomState(seed)
+    segs = []
+    for s in range(n):
+        ids = rng.randint(4, config.vocab_size, (BATCH, SEQ_LEN)).astype("int64")
+        mask = np.ones((BATCH, SEQ_LEN), "float32")
+        types = np.zeros((BATCH, SEQ_LEN), "int64")
+        reset = np.zeros([BATCH], bool)
+        if s == 1:
+            types = rng.randint(0, config.task_type_vocab_size, (BATCH, SEQ_LEN)).astype("int64")
+        if s == 2:
+            reset[0] = True
+            types[:, SEQ_LEN // 2:] = 1
+        if s == n - 1:
+            mask[1, SEQ_LEN // 2:] = 0
+            mask[2, 3:-1] = 0
+            ids[mask == 0] = config.pad_token_id
+        segs.append(dict(input_ids=ids, attention_mask=mask, token_type_ids=types,
+                         reset_memory=reset))
+    return segs
+
+
+def _dygraph(model, segs):
+    """The eager model over the segments, carrying memories: list of dicts of numpy arrays."""
+    outs, mem = [], None
+    with paddle.no_grad():
+        for seg in segs:
+            out = model(paddle.to_tensor(seg["input_ids"]), mem,
+                        paddle.to_tensor(seg["token_type_ids"]),
+                        paddle.to_tensor(seg["attention_mask"]),
+                        paddle.to_tensor(seg["reset_memory"]))
+            enc = out.encoder if hasattr(out, "encoder") else out
+            mem = out.memories
+            res = {"memories": mem.numpy()}
+            if hasattr(out, "logits"):
+                res["logits"] = out.logits.numpy()
+            else:
+                res.update(sequence_output=enc.sequence_output.numpy(),
+                           pooled_output=enc.pooled_output.numpy())
+            outs.append(res)
+    return outs
+
+
+def _assert_close(got, want):
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert set(w) <= set(g), (sorted(g), sorted(w))
+        for name in w:
+            diff = float(np.abs(g[name].astype("float64") - w[name]).max())
+            assert diff <= TOL, f"segment {i} {name}: max abs diff {diff}"
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    """(model, Predictor) for the bare encoder exported with a dynamic batch."""
+    paddle.seed(7)
+    model = ErnieDocModel(tiny_config())
+    model.eval()
+    prefix = str(tmp_path_factory.mktemp("bare") / "ernie_doc")
+    info = export(model, prefix, seq_len=SEQ_LEN)
+    return model, Predictor(prefix, threads=1), info
+
+
+def test_files_and_sidecar(bare):
+    _, _, info = bare
+    suffix = ".json" if int(paddle.__version__.split(".")[0]) >= 3 else ".pdmodel"
+    assert info["model_path"].endswith(suffix) and os.path.isfile(info["model_path"])
+    assert os.path.isfile(info["params_path"])
+    meta = json.load(open(info["meta_path"]))
+    assert meta["seq_len"] == SEQ_LEN and meta["batch_size"] is None
+    assert meta["memory_shape"] == [2, -1, 4, 32]
+    assert [i["name"] for i in meta["inputs"]] == [
+        "input_ids", "memories", "token_type_ids", "attention_mask", "reset_memory"]
+    assert [o["name"] for o in meta["outputs"]] == [
+        "sequence_output", "pooled_output", "memories"]
+    assert meta["config"]["hidden_size"] == 32
+    assert not [f for f in os.listdir(os.path.dirname(info["meta_path"])) if f.startswith(".")]
+
+
+def test_bare_stream_matches_dygraph(bare):
+    model, pred, _ = bare
+    segs = _segments(model.config)
+    want = _dygraph(model, segs)
+    got = pred.stream(segs)
+    _assert_close(got, want)
+    # oneDNN must be deterministic run to run (3.3.1 is not for some matmul shapes).
+    again = pred.stream(segs)
+    for a, b in zip(got, again):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    # The reset row starts over: the same as a fresh document from that segment.
+    fresh = pred.run(segs[2]["input_ids"][:1], segs[2]["attention_mask"][:1],
+                     segs[2]["token_type_ids"][:1])
+    assert np.abs(fresh["sequence_output"] - got[2]["sequence_output"][:1]).max() <= TOL
+
+
+def test_dynamic_batch_and_explicit_state(bare):
+    model, pred, _ = bare
+    segs = _segments(model.config)
+    want = _dygraph(model, [{k: v[:2] for k, v in s.items()} for s in segs[:2]])
+    out = pred.run(**{k: v[:2] for k, v in segs[0].items()})
+    out2 = pred.run(memories=out["memories"], **{k: v[:2] for k, v in segs[1].items()})
+    _assert_close([out, out2], want)
+
+
+def test_head_matches_dygraph(tmp_path):
+    paddle.seed(11)
+    model = ErnieDocForSequenceClassification(tiny_config(), num_labels=3)
+    model.eval()
+    export(model, str(tmp_path / "cls"), seq_len=SEQ_LEN, batch_size=BATCH)
+    pred = Predictor(str(tmp_path), threads=2)
+    segs = _segments(model.config, seed=1)
+    got = pred.stream(segs)
+    assert got[0]["logits"].shape == (BATCH, 3)
+    _assert_close(got, _dygraph(model, segs))
+
+
+def test_wrong_inputs_raise_clear_errors(bare):
+    model, pred, _ = bare
+    ids = np.zeros((2, SEQ_LEN), "int64")
+    with pytest.raises(PredictorInputError, match=r"input_ids must have shape \[batch, 8\]"):
+        pred.run(np.zeros((2, SEQ_LEN + 1), "int64"))
+    with pytest.raises(PredictorInputError, match=r"memories must have shape \[2, 2, 4, 32\]"):
+        pred.run(ids, memories=np.zeros((2, 3, 4, 32), "float32"))
+    with pytest.raises(PredictorInputError, match=r"attention_mask must have shape \[2, 8\]"):
+        pred.run(ids, attention_mask=np.ones((2, 4)))
+    with pytest.raises(PredictorInputError, match="input_ids must be an integer array"):
+        pred.run(ids.astype("float32"))
+    with pytest.raises(PredictorInputError, match="memories must be a floating array"):
+        pred.run(ids, memories=np.zeros((2, 2, 4, 32), "int64"))
+    with pytest.raises(PredictorInputError, match=r"input_ids values must be in \[0, 60\)"):
+        pred.run(ids + 60)
+    with pytest.raises(PredictorInputError, match=r"segment 1: reset_memory must have shape"):
+        pred.stream([ids, {"input_ids": ids, "reset_memory": np.zeros(3, bool)}])
+
+
+def test_export_tool_and_fixed_batch(tmp_path):
+    spec = importlib.util.spec_from_file_location("export_model",
+                                                  ROOT / "tools" / "export_model.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    cfg = tmp_path / "tiny.json"
+    tiny_config().to_json(cfg)
+    assert tool.main(["--config", str(cfg), "--output", str(tmp_path / "out" / "mc"),
+                      "--head", "multiple_choice", "--num-choices", "2",
+                      "--batch-size", "4", "--seq-len", str(SEQ_LEN)]) == 0
+    pred = Predictor(str(tmp_path / "out" / "mc"))
+    out = pred.run(np.ones((4, SEQ_LEN), "int64"))
+    assert out["logits"].shape == (2, 2) and out["memories"].shape == (2, 4, 4, 32)
+    with pytest.raises(PredictorInputError, match=r"batch fixed at export"):
+        pred.run(np.ones((2, SEQ_LEN), "int64"))
+
+
+def test_export_tool_from_checkpoint_dir(tmp_path):
+    spec = importlib.util.spec_from_file_location("export_model",
+                                                  ROOT / "tools" / "export_model.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    from ernie_doc.heads import ErnieDocForSequenceClassification
+    model = ErnieDocForSequenceClassification(tiny_config(), num_labels=3)
+    model.eval()
+    model.save_pretrained(tmp_path / "ckpt", format="official")
+    assert tool.main(["--config", str(tmp_path / "ckpt"), "--output", str(tmp_path / "clf"),
+                      "--head", "sequence_classification", "--seq-len", str(SEQ_LEN)]) == 0
+    ids = np.arange(2 * SEQ_LEN).reshape(2, SEQ_LEN) % 60
+    got = Predictor(str(tmp_path / "clf")).run(ids)["logits"]
+    with paddle.no_grad():
+        want = model(paddle.to_tensor(ids)).logits.numpy()
+    assert got.shape == (2, 3) and np.abs(got - want).max() <= TOL
+
+
+def test_mask_empty_memory_export(tmp_path):
+    paddle.seed(3)
+    model = ErnieDocModel(tiny_config(mask_empty_memory=True))
+    model.eval()
+    export(model, str(tmp_path / "m"), seq_len=SEQ_LEN)
+    pred = Predictor(str(tmp_path / "m"))
+    segs = _segments(model.config)
+    got = pred.stream(segs)
+    mem = mask = None
+    with paddle.no_grad():
+        for seg, g in zip(segs, got):
+            out = model(paddle.to_tensor(seg["input_ids"]), mem,
+                        paddle.to_tensor(seg["token_type_ids"]),
+                        paddle.to_tensor(seg["attention_mask"]),
+                        paddle.to_tensor(seg["reset_memory"]), mask)
+            mem, mask = out.memories, out.memory_mask
+            for name, want in (("sequence_output", out.sequence_output),
+                               ("memories", mem), ("memory_mask", mask)):
+                assert np.abs(g[name] - want.numpy()).max() <= TOL, name
