@@ -13,6 +13,10 @@ def atomic_path(path):
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
     os.close(fd)
+    # mkstemp creates 0600; give the file the mode a plain open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -25,12 +29,6 @@ def atomic_write_text(path, text):
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-
-
-def atomic_write_bytes(path, data):
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
 
 
 def read_json(path, error=ValueError):
