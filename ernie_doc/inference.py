@@ -32,18 +32,14 @@ import paddle
 import paddle.nn as nn
 
 from ernie_doc.config import ErnieDocConfig
+from ernie_doc.heads import HEADS
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.utils import atomic_write_text
 
 META_SUFFIX = ".meta.json"
 FORMAT_VERSION = 1
-# Head classes that export as "logits, memories": class name → extra sidecar fields.
-_HEAD_FIELDS = {
-    "ErnieDocForSequenceClassification": ("num_labels",),
-    "ErnieDocForQuestionAnswering": (),
-    "ErnieDocForTokenClassification": ("num_labels",),
-    "ErnieDocForMultipleChoice": ("num_choices",),
-}
+# Head classes that export as "logits, memories" (every task head but pretraining).
+_EXPORTABLE_HEADS = tuple(cls for name, cls in HEADS.items() if name != "pretraining")
 
 
 # paddle 3.x (PIR) inference passes that break this model under oneDNN (measured on 3.3.1):
@@ -70,11 +66,10 @@ class PredictorInputError(ValueError):
 def _encoder_of(model):
     if isinstance(model, ErnieDocModel):
         return model
-    if type(model).__name__ in _HEAD_FIELDS and isinstance(getattr(model, "ernie_doc", None),
-                                                           ErnieDocModel):
+    if isinstance(model, _EXPORTABLE_HEADS):
         return model.ernie_doc
     raise ExportError(f"cannot export {type(model).__name__}: expected ErnieDocModel or one of "
-                      f"{', '.join(sorted(_HEAD_FIELDS))}")
+                      f"{', '.join(sorted(c.__name__ for c in _EXPORTABLE_HEADS))}")
 
 
 class _RecurrentExport(nn.Layer):
@@ -241,8 +236,8 @@ def export(model, path, seq_len, batch_size=None):
             "inputs": inputs,
             "outputs": outputs,
         }
-        for field in _HEAD_FIELDS.get(type(model).__name__, ()):
-            meta[field] = int(getattr(model, field))
+        head_sizes = model.architecture()["kwargs"]
+        meta.update({k: head_sizes[k] for k in ("num_labels", "num_choices") if k in head_sizes})
         stale = _previous_model_file(path)
         # The model files first, the sidecar last: a sidecar means a complete export.
         for name in written:

@@ -18,16 +18,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-HEAD_CHOICES = ("none", "sequence_classification", "question_answering", "token_classification",
-                "multiple_choice")
-
 
 def parse_args(argv=None):
+    from ernie_doc.heads import HEADS
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True,
                    help="preset name, config JSON, or checkpoint directory")
     p.add_argument("--output", required=True, help="output prefix, e.g. out/ernie_doc")
-    p.add_argument("--head", default="none", choices=HEAD_CHOICES)
+    p.add_argument("--head", default="none",
+                   choices=["none"] + [h for h in HEADS if h != "pretraining"])
     p.add_argument("--num-labels", type=int, default=None,
                    help="sequence/token classification labels (default: the config's)")
     p.add_argument("--num-choices", type=int, default=4, help="multiple choice: choices")
