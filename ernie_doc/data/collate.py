@@ -1,0 +1,46 @@
+"""Stack one step's row segments into the arrays the model and the loss read."""
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ernie_doc.data.segment import Segment
+
+
+def collate(rows: List[Optional[Segment]], resets, seq_len, pad_id,
+            template: Optional[Dict] = None) -> Dict[str, np.ndarray]:
+    """rows: B segments (None = padding row) → input_ids [B,T] int64, attention_mask [B,T]
+    float32, token_type_ids [B,T] int64, reset_memory [B] bool, has_loss [B] bool, final [B]
+    bool, doc_index [B] int64 (−1 = padding), seg_index [B], is_last [B] bool, and one
+    `target_<name>` array per target (zeros on padding rows). `template`: targets of any
+    segment of the split, so a step whose rows are all padding still has the same keys."""
+    B = len(rows)
+    batch = {
+        "input_ids": np.full((B, seq_len), pad_id, dtype=np.int64),
+        "attention_mask": np.zeros((B, seq_len), dtype=np.float32),
+        "token_type_ids": np.zeros((B, seq_len), dtype=np.int64),
+        "reset_memory": np.asarray(resets, dtype=bool).copy(),
+        "has_loss": np.zeros(B, dtype=bool),
+        "final": np.zeros(B, dtype=bool),
+        "doc_index": np.full(B, -1, dtype=np.int64),
+        "seg_index": np.zeros(B, dtype=np.int64),
+        "is_last": np.zeros(B, dtype=bool),
+    }
+    if template is None:
+        template = next((s.targets for s in rows if s is not None), {})
+    for name, value in template.items():
+        value = np.asarray(value)
+        batch["target_" + name] = np.zeros((B,) + value.shape, dtype=value.dtype)
+    for r, s in enumerate(rows):
+        if s is None:
+            batch["reset_memory"][r] = True   # padding rows never carry memory
+            continue
+        batch["input_ids"][r] = s.input_ids
+        batch["attention_mask"][r] = s.attention_mask
+        if s.token_type_ids is not None:
+            batch["token_type_ids"][r] = s.token_type_ids
+        batch["has_loss"][r], batch["final"][r] = s.has_loss, s.final
+        batch["doc_index"][r], batch["seg_index"][r] = s.doc_index, s.seg_index
+        batch["is_last"][r] = s.is_last
+        for name, value in s.targets.items():
+            batch["target_" + name][r] = value
+    return batch

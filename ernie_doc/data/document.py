@@ -1,0 +1,131 @@
+"""What a task reader returns, and the one error type for bad input data.
+
+A reader turns raw files into `Document`s; everything after that (tokenize, segment, schedule,
+collate) is shared. Bad input raises `DataError` with a message that starts with the file and
+line ("path:12: ...") so the command line can print one clear line.
+"""
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+
+class DataError(ValueError):
+    """Bad input data. The message names the file and line (or the key) and what is wrong."""
+
+
+@dataclass
+class Document:
+    """One example. `text` is raw text (tokenized by the task's tokenizer) or `ids` are token
+    ids already (synthetic tasks). `label` is the label string (classification) or None.
+    `fields` holds anything else a task needs (question, answers, choices ...)."""
+    doc_id: str
+    text: Optional[str] = None
+    label: Optional[str] = None
+    ids: Optional[List[int]] = None
+    fields: Dict[str, Any] = field(default_factory=dict)
+
+
+def where(path, line=None):
+    """'path:line' (or 'path') for error messages."""
+    return f"{os.fspath(path)}:{line}" if line is not None else os.fspath(path)
+
+
+def require_file(path, what="file"):
+    if not os.path.isfile(path):
+        kind = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
+        raise DataError(f"{os.fspath(path)}: {what} {kind}")
+    return path
+
+
+def require_dir(path, what="data directory"):
+    if not os.path.isdir(path):
+        raise DataError(f"{os.fspath(path)}: {what} does not exist")
+    return path
+
+
+def read_text(path):
+    """A whole UTF-8 file; invalid UTF-8 raises DataError naming the file and line."""
+    require_file(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{where(path, line)}: invalid UTF-8 (byte {e.start})") from None
+
+
+def read_lines(path):
+    """[(line_number, line without its newline)] of a UTF-8 file (no entry for the empty
+    string after a final newline)."""
+    lines = read_text(path).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [(i + 1, line.rstrip("\r")) for i, line in enumerate(lines)]
+
+
+def check_text(text, path, line=None, what="document"):
+    """An empty or whitespace-only document is an error, never a silent skip."""
+    if text is None or not str(text).strip():
+        raise DataError(f"{where(path, line)}: empty {what}")
+    return text
+
+
+def check_label(label, labels, path, line=None):
+    if label not in labels:
+        shown = labels if len(labels) <= 10 else labels[:10] + ["..."]
+        raise DataError(f"{where(path, line)}: label {label!r} is not in the label set {shown}")
+    return label
+
+
+def split_by_ratio(documents: Sequence[Document], dev_ratio: float, split: str, seed: int = 0):
+    """Deterministic train/dev split of one list: a document goes to dev when the hash of
+    (seed, doc_id) falls below dev_ratio, so the split does not depend on file order."""
+    if not 0.0 < dev_ratio < 1.0:
+        raise DataError(f"dev_ratio must be in (0, 1), got {dev_ratio}")
+    if split not in ("train", "dev"):
+        raise DataError(f"split {split!r}: a ratio split gives only 'train' and 'dev'")
+
+    def in_dev(doc):
+        digest = hashlib.sha1(f"{seed}:{doc.doc_id}".encode("utf-8")).digest()
+        return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < dev_ratio
+
+    return [d for d in documents if in_dev(d) == (split == "dev")]
+
+
+def check_options(options, known, what="reader options"):
+    """The options dict (None → {}); a key outside `known` is an error, so a typo in a config
+    is not silently ignored."""
+    if options is not None and not isinstance(options, dict):
+        raise DataError(f"{what}: expected a mapping, got {type(options).__name__}")
+    options = dict(options or {})
+    for key in options:
+        if key not in known:
+            raise DataError(f"{what}: unknown key {key!r} (known: {sorted(known)})")
+    return options
+
+
+SPLITS = ("train", "dev", "test")
+
+
+def check_split(split):
+    if split not in SPLITS:
+        raise DataError(f"split {split!r} is not one of {list(SPLITS)}")
+    return split
+
+
+def pick_file(data_dir, split, candidates, files=None):
+    """The file of `split` under data_dir: files[split] when given (the reader option `files`,
+    {split: name}; it must exist), else the first of candidates[split] that exists."""
+    require_dir(data_dir)
+    check_split(split)
+    files = check_options(files, SPLITS, "reader option 'files'")
+    if split in files:
+        return require_file(os.path.join(data_dir, files[split]))
+    for name in candidates[split]:
+        path = os.path.join(data_dir, name)
+        if os.path.isfile(path):
+            return path
+    names = " or ".join(candidates[split])
+    raise DataError(f"{os.fspath(data_dir)}: no {names} for split {split!r}")

@@ -1,0 +1,92 @@
+"""Cut a tokenized document into fixed-length segments, and expand them into reading passes.
+
+The official classification layout (official-code.md §4.2): windows of T−2 tokens that advance
+by min(window, stride) (stride = memory_len = 128 by default, so windows overlap), each laid out
+`[t1 … tn, SEP, PAD …, CLS]` with [CLS] last. `cls_first` gives `[CLS, t1 … tn, SEP, PAD …]`.
+"""
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+LAYOUTS = ("cls_last", "cls_first")
+
+
+@dataclass
+class Segment:
+    """One model input row. input_ids / attention_mask / token_type_ids: [T] arrays.
+    `final` marks the pass that is predicted (the retrospective one, or the only one);
+    `has_loss` the rows that train. `targets` holds the task's per-segment targets."""
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    doc_index: int
+    seg_index: int = 0
+    num_segments: int = 1
+    token_type_ids: np.ndarray = None
+    final: bool = True
+    has_loss: bool = True
+    targets: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def is_last(self):
+        return self.seg_index == self.num_segments - 1
+
+
+def windows(num_tokens: int, window: int, stride: int) -> List[Tuple[int, int]]:
+    """[(start, end)] token windows: each at most `window` long, the next starting
+    min(length, stride) later, stopping after the window that reaches the end (official).
+    An empty document gives one empty window."""
+    if window < 1 or stride < 1:
+        raise ValueError(f"window ({window}) and stride ({stride}) must be positive")
+    spans, start = [], 0
+    while True:
+        length = min(num_tokens - start, window)
+        spans.append((start, start + length))
+        if start + length >= num_tokens:
+            return spans
+        start += min(length, stride)
+
+
+class ClassificationSegmenter:
+    """ids → [Segment]: windows of seq_len−2 tokens, laid out with [SEP] and [CLS]."""
+
+    def __init__(self, seq_len, stride, cls_id, sep_id, pad_id, layout="cls_last"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"segment layout {layout!r}: expected one of {LAYOUTS}")
+        if seq_len < 3:
+            raise ValueError(f"seq_len {seq_len} leaves no room for tokens besides [CLS]/[SEP]")
+        self.seq_len, self.stride, self.layout = seq_len, stride, layout
+        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
+
+    @property
+    def cls_position(self):
+        return self.seq_len - 1 if self.layout == "cls_last" else 0
+
+    def __call__(self, ids: Sequence[int], doc_index: int, targets=None) -> List[Segment]:
+        ids = np.asarray(ids, dtype=np.int64)
+        spans = windows(len(ids), self.seq_len - 2, self.stride)
+        segments = []
+        for i, (start, end) in enumerate(spans):
+            n = end - start
+            row = np.full(self.seq_len, self.pad_id, dtype=np.int64)
+            mask = np.zeros(self.seq_len, dtype=np.float32)
+            if self.layout == "cls_last":
+                row[:n], row[n], row[-1] = ids[start:end], self.sep_id, self.cls_id
+                mask[:n + 1] = 1.0
+                mask[-1] = 1.0
+            else:
+                row[0], row[1:n + 1], row[n + 1] = self.cls_id, ids[start:end], self.sep_id
+                mask[:n + 2] = 1.0
+            segments.append(Segment(row, mask, doc_index, i, len(spans),
+                                    targets=dict(targets or {})))
+        return segments
+
+
+def reading_passes(segments: List[Segment], retro_feed=True, train_skim=False) -> List[Segment]:
+    """The segments a document row reads, in order. With the retrospective feed the list is
+    read twice back to back: a skim pass (final=False; trains only with train_skim) whose
+    memory feeds the retrospective pass (final=True), which is predicted and trains."""
+    if not retro_feed:
+        return list(segments)
+    skim = [replace(s, final=False, has_loss=s.has_loss and train_skim) for s in segments]
+    return skim + list(segments)
