@@ -1,0 +1,1 @@
+"""Task folders: one reader (raw files → Documents) per task, plus its config."""

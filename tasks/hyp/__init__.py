@@ -1,0 +1,1 @@
+"""SemEval-2019 Task 4 Hyperpartisan News Detection (by-article)."""

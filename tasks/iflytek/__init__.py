@@ -1,0 +1,1 @@
+"""IFLYTEK app-description classification (CLUE / FewCLUE)."""

@@ -1,0 +1,1 @@
+"""IMDB sentiment classification."""

@@ -1,0 +1,117 @@
+"""IMDB movie reviews (aclImdb v1, Maas et al. 2011), binary sentiment: "0" = neg, "1" = pos.
+
+Two layouts, found per split under data_dir:
+
+* aclImdb folders: `train/{pos,neg}/*.txt`, `test/{pos,neg}/*.txt`, one review per file named
+  `ID_RATING.txt`; doc_id "train/pos/ID_RATING".
+* ERNIE-Doc TSV: `train.txt`, `test.txt`, a header row naming the columns (`qid label score
+  text_a`; `label` and `text_a` required), fields split on tabs with no quoting (the official
+  reader uses csv with quotechar=None); doc_id = qid, else the line number. Other columns go
+  to Document.fields. Blank lines are skipped.
+
+Both get the official cleaning: lines stripped and joined, `<br />` tags become a space, tabs
+dropped. The official code evaluates on test, so "dev" reads test unless options say otherwise.
+
+Options:
+  file        one TSV under data_dir (e.g. imdb_test_sample5k.tsv) split into train/dev by
+              dev_ratio, which it then needs
+  dev_ratio   dev = this fraction of the train data (or of `file`), by hash of doc_id
+  split_seed  integer seed of that hash (default 0)
+  dev_split   folder / file stem read as dev when there is no dev_ratio (default "test")
+"""
+import os
+
+from ernie_doc.data.document import (DataError, Document, check_label, check_options,
+                                     check_split, check_text, read_lines, read_text,
+                                     require_dir, split_by_ratio, where)
+
+LABELS = ["0", "1"]
+OPTIONS = ("file", "dev_ratio", "split_seed", "dev_split")
+FOLDERS = (("neg", "0"), ("pos", "1"))
+
+
+def labels(data_dir, options):
+    check_options(options, OPTIONS)
+    return list(LABELS)
+
+
+def read(data_dir, split, options):
+    options = check_options(options, OPTIONS)
+    check_split(split)
+    ratio, seed = options.get("dev_ratio"), options.get("split_seed", 0)
+    if ratio is not None and "dev_split" in options:
+        raise DataError("reader options: 'dev_ratio' and 'dev_split' both choose the dev data; "
+                        "set one")
+    if "file" in options:
+        if ratio is None:
+            raise DataError("reader options: 'file' needs 'dev_ratio' (the file is split into "
+                            "train and dev)")
+        path = os.path.join(require_dir(data_dir), options["file"])
+        docs = split_by_ratio(_read_tsv(path), ratio, split, seed)
+    elif ratio is not None and split != "test":
+        path, docs = _read_layout(data_dir, "train")
+        docs = split_by_ratio(docs, ratio, split, seed)
+    else:
+        name = options.get("dev_split", "test") if split == "dev" else split
+        path, docs = _read_layout(data_dir, name)
+    if not docs:
+        raise DataError(f"{where(path)}: no examples for split {split!r}")
+    return docs
+
+
+def clean(text):
+    """The official IMDB preprocessing (ERNIE-Doc / PaddleNLP ImdbTextPreprocessor)."""
+    text = " ".join(line.strip() for line in text.split("\n") if line.strip())
+    return text.replace("<br /><br />", " ").replace("<br />", " ").replace("\t", "").strip()
+
+
+def _read_layout(data_dir, name):
+    """(path, documents) of the aclImdb folder `name/` or else the TSV `name.txt`."""
+    folder = os.path.join(require_dir(data_dir), name)
+    if os.path.isdir(folder):
+        return folder, _read_folder(folder, name)
+    path = folder + ".txt"
+    if os.path.isfile(path):
+        return path, _read_tsv(path)
+    raise DataError(f"{where(folder)}: neither an aclImdb folder ({name}/pos, {name}/neg) nor "
+                    f"a TSV file {name}.txt exists")
+
+
+def _read_folder(folder, name):
+    docs = []
+    for polarity, label in FOLDERS:
+        sub = require_dir(os.path.join(folder, polarity), "aclImdb label folder")
+        # Only *.txt are reviews; aclImdb keeps nothing else here, so other names are OS or
+        # editor files.
+        for fname in sorted(f for f in os.listdir(sub) if f.endswith(".txt")):
+            path = os.path.join(sub, fname)
+            text = check_text(clean(read_text(path)), path)
+            docs.append(Document(f"{name}/{polarity}/{fname[:-4]}", text, label))
+    return docs
+
+
+def _read_tsv(path):
+    lines = read_lines(path)
+    if not lines:
+        raise DataError(f"{where(path)}: empty file (expected a header row)")
+    header = lines[0][1].split("\t")
+    for column in ("label", "text_a"):
+        if column not in header:
+            raise DataError(f"{where(path, 1)}: header has no {column!r} column (got {header})")
+    docs, seen = [], set()
+    for line, row in lines[1:]:
+        if not row.strip():
+            continue
+        values = row.split("\t")
+        if len(values) != len(header):
+            raise DataError(f"{where(path, line)}: {len(values)} columns, the header has "
+                            f"{len(header)}")
+        record = dict(zip(header, values))
+        doc_id = record.pop("qid", str(line))
+        if doc_id in seen:
+            raise DataError(f"{where(path, line)}: duplicate qid {doc_id!r}")
+        seen.add(doc_id)
+        label = check_label(record.pop("label"), LABELS, path, line)
+        text = check_text(clean(record.pop("text_a")), path, line)
+        docs.append(Document(doc_id, text, label, fields=record))
+    return docs

@@ -1,0 +1,1 @@
+"""THUCNews news classification."""
