@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic file writes, JSON reading with file:line errors."""
+"""Small shared helpers: atomic file writes, JSON reading with file:line errors, CPU threads."""
 import contextlib
 import json
 import os
@@ -41,3 +41,15 @@ def read_json(path, error=ValueError):
         raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror})") from None
+
+
+def set_paddle_threads(threads):
+    """CPU math threads for paddle (set OMP_NUM_THREADS before importing paddle as well for
+    the OpenMP parts)."""
+    import paddle
+    setter = getattr(paddle, "set_num_threads", None)
+    if setter is None:  # 2.6.2 and 3.3.1 have it only in the core module
+        core = getattr(getattr(paddle, "base", None), "core", None)
+        setter = getattr(core, "set_num_threads", None)
+    if setter is not None:
+        setter(int(threads))

@@ -81,15 +81,9 @@ def set_threads(threads):
 
 
 def apply_paddle_threads(threads):
-    import paddle
-    if threads is None:
-        return
-    setter = getattr(paddle, "set_num_threads", None)
-    if setter is None:  # 2.6.2 and 3.3.1 have it only in the core module
-        core = getattr(getattr(paddle, "base", None), "core", None)
-        setter = getattr(core, "set_num_threads", None)
-    if setter is not None:
-        setter(int(threads))
+    if threads is not None:
+        from ernie_doc.utils import set_paddle_threads
+        set_paddle_threads(threads)
 
 
 def memory_kb():

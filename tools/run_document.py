@@ -70,9 +70,10 @@ def main(argv=None):
           f"M={config.memory_len} recurrence={config.recurrence}; document: {len(ids)} tokens "
           f"in segments of {seg_len}")
     memories, times = None, []
+    from ernie_doc.data.segment import windows
     with paddle.no_grad():
-        for start in range(0, len(ids), seg_len):
-            chunk = ids[start:start + seg_len]
+        for start, end in windows(len(ids), seg_len, seg_len):
+            chunk = ids[start:end]
             mask = [1.0] * len(chunk) + [0.0] * (seg_len - len(chunk))
             chunk = chunk + [config.pad_token_id] * (seg_len - len(chunk))
             t0 = time.perf_counter()

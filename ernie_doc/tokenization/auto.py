@@ -34,14 +34,21 @@ def _find_spm(directory: Path) -> Optional[Path]:
 
 def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[Tokenizer]:
     if all((directory / name).is_file() for name in _BPE_FILES):
-        return BPETokenizer.from_dir(directory)
+        return _with_files(BPETokenizer.from_dir(directory), [directory / n for n in _BPE_FILES])
     spm_file = _find_spm(directory)
     if spm_file is not None:
-        return SentencePieceTokenizer(spm_file)
+        return _with_files(SentencePieceTokenizer(spm_file), [spm_file])
     if (directory / "vocab.txt").is_file():
         kwargs = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
-        return WordPieceTokenizer(directory / "vocab.txt", **kwargs)
+        return _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
+                           [directory / "vocab.txt"])
     return None
+
+
+def _with_files(tokenizer, files):
+    # remembered so a trained model can be saved together with its tokenizer
+    tokenizer.source_files = [str(f) for f in files]
+    return tokenizer
 
 
 def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Tokenizer:
@@ -57,7 +64,7 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Toke
     path = Path(path)
     if path.is_file():
         if path.suffix == ".model":
-            return SentencePieceTokenizer(path)
+            return _with_files(SentencePieceTokenizer(path), [path])
         directory = path.parent
     elif path.is_dir():
         directory = path

@@ -1,0 +1,53 @@
+"""Document-level classification: aggregate segment probabilities, then accuracy / F1."""
+import numpy as np
+
+
+def aggregate_segments(segment_probs, how="mean"):
+    """segment_probs: [(seg_index, probs [C])] of one document's predicted (final-pass)
+    segments → document probabilities [C]: their mean (official) or the last segment's."""
+    if not segment_probs:
+        raise ValueError("a document has no predicted segment")
+    ordered = sorted(segment_probs, key=lambda x: x[0])
+    if how == "last":
+        return np.asarray(ordered[-1][1], dtype=np.float64)
+    if how != "mean":
+        raise ValueError(f"unknown aggregation {how!r}")
+    return np.mean([p for _, p in ordered], axis=0)
+
+
+def accuracy(pred, gold):
+    pred, gold = np.asarray(pred), np.asarray(gold)
+    return float((pred == gold).mean()) if len(gold) else 0.0
+
+
+def f1_score(pred, gold, average="binary", positive=1):
+    """average="binary": F1 of the `positive` class; "macro": mean F1 over the classes
+    present in gold or pred."""
+    pred, gold = np.asarray(pred), np.asarray(gold)
+
+    def f1_of(c):
+        tp = float(((pred == c) & (gold == c)).sum())
+        fp = float(((pred == c) & (gold != c)).sum())
+        fn = float(((pred != c) & (gold == c)).sum())
+        return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+    if average == "binary":
+        return f1_of(positive)
+    classes = sorted(set(pred.tolist()) | set(gold.tolist()))
+    return float(np.mean([f1_of(c) for c in classes])) if classes else 0.0
+
+
+def classification_metrics(pred, gold, num_classes, names=("accuracy", "f1"), positive=1):
+    out = {}
+    for name in names:
+        if name == "accuracy":
+            out[name] = accuracy(pred, gold)
+        elif name == "f1":
+            # binary F1 of the positive class for two labels, macro F1 otherwise
+            out[name] = f1_score(pred, gold, "binary" if num_classes == 2 else "macro",
+                                 positive)
+        elif name == "macro_f1":
+            out[name] = f1_score(pred, gold, "macro")
+        else:
+            raise ValueError(f"unknown classification metric {name!r}")
+    return out

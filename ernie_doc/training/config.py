@@ -1,0 +1,212 @@
+"""Fine-tuning run configuration: a task's config.yaml plus `--set key=value` overrides.
+
+Every key and its default is listed once, in DEFAULTS. Unknown keys (in the file or in an
+override) are an error naming the file:line or the key. `model_overrides` (ErnieDocConfig keys,
+checked when the model is built) and `reader` (the task reader's options, checked by the
+reader) are free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
+"""
+import copy
+import os
+
+import yaml
+
+from ernie_doc.config import ConfigError
+
+DEFAULTS = {
+    # what to run
+    "task": None,                 # tasks/<task>/reader.py
+    "kind": "classification",     # ernie_doc.training.tasks.TASK_KINDS, or "module:Class"
+    "data_dir": "",
+    "output_dir": "",
+    "overwrite_output_dir": False,  # replace a previous run in output_dir
+    "reader": {},                 # options for the reader
+    # model, weights, tokenizer
+    "model": "ernie-doc-small",   # preset name, config json or checkpoint directory
+    "init_checkpoint": "",        # anything from_pretrained reads; "" = from scratch
+    "model_overrides": {},        # ErnieDocConfig keys (recurrence, memory_len, dropouts ...)
+    "tokenizer": "",              # dir/file for load_tokenizer; "" = the checkpoint's;
+                                  # "train" = SentencePiece trained on the train split
+    "tokenizer_vocab_size": 8000,
+    # segments and reading
+    "max_seq_len": 512,
+    "stride": None,               # window advance; None = memory_len (official)
+    "segment_layout": "cls_last",
+    "retro_feed": True,           # read every document twice (skim, retrospective)
+    "train_skim": False,          # also train on the skim pass
+    "loss_segments": "all",       # all | last: which final-pass segments train
+    "doc_prediction": "mean",     # mean | last: document = mean of segment probabilities
+    # optimisation
+    "batch_size": 16,             # rows per rank
+    "eval_batch_size": None,      # None = batch_size
+    "epochs": 3,
+    "learning_rate": 7e-5,
+    "lr_schedule": "linear",      # linear (warmup, then decay to 0) | official (§6 of the spec)
+    "warmup_proportion": 0.1,
+    "weight_decay": 0.01,
+    "layer_decay": 1.0,           # layer l of L: decay^(L−l); embeddings decay^(L+1)
+    "max_grad_norm": 0.0,         # 0 = no clipping (official)
+    "grad_accum_steps": 1,
+    "amp": False,                 # GPU only
+    "seed": 1,
+    "shuffle": True,
+    # evaluation, checkpoints, logging
+    "eval_splits": ["dev"],       # the first one picks the best checkpoint
+    "test_splits": [],            # evaluated once with the best checkpoint at the end
+    "eval_steps": 0,              # also evaluate every N optimizer steps (0 = end of epochs)
+    "eval_every_epoch": True,
+    "metrics": ["accuracy", "f1"],  # classification: accuracy, f1 (binary / macro), macro_f1
+    "main_metric": None,          # None = the first of metrics
+    "positive_label": None,       # the class binary F1 scores (None = label id 1)
+    "save_steps": 0,              # resumable checkpoint every N steps (0 = at evaluations)
+    "keep_checkpoints": 1,
+    "logging_steps": 10,
+    "stop_at_step": 0,            # stop after this step as if interrupted (resume continues)
+    "device": "auto",             # auto | cpu | gpu
+    "threads": 0,                 # CPU math threads (0 = paddle's default)
+    "progress": True,             # tqdm bars
+}
+
+CHOICES = {
+    "segment_layout": ("cls_last", "cls_first"),
+    "loss_segments": ("all", "last"),
+    "doc_prediction": ("mean", "last"),
+    "lr_schedule": ("linear", "official"),
+    "device": ("auto", "cpu", "gpu"),
+}
+FREE_DICTS = ("reader", "model_overrides")
+
+
+class TrainConfig(dict):
+    """A dict with attribute access; `source` names where it came from."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    source = "config"
+
+
+def _key_lines(path):
+    """Top-level key → line number in a yaml file (for error messages)."""
+    lines = {}
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line[:1] not in (" ", "\t", "#", "\n", "-") and ":" in line:
+                lines.setdefault(line.split(":", 1)[0].strip(), i)
+    return lines
+
+
+def load_yaml(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: config file does not exist")
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{line}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values")
+    lines = _key_lines(path)
+    for key in values:
+        if key not in DEFAULTS:
+            raise ConfigError(f"{path}:{lines.get(key, '?')}: unknown key {key!r}")
+    return values
+
+
+def parse_override(text):
+    """'a.b=value' → (['a', 'b'], value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_override(values, text):
+    path, value = parse_override(text)
+    if path[0] not in DEFAULTS:
+        raise ConfigError(f"override {text!r}: unknown key {path[0]!r}")
+    if len(path) > 1:
+        if path[0] not in FREE_DICTS:
+            raise ConfigError(f"override {text!r}: {path[0]!r} is not a mapping")
+        target = values.setdefault(path[0], {})
+        for part in path[1:-1]:
+            target = target.setdefault(part, {})
+        target[path[-1]] = value
+    else:
+        values[path[0]] = value
+
+
+def load_config(path=None, overrides=()):
+    """DEFAULTS ← yaml file ← overrides, validated."""
+    values = copy.deepcopy(DEFAULTS)
+    source = "overrides"
+    if path:
+        for key, value in load_yaml(path).items():
+            values[key] = value
+        source = path
+    for text in overrides:
+        apply_override(values, text)
+    cfg = TrainConfig(values)
+    cfg.source = source
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg):
+    where = cfg.source
+
+    def fail(key, message):
+        raise ConfigError(f"{where}: {key}: {message}")
+
+    if not cfg.task:
+        fail("task", "is required (the name of a folder in tasks/)")
+    for key, choices in CHOICES.items():
+        if cfg[key] not in choices:
+            fail(key, f"{cfg[key]!r} is not one of {list(choices)}")
+    for key in ("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
+                "tokenizer_vocab_size"):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
+            fail(key, f"must be a positive integer, got {cfg[key]!r}")
+    for key in ("eval_steps", "save_steps", "logging_steps", "stop_at_step", "threads",
+                "keep_checkpoints"):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 0:
+            fail(key, f"must be a non-negative integer, got {cfg[key]!r}")
+    for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
+                "max_grad_norm"):
+        if isinstance(cfg[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
+            try:
+                cfg[key] = float(cfg[key])
+            except ValueError:
+                pass
+        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
+            fail(key, f"must be a non-negative number, got {cfg[key]!r}")
+    if cfg.warmup_proportion > 1:
+        fail("warmup_proportion", "must be at most 1")
+    for key in ("stride", "eval_batch_size"):
+        if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
+            fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
+    for key in ("retro_feed", "train_skim", "amp", "shuffle", "eval_every_epoch", "progress",
+                "overwrite_output_dir"):
+        if not isinstance(cfg[key], bool):
+            fail(key, f"must be true or false, got {cfg[key]!r}")
+    for key in FREE_DICTS:
+        if not isinstance(cfg[key], dict):
+            fail(key, f"must be a mapping, got {cfg[key]!r}")
+    for key in ("eval_splits", "test_splits", "metrics"):
+        if isinstance(cfg[key], str):
+            cfg[key] = [cfg[key]]
+        if not isinstance(cfg[key], list):
+            fail(key, f"must be a list of split names, got {cfg[key]!r}")
+    if not cfg.output_dir:
+        cfg["output_dir"] = os.path.join("output", str(cfg.task))
+    return cfg

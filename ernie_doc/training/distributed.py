@@ -1,0 +1,54 @@
+"""Data parallelism through paddle.distributed (launched by `fleetrun` / paddle.distributed.launch;
+gloo on CPU, NCCL on GPU). A plain `python` run is world size 1 and touches nothing here."""
+import os
+
+import paddle
+import paddle.distributed as dist
+
+
+def world_size():
+    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+
+
+def rank():
+    return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+
+
+def init(device="auto"):
+    """Pick the device and join the process group when launched with several ranks."""
+    use_gpu = device == "gpu" or (device == "auto" and paddle.device.is_compiled_with_cuda()
+                                  and paddle.device.cuda.device_count() > 0)
+    if device == "gpu" and not paddle.device.is_compiled_with_cuda():
+        raise RuntimeError("device: gpu requested but this paddle build has no CUDA")
+    if use_gpu:
+        local = int(os.environ.get("PADDLE_LOCAL_RANK", os.environ.get("FLAGS_selected_gpus",
+                                                                        "0").split(",")[0]))
+        paddle.set_device(f"gpu:{local}")
+    else:
+        paddle.set_device("cpu")
+    if world_size() > 1:
+        dist.init_parallel_env()
+    return "gpu" if use_gpu else "cpu"
+
+
+def wrap(model):
+    return paddle.DataParallel(model) if world_size() > 1 else model
+
+
+def barrier():
+    if world_size() > 1:
+        dist.barrier()
+
+
+def gather_objects(obj):
+    """[obj of rank 0, obj of rank 1, ...] on every rank."""
+    if world_size() == 1:
+        return [obj]
+    out = []
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_true(flag):
+    """Whether `flag` holds on every rank (so that all ranks take the same branch)."""
+    return all(gather_objects(bool(flag)))

@@ -1,0 +1,122 @@
+"""What a run reports: console/file log, JSON-lines history, VisualDL scalars, curves.png.
+Only rank 0 writes."""
+import json
+import logging
+import math
+import os
+import sys
+
+logger = logging.getLogger("ernie_doc.train")
+
+
+def setup_logging(output_dir=None, is_main=True):
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+    fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(fmt)
+    logger.addHandler(console)
+    if output_dir and is_main:
+        handler = logging.FileHandler(os.path.join(output_dir, "train.log"), encoding="utf-8")
+        handler.setFormatter(fmt)
+        logger.addHandler(handler)
+    if not is_main:
+        logger.setLevel(logging.WARNING)
+    return logger
+
+
+class RunLog:
+    """train_log.jsonl (one line per optimizer step), eval_history.jsonl, VisualDL scalars
+    under vdl/, curves.png redrawn from those files."""
+
+    def __init__(self, output_dir, is_main=True, resume_step=0):
+        self.dir, self.is_main = output_dir, is_main
+        self.writer = None
+        if not is_main:
+            return
+        self.train_path = os.path.join(output_dir, "train_log.jsonl")
+        self.eval_path = os.path.join(output_dir, "eval_history.jsonl")
+        for path in (self.train_path, self.eval_path):
+            _truncate_after(path, resume_step)   # a resumed run rewrites what followed
+        try:
+            from visualdl import LogWriter
+            self.writer = LogWriter(logdir=os.path.join(output_dir, "vdl"))
+        except ImportError:  # pragma: no cover - visualdl is in the pinned requirements
+            logger.warning("visualdl is not installed: no VisualDL scalars")
+
+    def train_step(self, record):
+        if not self.is_main:
+            return
+        _append(self.train_path, record)
+        if self.writer:
+            for key in ("loss", "lr", "tokens_per_sec"):
+                if key in record:
+                    self.writer.add_scalar(f"train/{key}", record[key], record["step"])
+
+    def evaluation(self, split, step, metrics):
+        if not self.is_main:
+            return
+        _append(self.eval_path, dict(split=split, step=step, **metrics))
+        if self.writer:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"{split}/{key}", value, step)
+
+    def close(self):
+        if self.writer:
+            self.writer.close()
+            self.writer = None
+
+
+def _append(path, record):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _truncate_after(path, step):
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        keep = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(keep)
+
+
+def read_jsonl(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_curves(output_dir, metric):
+    """curves.png: training loss (and lr) by step, and the eval metric by step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from ernie_doc.utils import atomic_path
+
+    train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
+    evals = [r for r in read_jsonl(os.path.join(output_dir, "eval_history.jsonl"))
+             if metric in r]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    if train:
+        steps = [r["step"] for r in train]
+        ax1.plot(steps, [r["loss"] for r in train], lw=0.8, alpha=0.5, label="loss")
+        window = max(1, len(train) // 25)
+        smooth = [sum(r["loss"] for r in train[max(0, i - window + 1):i + 1])
+                  / len(train[max(0, i - window + 1):i + 1]) for i in range(len(train))]
+        ax1.plot(steps, smooth, lw=1.5, label=f"loss (mean of {window})")
+        ax1.set_xlabel("step"), ax1.set_ylabel("training loss"), ax1.legend(fontsize=8)
+    for split in sorted({r["split"] for r in evals}):
+        rows = [r for r in evals if r["split"] == split and not math.isnan(r[metric])]
+        ax2.plot([r["step"] for r in rows], [r[metric] for r in rows], marker="o", label=split)
+    ax2.set_xlabel("step"), ax2.set_ylabel(metric)
+    if evals:
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(os.path.join(output_dir, "curves.png")) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)

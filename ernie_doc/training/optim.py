@@ -1,0 +1,68 @@
+"""AdamW with decoupled weight decay, layer-wise LR decay and the warmup/decay schedules.
+
+Layer-wise decay is done with parameter groups (the group learning rate is a ratio of the
+scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle).
+"""
+import re
+
+import paddle
+
+_LAYER = re.compile(r"(?:^|\.)encoder\.layers\.(\d+)\.")
+
+
+def layer_ratio(name, num_layers, decay):
+    """LR ratio of a parameter (structured name): encoder layer l of L gets decay^(L−l),
+    the embeddings decay^(L+1), everything else (pooler, heads, shared biases) 1."""
+    if decay == 1.0:
+        return 1.0
+    match = _LAYER.search(name)
+    if match:
+        return decay ** (num_layers - int(match.group(1)))
+    if ".embeddings." in "." + name:
+        return decay ** (num_layers + 1)
+    return 1.0
+
+
+def decays(param):
+    """No weight decay on biases and LayerNorm scales/shifts (all the 1-D tensors: fc biases,
+    LN weights, the r_w/r_r/r_t biases); the official code's name rules pick the same set."""
+    return len(param.shape) > 1
+
+
+def lr_lambda(schedule, warmup_steps, total_steps):
+    """Multiplier of the peak LR at optimizer step g (0-based; the first update has 0).
+    linear: g/warmup, then linearly from 1 at the end of warmup to 0 at total_steps.
+    official: g/warmup, then 1 − g/total (the official code's jump at the end of warmup)."""
+    total = max(1, total_steps)
+
+    def f(g):
+        if g < warmup_steps:
+            return g / max(1, warmup_steps)
+        if schedule == "official":
+            return max(0.0, 1.0 - min(g, total) / total)
+        return max(0.0, (total - g) / max(1, total - warmup_steps))
+
+    return f
+
+
+def build_optimizer(model, cfg, total_steps, num_layers):
+    """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion, lr_schedule,
+    weight_decay, layer_decay, max_grad_norm."""
+    warmup = int(total_steps * cfg["warmup_proportion"])
+    scheduler = paddle.optimizer.lr.LambdaDecay(
+        cfg["learning_rate"], lr_lambda(cfg["lr_schedule"], warmup, total_steps))
+    groups = {}
+    for name, param in model.named_parameters():
+        if param.stop_gradient:
+            continue
+        key = (layer_ratio(name, num_layers, cfg["layer_decay"]),
+               cfg["weight_decay"] if decays(param) else 0.0)
+        groups.setdefault(key, []).append(param)
+    param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
+                    for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
+    clip = (paddle.nn.ClipGradByGlobalNorm(cfg["max_grad_norm"])
+            if cfg["max_grad_norm"] else None)
+    optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,
+                                       beta1=0.9, beta2=0.999, epsilon=1e-8,
+                                       weight_decay=cfg["weight_decay"], grad_clip=clip)
+    return optimizer, scheduler

@@ -1,0 +1,170 @@
+"""What differs between fine-tuning tasks, behind one interface the trainer drives.
+
+A task = a reader (tasks/<name>/reader.py: `labels`, `read`) + a kind (this module, or a
+task's own class named "module:Class" in its config). The kind says how a document becomes
+segments with targets, which head to build, the loss over the rows that train, what each
+predicted row contributes, and how a document's rows become a prediction and metrics.
+"""
+import importlib
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from ernie_doc.config import ConfigError
+from ernie_doc.data import DataError
+from ernie_doc.data.segment import ClassificationSegmenter
+from ernie_doc.heads import ErnieDocForSequenceClassification
+from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
+
+
+def load_reader(task):
+    """tasks/<task>/reader.py as a module (needs the repository root on sys.path)."""
+    try:
+        module = importlib.import_module(f"tasks.{task}.reader")
+    except ModuleNotFoundError as e:
+        if e.name in (f"tasks.{task}", f"tasks.{task}.reader", "tasks"):
+            raise DataError(f"task {task!r}: no tasks/{task}/reader.py") from None
+        raise
+    for name in ("labels", "read"):
+        if not callable(getattr(module, name, None)):
+            raise DataError(f"{module.__file__}: the reader must define {name}()")
+    return module
+
+
+class Task:
+    """Base: reading, label ids, segment passes; subclasses add head, loss and metrics."""
+    head_class = None
+    main_metric = None
+
+    def __init__(self, cfg, reader):
+        self.cfg, self.reader = cfg, reader
+        self.labels = [str(x) for x in reader.labels(cfg.data_dir, dict(cfg.reader))]
+        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+        self.segmenter = None
+
+    def read(self, split):
+        docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
+        if not docs:
+            raise DataError(f"{self.cfg.data_dir or self.cfg.task}: no examples in split "
+                            f"{split!r}")
+        seen = set()
+        for doc in docs:
+            if doc.doc_id in seen:
+                raise DataError(f"split {split!r}: duplicate document id {doc.doc_id!r}")
+            seen.add(doc.doc_id)
+        return docs
+
+    def setup(self, special_ids, max_seq_len, stride):
+        """special_ids: cls/sep/pad ids of the tokenizer."""
+        raise NotImplementedError
+
+    def model_kwargs(self):
+        return {}
+
+    def model_config_overrides(self):
+        """ErnieDocConfig values the task's layout fixes (e.g. where [CLS] sits)."""
+        return {}
+
+    def segments(self, doc, doc_index, ids):
+        """One reading pass of a document (token ids `ids`) → [Segment] with targets."""
+        raise NotImplementedError
+
+    def loss(self, out, batch, weight):
+        """Mean loss over the rows with weight 1 (weight: float tensor [B])."""
+        raise NotImplementedError
+
+    def row_outputs(self, out):
+        """What each predicted row contributes: numpy [B, ...]."""
+        raise NotImplementedError
+
+    def evaluate(self, docs, rows):
+        """rows: doc_index → [(seg_index, row_output)] of the predicted pass →
+        (metrics dict, [per-document prediction dict])."""
+        raise NotImplementedError
+
+
+def masked_mean(values, weight):
+    """Σ values·weight / max(1, Σ weight): 0 (with zero gradients) when no row trains."""
+    return (values * weight).sum() / paddle.clip(weight.sum(), min=1.0)
+
+
+class ClassificationTask(Task):
+    """Document classification: every segment carries the document label; the pooled [CLS]
+    feeds a linear layer; the document is the mean (or last) of its segments' softmax."""
+    head_class = ErnieDocForSequenceClassification
+    main_metric = "accuracy"
+
+    def __init__(self, cfg, reader):
+        super().__init__(cfg, reader)
+        self.metric_names = tuple(cfg.metrics)
+        unknown = set(self.metric_names) - {"accuracy", "f1", "macro_f1"}
+        if not self.metric_names or unknown:
+            raise ConfigError(f"{cfg.source}: metrics: unknown {sorted(unknown)}; "
+                              "classification has accuracy, f1, macro_f1")
+        self.main_metric = self.metric_names[0]
+        positive = cfg.positive_label
+        if positive is not None and str(positive) not in self.label_ids:
+            raise ConfigError(f"{cfg.source}: positive_label {positive!r} is not a label "
+                              f"({self.labels[:10]})")
+        self.positive = self.label_ids[str(positive)] if positive is not None else 1
+
+    def setup(self, special_ids, max_seq_len, stride):
+        self.segmenter = ClassificationSegmenter(max_seq_len, stride, special_ids["cls"],
+                                                 special_ids["sep"], special_ids["pad"],
+                                                 self.cfg.segment_layout)
+
+    def model_kwargs(self):
+        return {"num_labels": len(self.labels)}
+
+    def model_config_overrides(self):
+        return {"cls_token_idx": -1 if self.cfg.segment_layout == "cls_last" else 0}
+
+    def label_id(self, doc):
+        if doc.label is None:
+            raise DataError(f"document {doc.doc_id!r} has no label")
+        if doc.label not in self.label_ids:
+            raise DataError(f"document {doc.doc_id!r}: label {doc.label!r} is not in the "
+                            f"label set ({len(self.labels)} labels)")
+        return self.label_ids[doc.label]
+
+    def segments(self, doc, doc_index, ids):
+        return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
+
+    def loss(self, out, batch, weight):
+        ce = F.cross_entropy(out.logits, batch["target_label"].unsqueeze(-1),
+                             reduction="none").reshape([-1])
+        return masked_mean(ce, weight)
+
+    def row_outputs(self, out):
+        return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
+
+    def evaluate(self, docs, rows):
+        probs = np.stack([aggregate_segments(rows[i], self.cfg.doc_prediction)
+                          for i in range(len(docs))])
+        pred = probs.argmax(-1)
+        gold = np.asarray([self.label_id(d) for d in docs])
+        metrics = classification_metrics(pred, gold, len(self.labels), self.metric_names,
+                                         self.positive)
+        predictions = [{"doc_id": d.doc_id, "label": d.label, "pred": self.labels[p],
+                        "probs": [round(float(x), 6) for x in pr],
+                        "segments": len(rows[i])}
+                       for i, (d, p, pr) in enumerate(zip(docs, pred, probs))]
+        return metrics, predictions
+
+
+TASK_KINDS = {"classification": ClassificationTask}
+
+
+def build_task(cfg):
+    reader = load_reader(cfg.task)
+    kind = cfg.kind
+    if kind in TASK_KINDS:
+        cls = TASK_KINDS[kind]
+    elif ":" in kind:
+        module, name = kind.split(":", 1)
+        cls = getattr(importlib.import_module(module), name)
+    else:
+        raise DataError(f"kind {kind!r}: expected one of {sorted(TASK_KINDS)} or "
+                        "'module:Class'")
+    return cls(cfg, reader)

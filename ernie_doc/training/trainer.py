@@ -1,0 +1,447 @@
+"""The one fine-tuning loop, shared by every task.
+
+    documents ─task─▶ segments (one pass) ─reading_passes─▶ skim + retrospective passes
+      ─schedule─▶ rows × steps ─collate─▶ batch ─model(memories)─▶ outputs, new memories
+      ─task.loss / task.row_outputs─▶ optimizer step / document predictions ─▶ metrics
+
+The trainer owns the memories of its rank's rows: they go into every forward and come back
+out; a row's memory is zeroed (reset_memory) when a new document starts in it. Evaluation uses
+its own zero memories, so the training stream is untouched by it.
+"""
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+import zlib
+from collections import defaultdict
+
+import numpy as np
+import paddle
+
+from ernie_doc.config import ConfigError, ErnieDocConfig
+from ernie_doc.data import DataError
+from ernie_doc.data.collate import collate
+from ernie_doc.data.schedule import epoch_schedule
+from ernie_doc.data.segment import reading_passes
+from ernie_doc.training import checkpoint as ckpt
+from ernie_doc.training import distributed as dist
+from ernie_doc.training.logging import RunLog, logger, plot_curves, setup_logging
+from ernie_doc.training.optim import build_optimizer
+from ernie_doc.training.tasks import build_task
+from ernie_doc.utils import atomic_write_text
+
+RUN_CONFIG = "run_config.yaml"
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (non-finite loss ...)."""
+
+
+def step_seed(seed, rank, step):
+    """Dropout seed of one micro-step: a function of (seed, rank, step) alone, so a resumed
+    run draws exactly the masks the uninterrupted one would have."""
+    return zlib.crc32(f"{seed}:{rank}:{step}".encode()) & 0x7FFFFFFF
+
+
+class Split:
+    """One split, ready to schedule: its documents and each one's reading passes."""
+
+    def __init__(self, name, docs, passes):
+        self.name, self.docs, self.passes = name, docs, passes
+        self.lengths = [len(p) for p in passes]
+        self.template = passes[0][0].targets if passes else {}
+
+    def batches(self, schedule, seq_len, pad_id, start=0):
+        for step in range(start, len(schedule)):
+            rows = [None if d < 0 else self.passes[d][s]
+                    for d, s in zip(schedule.doc[step], schedule.seg[step])]
+            yield step, collate(rows, schedule.reset[step], seq_len, pad_id, self.template)
+
+
+def _to_tensors(batch):
+    return {k: paddle.to_tensor(v) for k, v in batch.items()}
+
+
+class Trainer:
+    def __init__(self, cfg, resume=False):
+        self.cfg, self.resume = cfg, resume
+        self.rank, self.world = dist.rank(), dist.world_size()
+        self.is_main = self.rank == 0
+        self.out = cfg.output_dir
+
+    # -- set-up: everything that can fail on bad input happens before OUTPUT_DIR is touched --
+    def prepare(self):
+        cfg = self.cfg
+        self.device = dist.init(cfg.device)
+        if cfg.amp and self.device != "gpu":
+            raise ConfigError(f"{cfg.source}: amp: needs a GPU (device is {self.device})")
+        if cfg.threads:
+            from ernie_doc.utils import set_paddle_threads
+            set_paddle_threads(cfg.threads)
+        self._check_output_dir()
+        setup_logging(None, self.is_main)   # console now; the file once OUTPUT_DIR exists
+        self.task = build_task(cfg)
+        names = []
+        for split in ["train"] + list(cfg.eval_splits) + list(cfg.test_splits):
+            if split not in names:
+                names.append(split)
+        docs = {split: self.task.read(split) for split in names}
+        self.tokenizer, special, self._spm_dir = self._tokenizer(docs["train"])
+        self.model = self._build_model(special)
+        config = self.raw.config
+        if cfg.max_seq_len > config.max_position_embeddings:
+            raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
+                              f"max_position_embeddings {config.max_position_embeddings}")
+        stride = cfg.stride or config.memory_len
+        self.task.setup(special, cfg.max_seq_len, stride)
+        self.pad_id = special["pad"]
+        self.splits = {}
+        for split, split_docs in docs.items():
+            passes = []
+            for i, doc in enumerate(split_docs):
+                ids = doc.ids if doc.ids is not None else self.tokenizer.encode(doc.text)
+                if len(ids) == 0:
+                    raise DataError(f"split {split!r}: document {doc.doc_id!r} has no tokens")
+                passes.append(reading_passes(self.task.segments(doc, i, ids), cfg.retro_feed,
+                                             cfg.train_skim))
+            self.splits[split] = Split(split, split_docs, passes)
+        self._create_output_dir()
+        setup_logging(self.out, self.is_main)
+        n_seg = sum(self.splits["train"].lengths)
+        logger.info(f"task {cfg.task} ({cfg.kind}): {len(self.task.labels)} labels; "
+                    + ", ".join(f"{s.name} {len(s.docs)} docs / {sum(s.lengths)} segment reads"
+                                for s in self.splits.values()))
+        logger.info(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
+                    f"vocab={config.vocab_size} T={cfg.max_seq_len} M={config.memory_len} "
+                    f"stride={stride} recurrence={config.recurrence} retro_feed={cfg.retro_feed}"
+                    f" on {self.device} x{self.world}; {n_seg} training segment reads per epoch")
+        return self
+
+    def _check_output_dir(self):
+        cfg = self.cfg
+        marker = os.path.join(self.out, RUN_CONFIG)
+        if self.resume:
+            if not os.path.isfile(marker):
+                raise ConfigError(f"--resume {self.out}: no run there ({RUN_CONFIG} missing)")
+        elif os.path.exists(marker) and not cfg.get("overwrite_output_dir"):
+            raise ConfigError(f"output_dir {self.out} already holds a run: resume it with "
+                              f"--resume {self.out}, or set overwrite_output_dir=true")
+
+    def _create_output_dir(self):
+        if self.is_main:
+            if not self.resume and os.path.isfile(os.path.join(self.out, RUN_CONFIG)):
+                shutil.rmtree(self.out)   # overwrite_output_dir: only ever a previous run
+            os.makedirs(self.out, exist_ok=True)
+            if self._spm_dir:
+                os.makedirs(os.path.join(self.out, "tokenizer"), exist_ok=True)
+                dst = os.path.join(self.out, "tokenizer", "spm.model")
+                shutil.copy2(os.path.join(self._spm_dir, "spm.model"), dst)
+                self.tokenizer.source_files = [dst]
+            if not self.resume:
+                import yaml
+                atomic_write_text(os.path.join(self.out, RUN_CONFIG),
+                                  yaml.safe_dump(dict(self.cfg), sort_keys=False))
+        dist.barrier()
+
+    def _tokenizer(self, train_docs):
+        """→ (tokenizer or None, {cls, sep, pad} ids, dir of a freshly trained SPM or None)."""
+        cfg = self.cfg
+        reader = self.task.reader
+        if all(d.ids is not None for d in train_docs) and hasattr(reader, "VOCAB_SIZE"):
+            return None, {"cls": reader.CLS, "sep": reader.SEP, "pad": reader.PAD}, None
+        from ernie_doc.tokenization import load_tokenizer
+        spm_dir = None
+        if cfg.tokenizer == "train":
+            spm_dir = self._train_spm(train_docs)
+            tokenizer = load_tokenizer(os.path.join(spm_dir, "spm.model"))
+        else:
+            source = cfg.tokenizer or cfg.init_checkpoint
+            if not source:
+                raise ConfigError(f"{cfg.source}: tokenizer: give a tokenizer directory, an "
+                                  "init_checkpoint that holds one, or 'train'")
+            try:
+                tokenizer = load_tokenizer(source)
+            except (FileNotFoundError, ValueError) as e:
+                raise ConfigError(f"{cfg.source}: tokenizer: {e}") from None
+        special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                   "pad": tokenizer.pad_token_id}
+        missing = [k for k, v in special.items() if v is None]
+        if missing:
+            raise ConfigError(f"tokenizer {cfg.tokenizer}: no {missing} token")
+        return tokenizer, special, spm_dir
+
+    def _train_spm(self, train_docs):
+        """SentencePiece on the train split (for from-scratch runs). Reused when resuming."""
+        from ernie_doc.tokenization.spm import train
+        if self.resume:
+            existing = os.path.join(self.out, "tokenizer")
+            if os.path.isfile(os.path.join(existing, "spm.model")):
+                return existing
+        tmp = tempfile.mkdtemp(prefix="ernie-doc-spm-")
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "w", encoding="utf-8") as f:
+            for doc in train_docs:
+                f.write(" ".join(doc.text.split()) + "\n")
+        logger.info(f"training a SentencePiece tokenizer ({self.cfg.tokenizer_vocab_size} "
+                    "pieces) on the train split")
+        train(corpus, os.path.join(tmp, "spm"), self.cfg.tokenizer_vocab_size,
+              extra_options={"max_sentence_length": 1 << 20})
+        return tmp
+
+    def _build_model(self, special):
+        cfg = self.cfg
+        head = self.task.head_class
+        overrides = dict(self.task.model_config_overrides())
+        overrides.update(cfg.model_overrides)
+        paddle.seed(cfg.seed)   # the same initial weights on every rank
+        if cfg.init_checkpoint:
+            model = head.from_pretrained(cfg.init_checkpoint, **self.task.model_kwargs(),
+                                         **overrides)
+            logger.info(model.load_report.summary())
+        else:
+            config = ErnieDocConfig.from_any(cfg.model, **overrides)
+            if self.tokenizer is not None:
+                config = config.replace(vocab_size=len(self.tokenizer),
+                                        pad_token_id=special["pad"])
+            elif hasattr(self.task.reader, "VOCAB_SIZE"):
+                config = config.replace(vocab_size=self.task.reader.VOCAB_SIZE,
+                                        pad_token_id=special["pad"])
+            model = head(config, **self.task.model_kwargs())
+        vocab = model.config.vocab_size
+        if self.tokenizer is not None and len(self.tokenizer) > vocab:
+            raise ConfigError(f"tokenizer has {len(self.tokenizer)} tokens but the model's "
+                              f"vocabulary has {vocab}")
+        self.raw = model
+        return dist.wrap(model)
+
+    # -- training ------------------------------------------------------------------------------
+    def _schedule(self, split, rows, epoch, shuffle):
+        return epoch_schedule(split.lengths, rows, self.world, shuffle, self.cfg.seed,
+                              epoch).rank_rows(self.rank, rows)
+
+    def train(self):
+        cfg = self.cfg
+        train = self.splits["train"]
+        B, accum = cfg.batch_size, cfg.grad_accum_steps
+        micro_per_epoch = [len(self._schedule(train, B, e, cfg.shuffle))
+                           for e in range(cfg.epochs)]
+        steps_per_epoch = [math.ceil(n / accum) for n in micro_per_epoch]
+        total_steps = sum(steps_per_epoch)
+        optimizer, scheduler = build_optimizer(self.model, cfg, total_steps,
+                                               self.raw.config.num_hidden_layers)
+        self.optimizer = optimizer
+        scaler = paddle.amp.GradScaler(init_loss_scaling=32768) if cfg.amp else None
+        state = {"epoch": 0, "micro": 0, "step": 0, "best": None, "best_step": None,
+                 "total_steps": total_steps}
+        memories, memory_mask = self.raw.ernie_doc.init_memories(B), None
+        if self.resume:
+            path = ckpt.latest_checkpoint(self.out)
+            if path is None:
+                raise ConfigError(f"--resume {self.out}: no checkpoint saved yet")
+            state, arrays = ckpt.load_training_state(path, self.raw, optimizer)
+            if state["total_steps"] != total_steps:
+                raise ConfigError(f"--resume {self.out}: the data or config changed "
+                                  f"({state['total_steps']} steps then, {total_steps} now)")
+            if "memories" in arrays:
+                memories = paddle.to_tensor(arrays["memories"])
+            if "memory_mask" in arrays:
+                memory_mask = paddle.to_tensor(arrays["memory_mask"])
+            logger.info(f"resumed from {path}: step {state['step']}, epoch {state['epoch']}")
+        self.state = state
+        log = RunLog(self.out, self.is_main, resume_step=state["step"])
+        from tqdm import tqdm
+        bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {cfg.task}",
+                   disable=not (self.is_main and cfg.progress), dynamic_ncols=True,
+                   mininterval=1.0)
+        logger.info(f"training: {cfg.epochs} epochs, {total_steps} optimizer steps "
+                    f"({B} rows/rank x {self.world} ranks x {accum} accumulation)")
+        self.model.train()
+        losses, tokens, t0 = [], 0, time.perf_counter()
+        stop = False
+        for epoch in range(state["epoch"], cfg.epochs):
+            schedule = self._schedule(train, B, epoch, cfg.shuffle)
+            start = state["micro"] if epoch == state["epoch"] else 0
+            for micro, batch in train.batches(schedule, cfg.max_seq_len, self.pad_id, start):
+                boundary = (micro + 1) % accum == 0 or micro + 1 == len(schedule)
+                paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
+                t = _to_tensors(batch)
+                weight = batch["has_loss"] & (batch["is_last"] if cfg.loss_segments == "last"
+                                              else True)
+                weight = paddle.to_tensor(weight.astype("float32"))
+                with paddle.amp.auto_cast(enable=cfg.amp):
+                    out = self.model(t["input_ids"], memories, t["token_type_ids"],
+                                     t["attention_mask"], t["reset_memory"], memory_mask)
+                    loss = self.task.loss(out, t, weight)
+                memories, memory_mask = out.memories, out.memory_mask
+                value = float(loss)
+                if not math.isfinite(value):
+                    raise TrainingError(
+                        f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
+                        f"stopping. Try a lower learning_rate or max_grad_norm: 1.0")
+                scaled = loss / accum
+                if scaler is not None:
+                    scaled = scaler.scale(scaled)
+                if self.world > 1 and not boundary:
+                    with self.model.no_sync():
+                        scaled.backward()
+                else:
+                    scaled.backward()
+                losses.append(value)
+                tokens += int(batch["attention_mask"].sum())
+                if not boundary:
+                    continue
+                lr = optimizer.get_lr()
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.clear_grad()
+                scheduler.step()
+                state["step"] += 1
+                state["epoch"], state["micro"] = epoch, micro + 1
+                elapsed = time.perf_counter() - t0
+                record = {"step": state["step"], "epoch": epoch + 1, "lr": lr,
+                          "loss": self._mean_over_ranks(float(np.mean(losses))),
+                          "tokens_per_sec": round(tokens * self.world / max(elapsed, 1e-9), 1)}
+                log.train_step(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{lr:.2e}")
+                if cfg.logging_steps and state["step"] % cfg.logging_steps == 0:
+                    logger.info(f"step {state['step']}/{total_steps} epoch {epoch + 1} "
+                                f"loss {record['loss']:.4f} lr {lr:.3e} "
+                                f"{record['tokens_per_sec']:.0f} tok/s")
+                losses, tokens, t0 = [], 0, time.perf_counter()
+                last = state["step"] == total_steps
+                epoch_end = micro + 1 == len(schedule)
+                if epoch_end:
+                    state["epoch"], state["micro"] = epoch + 1, 0
+                evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
+                    or (epoch_end and cfg.eval_every_epoch)
+                if evaluate:
+                    self._evaluate_and_keep_best(log)
+                stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
+                if evaluate or stop or (cfg.save_steps and state["step"] % cfg.save_steps == 0):
+                    arrays = {}
+                    if memories is not None:
+                        arrays["memories"] = memories.numpy()
+                    if memory_mask is not None:
+                        arrays["memory_mask"] = memory_mask.numpy()
+                    ckpt.save_training_state(self.out, state["step"], self.raw, optimizer,
+                                             state, arrays, cfg.keep_checkpoints)
+                if stop:
+                    logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
+                                f"--resume {self.out}")
+                    break
+            if stop:
+                break
+        bar.close()
+        self.last_memories = None if memories is None else memories.numpy()
+        results = None
+        if not stop:
+            results = self._finish(log)
+        log.close()
+        return results
+
+    def _mean_over_ranks(self, value):
+        if self.world == 1:
+            return value
+        return float(np.mean(dist.gather_objects(value)))
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def evaluate(self, split_name):
+        """Read the split with fresh memories (eval mode) → (metrics, predictions) on every
+        rank; rows are sharded across ranks like training and gathered."""
+        cfg = self.cfg
+        split = self.splits[split_name]
+        B = cfg.eval_batch_size or cfg.batch_size
+        schedule = self._schedule(split, B, 0, False)
+        self.model.eval()
+        rows = defaultdict(list)
+        loss_sum, loss_rows = 0.0, 0.0
+        memories, memory_mask = None, None
+        with paddle.no_grad():
+            for _, batch in split.batches(schedule, cfg.max_seq_len, self.pad_id):
+                t = _to_tensors(batch)
+                with paddle.amp.auto_cast(enable=cfg.amp):
+                    out = self.model(t["input_ids"], memories, t["token_type_ids"],
+                                     t["attention_mask"], t["reset_memory"], memory_mask)
+                memories, memory_mask = out.memories, out.memory_mask
+                final = batch["final"] & (batch["doc_index"] >= 0)
+                if not final.any():
+                    continue
+                weight = paddle.to_tensor(final.astype("float32"))
+                loss_sum += float(self.task.loss(out, t, weight)) * float(final.sum())
+                loss_rows += float(final.sum())
+                outputs = self.task.row_outputs(out)
+                for r in np.nonzero(final)[0]:
+                    rows[int(batch["doc_index"][r])].append((int(batch["seg_index"][r]),
+                                                             outputs[r]))
+        self.model.train()
+        parts = dist.gather_objects((dict(rows), loss_sum, loss_rows))
+        merged = defaultdict(list)
+        for part_rows, _, _ in parts:
+            for doc, items in part_rows.items():
+                merged[doc].extend(items)
+        metrics, predictions = self.task.evaluate(split.docs, merged)
+        metrics["loss"] = sum(p[1] for p in parts) / max(1.0, sum(p[2] for p in parts))
+        return metrics, predictions
+
+    def _main_metric(self):
+        return self.cfg.main_metric or self.task.main_metric
+
+    def _evaluate_and_keep_best(self, log):
+        step = self.state["step"]
+        main = self._main_metric()
+        for i, split in enumerate(self.cfg.eval_splits):
+            metrics, predictions = self.evaluate(split)
+            if main not in metrics:
+                raise ConfigError(f"main_metric {main!r}: the task reports {sorted(metrics)}")
+            log.evaluation(split, step, metrics)
+            logger.info(f"eval {split} @ step {step}: " + " ".join(
+                f"{k} {v:.4f}" for k, v in metrics.items()))
+            if i == 0 and (self.state["best"] is None or metrics[main] > self.state["best"]):
+                self.state["best"], self.state["best_step"] = metrics[main], step
+                if self.is_main:
+                    self._write_results("eval_results.json", split, step, metrics, predictions)
+                    ckpt.save_best(self.out, step, self.raw, self._tokenizer_files(),
+                                   dict(metrics, step=step, split=split))
+                dist.barrier()
+        if self.is_main:
+            plot_curves(self.out, main)
+
+    def _tokenizer_files(self):
+        return getattr(self.tokenizer, "source_files", []) if self.tokenizer else []
+
+    def _write_results(self, name, split, step, metrics, predictions):
+        results = dict(metrics, step=step, split=split, main_metric=self._main_metric())
+        atomic_write_text(os.path.join(self.out, name),
+                          json.dumps(results, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(os.path.join(self.out, f"predictions_{split}.jsonl"),
+                          "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
+
+    def _finish(self, log):
+        """Test splits with the best model; returns the eval results."""
+        if self.cfg.test_splits:
+            best = os.path.join(self.out, "best")
+            self.raw.set_state_dict(type(self.raw).from_pretrained(best).state_dict())
+            for split in self.cfg.test_splits:
+                metrics, predictions = self.evaluate(split)
+                log.evaluation(split, self.state["best_step"], metrics)
+                logger.info(f"test {split} (best step {self.state['best_step']}): " + " ".join(
+                    f"{k} {v:.4f}" for k, v in metrics.items()))
+                if self.is_main:
+                    self._write_results(f"{split}_results.json", split,
+                                        self.state["best_step"], metrics, predictions)
+        dist.barrier()
+        with open(os.path.join(self.out, "eval_results.json"), encoding="utf-8") as f:
+            results = json.load(f)
+        logger.info(f"best {self._main_metric()} {self.state['best']:.4f} at step "
+                    f"{self.state['best_step']}; results in {self.out}")
+        return results
+
+
+def run(cfg, resume=False):
+    return Trainer(cfg, resume).prepare().train()

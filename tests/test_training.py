@@ -1,0 +1,237 @@
+"""Optimizer rules, metrics, and the trainer end to end (tools/finetune.py) on the synthetic
+longdep task: results, resume, atomic checkpoints, data parallel, errors."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, tiny_config
+from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
+from ernie_doc.training.optim import build_optimizer, layer_ratio, lr_lambda
+
+PY = sys.executable
+TINY = [
+    "task=longdep", "model=ernie-doc-small",
+    "model_overrides={num_hidden_layers: 2, hidden_size: 32, num_attention_heads: 2, "
+    "memory_len: 16, max_position_embeddings: 16, hidden_dropout_prob: 0.1}",
+    "reader={num_docs: {train: 24, dev: 12, test: 12}, segment_tokens: 14, max_segments: 4}",
+    "max_seq_len=16", "stride=14", "batch_size=4", "epochs=2", "learning_rate=0.001",
+    "logging_steps=0", "progress=false", "eval_every_epoch=true",
+]
+
+
+def finetune(out, *overrides, resume=False, expect=0, env=None):
+    cmd = [PY, os.path.join(ROOT, "tools", "finetune.py")]
+    cmd += ["--resume", str(out)] if resume else ["--set", *TINY, f"output_dir={out}"]
+    if overrides:
+        cmd += ["--set", *overrides]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **(env or {})))
+    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+# -- optimizer and metrics -------------------------------------------------------------------
+def test_layer_ratio_and_weight_decay_groups():
+    assert layer_ratio("ernie_doc.encoder.layers.11.attn.q.weight", 12, 0.8) == pytest.approx(0.8)
+    assert layer_ratio("ernie_doc.encoder.layers.0.norm1.bias", 12, 0.8) == pytest.approx(0.8 ** 12)
+    assert layer_ratio("ernie_doc.embeddings.word_emb.weight", 12, 0.8) == pytest.approx(0.8 ** 13)
+    assert layer_ratio("ernie_doc.pooler.dense.weight", 12, 0.8) == 1.0
+    assert layer_ratio("linear.weight", 12, 0.8) == 1.0
+    assert layer_ratio("ernie_doc.encoder.layers.3.ffn.linear1.weight", 12, 1.0) == 1.0
+
+    from ernie_doc import ErnieDocForSequenceClassification
+    model = ErnieDocForSequenceClassification(tiny_config(), num_labels=3)
+    cfg = dict(learning_rate=1e-3, warmup_proportion=0.1, lr_schedule="linear",
+               weight_decay=0.01, layer_decay=0.5, max_grad_norm=0.0)
+    opt, _ = build_optimizer(model, cfg, total_steps=10, num_layers=2)
+    by_param = {}
+    for group in opt._param_groups:
+        for p in group["params"]:
+            by_param[p.name] = (group["learning_rate"], group["weight_decay"])
+    names = {p.name: n for n, p in model.named_parameters()}
+    for pname, (ratio, wd) in by_param.items():
+        name = names[pname]
+        assert ratio == pytest.approx(layer_ratio(name, 2, 0.5)), name
+        one_d = name.endswith("bias") or "norm" in name or "_bias" in name
+        assert wd == (0.0 if one_d else 0.01), name
+    assert len(by_param) == len(names)
+
+
+def test_lr_schedules():
+    lin = lr_lambda("linear", warmup_steps=10, total_steps=100)
+    assert [lin(g) for g in (0, 5, 10, 55, 100, 120)] == pytest.approx([0, 0.5, 1, 0.5, 0, 0])
+    off = lr_lambda("official", warmup_steps=10, total_steps=100)
+    # the official schedule jumps to 1 - warmup/total when warmup ends
+    assert [off(g) for g in (0, 5, 9, 10, 50, 100)] == pytest.approx([0, .5, .9, .9, .5, 0])
+
+
+def test_metrics_and_aggregation():
+    probs = [(1, np.array([0.2, 0.8])), (0, np.array([0.9, 0.1])), (2, np.array([0.4, 0.6]))]
+    assert aggregate_segments(probs).tolist() == pytest.approx([0.5, 0.5])
+    assert aggregate_segments(probs, "last").tolist() == [0.4, 0.6]
+    pred, gold = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]
+    # tp 2, fp 1, fn 1 → F1 = 4/6
+    m = classification_metrics(pred, gold, 2)
+    assert m == pytest.approx({"accuracy": 0.6, "f1": 2 / 3})
+    # macro over 3 classes: class 0 F1 1, class 1 F1 2/3, class 2 F1 0
+    assert f1_score([0, 1, 1, 2], [0, 1, 2, 1], "macro") == pytest.approx((1 + 0.5 + 0) / 3)
+
+
+# -- the trainer -----------------------------------------------------------------------------
+def test_finetune_end_to_end_writes_results(tmp_path):
+    out = tmp_path / "run"
+    finetune(out, "test_splits=[test]", "eval_steps=5")
+    results = json.loads((out / "eval_results.json").read_text())
+    assert set(results) >= {"accuracy", "f1", "loss", "step", "split", "main_metric"}
+    assert results["main_metric"] == "accuracy"
+    assert 0.0 <= results["accuracy"] <= 1.0 and results["split"] == "dev"
+    test = json.loads((out / "test_results.json").read_text())
+    assert test["step"] == results["step"] and test["split"] == "test"
+    preds = read_jsonl(out / "predictions_dev.jsonl")
+    assert len(preds) == 12 and {p["doc_id"] for p in preds} == {f"dev-{i}" for i in range(12)}
+    for p in preds:
+        assert sum(p["probs"]) == pytest.approx(1.0, abs=1e-5) and p["segments"] >= 1
+    log = read_jsonl(out / "train_log.jsonl")
+    assert [r["step"] for r in log] == list(range(1, len(log) + 1))
+    assert log[0]["lr"] == 0.0 and all(np.isfinite(r["loss"]) for r in log)
+    history = read_jsonl(out / "eval_history.jsonl")
+    assert {h["step"] for h in history if h["split"] == "dev"} >= {5, 10, len(log)}
+    for name in ("curves.png", "run_config.yaml", "train.log"):
+        assert (out / name).is_file(), name
+    assert os.listdir(out / "vdl")
+    # the best model loads through the one door and predicts
+    from ernie_doc import ErnieDocForSequenceClassification
+    best = ErnieDocForSequenceClassification.from_pretrained(str(out / "best"))
+    assert best.config.num_labels == 2 and best.config.num_hidden_layers == 2
+    assert not best.load_report.missing
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    finetune(full, "grad_accum_steps=2")
+    finetune(part, "grad_accum_steps=2", "stop_at_step=7")
+    assert len(read_jsonl(part / "train_log.jsonl")) == 7
+    finetune(part, resume=True)
+    a, b = read_jsonl(full / "train_log.jsonl"), read_jsonl(part / "train_log.jsonl")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b):
+        assert ra["loss"] == rb["loss"] and ra["lr"] == rb["lr"], (ra, rb)
+    ea = json.loads((full / "eval_results.json").read_text())
+    eb = json.loads((part / "eval_results.json").read_text())
+    assert ea == eb
+
+
+KILL_IN_SAVE = r"""
+import os, signal, sys
+sys.path.insert(0, {root!r})
+import paddle
+from ernie_doc.training import checkpoint as ckpt
+real_save, calls = paddle.save, []
+def dying_save(obj, path, *a, **k):
+    calls.append(path)
+    real_save(obj, path, *a, **k)
+    if path.endswith("optimizer.pdopt"):
+        with open(path, "r+b") as f:   # half-written file, then the process dies
+            f.truncate(os.path.getsize(path) // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+paddle.save = dying_save
+from tools.finetune import main
+main(["--resume", {out!r}, "--set", "stop_at_step=0", "save_steps=1"])
+"""
+
+
+def test_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    finetune(out, "stop_at_step=3")
+    latest = os.path.realpath(out / "checkpoints" / "latest")
+    assert latest.endswith("step-3")
+    script = tmp_path / "kill.py"
+    script.write_text(KILL_IN_SAVE.format(root=str(ROOT), out=str(out)))
+    proc = subprocess.run([PY, str(script)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert os.path.realpath(out / "checkpoints" / "latest") == latest
+    assert (out / "checkpoints" / "step-4.tmp").is_dir()     # the torn write, never linked
+    finetune(out, resume=True)                                 # resumes from step 3 and ends
+    log = read_jsonl(out / "train_log.jsonl")
+    assert [r["step"] for r in log] == list(range(1, len(log) + 1))
+    assert (out / "eval_results.json").is_file()
+
+
+def test_data_parallel_two_ranks_keep_identical_parameters(tmp_path):
+    out = tmp_path / "dp"
+    cmd = [PY, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+           "--log_dir", str(tmp_path / "log"), os.path.join("tests", "dp_worker.py"),
+           str(out), *TINY]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    logs = ""
+    for name in sorted(os.listdir(tmp_path / "log")) if (tmp_path / "log").exists() else []:
+        if name.startswith("workerlog"):
+            logs += (tmp_path / "log" / name).read_text()[-2000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    p0 = np.load(out / "params-rank0.npz")
+    p1 = np.load(out / "params-rank1.npz")
+    assert sorted(p0.files) == sorted(p1.files) and len(p0.files) > 10
+    for k in p0.files:
+        np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
+    log = read_jsonl(out / "train_log.jsonl")
+    assert len(log) > 3 and (out / "eval_results.json").is_file()
+    # the two ranks read different rows: their memories differ
+    m0, m1 = np.load(out / "memories-rank0.npy"), np.load(out / "memories-rank1.npy")
+    assert m0.shape == m1.shape and not np.allclose(m0, m1)
+
+
+# -- bad input -------------------------------------------------------------------------------
+@pytest.mark.parametrize("override, message", [
+    ("no_such_key=1", "unknown key 'no_such_key'"),
+    ("batch_size=0", "batch_size: must be a positive integer"),
+    ("reader.bogus=1", "unknown option 'bogus'"),
+    ("task=nope", "no tasks/nope/reader.py"),
+    ("doc_prediction=median", "doc_prediction: 'median' is not one of"),
+    ("max_seq_len=64", "exceeds the model's max_position_embeddings"),
+])
+def test_bad_config_is_one_error_line_and_writes_nothing(tmp_path, override, message):
+    out = tmp_path / "run"
+    proc = finetune(out, override, expect=2)
+    assert message in proc.stderr, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("task: longdep\nepochs: 1\nbatch_sise: 4\n")
+    proc = subprocess.run([PY, "tools/finetune.py", str(cfg)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and f"{cfg}:3: unknown key 'batch_sise'" in proc.stderr
+    cfg.write_text("task: longdep\nepochs: [1\n")
+    proc = subprocess.run([PY, "tools/finetune.py", str(cfg)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and f"{cfg}:" in proc.stderr and "invalid YAML" in proc.stderr
+    proc = subprocess.run([PY, "tools/finetune.py", str(cfg), "--debug"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_existing_run_is_not_overwritten_silently(tmp_path):
+    out = tmp_path / "run"
+    finetune(out, "epochs=1")
+    proc = finetune(out, "epochs=1", expect=2)
+    assert "already holds a run" in proc.stderr
+    finetune(out, "epochs=1", "overwrite_output_dir=true")
+
+
+def test_non_finite_loss_stops_the_run(tmp_path):
+    proc = finetune(tmp_path / "run", "learning_rate=1e30", "warmup_proportion=0",
+                    "model_overrides.hidden_dropout_prob=0.0", expect=1)
+    assert "the loss is" in proc.stderr and ("nan" in proc.stderr or "inf" in proc.stderr)
