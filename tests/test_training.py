@@ -170,7 +170,9 @@ def test_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
 
 def test_data_parallel_two_ranks_keep_identical_parameters(tmp_path):
     out = tmp_path / "dp"
-    cmd = [PY, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
+    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
+    cmd = [*launcher, "--nproc_per_node", "2",
            "--log_dir", str(tmp_path / "log"), os.path.join("tests", "dp_worker.py"),
            str(out), *TINY]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -1,0 +1,1 @@
+"""longdep: a synthetic long-dependency document classification task (see reader.py)."""

@@ -1,0 +1,149 @@
+"""longdep: synthetic documents whose label joins two tokens placed segments apart.
+
+Task
+----
+A document is `n` windows ("segments") of `segment_tokens` = T-2 token ids, n drawn uniformly
+from [min_segments, max_segments]. Every token is filler (uniform over `filler_vocab` ids)
+except two keys:
+
+- key1 ∈ {KEY_A, KEY_B} at a random position of the FIRST segment,
+- key2 ∈ {KEY_C, KEY_D} at a random position of the LAST segment,
+
+label = "1" if (key1 == KEY_A) XOR (key2 == KEY_C) else "0". Both labels and all four key
+combinations are equally likely, so neither key alone (nor the length) says anything about the
+label: a document is solved only by a model that sees both keys at once, i.e. one that carries
+key1 from segment 1 to segment n. Segments are cut with stride = segment_tokens (no overlap),
+so key1 and key2 always land in the first and last window.
+
+Why the four ablations separate
+-------------------------------
+- recurrence "none": a segment sees only itself; no segment sees both keys → chance (~50%).
+- recurrence "xl" (layer n caches layer n-1's output): information moves back at most one
+  segment per layer, so with L layers the last segment reaches key1 only when n <= L + 1.
+  Documents of min_segments..L+1 segments are solvable, longer ones are at chance: accuracy
+  ≈ share_short + (1 - share_short) / 2.
+- recurrence "enhanced" (ERNIE-Doc, layer n caches its own output): context is unbounded, so
+  every length is solvable in principle; only the last segment can know the label though, and
+  the memory is detached, so learning to keep key1 over several segments is slow.
+- "enhanced" + retrospective feed: the second pass starts from the memory the skim pass left
+  after the last segment (both keys seen), so EVERY retrospective segment can know the label:
+  n× more informative training signal per document and a document prediction (mean of segment
+  probabilities) backed by all its segments → learnt fastest and best.
+
+Options (all optional; unknown keys raise DataError naming the key)
+--------------------------------------------------------------------
+num_docs        int, or {split: int}; documents per split (default train 2000, dev/test 500)
+seed            int (default 0); each split draws from its own stream (seed, split)
+segment_tokens  int >= 2, = T - 2, the window size of the segmenter (default 30)
+min_segments    int >= 1 (default 2)        max_segments   int >= min_segments (default 6)
+filler_vocab    int >= 1, number of distinct filler ids (default 16)
+last_min_fill   float in (0, 1], shortest last window as a share of segment_tokens (default 0.5)
+
+`data_dir` is ignored. Pure python/numpy: no paddle.
+"""
+import numpy as np
+
+from ernie_doc.data.document import DataError, Document
+
+PAD, CLS, SEP = 0, 1, 2
+UNK = 3
+KEY_A, KEY_B = 4, 5   # key1 values (first segment)
+KEY_C, KEY_D = 6, 7   # key2 values (last segment)
+FILLER_START = 8
+MAX_FILLER = 24
+VOCAB_SIZE = FILLER_START + MAX_FILLER  # 32; filler ids are FILLER_START .. +filler_vocab-1
+
+SPLITS = ("train", "dev", "test")
+_SPLIT_STREAM = {"train": 0, "dev": 1, "test": 2}
+DEFAULTS = dict(num_docs=None, seed=0, segment_tokens=30, min_segments=2, max_segments=6,
+                filler_vocab=16, last_min_fill=0.5, key_count=1)
+_DEFAULT_NUM_DOCS = {"train": 2000, "dev": 500, "test": 500}
+
+
+def labels(data_dir=None, options=None):
+    return ["0", "1"]
+
+
+def _int(options, name, minimum):
+    v = options[name]
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+        raise DataError(f"longdep option {name!r} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def _options(options):
+    options = dict(options or {})
+    for key in options:
+        if key not in DEFAULTS:
+            raise DataError(f"longdep: unknown option {key!r}; known options: "
+                            f"{', '.join(sorted(DEFAULTS))}")
+    opts = {**DEFAULTS, **options}
+    out = {name: _int(opts, name, m) for name, m in
+           (("seed", 0), ("segment_tokens", 2), ("min_segments", 1), ("max_segments", 1),
+            ("filler_vocab", 1), ("key_count", 1))}
+    if out["max_segments"] < out["min_segments"]:
+        raise DataError(f"longdep option 'max_segments' ({out['max_segments']}) must be >= "
+                        f"min_segments ({out['min_segments']})")
+    if out["filler_vocab"] > MAX_FILLER:
+        raise DataError(f"longdep option 'filler_vocab' must be <= {MAX_FILLER}, "
+                        f"got {out['filler_vocab']}")
+    fill = opts["last_min_fill"]
+    if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not 0.0 < fill <= 1.0:
+        raise DataError(f"longdep option 'last_min_fill' must be in (0, 1], got {fill!r}")
+    out["last_min_fill"] = float(fill)
+    out["num_docs"] = opts["num_docs"]
+    return out
+
+
+def _num_docs(value, split):
+    if value is None:
+        return _DEFAULT_NUM_DOCS[split]
+    if isinstance(value, dict):
+        for key in value:
+            if key not in SPLITS:
+                raise DataError(f"longdep option 'num_docs': unknown split {key!r}")
+        if split not in value:
+            return _DEFAULT_NUM_DOCS[split]
+        value = value[split]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise DataError(f"longdep option 'num_docs' must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def make_document(rng, opts):
+    """(ids, label, n_segments) of one document drawn from rng."""
+    s = opts["segment_tokens"]
+    n = int(rng.integers(opts["min_segments"], opts["max_segments"] + 1))
+    last_len = int(rng.integers(max(1, int(np.ceil(opts["last_min_fill"] * s))), s + 1))
+    length = (n - 1) * s + last_len
+    ids = (FILLER_START + rng.integers(0, opts["filler_vocab"], size=length)).tolist()
+    k1 = int(rng.integers(0, 2))
+    k2 = int(rng.integers(0, 2))
+    c = opts["key_count"]
+    if n > 1:
+        p1 = rng.choice(s, size=c, replace=False)
+        p2 = (n - 1) * s + rng.choice(last_len, size=c, replace=False)
+    else:  # both keys in the one segment, at distinct positions
+        both = rng.choice(last_len, size=2 * c, replace=False)
+        p1, p2 = both[:c], both[c:]
+    for p in p1:
+        ids[int(p)] = (KEY_A, KEY_B)[k1]
+    for p in p2:
+        ids[int(p)] = (KEY_C, KEY_D)[k2]
+    label = "1" if (k1 == 0) != (k2 == 0) else "0"
+    return ids, label, n
+
+
+def read(data_dir, split, options=None):
+    """The documents of `split` ("train", "dev" or "test"); deterministic from options."""
+    if split not in SPLITS:
+        raise DataError(f"longdep: unknown split {split!r}; splits: {', '.join(SPLITS)}")
+    opts = _options(options)
+    count = _num_docs(opts["num_docs"], split)
+    rng = np.random.default_rng([opts["seed"], _SPLIT_STREAM[split], 7919])
+    docs = []
+    for i in range(count):
+        ids, label, n = make_document(rng, opts)
+        docs.append(Document(doc_id=f"{split}-{i}", ids=ids, label=label,
+                             fields={"num_segments": n}))
+    return docs

@@ -1,0 +1,182 @@
+"""Every task's run.sh on small fixtures in the official formats (the run.sh contract), and
+the command line's behaviour on bad data."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "plot", "actor",
+         "left", "right", "news", "party", "vote"]
+HANZI = list("好坏新闻体育财经游戏软件应用手机学习教育音乐")
+TINY_MODEL = ("model_overrides={num_hidden_layers: 1, hidden_size: 16, num_attention_heads: 2,"
+              " memory_len: 8, max_position_embeddings: 16}")
+COMMON = ["model=ernie-doc-small", TINY_MODEL, "max_seq_len=16", "batch_size=4", "epochs=1",
+          "learning_rate=0.001", "progress=false", "logging_steps=0"]
+
+
+def vocab_dir(root, tokens):
+    root.mkdir(parents=True, exist_ok=True)
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+    (root / "vocab.txt").write_text("\n".join(specials + tokens) + "\n", encoding="utf-8")
+    return root
+
+
+def text(rng, vocab, n, sep=" "):
+    return sep.join(rng.choice(vocab, size=n))
+
+
+def run_task(task, data_dir, out, tokenizer, *extra, expect=0, nproc=1):
+    env = dict(os.environ, DATA_DIR=str(data_dir), OUTPUT_DIR=str(out), PYTHON=sys.executable,
+               INIT_CHECKPOINT="", MODEL_CONFIG="ernie-doc-small", NPROC=str(nproc),
+               LAUNCH_LOG_DIR=str(out) + ".launch",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    cmd = ["bash", f"tasks/{task}/run.sh", f"tokenizer={tokenizer}", *COMMON, *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+def check_results(out, metric, n_dev):
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["main_metric"] == metric and 0.0 <= results[metric] <= 1.0
+    preds = [json.loads(line) for line in open(out / f"predictions_{results['split']}.jsonl")]
+    assert len(preds) == n_dev
+    return results
+
+
+def imdb_tsv(tmp_path):
+    rng = np.random.default_rng(0)
+    data = tmp_path / "imdb"
+    data.mkdir()
+    for split, n in (("train", 16), ("test", 8)):
+        rows = ["qid\tlabel\tscore\ttext_a"]
+        for i in range(n):
+            rows.append(f"{i + 1}\t{i % 2}\t{7 if i % 2 else 2}\t"
+                        + text(rng, WORDS, int(rng.integers(5, 40))) + " <br /><br /> the end")
+        (data / f"{split}.txt").write_text("\n".join(rows) + "\n")
+    return data
+
+
+def test_imdb_run_sh_on_the_official_tsv(tmp_path):
+    out = tmp_path / "out"
+    run_task("imdb", imdb_tsv(tmp_path), out, vocab_dir(tmp_path / "vocab", WORDS + ["end"]))
+    check_results(out, "accuracy", 8)
+
+
+def test_run_sh_with_nproc_2_uses_fleetrun(tmp_path):
+    out = tmp_path / "out"
+    run_task("imdb", imdb_tsv(tmp_path), out, vocab_dir(tmp_path / "vocab", WORDS + ["end"]),
+             nproc=2)
+    check_results(out, "accuracy", 8)
+    assert (tmp_path / "out.launch" / "workerlog.1").is_file()
+
+
+def test_hyp_run_sh_on_semeval_xml(tmp_path):
+    rng = np.random.default_rng(1)
+    data = tmp_path / "hyp"
+    data.mkdir()
+    ids = [f"{i:07d}" for i in range(20)]
+    arts = "".join(f'<article id="{a}" title="t{a}"><p>{text(rng, WORDS, 30)}</p> '
+                   f'<a href="x">{text(rng, WORDS, 3)}</a></article>\n' for a in ids)
+    (data / "articles-training-byarticle.xml").write_text(
+        f'<?xml version="1.0" encoding="UTF-8"?><articles>\n{arts}</articles>\n')
+    truth = "".join(f'<article id="{a}" hyperpartisan="{"true" if i % 2 else "false"}"/>\n'
+                    for i, a in enumerate(ids))
+    (data / "ground-truth-training-byarticle.xml").write_text(
+        f'<?xml version="1.0" ?><articles>\n{truth}</articles>\n')
+    (data / "hp-splits.json").write_text(json.dumps(
+        {"train": list(range(12)), "dev": list(range(12, 16)), "test": list(range(16, 20))}))
+    out = tmp_path / "out"
+    run_task("hyp", data, out, vocab_dir(tmp_path / "vocab", WORDS))
+    check_results(out, "f1", 4)
+    test = json.loads((out / "test_results.json").read_text())
+    assert test["split"] == "test" and "f1" in test
+
+
+def test_iflytek_run_sh_on_clue_json_lines(tmp_path):
+    rng = np.random.default_rng(2)
+    data = tmp_path / "iflytek"
+    data.mkdir()
+    for name, n in (("train.json", 16), ("dev.json", 6)):
+        with open(data / name, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({"label": str(int(rng.integers(0, 119))), "label_des": "x",
+                                    "sentence": text(rng, HANZI, 30, sep="")},
+                                   ensure_ascii=False) + "\n")
+    out = tmp_path / "out"
+    run_task("iflytek", data, out, vocab_dir(tmp_path / "vocab", HANZI))
+    check_results(out, "accuracy", 6)
+    from ernie_doc import ErnieDocForSequenceClassification
+    assert ErnieDocForSequenceClassification.from_pretrained(
+        str(out / "best")).config.num_labels == 119
+
+
+def test_thucnews_run_sh_on_label_tab_text(tmp_path):
+    rng = np.random.default_rng(3)
+    data = tmp_path / "thucnews"
+    data.mkdir()
+    labels = ["体育", "财经", "游戏"]
+    (data / "label.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    for name, n in (("train.txt", 12), ("val.txt", 6), ("test.txt", 6)):
+        lines = [f"{labels[i % 3]}\t{text(rng, HANZI, 25, sep='')}" for i in range(n)]
+        (data / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    run_task("thucnews", data, out, vocab_dir(tmp_path / "vocab", HANZI))
+    check_results(out, "accuracy", 6)
+    assert (out / "test_results.json").is_file()
+
+
+def test_longdep_run_sh_prints_the_ablation_table(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable)
+    proc = subprocess.run(
+        ["bash", "tasks/longdep/run.sh", "epochs=1", "reader.num_docs={train: 16, dev: 8}",
+         "model_overrides.num_hidden_layers=1", "model_overrides.hidden_size=16",
+         "model_overrides.num_attention_heads=2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results) == ["none", "xl", "enhanced", "enhanced+retro"]
+    assert all(0.0 <= v <= 1.0 for v in results.values())
+    for name in results:
+        assert name in proc.stdout
+    assert json.loads((out / "eval_results.json").read_text())["accuracy"] == \
+        results["enhanced+retro"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("qid\tlabel\tscore\ttext_a\n1\t0\t2\tfine movie\n2\t1\t9\n", "train.txt:3:"),
+    ("qid\tlabel\tscore\ttext_a\n1\t7\t2\tfine movie\n", "train.txt:2:"),
+    ("qid\tlabel\tscore\ttext_a\n1\t0\t2\t   \n", "train.txt:2:"),
+    (b"qid\tlabel\tscore\ttext_a\n1\t0\t2\tfine \xff movie\n", "train.txt:2:"),
+])
+def test_bad_data_is_one_error_line_and_nothing_written(tmp_path, content, message):
+    data = tmp_path / "imdb"
+    data.mkdir()
+    mode = "wb" if isinstance(content, bytes) else "w"
+    with open(data / "train.txt", mode) as f:
+        f.write(content)
+    (data / "test.txt").write_text("qid\tlabel\tscore\ttext_a\n1\t0\t2\tfine\n")
+    out = tmp_path / "out"
+    proc = run_task("imdb", data, out, vocab_dir(tmp_path / "vocab", WORDS), expect=2)
+    assert message in proc.stderr and proc.stderr.startswith("error: ")
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert not out.exists()
+
+
+def test_missing_data_dir_and_empty_split(tmp_path):
+    out = tmp_path / "out"
+    proc = run_task("iflytek", tmp_path / "nowhere", out, vocab_dir(tmp_path / "v", HANZI),
+                    expect=2)
+    assert "nowhere" in proc.stderr and not out.exists()
+    data = tmp_path / "empty"
+    data.mkdir()
+    (data / "train.json").write_text("\n\n")
+    (data / "dev.json").write_text('{"label": "1", "sentence": "好"}\n')
+    proc = run_task("iflytek", data, out, vocab_dir(tmp_path / "v", HANZI), expect=2)
+    assert "train.json" in proc.stderr and not out.exists()
