@@ -180,3 +180,21 @@ def test_missing_data_dir_and_empty_split(tmp_path):
     (data / "dev.json").write_text('{"label": "1", "sentence": "好"}\n')
     proc = run_task("iflytek", data, out, vocab_dir(tmp_path / "v", HANZI), expect=2)
     assert "train.json" in proc.stderr and not out.exists()
+
+
+def test_init_checkpoint_loads_weights_and_tokenizer_from_a_run(tmp_path):
+    data = imdb_tsv(tmp_path)
+    first = tmp_path / "first"
+    run_task("imdb", data, first, vocab_dir(tmp_path / "vocab", WORDS + ["end"]))
+    assert (first / "best" / "vocab.txt").is_file()        # the tokenizer travels with it
+    before = json.loads((first / "eval_results.json").read_text())
+    # learning rate 0: the weights stay those of the checkpoint, so the first evaluation
+    # reproduces the checkpoint's own
+    second = tmp_path / "second"
+    env_ckpt = str(first / "best")
+    proc = run_task("imdb", data, second, "", f"init_checkpoint={env_ckpt}", "learning_rate=0",
+                    "weight_decay=0")
+    assert "loaded" in proc.stdout
+    after = json.loads((second / "eval_results.json").read_text())
+    assert after["accuracy"] == before["accuracy"]
+    assert after["loss"] == pytest.approx(before["loss"], abs=1e-6)
