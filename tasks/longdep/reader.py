@@ -1,43 +1,45 @@
-"""longdep: synthetic documents whose label joins two tokens placed segments apart.
+"""longdep: synthetic documents whose label joins two key tokens placed segments apart.
 
 Task
 ----
-A document is `n` windows ("segments") of `segment_tokens` = T-2 token ids, n drawn uniformly
-from [min_segments, max_segments]. Every token is filler (uniform over `filler_vocab` ids)
-except two keys:
+A document is n windows ("segments") of `segment_tokens` = T-2 token ids, n drawn uniformly from
+[min_segments, max_segments]. Tokens are filler (uniform over `filler_vocab` ids) except:
 
-- key1 ∈ {KEY_A, KEY_B} at a random position of the FIRST segment,
-- key2 ∈ {KEY_C, KEY_D} at a random position of the LAST segment,
+- key1 ∈ {KEY_A, KEY_B}, written at `key_count` random positions of the FIRST segment,
+- key2 ∈ {KEY_C, KEY_D}, written at `key_count` random positions of the LAST segment,
 
-label = "1" if (key1 == KEY_A) XOR (key2 == KEY_C) else "0". Both labels and all four key
-combinations are equally likely, so neither key alone (nor the length) says anything about the
-label: a document is solved only by a model that sees both keys at once, i.e. one that carries
-key1 from segment 1 to segment n. Segments are cut with stride = segment_tokens (no overlap),
-so key1 and key2 always land in the first and last window.
+label = "1" if (key1 == KEY_A) XOR (key2 == KEY_C) else "0". Labels and all four key pairs are
+equally likely, so no single segment (nor the length) says anything about the label: only a
+model that carries key1 from segment 1 to segment n can solve a document. The segmenter cuts
+windows of segment_tokens with stride segment_tokens (no overlap), so key1 and key2 always land
+in the first and the last window. Several copies of each key make the keys salient, which lets a
+tiny model learn the XOR in seconds.
 
-Why the four ablations separate
--------------------------------
+Why the four ablations separate (defaults: 2..4 segments, 1-layer model)
+------------------------------------------------------------------------
 - recurrence "none": a segment sees only itself; no segment sees both keys → chance (~50%).
 - recurrence "xl" (layer n caches layer n-1's output): information moves back at most one
   segment per layer, so with L layers the last segment reaches key1 only when n <= L + 1.
-  Documents of min_segments..L+1 segments are solvable, longer ones are at chance: accuracy
-  ≈ share_short + (1 - share_short) / 2.
+  With L = 1 only 2-segment documents are solvable: accuracy ≈ 1/3 + 2/3 · 1/2 ≈ 0.67.
 - recurrence "enhanced" (ERNIE-Doc, layer n caches its own output): context is unbounded, so
-  every length is solvable in principle; only the last segment can know the label though, and
-  the memory is detached, so learning to keep key1 over several segments is slow.
-- "enhanced" + retrospective feed: the second pass starts from the memory the skim pass left
-  after the last segment (both keys seen), so EVERY retrospective segment can know the label:
-  n× more informative training signal per document and a document prediction (mean of segment
-  probabilities) backed by all its segments → learnt fastest and best.
+  every length is solvable in principle; but only the last segment can know the label and the
+  memory is detached, so the model has to learn to keep key1 over n-1 hops from the last
+  segment's loss alone: 3-segment documents are learnt, 4-segment ones only partly.
+- "enhanced" + retrospective feed: the retrospective pass starts from the memory the skim pass
+  left after the last segment (key2 seen, key1 carried), so its FIRST segment sees key1 directly
+  and key2 one hop back: every document, whatever its length, is a one-hop problem, and every
+  retrospective segment can know the label (the label is copied one hop at a time) → learnt
+  fastest and solved at every length (~100%).
 
 Options (all optional; unknown keys raise DataError naming the key)
 --------------------------------------------------------------------
-num_docs        int, or {split: int}; documents per split (default train 2000, dev/test 500)
+num_docs        int, or {split: int}; documents per split (default train 10000, dev/test 500)
 seed            int (default 0); each split draws from its own stream (seed, split)
-segment_tokens  int >= 2, = T - 2, the window size of the segmenter (default 30)
-min_segments    int >= 1 (default 2)        max_segments   int >= min_segments (default 6)
-filler_vocab    int >= 1, number of distinct filler ids (default 16)
-last_min_fill   float in (0, 1], shortest last window as a share of segment_tokens (default 0.5)
+segment_tokens  int >= 2, = T - 2, the window size of the segmenter (default 6, i.e. T = 8)
+min_segments    int >= 1 (default 2)        max_segments   int >= min_segments (default 4)
+filler_vocab    int in [1, 24], number of distinct filler ids (default 16)
+key_count       int >= 1, copies of each key (default 4); must fit the first / last window
+last_min_fill   float in (0, 1], shortest last window as a share of segment_tokens (default 1.0)
 
 `data_dir` is ignored. Pure python/numpy: no paddle.
 """
@@ -55,9 +57,9 @@ VOCAB_SIZE = FILLER_START + MAX_FILLER  # 32; filler ids are FILLER_START .. +fi
 
 SPLITS = ("train", "dev", "test")
 _SPLIT_STREAM = {"train": 0, "dev": 1, "test": 2}
-DEFAULTS = dict(num_docs=None, seed=0, segment_tokens=30, min_segments=2, max_segments=6,
-                filler_vocab=16, last_min_fill=0.5, key_count=1)
-_DEFAULT_NUM_DOCS = {"train": 2000, "dev": 500, "test": 500}
+DEFAULTS = dict(num_docs=None, seed=0, segment_tokens=6, min_segments=2, max_segments=4,
+                filler_vocab=16, last_min_fill=1.0, key_count=4)
+_DEFAULT_NUM_DOCS = {"train": 10000, "dev": 500, "test": 500}
 
 
 def labels(data_dir=None, options=None):
@@ -91,6 +93,15 @@ def _options(options):
     if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not 0.0 < fill <= 1.0:
         raise DataError(f"longdep option 'last_min_fill' must be in (0, 1], got {fill!r}")
     out["last_min_fill"] = float(fill)
+    c, s = out["key_count"], out["segment_tokens"]
+    shortest_last = max(1, int(np.ceil(out["last_min_fill"] * s)))
+    if out["min_segments"] == 1 and 2 * c > shortest_last:
+        raise DataError(f"longdep option 'key_count' ({c}): a 1-segment document needs 2 x "
+                        f"key_count <= {shortest_last} token positions (raise min_segments, "
+                        f"last_min_fill or segment_tokens)")
+    if c > shortest_last:
+        raise DataError(f"longdep option 'key_count' ({c}) must be <= the shortest last window "
+                        f"({shortest_last} tokens = ceil(last_min_fill x segment_tokens))")
     out["num_docs"] = opts["num_docs"]
     return out
 
