@@ -201,6 +201,9 @@ def test_data_parallel_two_ranks_keep_identical_parameters(tmp_path):
     ("task=nope", "no tasks/nope/reader.py"),
     ("doc_prediction=median", "doc_prediction: 'median' is not one of"),
     ("max_seq_len=64", "exceeds the model's max_position_embeddings"),
+    ("eval_splits=[]", "eval_splits: needs at least one split"),
+    ("init_checkpoint=/nonexistent/ckpt", "/nonexistent/ckpt"),
+    ("metrics=[bleu]", "metrics: unknown ['bleu']"),
 ])
 def test_bad_config_is_one_error_line_and_writes_nothing(tmp_path, override, message):
     out = tmp_path / "run"

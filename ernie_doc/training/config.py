@@ -207,6 +207,8 @@ def validate(cfg):
             cfg[key] = [cfg[key]]
         if not isinstance(cfg[key], list):
             fail(key, f"must be a list of split names, got {cfg[key]!r}")
+    if not cfg.eval_splits:
+        fail("eval_splits", "needs at least one split (it picks the best checkpoint)")
     if not cfg.output_dir:
         cfg["output_dir"] = os.path.join("output", str(cfg.task))
     return cfg
