@@ -174,7 +174,7 @@ def test_data_parallel_two_ranks_keep_identical_parameters(tmp_path):
     launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
     cmd = [*launcher, "--nproc_per_node", "2",
            "--log_dir", str(tmp_path / "log"), os.path.join("tests", "dp_worker.py"),
-           str(out), *TINY]
+           str(out), *TINY, "grad_accum_steps=2"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     logs = ""
     for name in sorted(os.listdir(tmp_path / "log")) if (tmp_path / "log").exists() else []:
