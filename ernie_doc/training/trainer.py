@@ -266,28 +266,12 @@ class Trainer:
             for micro, batch in train.batches(schedule, cfg.max_seq_len, self.pad_id, start):
                 boundary = (micro + 1) % accum == 0 or micro + 1 == len(schedule)
                 paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
-                t = _to_tensors(batch)
-                weight = batch["has_loss"] & (batch["is_last"] if cfg.loss_segments == "last"
-                                              else True)
-                weight = paddle.to_tensor(weight.astype("float32"))
-                with paddle.amp.auto_cast(enable=cfg.amp):
-                    out = self.model(t["input_ids"], memories, t["token_type_ids"],
-                                     t["attention_mask"], t["reset_memory"], memory_mask)
-                    loss = self.task.loss(out, t, weight)
-                memories, memory_mask = out.memories, out.memory_mask
-                value = float(loss)
+                value, memories, memory_mask = self._forward_backward(
+                    batch, memories, memory_mask, scaler, sync=boundary)
                 if not math.isfinite(value):
                     raise TrainingError(
                         f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
                         f"stopping. Try a lower learning_rate or max_grad_norm: 1.0")
-                scaled = loss / accum
-                if scaler is not None:
-                    scaled = scaler.scale(scaled)
-                if self.world > 1 and not boundary:
-                    with self.model.no_sync():
-                        scaled.backward()
-                else:
-                    scaled.backward()
                 losses.append(value)
                 tokens += int(batch["attention_mask"].sum())
                 if not boundary:
@@ -324,13 +308,7 @@ class Trainer:
                     self._evaluate_and_keep_best(log)
                 stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
                 if evaluate or stop or (cfg.save_steps and state["step"] % cfg.save_steps == 0):
-                    arrays = {}
-                    if memories is not None:
-                        arrays["memories"] = memories.numpy()
-                    if memory_mask is not None:
-                        arrays["memory_mask"] = memory_mask.numpy()
-                    ckpt.save_training_state(self.out, state["step"], self.raw, optimizer,
-                                             state, arrays, cfg.keep_checkpoints)
+                    self._save_state(memories, memory_mask)
                 if stop:
                     logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
                                 f"--resume {self.out}")
@@ -344,6 +322,38 @@ class Trainer:
             results = self._finish(log)
         log.close()
         return results
+
+    def _forward_backward(self, batch, memories, memory_mask, scaler, sync):
+        """One micro-step → (loss value, new memories, new memory mask). Gradients are
+        all-reduced across ranks only when `sync` (the last micro-step of an optimizer step)."""
+        cfg = self.cfg
+        t = _to_tensors(batch)
+        weight = batch["has_loss"] & (batch["is_last"] if cfg.loss_segments == "last" else True)
+        weight = paddle.to_tensor(weight.astype("float32"))
+        with paddle.amp.auto_cast(enable=cfg.amp):
+            out = self.model(t["input_ids"], memories, t["token_type_ids"],
+                             t["attention_mask"], t["reset_memory"], memory_mask)
+            loss = self.task.loss(out, t, weight)
+        value = float(loss)
+        if math.isfinite(value):
+            scaled = loss / cfg.grad_accum_steps
+            if scaler is not None:
+                scaled = scaler.scale(scaled)
+            if self.world > 1 and not sync:
+                with self.model.no_sync():
+                    scaled.backward()
+            else:
+                scaled.backward()
+        return value, out.memories, out.memory_mask
+
+    def _save_state(self, memories, memory_mask):
+        arrays = {}
+        if memories is not None:
+            arrays["memories"] = memories.numpy()
+        if memory_mask is not None:
+            arrays["memory_mask"] = memory_mask.numpy()
+        ckpt.save_training_state(self.out, self.state["step"], self.raw, self.optimizer,
+                                 self.state, arrays, self.cfg.keep_checkpoints)
 
     def _mean_over_ranks(self, value):
         if self.world == 1:
