@@ -198,3 +198,16 @@ def test_init_checkpoint_loads_weights_and_tokenizer_from_a_run(tmp_path):
     after = json.loads((second / "eval_results.json").read_text())
     assert after["accuracy"] == before["accuracy"]
     assert after["loss"] == pytest.approx(before["loss"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_main_command_shows_the_paper_ablation_order(tmp_path):
+    """The README's main command, as is (about 3 minutes on 2 cores)."""
+    out = tmp_path / "longdep"
+    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable)
+    proc = subprocess.run(["bash", "tasks/longdep/run.sh"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads((out / "results.json").read_text())
+    assert r["none"] < 0.6 and r["enhanced+retro"] > 0.95, r
+    assert r["none"] < r["xl"] < r["enhanced"] < r["enhanced+retro"], r
