@@ -211,3 +211,20 @@ def test_main_command_shows_the_paper_ablation_order(tmp_path):
     r = json.loads((out / "results.json").read_text())
     assert r["none"] < 0.6 and r["enhanced+retro"] > 0.95, r
     assert r["none"] < r["xl"] < r["enhanced"] < r["enhanced+retro"], r
+
+
+def test_trained_sentencepiece_tokenizer_survives_resume(tmp_path):
+    data = imdb_tsv(tmp_path)
+    out = tmp_path / "out"
+    proc = run_task("imdb", data, out, "train", "tokenizer_vocab_size=400", expect=2)
+    assert "tokenizer_vocab_size 400" in proc.stderr and "Vocabulary size too high" in \
+        proc.stderr and proc.stderr.strip().count("\n") == 0 and not out.exists()
+    run_task("imdb", data, out, "train", "tokenizer_vocab_size=30", "epochs=2",
+             "stop_at_step=3")
+    model = out / "tokenizer" / "spm.model"
+    first = model.read_bytes()
+    proc = subprocess.run([sys.executable, "tools/finetune.py", "--resume", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert model.read_bytes() == first and (out / "best" / "spm.model").is_file()
+    assert (out / "eval_results.json").is_file()

@@ -108,6 +108,8 @@ class Trainer:
                                              cfg.train_skim))
             self.splits[split] = Split(split, split_docs, passes)
         self._create_output_dir()
+        if self._spm_dir:
+            shutil.rmtree(self._spm_dir, ignore_errors=True)   # loaded; a copy is in OUTPUT_DIR
         setup_logging(self.out, self.is_main)
         n_seg = sum(self.splits["train"].lengths)
         logger.info(f"task {cfg.task} ({cfg.kind}): {len(self.task.labels)} labels; "
@@ -155,7 +157,8 @@ class Trainer:
         spm_dir = None
         if cfg.tokenizer == "train":
             spm_dir = self._train_spm(train_docs)
-            tokenizer = load_tokenizer(os.path.join(spm_dir, "spm.model"))
+            tokenizer = load_tokenizer(os.path.join(spm_dir or os.path.join(self.out, "tokenizer"),
+                                                    "spm.model"))
         else:
             source = cfg.tokenizer or cfg.init_checkpoint
             if not source:
@@ -173,12 +176,11 @@ class Trainer:
         return tokenizer, special, spm_dir
 
     def _train_spm(self, train_docs):
-        """SentencePiece on the train split (for from-scratch runs). Reused when resuming."""
+        """SentencePiece on the train split (for from-scratch runs), in a temporary directory
+        → that directory, or None when resuming a run that already has one."""
         from ernie_doc.tokenization.spm import train
-        if self.resume:
-            existing = os.path.join(self.out, "tokenizer")
-            if os.path.isfile(os.path.join(existing, "spm.model")):
-                return existing
+        if self.resume and os.path.isfile(os.path.join(self.out, "tokenizer", "spm.model")):
+            return None
         tmp = tempfile.mkdtemp(prefix="ernie-doc-spm-")
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as f:
@@ -186,8 +188,15 @@ class Trainer:
                 f.write(" ".join(doc.text.split()) + "\n")
         logger.info(f"training a SentencePiece tokenizer ({self.cfg.tokenizer_vocab_size} "
                     "pieces) on the train split")
-        train(corpus, os.path.join(tmp, "spm"), self.cfg.tokenizer_vocab_size,
-              extra_options={"max_sentence_length": 1 << 20})
+        try:
+            train(corpus, os.path.join(tmp, "spm"), self.cfg.tokenizer_vocab_size,
+                  extra_options={"max_sentence_length": 1 << 20})
+        except RuntimeError as e:   # e.g. a vocabulary larger than the corpus allows
+            shutil.rmtree(tmp, ignore_errors=True)
+            reason = str(e).strip().splitlines()[-1].split("] ")[-1]
+            raise ConfigError(f"{self.cfg.source}: tokenizer_vocab_size "
+                              f"{self.cfg.tokenizer_vocab_size}: SentencePiece training on the "
+                              f"train split failed: {reason}") from None
         return tmp
 
     def _build_model(self, special):
