@@ -48,7 +48,3 @@ def gather_objects(obj):
     dist.all_gather_object(out, obj)
     return out
 
-
-def all_true(flag):
-    """Whether `flag` holds on every rank (so that all ranks take the same branch)."""
-    return all(gather_objects(bool(flag)))

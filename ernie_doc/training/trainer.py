@@ -60,6 +60,10 @@ class Split:
             yield step, collate(rows, schedule.reset[step], seq_len, pad_id, self.template)
 
 
+def _format(metrics):
+    return " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
 def _to_tensors(batch):
     return {k: paddle.to_tensor(v) for k, v in batch.items()}
 
@@ -332,6 +336,11 @@ class Trainer:
         log.close()
         return results
 
+    def _forward(self, t, memories, memory_mask):
+        """The model on one collated batch (tensors) with this rank's memories."""
+        return self.model(t["input_ids"], memories, t["token_type_ids"], t["attention_mask"],
+                          t["reset_memory"], memory_mask)
+
     def _forward_backward(self, batch, memories, memory_mask, scaler, sync):
         """One micro-step → (loss value, new memories, new memory mask). Gradients are
         all-reduced across ranks only when `sync` (the last micro-step of an optimizer step)."""
@@ -340,8 +349,7 @@ class Trainer:
         weight = batch["has_loss"] & (batch["is_last"] if cfg.loss_segments == "last" else True)
         weight = paddle.to_tensor(weight.astype("float32"))
         with paddle.amp.auto_cast(enable=cfg.amp):
-            out = self.model(t["input_ids"], memories, t["token_type_ids"],
-                             t["attention_mask"], t["reset_memory"], memory_mask)
+            out = self._forward(t, memories, memory_mask)
             loss = self.task.loss(out, t, weight)
         value = float(loss)
         if math.isfinite(value):
@@ -385,8 +393,7 @@ class Trainer:
             for _, batch in split.batches(schedule, cfg.max_seq_len, self.pad_id):
                 t = _to_tensors(batch)
                 with paddle.amp.auto_cast(enable=cfg.amp):
-                    out = self.model(t["input_ids"], memories, t["token_type_ids"],
-                                     t["attention_mask"], t["reset_memory"], memory_mask)
+                    out = self._forward(t, memories, memory_mask)
                 memories, memory_mask = out.memories, out.memory_mask
                 final = batch["final"] & (batch["doc_index"] >= 0)
                 if not final.any():
@@ -419,8 +426,7 @@ class Trainer:
             if main not in metrics:
                 raise ConfigError(f"main_metric {main!r}: the task reports {sorted(metrics)}")
             log.evaluation(split, step, metrics)
-            logger.info(f"eval {split} @ step {step}: " + " ".join(
-                f"{k} {v:.4f}" for k, v in metrics.items()))
+            logger.info(f"eval {split} @ step {step}: {_format(metrics)}")
             if i == 0 and (self.state["best"] is None or metrics[main] > self.state["best"]):
                 self.state["best"], self.state["best_step"] = metrics[main], step
                 if self.is_main:
@@ -449,8 +455,8 @@ class Trainer:
             for split in self.cfg.test_splits:
                 metrics, predictions = self.evaluate(split)
                 log.evaluation(split, self.state["best_step"], metrics)
-                logger.info(f"test {split} (best step {self.state['best_step']}): " + " ".join(
-                    f"{k} {v:.4f}" for k, v in metrics.items()))
+                logger.info(f"test {split} (best step {self.state['best_step']}): "
+                            f"{_format(metrics)}")
                 if self.is_main:
                     self._write_results(f"{split}_results.json", split,
                                         self.state["best_step"], metrics, predictions)
