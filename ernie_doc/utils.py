@@ -31,16 +31,29 @@ def atomic_write_text(path, text):
             f.write(text)
 
 
-def read_json(path, error=ValueError):
-    """Parse a JSON file; a bad file raises `error` naming the file (and line)."""
+def read_utf8(path, error=ValueError):
+    """A whole UTF-8 file; invalid bytes or an unreadable file raise `error` naming the file
+    (and the line of the bad byte)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"{path}:{line}: invalid UTF-8 (byte {e.start})") from None
+
+
+def read_json(path, error=ValueError):
+    """Parse a JSON file; a bad file raises `error` naming the file (and line)."""
+    text = read_utf8(path, error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
 
 
 def set_paddle_threads(threads):

@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ernie_doc.utils import read_utf8
+
 
 class DataError(ValueError):
     """Bad input data. The message names the file and line (or the key) and what is wrong."""
@@ -46,14 +48,7 @@ def require_dir(path, what="data directory"):
 
 def read_text(path):
     """A whole UTF-8 file; invalid UTF-8 raises DataError naming the file and line."""
-    require_file(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{where(path, line)}: invalid UTF-8 (byte {e.start})") from None
+    return read_utf8(require_file(path), DataError)
 
 
 def read_lines(path):

@@ -10,6 +10,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 LAYOUTS = ("cls_last", "cls_first")
+CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's cls_token_idx
 
 
 @dataclass
@@ -60,7 +61,7 @@ class ClassificationSegmenter:
 
     @property
     def cls_position(self):
-        return self.seq_len - 1 if self.layout == "cls_last" else 0
+        return CLS_INDEX[self.layout] % self.seq_len
 
     def __call__(self, ids: Sequence[int], doc_index: int, targets=None) -> List[Segment]:
         ids = np.asarray(ids, dtype=np.int64)

@@ -13,7 +13,7 @@ import paddle.nn.functional as F
 
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
-from ernie_doc.data.segment import ClassificationSegmenter
+from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 
@@ -118,7 +118,7 @@ class ClassificationTask(Task):
         return {"num_labels": len(self.labels)}
 
     def model_config_overrides(self):
-        return {"cls_token_idx": -1 if self.cfg.segment_layout == "cls_last" else 0}
+        return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
 
     def label_id(self, doc):
         if doc.label is None:

@@ -18,13 +18,13 @@ Options:
   split_seed               integer seed of that hash (default 0)
 """
 import glob
-import json
 import os
 from xml.parsers import expat
 
 from ernie_doc.data.document import (DataError, Document, check_label, check_options,
                                      check_split, check_text, read_text, require_dir,
                                      require_file, split_by_ratio, where)
+from ernie_doc.utils import read_json
 
 LABELS = ["false", "true"]
 OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed")
@@ -146,10 +146,7 @@ def _hash_split(docs, split, options):
 
 
 def _from_split_file(docs, path, split):
-    try:
-        table = json.loads(read_text(path))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where(path, e.lineno)}: invalid JSON ({e.msg})") from None
+    table = read_json(require_file(path), DataError)
     if not isinstance(table, dict) or not isinstance(table.get(split), list):
         raise DataError(f"{where(path)}: expected {{\"train\": [ids], \"dev\": [ids], "
                         f"\"test\": [ids]}}, found no {split!r} list")
