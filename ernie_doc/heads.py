@@ -122,6 +122,24 @@ class ErnieDocForMultipleChoice(_Head):
         return self.linear(self.dropout(rows)).reshape([-1, self.num_choices])
 
 
+class ErnieDocForPairMatching(_Head):
+    """Triplet matching (CAIL2019-SCM): rows come in pairs (A,B), (A,C), each its own memory
+    stream; pooled(A,B) − pooled(A,C) → dropout → linear(H, 1): logits [B/2], > 0 when B is
+    the closer one (binary cross-entropy)."""
+    official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+
+    def __init__(self, config, dropout=None):
+        super().__init__(config, dropout)
+        self.linear = self._linear(1)
+
+    def logits(self, enc):
+        rows = enc.pooled_output
+        if paddle.in_dynamic_mode() and rows.shape[0] % 2:
+            raise ValueError(f"pair matching: batch rows ({rows.shape[0]}) must come in pairs")
+        pairs = rows.reshape([-1, 2, self.config.hidden_size])
+        return self.linear(self.dropout(pairs[:, 0] - pairs[:, 1])).reshape([-1])
+
+
 class MaskedLMHead(nn.Layer):
     """dense(H,H) + act → LayerNorm (eps 1e-5, bias starts at 1 as official) → tied output."""
 

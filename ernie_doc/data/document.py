@@ -5,7 +5,10 @@ collate) is shared. Bad input raises `DataError` with a message that starts with
 line ("path:12: ...") so the command line can print one clear line.
 """
 import hashlib
+import json
+import logging
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -58,6 +61,49 @@ def read_lines(path):
     if lines and lines[-1] == "":
         lines.pop()
     return [(i + 1, line.rstrip("\r")) for i, line in enumerate(lines)]
+
+
+def read_json_lines(path):
+    """[(line number, JSON object)] of a JSON-lines file, blank lines skipped; a malformed
+    line raises DataError naming the file and line."""
+    records = []
+    for line, raw in read_lines(path):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{where(path, line)}: expected a JSON object, got "
+                            f"{type(record).__name__}")
+        records.append((line, record))
+    return records
+
+
+class Skips:
+    """Counted skips of one file: `add(reason, where)` per skipped item, `report(total)` logs
+    one warning line per reason with its count and first location. Used where the issue's
+    policy is "skip and report" rather than "stop" (e.g. an answer not found in its context)."""
+
+    def __init__(self, path, what="examples"):
+        self.path, self.what = os.fspath(path), what
+        self.counts, self.first = Counter(), {}
+
+    def add(self, reason, location=None):
+        self.counts[reason] += 1
+        self.first.setdefault(reason, location or self.path)
+
+    def __len__(self):
+        return sum(self.counts.values())
+
+    def report(self, total=None, log=None):
+        log = log or logging.getLogger("ernie_doc.train")
+        of = f" of {total}" if total is not None else ""
+        for reason, n in self.counts.most_common():
+            log.warning(f"{self.path}: skipped {n}{of} {self.what}: {reason} "
+                        f"(first at {self.first[reason]})")
+        return dict(self.counts)
 
 
 def check_text(text, path, line=None, what="document"):

@@ -5,7 +5,7 @@ by min(window, stride) (stride = memory_len = 128 by default, so windows overlap
 `[t1 … tn, SEP, PAD …, CLS]` with [CLS] last. `cls_first` gives `[CLS, t1 … tn, SEP, PAD …]`.
 """
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -17,7 +17,9 @@ CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's c
 class Segment:
     """One model input row. input_ids / attention_mask / token_type_ids: [T] arrays.
     `final` marks the pass that is predicted (the retrospective one, or the only one);
-    `has_loss` the rows that train. `targets` holds the task's per-segment targets."""
+    `has_loss` the rows that train. `targets` holds the task's per-segment targets (arrays of
+    a fixed shape per task: they are collated); `meta` anything the task needs back at
+    evaluation (token → text maps ...; never collated)."""
     input_ids: np.ndarray
     attention_mask: np.ndarray
     doc_index: int
@@ -27,6 +29,7 @@ class Segment:
     final: bool = True
     has_loss: bool = True
     targets: Dict[str, object] = field(default_factory=dict)
+    meta: Optional[Dict[str, object]] = None
 
     @property
     def is_last(self):
@@ -83,11 +86,41 @@ class ClassificationSegmenter:
         return segments
 
 
-def reading_passes(segments: List[Segment], retro_feed=True, train_skim=False) -> List[Segment]:
-    """The segments a document row reads, in order. With the retrospective feed the list is
+Step = Union[Segment, Tuple[Segment, ...]]
+
+
+def step_members(step: Step) -> Tuple[Segment, ...]:
+    """The rows of one step: a Segment, or a tuple of g Segments for tasks whose example
+    occupies g adjacent rows read in lockstep (one per choice, one per pair ...)."""
+    return step if isinstance(step, tuple) else (step,)
+
+
+def reading_passes(segments: List[Step], retro_feed=True, train_skim=False) -> List[Step]:
+    """The steps a document's row(s) read, in order. With the retrospective feed the list is
     read twice back to back: a skim pass (final=False; trains only with train_skim) whose
     memory feeds the retrospective pass (final=True), which is predicted and trains."""
     if not retro_feed:
         return list(segments)
-    skim = [replace(s, final=False, has_loss=s.has_loss and train_skim) for s in segments]
-    return skim + list(segments)
+
+    def skim(s):
+        return replace(s, final=False, has_loss=s.has_loss and train_skim)
+
+    return [tuple(skim(m) for m in step) if isinstance(step, tuple) else skim(step)
+            for step in segments] + list(segments)
+
+
+def pack_row(parts: Sequence[Sequence[int]], seq_len: int, cls_id: int, sep_id: int,
+             pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
+    """`[CLS] part1 [SEP] part2 [SEP] …` padded to seq_len → (ids [T] int64, mask [T]
+    float32)."""
+    row = [cls_id]
+    for part in parts:
+        row.extend(part)
+        row.append(sep_id)
+    if len(row) > seq_len:
+        raise ValueError(f"a row of {len(row)} tokens does not fit max_seq_len {seq_len}")
+    ids = np.full(seq_len, pad_id, dtype=np.int64)
+    ids[:len(row)] = row
+    mask = np.zeros(seq_len, dtype=np.float32)
+    mask[:len(row)] = 1.0
+    return ids, mask

@@ -176,6 +176,14 @@ class BPETokenizer(SpecialTokensMixin):
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""
         return self.convert_tokens_to_ids(self.tokenize(text, sentence_split=sentence_split))
 
+    def encode_word(self, word: str, after_space: bool = True) -> List[int]:
+        # a word after whitespace carries GPT-2's leading-space marker, as it would inside
+        # a sentence; a special token ([q], [SEP] ...) stays whole
+        if word in self.special_tokens:
+            return self.convert_tokens_to_ids([word])
+        return self.convert_tokens_to_ids(self.encode_sentence_gpt2((" " if after_space else "")
+                                                                    + word))
+
     def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
         return self.vocab.to_ids(list(tokens))
 

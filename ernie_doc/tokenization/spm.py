@@ -80,7 +80,8 @@ def train(
         unk_piece="[UNK]",
         bos_id=-1,
         eos_id=-1,
-        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        # [p], [q], [/q]: the paragraph / question markers of the English QA layouts
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]", "[p]", "[q]", "[/q]"],
         minloglevel=2,
     )
     if seed_sentencepiece_size:

@@ -90,6 +90,16 @@ class SpecialTokensMixin:
     def _special_id(self, token: str) -> Optional[int]:
         return self.vocab.get_id(token)
 
+    def token_id(self, token: str) -> Optional[int]:
+        """Id of a token kept whole ([q], [p] ...), or None when the vocabulary lacks it."""
+        return self._special_id(token)
+
+    def encode_word(self, word: str, after_space: bool = True) -> List[int]:
+        """Ids of one whitespace-free word of a longer text (span tasks tokenize a context
+        word by word to keep each token's character offsets). `after_space`: the word
+        follows whitespace in the text (matters to byte-level BPE only)."""
+        return self.encode(word)
+
     def __len__(self) -> int:
         return self.vocab_size
 

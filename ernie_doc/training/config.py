@@ -20,6 +20,7 @@ DEFAULTS = {
     "output_dir": "",
     "overwrite_output_dir": False,  # replace a previous run in output_dir
     "reader": {},                 # options for the reader
+    "task_options": {},           # options of the task kind (span: max_query_len ...)
     # model, weights, tokenizer
     "model": "ernie-doc-small",   # preset name, config json or checkpoint directory
     "init_checkpoint": "",        # anything from_pretrained reads; "" = from scratch
@@ -73,7 +74,7 @@ CHOICES = {
     "lr_schedule": ("linear", "official"),
     "device": ("auto", "cpu", "gpu"),
 }
-FREE_DICTS = ("reader", "model_overrides")
+FREE_DICTS = ("reader", "model_overrides", "task_options")
 
 
 class TrainConfig(dict):

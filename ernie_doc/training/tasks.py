@@ -26,22 +26,35 @@ def load_reader(task):
         if e.name in (f"tasks.{task}", f"tasks.{task}.reader", "tasks"):
             raise DataError(f"task {task!r}: no tasks/{task}/reader.py") from None
         raise
-    for name in ("labels", "read"):
-        if not callable(getattr(module, name, None)):
-            raise DataError(f"{module.__file__}: the reader must define {name}()")
+    if not callable(getattr(module, "read", None)):
+        raise DataError(f"{module.__file__}: the reader must define read()")
     return module
 
 
 class Task:
-    """Base: reading, label ids, segment passes; subclasses add head, loss and metrics."""
+    """Base: reading, label ids, segment passes; subclasses add head, loss and metrics.
+
+    `group_size` g > 1: an example occupies g adjacent batch rows read in lockstep (one per
+    choice, one per text pair), each row its own memory stream; `segments` then returns
+    steps that are tuples of g Segments, `loss` gets the row weights [B] and `row_outputs`
+    returns one entry per group [B // g, ...]. `options` (config `task_options`) are the
+    kind's own settings, checked against `option_defaults`."""
     head_class = None
     main_metric = None
+    group_size = 1
+    option_defaults = {}
 
     def __init__(self, cfg, reader):
         self.cfg, self.reader = cfg, reader
-        self.labels = [str(x) for x in reader.labels(cfg.data_dir, dict(cfg.reader))]
+        labels = getattr(reader, "labels", None)
+        self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] if labels else []
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
         self.segmenter = None
+        unknown = set(cfg.get("task_options") or {}) - set(self.option_defaults)
+        if unknown:
+            raise ConfigError(f"{cfg.source}: task_options: unknown {sorted(unknown)} for kind "
+                              f"{cfg.kind!r} (known: {sorted(self.option_defaults)})")
+        self.options = dict(self.option_defaults, **(cfg.get("task_options") or {}))
 
     def read(self, split):
         docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
@@ -55,9 +68,21 @@ class Task:
             seen.add(doc.doc_id)
         return docs
 
-    def setup(self, special_ids, max_seq_len, stride):
-        """special_ids: cls/sep/pad ids of the tokenizer."""
+    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+        """special_ids: cls/sep/pad ids of the tokenizer (None for pre-tokenized tasks)."""
         raise NotImplementedError
+
+    def tokenizer_texts(self, doc):
+        """The strings of a document a tokenizer trained on the train split should see."""
+        return [doc.text] if doc.text else []
+
+    def document_segments(self, doc, doc_index, tokenizer):
+        """One reading pass of a document → [Segment] (or [tuple of Segments] for groups).
+        Default: tokenize doc.text (or take doc.ids) and cut it with `segments`."""
+        ids = doc.ids if doc.ids is not None else tokenizer.encode(doc.text)
+        if len(ids) == 0:
+            raise DataError(f"document {doc.doc_id!r} has no tokens")
+        return self.segments(doc, doc_index, ids)
 
     def model_kwargs(self):
         return {}
@@ -78,9 +103,9 @@ class Task:
         """What each predicted row contributes: numpy [B, ...]."""
         raise NotImplementedError
 
-    def evaluate(self, docs, rows):
-        """rows: doc_index → [(seg_index, row_output)] of the predicted pass →
-        (metrics dict, [per-document prediction dict])."""
+    def evaluate(self, docs, rows, passes):
+        """rows: doc_index → [(seg_index, row_output)] of the predicted pass; passes: each
+        document's steps (their `meta`) → (metrics dict, [per-document prediction dict])."""
         raise NotImplementedError
 
 
@@ -109,7 +134,7 @@ class ClassificationTask(Task):
                               f"({self.labels[:10]})")
         self.positive = self.label_ids[str(positive)] if positive is not None else 1
 
-    def setup(self, special_ids, max_seq_len, stride):
+    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
         self.segmenter = ClassificationSegmenter(max_seq_len, stride, special_ids["cls"],
                                                  special_ids["sep"], special_ids["pad"],
                                                  self.cfg.segment_layout)
@@ -139,7 +164,7 @@ class ClassificationTask(Task):
     def row_outputs(self, out):
         return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
 
-    def evaluate(self, docs, rows):
+    def evaluate(self, docs, rows, passes=None):
         probs = np.stack([aggregate_segments(rows[i], self.cfg.doc_prediction)
                           for i in range(len(docs))])
         pred = probs.argmax(-1)
@@ -153,14 +178,18 @@ class ClassificationTask(Task):
         return metrics, predictions
 
 
-TASK_KINDS = {"classification": ClassificationTask}
+# kinds in other modules are named "module:Class" (they import this one)
+TASK_KINDS = {"classification": ClassificationTask,
+              "span": "ernie_doc.training.span:SpanTask",
+              "multiple_choice": "ernie_doc.training.choice:MultipleChoiceTask",
+              "pair_matching": "ernie_doc.training.choice:PairMatchingTask"}
 
 
 def build_task(cfg):
     reader = load_reader(cfg.task)
-    kind = cfg.kind
-    if kind in TASK_KINDS:
-        cls = TASK_KINDS[kind]
+    kind = TASK_KINDS.get(cfg.kind, cfg.kind)
+    if not isinstance(kind, str):
+        cls = kind
     elif ":" in kind:
         module, name = kind.split(":", 1)
         cls = getattr(importlib.import_module(module), name)

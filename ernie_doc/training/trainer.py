@@ -24,7 +24,7 @@ from ernie_doc.config import ConfigError, ErnieDocConfig
 from ernie_doc.data import DataError
 from ernie_doc.data.collate import collate
 from ernie_doc.data.schedule import epoch_schedule
-from ernie_doc.data.segment import reading_passes
+from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.training import checkpoint as ckpt
 from ernie_doc.training import distributed as dist
 from ernie_doc.training.logging import RunLog, logger, plot_curves, setup_logging
@@ -46,18 +46,24 @@ def step_seed(seed, rank, step):
 
 
 class Split:
-    """One split, ready to schedule: its documents and each one's reading passes."""
+    """One split, ready to schedule: its documents and each one's reading passes (steps of
+    `group` rows each: a Segment, or a tuple of `group` Segments read in lockstep)."""
 
-    def __init__(self, name, docs, passes):
-        self.name, self.docs, self.passes = name, docs, passes
+    def __init__(self, name, docs, passes, group=1):
+        self.name, self.docs, self.passes, self.group = name, docs, passes, group
         self.lengths = [len(p) for p in passes]
-        self.template = passes[0][0].targets if passes else {}
+        self.template = step_members(passes[0][0])[0].targets if passes else {}
 
     def batches(self, schedule, seq_len, pad_id, start=0):
+        """schedule: over slots of `group` rows → (step, collated batch of slots×group rows)."""
+        g = self.group
         for step in range(start, len(schedule)):
-            rows = [None if d < 0 else self.passes[d][s]
-                    for d, s in zip(schedule.doc[step], schedule.seg[step])]
-            yield step, collate(rows, schedule.reset[step], seq_len, pad_id, self.template)
+            rows, resets = [], []
+            for d, s, reset in zip(schedule.doc[step], schedule.seg[step],
+                                   schedule.reset[step]):
+                rows.extend([None] * g if d < 0 else step_members(self.passes[d][s]))
+                resets.extend([reset] * g)
+            yield step, collate(rows, resets, seq_len, pad_id, self.template)
 
 
 def _format(metrics):
@@ -99,24 +105,30 @@ class Trainer:
             raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
                               f"max_position_embeddings {config.max_position_embeddings}")
         stride = cfg.stride or config.memory_len
-        self.task.setup(special, cfg.max_seq_len, stride)
+        self.task.setup(special, cfg.max_seq_len, stride, self.tokenizer)
         self.pad_id = special["pad"]
+        group = self.task.group_size
+        for key in ("batch_size", "eval_batch_size"):
+            if cfg[key] and cfg[key] % group:
+                raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
+                                  f"{group} (rows per example of task kind {cfg.kind!r})")
         self.splits = {}
         for split, split_docs in docs.items():
             passes = []
             for i, doc in enumerate(split_docs):
-                ids = doc.ids if doc.ids is not None else self.tokenizer.encode(doc.text)
-                if len(ids) == 0:
-                    raise DataError(f"split {split!r}: document {doc.doc_id!r} has no tokens")
-                passes.append(reading_passes(self.task.segments(doc, i, ids), cfg.retro_feed,
-                                             cfg.train_skim))
-            self.splits[split] = Split(split, split_docs, passes)
+                try:
+                    steps = self.task.document_segments(doc, i, self.tokenizer)
+                except DataError as e:
+                    raise DataError(f"split {split!r}: {e}") from None
+                passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
+            self.splits[split] = Split(split, split_docs, passes, group)
         self._create_output_dir()
         if self._spm_dir:
             shutil.rmtree(self._spm_dir, ignore_errors=True)   # loaded; a copy is in OUTPUT_DIR
         setup_logging(self.out, self.is_main)
         n_seg = sum(self.splits["train"].lengths)
-        logger.info(f"task {cfg.task} ({cfg.kind}): {len(self.task.labels)} labels; "
+        labels = f"{len(self.task.labels)} labels; " if self.task.labels else ""
+        logger.info(f"task {cfg.task} ({cfg.kind}): {labels}"
                     + ", ".join(f"{s.name} {len(s.docs)} docs / {sum(s.lengths)} segment reads"
                                 for s in self.splits.values()))
         logger.info(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
@@ -189,7 +201,8 @@ class Trainer:
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as f:
             for doc in train_docs:
-                f.write(" ".join(doc.text.split()) + "\n")
+                for text in self.task.tokenizer_texts(doc):
+                    f.write(" ".join(text.split()) + "\n")
         logger.info(f"training a SentencePiece tokenizer ({self.cfg.tokenizer_vocab_size} "
                     "pieces) on the train split")
         try:
@@ -231,8 +244,10 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------------
     def _schedule(self, split, rows, epoch, shuffle):
-        return epoch_schedule(split.lengths, rows, self.world, shuffle, self.cfg.seed,
-                              epoch).rank_rows(self.rank, rows)
+        """rows per rank → this rank's schedule over its rows // group slots."""
+        slots = rows // split.group
+        return epoch_schedule(split.lengths, slots, self.world, shuffle, self.cfg.seed,
+                              epoch).rank_rows(self.rank, slots)
 
     def train(self):
         cfg = self.cfg
@@ -401,17 +416,19 @@ class Trainer:
                 weight = paddle.to_tensor(final.astype("float32"))
                 loss_sum += float(self.task.loss(out, t, weight)) * float(final.sum())
                 loss_rows += float(final.sum())
-                outputs = self.task.row_outputs(out)
+                outputs = self.task.row_outputs(out)   # [B // group, ...]
+                g = split.group
                 for r in np.nonzero(final)[0]:
-                    rows[int(batch["doc_index"][r])].append((int(batch["seg_index"][r]),
-                                                             outputs[r]))
+                    if r % g == 0:   # a group's first row stands for the group
+                        rows[int(batch["doc_index"][r])].append((int(batch["seg_index"][r]),
+                                                                 outputs[r // g]))
         self.model.train()
         parts = dist.gather_objects((dict(rows), loss_sum, loss_rows))
         merged = defaultdict(list)
         for part_rows, _, _ in parts:
             for doc, items in part_rows.items():
                 merged[doc].extend(items)
-        metrics, predictions = self.task.evaluate(split.docs, merged)
+        metrics, predictions = self.task.evaluate(split.docs, merged, split.passes)
         metrics["loss"] = sum(p[1] for p in parts) / max(1.0, sum(p[2] for p in parts))
         return metrics, predictions
 

@@ -12,11 +12,10 @@ Options:
   remove_spaces  drop spaces from the text (default true, as the official reader does for
                  Chinese)
 """
-import json
 import os
 
 from ernie_doc.data.document import (DataError, Document, check_label, check_options,
-                                     check_text, pick_file, read_lines, where)
+                                     check_text, pick_file, read_json_lines, where)
 
 FILES = {"train": ["train.json", "train_few_all.json"],
          "dev": ["dev.json", "dev_few_all.json"],
@@ -52,23 +51,6 @@ def read(data_dir, split, options):
     if not docs:
         raise DataError(f"{where(path)}: no examples for split {split!r}")
     return docs
-
-
-def read_json_lines(path):
-    """[(line number, JSON object)] of a JSON-lines file, blank lines skipped."""
-    records = []
-    for line, raw in read_lines(path):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{where(path, line)}: expected a JSON object, got "
-                            f"{type(record).__name__}")
-        records.append((line, record))
-    return records
 
 
 def _labels(data_dir):

@@ -1,0 +1,177 @@
+"""Span extraction across segments (TriviaQA, CMRC2018, DRCD, DuReader; HotpotQA's answer
+stage): a context as sub-tokens that remember their characters, windows over it with the
+question in every segment, gold token spans per window, and n-best decoding of the
+start/end logits of all an example's segments back to a piece of the original text.
+
+Token → text: the context is cut into words (CJK characters and punctuation marks are
+words of their own, as BERT's basic tokenizer splits them; other runs end at whitespace)
+and each word is tokenized alone, so every sub-token knows its word's character span and
+no tokenizer needs offsets. A character the vocabulary lacks becomes [UNK] and keeps its
+place: offsets never shift (DRCD's traditional characters).
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ernie_doc.data.segment import Segment, windows
+from ernie_doc.tokenization.wordpiece import is_cjk_char, is_punctuation
+
+
+def context_words(text: str) -> List[Tuple[int, int]]:
+    """[(start, end)] character spans of the words of `text`."""
+    spans, start = [], None
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            if start is not None:
+                spans.append((start, i))
+                start = None
+        elif is_cjk_char(ch) or is_punctuation(ch):
+            if start is not None:
+                spans.append((start, i))
+                start = None
+            spans.append((i, i + 1))
+        elif start is None:
+            start = i
+    if start is not None:
+        spans.append((start, len(text)))
+    return spans
+
+
+@dataclass
+class TokenizedText:
+    """ids [N] of a text with each token's character span: starts [N], ends [N]."""
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self):
+        return len(self.ids)
+
+    def token_span(self, char_start: int, char_end: int) -> Optional[Tuple[int, int]]:
+        """The tokens covering characters [char_start, char_end) → (first, last) inclusive,
+        or None when no token overlaps them (e.g. whitespace only)."""
+        inside = np.nonzero((self.ends > char_start) & (self.starts < char_end))[0]
+        if len(inside) == 0:
+            return None
+        return int(inside[0]), int(inside[-1])
+
+
+def tokenize_with_offsets(text: str, tokenizer, cache: Optional[Dict] = None) -> TokenizedText:
+    """Tokenize `text` word by word (see the module docstring). `cache`: a dict shared across
+    calls (long corpora repeat words)."""
+    cache = {} if cache is None else cache
+    ids, starts, ends = [], [], []
+    for start, end in context_words(text):
+        key = (text[start:end], start > 0 and text[start - 1].isspace())
+        pieces = cache.get(key)
+        if pieces is None:
+            pieces = cache[key] = list(tokenizer.encode_word(*key))
+        ids.extend(pieces)
+        starts.extend([start] * len(pieces))
+        ends.extend([end] * len(pieces))
+    return TokenizedText(np.asarray(ids, dtype=np.int64), np.asarray(starts, dtype=np.int64),
+                         np.asarray(ends, dtype=np.int64))
+
+
+def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
+    """Per window [start, end) of tokens: a bool per token, True where this window gives the
+    token its largest context (min(left, right) + 0.01·window length, the BERT SQuAD rule;
+    the first window wins ties), so each token is predicted from one window only."""
+    total = max((e for _, e in spans), default=0)
+    best = np.full(total, -1.0)
+    owner = np.full(total, -1)
+    for w, (s, e) in enumerate(spans):
+        pos = np.arange(s, e)
+        score = np.minimum(pos - s, e - 1 - pos) + 0.01 * (e - s)
+        better = score > best[s:e]
+        best[s:e] = np.where(better, score, best[s:e])
+        owner[s:e] = np.where(better, w, owner[s:e])
+    return [owner[s:e] == w for w, (s, e) in enumerate(spans)]
+
+
+class SpanSegmenter:
+    """An example (context tokens, question ids, gold character spans) → segments laid out
+    `[CLS] context-window open question close PAD…` (open/close = [SEP]/[SEP] for the
+    Chinese tasks, [q]/[/q] for TriviaQA). Windows hold T − |question| − 3 context tokens and
+    advance by `stride`.
+
+    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts /
+    ends inside the window (several for distant supervision; the [CLS] at 0 when the window
+    holds none, official), `allowed` marks the positions a span may use ([CLS] and the
+    context). `meta` keeps what decoding needs: the window, its token → character spans and
+    max-context flags."""
+
+    def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64):
+        self.seq_len, self.stride, self.max_query_len = seq_len, stride, max_query_len
+        self.cls_id, self.pad_id, self.open_id, self.close_id = cls_id, pad_id, open_id, close_id
+
+    def __call__(self, context: TokenizedText, question_ids: Sequence[int],
+                 gold_chars: Sequence[Tuple[int, int]], doc_index: int) -> List[Segment]:
+        question = list(question_ids)[:self.max_query_len]
+        window = self.seq_len - len(question) - 3
+        if window < 1:
+            raise ValueError(f"max_seq_len {self.seq_len} leaves no room for the context next to "
+                             f"a {len(question)}-token question (max_query_len)")
+        gold = [context.token_span(s, e) for s, e in gold_chars]
+        gold = sorted({g for g in gold if g is not None})
+        spans = windows(len(context), window, self.stride)
+        flags = max_context_flags(spans)
+        T = self.seq_len
+        segments = []
+        for i, ((a, b), max_ctx) in enumerate(zip(spans, flags)):
+            n = b - a
+            ids = np.full(T, self.pad_id, dtype=np.int64)
+            ids[0] = self.cls_id
+            ids[1:n + 1] = context.ids[a:b]
+            q0 = n + 1
+            ids[q0] = self.open_id
+            ids[q0 + 1:q0 + 1 + len(question)] = question
+            ids[q0 + 1 + len(question)] = self.close_id
+            mask = np.zeros(T, dtype=np.float32)
+            mask[:q0 + 2 + len(question)] = 1.0
+            allowed = np.zeros(T, dtype=np.float32)
+            allowed[:n + 1] = 1.0
+            start_gold = np.zeros(T, dtype=np.float32)
+            end_gold = np.zeros(T, dtype=np.float32)
+            for s, e in gold:
+                if a <= s and e < b:
+                    start_gold[s - a + 1] = end_gold[e - a + 1] = 1.0
+            if not start_gold.any():
+                start_gold[0] = end_gold[0] = 1.0
+            segments.append(Segment(
+                ids, mask, doc_index, i, len(spans),
+                targets={"start_gold": start_gold, "end_gold": end_gold, "allowed": allowed},
+                meta={"window": (a, b), "starts": context.starts[a:b],
+                      "ends": context.ends[a:b], "max_context": max_ctx}))
+        return segments
+
+
+def best_spans(segments, logits, n_best=20, max_answer_len=30):
+    """Candidate answers of one example, best first.
+
+    segments: its final-pass segments' `meta` dicts; logits: the matching [T, 2] arrays of
+    start/end logits. Candidates: the top-n starts and ends of each segment inside its
+    context, start ≤ end, at most `max_answer_len` tokens, the start's window giving it its
+    maximum context; ranked by start + end logit across all segments (BERT / official).
+    → [(score, char_start, char_end)]"""
+    found = {}
+    for meta, lg in zip(segments, logits):
+        n = meta["window"][1] - meta["window"][0]
+        if n == 0:
+            continue
+        start = np.asarray(lg[1:n + 1, 0], dtype=np.float64)
+        end = np.asarray(lg[1:n + 1, 1], dtype=np.float64)
+        top_s = np.argsort(-start, kind="stable")[:n_best]
+        top_e = np.argsort(-end, kind="stable")[:n_best]
+        for i in top_s:
+            if not meta["max_context"][i]:
+                continue
+            for j in top_e:
+                if j < i or j - i + 1 > max_answer_len:
+                    continue
+                key = (int(meta["starts"][i]), int(meta["ends"][j]))
+                score = float(start[i] + end[j])
+                if score > found.get(key, -np.inf):
+                    found[key] = score
+    return sorted(((s, a, b) for (a, b), s in found.items()), key=lambda x: (-x[0], x[1], x[2]))
