@@ -1,0 +1,164 @@
+"""CMRC2018 span-extraction metrics (also used for DRCD and DuReader), reproducing the
+official cmrc2018_evaluate.py (ymcui/cmrc2018, v5).
+
+Text is lower-cased, stripped and cut into segments: every CJK character (U+4E00..U+9FA5)
+and every official punctuation character is a segment of its own, and the runs between them
+are word-tokenised. F1 against one gold answer is the harmonic mean of LCS/len(pred) and
+LCS/len(gold), LCS being the longest common *contiguous* run of segments, punctuation removed
+first; EM is string equality after `remove_punctuation`; a question takes the max over its
+gold answers; scores are ×100 averages over all reference questions, an unanswered one
+scoring 0 (counted in "skipped").
+
+Deviations:
+- The official script word-tokenises the non-CJK runs with `nltk.word_tokenize` (Punkt
+  sentence splitting, then the NLTK Treebank rules). `treebank_tokenize` reimplements the
+  Treebank rules with plain regular expressions but does no sentence splitting, so a
+  period inside a run followed by more text ("end. next") stays attached to its word where
+  NLTK would usually split it off. Runs in Chinese answers are short (numbers, names,
+  units), where the two agree.
+- A reference question with an empty answer list is scored against [""] (the official
+  evaluate2 rule for unanswerable questions) instead of crashing.
+Quirk kept on purpose: the official list has "……" as one two-character entry, which never
+equals a single character, so "…" is NOT treated as punctuation (neither is "‘").
+"""
+import re
+
+# The official list, in its order. Only one-character entries can ever match.
+_OFFICIAL_PUNCTUATION = (
+    "-", ":", "_", "*", "^", "/", "\\", "~", "`", "+", "=",
+    "，", "。", "：", "？", "！", "“", "”", "；", "’", "《", "》", "……", "·", "、",
+    "「", "」", "（", "）", "－", "～", "『", "』")
+PUNCTUATION = frozenset(p for p in _OFFICIAL_PUNCTUATION if len(p) == 1)
+
+
+def _is_cjk(ch):
+    return "\u4e00" <= ch <= "\u9fa5"
+
+
+# --- Treebank word tokenizer (what nltk.word_tokenize applies within a sentence) -------
+def _rules(*pairs):
+    return [(re.compile(pattern), repl) for pattern, repl in pairs]
+
+
+_OPENING = _rules(
+    (r"([«“‘„]|`+)", r" \1 "),                   # opening quotes are tokens
+    (r'^"', " `` "),                              # a leading " opens a quote
+    (r"([ (\[{<])(\"|'')", r"\1 `` "),            # so does one after a space / bracket
+    (r"(?i)(')(?!re|ve|ll|m|t|s|d|n)(\w)\b", r"\1 \2"),  # 'quoted, but keep clitics whole
+)
+_PUNCT = _rules(
+    (r"([^.])(\.)([\]\)}>\"'»”’ ]*)\s*$", r"\1 \2 \3 "),  # only the final period
+    (r"([:,])([^\d])", r" \1 \2"),                # not inside numbers: 3,000 10:30
+    (r"([:,])$", r" \1 "),
+    (r"\.{2,}", r" \g<0> "),                      # ellipsis
+    (r"[;@#$%&?!*]", r" \g<0> "),
+    (r"([^'])' ", r"\1 ' "),                      # closing single quote
+    (r"[\]\[(){}<>]", r" \g<0> "),                # brackets
+    (r"--", r" -- "),
+)
+_CLOSING = _rules(
+    (r"([»”’])", r" \1 "),
+    (r"''", " '' "),
+    (r'"', " '' "),                               # any remaining " closes a quote
+    (r"([^' ])('[sS]|'[mM]|'[dD]|') ", r"\1 \2 "),  # clitics: he 's, do n't
+    (r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) ", r"\1 \2 "),
+)
+# Robert MacIntyre's contractions, split in two as the Treebank does.
+_CONTRACTIONS = [re.compile(p) for p in (
+    r"(?i)\b(can)(not)\b", r"(?i)\b(d)('ye)\b", r"(?i)\b(gim)(me)\b", r"(?i)\b(gon)(na)\b",
+    r"(?i)\b(got)(ta)\b", r"(?i)\b(lem)(me)\b", r"(?i)\b(more)('n)\b", r"(?i)\b(wan)(na)(?=\s)",
+    r"(?i) ('t)(is)\b", r"(?i) ('t)(was)\b")]
+
+
+def treebank_tokenize(text):
+    """Word tokens of `text` by the Treebank rules of nltk.word_tokenize (one sentence)."""
+    for pattern, repl in _OPENING + _PUNCT:
+        text = pattern.sub(repl, text)
+    # The closing-quote rules look for a following space: pad both ends.
+    text = f" {text} "
+    for pattern, repl in _CLOSING:
+        text = pattern.sub(repl, text)
+    for pattern in _CONTRACTIONS:
+        text = pattern.sub(r" \1 \2 ", text)
+    return text.split()
+
+
+# --- official metric -----------------------------------------------------------------
+def mixed_segmentation(text, rm_punc=False):
+    """Segments of a Chinese/English string: one per CJK or punctuation character,
+    Treebank words for the runs in between; rm_punc drops the punctuation characters."""
+    segments, run = [], []
+    for ch in str(text).lower().strip():
+        if rm_punc and ch in PUNCTUATION:
+            continue
+        if _is_cjk(ch) or ch in PUNCTUATION:
+            segments += treebank_tokenize("".join(run))
+            run = []
+            segments.append(ch)
+        else:
+            run.append(ch)
+    segments += treebank_tokenize("".join(run))
+    return segments
+
+
+def remove_punctuation(text):
+    """Lower-cased, stripped, official punctuation characters deleted (spaces kept)."""
+    return "".join(ch for ch in str(text).lower().strip() if ch not in PUNCTUATION)
+
+
+def find_lcs(s1, s2):
+    """(longest common contiguous sub-list of s1 and s2, its length); the first one in s1
+    on ties."""
+    best, end = 0, 0
+    prev = [0] * (len(s2) + 1)
+    for i, a in enumerate(s1):
+        cur = [0] * (len(s2) + 1)
+        for j, b in enumerate(s2):
+            if a == b:
+                cur[j + 1] = prev[j] + 1
+                if cur[j + 1] > best:
+                    best, end = cur[j + 1], i + 1
+        prev = cur
+    return s1[end - best:end], best
+
+
+def _as_list(answers):
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    return answers or [""]
+
+
+def f1_score(prediction, answers):
+    """Max over the gold answers of the segment-LCS F1 (0..1)."""
+    pred_segs = mixed_segmentation(prediction, rm_punc=True)
+    best = 0.0
+    for answer in _as_list(answers):
+        gold_segs = mixed_segmentation(answer, rm_punc=True)
+        _, lcs = find_lcs(gold_segs, pred_segs)
+        if lcs:
+            precision, recall = lcs / len(pred_segs), lcs / len(gold_segs)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def exact_match(prediction, answers):
+    """1.0 when the prediction equals a gold answer once punctuation is removed."""
+    pred = remove_punctuation(prediction)
+    return float(any(remove_punctuation(a) == pred for a in _as_list(answers)))
+
+
+def evaluate(predictions, references):
+    """predictions: qid -> answer string; references: qid -> gold answer strings.
+    → {"em", "f1", "avg"} ×100 over all references, "total", "skipped" (no prediction)."""
+    em = f1 = 0.0
+    skipped = 0
+    for qid, answers in references.items():
+        if qid not in predictions:
+            skipped += 1
+            continue
+        pred = str(predictions[qid])
+        em += exact_match(pred, answers)
+        f1 += f1_score(pred, answers)
+    total = len(references)
+    scale = 100.0 / total if total else 0.0
+    em, f1 = em * scale, f1 * scale
+    return {"em": em, "f1": f1, "avg": (em + f1) / 2, "total": total, "skipped": skipped}

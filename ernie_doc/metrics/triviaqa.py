@@ -1,0 +1,61 @@
+"""TriviaQA answer EM / F1, reproducing the official triviaqa_evaluation.py
+(mandarjoshi90/triviaqa, utils/triviaqa_evaluation.py).
+
+Scores are the max over a question's ground truths (`ground_truths`) of the exact match and
+token F1 of TriviaQA-normalised strings, averaged ×100 over every reference question; a
+question without a prediction scores 0 (the official script prints "Missed question").
+
+Deviations: `ground_truths` also takes NormalizedValue when it is not already among the
+aliases (in the released data it always is, so scores do not change), drops duplicates,
+and accepts the snake_case keys of the Hugging Face copy of the data set; a reference may
+also be given directly as a list of answer strings.
+"""
+from ernie_doc.metrics import squad
+
+
+def normalize_answer(text):
+    """TriviaQA normalisation (see squad.normalize_answer, triviaqa=True)."""
+    return squad.normalize_answer(text, triviaqa=True)
+
+
+def f1_score(prediction, ground_truth):
+    """Token F1 of TriviaQA-normalised strings."""
+    return squad.token_f1(prediction, ground_truth, triviaqa=True)[0]
+
+
+def exact_match(prediction, ground_truth):
+    """1.0 when the TriviaQA-normalised strings are equal."""
+    return squad.exact_match(prediction, ground_truth, triviaqa=True)
+
+
+def _field(answer, camel, snake, default):
+    return answer.get(camel, answer.get(snake, default))
+
+
+def ground_truths(answer):
+    """The strings a prediction is scored against, from a TriviaQA "Answer" object:
+    NormalizedAliases, then NormalizedValue, then the normalised HumanAnswers."""
+    found = list(_field(answer, "NormalizedAliases", "normalized_aliases", []))
+    value = _field(answer, "NormalizedValue", "normalized_value", None)
+    if value:
+        found.append(value)
+    found += [normalize_answer(a) for a in _field(answer, "HumanAnswers", "human_answers", [])]
+    return list(dict.fromkeys(found))
+
+
+def evaluate(predictions, references):
+    """predictions: qid -> answer string; references: qid -> TriviaQA Answer object (or a
+    list of answer strings). → {"em", "f1"} ×100 over all references, "total", "missing"."""
+    em = f1 = 0.0
+    missing = 0
+    for qid, ref in references.items():
+        if qid not in predictions:
+            missing += 1
+            continue
+        golds = ground_truths(ref) if isinstance(ref, dict) else list(ref)
+        pred = str(predictions[qid])
+        em += squad.max_over_ground_truths(exact_match, pred, golds)
+        f1 += squad.max_over_ground_truths(f1_score, pred, golds)
+    total = len(references)
+    scale = 100.0 / total if total else 0.0
+    return {"em": em * scale, "f1": f1 * scale, "total": total, "missing": missing}
