@@ -1,0 +1,1 @@
+"""C3 multiple-choice reading comprehension (Chinese)."""

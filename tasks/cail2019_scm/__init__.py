@@ -1,0 +1,1 @@
+"""CAIL2019-SCM similar case matching (Chinese legal documents)."""

@@ -1,0 +1,1 @@
+"""HotpotQA multi-hop question answering, distractor setting."""

@@ -1,0 +1,1 @@
+"""OpenKP keyphrase extraction (MS MARCO web pages)."""
