@@ -1,0 +1,1 @@
+"""CMRC2018 span-extraction reading comprehension (Chinese, SQuAD-style)."""

@@ -1,0 +1,1 @@
+"""DRCD span-extraction reading comprehension (traditional Chinese, SQuAD-style)."""

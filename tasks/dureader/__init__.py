@@ -1,0 +1,1 @@
+"""DuReader 2.0 multi-document reading comprehension, converted to span extraction."""

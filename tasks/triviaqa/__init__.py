@@ -1,0 +1,1 @@
+"""TriviaQA reading comprehension, Wikipedia setting (span extraction, distant supervision)."""
