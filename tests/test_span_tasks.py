@@ -161,6 +161,30 @@ def test_chinese_span_tasks_run_sh(tmp_path, task, files):
         assert (out / "test_results.json").is_file()
 
 
+def test_dureader_run_sh_on_raw_dureader_lines(tmp_path):
+    from test_readers_span import duread, duread_doc, lines
+    rng = np.random.default_rng(4)
+    data = tmp_path / "dureader"
+    data.mkdir()
+    for split, n in (("train", 10), ("dev", 4)):
+        records = []
+        for i in range(n):
+            words = [str(w) for w in rng.choice(HANZI[:18], size=int(rng.integers(15, 40)))]
+            k = int(rng.integers(0, len(words) - 2))
+            docs = [duread_doc([list(rng.choice(HANZI[:18], size=5))], False, 0),
+                    duread_doc([words], True, 0)]
+            records.append(duread(f"{split}{i}", docs, spans=[[k, k + 1]], answer_doc=1,
+                                  fake="".join(words[k:k + 2]), question="谁 在 哪里",
+                                  answers=("".join(words[k:k + 2]),)))
+        (data / f"search.{split}.json").write_text(lines(*records), encoding="utf-8")
+    out = tmp_path / "out"
+    run_task("dureader", data, out, vocab_dir(tmp_path / "vocab", HANZI), *SPAN_COMMON)
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["main_metric"] == "f1" and {"em", "f1", "avg"} <= set(results)
+    preds = [json.loads(x) for x in open(out / "predictions_dev.jsonl", encoding="utf-8")]
+    assert len(preds) == 4 and all(len(p["references"]) == 1 for p in preds)
+
+
 def test_triviaqa_run_sh_on_the_original_format(tmp_path):
     rng = np.random.default_rng(3)
     words = ["river", "city", "king", "north", "south", "battle", "year", "song", "film", "team"]

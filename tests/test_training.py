@@ -103,7 +103,10 @@ def test_finetune_end_to_end_writes_results(tmp_path):
         assert sum(p["probs"]) == pytest.approx(1.0, abs=1e-5) and p["segments"] >= 1
     log = read_jsonl(out / "train_log.jsonl")
     assert [r["step"] for r in log] == list(range(1, len(log) + 1))
-    assert log[0]["lr"] == 0.0 and all(np.isfinite(r["loss"]) for r in log)
+    assert log[0]["lr"] == 0.0 and all(np.isfinite(r["loss"]) for r in log if "loss" in r)
+    # steps where every row only skims (the retrospective feed's first reading) train nothing
+    # and log no loss; every other step does
+    assert 0 < sum("loss" in r for r in log) < len(log)
     history = read_jsonl(out / "eval_history.jsonl")
     assert {h["step"] for h in history if h["split"] == "dev"} >= {5, 10, len(log)}
     for name in ("curves.png", "run_config.yaml", "train.log"):
@@ -125,7 +128,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     a, b = read_jsonl(full / "train_log.jsonl"), read_jsonl(part / "train_log.jsonl")
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for ra, rb in zip(a, b):
-        assert ra["loss"] == rb["loss"] and ra["lr"] == rb["lr"], (ra, rb)
+        assert ra.get("loss") == rb.get("loss") and ra["lr"] == rb["lr"], (ra, rb)
     ea = json.loads((full / "eval_results.json").read_text())
     eb = json.loads((part / "eval_results.json").read_text())
     assert ea == eb

@@ -21,6 +21,7 @@ DEFAULTS = {
     "overwrite_output_dir": False,  # replace a previous run in output_dir
     "reader": {},                 # options for the reader
     "task_options": {},           # options of the task kind (span: max_query_len ...)
+    "max_examples": {},           # {split: N}: keep the first N examples (quick runs)
     # model, weights, tokenizer
     "model": "ernie-doc-small",   # preset name, config json or checkpoint directory
     "init_checkpoint": "",        # anything from_pretrained reads; "" = from scratch
@@ -74,7 +75,7 @@ CHOICES = {
     "lr_schedule": ("linear", "official"),
     "device": ("auto", "cpu", "gpu"),
 }
-FREE_DICTS = ("reader", "model_overrides", "task_options")
+FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
 
 
 class TrainConfig(dict):
@@ -203,6 +204,9 @@ def validate(cfg):
     for key in FREE_DICTS:
         if not isinstance(cfg[key], dict):
             fail(key, f"must be a mapping, got {cfg[key]!r}")
+    for split, n in cfg.max_examples.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            fail(f"max_examples.{split}", f"must be a positive integer, got {n!r}")
     for key in ("eval_splits", "test_splits", "metrics"):
         if isinstance(cfg[key], str):
             cfg[key] = [cfg[key]]

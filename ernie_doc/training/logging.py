@@ -98,7 +98,7 @@ def plot_curves(output_dir, metric):
     import matplotlib.pyplot as plt
     from ernie_doc.utils import atomic_path
 
-    train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
+    train = [r for r in read_jsonl(os.path.join(output_dir, "train_log.jsonl")) if "loss" in r]
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval_history.jsonl"))
              if metric in r]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))

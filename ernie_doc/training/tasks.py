@@ -58,6 +58,9 @@ class Task:
 
     def read(self, split):
         docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
+        limit = (self.cfg.get("max_examples") or {}).get(split)
+        if limit:
+            docs = docs[:limit]
         if not docs:
             raise DataError(f"{self.cfg.data_dir or self.cfg.task}: no examples in split "
                             f"{split!r}")

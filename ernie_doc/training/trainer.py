@@ -286,7 +286,8 @@ class Trainer:
         logger.info(f"training: {cfg.epochs} epochs, {total_steps} optimizer steps "
                     f"({B} rows/rank x {self.world} ranks x {accum} accumulation)")
         self.model.train()
-        losses, tokens, t0 = [], 0, time.perf_counter()
+        losses, tokens, t0 = [], 0, time.perf_counter()   # losses: (mean loss, rows) per micro
+        window = (0.0, 0.0)   # loss sum and rows since the last log line
         stop = False
         for epoch in range(state["epoch"], cfg.epochs):
             schedule = self._schedule(train, B, epoch, cfg.shuffle)
@@ -294,13 +295,13 @@ class Trainer:
             for micro, batch in train.batches(schedule, cfg.max_seq_len, self.pad_id, start):
                 boundary = (micro + 1) % accum == 0 or micro + 1 == len(schedule)
                 paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
-                value, memories, memory_mask = self._forward_backward(
+                value, rows, memories, memory_mask = self._forward_backward(
                     batch, memories, memory_mask, scaler, sync=boundary)
                 if not math.isfinite(value):
                     raise TrainingError(
                         f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
                         f"stopping. Try a lower learning_rate or max_grad_norm: 1.0")
-                losses.append(value)
+                losses.append((value, rows))
                 tokens += int(batch["attention_mask"].sum())
                 if not boundary:
                     continue
@@ -316,15 +317,20 @@ class Trainer:
                 state["epoch"], state["micro"] = epoch, micro + 1
                 elapsed = time.perf_counter() - t0
                 record = {"step": state["step"], "epoch": epoch + 1, "lr": lr,
-                          "loss": self._mean_over_ranks(float(np.mean(losses))),
                           "tokens_per_sec": round(tokens * self.world / max(elapsed, 1e-9), 1)}
+                step_sum, step_rows = self._loss_over_ranks(losses)
+                if step_rows:   # no loss when every row only skimmed (retro feed)
+                    record["loss"] = step_sum / step_rows
+                window = (window[0] + step_sum, window[1] + step_rows)
                 log.train_step(record)
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{lr:.2e}")
+                shown = f"{window[0] / window[1]:.4f}" if window[1] else "-"
+                bar.set_postfix(loss=shown, lr=f"{lr:.2e}")
                 if cfg.logging_steps and state["step"] % cfg.logging_steps == 0:
                     logger.info(f"step {state['step']}/{total_steps} epoch {epoch + 1} "
-                                f"loss {record['loss']:.4f} lr {lr:.3e} "
+                                f"loss {shown} lr {lr:.3e} "
                                 f"{record['tokens_per_sec']:.0f} tok/s")
+                    window = (0.0, 0.0)
                 losses, tokens, t0 = [], 0, time.perf_counter()
                 last = state["step"] == total_steps
                 epoch_end = micro + 1 == len(schedule)
@@ -357,7 +363,8 @@ class Trainer:
                           t["reset_memory"], memory_mask)
 
     def _forward_backward(self, batch, memories, memory_mask, scaler, sync):
-        """One micro-step → (loss value, new memories, new memory mask). Gradients are
+        """One micro-step → (loss value, rows that trained, new memories, new memory mask).
+        Gradients are
         all-reduced across ranks only when `sync` (the last micro-step of an optimizer step)."""
         cfg = self.cfg
         t = _to_tensors(batch)
@@ -376,7 +383,7 @@ class Trainer:
                     scaled.backward()
             else:
                 scaled.backward()
-        return value, out.memories, out.memory_mask
+        return value, float(weight.sum()), out.memories, out.memory_mask
 
     def _save_state(self, memories, memory_mask):
         arrays = {}
@@ -387,10 +394,14 @@ class Trainer:
         ckpt.save_training_state(self.out, self.state["step"], self.raw, self.optimizer,
                                  self.state, arrays, self.cfg.keep_checkpoints)
 
-    def _mean_over_ranks(self, value):
-        if self.world == 1:
-            return value
-        return float(np.mean(dist.gather_objects(value)))
+    def _loss_over_ranks(self, losses):
+        """(loss summed over training rows, number of such rows) over these micro-steps and
+        all ranks."""
+        total = (sum(v * n for v, n in losses), sum(n for _, n in losses))
+        if self.world > 1:
+            parts = dist.gather_objects(total)
+            total = (sum(p[0] for p in parts), sum(p[1] for p in parts))
+        return total
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split_name):
