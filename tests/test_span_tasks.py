@@ -82,6 +82,19 @@ def test_span_segmenter_layout_and_gold_targets(tmp_path):
     assert last.targets["start_gold"][0] == 0.0
 
 
+def test_every_gold_occurrence_is_a_target(tmp_path):
+    """Distant supervision (TriviaQA) and repeated answers: all occurrences inside a window
+    are gold starts / ends of that window."""
+    tok = zh_tokenizer(tmp_path)
+    text = "海淀是海淀"
+    ctx = tokenize_with_offsets(text, tok)
+    seg = SpanSegmenter(16, 8, tok.cls_token_id, tok.pad_token_id, tok.sep_token_id,
+                        tok.sep_token_id, 4)
+    (only,) = seg(ctx, tok.encode("在哪里"), [(0, 2), (3, 5), (3, 5)], doc_index=0)
+    assert np.nonzero(only.targets["start_gold"])[0].tolist() == [1, 4]
+    assert np.nonzero(only.targets["end_gold"])[0].tolist() == [2, 5]
+
+
 def test_best_spans_decodes_across_segments_with_max_context():
     # two windows over 6 tokens (chars 2t .. 2t+2); window 1 = tokens 2..5
     metas = [{"window": (0, 4), "starts": np.arange(0, 8, 2), "ends": np.arange(2, 10, 2),
