@@ -38,6 +38,7 @@ PretrainingOutput = namedtuple("PretrainingOutput",
 
 class _Head(PretrainedMixin, nn.Layer):
     official_names = {}
+    uses_pooled = True   # False: the head reads the sequence output only
 
     def __init__(self, config, dropout=None):
         super().__init__()
@@ -61,11 +62,17 @@ class _Head(PretrainedMixin, nn.Layer):
         """The head proper: ErnieDocOutput → logits."""
         raise NotImplementedError
 
+    def _visible(self, enc):
+        """The encoder output handed back, without pooled_output when the head never reads
+        it: data parallelism waits for the gradients of every parameter an output depends
+        on, and the pooler's never come."""
+        return enc if self.uses_pooled else enc._replace(pooled_output=None)
+
     def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
                 reset_memory=None, memory_mask=None):
         enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
                              memory_mask)
-        return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, enc)
+        return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, self._visible(enc))
 
 
 class ErnieDocForSequenceClassification(_Head):
@@ -83,6 +90,7 @@ class ErnieDocForSequenceClassification(_Head):
 class ErnieDocForQuestionAnswering(_Head):
     """sequence → dropout → linear(H, 2): logits [B, T, 2] (.start_logits / .end_logits)."""
     official_names = {"linear.weight": "cls_mrc_out_w", "linear.bias": "cls_mrc_out_b"}
+    uses_pooled = False
 
     def __init__(self, config, dropout=None):
         super().__init__(config, dropout)
@@ -96,6 +104,7 @@ class ErnieDocForTokenClassification(_Head):
     """sequence → dropout → linear: logits [B, T, num_labels]."""
     official_names = {"linear.weight": "cls_seq_label_out_w",
                       "linear.bias": "cls_seq_label_out_b"}
+    uses_pooled = False
 
     def __init__(self, config, num_labels=None, dropout=None):
         super().__init__(config, dropout)

@@ -90,6 +90,12 @@ class Task:
     def model_kwargs(self):
         return {}
 
+    def model_inputs(self, batch):
+        """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
+        (e.g. per-segment word positions); they go through forward, so data parallelism
+        sees every parameter used."""
+        return {}
+
     def model_config_overrides(self):
         """ErnieDocConfig values the task's layout fixes (e.g. where [CLS] sits)."""
         return {}

@@ -360,7 +360,7 @@ class Trainer:
     def _forward(self, t, memories, memory_mask):
         """The model on one collated batch (tensors) with this rank's memories."""
         return self.model(t["input_ids"], memories, t["token_type_ids"], t["attention_mask"],
-                          t["reset_memory"], memory_mask)
+                          t["reset_memory"], memory_mask, **self.task.model_inputs(t))
 
     def _forward_backward(self, batch, memories, memory_mask, scaler, sync):
         """One micro-step → (loss value, rows that trained, new memories, new memory mask).
