@@ -4,6 +4,8 @@ import os
 import sys
 from pathlib import Path
 
+import json
+
 import numpy as np
 import pytest
 
@@ -39,3 +41,29 @@ def tiny_config(**overrides):
                   max_position_embeddings=16, memory_len=4)
     values.update(overrides)
     return ErnieDocConfig(**values)
+
+
+def write(root, files):
+    """Write {relative path: str, bytes or JSON-able object} under root; return root."""
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        else:
+            path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
+    return root
+
+
+def error(call, *parts):
+    """Run call(); it must raise a one-line DataError containing every part."""
+    from ernie_doc.data.document import DataError
+    with pytest.raises(DataError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message
+    for part in parts:
+        assert part in message, (part, message)
+    return message

@@ -4,36 +4,15 @@ import collections
 import json
 
 import pytest
-from conftest import shared_path
+from conftest import error, shared_path, write
 
-from ernie_doc.data.document import DataError, Document
+from ernie_doc.data.document import Document
 from tasks.hyp import reader as hyp
 from tasks.iflytek import reader as iflytek
 from tasks.imdb import reader as imdb
 from tasks.thucnews import reader as thucnews
 
 
-def write(root, files):
-    """Write {relative path: str or bytes} under root; return root."""
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-    return root
-
-
-def error(call, *parts):
-    """Run call(); it must raise a one-line DataError containing every part."""
-    with pytest.raises(DataError) as info:
-        call()
-    message = str(info.value)
-    assert "\n" not in message
-    for part in parts:
-        assert part in message, (part, message)
-    return message
 
 
 def check_ratio_split(train, dev, total):

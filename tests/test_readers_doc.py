@@ -5,39 +5,20 @@ import json
 import logging
 
 import pytest
-from conftest import shared_path
+from conftest import error, shared_path, write
 
-from ernie_doc.data.document import DataError, Document
+from ernie_doc.data.document import Document
 from tasks.c3 import reader as c3
 from tasks.cail2019_scm import reader as scm
 from tasks.hotpotqa import reader as hotpot
 from tasks.openkp import reader as openkp
 
 
-def write(root, files):
-    """Write {relative path: str or JSON-able object} under root; return root."""
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        path.write_text(text, encoding="utf-8")
-    return root
-
 
 def jsonl(*records):
     return "".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) + "\n"
                    for r in records)
 
-
-def error(call, *parts):
-    """Run call(); it must raise a one-line DataError containing every part."""
-    with pytest.raises(DataError) as info:
-        call()
-    message = str(info.value)
-    assert "\n" not in message
-    for part in parts:
-        assert part in message, (part, message)
-    return message
 
 
 @pytest.fixture

@@ -9,9 +9,8 @@ import re
 import tarfile
 
 import pytest
-from conftest import shared_path
+from conftest import error, shared_path, write
 
-from ernie_doc.data.document import DataError
 from ernie_doc.data.squad import align_answer, find_all, read_squad
 from tasks.cmrc2018 import reader as cmrc2018
 from tasks.drcd import reader as drcd
@@ -19,29 +18,6 @@ from tasks.dureader import reader as dureader
 from tasks.triviaqa import reader as triviaqa
 
 
-def write(root, files):
-    """Write {relative path: str, bytes or JSON-able object} under root; return root."""
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        elif isinstance(content, str):
-            path.write_text(content, encoding="utf-8")
-        else:
-            path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
-    return root
-
-
-def error(call, *parts):
-    """Run call(); it must raise a one-line DataError containing every part."""
-    with pytest.raises(DataError) as info:
-        call()
-    message = str(info.value)
-    assert "\n" not in message
-    for part in parts:
-        assert part in message, (part, message)
-    return message
 
 
 SKIP_LINE = re.compile(r"^(.*): skipped (\d+)(?: of (\d+))? (\w+): (.*) \(first at (.*)\)$")

@@ -7,7 +7,6 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT  # noqa: F401  (repo on sys.path)
 from test_tasks import check_results, run_task, vocab_dir
 
 from ernie_doc.data.segment import step_members

@@ -14,7 +14,6 @@ cross-entropy per segment ("B" is closer = 1). Unlike the official reader, no te
 to the shortest of the three.
 """
 import numpy as np
-import paddle
 import paddle.nn.functional as F
 
 from ernie_doc.config import ConfigError

@@ -10,7 +10,6 @@ span it is the usual cross-entropy). A segment without a gold span points at [CL
 (official). Unlike the official loss, question and padding positions are masked out of the
 softmax, so probability is spread over the positions a span can take.
 """
-import numpy as np
 import paddle
 
 from ernie_doc.config import ConfigError
