@@ -23,6 +23,8 @@ equals a single character, so "…" is NOT treated as punctuation (neither is "�
 """
 import re
 
+from ernie_doc.metrics.squad import average_scores
+
 # The official list, in its order. Only one-character entries can ever match.
 _OFFICIAL_PUNCTUATION = (
     "-", ":", "_", "*", "^", "/", "\\", "~", "`", "+", "=",
@@ -149,16 +151,5 @@ def exact_match(prediction, answers):
 def evaluate(predictions, references):
     """predictions: qid -> answer string; references: qid -> gold answer strings.
     → {"em", "f1", "avg"} ×100 over all references, "total", "skipped" (no prediction)."""
-    em = f1 = 0.0
-    skipped = 0
-    for qid, answers in references.items():
-        if qid not in predictions:
-            skipped += 1
-            continue
-        pred = str(predictions[qid])
-        em += exact_match(pred, answers)
-        f1 += f1_score(pred, answers)
-    total = len(references)
-    scale = 100.0 / total if total else 0.0
-    em, f1 = em * scale, f1 * scale
+    em, f1, total, skipped = average_scores(predictions, references, exact_match, f1_score)
     return {"em": em, "f1": f1, "avg": (em + f1) / 2, "total": total, "skipped": skipped}

@@ -55,3 +55,21 @@ def exact_match(prediction, ground_truth, triviaqa=False):
 def max_over_ground_truths(metric, prediction, ground_truths):
     """Best `metric(prediction, gt)` over the ground truths (0.0 for none)."""
     return max((metric(prediction, gt) for gt in ground_truths), default=0.0)
+
+
+def average_scores(predictions, references, em_of, f1_of):
+    """Mean EM and F1 ×100 over every reference question (the official scripts' averaging):
+    em_of / f1_of(prediction, references[qid]) → [0, 1]; a question without a prediction
+    scores 0. → (em, f1, total, missing)."""
+    em = f1 = 0.0
+    missing = 0
+    for qid, ref in references.items():
+        if qid not in predictions:
+            missing += 1
+            continue
+        pred = str(predictions[qid])
+        em += em_of(pred, ref)
+        f1 += f1_of(pred, ref)
+    total = len(references)
+    scale = 100.0 / total if total else 0.0
+    return em * scale, f1 * scale, total, missing

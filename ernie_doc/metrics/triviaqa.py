@@ -46,16 +46,11 @@ def ground_truths(answer):
 def evaluate(predictions, references):
     """predictions: qid -> answer string; references: qid -> TriviaQA Answer object (or a
     list of answer strings). → {"em", "f1"} ×100 over all references, "total", "missing"."""
-    em = f1 = 0.0
-    missing = 0
-    for qid, ref in references.items():
-        if qid not in predictions:
-            missing += 1
-            continue
-        golds = ground_truths(ref) if isinstance(ref, dict) else list(ref)
-        pred = str(predictions[qid])
-        em += squad.max_over_ground_truths(exact_match, pred, golds)
-        f1 += squad.max_over_ground_truths(f1_score, pred, golds)
-    total = len(references)
-    scale = 100.0 / total if total else 0.0
-    return {"em": em * scale, "f1": f1 * scale, "total": total, "missing": missing}
+    def golds(ref):
+        return ground_truths(ref) if isinstance(ref, dict) else list(ref)
+
+    em, f1, total, missing = squad.average_scores(
+        predictions, references,
+        lambda p, ref: squad.max_over_ground_truths(exact_match, p, golds(ref)),
+        lambda p, ref: squad.max_over_ground_truths(f1_score, p, golds(ref)))
+    return {"em": em, "f1": f1, "total": total, "missing": missing}
