@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# hotpotqa, two stages (the contract is documented in tools/launch.sh):
+#   stage 1: DATA_DIR=... [OUTPUT_DIR=output/hotpotqa] bash tasks/hotpotqa/run.sh [key=value ...]
+#   stage 2: STAGE=answer DATA_DIR=... [EVIDENCE=<stage-1 OUTPUT_DIR>] \
+#            [OUTPUT_DIR=output/hotpotqa_answer] bash tasks/hotpotqa/run.sh [key=value ...]
+# STAGE picks config.yaml (evidence, the default) or config_answer.yaml (answer). EVIDENCE
+# (stage 2) sets task_options.evidence_file: a stage-1 output directory or predictions file.
+# Also INIT_CHECKPOINT, MODEL_CONFIG, NPROC, PYTHON as in tools/launch.sh.
+set -euo pipefail
+HERE=$(dirname "$0")
+case "${STAGE:-evidence}" in
+    evidence)
+        exec bash "$HERE/../../tools/launch.sh" "$HERE/config.yaml" "$@" ;;
+    answer)
+        export OUTPUT_DIR=${OUTPUT_DIR:-output/hotpotqa_answer}
+        extra=()
+        [ -n "${EVIDENCE:-}" ] && extra+=("task_options.evidence_file=$EVIDENCE")
+        exec bash "$HERE/../../tools/launch.sh" "$HERE/config_answer.yaml" "${extra[@]}" "$@" ;;
+    *)
+        echo "error: STAGE=${STAGE}: expected evidence or answer" >&2
+        exit 2 ;;
+esac
