@@ -81,6 +81,16 @@ def read_json_lines(path):
     return records
 
 
+def read_json_list(path, what):
+    """A JSON file holding one list (of `what`, for the error message)."""
+    from ernie_doc.utils import read_json
+    records = read_json(path, DataError)
+    if not isinstance(records, list):
+        raise DataError(f"{where(path)}: expected a JSON list of {what}, got "
+                        f"{type(records).__name__}")
+    return records
+
+
 class Skips:
     """Counted skips of one file: `add(reason, where)` per skipped item, `report(total)` logs
     one warning line per reason with its count and first location. Used where the issue's

@@ -22,8 +22,7 @@ Options:
 import os
 
 from ernie_doc.data.document import (DataError, Document, check_options, check_split,
-                                     require_dir, require_file, where)
-from ernie_doc.utils import read_json
+                                     read_json_list, require_dir, require_file, where)
 
 SUBSETS = ("d", "m")
 LABELS = ["0", "1", "2", "3"]
@@ -48,10 +47,7 @@ def read(data_dir, split, options):
 
 def read_file(path, subset):
     """The Documents of one C3 file; subset prefixes the doc_ids."""
-    entries = read_json(path, DataError)
-    if not isinstance(entries, list):
-        raise DataError(f"{where(path)}: expected a JSON list of [paragraphs, questions, id], "
-                        f"got {type(entries).__name__}")
+    entries = read_json_list(path, "[paragraphs, questions, id]")
     docs, seen = [], set()
     for index, entry in enumerate(entries):
         at = f"{where(path)}: entry {index}"

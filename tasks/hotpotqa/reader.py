@@ -33,9 +33,8 @@ import os
 import re
 
 from ernie_doc.data.document import (DataError, Document, Skips, check_options, check_split,
-                                     pick_file, require_dir, require_file, split_by_ratio,
-                                     where)
-from ernie_doc.utils import read_json
+                                     pick_file, read_json_list, require_dir, require_file,
+                                     split_by_ratio, where)
 
 FILES = {"train": ["hotpot_train_v1.1.json"],
          "dev": ["hotpot_dev_distractor_v1.json"],
@@ -87,10 +86,7 @@ def read(data_dir, split, options):
 
 def parse(path):
     """[(Document, number of skipped supporting facts)] of one HotpotQA file, in file order."""
-    records = read_json(path, DataError)
-    if not isinstance(records, list):
-        raise DataError(f"{where(path)}: expected a JSON list of questions, got "
-                        f"{type(records).__name__}")
+    records = read_json_list(path, "questions")
     parsed, seen = [], set()
     for index, record in enumerate(records):
         if not isinstance(record, dict) or not isinstance(record.get("_id"), str):
