@@ -176,6 +176,37 @@ def test_chinese_span_tasks_run_sh(tmp_path, task, files, nproc):
         assert (out / "test_results.json").is_file()
 
 
+@pytest.mark.parametrize("case,message", [
+    ("empty_context", "empty context"),
+    ("bad_json", "invalid JSON"),
+    ("no_answer_in_context", "no answer found in context")])
+def test_span_bad_input_through_run_sh(tmp_path, case, message):
+    """Bad QA data: one line naming the file and the question and exit 2 before anything is
+    written, or (an answer not in its context) a counted skip and the run goes on."""
+    data = tmp_path / "cmrc"
+    data.mkdir()
+    train = zh_questions(8, 0)
+    if case == "empty_context":
+        train[3] = (train[3][0], " ", *train[3][2:])
+    if case == "no_answer_in_context":
+        train[2] = (train[2][0], train[2][1], train[2][2], "清华北京", 0)
+    squad_json(data / "cmrc2018_train.json", train)
+    squad_json(data / "cmrc2018_dev.json", zh_questions(4, 1))
+    if case == "bad_json":
+        (data / "cmrc2018_dev.json").write_text('{"data": [', encoding="utf-8")
+    out = tmp_path / "out"
+    tok = vocab_dir(tmp_path / "vocab", HANZI)
+    if case == "no_answer_in_context":
+        proc = run_task("cmrc2018", data, out, tok, *SPAN_COMMON)
+        assert message in proc.stdout and "skipped 1 of 8 questions" in proc.stdout
+        assert (out / "eval_results.json").is_file()
+        return
+    proc = run_task("cmrc2018", data, out, tok, *SPAN_COMMON, expect=2)
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith("error: ") and message in line, line
+    assert "cmrc2018_" in line and not out.exists()
+
+
 def test_dureader_run_sh_on_raw_dureader_lines(tmp_path):
     from test_readers_span import duread, duread_doc, lines
     rng = np.random.default_rng(4)
