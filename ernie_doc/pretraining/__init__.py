@@ -1,0 +1,1 @@
+"""Pretraining groundwork: the streamed, rank-sharded document corpus (`corpus`)."""

@@ -1,0 +1,268 @@
+"""The pretraining corpus: documents streamed from files, sharded deterministically over ranks.
+
+Format. `paths` is one path or a list of paths, each a file or a directory. Directories are
+searched recursively; names starting with "." are skipped there (editor and OS litter), a file
+named explicitly is always read. The file list is sorted by relative path, so every rank sees
+the same list in the same order whatever the file system returns. Each file is one of
+
+* JSON lines (`*.jsonl`, `*.json`): one document per line, its text in the field `text_field`
+  (default "text"); blank lines are ignored. A malformed line, a line that is not an object,
+  or a missing or non-string text field raises DataError naming "path:line".
+* plain text (anything else, e.g. `*.txt`, WikiText `*.tokens`): with `split="blank_lines"`
+  documents are separated by one or more blank (whitespace-only) lines and a document's lines
+  are joined with "\\n" (trailing whitespace and "\\r" of CRLF files removed). With
+  `split="wikitext"` a new document starts at each top-level heading line " = Title = "
+  (exactly one "=" on each side; " = = Section = = " is not one), so the paragraphs of an
+  article stay together; its non-blank lines are joined with "\\n".
+
+Files are read line by line (at most one document is held in memory). Invalid UTF-8 raises
+DataError naming the file and the line of the bad byte. Documents whose stripped text is
+shorter than `min_chars` are skipped and counted (a `Skips`, reported once per pass).
+
+Identity. `CorpusDocument.doc_id` is "relative path:first line", the relative path being the
+file's path below the directory argument prefixed with that directory's name (a file argument:
+its name). It does not depend on the working directory, so it is stable across runs and
+machines; two arguments yielding the same relative path are an error, since their ids would
+collide.
+
+Sharding. Kept documents are numbered 0, 1, 2, ... in the global order above; document i goes
+to rank i % world_size. Every rank reads the whole corpus (cheap next to training) and keeps its
+share, so the ranks' streams are disjoint, their union is the corpus exactly once, and each
+rank's stream is the same on every run.
+
+Empty corpus. Call `check_corpus(paths, world_size=...)` on EVERY rank before the first
+collective call (init_parallel_env's barrier, an all-reduce ...): it counts documents with the
+same rules as `iter_documents` and raises the same DataError on every rank when there are none
+(or fewer than ranks), so no rank waits forever in a collective that another rank never joins.
+"""
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+from ernie_doc.data.document import DataError, Skips, where
+
+log = logging.getLogger("ernie_doc.pretrain")
+
+PathArg = Union[str, os.PathLike]
+JSON_SUFFIXES = (".jsonl", ".json")
+SPLITS = ("blank_lines", "wikitext")
+
+
+@dataclass(frozen=True)
+class CorpusDocument:
+    """One document: `doc_id` ("relative path:line"), its text, its file and first line."""
+    doc_id: str
+    text: str
+    path: str
+    line: int
+
+
+def _as_list(paths) -> List[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return [os.fspath(p) for p in paths]
+
+
+def _describe(paths) -> str:
+    return ", ".join(paths) if paths else "(no paths)"
+
+
+def corpus_files(paths) -> List[Tuple[str, str]]:
+    """[(file path, relative name)] of the corpus, in the global (sorted) order."""
+    paths = _as_list(paths)
+    found, names, seen = [], {}, set()
+    for arg in paths:
+        if os.path.isfile(arg):
+            entries = [(arg, os.path.basename(arg))]
+        elif os.path.isdir(arg):
+            root = os.path.normpath(arg)
+            prefix = os.path.basename(os.path.abspath(root))
+            entries = []
+            for directory, subdirs, files in os.walk(root):
+                subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+                for name in files:
+                    if name.startswith("."):
+                        continue
+                    full = os.path.join(directory, name)
+                    rel = os.path.relpath(full, root).replace(os.sep, "/")
+                    entries.append((full, f"{prefix}/{rel}"))
+            # Sort on path components, not on the os.walk order (file-system dependent).
+            entries.sort(key=lambda e: e[1].split("/"))
+        else:
+            raise DataError(f"{arg}: corpus path does not exist")
+        for full, rel in entries:
+            real = os.path.realpath(full)
+            if real in seen:  # a file named twice (itself and via its directory) is read once
+                continue
+            if rel in names:
+                raise DataError(f"{full}: same relative name {rel!r} as {names[rel]}; "
+                                f"their document ids would collide")
+            seen.add(real)
+            names[rel] = full
+            found.append((full, rel))
+    return found
+
+
+def _lines(path) -> Iterator[Tuple[int, str]]:
+    """(line number, line without newline / trailing "\\r"), decoded one line at a time."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        # Binary lines split on b"\n" only, as read_lines does; a UTF-8 multi-byte sequence
+        # never contains b"\n", so decoding per line is exact.
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{where(path, number)}: invalid UTF-8 (byte {e.start} of "
+                                f"the line)") from None
+            if number == 1 and line.startswith("\ufeff"):  # tolerate a UTF-8 BOM
+                line = line[1:]
+            yield number, line.rstrip("\n").rstrip("\r")
+
+
+def is_wikitext_heading(line: str) -> bool:
+    """True for a top-level WikiText heading " = Title = " (not " = = Section = = ")."""
+    s = line.strip()
+    return (len(s) > 4 and s.startswith("= ") and s.endswith(" =")
+            and not s.startswith("= =") and not s.endswith("= ="))
+
+
+def _text_documents(path, split) -> Iterator[Tuple[int, str]]:
+    """(first line, text) of a plain-text file."""
+    start, lines = None, []
+    for number, line in _lines(path):
+        line = line.rstrip()
+        if split == "wikitext":
+            if is_wikitext_heading(line) and lines:
+                yield start, "\n".join(lines)
+                start, lines = None, []
+            if not line:
+                continue  # paragraph breaks inside an article: the article goes on
+        elif not line:
+            if lines:
+                yield start, "\n".join(lines)
+            start, lines = None, []
+            continue
+        if start is None:
+            start = number
+        lines.append(line)
+    if lines:
+        yield start, "\n".join(lines)
+
+
+def _json_documents(path, text_field) -> Iterator[Tuple[int, str]]:
+    """(line, text) of a JSON-lines file."""
+    for number, raw in _lines(path):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where(path, number)}: invalid JSON ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{where(path, number)}: expected a JSON object, got "
+                            f"{type(record).__name__}")
+        if text_field not in record:
+            raise DataError(f"{where(path, number)}: no field {text_field!r} "
+                            f"(fields: {sorted(record)[:10]})")
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise DataError(f"{where(path, number)}: field {text_field!r} must be a string, "
+                            f"got {type(text).__name__}")
+        yield number, text
+
+
+def _check_args(rank, world_size, split, min_chars):
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
+    if split not in SPLITS:
+        raise DataError(f"corpus split {split!r} is not one of {list(SPLITS)}")
+    if min_chars < 0:
+        raise ValueError(f"min_chars must be >= 0, got {min_chars}")
+
+
+def _all_documents(paths, text_field, min_chars, split, skips) -> Iterator[CorpusDocument]:
+    """Every kept document in the global order (no sharding)."""
+    # An empty (whitespace-only) document is never kept, even with min_chars=0.
+    least = max(min_chars, 1)
+    reason = "empty" if least == 1 else f"shorter than {least} characters"
+    for path, rel in corpus_files(paths):
+        if path.lower().endswith(JSON_SUFFIXES):
+            docs = _json_documents(path, text_field)
+        else:
+            docs = _text_documents(path, split)
+        for line, text in docs:
+            if len(text.strip()) < least:
+                skips.add(reason, where(path, line))
+                continue
+            yield CorpusDocument(f"{rel}:{line}", text, path, line)
+
+
+def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
+                   world_size: int = 1, text_field: str = "text", min_chars: int = 1,
+                   split: str = "blank_lines",
+                   skips: Optional[Skips] = None) -> Iterator[CorpusDocument]:
+    """Stream this rank's documents: kept document i goes to rank i % world_size.
+
+    Skipped (too short) documents are counted in `skips` (the caller reports them); without
+    one, rank 0 logs the counts when the pass ends. A corpus with no document raises DataError
+    at the end of the pass; call `check_corpus` first to fail before any collective call."""
+    paths = _as_list(paths)
+    _check_args(rank, world_size, split, min_chars)
+    own_skips = skips is None
+    if own_skips:
+        skips = Skips(_describe(paths), "documents")
+    total = 0
+    for i, doc in enumerate(_all_documents(paths, text_field, min_chars, split, skips)):
+        total = i + 1
+        if i % world_size == rank:
+            yield doc
+    if own_skips and rank == 0:
+        skips.report(total + len(skips), log)
+    if total == 0:
+        raise _empty(paths, skips)
+
+
+def _empty(paths, skips):
+    why = f" ({len(skips)} skipped: too short)" if len(skips) else ""
+    return DataError(f"{_describe(paths)}: empty corpus, no documents{why}")
+
+
+def _count(paths, world_size, text_field, min_chars, split):
+    _check_args(0, world_size, split, min_chars)
+    skips = Skips(_describe(paths), "documents")
+    return sum(1 for _ in _all_documents(paths, text_field, min_chars, split, skips)), skips
+
+
+def count_documents(paths: Union[PathArg, Sequence[PathArg]], text_field: str = "text",
+                    min_chars: int = 1, split: str = "blank_lines") -> int:
+    """The number of documents `iter_documents` keeps over all ranks (a full read, no
+    sharding); the same on every rank. Bad data raises the same DataError as iterating."""
+    return _count(_as_list(paths), 1, text_field, min_chars, split)[0]
+
+
+def check_corpus(paths: Union[PathArg, Sequence[PathArg]], world_size: int = 1,
+                 text_field: str = "text", min_chars: int = 1,
+                 split: str = "blank_lines") -> int:
+    """Raise DataError when the corpus has no documents, or fewer than `world_size` (a rank
+    would get none); else return the count. Deterministic, so every rank raises alike: call
+    it on every rank before the first collective call."""
+    paths = _as_list(paths)
+    n, skips = _count(paths, world_size, text_field, min_chars, split)
+    if n == 0:
+        raise _empty(paths, skips)
+    if n < world_size:
+        raise DataError(f"{_describe(paths)}: {n} documents for {world_size} ranks; every "
+                        f"rank needs at least one")
+    return n
+
+
+__all__ = ["CorpusDocument", "iter_documents", "count_documents", "check_corpus",
+           "corpus_files", "is_wikitext_heading"]
