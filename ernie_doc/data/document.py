@@ -63,22 +63,24 @@ def read_lines(path):
     return [(i + 1, line.rstrip("\r")) for i, line in enumerate(lines)]
 
 
+def parse_json_line(raw, path, line):
+    """One line of a JSON-lines file → its object; malformed JSON or a non-object raises
+    DataError naming the file and line."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{where(path, line)}: expected a JSON object, got "
+                        f"{type(record).__name__}")
+    return record
+
+
 def read_json_lines(path):
     """[(line number, JSON object)] of a JSON-lines file, blank lines skipped; a malformed
     line raises DataError naming the file and line."""
-    records = []
-    for line, raw in read_lines(path):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{where(path, line)}: expected a JSON object, got "
-                            f"{type(record).__name__}")
-        records.append((line, record))
-    return records
+    return [(line, parse_json_line(raw, path, line)) for line, raw in read_lines(path)
+            if raw.strip()]
 
 
 def read_json_list(path, what):

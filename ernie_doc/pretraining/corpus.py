@@ -35,13 +35,12 @@ collective call (init_parallel_env's barrier, an all-reduce ...): it counts docu
 same rules as `iter_documents` and raises the same DataError on every rank when there are none
 (or fewer than ranks), so no rank waits forever in a collective that another rank never joins.
 """
-import json
 import logging
 import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from ernie_doc.data.document import DataError, Skips, where
+from ernie_doc.data.document import DataError, Skips, parse_json_line, where
 
 log = logging.getLogger("ernie_doc.pretrain")
 
@@ -160,13 +159,7 @@ def _json_documents(path, text_field) -> Iterator[Tuple[int, str]]:
     for number, raw in _lines(path):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where(path, number)}: invalid JSON ({e.msg})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{where(path, number)}: expected a JSON object, got "
-                            f"{type(record).__name__}")
+        record = parse_json_line(raw, path, number)
         if text_field not in record:
             raise DataError(f"{where(path, number)}: no field {text_field!r} "
                             f"(fields: {sorted(record)[:10]})")
