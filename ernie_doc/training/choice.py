@@ -34,13 +34,6 @@ def truncate_pair(first, second, budget):
     return first, second
 
 
-def _check_positive(cfg, options, keys):
-    for key in keys:
-        if not isinstance(options[key], int) or isinstance(options[key], bool) or options[key] < 1:
-            raise ConfigError(f"{cfg.source}: task_options.{key}: must be a positive integer, "
-                              f"got {options[key]!r}")
-
-
 class _GroupTask(Task):
     main_metric = "accuracy"
 
@@ -80,7 +73,7 @@ class MultipleChoiceTask(_GroupTask):
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
-        _check_positive(cfg, self.options, ("num_choices", "max_query_len"))
+        self.check_options(("num_choices", "max_query_len"))
         self.group_size = self.options["num_choices"]
         if len(self.labels) != self.group_size:
             raise ConfigError(f"{cfg.source}: task_options.num_choices "

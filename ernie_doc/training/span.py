@@ -54,17 +54,8 @@ class SpanTask(Task):
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
-        o = self.options
-        if o["question_format"] not in self.FORMATS:
-            raise ConfigError(f"{cfg.source}: task_options.question_format: "
-                              f"{o['question_format']!r} is not one of {list(self.FORMATS)}")
-        if o["metric"] not in self.METRICS:
-            raise ConfigError(f"{cfg.source}: task_options.metric: {o['metric']!r} is not one "
-                              f"of {list(self.METRICS)}")
-        for key in ("max_query_len", "max_answer_len", "n_best"):
-            if not isinstance(o[key], int) or o[key] < 1:
-                raise ConfigError(f"{cfg.source}: task_options.{key}: must be a positive "
-                                  f"integer, got {o[key]!r}")
+        self.check_options(("max_query_len", "max_answer_len", "n_best"),
+                           {"question_format": self.FORMATS, "metric": self.METRICS})
         self._word_cache = {}
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):

@@ -56,6 +56,21 @@ class Task:
                               f"{cfg.kind!r} (known: {sorted(self.option_defaults)})")
         self.options = dict(self.option_defaults, **(cfg.get("task_options") or {}))
 
+    def option_error(self, key, message):
+        return ConfigError(f"{self.cfg.source}: task_options.{key}: {message}")
+
+    def check_options(self, positive=(), choices=None):
+        """task_options checks: `positive` keys must be positive integers, `choices` maps a
+        key to its allowed values."""
+        for key in positive:
+            value = self.options[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise self.option_error(key, f"must be a positive integer, got {value!r}")
+        for key, allowed in (choices or {}).items():
+            if self.options[key] not in allowed:
+                raise self.option_error(key, f"{self.options[key]!r} is not one of "
+                                             f"{list(allowed)}")
+
     def read(self, split):
         docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
         limit = (self.cfg.get("max_examples") or {}).get(split)

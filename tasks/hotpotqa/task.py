@@ -306,30 +306,24 @@ class HotpotTask(Task):
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
         o = self.options
-        for key, choices in (("stage", STAGES), ("evidence", ("predicted", "gold"))):
-            if o[key] not in choices:
-                self._bad(key, f"{o[key]!r} is not one of {list(choices)}")
-        for key in ("max_query_len", "min_paragraphs", "max_answer_len", "n_best"):
-            if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
-                self._bad(key, f"must be a positive integer, got {o[key]!r}")
+        self.check_options(("max_query_len", "min_paragraphs", "max_answer_len", "n_best"),
+                           {"stage": STAGES, "evidence": ("predicted", "gold")})
         for key in ("threshold", "sp_threshold"):
             try:   # YAML 1.1 reads 1e-3 (no dot) as a string
                 o[key] = float(o[key])
             except (TypeError, ValueError):
-                self._bad(key, f"must be a number, got {o[key]!r}")
+                raise self.option_error(key, f"must be a number, got {o[key]!r}") from None
             if not 0.0 <= o[key] < 1.0:
-                self._bad(key, f"must be a probability in [0, 1), got {o[key]!r}")
+                raise self.option_error(key, f"must be a probability in [0, 1), got {o[key]!r}")
         self.stage = o["stage"]
         self.main_metric = "para_ap" if self.stage == "evidence" else "joint_f1"
         if self.stage == "evidence" and o["evidence_file"]:
-            self._bad("evidence_file", "is stage 2's input (stage: answer)")
+            raise self.option_error("evidence_file", "is stage 2's input (stage: answer)")
         if self.stage == "answer" and o["evidence"] == "predicted" and not o["evidence_file"]:
-            self._bad("evidence_file", "stage answer needs stage 1's predictions (a "
-                      "predictions_<split>.jsonl or its output directory), or evidence: gold")
+            raise self.option_error("evidence_file", "stage answer needs stage 1's predictions "
+                                    "(a predictions_<split>.jsonl or its output directory), or "
+                                    "evidence: gold")
         self._cache, self._selection = {}, None
-
-    def _bad(self, key, message):
-        raise ConfigError(f"{self.cfg.source}: task_options.{key}: {message}")
 
     # -- input -----------------------------------------------------------------------------
     def read(self, split):

@@ -143,10 +143,7 @@ class KeyphraseTask(Task):
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
-        top_k = self.options["top_k"]
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            raise ConfigError(f"{cfg.source}: task_options.top_k: must be a positive integer, "
-                              f"got {top_k!r}")
+        self.check_options(("top_k",))
         self._word_cache = {}
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
