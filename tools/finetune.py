@@ -21,11 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("config", nargs="?", help="task config.yaml (default with --resume: the "
-                                              "run's own run_config.yaml; without either, "
-                                              "--set must give task=...)")
+def parse_args(argv=None, description=__doc__, config_flag=False):
+    p = argparse.ArgumentParser(description=description.splitlines()[0])
+    help_config = ("config.yaml (default with --resume: the run's own run_config.yaml; "
+                   "without either, --set must give task=...)")
+    if config_flag:
+        p.add_argument("--config", help=help_config)
+    else:
+        p.add_argument("config", nargs="?", help=help_config)
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="override config keys (dotted for reader.* and "
                                              "model_overrides.*)")
@@ -37,8 +40,9 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def main(argv=None, description=__doc__, config_flag=False, kind=None):
+    """kind: the task kind this entry point accepts (None: any)."""
+    args = parse_args(argv, description, config_flag)
     from ernie_doc.config import ConfigError
     from ernie_doc.data import DataError
     from ernie_doc.checkpoint.io import CheckpointError
@@ -52,6 +56,8 @@ def main(argv=None):
             config = config or os.path.join(args.resume, RUN_CONFIG)
             overrides.append(f"output_dir={args.resume}")
         cfg = load_config(config, overrides)
+        if kind and cfg.kind != kind:
+            raise ConfigError(f"{cfg.source}: kind: {cfg.kind!r}; this tool runs kind {kind!r}")
         return run(cfg, resume=bool(args.resume))
     except (ConfigError, DataError, CheckpointError, CheckpointStateError, TrainingError) as e:
         if args.debug:

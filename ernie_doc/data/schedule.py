@@ -40,38 +40,77 @@ def document_order(num_docs, shuffle, seed, epoch):
     return np.random.default_rng([seed, epoch]).permutation(num_docs)
 
 
+class RowScheduler:
+    """Online greedy row assignment, one step at a time: a row whose document has ended takes
+    the next document (lowest row first). The same rule serves a precomputed epoch
+    (`schedule_rows`) and a streamed corpus, which learns a document's length only when the
+    document is read.
+
+    `step(next_doc)`: next_doc() → (key, number of steps) or None once the source is
+    exhausted. Returns [(key or None, segment index, reset)] per row; None = padding."""
+
+    def __init__(self, rows: int):
+        if rows < 1:
+            raise ValueError(f"rows must be positive, got {rows}")
+        self.rows = rows
+        self.current = [None] * rows     # key of the document in each row
+        self.position = [0] * rows       # its next step
+        self.remaining = [0] * rows
+
+    def step(self, next_doc):
+        out = []
+        for r in range(self.rows):
+            reset = False
+            if self.remaining[r] == 0:
+                nxt = next_doc()
+                if nxt is not None:
+                    key, length = nxt
+                    if length < 1:
+                        raise ValueError(f"document {key!r} has no segment")
+                    self.current[r], self.position[r], self.remaining[r] = key, 0, length
+                    reset = True
+                else:
+                    self.current[r] = None
+            if self.remaining[r] == 0:
+                out.append((None, 0, True))
+                continue
+            out.append((self.current[r], self.position[r], reset))
+            self.position[r] += 1
+            self.remaining[r] -= 1
+        return out
+
+    def state(self):
+        """Json-able: the row contents (key, next step, remaining)."""
+        return [[k, p, n] for k, p, n in zip(self.current, self.position, self.remaining)]
+
+    def load_state(self, rows):
+        if len(rows) != self.rows:
+            raise ValueError(f"a state of {len(rows)} rows for a scheduler of {self.rows}")
+        for r, (key, pos, rem) in enumerate(rows):
+            self.current[r], self.position[r], self.remaining[r] = key, pos, rem
+
+
 def schedule_rows(lengths: Sequence[int], rows: int, order: Sequence[int] = None) -> Schedule:
     """Greedy row assignment for documents of `lengths` segments (in `order`) over `rows`
     global rows."""
-    if rows < 1:
-        raise ValueError(f"rows must be positive, got {rows}")
     order = list(range(len(lengths))) if order is None else list(order)
     if any(lengths[d] < 1 for d in order):
         raise ValueError("every document needs at least one segment")
     queue = iter(order)
-    current = [-1] * rows           # document per row
-    position = [0] * rows           # next segment of it
-    remaining = [0] * rows
-    pending = len(order)
+    scheduler = RowScheduler(rows)
+
+    def next_doc():
+        d = next(queue, None)
+        return None if d is None else (d, lengths[d])
+
     docs, segs, resets = [], [], []
     while True:
-        step_doc, step_seg, step_reset = [], [], []
-        for r in range(rows):
-            reset = False
-            if remaining[r] == 0 and pending:
-                current[r] = next(queue)
-                position[r], remaining[r] = 0, lengths[current[r]]
-                pending -= 1
-                reset = True
-            if remaining[r] == 0:
-                step_doc.append(-1), step_seg.append(0), step_reset.append(True)
-                continue
-            step_doc.append(current[r]), step_seg.append(position[r]), step_reset.append(reset)
-            position[r] += 1
-            remaining[r] -= 1
-        if all(d == -1 for d in step_doc):
+        step = scheduler.step(next_doc)
+        if all(key is None for key, _, _ in step):
             break
-        docs.append(step_doc), segs.append(step_seg), resets.append(step_reset)
+        docs.append([-1 if k is None else k for k, _, _ in step])
+        segs.append([s for _, s, _ in step])
+        resets.append([r for _, _, r in step])
     shape = (len(docs), rows)
     return Schedule(np.asarray(docs, dtype=np.int64).reshape(shape),
                     np.asarray(segs, dtype=np.int64).reshape(shape),

@@ -66,23 +66,27 @@ class ClassificationSegmenter:
     def cls_position(self):
         return CLS_INDEX[self.layout] % self.seq_len
 
-    def __call__(self, ids: Sequence[int], doc_index: int, targets=None) -> List[Segment]:
+    def __call__(self, ids: Sequence[int], doc_index: int, targets=None,
+                 aligned=None) -> List[Segment]:
+        """targets: the same for every segment; aligned: {name: [n] int array} per token of
+        `ids`, laid out like the tokens (−1 at [CLS]/[SEP]/padding) into target `name` [T]."""
         ids = np.asarray(ids, dtype=np.int64)
         spans = windows(len(ids), self.seq_len - 2, self.stride)
+        offset = 0 if self.layout == "cls_last" else 1   # where the first token sits
         segments = []
         for i, (start, end) in enumerate(spans):
             n = end - start
             row = np.full(self.seq_len, self.pad_id, dtype=np.int64)
             mask = np.zeros(self.seq_len, dtype=np.float32)
-            if self.layout == "cls_last":
-                row[:n], row[n], row[-1] = ids[start:end], self.sep_id, self.cls_id
-                mask[:n + 1] = 1.0
-                mask[-1] = 1.0
-            else:
-                row[0], row[1:n + 1], row[n + 1] = self.cls_id, ids[start:end], self.sep_id
-                mask[:n + 2] = 1.0
-            segments.append(Segment(row, mask, doc_index, i, len(spans),
-                                    targets=dict(targets or {})))
+            row[offset:offset + n], row[offset + n] = ids[start:end], self.sep_id
+            mask[:offset + n + 1] = 1.0
+            row[CLS_INDEX[self.layout]], mask[CLS_INDEX[self.layout]] = self.cls_id, 1.0
+            seg_targets = dict(targets or {})
+            for name, values in (aligned or {}).items():
+                laid = np.full(self.seq_len, -1, dtype=np.int64)
+                laid[offset:offset + n] = values[start:end]
+                seg_targets[name] = laid
+            segments.append(Segment(row, mask, doc_index, i, len(spans), targets=seg_targets))
         return segments
 
 

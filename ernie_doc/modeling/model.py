@@ -17,6 +17,7 @@ from collections import namedtuple
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
+from paddle.distributed.fleet.utils import recompute
 
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.modeling.attention import (MASK_VALUE, RelativeMultiHeadAttention,
@@ -114,6 +115,9 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         self.encoder = ErnieDocEncoder(config)
         self.embeddings = ErnieDocEmbeddings(config)
         self.pooler = ErnieDocPooler(config)
+        # Activation recompute (gradient checkpointing) of each encoder layer in training;
+        # a runtime switch, not a config field: saved configs and state_dict are unchanged.
+        self.recompute = False
 
     @property
     def memory_len(self):
@@ -242,7 +246,12 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         new_memories = []
         for i, layer in enumerate(self.encoder.layers):
             mem_i = memories[i] if mem_len else None
-            out = layer(x, mem_i, pos_emb, task_emb, task_ids, mask_bias)
+            if self.recompute and self.training and paddle.in_dynamic_mode():
+                # Keep only the layer inputs; backward reruns the layer (same RNG state, so
+                # the same dropout masks): activation memory traded for a second forward.
+                out = recompute(layer, x, mem_i, pos_emb, task_emb, task_ids, mask_bias)
+            else:
+                out = layer(x, mem_i, pos_emb, task_emb, task_ids, mask_bias)
             if mem_len:
                 new_memories.append(update_memory(mem_i, memory_source(c.recurrence, x, out),
                                                   mem_len))

@@ -13,7 +13,8 @@ the same list in the same order whatever the file system returns. Each file is o
   are joined with "\\n" (trailing whitespace and "\\r" of CRLF files removed). With
   `split="wikitext"` a new document starts at each top-level heading line " = Title = "
   (exactly one "=" on each side; " = = Section = = " is not one), so the paragraphs of an
-  article stay together; its non-blank lines are joined with "\\n".
+  article stay together; its non-blank lines are joined with "\\n". With `split="file"`
+  the whole file is one document (a directory of articles or books, one per file).
 
 Files are read line by line (at most one document is held in memory). Invalid UTF-8 raises
 DataError naming the file and the line of the bad byte. Documents whose stripped text is
@@ -46,7 +47,7 @@ log = logging.getLogger("ernie_doc.pretrain")
 
 PathArg = Union[str, os.PathLike]
 JSON_SUFFIXES = (".jsonl", ".json")
-SPLITS = ("blank_lines", "wikitext")
+SPLITS = ("blank_lines", "wikitext", "file")
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,11 @@ def is_wikitext_heading(line: str) -> bool:
 
 def _text_documents(path, split) -> Iterator[Tuple[int, str]]:
     """(first line, text) of a plain-text file."""
+    if split == "file":   # the whole file is one document
+        text = "\n".join(line.rstrip() for _, line in _lines(path)).strip("\n")
+        if text.strip():
+            yield 1, text
+        return
     start, lines = None, []
     for number, line in _lines(path):
         line = line.rstrip()
@@ -181,17 +187,25 @@ def _check_args(rank, world_size, split, min_chars):
         raise ValueError(f"min_chars must be >= 0, got {min_chars}")
 
 
-def _all_documents(paths, text_field, min_chars, split, skips) -> Iterator[CorpusDocument]:
-    """Every kept document in the global order (no sharding)."""
+def _file_documents(path, text_field, split) -> Iterator[Tuple[int, str]]:
+    if path.lower().endswith(JSON_SUFFIXES):
+        return _json_documents(path, text_field)
+    return _text_documents(path, split)
+
+
+def _all_documents(paths, text_field, min_chars, split, skips,
+                   file_seed=None) -> Iterator[CorpusDocument]:
+    """Every kept document in the global order (no sharding); `file_seed` permutes the
+    order of the files (an epoch's shuffle)."""
     # An empty (whitespace-only) document is never kept, even with min_chars=0.
     least = max(min_chars, 1)
     reason = "empty" if least == 1 else f"shorter than {least} characters"
-    for path, rel in corpus_files(paths):
-        if path.lower().endswith(JSON_SUFFIXES):
-            docs = _json_documents(path, text_field)
-        else:
-            docs = _text_documents(path, split)
-        for line, text in docs:
+    files = corpus_files(paths)
+    if file_seed is not None:
+        import numpy as np
+        files = [files[i] for i in np.random.default_rng(file_seed).permutation(len(files))]
+    for path, rel in files:
+        for line, text in _file_documents(path, text_field, split):
             if len(text.strip()) < least:
                 skips.add(reason, where(path, line))
                 continue
@@ -200,9 +214,10 @@ def _all_documents(paths, text_field, min_chars, split, skips) -> Iterator[Corpu
 
 def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
                    world_size: int = 1, text_field: str = "text", min_chars: int = 1,
-                   split: str = "blank_lines",
-                   skips: Optional[Skips] = None) -> Iterator[CorpusDocument]:
+                   split: str = "blank_lines", skips: Optional[Skips] = None,
+                   file_seed=None) -> Iterator[CorpusDocument]:
     """Stream this rank's documents: kept document i goes to rank i % world_size.
+    `file_seed` (an int or a sequence of ints) reads the files in a permuted order.
 
     Skipped (too short) documents are counted in `skips` (the caller reports them); without
     one, rank 0 logs the counts when the pass ends. A corpus with no document raises DataError
@@ -213,7 +228,8 @@ def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
     if own_skips:
         skips = Skips(_describe(paths), "documents")
     total = 0
-    for i, doc in enumerate(_all_documents(paths, text_field, min_chars, split, skips)):
+    for i, doc in enumerate(_all_documents(paths, text_field, min_chars, split, skips,
+                                           file_seed)):
         total = i + 1
         if i % world_size == rank:
             yield doc
@@ -221,6 +237,19 @@ def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
         skips.report(total + len(skips), log)
     if total == 0:
         raise _empty(paths, skips)
+
+
+def document_at(doc_id: str, path: str, line: int, text_field: str = "text",
+                split: str = "blank_lines") -> CorpusDocument:
+    """Read back the one document that starts at `path:line` (a resumed run rebuilds the
+    documents its rows were reading from this)."""
+    for number, text in _file_documents(path, text_field, split):
+        if number == line:
+            return CorpusDocument(doc_id, text, path, line)
+        if number > line:
+            break
+    raise DataError(f"{where(path, line)}: no document starts there any more (the corpus "
+                    f"changed since the checkpoint was written)")
 
 
 def _empty(paths, skips):
@@ -257,5 +286,5 @@ def check_corpus(paths: Union[PathArg, Sequence[PathArg]], world_size: int = 1,
     return n
 
 
-__all__ = ["CorpusDocument", "iter_documents", "count_documents", "check_corpus",
+__all__ = ["CorpusDocument", "iter_documents", "document_at", "count_documents", "check_corpus",
            "corpus_files", "is_wikitext_heading"]

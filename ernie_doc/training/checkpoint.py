@@ -117,3 +117,19 @@ def save_best(output_dir, step, model, tokenizer_files=(), extra=None):
         if old != step:
             shutil.rmtree(os.path.join(root, f"best-step-{old}"), ignore_errors=True)
     return final
+
+
+def save_final(output_dir, model, tokenizer_files=()):
+    """Rank 0: OUTPUT_DIR/final, the model at the end of the run (from_pretrained layout),
+    written next to it and renamed into place."""
+    final = os.path.join(output_dir, "final")
+    tmp = final + ".tmp"
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    for src in tokenizer_files:
+        shutil.copy2(src, os.path.join(tmp, os.path.basename(src)))
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    return final

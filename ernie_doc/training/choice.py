@@ -120,7 +120,7 @@ class MultipleChoiceTask(_GroupTask):
                              reduction="none").reshape([-1])
         return masked_mean(ce, weight[::g])
 
-    def row_outputs(self, out):
+    def row_outputs(self, out, batch=None):
         return out.logits.astype("float32").numpy()   # [B / g, g]; masked in evaluate
 
     def evaluate(self, docs, rows, passes=None):
@@ -171,7 +171,7 @@ class PairMatchingTask(_GroupTask):
                                                  batch["target_label"][::2], reduction="none")
         return masked_mean(bce.reshape([-1]), weight[::2])
 
-    def row_outputs(self, out):
+    def row_outputs(self, out, batch=None):
         return F.sigmoid(out.logits.astype("float32")).numpy()   # [B / 2]: P(B is closer)
 
     def evaluate(self, docs, rows, passes=None):

@@ -41,14 +41,19 @@ DEFAULTS = {
     "batch_size": 16,             # rows per rank
     "eval_batch_size": None,      # None = batch_size
     "epochs": 3,
+    "max_steps": 0,               # stop after this many optimizer steps (0 = run `epochs`);
+                                  # a streamed pretraining corpus needs it
     "learning_rate": 7e-5,
     "lr_schedule": "linear",      # linear (warmup, then decay to 0) | official (§6 of the spec)
     "warmup_proportion": 0.1,
+    "warmup_steps": 0,            # > 0: warm up over this many steps instead of the proportion
     "weight_decay": 0.01,
     "layer_decay": 1.0,           # layer l of L: decay^(L−l); embeddings decay^(L+1)
     "max_grad_norm": 0.0,         # 0 = no clipping (official)
+    "adam_epsilon": 1e-8,
     "grad_accum_steps": 1,
     "amp": False,                 # GPU only
+    "recompute": False,           # recompute each layer's activations in backward (memory)
     "seed": 1,
     "shuffle": True,
     # evaluation, checkpoints, logging
@@ -180,11 +185,11 @@ def validate(cfg):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
             fail(key, f"must be a positive integer, got {cfg[key]!r}")
     for key in ("eval_steps", "save_steps", "logging_steps", "stop_at_step", "threads",
-                "keep_checkpoints"):
+                "keep_checkpoints", "max_steps", "warmup_steps"):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 0:
             fail(key, f"must be a non-negative integer, got {cfg[key]!r}")
     for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
-                "max_grad_norm"):
+                "max_grad_norm", "adam_epsilon"):
         if isinstance(cfg[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
             try:
                 cfg[key] = float(cfg[key])
@@ -198,7 +203,7 @@ def validate(cfg):
         if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
     for key in ("retro_feed", "train_skim", "amp", "shuffle", "eval_every_epoch", "progress",
-                "overwrite_output_dir"):
+                "overwrite_output_dir", "recompute"):
         if not isinstance(cfg[key], bool):
             fail(key, f"must be true or false, got {cfg[key]!r}")
     for key in FREE_DICTS:
@@ -212,7 +217,10 @@ def validate(cfg):
             cfg[key] = [cfg[key]]
         if not isinstance(cfg[key], list):
             fail(key, f"must be a list of split names, got {cfg[key]!r}")
-    if not cfg.eval_splits:
+    if cfg.kind == "pretraining":
+        if not cfg.max_steps:
+            fail("max_steps", "pretraining streams its corpus: give the number of steps")
+    elif not cfg.eval_splits:
         fail("eval_splits", "needs at least one split (it picks the best checkpoint)")
     if not cfg.output_dir:
         cfg["output_dir"] = os.path.join("output", str(cfg.task))

@@ -53,3 +53,12 @@ def gather_objects(obj):
     dist.all_gather_object(out, obj)
     return out
 
+
+
+def mean_over_ranks(value):
+    """A float averaged over all ranks (collective: every rank must call it)."""
+    if world_size() == 1:
+        return float(value)
+    t = paddle.to_tensor([float(value)], dtype="float32")
+    dist.all_reduce(t)
+    return float(t) / world_size()

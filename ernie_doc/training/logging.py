@@ -51,9 +51,9 @@ class RunLog:
             return
         _append(self.train_path, record)
         if self.writer:
-            for key in ("loss", "lr", "tokens_per_sec"):
-                if key in record:
-                    self.writer.add_scalar(f"train/{key}", record[key], record["step"])
+            for key, value in record.items():
+                if key not in ("step", "epoch") and isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"train/{key}", value, record["step"])
 
     def evaluation(self, split, step, metrics):
         if not self.is_main:
@@ -91,30 +91,47 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _smooth(values):
+    window = max(1, len(values) // 25)
+    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+            for i in range(len(values))], window
+
+
 def plot_curves(output_dir, metric):
-    """curves.png: training loss (and lr) by step, and the eval metric by step."""
+    """curves.png: training losses by step (the total and each `*_loss` a task logs),
+    training accuracies a task logs (`*_accuracy`), and the eval metric by step."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from ernie_doc.utils import atomic_path
 
-    train = [r for r in read_jsonl(os.path.join(output_dir, "train_log.jsonl")) if "loss" in r]
+    train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval_history.jsonl"))
              if metric in r]
+    keys = sorted({k for r in train for k in r})
+    losses = [k for k in keys if k == "loss" or k.endswith("_loss")]
+    accuracies = [k for k in keys if k.endswith("_accuracy")]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    if train:
-        steps = [r["step"] for r in train]
-        ax1.plot(steps, [r["loss"] for r in train], lw=0.8, alpha=0.5, label="loss")
-        window = max(1, len(train) // 25)
-        smooth = [sum(r["loss"] for r in train[max(0, i - window + 1):i + 1])
-                  / len(train[max(0, i - window + 1):i + 1]) for i in range(len(train))]
-        ax1.plot(steps, smooth, lw=1.5, label=f"loss (mean of {window})")
+    for key in losses:
+        rows = [r for r in train if key in r]
+        steps = [r["step"] for r in rows]
+        if len(losses) == 1:
+            ax1.plot(steps, [r[key] for r in rows], lw=0.8, alpha=0.5, label=key)
+        smooth, window = _smooth([r[key] for r in rows])
+        ax1.plot(steps, smooth, lw=1.5, label=f"{key} (mean of {window})")
+    if losses:
         ax1.set_xlabel("step"), ax1.set_ylabel("training loss"), ax1.legend(fontsize=8)
+    for key in accuracies:
+        rows = [r for r in train if key in r]
+        smooth, window = _smooth([r[key] for r in rows])
+        ax2.plot([r["step"] for r in rows], smooth, lw=1.2, label=f"train {key} (mean of "
+                                                                 f"{window})")
     for split in sorted({r["split"] for r in evals}):
         rows = [r for r in evals if r["split"] == split and not math.isnan(r[metric])]
-        ax2.plot([r["step"] for r in rows], [r[metric] for r in rows], marker="o", label=split)
-    ax2.set_xlabel("step"), ax2.set_ylabel(metric)
-    if evals:
+        ax2.plot([r["step"] for r in rows], [r[metric] for r in rows], marker="o",
+                 label=f"{split} {metric}")
+    ax2.set_xlabel("step"), ax2.set_ylabel("accuracy" if accuracies else metric)
+    if evals or accuracies:
         ax2.legend(fontsize=8)
     fig.tight_layout()
     with atomic_path(os.path.join(output_dir, "curves.png")) as tmp:

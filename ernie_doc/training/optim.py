@@ -46,9 +46,9 @@ def lr_lambda(schedule, warmup_steps, total_steps):
 
 
 def build_optimizer(model, cfg, total_steps, num_layers):
-    """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion, lr_schedule,
-    weight_decay, layer_decay, max_grad_norm."""
-    warmup = int(total_steps * cfg["warmup_proportion"])
+    """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion (or warmup_steps),
+    lr_schedule, weight_decay, layer_decay, max_grad_norm, adam_epsilon."""
+    warmup = cfg.get("warmup_steps") or int(total_steps * cfg["warmup_proportion"])
     scheduler = paddle.optimizer.lr.LambdaDecay(
         cfg["learning_rate"], lr_lambda(cfg["lr_schedule"], warmup, total_steps))
     groups = {}
@@ -63,6 +63,7 @@ def build_optimizer(model, cfg, total_steps, num_layers):
     clip = (paddle.nn.ClipGradByGlobalNorm(cfg["max_grad_norm"])
             if cfg["max_grad_norm"] else None)
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,
-                                       beta1=0.9, beta2=0.999, epsilon=1e-8,
+                                       beta1=0.9, beta2=0.999,
+                                       epsilon=cfg.get("adam_epsilon", 1e-8),
                                        weight_decay=cfg["weight_decay"], grad_clip=clip)
     return optimizer, scheduler

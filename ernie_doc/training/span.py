@@ -93,7 +93,7 @@ class SpanTask(Task):
     def loss(self, out, batch, weight):
         return masked_mean(span_nll(out.logits, batch), weight)
 
-    def row_outputs(self, out):
+    def row_outputs(self, out, batch=None):
         return out.logits.astype("float32").numpy()
 
     def predict(self, docs, rows, passes):

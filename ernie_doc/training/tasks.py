@@ -123,8 +123,22 @@ class Task:
         """Mean loss over the rows with weight 1 (weight: float tensor [B])."""
         raise NotImplementedError
 
-    def row_outputs(self, out):
-        """What each predicted row contributes: numpy [B, ...]."""
+    def train_loss(self, out, batch, weight):
+        """The loss a training micro-step backpropagates (may normalise over all ranks:
+        every rank calls it at every micro-step); evaluation uses `loss`."""
+        return self.loss(out, batch, weight)
+
+    def step_metrics(self, out, batch, weight):
+        """Extra training scalars of one micro-step: {name: (sum, count)}; the trainer sums
+        them over micro-steps and ranks and logs sum / count at each optimizer step."""
+        return {}
+
+    def combine_metrics(self, means):
+        """The logged training scalars from the step means of `step_metrics`."""
+        return means
+
+    def row_outputs(self, out, batch=None):
+        """What each predicted row contributes: numpy [B, ...] (batch: its tensors)."""
         raise NotImplementedError
 
     def evaluate(self, docs, rows, passes):
@@ -185,7 +199,7 @@ class ClassificationTask(Task):
                              reduction="none").reshape([-1])
         return masked_mean(ce, weight)
 
-    def row_outputs(self, out):
+    def row_outputs(self, out, batch=None):
         return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
 
     def evaluate(self, docs, rows, passes=None):
@@ -206,11 +220,13 @@ class ClassificationTask(Task):
 TASK_KINDS = {"classification": ClassificationTask,
               "span": "ernie_doc.training.span:SpanTask",
               "multiple_choice": "ernie_doc.training.choice:MultipleChoiceTask",
-              "pair_matching": "ernie_doc.training.choice:PairMatchingTask"}
+              "pair_matching": "ernie_doc.training.choice:PairMatchingTask",
+              "pretraining": "ernie_doc.pretraining.task:PretrainingTask"}
 
 
 def build_task(cfg):
-    reader = load_reader(cfg.task)
+    # pretraining streams a corpus (data_dir) itself: no tasks/<name>/reader.py
+    reader = None if cfg.kind == "pretraining" else load_reader(cfg.task)
     kind = TASK_KINDS.get(cfg.kind, cfg.kind)
     if not isinstance(kind, str):
         cls = kind

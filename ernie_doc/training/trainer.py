@@ -84,6 +84,10 @@ class Trainer:
     # -- set-up: everything that can fail on bad input happens before OUTPUT_DIR is touched --
     def prepare(self):
         cfg = self.cfg
+        self.task = build_task(cfg)
+        self.streaming = getattr(self.task, "streaming", False)
+        if self.streaming:   # before any collective call: bad data fails on every rank
+            self.task.check_data(self.world)
         self.device = dist.init(cfg.device)
         if cfg.amp and self.device != "gpu":
             raise ConfigError(f"{cfg.source}: amp: needs a GPU (device is {self.device})")
@@ -92,13 +96,13 @@ class Trainer:
             set_paddle_threads(cfg.threads)
         self._check_output_dir()
         setup_logging(None, self.is_main)   # console now; the file once OUTPUT_DIR exists
-        self.task = build_task(cfg)
         names = []
-        for split in ["train"] + list(cfg.eval_splits) + list(cfg.test_splits):
+        for split in ([] if self.streaming else ["train"]) + list(cfg.eval_splits) \
+                + list(cfg.test_splits):
             if split not in names:
                 names.append(split)
         docs = {split: self.task.read(split) for split in names}
-        self.tokenizer, special, self._spm_dir = self._tokenizer(docs["train"])
+        self.tokenizer, special, self._spm_dir = self._tokenizer(docs.get("train"))
         self.model = self._build_model(special)
         config = self.raw.config
         if cfg.max_seq_len > config.max_position_embeddings:
@@ -106,6 +110,7 @@ class Trainer:
                               f"max_position_embeddings {config.max_position_embeddings}")
         stride = cfg.stride or config.memory_len
         self.task.setup(special, cfg.max_seq_len, stride, self.tokenizer)
+        stride = getattr(self.task.segmenter, "stride", stride)
         self.pad_id = special["pad"]
         group = self.task.group_size
         for key in ("batch_size", "eval_batch_size"):
@@ -122,19 +127,27 @@ class Trainer:
                     raise DataError(f"split {split!r}: {e}") from None
                 passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
             self.splits[split] = Split(split, split_docs, passes, group)
+        if self.streaming:
+            from ernie_doc.pretraining.stream import StreamSplit
+            self.splits["train"] = StreamSplit(self.task, self.rank, self.world, cfg.batch_size,
+                                               cfg.max_seq_len, self.pad_id, cfg.seed)
         self._create_output_dir()
         if self._spm_dir:
             shutil.rmtree(self._spm_dir, ignore_errors=True)   # loaded; a copy is in OUTPUT_DIR
         setup_logging(self.out, self.is_main)
-        n_seg = sum(self.splits["train"].lengths)
         labels = f"{len(self.task.labels)} labels; " if self.task.labels else ""
+        fixed = [s for s in self.splits.values() if isinstance(s, Split)]
         logger.info(f"task {cfg.task} ({cfg.kind}): {labels}"
                     + ", ".join(f"{s.name} {len(s.docs)} docs / {sum(s.lengths)} segment reads"
-                                for s in self.splits.values()))
+                                for s in fixed)
+                    + (f"{', ' if fixed else ''}train streamed from {cfg.data_dir} in "
+                       f"{self.task.num_shards(self.world)} shards" if self.streaming else ""))
+        reads = ("streamed" if self.streaming else
+                 f"{sum(self.splits['train'].lengths)} training segment reads per epoch")
         logger.info(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
                     f"vocab={config.vocab_size} T={cfg.max_seq_len} M={config.memory_len} "
                     f"stride={stride} recurrence={config.recurrence} retro_feed={cfg.retro_feed}"
-                    f" on {self.device} x{self.world}; {n_seg} training segment reads per epoch")
+                    f" on {self.device} x{self.world}; {reads}")
         return self
 
     def _check_output_dir(self):
@@ -167,7 +180,8 @@ class Trainer:
         """→ (tokenizer or None, {cls, sep, pad} ids, dir of a freshly trained SPM or None)."""
         cfg = self.cfg
         reader = self.task.reader
-        if all(d.ids is not None for d in train_docs) and hasattr(reader, "VOCAB_SIZE"):
+        if train_docs is not None and all(d.ids is not None for d in train_docs) \
+                and hasattr(reader, "VOCAB_SIZE"):
             return None, {"cls": reader.CLS, "sep": reader.SEP, "pad": reader.PAD}, None
         from ernie_doc.tokenization import load_tokenizer
         spm_dir = None
@@ -197,6 +211,8 @@ class Trainer:
         from ernie_doc.tokenization.spm import train
         if self.resume and os.path.isfile(os.path.join(self.out, "tokenizer", "spm.model")):
             return None
+        if train_docs is None:   # a streamed corpus: its first documents
+            train_docs = self.task.tokenizer_sample()
         tmp = tempfile.mkdtemp(prefix="ernie-doc-spm-")
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as f:
@@ -239,6 +255,7 @@ class Trainer:
         if self.tokenizer is not None and len(self.tokenizer) > vocab:
             raise ConfigError(f"tokenizer has {len(self.tokenizer)} tokens but the model's "
                               f"vocabulary has {vocab}")
+        model.ernie_doc.recompute = cfg.recompute
         self.raw = model
         return dist.wrap(model)
 
@@ -249,14 +266,35 @@ class Trainer:
         return epoch_schedule(split.lengths, slots, self.world, shuffle, self.cfg.seed,
                               epoch).rank_rows(self.rank, slots)
 
+    def _micro_batches(self, train, state):
+        """→ (epoch, micro-step, batch, ends an optimizer step, ends the epoch) from the
+        resume position on. A streamed split has no epochs: it runs until max_steps."""
+        cfg, accum = self.cfg, self.cfg.grad_accum_steps
+        if self.streaming:
+            for micro, batch in train.batches(state["micro"]):
+                yield train.epoch, micro, batch, (micro + 1) % accum == 0, False
+            return
+        for epoch in range(state["epoch"], cfg.epochs):
+            schedule = self._schedule(train, cfg.batch_size, epoch, cfg.shuffle)
+            start = state["micro"] if epoch == state["epoch"] else 0
+            for micro, batch in train.batches(schedule, cfg.max_seq_len, self.pad_id, start):
+                end = micro + 1 == len(schedule)
+                yield epoch, micro, batch, (micro + 1) % accum == 0 or end, end
+
+    def _total_steps(self, train):
+        cfg = self.cfg
+        if self.streaming:
+            return cfg.max_steps
+        micro_per_epoch = [len(self._schedule(train, cfg.batch_size, e, cfg.shuffle))
+                           for e in range(cfg.epochs)]
+        total = sum(math.ceil(n / cfg.grad_accum_steps) for n in micro_per_epoch)
+        return min(total, cfg.max_steps) if cfg.max_steps else total
+
     def train(self):
         cfg = self.cfg
         train = self.splits["train"]
         B, accum = cfg.batch_size, cfg.grad_accum_steps
-        micro_per_epoch = [len(self._schedule(train, B, e, cfg.shuffle))
-                           for e in range(cfg.epochs)]
-        steps_per_epoch = [math.ceil(n / accum) for n in micro_per_epoch]
-        total_steps = sum(steps_per_epoch)
+        total_steps = self._total_steps(train)
         optimizer, scheduler = build_optimizer(self.model, cfg, total_steps,
                                                self.raw.config.num_hidden_layers)
         self.optimizer = optimizer
@@ -276,6 +314,8 @@ class Trainer:
                 memories = paddle.to_tensor(arrays["memories"])
             if "memory_mask" in arrays:
                 memory_mask = paddle.to_tensor(arrays["memory_mask"])
+            if self.streaming:
+                train.load_state_array(arrays["stream"])
             logger.info(f"resumed from {path}: step {state['step']}, epoch {state['epoch']}")
         self.state = state
         log = RunLog(self.out, self.is_main, resume_step=state["step"])
@@ -283,71 +323,73 @@ class Trainer:
         bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {cfg.task}",
                    disable=not (self.is_main and cfg.progress), dynamic_ncols=True,
                    mininterval=1.0)
-        logger.info(f"training: {cfg.epochs} epochs, {total_steps} optimizer steps "
+        epochs = "" if self.streaming else f"{cfg.epochs} epochs, "
+        logger.info(f"training: {epochs}{total_steps} optimizer steps "
                     f"({B} rows/rank x {self.world} ranks x {accum} accumulation)")
         self.model.train()
-        losses, tokens, t0 = [], 0, time.perf_counter()   # losses: (mean loss, rows) per micro
+        # per micro-step since the last optimizer step: (mean loss, rows), task metric sums
+        losses, metrics, tokens, t0 = [], defaultdict(lambda: [0.0, 0.0]), 0, time.perf_counter()
         window = (0.0, 0.0)   # loss sum and rows since the last log line
         stop = False
-        for epoch in range(state["epoch"], cfg.epochs):
-            schedule = self._schedule(train, B, epoch, cfg.shuffle)
-            start = state["micro"] if epoch == state["epoch"] else 0
-            for micro, batch in train.batches(schedule, cfg.max_seq_len, self.pad_id, start):
-                boundary = (micro + 1) % accum == 0 or micro + 1 == len(schedule)
-                paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
-                value, rows, memories, memory_mask = self._forward_backward(
-                    batch, memories, memory_mask, scaler, sync=boundary)
-                if not math.isfinite(value):
-                    raise TrainingError(
-                        f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
-                        f"stopping. Try a lower learning_rate or max_grad_norm: 1.0")
-                losses.append((value, rows))
-                tokens += int(batch["attention_mask"].sum())
-                if not boundary:
-                    continue
-                lr = optimizer.get_lr()
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                optimizer.clear_grad()
-                scheduler.step()
-                state["step"] += 1
-                state["epoch"], state["micro"] = epoch, micro + 1
-                elapsed = time.perf_counter() - t0
-                record = {"step": state["step"], "epoch": epoch + 1, "lr": lr,
-                          "tokens_per_sec": round(tokens * self.world / max(elapsed, 1e-9), 1)}
-                step_sum, step_rows = self._loss_over_ranks(losses)
-                if step_rows:   # no loss when every row only skimmed (retro feed)
-                    record["loss"] = step_sum / step_rows
-                window = (window[0] + step_sum, window[1] + step_rows)
-                log.train_step(record)
-                bar.update(1)
-                shown = f"{window[0] / window[1]:.4f}" if window[1] else "-"
-                bar.set_postfix(loss=shown, lr=f"{lr:.2e}")
-                if cfg.logging_steps and state["step"] % cfg.logging_steps == 0:
-                    logger.info(f"step {state['step']}/{total_steps} epoch {epoch + 1} "
-                                f"loss {shown} lr {lr:.3e} "
-                                f"{record['tokens_per_sec']:.0f} tok/s")
-                    window = (0.0, 0.0)
-                losses, tokens, t0 = [], 0, time.perf_counter()
-                last = state["step"] == total_steps
-                epoch_end = micro + 1 == len(schedule)
-                if epoch_end:
-                    state["epoch"], state["micro"] = epoch + 1, 0
-                evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
-                    or (epoch_end and cfg.eval_every_epoch)
-                if evaluate:
-                    self._evaluate_and_keep_best(log)
-                stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
-                if evaluate or stop or (cfg.save_steps and state["step"] % cfg.save_steps == 0):
-                    self._save_state(memories, memory_mask)
-                if stop:
-                    logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
-                                f"--resume {self.out}")
-                    break
+        for epoch, micro, batch, boundary, epoch_end in self._micro_batches(train, state):
+            paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
+            value, rows, memories, memory_mask = self._forward_backward(
+                batch, memories, memory_mask, scaler, sync=boundary, metrics=metrics)
+            if not math.isfinite(value):
+                raise TrainingError(
+                    f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
+                    f"stopping. Try a lower learning_rate or max_grad_norm: 1.0")
+            losses.append((value, rows))
+            tokens += int(batch["attention_mask"].sum())
+            if not boundary:
+                continue
+            lr = optimizer.get_lr()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.clear_grad()
+            scheduler.step()
+            state["step"] += 1
+            state["epoch"], state["micro"] = epoch, micro + 1
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            record = {"step": state["step"], "epoch": epoch + 1, "lr": lr,
+                      "tokens_per_sec": round(tokens * self.world / elapsed, 1),
+                      "tokens_per_sec_per_rank": round(tokens / elapsed, 1)}
+            step_sum, step_rows, task_metrics = self._over_ranks(losses, metrics)
+            if step_rows:   # no loss when every row only skimmed (retro feed)
+                record["loss"] = step_sum / step_rows
+            record.update(task_metrics)
+            window = (window[0] + record.get("loss", 0.0) * bool(step_rows),
+                      window[1] + bool(step_rows))
+            log.train_step(record)
+            bar.update(1)
+            shown = f"{window[0] / window[1]:.4f}" if window[1] else "-"
+            bar.set_postfix(loss=shown, lr=f"{lr:.2e}")
+            if cfg.logging_steps and state["step"] % cfg.logging_steps == 0:
+                extra = "".join(f" {k} {v:.4f}" for k, v in task_metrics.items()
+                                if k != "loss")
+                logger.info(f"step {state['step']}/{total_steps} epoch {epoch + 1} "
+                            f"loss {shown}{extra} lr {lr:.3e} "
+                            f"{record['tokens_per_sec']:.0f} tok/s")
+                window = (0.0, 0.0)
+            losses, metrics, tokens = [], defaultdict(lambda: [0.0, 0.0]), 0
+            t0 = time.perf_counter()
+            last = state["step"] == total_steps
+            if epoch_end:
+                state["epoch"], state["micro"] = epoch + 1, 0
+            evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
+                or (epoch_end and cfg.eval_every_epoch)
+            if evaluate:
+                self._evaluate_and_keep_best(log)
+            stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
+            if evaluate or stop or (cfg.save_steps and state["step"] % cfg.save_steps == 0):
+                self._save_state(memories, memory_mask)
             if stop:
+                logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
+                            f"--resume {self.out}")
+            if stop or last:
                 break
         bar.close()
         self.last_memories = None if memories is None else memories.numpy()
@@ -362,17 +404,21 @@ class Trainer:
         return self.model(t["input_ids"], memories, t["token_type_ids"], t["attention_mask"],
                           t["reset_memory"], memory_mask, **self.task.model_inputs(t))
 
-    def _forward_backward(self, batch, memories, memory_mask, scaler, sync):
-        """One micro-step → (loss value, rows that trained, new memories, new memory mask).
-        Gradients are
-        all-reduced across ranks only when `sync` (the last micro-step of an optimizer step)."""
+    def _forward_backward(self, batch, memories, memory_mask, scaler, sync, metrics):
+        """One micro-step → (loss value, rows that trained, new memories, new memory mask);
+        adds the task's metric sums to `metrics`. Gradients are all-reduced across ranks
+        only when `sync` (the last micro-step of an optimizer step)."""
         cfg = self.cfg
         t = _to_tensors(batch)
         weight = batch["has_loss"] & (batch["is_last"] if cfg.loss_segments == "last" else True)
         weight = paddle.to_tensor(weight.astype("float32"))
         with paddle.amp.auto_cast(enable=cfg.amp):
             out = self._forward(t, memories, memory_mask)
-            loss = self.task.loss(out, t, weight)
+            loss = self.task.train_loss(out, t, weight)
+        with paddle.no_grad():
+            for name, (total, count) in self.task.step_metrics(out, t, weight).items():
+                metrics[name][0] += total
+                metrics[name][1] += count
         value = float(loss)
         if math.isfinite(value):
             scaled = loss / cfg.grad_accum_steps
@@ -391,17 +437,23 @@ class Trainer:
             arrays["memories"] = memories.numpy()
         if memory_mask is not None:
             arrays["memory_mask"] = memory_mask.numpy()
+        if self.streaming:
+            arrays["stream"] = self.splits["train"].state_array()
         ckpt.save_training_state(self.out, self.state["step"], self.raw, self.optimizer,
                                  self.state, arrays, self.cfg.keep_checkpoints)
 
-    def _loss_over_ranks(self, losses):
-        """(loss summed over training rows, number of such rows) over these micro-steps and
-        all ranks."""
-        total = (sum(v * n for v, n in losses), sum(n for _, n in losses))
-        if self.world > 1:
-            parts = dist.gather_objects(total)
-            total = (sum(p[0] for p in parts), sum(p[1] for p in parts))
-        return total
+    def _over_ranks(self, losses, metrics):
+        """(loss summed over training rows, number of such rows, {task metric: mean}) over
+        these micro-steps and all ranks."""
+        total = (sum(v * n for v, n in losses), sum(n for _, n in losses), dict(metrics))
+        parts = dist.gather_objects(total) if self.world > 1 else [total]
+        merged = defaultdict(lambda: [0.0, 0.0])
+        for part in parts:
+            for name, (value, count) in part[2].items():
+                merged[name][0] += value
+                merged[name][1] += count
+        means = {name: value / count for name, (value, count) in merged.items() if count}
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), self.task.combine_metrics(means)
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split_name):
@@ -427,7 +479,7 @@ class Trainer:
                 weight = paddle.to_tensor(final.astype("float32"))
                 loss_sum += float(self.task.loss(out, t, weight)) * float(final.sum())
                 loss_rows += float(final.sum())
-                outputs = self.task.row_outputs(out)   # [B // group, ...]
+                outputs = self.task.row_outputs(out, t)   # [B // group, ...]
                 g = split.group
                 for r in np.nonzero(final)[0]:
                     if r % g == 0:   # a group's first row stands for the group
@@ -475,8 +527,34 @@ class Trainer:
         atomic_write_text(os.path.join(self.out, f"predictions_{split}.jsonl"),
                           "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
 
+    def _finish_pretraining(self):
+        """The final model (OUTPUT_DIR/final, a from_pretrained directory) and results.json:
+        the training scalars averaged over the last tenth of the steps, and the last
+        evaluation."""
+        from ernie_doc.training.logging import read_jsonl
+        records = read_jsonl(os.path.join(self.out, "train_log.jsonl")) if self.is_main else []
+        tail = records[-max(1, len(records) // 10):]
+        keys = sorted({k for r in tail for k in r if k not in ("step", "epoch")})
+        train = {k: float(np.mean([r[k] for r in tail if k in r])) for k in keys}
+        evals = read_jsonl(os.path.join(self.out, "eval_history.jsonl")) if self.is_main else []
+        results = {"step": self.state["step"], "train_last_steps": len(tail), "train": train,
+                   "eval": evals[-1] if evals else None,
+                   "final_model": os.path.join(self.out, "final")}
+        if self.is_main:
+            ckpt.save_final(self.out, self.raw, self._tokenizer_files())
+            atomic_write_text(os.path.join(self.out, "results.json"),
+                              json.dumps(results, indent=1, sort_keys=True) + "\n")
+            plot_curves(self.out, self._main_metric())
+        dist.barrier()
+        logger.info(f"pretraining done at step {self.state['step']}: "
+                    + " ".join(f"{k} {v:.4f}" for k, v in train.items() if "tokens" not in k)
+                    + f"; model in {results['final_model']}")
+        return results
+
     def _finish(self, log):
         """Test splits with the best model; returns the eval results."""
+        if self.streaming:
+            return self._finish_pretraining()
         if self.cfg.test_splits:
             best = os.path.join(self.out, "best")
             self.raw.set_state_dict(type(self.raw).from_pretrained(best).state_dict())

@@ -422,7 +422,7 @@ class HotpotTask(Task):
             total = total + masked_mean(span_nll(out.span_logits, batch), weight)
         return total
 
-    def row_outputs(self, out):
+    def row_outputs(self, out, batch=None):
         """Per row a dict: para / sent probabilities [T]; answer stage: type probabilities
         [3], span logits [T, 2]."""
         para = F.sigmoid(out.para_logits.astype("float32")).numpy()

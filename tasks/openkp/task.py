@@ -177,7 +177,7 @@ class KeyphraseTask(Task):
                                                  reduction="none")
         return masked_mean(bce, counted)
 
-    def row_outputs(self, out):
+    def row_outputs(self, out, batch=None):
         return out.logits.numpy()
 
     def predict(self, docs, rows, passes):

@@ -1,0 +1,189 @@
+"""The streamed train split of pretraining: document shards → batch rows, step by step.
+
+The corpus is cut into S shards (document i → shard i % S; S = reader.data_shards, default
+one per rank). Rank r reads shards r·S/R … and gives each shard B·R/S of its rows. A shard is
+read epoch after epoch, never held whole: epoch e reads the files in an order drawn from
+(seed, e) through a shuffle buffer, and each document is turned into reading passes
+(`PretrainingTask.document_steps`, masks and chunk shuffle drawn from (seed, e, document
+id)). Documents enter the shard's rows through the same greedy rule as fine-tuning
+(`RowScheduler`: a row whose document ended takes the next one and its memory is reset);
+rows never wait, so no step has padding.
+
+Because the shards do not depend on the number of ranks, one process with
+`data_shards: 2` and 2B rows reads exactly what two ranks with B rows each read, row for
+row: the data-parallel equality test relies on it.
+
+Resume: the state of a shard is (epoch, documents taken from that epoch's stream, the rows'
+positions and the documents in them: id, file, line, epoch). A resumed shard replays the
+epoch's stream up to the same point without tokenizing, and reads the documents in its rows
+back from their files, so it continues with exactly the rows it left.
+"""
+import json
+import logging
+
+import numpy as np
+
+from ernie_doc.data import DataError
+from ernie_doc.data.collate import collate
+from ernie_doc.data.document import Skips
+from ernie_doc.data.schedule import RowScheduler
+from ernie_doc.data.segment import step_members
+from ernie_doc.pretraining import corpus
+
+log = logging.getLogger("ernie_doc.train")
+
+
+def shuffled(docs, buffer, rng):
+    """Stream shuffle: keep `buffer` documents, emit a random one as each new one arrives."""
+    if buffer <= 1:
+        yield from docs
+        return
+    pool = []
+    for doc in docs:
+        if len(pool) < buffer:
+            pool.append(doc)
+            continue
+        i = int(rng.integers(len(pool)))
+        pool[i], doc = doc, pool[i]
+        yield doc
+    order = rng.permutation(len(pool))
+    for i in order:
+        yield pool[i]
+
+
+class ShardStream:
+    """Documents of one shard, epoch after epoch, as (key, steps) for a RowScheduler."""
+
+    def __init__(self, task, shard, num_shards, seed, shuffle_buffer):
+        self.task, self.shard, self.num_shards = task, shard, num_shards
+        self.seed, self.buffer = seed, shuffle_buffer
+        self.epoch, self.taken = 0, 0          # documents taken from this epoch's stream
+        self.next_key = 0                     # key of the next document that enters a row
+        self.steps, self.where = {}, {}       # key → steps; key → [epoch, id, path, line]
+        self.skips = Skips(f"shard {shard}", "documents")
+        self.used_this_epoch = 0
+        self._docs = None
+
+    def _epoch_stream(self, epoch):
+        args = self.task.corpus_args()
+        docs = corpus.iter_documents(self.task.cfg.data_dir, self.shard, self.num_shards,
+                                     skips=Skips("corpus", "documents"),
+                                     file_seed=[self.seed, epoch], **args)
+        rng = np.random.default_rng([self.seed, epoch, self.shard, 1])
+        return shuffled(docs, self.buffer, rng)
+
+    def _next_document(self):
+        while True:
+            if self._docs is None:
+                self._docs = self._epoch_stream(self.epoch)
+            doc = next(self._docs, None)
+            if doc is not None:
+                self.taken += 1
+                return doc
+            if self.used_this_epoch == 0:
+                raise DataError(f"{self.task.cfg.data_dir}: every document of shard "
+                                f"{self.shard} is shorter than {self.task.min_doc_tokens} "
+                                f"tokens; nothing to train on")
+            self.epoch, self.taken, self.used_this_epoch, self._docs = self.epoch + 1, 0, 0, None
+            log.info(f"shard {self.shard}: epoch {self.epoch} of the corpus begins")
+
+    def next_doc(self):
+        """→ (key, number of steps) of the next trainable document."""
+        while True:
+            doc = self._next_document()
+            key = self.next_key
+            steps = self.task.document_steps(doc, self.epoch, key)
+            if steps is None:
+                self.skips.add(f"shorter than {self.task.min_doc_tokens} tokens",
+                               f"{doc.path}:{doc.line}")
+                continue
+            self.next_key += 1
+            self.used_this_epoch += 1
+            self.steps[key] = steps
+            self.where[key] = [self.epoch, doc.doc_id, doc.path, doc.line]
+            return key, len(steps)
+
+    def forget(self, live_keys):
+        for key in [k for k in self.steps if k not in live_keys]:
+            del self.steps[key], self.where[key]
+
+    def state(self):
+        return {"epoch": self.epoch, "taken": self.taken, "next_key": self.next_key,
+                "used_this_epoch": self.used_this_epoch,
+                "docs": {str(k): v for k, v in self.where.items()},
+                "skipped": len(self.skips)}
+
+    def load_state(self, state):
+        self.epoch, self.taken = state["epoch"], state["taken"]
+        self.next_key, self.used_this_epoch = state["next_key"], state["used_this_epoch"]
+        self._docs = self._epoch_stream(self.epoch)
+        for _ in range(self.taken):        # replay the stream without tokenizing
+            if next(self._docs, None) is None:
+                raise DataError(f"{self.task.cfg.data_dir}: the corpus is shorter than when "
+                                f"the checkpoint was written")
+        args = self.task.corpus_args()
+        self.steps, self.where = {}, {}
+        for key, (epoch, doc_id, path, line) in state["docs"].items():
+            doc = corpus.document_at(doc_id, path, line, args["text_field"], args["split"])
+            self.steps[int(key)] = self.task.document_steps(doc, epoch, int(key))
+            self.where[int(key)] = [epoch, doc_id, path, line]
+
+
+class StreamSplit:
+    """This rank's train rows over its shards: `batches(start)` yields (micro, batch)
+    forever; `state()`/`load_state()` carry the position across a resume."""
+
+    group = 1
+
+    def __init__(self, task, rank, world, rows_per_rank, seq_len, pad_id, seed):
+        shards = task.num_shards(world)
+        per_rank = shards // world
+        self.rows_per_shard = rows_per_rank // per_rank
+        buffer = task.corpus_options["shuffle_buffer"]
+        self.shards = [ShardStream(task, s, shards, seed, buffer)
+                       for s in range(rank * per_rank, (rank + 1) * per_rank)]
+        self.schedulers = [RowScheduler(self.rows_per_shard) for _ in self.shards]
+        self.seq_len, self.pad_id = seq_len, pad_id
+        self.template = {"mlm_labels": np.full(seq_len, -1, dtype=np.int64),
+                         "reorder_label": 0}
+        self.name = "train"
+
+    def _step(self):
+        rows, resets = [], []
+        for shard, scheduler in zip(self.shards, self.schedulers):
+            for key, seg, reset in scheduler.step(shard.next_doc):
+                rows.extend(step_members(shard.steps[key][seg]))
+                resets.append(reset)
+            shard.forget(set(scheduler.current))
+        batch = collate(rows, resets, self.seq_len, self.pad_id, self.template)
+        return batch
+
+    def batches(self, start=0):
+        micro = start
+        while True:
+            yield micro, self._step()
+            micro += 1
+
+    @property
+    def epoch(self):
+        return min(s.epoch for s in self.shards)
+
+    def state(self):
+        """Json-able position of this rank's shards."""
+        return {"shards": [dict(s.state(), rows=sch.state())
+                           for s, sch in zip(self.shards, self.schedulers)]}
+
+    def load_state(self, state):
+        if len(state["shards"]) != len(self.shards):
+            raise DataError(f"the checkpoint holds {len(state['shards'])} shards for this "
+                            f"rank, the run has {len(self.shards)}: resume with the same "
+                            f"ranks and reader.data_shards")
+        for shard, scheduler, s in zip(self.shards, self.schedulers, state["shards"]):
+            shard.load_state(s)
+            scheduler.load_state(s["rows"])
+
+    def state_array(self):
+        return np.frombuffer(json.dumps(self.state()).encode("utf-8"), dtype=np.uint8)
+
+    def load_state_array(self, array):
+        self.load_state(json.loads(bytes(np.asarray(array, dtype=np.uint8)).decode("utf-8")))
