@@ -1,0 +1,215 @@
+"""tools/pretrain.py end to end on a tiny corpus: logs and results, the final model loads and
+fine-tunes, exact resume, and two fleetrun ranks equal one process on the union of their rows."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+PY = sys.executable
+WORDS = [f"w{i}" for i in range(60)]
+
+
+def write_corpus(root, docs=24, seed=0):
+    """Plain text, documents separated by blank lines, 20..220 words each."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    vocab = root / "vocab"
+    vocab.mkdir()
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+    (vocab / "vocab.txt").write_text("\n".join(specials + WORDS) + "\n", encoding="utf-8")
+    texts = []
+    for _ in range(docs):
+        n = int(rng.integers(20, 220))
+        # something to learn: a document mostly repeats its own two words
+        topic = rng.choice(len(WORDS), size=2, replace=False)
+        ids = [int(rng.choice(topic)) if rng.random() < 0.8 else int(rng.integers(len(WORDS)))
+               for _ in range(n)]
+        texts.append(" ".join(WORDS[i] for i in ids))
+    (root / "corpus").mkdir()
+    half = len(texts) // 2
+    for name, part in (("a.txt", texts[:half]), ("b.txt", texts[half:])):
+        (root / "corpus" / name).write_text("\n\n".join(part) + "\n", encoding="utf-8")
+    return root / "corpus", vocab
+
+
+def tiny(corpus, vocab, out, *extra):
+    return ["task=pretrain", "kind=pretraining", f"data_dir={corpus}", f"tokenizer={vocab}",
+            "model=ernie-doc-small",
+            "model_overrides={num_hidden_layers: 2, hidden_size: 32, num_attention_heads: 2, "
+            "memory_len: 16, max_position_embeddings: 32}",
+            "max_seq_len=16", "batch_size=4", "max_steps=12", "learning_rate=0.002",
+            "warmup_steps=2", "logging_steps=0", "progress=false", "reader.shuffle_buffer=4",
+            f"output_dir={out}", *extra]
+
+
+def pretrain(args, resume=None, expect=0):
+    cmd = [PY, os.path.join(ROOT, "tools", "pretrain.py")]
+    cmd += ["--resume", str(resume)] if resume else []
+    cmd += ["--set", *args] if args else []
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("pretrain"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "out"
+    pretrain(tiny(*corpus, out, "max_steps=150", "save_steps=50", "batch_size=8",
+                  "max_seq_len=32", "learning_rate=0.003"))
+    return out
+
+
+def test_pretrain_writes_logs_results_and_a_loadable_model(finished_run):
+    out = finished_run
+    log = read_jsonl(out / "train_log.jsonl")
+    assert [r["step"] for r in log] == list(range(1, 151))
+    assert all({"lr", "tokens_per_sec_per_rank"} <= set(r) for r in log)
+    # retro feed: steps where every row only skims have no loss
+    log = [r for r in log if "mlm_loss" in r]
+    assert len(log) >= 100
+    for r in log:
+        assert {"mlm_accuracy", "loss"} <= set(r) and 0.0 <= r["mlm_accuracy"] <= 1.0
+    reorder = [r for r in log if "reorder_loss" in r]
+    assert len(reorder) >= 5 and all(0.0 <= r["reorder_accuracy"] <= 1.0 for r in reorder)
+    first = np.mean([r["mlm_loss"] for r in log[:10]])
+    last = np.mean([r["mlm_loss"] for r in log[-10:]])
+    assert first > np.log(65) - 0.3 and last < first - 0.35, (first, last)   # it learns
+    results = json.loads((out / "results.json").read_text())
+    assert results["step"] == 150 and results["train"]["mlm_accuracy"] > 0.05
+    assert (out / "curves.png").stat().st_size > 10000
+    assert any(name.startswith("vdlrecords") for name in os.listdir(out / "vdl"))
+
+    from ernie_doc.heads import ErnieDocForPretraining, ErnieDocForSequenceClassification
+    model = ErnieDocForPretraining.from_pretrained(out / "final")
+    assert model.reorder_head.weight.shape == [32, 33]
+    assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step-150"]
+    state = np.load(out / "checkpoints" / "latest" / "rank-0.npz")
+    assert "stream" in state.files and "memories" in state.files
+    clf = ErnieDocForSequenceClassification.from_pretrained(out / "final", num_labels=2)
+    np.testing.assert_array_equal(clf.ernie_doc.embeddings.word_emb.weight.numpy(),
+                                  model.ernie_doc.embeddings.word_emb.weight.numpy())
+
+
+def test_pretrained_model_fine_tunes_with_finetune_py(finished_run, tmp_path):
+    out = tmp_path / "ft"
+    cmd = [PY, os.path.join(ROOT, "tools", "finetune.py"), "tasks/longdep/config.yaml", "--set",
+           f"init_checkpoint={finished_run / 'final'}", f"output_dir={out}", "max_seq_len=16",
+           "stride=14", "model_overrides={}",
+           "reader={num_docs: {train: 16, dev: 8, test: 8}, segment_tokens: 14}",
+           "batch_size=4", "epochs=1", "progress=false", "logging_steps=0"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "loaded" in proc.stdout and "mask_lm" not in proc.stderr
+    results = json.loads((out / "eval_results.json").read_text())
+    assert 0.0 <= results["accuracy"] <= 1.0
+
+
+def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    extra = ("max_steps=14", "grad_accum_steps=2", "reader.shuffle_buffer=3")
+    pretrain(tiny(*corpus, full, *extra))
+    pretrain(tiny(*corpus, part, *extra, "stop_at_step=9"))
+    assert len(read_jsonl(part / "train_log.jsonl")) == 9
+    pretrain(["stop_at_step=0"], resume=part)
+    a, b = read_jsonl(full / "train_log.jsonl"), read_jsonl(part / "train_log.jsonl")
+    assert len(a) == len(b) == 14
+    for ra, rb in zip(a, b):
+        ra.pop("tokens_per_sec"), rb.pop("tokens_per_sec")
+        ra.pop("tokens_per_sec_per_rank"), rb.pop("tokens_per_sec_per_rank")
+        assert ra == rb
+    from ernie_doc.heads import ErnieDocForPretraining
+    pa = ErnieDocForPretraining.from_pretrained(full / "final").state_dict()
+    pb = ErnieDocForPretraining.from_pretrained(part / "final").state_dict()
+    for k in pa:
+        np.testing.assert_array_equal(pa[k].numpy(), pb[k].numpy(), err_msg=k)
+
+
+def test_two_ranks_equal_one_process_on_the_union_of_their_rows(corpus, tmp_path):
+    # no dropout: the ranks draw their own dropout masks, one process draws others
+    common = ("max_steps=6", "grad_accum_steps=2", "save_steps=0",
+              "model_overrides.hidden_dropout_prob=0.0",
+              "model_overrides.attention_probs_dropout_prob=0.0",
+              "model_overrides.relu_dropout=0.0")
+    dp, single = tmp_path / "dp", tmp_path / "single"
+    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
+    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
+    cmd = [*launcher, "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
+           os.path.join("tests", "dp_worker.py"), str(dp), *tiny(*corpus, dp, *common)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    logs = "".join((tmp_path / "log" / n).read_text()[-2000:]
+                   for n in sorted(os.listdir(tmp_path / "log")) if n.startswith("workerlog")) \
+        if (tmp_path / "log").exists() else ""
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    env = dict(os.environ, PADDLE_TRAINERS_NUM="1", PADDLE_TRAINER_ID="0")
+    proc = subprocess.run([PY, os.path.join("tests", "dp_worker.py"), str(single),
+                           *tiny(*corpus, single, *common, "batch_size=8",
+                                 "reader.data_shards=2")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    p0, p1 = np.load(dp / "params-rank0.npz"), np.load(dp / "params-rank1.npz")
+    ps = np.load(single / "params-rank0.npz")
+    assert sorted(p0.files) == sorted(p1.files) == sorted(ps.files) and len(p0.files) > 10
+    for k in p0.files:
+        np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
+        np.testing.assert_allclose(p0[k], ps[k], rtol=1e-4, atol=2e-6, err_msg=k)
+    # the ranks' rows are the single process's rows 0-3 and 4-7: so are their memories
+    m0, m1 = np.load(dp / "memories-rank0.npy"), np.load(dp / "memories-rank1.npy")
+    ms = np.load(single / "memories-rank0.npy")
+    np.testing.assert_allclose(np.concatenate([m0, m1], axis=1), ms, rtol=1e-4, atol=1e-5)
+    # and the logged losses (over both ranks) are the single process's
+    a, b = read_jsonl(dp / "train_log.jsonl"), read_jsonl(single / "train_log.jsonl")
+    assert len(a) == len(b) == 6 and sum("mlm_loss" in r for r in a) >= 3
+    for ra, rb in zip(a, b):
+        keys = {k for k in ra if not k.startswith("tokens_per_sec")}
+        assert keys == {k for k in rb if not k.startswith("tokens_per_sec")}
+        for key in keys:
+            assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-6), (key, ra, rb)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("task_options.max_chunks=5",), "153 reorder classes but the head has 33"),
+    (("reader.format=pages",), "reader.format: 'pages' is not one of"),
+    (("max_steps=0",), "max_steps: pretraining streams its corpus"),
+    (("task_options.mask_prob=0",), "mask_prob: must be in (0, 1]"),
+])
+def test_bad_config_is_one_error_line(corpus, tmp_path, extra, message):
+    out = tmp_path / "bad"
+    proc = pretrain(tiny(*corpus, out, *extra), expect=2)
+    assert message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()
+
+
+def test_bad_corpus_fails_on_every_rank_without_a_hang(corpus, tmp_path):
+    bad = tmp_path / "bad_corpus"
+    bad.mkdir()
+    (bad / "good.txt").write_text("w1 w2 w3 w4 w5\n", encoding="utf-8")
+    (bad / "latin1.txt").write_bytes("w1 caf\xe9 w2\n".encode("latin-1"))
+    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
+    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
+    out = tmp_path / "out"
+    cmd = [*launcher, "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
+           "tools/pretrain.py", "--set", *tiny(bad, corpus[1], out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        log = (tmp_path / "log" / f"workerlog.{rank}").read_text()
+        assert "latin1.txt:1: invalid UTF-8" in log, log[-2000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = pretrain(tiny(empty, corpus[1], tmp_path / "out2"), expect=2)
+    assert "empty corpus" in proc.stderr
