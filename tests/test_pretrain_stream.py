@@ -10,7 +10,6 @@ import pytest
 
 from conftest import error, write
 from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.schedule import RowScheduler, schedule_rows
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.pretraining.corpus import CorpusDocument, iter_documents
@@ -408,9 +407,27 @@ def test_shards_cover_the_corpus_once_per_epoch(tmp_path, buffer):
     for epoch in (0, 1):
         ids = [i for docs in per_shard for _, e, i in docs if e == epoch]
         assert sorted(ids) == everything                # each document once per epoch
-    # epoch 1 reads in another order than epoch 0 (files and buffer are reshuffled)
+    # a shard keeps its documents; with a buffer, epoch 1 reads them in another order
     orders = [[i for _, e, i in per_shard[0] if e == epoch] for epoch in (0, 1)]
-    assert orders[0] != orders[1]
+    assert sorted(orders[0]) == sorted(orders[1])
+    assert (orders[0] != orders[1]) == (buffer > 1)
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+def test_single_file_epoch_orders(tmp_path, buffer):
+    # only the buffer reshuffles an epoch
+    data = corpus_dir(tmp_path / "corpus", {"a.txt": [5, 20, 7, 12, 40, 8, 15, 6]})
+    in_file = [d.doc_id for d in iter_documents(data)]
+    task, _ = make_task(tmp_path, data, f"reader.shuffle_buffer={buffer}", batch_size=2)
+    split = StreamSplit(task, 0, 1, 2, SEQ, PAD, 2)
+    (docs,), _ = entered(split, 40)
+    orders = [[i for _, e, i in docs if e == epoch] for epoch in (0, 1, 2)]
+    for order in orders:
+        assert sorted(order) == sorted(in_file)
+    if buffer == 0:
+        assert orders == [in_file] * 3
+    else:
+        assert len({tuple(o) for o in orders}) == 3      # a new draw every epoch
 
 
 def test_one_process_with_two_shards_equals_two_ranks(tmp_path):
@@ -533,11 +550,8 @@ def test_one_short_shard_raises_the_other_trains(tmp_path):
               "shard 1", "shorter than 4 tokens")
 
 
-@pytest.mark.xfail(strict=True, raises=DataError, reason=(
-    "stream.py ShardStream._next_document: the document → shard assignment is redone each "
-    "epoch over a per-epoch file order, so a shard that trained on long documents in epochs "
-    "0-1 can draw only short ones in epoch 2, and `used_this_epoch == 0` then raises "
-    "'every document of shard 0 is shorter than 4 tokens' mid-run, on that rank only"))
+# regression: shard membership used to be redrawn each epoch (files read in a new order),
+# so a shard could draw only short documents in a later epoch and stop the run
 def test_a_shard_with_no_long_document_in_one_later_epoch_goes_on(tmp_path):
     data = write(tmp_path / "corpus", {
         "a.txt": "alpha beta\n\nalpha beta gamma delta epsilon zeta\n",

@@ -193,18 +193,12 @@ def _file_documents(path, text_field, split) -> Iterator[Tuple[int, str]]:
     return _text_documents(path, split)
 
 
-def _all_documents(paths, text_field, min_chars, split, skips,
-                   file_seed=None) -> Iterator[CorpusDocument]:
-    """Every kept document in the global order (no sharding); `file_seed` permutes the
-    order of the files (an epoch's shuffle)."""
+def _all_documents(paths, text_field, min_chars, split, skips) -> Iterator[CorpusDocument]:
+    """Every kept document in the global order (no sharding)."""
     # An empty (whitespace-only) document is never kept, even with min_chars=0.
     least = max(min_chars, 1)
     reason = "empty" if least == 1 else f"shorter than {least} characters"
-    files = corpus_files(paths)
-    if file_seed is not None:
-        import numpy as np
-        files = [files[i] for i in np.random.default_rng(file_seed).permutation(len(files))]
-    for path, rel in files:
+    for path, rel in corpus_files(paths):
         for line, text in _file_documents(path, text_field, split):
             if len(text.strip()) < least:
                 skips.add(reason, where(path, line))
@@ -214,10 +208,9 @@ def _all_documents(paths, text_field, min_chars, split, skips,
 
 def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
                    world_size: int = 1, text_field: str = "text", min_chars: int = 1,
-                   split: str = "blank_lines", skips: Optional[Skips] = None,
-                   file_seed=None) -> Iterator[CorpusDocument]:
+                   split: str = "blank_lines",
+                   skips: Optional[Skips] = None) -> Iterator[CorpusDocument]:
     """Stream this rank's documents: kept document i goes to rank i % world_size.
-    `file_seed` (an int or a sequence of ints) reads the files in a permuted order.
 
     Skipped (too short) documents are counted in `skips` (the caller reports them); without
     one, rank 0 logs the counts when the pass ends. A corpus with no document raises DataError
@@ -228,8 +221,7 @@ def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
     if own_skips:
         skips = Skips(_describe(paths), "documents")
     total = 0
-    for i, doc in enumerate(_all_documents(paths, text_field, min_chars, split, skips,
-                                           file_seed)):
+    for i, doc in enumerate(_all_documents(paths, text_field, min_chars, split, skips)):
         total = i + 1
         if i % world_size == rank:
             yield doc

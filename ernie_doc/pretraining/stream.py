@@ -1,9 +1,10 @@
 """The streamed train split of pretraining: document shards → batch rows, step by step.
 
-The corpus is cut into S shards (document i → shard i % S; S = reader.data_shards, default
-one per rank). Rank r reads shards r·S/R … and gives each shard B·R/S of its rows. A shard is
-read epoch after epoch, never held whole: epoch e reads the files in an order drawn from
-(seed, e) through a shuffle buffer, and each document is turned into reading passes
+The corpus is cut into S shards (document i of the corpus order → shard i % S, the same
+every epoch; S = reader.data_shards, default one per rank). Rank r reads shards r·S/R … and
+gives each shard B·R/S of its rows. A shard is read epoch after epoch, never held whole:
+epoch e reads it through a shuffle buffer drawn from (seed, e, shard), and each document is
+turned into reading passes
 (`PretrainingTask.document_steps`, masks and chunk shuffle drawn from (seed, e, document
 id)). Documents enter the shard's rows through the same greedy rule as fine-tuning
 (`RowScheduler`: a row whose document ended takes the next one and its memory is reset);
@@ -67,8 +68,7 @@ class ShardStream:
     def _epoch_stream(self, epoch):
         args = self.task.corpus_args()
         docs = corpus.iter_documents(self.task.cfg.data_dir, self.shard, self.num_shards,
-                                     skips=Skips("corpus", "documents"),
-                                     file_seed=[self.seed, epoch], **args)
+                                     skips=Skips("corpus", "documents"), **args)
         rng = np.random.default_rng([self.seed, epoch, self.shard, 1])
         return shuffled(docs, self.buffer, rng)
 
@@ -80,10 +80,13 @@ class ShardStream:
             if doc is not None:
                 self.taken += 1
                 return doc
-            if self.used_this_epoch == 0:
+            if self.used_this_epoch == 0:   # the shard's documents never change: none is
                 raise DataError(f"{self.task.cfg.data_dir}: every document of shard "
                                 f"{self.shard} is shorter than {self.task.min_doc_tokens} "
                                 f"tokens; nothing to train on")
+            if len(self.skips):
+                self.skips.report(self.taken, log)
+                self.skips = Skips(f"shard {self.shard}", "documents")
             self.epoch, self.taken, self.used_this_epoch, self._docs = self.epoch + 1, 0, 0, None
             log.info(f"shard {self.shard}: epoch {self.epoch} of the corpus begins")
 
@@ -110,8 +113,7 @@ class ShardStream:
     def state(self):
         return {"epoch": self.epoch, "taken": self.taken, "next_key": self.next_key,
                 "used_this_epoch": self.used_this_epoch,
-                "docs": {str(k): v for k, v in self.where.items()},
-                "skipped": len(self.skips)}
+                "docs": {str(k): v for k, v in self.where.items()}}
 
     def load_state(self, state):
         self.epoch, self.taken = state["epoch"], state["taken"]
