@@ -213,3 +213,28 @@ def test_bad_corpus_fails_on_every_rank_without_a_hang(corpus, tmp_path):
     empty.mkdir()
     proc = pretrain(tiny(empty, corpus[1], tmp_path / "out2"), expect=2)
     assert "empty corpus" in proc.stderr
+
+
+@pytest.mark.parametrize("name, layers, hidden, steps, global_batch", [
+    ("small", 6, 256, 500000, 2560), ("base", 12, 768, 400000, 2560),
+    ("large", 24, 1024, 100000, 3920)])
+def test_paper_configs_hold_the_appendix_hyper_parameters(name, layers, hidden, steps,
+                                                          global_batch):
+    from ernie_doc.config import ErnieDocConfig
+    from ernie_doc.training.config import load_config
+    from ernie_doc.training.tasks import build_task
+    cfg = load_config(os.path.join(ROOT, "configs", "pretrain", f"{name}.yaml"),
+                      ["data_dir=README.md"])
+    task = build_task(cfg)
+    config = ErnieDocConfig.from_any(cfg.model, **cfg.model_overrides)
+    assert (config.num_hidden_layers, config.hidden_size) == (layers, hidden)
+    assert config.memory_len == 128 and cfg.max_seq_len == 512
+    assert config.hidden_dropout_prob == 0.1
+    assert cfg.max_steps == steps and cfg.warmup_steps == 4000
+    assert cfg.learning_rate == 1e-4 and cfg.adam_epsilon == 1e-6 and cfg.weight_decay == 0.01
+    assert cfg.lr_schedule == "linear" and cfg.retro_feed
+    # the comment's GPU count times batch_size x grad_accum_steps is the paper's batch
+    text = open(os.path.join(ROOT, "configs", "pretrain", f"{name}.yaml")).read()
+    gpus = int(text.split(" GPUs")[0].rsplit("x ", 1)[1])
+    assert cfg.batch_size * cfg.grad_accum_steps * gpus == global_batch
+    assert task.options["max_chunks"] == 4 and task.options["reorder_classes"] == 33
