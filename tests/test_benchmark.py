@@ -1,6 +1,9 @@
-"""tools/benchmark.py --quick: runs end to end, reports throughput, parity and streaming."""
+"""tools/benchmark.py --quick: runs end to end, reports throughput, parity and streaming; and
+its pretraining mode (tools/pretrain.py with 1 and 2 processes) on a tiny corpus."""
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 
@@ -43,3 +46,44 @@ def test_benchmark_quick(tmp_path):
     # Memory does not grow with the document (4x longer: well under 1.5x the peak).
     assert summary["peak_rss_ratio"] < 1.5
     assert result["environment"]["paddle"]
+
+
+@pytest.mark.slow
+def test_benchmark_pretraining_throughput(tmp_path):
+    # a tiny corpus: 6 documents of 100 words (about 50 distinct ones: enough text for a
+    # 60-piece SentencePiece vocabulary), separated by blank lines
+    rng = random.Random(0)
+    words = ("the quick brown fox jumps over lazy dog while memory segments carry long context "
+             "through recurrent layers of attention; every document is read twice, skimmed "
+             "first and then retrospectively, so the model learns from whole texts rather than "
+             "windows. Zebras yodel with vexing kites, and jovial wizards quietly pack boxes of "
+             "gym equipment").split()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(100))
+                                  for _ in range(6)) + "\n", encoding="utf-8")
+    out = tmp_path / "pretrain.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "benchmark.py"),
+         "--pretrain-config", str(ROOT / "configs" / "pretrain" / "tiny.yaml"),
+         "--pretrain-nproc", "1", "2", "--pretrain-steps", "8", "--pretrain-warmup", "2",
+         "--output", str(out), "--set", f"data_dir={corpus}", "reader.format=blank_lines",
+         "tokenizer=train", "tokenizer_vocab_size=60", "max_seq_len=32", "batch_size=2",
+         "model_overrides={num_hidden_layers: 1, hidden_size: 32, num_attention_heads: 2, "
+         "memory_len: 16, max_position_embeddings: 32}"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result == json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert "throughput" not in result and "streaming" not in result   # the mode is exclusive
+    assert result["setup"]["tokens_counted"] == "every segment read, skim pass included"
+    runs = {r["nproc"]: r for r in result["pretraining"]}
+    assert set(runs) == {1, 2}
+    for n, r in runs.items():
+        assert r["steps_measured"] == 6 and r["steps_logged"] == 8
+        assert r["rows_per_rank"] == 2 and r["max_seq_len"] == 32
+        assert r["threads_per_process"] == max(1, (os.cpu_count() or 1) // n)
+        for key in ("tokens_per_sec_per_rank_median", "tokens_per_sec_per_rank_mean",
+                    "tokens_per_sec_median", "wall_s", "scaling_efficiency"):
+            assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r)
+    assert runs[1]["scaling_efficiency"] == 1.0
