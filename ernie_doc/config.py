@@ -187,13 +187,19 @@ class ErnieDocConfig:
 
     @classmethod
     def from_any(cls, spec, **overrides):
-        """A config from a preset name, a json path, a dict or a config."""
+        """A config from a preset name, a json path, a checkpoint directory (its
+        config.json / ernie_config.json), a dict or a config."""
         if isinstance(spec, ErnieDocConfig):
             return spec.replace(**overrides) if overrides else spec
         if isinstance(spec, dict):
             return cls.from_dict({**spec, **overrides})
         if isinstance(spec, str) and spec in PRESETS:
             return cls.from_preset(spec, **overrides)
+        if isinstance(spec, (str, os.PathLike)) and os.path.isdir(spec):
+            for name in ("config.json", "ernie_config.json"):
+                if os.path.isfile(os.path.join(spec, name)):
+                    spec = os.path.join(spec, name)
+                    break
         if isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec):
             cfg = cls.from_json(spec)
             return cfg.replace(**overrides) if overrides else cfg

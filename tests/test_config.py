@@ -80,3 +80,13 @@ def test_bad_file_names_the_file(tmp_path):
     assert f"{broken}:2:" in str(err.value)
     with pytest.raises(ConfigError):
         ErnieDocConfig.from_any("ernie-doc-huge")
+
+
+def test_from_any_reads_a_checkpoint_directory(tmp_path):
+    from ernie_doc import ErnieDocConfig
+    config = ErnieDocConfig.from_preset("ernie-doc-small", num_hidden_layers=3)
+    config.to_json(str(tmp_path / "config.json"))
+    loaded = ErnieDocConfig.from_any(str(tmp_path), memory_len=16)
+    assert loaded.num_hidden_layers == 3 and loaded.memory_len == 16
+    with pytest.raises(ConfigError, match="not a preset name or a config file"):
+        ErnieDocConfig.from_any(str(tmp_path / "missing"))
