@@ -119,6 +119,18 @@ def test_pretrained_model_fine_tunes_with_finetune_py(finished_run, tmp_path):
     assert 0.0 <= results["accuracy"] <= 1.0
 
 
+def test_warm_start_from_a_checkpoint(corpus, finished_run, tmp_path):
+    out = tmp_path / "warm"
+    proc = pretrain(tiny(*corpus, out, f"init_checkpoint={finished_run / 'final'}",
+                         "max_steps=8", "batch_size=8", "max_seq_len=32", "learning_rate=1e-5"))
+    assert "loaded" in proc.stdout
+    warm = [r["mlm_loss"] for r in read_jsonl(out / "train_log.jsonl") if "mlm_loss" in r]
+    cold = [r["mlm_loss"] for r in read_jsonl(finished_run / "train_log.jsonl")
+            if "mlm_loss" in r]
+    # the pretrained model starts where the first run ended, far below a fresh model
+    assert np.mean(warm) < np.mean(cold[:8]) - 0.3, (warm, cold[:8])
+
+
 def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     extra = ("max_steps=14", "grad_accum_steps=2", "reader.shuffle_buffer=3")

@@ -243,3 +243,23 @@ def test_non_finite_loss_stops_the_run(tmp_path):
     proc = finetune(tmp_path / "run", "learning_rate=1e30", "warmup_proportion=0",
                     "model_overrides.hidden_dropout_prob=0.0", expect=1)
     assert "the loss is" in proc.stderr and ("nan" in proc.stderr or "inf" in proc.stderr)
+
+
+def test_longdep_ids_can_follow_a_pretrained_tokenizer():
+    from ernie_doc.data import DataError
+    from tasks.longdep import reader
+    opts = {"num_docs": {"dev": 40}}
+    special, vocab = reader.id_vocabulary(opts)
+    assert special == {"pad": 0, "cls": 1, "sep": 2} and vocab == 32
+    base = reader.read(None, "dev", opts)
+    assert {i for d in base for i in d.ids} <= set(range(4, 32))
+    moved_opts = dict(opts, special_ids={"pad": 0, "cls": 2, "sep": 3}, first_id=8)
+    special, vocab = reader.id_vocabulary(moved_opts)
+    assert special == {"pad": 0, "cls": 2, "sep": 3} and vocab == 36
+    moved = reader.read(None, "dev", moved_opts)
+    for a, b in zip(base, moved):   # the same documents, every id shifted by 4
+        assert a.label == b.label and [i + 4 for i in a.ids] == b.ids
+    with pytest.raises(DataError, match="outside the keys and filler"):
+        reader.id_vocabulary(dict(opts, special_ids={"pad": 0, "cls": 5, "sep": 3}))
+    with pytest.raises(DataError, match="special_ids"):
+        reader.id_vocabulary(dict(opts, special_ids={"pad": 0, "cls": 1}))

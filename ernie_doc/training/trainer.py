@@ -1,4 +1,4 @@
-"""The one fine-tuning loop, shared by every task.
+"""The one training loop, shared by every fine-tuning task and by pretraining.
 
     documents ─task─▶ segments (one pass) ─reading_passes─▶ skim + retrospective passes
       ─schedule─▶ rows × steps ─collate─▶ batch ─model(memories)─▶ outputs, new memories
@@ -6,7 +6,9 @@
 
 The trainer owns the memories of its rank's rows: they go into every forward and come back
 out; a row's memory is zeroed (reset_memory) when a new document starts in it. Evaluation uses
-its own zero memories, so the training stream is untouched by it.
+its own zero memories, so the training stream is untouched by it. Pretraining (a streaming
+task) swaps the precomputed train split for `pretraining.stream.StreamSplit`, which schedules
+the same way as documents arrive and runs until `max_steps`.
 """
 import json
 import math
@@ -179,10 +181,10 @@ class Trainer:
     def _tokenizer(self, train_docs):
         """→ (tokenizer or None, {cls, sep, pad} ids, dir of a freshly trained SPM or None)."""
         cfg = self.cfg
-        reader = self.task.reader
+        id_vocabulary = getattr(self.task.reader, "id_vocabulary", None)
         if train_docs is not None and all(d.ids is not None for d in train_docs) \
-                and hasattr(reader, "VOCAB_SIZE"):
-            return None, {"cls": reader.CLS, "sep": reader.SEP, "pad": reader.PAD}, None
+                and id_vocabulary is not None:   # pre-tokenized: the reader's own ids
+            return None, id_vocabulary(dict(cfg.reader))[0], None
         from ernie_doc.tokenization import load_tokenizer
         spm_dir = None
         if cfg.tokenizer == "train":
@@ -247,9 +249,10 @@ class Trainer:
             if self.tokenizer is not None:
                 config = config.replace(vocab_size=len(self.tokenizer),
                                         pad_token_id=special["pad"])
-            elif hasattr(self.task.reader, "VOCAB_SIZE"):
-                config = config.replace(vocab_size=self.task.reader.VOCAB_SIZE,
-                                        pad_token_id=special["pad"])
+            elif getattr(self.task.reader, "id_vocabulary", None) is not None:
+                config = config.replace(
+                    vocab_size=self.task.reader.id_vocabulary(dict(cfg.reader))[1],
+                    pad_token_id=special["pad"])
             model = head(config, **self.task.model_kwargs())
         vocab = model.config.vocab_size
         if self.tokenizer is not None and len(self.tokenizer) > vocab:

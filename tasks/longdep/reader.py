@@ -40,6 +40,12 @@ min_segments    int >= 1 (default 2)        max_segments   int >= min_segments (
 filler_vocab    int in [1, 24], number of distinct filler ids (default 16)
 key_count       int >= 1, copies of each key (default 4); must fit the first / last window
 last_min_fill   float in (0, 1], shortest last window as a share of segment_tokens (default 1.0)
+special_ids     {pad, cls, sep}: their ids (default {pad: 0, cls: 1, sep: 2})
+first_id        int >= 0 (default 4): the keys are first_id .. first_id+3, the filler follows
+
+`special_ids`/`first_id` let a model pretrained with a tokenizer read the task with its own
+[PAD]/[CLS]/[SEP] (e.g. the SentencePiece tokenizers trained here: {pad: 0, cls: 2, sep: 3},
+first_id 8), so fine-tuning it from a checkpoint does not start from mismatched specials.
 
 `data_dir` is ignored. Pure python/numpy: no paddle.
 """
@@ -47,18 +53,17 @@ import numpy as np
 
 from ernie_doc.data.document import DataError, Document
 
-PAD, CLS, SEP = 0, 1, 2
+PAD, CLS, SEP = 0, 1, 2    # default special ids
 UNK = 3
-KEY_A, KEY_B = 4, 5   # key1 values (first segment)
-KEY_C, KEY_D = 6, 7   # key2 values (last segment)
-FILLER_START = 8
+FIRST_ID = 4               # default: keys 4, 5 (key1) and 6, 7 (key2), filler from 8
 MAX_FILLER = 24
-VOCAB_SIZE = FILLER_START + MAX_FILLER  # 32; filler ids are FILLER_START .. +filler_vocab-1
+VOCAB_SIZE = FIRST_ID + 4 + MAX_FILLER  # 32 with the defaults
 
 SPLITS = ("train", "dev", "test")
 _SPLIT_STREAM = {"train": 0, "dev": 1, "test": 2}
 DEFAULTS = dict(num_docs=None, seed=0, segment_tokens=6, min_segments=2, max_segments=4,
-                filler_vocab=16, last_min_fill=1.0, key_count=4)
+                filler_vocab=16, last_min_fill=1.0, key_count=4,
+                special_ids={"pad": PAD, "cls": CLS, "sep": SEP}, first_id=FIRST_ID)
 _DEFAULT_NUM_DOCS = {"train": 10000, "dev": 500, "test": 500}
 
 
@@ -82,7 +87,7 @@ def _options(options):
     opts = {**DEFAULTS, **options}
     out = {name: _int(opts, name, m) for name, m in
            (("seed", 0), ("segment_tokens", 2), ("min_segments", 1), ("max_segments", 1),
-            ("filler_vocab", 1), ("key_count", 1))}
+            ("filler_vocab", 1), ("key_count", 1), ("first_id", 0))}
     if out["max_segments"] < out["min_segments"]:
         raise DataError(f"longdep option 'max_segments' ({out['max_segments']}) must be >= "
                         f"min_segments ({out['min_segments']})")
@@ -102,8 +107,26 @@ def _options(options):
     if c > shortest_last:
         raise DataError(f"longdep option 'key_count' ({c}) must be <= the shortest last window "
                         f"({shortest_last} tokens = ceil(last_min_fill x segment_tokens))")
+    special = opts["special_ids"]
+    if not isinstance(special, dict) or set(special) != {"pad", "cls", "sep"} or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in special.values()):
+        raise DataError(f"longdep option 'special_ids' must map pad, cls and sep to ids >= 0, "
+                        f"got {special!r}")
+    used = range(out["first_id"], out["first_id"] + 4 + MAX_FILLER)
+    if len(set(special.values())) != 3 or any(v in used for v in special.values()):
+        raise DataError(f"longdep option 'special_ids' {special!r}: the ids must differ and lie "
+                        f"outside the keys and filler ({used.start}..{used.stop - 1})")
+    out["special_ids"] = dict(special)
     out["num_docs"] = opts["num_docs"]
     return out
+
+
+def id_vocabulary(options=None):
+    """→ ({cls, sep, pad} ids, vocabulary size) of the documents `read` gives (pre-tokenized:
+    the trainer builds a model of this vocabulary when it starts from scratch)."""
+    opts = _options(options)
+    return (dict(opts["special_ids"]),
+            max(max(opts["special_ids"].values()) + 1, opts["first_id"] + 4 + MAX_FILLER))
 
 
 def _num_docs(value, split):
@@ -127,7 +150,8 @@ def make_document(rng, opts):
     n = int(rng.integers(opts["min_segments"], opts["max_segments"] + 1))
     last_len = int(rng.integers(max(1, int(np.ceil(opts["last_min_fill"] * s))), s + 1))
     length = (n - 1) * s + last_len
-    ids = (FILLER_START + rng.integers(0, opts["filler_vocab"], size=length)).tolist()
+    first = opts["first_id"]
+    ids = (first + 4 + rng.integers(0, opts["filler_vocab"], size=length)).tolist()
     k1 = int(rng.integers(0, 2))
     k2 = int(rng.integers(0, 2))
     c = opts["key_count"]
@@ -138,9 +162,9 @@ def make_document(rng, opts):
         both = rng.choice(last_len, size=2 * c, replace=False)
         p1, p2 = both[:c], both[c:]
     for p in p1:
-        ids[int(p)] = (KEY_A, KEY_B)[k1]
+        ids[int(p)] = first + k1           # key1: first_id or first_id + 1
     for p in p2:
-        ids[int(p)] = (KEY_C, KEY_D)[k2]
+        ids[int(p)] = first + 2 + k2       # key2: first_id + 2 or first_id + 3
     label = "1" if (k1 == 0) != (k2 == 0) else "0"
     return ids, label, n
 
