@@ -250,3 +250,44 @@ def test_paper_configs_hold_the_appendix_hyper_parameters(name, layers, hidden, 
     gpus = int(text.split(" GPUs")[0].rsplit("x ", 1)[1])
     assert cfg.batch_size * cfg.grad_accum_steps * gpus == global_batch
     assert task.options["max_chunks"] == 4 and task.options["reorder_classes"] == 33
+
+
+@pytest.mark.parametrize("whole_word", [True, False])
+def test_whole_word_masking_masks_every_piece_of_a_word(tmp_path, whole_word):
+    from ernie_doc.pretraining.corpus import CorpusDocument
+    from ernie_doc.tokenization import load_tokenizer
+    from ernie_doc.training.config import load_config
+    from ernie_doc.training.tasks import build_task
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    stems = [f"s{i}" for i in range(30)]
+    (vocab / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + stems + ["##a", "##b", "##c"]) + "\n")
+    tokenizer = load_tokenizer(vocab)
+    cfg = load_config(None, ["task=pretrain", "kind=pretraining", f"data_dir={tmp_path}",
+                             "max_steps=1", "max_seq_len=64", "retro_feed=false",
+                             f"task_options.whole_word_mask={str(whole_word).lower()}"])
+    task = build_task(cfg)
+    task.setup({"cls": 1, "sep": 2, "pad": 0}, 64, None, tokenizer)
+    rng = np.random.default_rng(0)
+    split_words = 0
+    for d in range(20):   # words of 1-3 pieces: s7, s7##a, s7##a##b
+        text = " ".join(stems[rng.integers(30)] + "".join(rng.choice(["a", "b", "c"],
+                                                                     rng.integers(0, 3)))
+                        for _ in range(40))
+        for seg in task.document_steps(CorpusDocument(f"d:{d}", text, "d", d), 0, d):
+            pieces = tokenizer.convert_ids_to_tokens(
+                [int(i) if lab < 0 else int(lab)
+                 for i, lab in zip(seg.input_ids, seg.targets["mlm_labels"])])
+            labelled = seg.targets["mlm_labels"] >= 0
+            word = -1
+            words = []
+            for piece in pieces:
+                word += not piece.startswith("##")
+                words.append(word)
+            for w in set(words):
+                at = [labelled[i] for i in range(len(pieces)) if words[i] == w]
+                split_words += 0 < sum(at) < len(at)
+    # whole words: never part of a word (pieces a window edge cuts off count as their own
+    # group here, and are all masked or all kept as well)
+    assert (split_words == 0) if whole_word else (split_words > 10), split_words
