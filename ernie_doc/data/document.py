@@ -36,6 +36,27 @@ def where(path, line=None):
     return f"{os.fspath(path)}:{line}" if line is not None else os.fspath(path)
 
 
+def utf8_lines(path):
+    """(line number, line without newline / trailing "\\r"), decoded one line at a time (a
+    stream: files far larger than memory); invalid UTF-8 raises DataError naming path:line."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        # Binary lines split on b"\n" only, as read_lines does; a UTF-8 multi-byte sequence
+        # never contains b"\n", so decoding per line is exact.
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{where(path, number)}: invalid UTF-8 (byte {e.start} of "
+                                f"the line)") from None
+            if number == 1 and line.startswith("\ufeff"):  # tolerate a UTF-8 BOM
+                line = line[1:]
+            yield number, line.rstrip("\n").rstrip("\r")
+
+
 def require_file(path, what="file"):
     if not os.path.isfile(path):
         kind = "is a directory, not a file" if os.path.isdir(path) else "does not exist"

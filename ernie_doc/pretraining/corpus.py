@@ -41,7 +41,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from ernie_doc.data.document import DataError, Skips, parse_json_line, where
+from ernie_doc.data.document import DataError, Skips, parse_json_line, utf8_lines, where
 
 log = logging.getLogger("ernie_doc.pretrain")
 
@@ -105,26 +105,6 @@ def corpus_files(paths) -> List[Tuple[str, str]]:
     return found
 
 
-def _lines(path) -> Iterator[Tuple[int, str]]:
-    """(line number, line without newline / trailing "\\r"), decoded one line at a time."""
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror})") from None
-    with f:
-        # Binary lines split on b"\n" only, as read_lines does; a UTF-8 multi-byte sequence
-        # never contains b"\n", so decoding per line is exact.
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{where(path, number)}: invalid UTF-8 (byte {e.start} of "
-                                f"the line)") from None
-            if number == 1 and line.startswith("\ufeff"):  # tolerate a UTF-8 BOM
-                line = line[1:]
-            yield number, line.rstrip("\n").rstrip("\r")
-
-
 def is_wikitext_heading(line: str) -> bool:
     """True for a top-level WikiText heading " = Title = " (not " = = Section = = ")."""
     s = line.strip()
@@ -135,12 +115,12 @@ def is_wikitext_heading(line: str) -> bool:
 def _text_documents(path, split) -> Iterator[Tuple[int, str]]:
     """(first line, text) of a plain-text file."""
     if split == "file":   # the whole file is one document
-        text = "\n".join(line.rstrip() for _, line in _lines(path)).strip("\n")
+        text = "\n".join(line.rstrip() for _, line in utf8_lines(path)).strip("\n")
         if text.strip():
             yield 1, text
         return
     start, lines = None, []
-    for number, line in _lines(path):
+    for number, line in utf8_lines(path):
         line = line.rstrip()
         if split == "wikitext":
             if is_wikitext_heading(line) and lines:
@@ -162,7 +142,7 @@ def _text_documents(path, split) -> Iterator[Tuple[int, str]]:
 
 def _json_documents(path, text_field) -> Iterator[Tuple[int, str]]:
     """(line, text) of a JSON-lines file."""
-    for number, raw in _lines(path):
+    for number, raw in utf8_lines(path):
         if not raw.strip():
             continue
         record = parse_json_line(raw, path, number)

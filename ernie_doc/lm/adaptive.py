@@ -1,0 +1,316 @@
+"""Adaptive input embedding and projected adaptive log-softmax (Transformer-XL's WT103 setup).
+
+The vocabulary (ids sorted by frequency) is cut into clusters [0, c1), [c1, c2), ..., [ck, V).
+Cluster i gets the dimension d_embed // div_val**i, so rare words get cheaper vectors, and a
+projection to d_model. The softmax factorises p(w) = p(cluster | h) * p(w | cluster, h): a head
+over the shortlist [0, c1) plus one logit per tail cluster, then one small softmax per tail.
+
+Layout of the parameters (the embedding and the softmax use the same orientation, so tying
+shares the very same Parameter objects, never copies):
+
+    weights[i]  [n_i, d_i]      n_i = cutoff_ends[i+1] - cutoff_ends[i], d_i = d_embed // div_val**i
+    projs[i]    [d_i, d_model]  embedding e @ P (d_i → d_model); softmax h @ P^T (d_model → d_i)
+
+With div_val == 1 there is one table [V, d_embed] (cluster i is a row slice of it) and, on the
+softmax side, one projection per cluster; both sides have projections only if d_embed != d_model.
+"""
+import operator
+
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+__all__ = ["AdaptiveEmbedding", "ProjectedAdaptiveLogSoftmax", "cluster_layout"]
+
+
+def _positive_int(value, name):
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def cluster_layout(vocab_size, d_embed, d_model, cutoffs, div_val):
+    """Validate the arguments shared by both layers.
+
+    Returns (vocab_size, d_embed, d_model, cutoffs list, div_val, cutoff_ends, dims) where
+    cutoff_ends = [0, *cutoffs, vocab_size] and dims[i] = d_embed // div_val**i.
+    Raises ValueError naming the faulty argument.
+    """
+    vocab_size = _positive_int(vocab_size, "vocab_size")
+    d_embed = _positive_int(d_embed, "d_embed")
+    d_model = _positive_int(d_model, "d_model")
+    div_val = _positive_int(div_val, "div_val")
+    try:
+        cutoffs = [operator.index(c) for c in cutoffs]
+    except TypeError:
+        raise ValueError(f"cutoffs must be a sequence of integers, got {cutoffs!r}") from None
+    for c in cutoffs:
+        # vocab_size itself is implicit (the end of the last cluster): a cutoff equal to it
+        # would make an empty cluster, and an empty softmax is undefined.
+        if not 0 < c < vocab_size:
+            raise ValueError(f"cutoffs must lie strictly between 0 and vocab_size={vocab_size}, "
+                             f"got {cutoffs}")
+    if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
+        raise ValueError(f"cutoffs must be strictly increasing, got {cutoffs}")
+    if div_val > 1 and cutoffs and d_embed % div_val ** len(cutoffs):
+        # Transformer-XL floors d_embed / div_val**i; demanding exact division keeps every
+        # cluster dimension what the config says, and never zero.
+        raise ValueError(f"d_embed={d_embed} must be divisible by div_val**len(cutoffs)="
+                         f"{div_val ** len(cutoffs)} when div_val > 1")
+    cutoff_ends = [0] + cutoffs + [vocab_size]
+    dims = [d_embed // div_val ** i for i in range(len(cutoffs) + 1)]
+    return vocab_size, d_embed, d_model, cutoffs, div_val, cutoff_ends, dims
+
+
+def _normal(std):
+    return paddle.ParamAttr(initializer=nn.initializer.Normal(mean=0.0, std=std))
+
+
+def _zeros():
+    return paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
+
+
+def _share(plist, i, param):
+    """Make entry i of ParameterList `plist` the very object `param`.
+
+    Not `plist[i] = param`: paddle 3.x's ParameterList.__setitem__ assigns the VALUES into the
+    existing parameter (a copy, silently untied), while 2.6's replaces the object. Registering
+    through setattr replaces the entry on both.
+    """
+    setattr(plist, str(i), param)
+    if plist[i] is not param:
+        raise RuntimeError("paddle did not share the parameter (ParameterList semantics changed)")
+
+
+class _Adaptive(nn.Layer):
+    """The cluster geometry common to both layers."""
+
+    def __init__(self, vocab_size, d_embed, d_model, cutoffs, div_val):
+        super().__init__()
+        (self.vocab_size, self.d_embed, self.d_model, self.cutoffs, self.div_val,
+         self.cutoff_ends, self.dims) = cluster_layout(vocab_size, d_embed, d_model, cutoffs,
+                                                       div_val)
+
+    @property
+    def n_clusters(self):
+        """Head (shortlist) + tail clusters."""
+        return len(self.cutoffs) + 1
+
+    def _cluster_weight(self, weights, i):
+        """The [n_i, d_i] table of cluster i (a row slice of the single table if div_val == 1)."""
+        if self.div_val == 1:
+            return weights[0][self.cutoff_ends[i]:self.cutoff_ends[i + 1]]
+        return weights[i]
+
+    def extra_repr(self):
+        return (f"vocab_size={self.vocab_size}, d_embed={self.d_embed}, d_model={self.d_model}, "
+                f"cutoffs={self.cutoffs}, div_val={self.div_val}")
+
+
+class AdaptiveEmbedding(_Adaptive):
+    """Adaptive input representations (Baevski & Auli), as in Transformer-XL.
+
+    ids [...] int64 in [0, vocab_size) → [..., d_model] (e.g. [B, T] → [B, T, d_model]).
+    Cluster i looks its ids up in a [n_i, d_embed // div_val**i] table and projects to d_model;
+    the result is scaled by sqrt(d_model) (Transformer-XL's emb_scale).
+
+    Parameters: `emb_weights` (one [V, d_embed] table if div_val == 1, else one per cluster) and
+    `emb_projs` ([d_i, d_model] per cluster if div_val > 1; one if div_val == 1 and
+    d_embed != d_model; none otherwise).
+    """
+
+    def __init__(self, vocab_size, d_embed, d_model, cutoffs, div_val=1, init_std=0.02,
+                 proj_init_std=0.01):
+        super().__init__(vocab_size, d_embed, d_model, cutoffs, div_val)
+        self.emb_scale = self.d_model ** 0.5
+        n_tables = 1 if self.div_val == 1 else self.n_clusters
+        ends = self.cutoff_ends
+        self.emb_weights = nn.ParameterList([
+            self.create_parameter(
+                [self.vocab_size, self.d_embed] if self.div_val == 1
+                else [ends[i + 1] - ends[i], self.dims[i]], attr=_normal(init_std))
+            for i in range(n_tables)])
+        # div_val > 1: every cluster is projected, even cluster 0 whose dim may equal d_model
+        # (Transformer-XL does so, and tie_projs refers to these per-cluster projections).
+        n_projs = n_tables if (self.div_val > 1 or self.d_embed != self.d_model) else 0
+        self.emb_projs = nn.ParameterList([
+            self.create_parameter([self.dims[i], self.d_model], attr=_normal(proj_init_std))
+            for i in range(n_projs)])
+
+    def forward(self, ids):
+        if self.div_val == 1:
+            # One table: the clusters only matter to the softmax.
+            out = F.embedding(ids, self.emb_weights[0])
+            if len(self.emb_projs):
+                out = paddle.matmul(out, self.emb_projs[0])
+            return out * self.emb_scale
+
+        flat = ids.reshape([-1])
+        pieces, positions = [], []
+        for i in range(self.n_clusters):
+            lo, hi = self.cutoff_ends[i], self.cutoff_ends[i + 1]
+            rows = paddle.nonzero((flat >= lo) & (flat < hi)).reshape([-1])
+            if rows.shape[0] == 0:
+                continue  # an empty gather/matmul is legal but pointless (and fragile on 2.6)
+            local = paddle.gather(flat, rows) - lo
+            pieces.append(paddle.matmul(F.embedding(local, self.emb_weights[i]),
+                                        self.emb_projs[i]))
+            positions.append(rows)
+        # Each cluster is computed only for its own tokens; the pieces come out grouped by
+        # cluster, so put them back in token order with the inverse permutation (a gather,
+        # hence differentiable). An id outside [0, V) is in no cluster: the count no longer
+        # matches and the reshape below fails loudly instead of returning garbage.
+        order = paddle.concat(positions) if len(positions) > 1 else positions[0]
+        out = paddle.concat(pieces) if len(pieces) > 1 else pieces[0]
+        out = paddle.gather(out, paddle.argsort(order))
+        return out.reshape(list(ids.shape) + [self.d_model]) * self.emb_scale
+
+
+class ProjectedAdaptiveLogSoftmax(_Adaptive):
+    """Adaptive softmax with projections (Grave et al.; Transformer-XL's output layer).
+
+    log_prob(hidden [..., d_model]) → [..., V] full log-probabilities;
+    forward(hidden [..., d_model], target [...] int64 in [0, V)) → nll [...], computing the head
+    for every row but each tail cluster only for the rows whose target falls in it.
+
+    Parameters: `out_weights`/`out_biases` (one [V, d_embed]/[V] pair if div_val == 1, else
+    [n_i, d_i]/[n_i] per cluster), `out_projs` ([d_i, d_model] per cluster, or none if
+    div_val == 1 and d_embed == d_model) and, with tail clusters, `cluster_weight`
+    [n_tail, d_embed] / `cluster_bias` [n_tail], the head's extra logits. Following
+    Transformer-XL, tail cluster i's head logit is the (-i)-th head column, i.e. row
+    n_tail - i of `cluster_weight` (its checkpoints map over without reordering rows; its
+    projections are stored [d_model, d_i], the transpose of ours).
+    Tie to an AdaptiveEmbedding with `tie_to`.
+    """
+
+    def __init__(self, vocab_size, d_embed, d_model, cutoffs, div_val=1, init_std=0.02,
+                 proj_init_std=0.01):
+        super().__init__(vocab_size, d_embed, d_model, cutoffs, div_val)
+        self.shortlist_size = self.cutoff_ends[1]
+        self.n_tail = len(self.cutoffs)
+        self.head_size = self.shortlist_size + self.n_tail
+        ends = self.cutoff_ends
+        n_tables = 1 if self.div_val == 1 else self.n_clusters
+        shapes = ([[self.vocab_size, self.d_embed]] if self.div_val == 1 else
+                  [[ends[i + 1] - ends[i], self.dims[i]] for i in range(n_tables)])
+        self.out_weights = nn.ParameterList([
+            self.create_parameter(s, attr=_normal(init_std)) for s in shapes])
+        self.out_biases = nn.ParameterList([
+            self.create_parameter([s[0]], attr=_zeros(), is_bias=True) for s in shapes])
+        # One projection per cluster even when div_val == 1 (all [d_embed, d_model] then):
+        # tie_projs is per cluster, and WT103 ties all but the head's (tie_projs[0] False).
+        n_projs = self.n_clusters if (self.div_val > 1 or self.d_embed != self.d_model) else 0
+        self.out_projs = nn.ParameterList([
+            self.create_parameter([self.dims[i], self.d_model], attr=_normal(proj_init_std))
+            for i in range(n_projs)])
+        if self.n_tail:
+            # The head works in cluster 0's space (dims[0] == d_embed).
+            self.cluster_weight = self.create_parameter([self.n_tail, self.d_embed],
+                                                        attr=_normal(init_std))
+            self.cluster_bias = self.create_parameter([self.n_tail], attr=_zeros(),
+                                                      is_bias=True)
+
+    # ---------------------------------------------------------------------------- tying
+    def tie_to(self, embedding, tie_weight=True, tie_projs=None):
+        """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry).
+
+        tie_weight: the output tables become the embedding tables (the biases stay own).
+        tie_projs: None, a bool for every cluster, or one bool per cluster (n_clusters of
+        them; WT103: [False, True, True, True]); cluster i's output projection becomes the
+        embedding's projection of cluster i (its single one if div_val == 1). Without
+        projections on either side (div_val == 1, d_embed == d_model) it has nothing to tie.
+        The replaced parameters are dropped: the model then holds each shared tensor once in
+        parameters() (hence once in the optimizer). Returns self.
+        """
+        if not isinstance(embedding, AdaptiveEmbedding):
+            raise TypeError(f"embedding must be an AdaptiveEmbedding, got {type(embedding)}")
+        mine = (self.vocab_size, self.d_embed, self.d_model, self.cutoffs, self.div_val)
+        theirs = (embedding.vocab_size, embedding.d_embed, embedding.d_model, embedding.cutoffs,
+                  embedding.div_val)
+        if mine != theirs:
+            raise ValueError("embedding must have the same (vocab_size, d_embed, d_model, "
+                             f"cutoffs, div_val): {theirs} != {mine}")
+        if tie_projs is None:
+            tie_projs = [False] * self.n_clusters
+        elif isinstance(tie_projs, bool):
+            tie_projs = [tie_projs] * self.n_clusters
+        tie_projs = list(tie_projs)
+        if len(tie_projs) != self.n_clusters or not all(isinstance(t, bool) for t in tie_projs):
+            raise ValueError(f"tie_projs must be {self.n_clusters} booleans (one per cluster), "
+                             f"got {tie_projs}")
+        if tie_weight:
+            for i in range(len(self.out_weights)):
+                _share(self.out_weights, i, embedding.emb_weights[i])
+        if len(self.out_projs):
+            for i, tie in enumerate(tie_projs):
+                if tie:
+                    _share(self.out_projs, i, embedding.emb_projs[0 if self.div_val == 1 else i])
+        return self
+
+    # ------------------------------------------------------------------------- compute
+    def _logits(self, hidden, i):
+        """Logits of cluster i's own words for hidden [N, d_model] → [N, n_i] (no head extras)."""
+        weight = self._cluster_weight(self.out_weights, i)
+        bias = self._cluster_weight(self.out_biases, i)
+        if i == 0 and self.n_tail:
+            weight = paddle.concat([weight, self.cluster_weight])
+            bias = paddle.concat([bias, self.cluster_bias])
+        if len(self.out_projs):
+            # h @ P^T brings d_model down to the cluster's d_i (the transpose of the embedding's).
+            hidden = paddle.matmul(hidden, self.out_projs[i], transpose_y=True)
+        return paddle.matmul(hidden, weight, transpose_y=True) + bias
+
+    def _flatten(self, hidden):
+        if hidden.shape[-1] != self.d_model:
+            raise ValueError(f"hidden must end with d_model={self.d_model}, got {hidden.shape}")
+        return hidden.reshape([-1, self.d_model])
+
+    def log_prob(self, hidden):
+        """hidden [..., d_model] → log-probabilities [..., V] (each row sums to 1 in prob)."""
+        lead = list(hidden.shape[:-1])
+        flat = self._flatten(hidden)
+        head = F.log_softmax(self._logits(flat, 0), axis=-1)      # [N, c1 + n_tail]
+        parts = [head[:, :self.shortlist_size]]
+        for i in range(1, self.n_clusters):
+            col = self.head_size - i
+            parts.append(head[:, col:col + 1] + F.log_softmax(self._logits(flat, i), axis=-1))
+        out = paddle.concat(parts, axis=-1) if len(parts) > 1 else parts[0]
+        return out.reshape(lead + [self.vocab_size])
+
+    def forward(self, hidden, target):
+        """hidden [..., d_model], target [...] → nll [...] = -log p(target | hidden), in order."""
+        lead = list(hidden.shape[:-1])
+        if list(target.shape) != lead:
+            raise ValueError(f"target must have shape {lead} (hidden without its last axis), "
+                             f"got {list(target.shape)}")
+        flat = self._flatten(hidden)
+        tgt = target.reshape([-1]).astype("int64")
+        head = F.log_softmax(self._logits(flat, 0), axis=-1)
+        # The head column each row needs: the word itself in the shortlist, else its cluster's
+        # logit (column head_size - i for tail cluster i).
+        cluster = paddle.zeros_like(tgt)
+        for c in self.cutoffs:
+            cluster = cluster + (tgt >= c).astype("int64")
+        head_col = paddle.where(cluster == 0, tgt, self.head_size - cluster)
+        nll = -paddle.take_along_axis(head, head_col.unsqueeze(-1), axis=-1).squeeze(-1)
+        rows_all, tail_all = [], []
+        for i in range(1, self.n_clusters):
+            rows = paddle.nonzero(cluster == i).reshape([-1])
+            if rows.shape[0] == 0:
+                continue  # no target in this cluster: its softmax is never computed
+            local = (paddle.gather(tgt, rows) - self.cutoff_ends[i]).unsqueeze(-1)
+            tail = F.log_softmax(self._logits(paddle.gather(flat, rows), i), axis=-1)
+            rows_all.append(rows)
+            tail_all.append(-paddle.take_along_axis(tail, local, axis=-1).squeeze(-1))
+        if rows_all:
+            # Rows are distinct across clusters, so an overwriting scatter into zeros places
+            # every tail term at its row (Transformer-XL's default instead returns the nll
+            # grouped by cluster, out of token order).
+            rows = paddle.concat(rows_all) if len(rows_all) > 1 else rows_all[0]
+            vals = paddle.concat(tail_all) if len(tail_all) > 1 else tail_all[0]
+            nll = nll + paddle.scatter(paddle.zeros_like(nll), rows, vals, overwrite=True)
+        return nll.reshape(lead)
