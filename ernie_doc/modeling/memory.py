@@ -36,3 +36,10 @@ def reset_rows(tensor, reset, batch_axis):
     # A multiply rather than where/expand_as on a bool mask: that does not export on 2.6.2.
     keep = 1.0 - reset.astype(tensor.dtype).reshape(shape)
     return tensor * keep
+
+
+def check_reset_memory(reset_memory, batch):
+    """reset_memory must be None or [batch] (one flag per row)."""
+    if reset_memory is not None and [int(d) for d in reset_memory.shape] != [batch]:
+        raise ValueError(f"reset_memory must be [batch] = [{batch}], got "
+                         f"{[int(d) for d in reset_memory.shape]}")

@@ -23,7 +23,8 @@ from ernie_doc.config import ErnieDocConfig
 from ernie_doc.modeling.attention import (MASK_VALUE, RelativeMultiHeadAttention,
                                           relative_position_ids, truncated_normal)
 from ernie_doc.modeling.embeddings import ErnieDocEmbeddings
-from ernie_doc.modeling.memory import memory_source, reset_rows, update_memory
+from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
+                                     update_memory)
 from ernie_doc.modeling.pretrained import PretrainedMixin
 
 ErnieDocOutput = namedtuple("ErnieDocOutput",
@@ -160,9 +161,7 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
             if lo < 0 or hi >= c.task_type_vocab_size:
                 raise ValueError(f"token_type_ids values must be in [0, "
                                  f"{c.task_type_vocab_size}), got min {lo} max {hi}")
-        if reset_memory is not None and _shape(reset_memory) != [batch]:
-            raise ValueError(f"reset_memory must be [batch] = [{batch}], got "
-                             f"{_shape(reset_memory)}")
+        check_reset_memory(reset_memory, batch)
         if memories is not None and self.memory_len:
             want = [c.num_hidden_layers, batch, self.memory_len, c.hidden_size]
             if _shape(memories) != want:

@@ -1,0 +1,586 @@
+"""Memory-enhanced Transformer-XL language model (paper §4.1), optionally segment-aware (Segatron).
+
+    model = TransformerXLLM(TransformerXLConfig(...))
+    out = model(input_ids, target=None, memories=None, reset_memory=None, positions=None,
+                memory_positions=None, return_log_probs=False)
+
+input_ids [B, T] int · target [B, T'] int (T' ≤ T: the last T' positions are predicted, which
+is how an `ext_len` context prefix is skipped) or None · memories None (= no memory, Transformer-
+XL's start state), a list of n_layer tensors [B, M, d_model] or one [n_layer, B, M, d_model] ·
+reset_memory [B] bool: rows whose memory is zeroed first (`memory.reset_rows`) · positions
+[3, B, T] (paragraph, sentence, token) running counters, required iff config.segment_positions ·
+memory_positions [3, B, M]: the positions of the memory slots (out.memory_positions of the
+previous call), required with memories when segment_positions.
+
+Returns LMOutput(nll [B, T'] or None, log_probs [B, T', V] (T' = T without target) or None
+unless return_log_probs, memories [n_layer, B, M', d_model] detached or None, hidden
+[B, T, d_model] = what the softmax reads (last layer output after the final dropout),
+memory_positions [3, B, M'] or None). Inputs are never modified.
+
+Architecture (Transformer-XL, docs/reference/lm-anchors.md B.1): AdaptiveEmbedding (scaled by
+sqrt(d_model)), dropout, n_layer decoder layers, dropout, ProjectedAdaptiveLogSoftmax tied to
+the embedding (tie_weight / tie_projs). A layer is relative partial-learnable attention
+(fused bias-free qkv_net on [memory; segment], r_net on the sinusoid encoding of distances
+klen-1 ... 0, learned r_w_bias / r_r_bias [n_head, d_head] shared by the layers unless
+untie_r, score = ((q + r_w_bias)·k + rel_shift((q + r_r_bias)·r)) / sqrt(d_head), causal mask,
+softmax, dropatt, o_net, dropout, post-LN residual unless pre_lnorm) and a position-wise FF
+(Linear, ReLU, Dropout, Linear, Dropout, post-LN residual unless pre_lnorm). As in Transformer-XL
+there is no final LayerNorm, even with pre_lnorm. Parameter names follow Transformer-XL's
+(word_emb, layers.i.dec_attn.qkv_net, layers.i.pos_ff.CoreNet.0, crit, ...); paddle Linear
+weights are [in, out], the transpose of torch's.
+
+Recurrence (`ernie_doc.modeling.memory`): layer n caches memory_source(recurrence, its input,
+its output), i.e. its own output under "enhanced" (ERNIE-Doc) and its input under "xl"; the last
+mem_len positions of [memory; segment without its last ext_len positions] are kept, detached
+(update_memory). "none" (or mem_len 0): no memory at all; given memories are ignored.
+
+Mask: query i (of T) sees keys j ≤ mlen + i of [memory (mlen); segment]. With same_length it
+also loses keys j ≤ i − shift, shift = T − (klen − mem_len) if klen > mem_len else T, which is
+Transformer-XL's formula: a query sees the keys at distances 0 ... mem_len − 1 (itself and the
+mem_len − 1 before it: mem_len keys once the memory is full; the anchors' "mem_len + 1" is one
+too many). `mem_len` here is config.mem_len even under recurrence "none", where same_length is
+a sliding window of mem_len tokens.
+
+Segatron (segment_positions=True). positions are Segatron-XL's *global* running counters
+(ernie_doc.lm.data.sega_positions(..., scheme="global") / to_global): every row non-decreasing
+along time, checked. The relative encoding concatenates three sinusoid encodings, of the token,
+sentence and paragraph distances, with dims d_t = d_s = d//3 + (d//3)%2 and d_p = the rest
+(410 → 136, 136, 138), then r_net, as Segatron-XL. How the distances are taken (the anchors
+describe Segatron-XL's and flag it as an approximation; config.sega_relative picks):
+
+* "exact" (default): key j gets, per component c, pos_c(query i) − pos_c(key j), clipped to
+  [0, klen − 1] and to clamp_len. Computed without a [B, T, K, d] tensor: r_net is linear and
+  bias-free, so r_net(concat) = Σ_c PE_c W_c; each component scores the query against its
+  projected table of distances 0 ... N−1 and gathers. Query i depends on nothing after it
+  (tokens or positions).
+* "segatron": bit-parity with Segatron-XL: per batch row, R[k] = PE(max(window) − window[k])
+  for the window [memory; segment], clamped by clamp_len, then the same rel_shift, so query i
+  reads key j through R[j + T − 1 − i]. Exact for the token part, but the sentence/paragraph
+  parts are measured from the window's last token and shifted: query i then depends on the
+  *positions* (not the tokens) of later tokens of its segment, i.e. future sentence boundaries
+  leak into earlier predictions.
+
+Transformer-XL's memory holds no positions; here memory_positions carries the memory slots'
+triples along with the memories (reset rows get zeros, like their hidden memory).
+"""
+import dataclasses
+import math
+import operator
+from collections import namedtuple
+from typing import List, Optional, Union
+
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
+from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
+                                     update_memory)
+
+__all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",
+           "sinusoid", "sega_dims"]
+
+RECURRENCES = ("enhanced", "xl", "none")
+SEGA_RELATIVE = ("exact", "segatron")
+MASK_VALUE = 1e30   # added (negated) to masked scores: exp underflows to exactly 0
+
+LMOutput = namedtuple("LMOutput", ["nll", "log_probs", "memories", "hidden", "memory_positions"])
+
+
+# ------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class TransformerXLConfig:
+    """Hyper-parameters; the defaults are Transformer-XL's WikiText-103 base (training side).
+
+    Besides the Transformer-XL keys: recurrence ("enhanced" = ERNIE-Doc, "xl", "none"),
+    segment_positions (Segatron), sega_relative ("exact" | "segatron", module docstring),
+    d_embed (None = d_model), untie_r (per-layer r_w/r_r biases, the TF scripts' setting),
+    init_std / proj_init_std. tie_projs: None (= [False] + [True] * len(cutoffs), WT103's), a
+    bool for every cluster, or one bool per cluster. clamp_len ≤ 0: no clamping.
+    Every value is checked on construction; ValueError messages start with the key.
+    """
+    n_layer: int = 16
+    d_model: int = 410
+    n_head: int = 10
+    d_head: int = 41
+    d_inner: int = 2100
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    vocab_size: int = 267735
+    cutoffs: List[int] = dataclasses.field(default_factory=lambda: [20000, 40000, 200000])
+    div_val: int = 1
+    tie_weight: bool = True
+    tie_projs: Union[None, bool, List[bool]] = None
+    tgt_len: int = 150
+    mem_len: int = 150
+    ext_len: int = 0
+    same_length: bool = False
+    clamp_len: int = -1
+    pre_lnorm: bool = False
+    recurrence: str = "enhanced"
+    segment_positions: bool = False
+    sega_relative: str = "exact"
+    d_embed: Optional[int] = None
+    untie_r: bool = False
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+
+    def __post_init__(self):
+        self.validate()
+
+    # -- checks ------------------------------------------------------------------------------
+    @staticmethod
+    def _int(key, value, low):
+        if isinstance(value, bool):
+            raise ValueError(f"{key} must be an integer, got {value!r}")
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise ValueError(f"{key} must be an integer, got {value!r}") from None
+        if value < low:
+            raise ValueError(f"{key} must be >= {low}, got {value}")
+        return value
+
+    @staticmethod
+    def _bool(key, value):
+        if not isinstance(value, bool):
+            raise ValueError(f"{key} must be True or False, got {value!r}")
+        return value
+
+    @staticmethod
+    def _float(key, value, low, high, high_open):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{key} must be a number, got {value!r}")
+        value = float(value)
+        if not (low <= value and (value < high if high_open else value <= high)):
+            bracket = ")" if high_open else "]"
+            raise ValueError(f"{key} must be in [{low}, {high}{bracket}, got {value}")
+        return value
+
+    def validate(self):
+        """Check and normalise every field (cutoffs → list of int, tie_projs → list of bool)."""
+        for key in ("n_layer", "d_model", "n_head", "d_head", "d_inner", "vocab_size",
+                    "div_val", "tgt_len"):
+            setattr(self, key, self._int(key, getattr(self, key), 1))
+        for key in ("mem_len", "ext_len"):
+            setattr(self, key, self._int(key, getattr(self, key), 0))
+        self.clamp_len = self._int("clamp_len", self.clamp_len, -1)
+        for key in ("dropout", "dropatt"):
+            setattr(self, key, self._float(key, getattr(self, key), 0.0, 1.0, True))
+        for key in ("init_std", "proj_init_std"):
+            value = self._float(key, getattr(self, key), 0.0, math.inf, True)
+            if value <= 0:
+                raise ValueError(f"{key} must be > 0, got {value}")
+            setattr(self, key, value)
+        for key in ("tie_weight", "same_length", "pre_lnorm", "segment_positions", "untie_r"):
+            self._bool(key, getattr(self, key))
+        if self.recurrence not in RECURRENCES:
+            raise ValueError(f"recurrence must be one of {RECURRENCES}, got {self.recurrence!r}")
+        if self.sega_relative not in SEGA_RELATIVE:
+            raise ValueError(f"sega_relative must be one of {SEGA_RELATIVE}, got "
+                             f"{self.sega_relative!r}")
+        if self.d_embed is not None:
+            self.d_embed = self._int("d_embed", self.d_embed, 1)
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even (the sinusoid encoding is [sin, cos] "
+                             f"halves), got {self.d_model}")
+        if isinstance(self.cutoffs, (str, bytes)) or not hasattr(self.cutoffs, "__iter__"):
+            raise ValueError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
+        if any(isinstance(c, bool) for c in self.cutoffs):
+            raise ValueError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
+        # The adaptive layers' own checks; their messages start with the argument's name.
+        self.cutoffs = cluster_layout(self.vocab_size, self.embed_dim, self.d_model,
+                                      self.cutoffs, self.div_val)[3]
+        n_clusters = len(self.cutoffs) + 1
+        tie = self.tie_projs
+        if tie is None:
+            tie = [False] + [True] * len(self.cutoffs)
+        elif isinstance(tie, bool):
+            tie = [tie] * n_clusters
+        if (isinstance(tie, (str, bytes)) or not hasattr(tie, "__iter__")
+                or len(list(tie)) != n_clusters or not all(isinstance(t, bool) for t in tie)):
+            raise ValueError(f"tie_projs must be None, a bool or {n_clusters} bools (one per "
+                             f"cluster), got {self.tie_projs!r}")
+        self.tie_projs = list(tie)
+        if self.same_length and self.mem_len < 1:
+            raise ValueError("same_length needs mem_len >= 1 (a query sees mem_len keys)")
+        if self.segment_positions:
+            d_t, _, d_p = sega_dims(self.d_model)
+            if d_t < 1 or d_p < 1:
+                raise ValueError(f"segment_positions: d_model={self.d_model} is too small to "
+                                 "split into token/sentence/paragraph encodings (need >= 6)")
+        return self
+
+    @property
+    def embed_dim(self):
+        return self.d_model if self.d_embed is None else self.d_embed
+
+    # -- (de)serialisation -------------------------------------------------------------------
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown TransformerXLConfig key "
+                             f"(all unknown: {unknown})")
+        return cls(**dict(values))
+
+
+# ------------------------------------------------------------------------------ functions
+def sega_dims(d_model):
+    """Segatron's split of d_model into (token, sentence, paragraph) encoding dims."""
+    d_t = d_model // 3 + (d_model // 3) % 2
+    return d_t, d_t, d_model - 2 * d_t
+
+
+def sinusoid(pos, dim):
+    """pos [...] float → [..., dim]: [sin(pos·f), cos(pos·f)], f_i = 1/10000^(2i/dim)."""
+    inv_freq = 1.0 / (10000.0 ** (paddle.arange(0, dim, 2, dtype="float32") / dim))
+    angle = pos.astype("float32").unsqueeze(-1) * inv_freq
+    return paddle.concat([paddle.sin(angle), paddle.cos(angle)], axis=-1)
+
+
+def rel_shift(x):
+    """Transformer-XL's shift of x [..., T, K] (column c = distance K−1−c):
+    out[..., i, j] = x[..., i, j + T − 1 − i] wherever j ≤ K − T + i (the causal keys);
+    the entries above that diagonal are junk, to be masked.
+
+    Pad a zero column on the left, view [K+1, T], drop the first row, view [T, K]. (The
+    encoder's `ernie_doc.modeling.attention.rel_shift` agrees on the causal keys but puts
+    other junk above the diagonal, so this is kept separate.)
+    """
+    lead, (t, k) = list(x.shape[:-2]), list(x.shape[-2:])
+    zero = paddle.zeros(lead + [t, 1], dtype=x.dtype)
+    padded = paddle.concat([zero, x], axis=-1).reshape(lead + [k + 1, t])
+    return padded[..., 1:, :].reshape(lead + [t, k])
+
+
+def causal_mask(qlen, mlen, mem_len, same_length):
+    """Allowed (query i, key j) pairs over [memory (mlen); segment (qlen)] → bool [qlen, klen]."""
+    klen = mlen + qlen
+    i = paddle.arange(qlen, dtype="int64").unsqueeze(1)
+    j = paddle.arange(klen, dtype="int64").unsqueeze(0)
+    allowed = j <= i + mlen
+    if same_length:
+        mask_len = klen - mem_len
+        shift = qlen - mask_len if mask_len > 0 else qlen
+        allowed = paddle.logical_and(allowed, j > i - shift)
+    return allowed
+
+
+def _normal(std, mean=0.0):
+    return paddle.ParamAttr(initializer=nn.initializer.Normal(mean=mean, std=std))
+
+
+def _zeros():
+    return paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
+
+
+def _shape(t):
+    return list(t.shape)
+
+
+# -------------------------------------------------------------------------------- layers
+class RelPartialLearnableMultiHeadAttn(nn.Layer):
+    """Transformer-XL's attention (attn_type 0). `rel` is the position term (see
+    TransformerXLLM.relative_encoding): ("shared", R [K, d]), ("batch", R [B, K, d]) or
+    ("exact", tables [N, d_c] ×3, indices [B, n_head, T, K] ×3)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.n_head, self.d_head, self.d_model = c.n_head, c.d_head, c.d_model
+        inner = c.n_head * c.d_head
+        self.qkv_net = nn.Linear(c.d_model, 3 * inner, weight_attr=_normal(c.init_std),
+                                 bias_attr=False)
+        self.r_net = nn.Linear(c.d_model, inner, weight_attr=_normal(c.init_std),
+                               bias_attr=False)
+        self.o_net = nn.Linear(inner, c.d_model, weight_attr=_normal(c.init_std),
+                               bias_attr=False)
+        self.layer_norm = nn.LayerNorm(c.d_model, weight_attr=_normal(c.init_std, 1.0),
+                                       bias_attr=_zeros())
+        self.drop = nn.Dropout(c.dropout)
+        self.dropatt = nn.Dropout(c.dropatt)
+        self.scale = 1.0 / math.sqrt(c.d_head)
+        self.pre_lnorm = c.pre_lnorm
+
+    def _heads(self, x):
+        """[B, L, n*d] → [B, n, L, d]."""
+        return x.reshape([x.shape[0], x.shape[1], self.n_head, self.d_head]).transpose(
+            [0, 2, 1, 3])
+
+    def _table(self, r):
+        """Projected shared rows [K, d_model] → [n, K, d]."""
+        return self.r_net(r).reshape([r.shape[0], self.n_head, self.d_head]).transpose([1, 0, 2])
+
+    def _position_scores(self, q_r, rel):
+        batch, _, seg_len, _ = q_r.shape
+        kind = rel[0]
+        if kind == "shared":
+            r = self._table(rel[1])
+            # Expanded rather than a broadcasting matmul (whose gradient fails on 3.3.1 CPU).
+            r = r.unsqueeze(0).expand([batch] + _shape(r))
+            return rel_shift(paddle.matmul(q_r, r, transpose_y=True))
+        if kind == "batch":
+            r = self._heads(self.r_net(rel[1]))                        # [B, n, K, d]
+            return rel_shift(paddle.matmul(q_r, r, transpose_y=True))
+        # exact: r_net(concat_c PE_c) = Σ_c PE_c @ W[rows of c] (r_net has no bias).
+        tables, indices = rel[1], rel[2]
+        out, start = None, 0
+        for table, index in zip(tables, indices):
+            dim = table.shape[-1]
+            proj = paddle.matmul(table, self.r_net.weight[start:start + dim])
+            proj = proj.reshape([table.shape[0], self.n_head, self.d_head]).transpose([1, 0, 2])
+            proj = proj.unsqueeze(0).expand([batch] + _shape(proj))
+            score = paddle.take_along_axis(paddle.matmul(q_r, proj, transpose_y=True), index,
+                                           axis=-1)
+            out = score if out is None else out + score
+            start += dim
+        return out
+
+    def attention_scores(self, h, mem, rel, r_w_bias, r_r_bias, mask_bias):
+        """Masked, scaled scores [B, n, T, K] and values [B, n, K, d]."""
+        cat = h if mem is None else paddle.concat([mem, h], axis=1)
+        if self.pre_lnorm:
+            cat = self.layer_norm(cat)
+        w_heads = self.qkv_net(cat)
+        q, k, v = paddle.split(w_heads, 3, axis=-1)
+        q = self._heads(q[:, cat.shape[1] - h.shape[1]:])
+        k, v = self._heads(k), self._heads(v)
+        ac = paddle.matmul(q + r_w_bias.unsqueeze(1), k, transpose_y=True)
+        bd = self._position_scores(q + r_r_bias.unsqueeze(1), rel)
+        return (ac + bd) * self.scale + mask_bias, v
+
+    def forward(self, h, mem, rel, r_w_bias, r_r_bias, mask_bias):
+        score, v = self.attention_scores(h, mem, rel, r_w_bias, r_r_bias, mask_bias)
+        prob = self.dropatt(F.softmax(score, axis=-1))
+        vec = paddle.matmul(prob, v).transpose([0, 2, 1, 3])
+        vec = vec.reshape([vec.shape[0], vec.shape[1], self.n_head * self.d_head])
+        out = self.drop(self.o_net(vec))
+        return h + out if self.pre_lnorm else self.layer_norm(h + out)
+
+
+class PositionwiseFF(nn.Layer):
+    def __init__(self, c):
+        super().__init__()
+        self.CoreNet = nn.Sequential(
+            nn.Linear(c.d_model, c.d_inner, weight_attr=_normal(c.init_std), bias_attr=_zeros()),
+            nn.ReLU(), nn.Dropout(c.dropout),
+            nn.Linear(c.d_inner, c.d_model, weight_attr=_normal(c.init_std), bias_attr=_zeros()),
+            nn.Dropout(c.dropout))
+        self.layer_norm = nn.LayerNorm(c.d_model, weight_attr=_normal(c.init_std, 1.0),
+                                       bias_attr=_zeros())
+        self.pre_lnorm = c.pre_lnorm
+
+    def forward(self, x):
+        if self.pre_lnorm:
+            return x + self.CoreNet(self.layer_norm(x))
+        return self.layer_norm(x + self.CoreNet(x))
+
+
+class RelPartialLearnableDecoderLayer(nn.Layer):
+    def __init__(self, c):
+        super().__init__()
+        self.dec_attn = RelPartialLearnableMultiHeadAttn(c)
+        self.pos_ff = PositionwiseFF(c)
+
+    def forward(self, h, mem, rel, r_w_bias, r_r_bias, mask_bias):
+        return self.pos_ff(self.dec_attn(h, mem, rel, r_w_bias, r_r_bias, mask_bias))
+
+
+# --------------------------------------------------------------------------------- model
+class TransformerXLLM(nn.Layer):
+    """The language model; see the module docstring for forward's contract."""
+
+    def __init__(self, config):
+        super().__init__()
+        if isinstance(config, dict):
+            config = TransformerXLConfig.from_dict(config)
+        if not isinstance(config, TransformerXLConfig):
+            raise TypeError(f"config must be a TransformerXLConfig or a dict, got {type(config)}")
+        c = self.config = config.validate()
+        self.word_emb = AdaptiveEmbedding(c.vocab_size, c.embed_dim, c.d_model, c.cutoffs,
+                                          c.div_val, c.init_std, c.proj_init_std)
+        self.drop = nn.Dropout(c.dropout)
+        self.layers = nn.LayerList([RelPartialLearnableDecoderLayer(c) for _ in range(c.n_layer)])
+        shape = ([c.n_layer] if c.untie_r else []) + [c.n_head, c.d_head]
+        self.r_w_bias = self.create_parameter(shape, attr=_normal(c.init_std))
+        self.r_r_bias = self.create_parameter(shape, attr=_normal(c.init_std))
+        self.crit = ProjectedAdaptiveLogSoftmax(c.vocab_size, c.embed_dim, c.d_model, c.cutoffs,
+                                                c.div_val, c.init_std, c.proj_init_std)
+        self.crit.tie_to(self.word_emb, tie_weight=c.tie_weight, tie_projs=c.tie_projs)
+
+    @property
+    def uses_memory(self):
+        return self.config.recurrence != "none" and self.config.mem_len > 0
+
+    # -- pieces (public for tests and tools) -------------------------------------------------
+    def attention_bias(self, qlen, mlen):
+        """Additive mask [T, K]: 0 where allowed, −1e30 elsewhere."""
+        allowed = causal_mask(qlen, mlen, self.config.mem_len, self.config.same_length)
+        return (allowed.astype("float32") - 1.0) * MASK_VALUE
+
+    def _clamp(self, dist):
+        clamp = self.config.clamp_len
+        return paddle.clip(dist, max=clamp) if clamp > 0 else dist
+
+    def relative_encoding(self, qlen, mlen, positions=None, memory_positions=None):
+        """The position term every layer uses (before dropout), see RelPartialLearnable...Attn.
+        positions [3, B, T] / memory_positions [3, B, M] int (Segatron only)."""
+        c = self.config
+        klen = qlen + mlen
+        if not c.segment_positions:
+            dist = self._clamp(paddle.arange(klen - 1, -1, -1, dtype="int64"))
+            return ("shared", sinusoid(dist, c.d_model))
+        positions = positions.astype("int64")
+        window = positions if mlen == 0 else paddle.concat(
+            [memory_positions.astype("int64"), positions], axis=2)          # [3, B, K]
+        # Components in Segatron's concatenation order: token, sentence, paragraph.
+        order = ((2, 0), (1, 1), (0, 2))
+        dims = sega_dims(c.d_model)
+        if c.sega_relative == "segatron":
+            dist = window.max(axis=2, keepdim=True) - window                # [3, B, K]
+            dist = self._clamp(dist)
+            pieces = [sinusoid(dist[row], dims[k]) for row, k in order]
+            return ("batch", paddle.concat(pieces, axis=-1))                # [B, K, d]
+        size = klen if c.clamp_len <= 0 else min(klen, c.clamp_len + 1)
+        table_pos = paddle.arange(size, dtype="int64")
+        tables, indices = [], []
+        for row, k in order:
+            dist = positions[row].unsqueeze(2) - window[row].unsqueeze(1)   # [B, T, K]
+            dist = paddle.clip(dist, min=0, max=size - 1)
+            index = dist.unsqueeze(1).expand([dist.shape[0], c.n_head] + _shape(dist)[1:])
+            tables.append(sinusoid(table_pos, dims[k]))
+            indices.append(index)
+        return ("exact", tables, indices)
+
+    def _dropped(self, rel):
+        if rel[0] == "exact":
+            return ("exact", [self.drop(t) for t in rel[1]], rel[2])
+        return (rel[0], self.drop(rel[1]))
+
+    def _biases(self, i):
+        if self.config.untie_r:
+            return self.r_w_bias[i], self.r_r_bias[i]
+        return self.r_w_bias, self.r_r_bias
+
+    # -- checks (dygraph) --------------------------------------------------------------------
+    def _check(self, input_ids, target, memories, reset_memory, positions, memory_positions):
+        c = self.config
+        if len(input_ids.shape) != 2 or input_ids.dtype not in (paddle.int64, paddle.int32):
+            raise ValueError(f"input_ids must be an int [batch, seq_len] tensor, got "
+                             f"{input_ids.dtype} {_shape(input_ids)}")
+        batch, seg_len = _shape(input_ids)
+        if seg_len < 1:
+            raise ValueError("input_ids has seq_len 0")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= c.vocab_size:
+            raise ValueError(f"input_ids values must be in [0, {c.vocab_size}), got min {lo} "
+                             f"max {hi}")
+        if target is not None:
+            if (len(target.shape) != 2 or target.shape[0] != batch
+                    or not 1 <= target.shape[1] <= seg_len):
+                raise ValueError(f"target must be [batch, T'] with 1 <= T' <= seq_len "
+                                 f"(= {seg_len}), got {_shape(target)}")
+            lo, hi = int(target.min()), int(target.max())
+            if lo < 0 or hi >= c.vocab_size:
+                raise ValueError(f"target values must be in [0, {c.vocab_size}), got min {lo} "
+                                 f"max {hi}")
+        check_reset_memory(reset_memory, batch)
+        if c.segment_positions:
+            if positions is None:
+                raise ValueError("positions [3, batch, seq_len] (paragraph, sentence, token "
+                                 "running counters) are required when config.segment_positions"
+                                 " is True")
+            if _shape(positions) != [3, batch, seg_len]:
+                raise ValueError(f"positions must be [3, batch, seq_len] = {[3, batch, seg_len]}"
+                                 f", got {_shape(positions)}")
+            if seg_len > 1 and not bool((positions[:, :, 1:] >= positions[:, :, :-1]).all()):
+                raise ValueError("positions must be Segatron's global running counters, "
+                                 "non-decreasing along time (sega_positions(..., "
+                                 "scheme='global') or to_global), got a decreasing row")
+        elif positions is not None or memory_positions is not None:
+            raise ValueError("positions given but config.segment_positions is False")
+        if not self.uses_memory:
+            return
+        if seg_len <= c.ext_len:
+            raise ValueError(f"seq_len {seg_len} must exceed ext_len {c.ext_len} (the last "
+                             "ext_len positions are not cached)")
+        if memories is None:
+            return
+        if len(memories) != c.n_layer:
+            raise ValueError(f"memories must hold n_layer = {c.n_layer} tensors, got "
+                             f"{len(memories)}")
+        mem_shape = _shape(memories[0])
+        for m in memories:
+            if len(m.shape) != 3 or _shape(m)[0] != batch or _shape(m)[2] != c.d_model \
+                    or _shape(m) != mem_shape:
+                raise ValueError(f"memories must be [n_layer, batch, M, d_model] = "
+                                 f"[{c.n_layer}, {batch}, M, {c.d_model}], got a layer "
+                                 f"{_shape(m)}")
+        if c.segment_positions and mem_shape[1] > 0:
+            if memory_positions is None:
+                raise ValueError("memory_positions [3, batch, M] are required with memories "
+                                 "when config.segment_positions is True (out.memory_positions)")
+            if _shape(memory_positions) != [3, batch, mem_shape[1]]:
+                raise ValueError(f"memory_positions must be [3, batch, M] = "
+                                 f"{[3, batch, mem_shape[1]]}, got {_shape(memory_positions)}")
+
+    # -- forward -----------------------------------------------------------------------------
+    def forward(self, input_ids, target=None, memories=None, reset_memory=None, positions=None,
+                memory_positions=None, return_log_probs=False):
+        c = self.config
+        if paddle.in_dynamic_mode():
+            self._check(input_ids, target, memories, reset_memory, positions, memory_positions)
+        input_ids = input_ids.astype("int64")
+        seg_len = input_ids.shape[1]
+        use_memory = self.uses_memory
+        mems, mem_pos = None, None
+        if use_memory and memories is not None and memories[0].shape[1] > 0:
+            if isinstance(memories, paddle.Tensor):
+                if reset_memory is not None:
+                    memories = reset_rows(memories, reset_memory, batch_axis=1)
+                mems = [memories[i] for i in range(c.n_layer)]
+            else:
+                mems = [m if reset_memory is None else reset_rows(m, reset_memory, batch_axis=0)
+                        for m in memories]
+            if c.segment_positions:
+                mem_pos = memory_positions.astype("int64")
+                if reset_memory is not None:
+                    # float64 holds the counters exactly; reset_rows multiplies by 0/1.
+                    mem_pos = reset_rows(mem_pos.astype("float64"), reset_memory,
+                                         batch_axis=1).astype("int64")
+        mlen = 0 if mems is None else mems[0].shape[1]
+
+        mask_bias = self.attention_bias(seg_len, mlen)
+        rel = self._dropped(self.relative_encoding(seg_len, mlen, positions, mem_pos))
+        core = self.drop(self.word_emb(input_ids))
+        keep = seg_len - c.ext_len
+        new_mems = []
+        for i, layer in enumerate(self.layers):
+            mem_i = None if mems is None else mems[i]
+            r_w, r_r = self._biases(i)
+            out = layer(core, mem_i, rel, r_w, r_r, mask_bias)
+            if use_memory:
+                source = memory_source(c.recurrence, core, out)
+                new_mems.append(update_memory(mem_i, source[:, :keep], c.mem_len))
+            core = out
+        hidden = self.drop(core)
+
+        new_mem_pos = None
+        if use_memory and c.segment_positions:
+            prev = None if mem_pos is None else mem_pos.transpose([1, 2, 0])
+            cur = positions.astype("int64").transpose([1, 2, 0])[:, :keep]
+            new_mem_pos = update_memory(prev, cur, c.mem_len).transpose([2, 0, 1])
+
+        nll, log_probs = None, None
+        pred = hidden
+        if target is not None:
+            pred = hidden[:, seg_len - target.shape[1]:]
+            nll = self.crit(pred, target.astype("int64"))
+        if return_log_probs:
+            log_probs = self.crit.log_prob(pred)
+        return LMOutput(nll, log_probs, paddle.stack(new_mems) if use_memory else None, hidden,
+                        new_mem_pos)
