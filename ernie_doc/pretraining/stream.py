@@ -135,8 +135,6 @@ class StreamSplit:
     """This rank's train rows over its shards: `batches(start)` yields (micro, batch)
     forever; `state()`/`load_state()` carry the position across a resume."""
 
-    group = 1
-
     def __init__(self, task, rank, world, rows_per_rank, seq_len, pad_id, seed):
         shards = task.num_shards(world)
         per_rank = shards // world
@@ -148,7 +146,6 @@ class StreamSplit:
         self.seq_len, self.pad_id = seq_len, pad_id
         self.template = {"mlm_labels": np.full(seq_len, -1, dtype=np.int64),
                          "reorder_label": 0}
-        self.name = "train"
 
     def _step(self):
         rows, resets = [], []

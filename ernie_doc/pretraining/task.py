@@ -248,34 +248,33 @@ class PretrainingTask(Task):
                    (r_logits.argmax(-1) == reorder_labels).astype("float32"), w_reorder)
         return mlm, reorder
 
-    def _loss(self, out, batch, weight, normalise):
-        mlm, reorder = self._terms(out, batch, weight)
+    def _loss(self, terms, denominators):
         o = self.options
         total = 0.0
-        for (nll, _, w), coef in ((mlm, o["mlm_weight"]), (reorder, o["reorder_weight"])):
-            total = total + coef * (nll * w).sum() / normalise(float(w.sum()))
+        for (nll, _, w), coef, n in zip(terms, (o["mlm_weight"], o["reorder_weight"]),
+                                        denominators):
+            total = total + coef * (nll * w).sum() / n
         return total
 
     def loss(self, out, batch, weight):
         """Mean MLM loss over masked tokens + mean reorder loss over last segments (the
         official total), over this batch."""
-        return self._loss(out, batch, weight, lambda n: max(n, 1.0))
+        terms = self._terms(out, batch, weight)
+        return self._loss(terms, [max(float(w.sum()), 1.0) for _, _, w in terms])
 
     def train_loss(self, out, batch, weight):
         """Training: the means are over the masked tokens (last segments) of ALL ranks, so
         the averaged data-parallel gradient equals one process's on the union of the
-        ranks' rows."""
-        return self._loss(out, batch, weight,
-                          lambda n: max(dist.mean_over_ranks(n), 1.0 / dist.world_size()))
-
-    def step_metrics(self, out, batch, weight):
-        mlm, reorder = self._terms(out, batch, weight)
-        result = {}
-        for name, (nll, correct, w) in (("mlm", mlm), ("reorder", reorder)):
-            n = float(w.sum())
-            result[f"{name}_loss"] = (float((nll * w).sum()), n)
-            result[f"{name}_accuracy"] = (float((correct * w).sum()), n)
-        return result
+        ranks' rows. Scalars: MLM and reorder loss and accuracy over this rank's rows."""
+        terms = self._terms(out, batch, weight)
+        counts = [float(w.sum()) for _, _, w in terms]
+        least = 1.0 / dist.world_size()
+        loss = self._loss(terms, [max(n, least) for n in dist.mean_over_ranks(counts)])
+        metrics = {}
+        for name, (nll, correct, w), n in zip(("mlm", "reorder"), terms, counts):
+            metrics[f"{name}_loss"] = (float((nll * w).sum()), n)
+            metrics[f"{name}_accuracy"] = (float((correct * w).sum()), n)
+        return loss, metrics
 
     def combine_metrics(self, means):
         o = self.options

@@ -55,10 +55,11 @@ def gather_objects(obj):
 
 
 
-def mean_over_ranks(value):
-    """A float averaged over all ranks (collective: every rank must call it)."""
+def mean_over_ranks(values):
+    """[float] → each averaged over all ranks, in one all-reduce (collective: every rank
+    must call it)."""
     if world_size() == 1:
-        return float(value)
-    t = paddle.to_tensor([float(value)], dtype="float32")
+        return [float(v) for v in values]
+    t = paddle.to_tensor([float(v) for v in values], dtype="float32")
     dist.all_reduce(t)
-    return float(t) / world_size()
+    return [float(v) / world_size() for v in t.numpy()]

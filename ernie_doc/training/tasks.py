@@ -124,17 +124,14 @@ class Task:
         raise NotImplementedError
 
     def train_loss(self, out, batch, weight):
-        """The loss a training micro-step backpropagates (may normalise over all ranks:
-        every rank calls it at every micro-step); evaluation uses `loss`."""
-        return self.loss(out, batch, weight)
-
-    def step_metrics(self, out, batch, weight):
-        """Extra training scalars of one micro-step: {name: (sum, count)}; the trainer sums
-        them over micro-steps and ranks and logs sum / count at each optimizer step."""
-        return {}
+        """→ (the loss a training micro-step backpropagates, extra training scalars
+        {name: (sum, count)}). The loss may normalise over all ranks (every rank calls this
+        at every micro-step; evaluation uses `loss`); the trainer sums the scalars over
+        micro-steps and ranks and logs sum / count at each optimizer step."""
+        return self.loss(out, batch, weight), {}
 
     def combine_metrics(self, means):
-        """The logged training scalars from the step means of `step_metrics`."""
+        """The logged training scalars from the step means of `train_loss`'s scalars."""
         return means
 
     def row_outputs(self, out, batch=None):

@@ -417,11 +417,10 @@ class Trainer:
         weight = paddle.to_tensor(weight.astype("float32"))
         with paddle.amp.auto_cast(enable=cfg.amp):
             out = self._forward(t, memories, memory_mask)
-            loss = self.task.train_loss(out, t, weight)
-        with paddle.no_grad():
-            for name, (total, count) in self.task.step_metrics(out, t, weight).items():
-                metrics[name][0] += total
-                metrics[name][1] += count
+            loss, step_metrics = self.task.train_loss(out, t, weight)
+        for name, (total, count) in step_metrics.items():
+            metrics[name][0] += total
+            metrics[name][1] += count
         value = float(loss)
         if math.isfinite(value):
             scaled = loss / cfg.grad_accum_steps
