@@ -662,3 +662,33 @@ def test_config_key_policy(tmp_path):
         json.dump(dict(meta, some_future_key=1, classifier_dropout=None), f)
     got = ErnieDocModel.from_pretrained(tmp_path / "pn")
     assert got.config == model.config
+
+
+def test_optimizer_state_moves_between_models_with_other_generated_names(tmp_path):
+    """paddle names parameters by a per-process counter (linear_7.w_0); the saved optimizer
+    state is keyed by structured names, so a model built after other layers still loads it."""
+    import paddle
+    from ernie_doc.training.checkpoint import load_optimizer_state, optimizer_state
+
+    def build():
+        paddle.seed(0)
+        model = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.Linear(4, 2))
+        return model, paddle.optimizer.AdamW(parameters=model.parameters())
+
+    a, opt_a = build()
+    for _ in range(2):
+        a(paddle.ones([2, 3])).sum().backward()
+        opt_a.step()
+        opt_a.clear_grad()
+    paddle.save(optimizer_state(a, opt_a), str(tmp_path / "opt.pdopt"))
+    state = paddle.load(str(tmp_path / "opt.pdopt"))
+    paddle.nn.Linear(5, 5)   # moves the name counter on
+    b, opt_b = build()
+    assert [p.name for p in a.parameters()] != [p.name for p in b.parameters()]
+    b.set_state_dict(a.state_dict())
+    load_optimizer_state(b, opt_b, state)
+    for model, opt in ((a, opt_a), (b, opt_b)):
+        model(paddle.ones([2, 3])).sum().backward()
+        opt.step()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(pa.numpy(), pb.numpy())

@@ -1,6 +1,7 @@
 """Optimizer rules, metrics, and the trainer end to end (tools/finetune.py) on the synthetic
 longdep task: results, resume, atomic checkpoints, data parallel, errors."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -73,6 +74,11 @@ def test_lr_schedules():
     off = lr_lambda("official", warmup_steps=10, total_steps=100)
     # the official schedule jumps to 1 - warmup/total when warmup ends
     assert [off(g) for g in (0, 5, 9, 10, 50, 100)] == pytest.approx([0, .5, .9, .9, .5, 0])
+    # Transformer-XL's cosine: over all steps (warmup included), to 0 at the end
+    cos = lr_lambda("cosine", warmup_steps=10, total_steps=100)
+    assert [cos(g) for g in (0, 5, 10, 50, 100, 120)] == pytest.approx(
+        [0, .5, (1 + math.cos(math.pi * .1)) / 2, .5, 0, 0])
+    assert lr_lambda("cosine", 0, 100)(0) == 1.0
 
 
 def test_metrics_and_aggregation():

@@ -78,11 +78,21 @@ from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_
                                      update_memory)
 
 __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",
-           "sinusoid", "sega_dims"]
+           "sinusoid", "sega_dims", "LM_PRESETS", "load_lm_config"]
 
 RECURRENCES = ("enhanced", "xl", "none")
 SEGA_RELATIVE = ("exact", "segatron")
 MASK_VALUE = 1e30   # added (negated) to masked scores: exp underflows to exactly 0
+CONFIG_FILE = "lm_config.json"
+WEIGHTS_FILE = "model_state.pdparams"
+
+# The paper's WikiText-103 models (appendix table; the rest is Transformer-XL's scripts).
+LM_PRESETS = {
+    "wt103-base": {},   # the dataclass defaults
+    "wt103-large": {"n_layer": 18, "d_model": 1024, "n_head": 16, "d_head": 64,
+                    "d_inner": 4096, "dropout": 0.2, "dropatt": 0.2, "div_val": 4,
+                    "tgt_len": 384, "mem_len": 384},
+}
 
 LMOutput = namedtuple("LMOutput", ["nll", "log_probs", "memories", "hidden", "memory_positions"])
 
@@ -227,6 +237,26 @@ class TransformerXLConfig:
             raise ValueError(f"{unknown[0]}: unknown TransformerXLConfig key "
                              f"(all unknown: {unknown})")
         return cls(**dict(values))
+
+
+def load_lm_config(source=None, **overrides):
+    """A preset name (LM_PRESETS), a JSON file, a saved model directory or a dict (None: the
+    defaults), with `overrides` on top → TransformerXLConfig."""
+    import json
+    import os
+    if source is None or isinstance(source, dict):
+        values = dict(source or {})
+    elif source in LM_PRESETS:
+        values = dict(LM_PRESETS[source])
+    else:
+        path = os.path.join(source, CONFIG_FILE) if os.path.isdir(source) else source
+        if not os.path.isfile(path):
+            raise ValueError(f"{source}: not a language-model preset {sorted(LM_PRESETS)}, "
+                             f"config JSON or model directory (no {CONFIG_FILE})")
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    values.update(overrides)
+    return TransformerXLConfig.from_dict(values)
 
 
 # ------------------------------------------------------------------------------ functions
@@ -411,6 +441,44 @@ class TransformerXLLM(nn.Layer):
         self.crit = ProjectedAdaptiveLogSoftmax(c.vocab_size, c.embed_dim, c.d_model, c.cutoffs,
                                                 c.div_val, c.init_std, c.proj_init_std)
         self.crit.tie_to(self.word_emb, tie_weight=c.tie_weight, tie_projs=c.tie_projs)
+
+    # -- weights ---------------------------------------------------------------------------
+    def save_pretrained(self, directory):
+        """directory/lm_config.json + model_state.pdparams (each written atomically; other
+        files, e.g. the vocabulary, are kept) → directory."""
+        import json
+        import os
+        from ernie_doc.utils import atomic_path, atomic_write_text
+        os.makedirs(directory, exist_ok=True)
+        with atomic_path(os.path.join(directory, WEIGHTS_FILE)) as tmp:
+            paddle.save(self.state_dict(), tmp)
+        atomic_write_text(os.path.join(directory, CONFIG_FILE),
+                          json.dumps(self.config.to_dict(), indent=1) + "\n")
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory, **overrides):
+        """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
+        mem_len or recurrence, replace the saved ones). Every tensor must match by name and
+        shape (ValueError naming it otherwise)."""
+        import os
+        model = cls(load_lm_config(directory, **overrides))
+        path = os.path.join(directory, WEIGHTS_FILE)
+        if not os.path.isfile(path):
+            raise ValueError(f"{directory}: no {WEIGHTS_FILE}")
+        state = paddle.load(path)
+        own = model.state_dict()
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise ValueError(f"{path}: tensors missing {missing[:3]} / unexpected "
+                             f"{unexpected[:3]} for this config")
+        for name, value in state.items():
+            if list(value.shape) != list(own[name].shape):
+                raise ValueError(f"{path}: {name} has shape {list(value.shape)}, the model "
+                                 f"{list(own[name].shape)}")
+        model.set_state_dict(state)
+        return model
 
     @property
     def uses_memory(self):

@@ -41,6 +41,36 @@ def _steps(root, prefix):
     return sorted(out)
 
 
+STRUCTURED = "__keys_by_structured_name__"
+
+
+def _rename(state, mapping):
+    """Optimizer state keys "<param name>_<accumulator>" with the parameter name mapped."""
+    out = {}
+    for key, value in state.items():
+        if key == "master_weights" and isinstance(value, dict):
+            out[key] = {mapping.get(k, k): v for k, v in value.items()}
+            continue
+        owner = max((name for name in mapping if key.startswith(name + "_")), key=len,
+                    default=None)
+        out[key if owner is None else mapping[owner] + key[len(owner):]] = value
+    return out
+
+
+def optimizer_state(model, optimizer):
+    """The optimizer's state keyed by structured parameter names (layers.0.pos_ff...):
+    paddle keys it by generated names (linear_3.w_0), which depend on how many layers the
+    process created before, so another process (or model) could not load it."""
+    names = {p.name: n for n, p in model.named_parameters()}
+    return dict(_rename(optimizer.state_dict(), names), **{STRUCTURED: True})
+
+
+def load_optimizer_state(model, optimizer, state):
+    if state.pop(STRUCTURED, False):
+        state = _rename(state, {n: p.name for n, p in model.named_parameters()})
+    optimizer.set_state_dict(state)
+
+
 def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_arrays, keep=1):
     """Collective: every rank calls it. rank_arrays: this rank's numpy arrays (memories)."""
     root = os.path.join(output_dir, CHECKPOINTS)
@@ -54,7 +84,7 @@ def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_
     np.savez(os.path.join(tmp, f"rank-{dist.rank()}.npz"), **rank_arrays)
     if dist.rank() == 0:
         paddle.save(model.state_dict(), os.path.join(tmp, "model.pdparams"))
-        paddle.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pdopt"))
+        paddle.save(optimizer_state(model, optimizer), os.path.join(tmp, "optimizer.pdopt"))
         with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
             json.dump(trainer_state, f, indent=1, sort_keys=True)
     dist.barrier()
@@ -85,7 +115,7 @@ def latest_checkpoint(output_dir):
 def load_training_state(path, model, optimizer):
     """Restore model and optimizer in place → (trainer_state dict, this rank's arrays)."""
     model.set_state_dict(paddle.load(os.path.join(path, "model.pdparams")))
-    optimizer.set_state_dict(paddle.load(os.path.join(path, "optimizer.pdopt")))
+    load_optimizer_state(model, optimizer, paddle.load(os.path.join(path, "optimizer.pdopt")))
     with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
         state = json.load(f)
     rank_file = os.path.join(path, f"rank-{dist.rank()}.npz")

@@ -45,6 +45,7 @@ DEFAULTS = {
                                   # a streamed pretraining corpus needs it
     "learning_rate": 7e-5,
     "lr_schedule": "linear",      # linear (warmup, then decay to 0) | official (§6 of the spec)
+                                  # | cosine (Transformer-XL's: warmup, then cosine to 0)
     "warmup_proportion": 0.1,
     "warmup_steps": 0,            # > 0: warm up over this many steps instead of the proportion
     "weight_decay": 0.01,
@@ -77,9 +78,11 @@ CHOICES = {
     "segment_layout": ("cls_last", "cls_first"),
     "loss_segments": ("all", "last"),
     "doc_prediction": ("mean", "last"),
-    "lr_schedule": ("linear", "official"),
+    "lr_schedule": ("linear", "official", "cosine"),
     "device": ("auto", "cpu", "gpu"),
 }
+# kinds that stream their training data for max_steps (eval_splits may be empty)
+STREAMED_KINDS = ("pretraining", "language_model")
 FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
 
 
@@ -217,9 +220,9 @@ def validate(cfg):
             cfg[key] = [cfg[key]]
         if not isinstance(cfg[key], list):
             fail(key, f"must be a list of split names, got {cfg[key]!r}")
-    if cfg.kind == "pretraining":
+    if cfg.kind in STREAMED_KINDS:
         if not cfg.max_steps:
-            fail("max_steps", "pretraining streams its corpus: give the number of steps")
+            fail("max_steps", f"{cfg.kind} streams its corpus: give the number of steps")
     elif not cfg.eval_splits:
         fail("eval_splits", "needs at least one split (it picks the best checkpoint)")
     if not cfg.output_dir:

@@ -3,6 +3,7 @@
 Layer-wise decay is done with parameter groups (the group learning rate is a ratio of the
 scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle).
 """
+import math
 import re
 
 import paddle
@@ -32,7 +33,8 @@ def decays(param):
 def lr_lambda(schedule, warmup_steps, total_steps):
     """Multiplier of the peak LR at optimizer step g (0-based; the first update has 0).
     linear: g/warmup, then linearly from 1 at the end of warmup to 0 at total_steps.
-    official: g/warmup, then 1 − g/total (the official code's jump at the end of warmup)."""
+    official: g/warmup, then 1 − g/total (the official code's jump at the end of warmup).
+    cosine: g/warmup, then (1 + cos(π g/total)) / 2 (Transformer-XL's CosineAnnealingLR)."""
     total = max(1, total_steps)
 
     def f(g):
@@ -40,6 +42,8 @@ def lr_lambda(schedule, warmup_steps, total_steps):
             return g / max(1, warmup_steps)
         if schedule == "official":
             return max(0.0, 1.0 - min(g, total) / total)
+        if schedule == "cosine":   # Transformer-XL: the cosine runs over all steps
+            return 0.5 * (1.0 + math.cos(math.pi * min(g, total) / total))
         return max(0.0, (total - g) / max(1, total - warmup_steps))
 
     return f

@@ -105,6 +105,38 @@ class Task:
     def model_kwargs(self):
         return {}
 
+    # -- what the trainer asks of every task (defaults: an ERNIE-Doc head on collated rows) --
+    def init_carry(self, model, rows):
+        """The memory state a training stream of `rows` rows starts from (tensors or None)."""
+        return {"memories": model.ernie_doc.init_memories(rows), "memory_mask": None}
+
+    def forward(self, model, batch, carry):
+        """The model on one batch of tensors with the rows' memory state → (outputs, the
+        new state). `carry` is {} at the start of an evaluation."""
+        out = model(batch["input_ids"], carry.get("memories"), batch["token_type_ids"],
+                    batch["attention_mask"], batch["reset_memory"], carry.get("memory_mask"),
+                    **self.model_inputs(batch))
+        return out, {"memories": out.memories, "memory_mask": out.memory_mask}
+
+    def train_weight(self, batch):
+        """numpy [B]: 1 for the rows of a batch that train."""
+        weight = batch["has_loss"]
+        if self.cfg.loss_segments == "last":
+            weight = weight & batch["is_last"]
+        return weight
+
+    def batch_tokens(self, batch):
+        """Tokens a batch reads (the throughput numbers count these)."""
+        return int(batch["attention_mask"].sum())
+
+    def better(self, metric, value, best):
+        """Whether `value` of `metric` beats `best` (the best checkpoint's)."""
+        return value > best
+
+    def model_files(self):
+        """Files saved beside exported models when there is no tokenizer."""
+        return []
+
     def model_inputs(self, batch):
         """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
         (e.g. per-segment word positions); they go through forward, so data parallelism
@@ -218,7 +250,8 @@ TASK_KINDS = {"classification": ClassificationTask,
               "span": "ernie_doc.training.span:SpanTask",
               "multiple_choice": "ernie_doc.training.choice:MultipleChoiceTask",
               "pair_matching": "ernie_doc.training.choice:PairMatchingTask",
-              "pretraining": "ernie_doc.pretraining.task:PretrainingTask"}
+              "pretraining": "ernie_doc.pretraining.task:PretrainingTask",
+              "language_model": "ernie_doc.lm.task:LanguageModelTask"}
 
 
 def build_task(cfg):

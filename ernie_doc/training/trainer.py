@@ -98,6 +98,26 @@ class Trainer:
             set_paddle_threads(cfg.threads)
         self._check_output_dir()
         setup_logging(None, self.is_main)   # console now; the file once OUTPUT_DIR exists
+        self.tokenizer, self._spm_dir = None, None
+        if getattr(self.task, "builds_model", False):   # e.g. the language model
+            paddle.seed(cfg.seed)   # the same initial weights on every rank
+            self.raw = self.task.build_model()
+            self.model = dist.wrap(self.raw)
+            self.splits = self.task.build_splits(self.rank, self.world)
+            summary = self.task.describe(self.device, self.world)
+        else:
+            summary = self._prepare_documents()
+        self._create_output_dir()
+        if self._spm_dir:
+            shutil.rmtree(self._spm_dir, ignore_errors=True)   # loaded; a copy is in OUTPUT_DIR
+        setup_logging(self.out, self.is_main)
+        for line in summary:
+            logger.info(line)
+        return self
+
+    def _prepare_documents(self):
+        """Tokenizer, ERNIE-Doc model and the document splits → the summary log lines."""
+        cfg = self.cfg
         names = []
         for split in ([] if self.streaming else ["train"]) + list(cfg.eval_splits) \
                 + list(cfg.test_splits):
@@ -133,24 +153,19 @@ class Trainer:
             from ernie_doc.pretraining.stream import StreamSplit
             self.splits["train"] = StreamSplit(self.task, self.rank, self.world, cfg.batch_size,
                                                cfg.max_seq_len, self.pad_id, cfg.seed)
-        self._create_output_dir()
-        if self._spm_dir:
-            shutil.rmtree(self._spm_dir, ignore_errors=True)   # loaded; a copy is in OUTPUT_DIR
-        setup_logging(self.out, self.is_main)
         labels = f"{len(self.task.labels)} labels; " if self.task.labels else ""
         fixed = [s for s in self.splits.values() if isinstance(s, Split)]
-        logger.info(f"task {cfg.task} ({cfg.kind}): {labels}"
-                    + ", ".join(f"{s.name} {len(s.docs)} docs / {sum(s.lengths)} segment reads"
-                                for s in fixed)
-                    + (f"{', ' if fixed else ''}train streamed from {cfg.data_dir} in "
-                       f"{self.task.num_shards(self.world)} shards" if self.streaming else ""))
         reads = ("streamed" if self.streaming else
                  f"{sum(self.splits['train'].lengths)} training segment reads per epoch")
-        logger.info(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
-                    f"vocab={config.vocab_size} T={cfg.max_seq_len} M={config.memory_len} "
-                    f"stride={stride} recurrence={config.recurrence} retro_feed={cfg.retro_feed}"
-                    f" on {self.device} x{self.world}; {reads}")
-        return self
+        return [f"task {cfg.task} ({cfg.kind}): {labels}"
+                + ", ".join(f"{s.name} {len(s.docs)} docs / {sum(s.lengths)} segment reads"
+                            for s in fixed)
+                + (f"{', ' if fixed else ''}train streamed from {cfg.data_dir} in "
+                   f"{self.task.num_shards(self.world)} shards" if self.streaming else ""),
+                f"model: L={config.num_hidden_layers} H={config.hidden_size} "
+                f"vocab={config.vocab_size} T={cfg.max_seq_len} M={config.memory_len} "
+                f"stride={stride} recurrence={config.recurrence} retro_feed={cfg.retro_feed}"
+                f" on {self.device} x{self.world}; {reads}"]
 
     def _check_output_dir(self):
         cfg = self.cfg
@@ -298,13 +313,13 @@ class Trainer:
         train = self.splits["train"]
         B, accum = cfg.batch_size, cfg.grad_accum_steps
         total_steps = self._total_steps(train)
-        optimizer, scheduler = build_optimizer(self.model, cfg, total_steps,
-                                               self.raw.config.num_hidden_layers)
+        optimizer, scheduler = build_optimizer(
+            self.model, cfg, total_steps, getattr(self.raw.config, "num_hidden_layers", 0))
         self.optimizer = optimizer
         scaler = paddle.amp.GradScaler(init_loss_scaling=32768) if cfg.amp else None
         state = {"epoch": 0, "micro": 0, "step": 0, "best": None, "best_step": None,
                  "total_steps": total_steps}
-        memories, memory_mask = self.raw.ernie_doc.init_memories(B), None
+        carry = self.task.init_carry(self.raw, B)   # memories (and their mask / positions)
         if self.resume:
             path = ckpt.latest_checkpoint(self.out)
             if path is None:
@@ -313,10 +328,7 @@ class Trainer:
             if state["total_steps"] != total_steps:
                 raise ConfigError(f"--resume {self.out}: the data or config changed "
                                   f"({state['total_steps']} steps then, {total_steps} now)")
-            if "memories" in arrays:
-                memories = paddle.to_tensor(arrays["memories"])
-            if "memory_mask" in arrays:
-                memory_mask = paddle.to_tensor(arrays["memory_mask"])
+            carry.update({k: paddle.to_tensor(v) for k, v in arrays.items() if k != "stream"})
             if self.streaming:
                 train.load_state_array(arrays["stream"])
             logger.info(f"resumed from {path}: step {state['step']}, epoch {state['epoch']}")
@@ -336,14 +348,14 @@ class Trainer:
         stop = False
         for epoch, micro, batch, boundary, epoch_end in self._micro_batches(train, state):
             paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
-            value, rows, memories, memory_mask = self._forward_backward(
-                batch, memories, memory_mask, scaler, sync=boundary, metrics=metrics)
+            value, rows, carry = self._forward_backward(batch, carry, scaler, sync=boundary,
+                                                        metrics=metrics)
             if not math.isfinite(value):
                 raise TrainingError(
                     f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
                     f"stopping. Try a lower learning_rate or max_grad_norm: 1.0")
             losses.append((value, rows))
-            tokens += int(batch["attention_mask"].sum())
+            tokens += self.task.batch_tokens(batch)
             if not boundary:
                 continue
             lr = optimizer.get_lr()
@@ -388,35 +400,30 @@ class Trainer:
                 self._evaluate_and_keep_best(log)
             stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
             if evaluate or stop or (cfg.save_steps and state["step"] % cfg.save_steps == 0):
-                self._save_state(memories, memory_mask)
+                self._save_state(carry)
             if stop:
                 logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
                             f"--resume {self.out}")
             if stop or last:
                 break
         bar.close()
-        self.last_memories = None if memories is None else memories.numpy()
+        self.last_memories = None if carry.get("memories") is None else \
+            carry["memories"].numpy()
         results = None
         if not stop:
             results = self._finish(log)
         log.close()
         return results
 
-    def _forward(self, t, memories, memory_mask):
-        """The model on one collated batch (tensors) with this rank's memories."""
-        return self.model(t["input_ids"], memories, t["token_type_ids"], t["attention_mask"],
-                          t["reset_memory"], memory_mask, **self.task.model_inputs(t))
-
-    def _forward_backward(self, batch, memories, memory_mask, scaler, sync, metrics):
-        """One micro-step → (loss value, rows that trained, new memories, new memory mask);
-        adds the task's metric sums to `metrics`. Gradients are all-reduced across ranks
-        only when `sync` (the last micro-step of an optimizer step)."""
+    def _forward_backward(self, batch, carry, scaler, sync, metrics):
+        """One micro-step → (loss value, rows that trained, new memory carry); adds the
+        task's metric sums to `metrics`. Gradients are all-reduced across ranks only when
+        `sync` (the last micro-step of an optimizer step)."""
         cfg = self.cfg
         t = _to_tensors(batch)
-        weight = batch["has_loss"] & (batch["is_last"] if cfg.loss_segments == "last" else True)
-        weight = paddle.to_tensor(weight.astype("float32"))
+        weight = paddle.to_tensor(self.task.train_weight(batch).astype("float32"))
         with paddle.amp.auto_cast(enable=cfg.amp):
-            out = self._forward(t, memories, memory_mask)
+            out, carry = self.task.forward(self.model, t, carry)
             loss, step_metrics = self.task.train_loss(out, t, weight)
         for name, (total, count) in step_metrics.items():
             metrics[name][0] += total
@@ -431,14 +438,10 @@ class Trainer:
                     scaled.backward()
             else:
                 scaled.backward()
-        return value, float(weight.sum()), out.memories, out.memory_mask
+        return value, float(weight.sum()), carry
 
-    def _save_state(self, memories, memory_mask):
-        arrays = {}
-        if memories is not None:
-            arrays["memories"] = memories.numpy()
-        if memory_mask is not None:
-            arrays["memory_mask"] = memory_mask.numpy()
+    def _save_state(self, carry):
+        arrays = {k: v.numpy() for k, v in carry.items() if v is not None}
         if self.streaming:
             arrays["stream"] = self.splits["train"].state_array()
         ckpt.save_training_state(self.out, self.state["step"], self.raw, self.optimizer,
@@ -464,17 +467,18 @@ class Trainer:
         cfg = self.cfg
         split = self.splits[split_name]
         B = cfg.eval_batch_size or cfg.batch_size
+        if not isinstance(split, Split):   # a token stream (language model)
+            return self._evaluate_stream(split, B)
         schedule = self._schedule(split, B, 0, False)
         self.model.eval()
         rows = defaultdict(list)
         loss_sum, loss_rows = 0.0, 0.0
-        memories, memory_mask = None, None
+        carry = {}
         with paddle.no_grad():
             for _, batch in split.batches(schedule, cfg.max_seq_len, self.pad_id):
                 t = _to_tensors(batch)
                 with paddle.amp.auto_cast(enable=cfg.amp):
-                    out = self._forward(t, memories, memory_mask)
-                memories, memory_mask = out.memories, out.memory_mask
+                    out, carry = self.task.forward(self.model, t, carry)
                 final = batch["final"] & (batch["doc_index"] >= 0)
                 if not final.any():
                     continue
@@ -497,6 +501,30 @@ class Trainer:
         metrics["loss"] = sum(p[1] for p in parts) / max(1.0, sum(p[2] for p in parts))
         return metrics, predictions
 
+    def _evaluate_stream(self, split, rows):
+        """A stream split (`batches(rows)` yields this rank's batches in order, `protocol()`
+        sets the model up for it) read once with fresh memories → (the task's metrics over
+        all ranks, None)."""
+        from tqdm import tqdm
+        self.model.eval()
+        sums, carry = defaultdict(float), {}
+        with paddle.no_grad(), split.protocol(self.raw):
+            batches = split.batches(rows)
+            for batch in tqdm(batches, total=len(batches), desc=f"eval {split.name}",
+                              disable=not (self.is_main and self.cfg.progress), leave=False,
+                              dynamic_ncols=True, mininterval=1.0):
+                t = _to_tensors(batch)
+                with paddle.amp.auto_cast(enable=self.cfg.amp):
+                    out, carry = self.task.forward(self.model, t, carry)
+                for name, value in self.task.eval_sums(out, t).items():
+                    sums[name] += value
+        self.model.train()
+        merged = defaultdict(float)
+        for part in dist.gather_objects(dict(sums)):
+            for name, value in part.items():
+                merged[name] += value
+        return self.task.stream_metrics(split, merged), None
+
     def _main_metric(self):
         return self.cfg.main_metric or self.task.main_metric
 
@@ -509,7 +537,8 @@ class Trainer:
                 raise ConfigError(f"main_metric {main!r}: the task reports {sorted(metrics)}")
             log.evaluation(split, step, metrics)
             logger.info(f"eval {split} @ step {step}: {_format(metrics)}")
-            if i == 0 and (self.state["best"] is None or metrics[main] > self.state["best"]):
+            if i == 0 and (self.state["best"] is None
+                           or self.task.better(main, metrics[main], self.state["best"])):
                 self.state["best"], self.state["best_step"] = metrics[main], step
                 if self.is_main:
                     self._write_results("eval_results.json", split, step, metrics, predictions)
@@ -520,19 +549,24 @@ class Trainer:
             plot_curves(self.out, main)
 
     def _tokenizer_files(self):
-        return getattr(self.tokenizer, "source_files", []) if self.tokenizer else []
+        """Files saved beside every exported model (tokenizer or vocabulary)."""
+        if self.tokenizer:
+            return getattr(self.tokenizer, "source_files", [])
+        return self.task.model_files()
 
     def _write_results(self, name, split, step, metrics, predictions):
         results = dict(metrics, step=step, split=split, main_metric=self._main_metric())
         atomic_write_text(os.path.join(self.out, name),
                           json.dumps(results, indent=1, sort_keys=True) + "\n")
+        if predictions is None:   # a stream split: no per-document predictions
+            return
         atomic_write_text(os.path.join(self.out, f"predictions_{split}.jsonl"),
                           "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
 
-    def _finish_pretraining(self):
-        """The final model (OUTPUT_DIR/final, a from_pretrained directory) and results.json:
-        the training scalars averaged over the last tenth of the steps, and the last
-        evaluation."""
+    def _finish_streamed(self):
+        """A streamed train split (pretraining, language model): the final model
+        (OUTPUT_DIR/final, a from_pretrained directory) and results.json: the training scalars
+        averaged over the last tenth of the steps, and the last evaluation."""
         from ernie_doc.training.logging import read_jsonl
         records = read_jsonl(os.path.join(self.out, "train_log.jsonl")) if self.is_main else []
         tail = records[-max(1, len(records) // 10):]
@@ -548,32 +582,43 @@ class Trainer:
                               json.dumps(results, indent=1, sort_keys=True) + "\n")
             plot_curves(self.out, self._main_metric())
         dist.barrier()
-        logger.info(f"pretraining done at step {self.state['step']}: "
+        logger.info(f"training done at step {self.state['step']}: "
                     + " ".join(f"{k} {v:.4f}" for k, v in train.items() if "tokens" not in k)
                     + f"; model in {results['final_model']}")
         return results
 
     def _finish(self, log):
-        """Test splits with the best model; returns the eval results."""
-        if self.streaming:
-            return self._finish_pretraining()
+        """The final model of a streamed run, then the test splits with the best model (the
+        final one when no eval split picks a best; its first test split is then
+        eval_results.json) → eval_results.json's content (results.json's when there is
+        none)."""
+        results = self._finish_streamed() if self.streaming else None
+        best_step = self.state["best_step"]
         if self.cfg.test_splits:
-            best = os.path.join(self.out, "best")
-            self.raw.set_state_dict(type(self.raw).from_pretrained(best).state_dict())
-            for split in self.cfg.test_splits:
+            if best_step is not None:
+                best = os.path.join(self.out, "best")
+                self.raw.set_state_dict(type(self.raw).from_pretrained(best).state_dict())
+            step = self.state["step"] if best_step is None else best_step
+            which = "final model" if best_step is None else f"best step {best_step}"
+            for i, split in enumerate(self.cfg.test_splits):
                 metrics, predictions = self.evaluate(split)
-                log.evaluation(split, self.state["best_step"], metrics)
-                logger.info(f"test {split} (best step {self.state['best_step']}): "
-                            f"{_format(metrics)}")
+                log.evaluation(split, step, metrics)
+                logger.info(f"test {split} ({which}): {_format(metrics)}")
                 if self.is_main:
-                    self._write_results(f"{split}_results.json", split,
-                                        self.state["best_step"], metrics, predictions)
+                    self._write_results(f"{split}_results.json", split, step, metrics,
+                                        predictions)
+                    if best_step is None and i == 0:
+                        self._write_results("eval_results.json", split, step, metrics, None)
         dist.barrier()
-        with open(os.path.join(self.out, "eval_results.json"), encoding="utf-8") as f:
-            results = json.load(f)
-        logger.info(f"best {self._main_metric()} {self.state['best']:.4f} at step "
-                    f"{self.state['best_step']}; results in {self.out}")
-        return results
+        path = os.path.join(self.out, "eval_results.json")
+        if results is not None and not os.path.isfile(path):   # pretraining, no held-out set
+            return results
+        with open(path, encoding="utf-8") as f:
+            evaluated = json.load(f)
+        if best_step is not None:
+            logger.info(f"best {self._main_metric()} {self.state['best']:.4f} at step "
+                        f"{best_step}; results in {self.out}")
+        return evaluated
 
 
 def run(cfg, resume=False):

@@ -1,0 +1,329 @@
+"""Language modelling (paper §4.1) behind the trainer's task interface (kind `language_model`).
+
+    token files ─reader─▶ {split: path} ─load_corpus─▶ vocabulary + cached id arrays
+      ─LMStreams─▶ B×world contiguous rows, tgt_len steps at a time; rank r reads rows
+      r·B … (r+1)·B − 1 ─TransformerXLLM(memories)─▶ nll, new memories ─▶ mean nll / ppl
+
+The trainer runs it like pretraining: the train split is a stream (`LMTrainStream`) that
+runs for max_steps, wrapping around the corpus (each pass starts with empty memories, as in
+Transformer-XL); a checkpoint holds the memories (and Segatron memory positions) of every
+rank's rows, and the micro-step index alone says where the stream is, so a resume continues
+exactly. Evaluation reads a whole split once (`LMEvalStream`) under the eval protocol
+(task_options eval_tgt_len / eval_mem_len / eval_clamp_len / eval_same_length / eval_ext_len;
+None = Transformer-XL's rule: eval_mem_len = mem_len + tgt_len − eval_tgt_len, the training
+clamp_len, same_length and ext_len) and reports perplexity over every predicted token of the
+stream, summed over ranks. Data parallel = one process with B×world rows.
+
+The retrospective feed does not apply (an LM that read a document before predicting it would
+see the future); `retro_feed`, `max_seq_len` and `stride` are ignored: the model config's
+tgt_len / mem_len / ext_len set the segments.
+"""
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import zlib
+
+import numpy as np
+
+from ernie_doc.config import ConfigError
+from ernie_doc.data import DataError
+from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
+from ernie_doc.lm.model import TransformerXLLM, load_lm_config
+from ernie_doc.training.tasks import Task
+
+EVAL_DEFAULTS = {"eval_tgt_len": None, "eval_mem_len": None, "eval_clamp_len": None,
+                 "eval_same_length": None, "eval_ext_len": None}
+VOCAB_FILE = "vocab.txt"
+
+
+def default_cache_dir(files, options):
+    """One folder per set of token files and vocabulary options."""
+    root = os.environ.get("ERNIE_DOC_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "ernie_doc")
+    key = json.dumps({"files": {k: os.path.abspath(v) for k, v in sorted(files.items())},
+                      "vocab": [options[k] for k in ("vocab", "vocab_from", "min_freq",
+                                                     "max_size")]}, sort_keys=True)
+    return os.path.join(root, "lm", f"{zlib.crc32(key.encode()):08x}")
+
+
+class LMTrainStream:
+    """This rank's rows of the training stream; micro-step m reads batch m mod len(streams)
+    of corpus pass m // len(streams). Batches: input_ids [B, L], target [B, T], reset_memory
+    [B] (all True at the first batch of a pass), positions [3, B, L] (Segatron)."""
+    name = "train"
+
+    def __init__(self, data, positions, rows, rank, world, tgt_len, ext_len):
+        self.streams = LMStreams(data, rows * world, tgt_len, ext_len, positions)
+        self.rows = slice(rank * rows, (rank + 1) * rows)
+        self.epoch = 0
+
+    def __len__(self):
+        return len(self.streams)
+
+    def batch(self, micro):
+        epoch, index = divmod(micro, len(self.streams))
+        b = self.streams.batch(index)
+        rows = self.rows.stop - self.rows.start
+        out = {"input_ids": b.input[self.rows], "target": b.target[self.rows],
+               "reset_memory": np.full(rows, index == 0)}
+        if b.positions is not None:
+            out["positions"] = b.positions[:, self.rows]
+        return epoch, out
+
+    def batches(self, start=0):
+        micro = start
+        while True:
+            self.epoch, batch = self.batch(micro)
+            yield micro, batch
+            micro += 1
+
+    def layout(self):
+        s = self.streams
+        return {"bsz": s.bsz, "tgt_len": s.tgt_len, "ext_len": s.ext_len, "n_step": s.n_step}
+
+    def state_array(self):
+        return np.frombuffer(json.dumps(self.layout()).encode("utf-8"), dtype=np.uint8)
+
+    def load_state_array(self, array):
+        saved = json.loads(bytes(np.asarray(array, dtype=np.uint8)).decode("utf-8"))
+        if saved != self.layout():
+            raise DataError(f"the checkpoint's training stream was {saved}, this run's is "
+                            f"{self.layout()}: resume with the same data, batch_size, ranks "
+                            f"and tgt_len")
+
+
+class _RankBatches:
+    def __init__(self, streams, rows):
+        self.streams, self.rows = streams, rows
+
+    def __len__(self):
+        return len(self.streams)
+
+    def __iter__(self):
+        for b in self.streams:
+            out = {"input_ids": b.input[self.rows], "target": b.target[self.rows]}
+            if b.positions is not None:
+                out["positions"] = b.positions[:, self.rows]
+            yield out
+
+
+class LMEvalStream:
+    """A split read once in order under the eval protocol: `batches(rows)` → this rank's
+    batches of a rows×world stream; `protocol(model)` switches the model's lengths."""
+
+    def __init__(self, name, data, positions, rank, world, lengths, oov):
+        self.name, self.data, self.positions = name, data, positions
+        self.rank, self.world, self.lengths, self.oov = rank, world, lengths, oov
+
+    def batches(self, rows):
+        streams = LMStreams(self.data, rows * self.world, self.lengths["tgt_len"],
+                            self.lengths["ext_len"], self.positions)
+        return _RankBatches(streams, slice(self.rank * rows, (self.rank + 1) * rows))
+
+    @contextlib.contextmanager
+    def protocol(self, model):
+        saved = model.config
+        model.config = dataclasses.replace(
+            saved, **{k: v for k, v in self.lengths.items() if k != "tgt_len"})
+        try:
+            yield
+        finally:
+            model.config = saved
+
+
+class LanguageModelTask(Task):
+    """Word-level language modelling with the memory-enhanced Transformer-XL."""
+    builds_model = True     # the trainer asks for the model and splits (no tokenizer)
+    streaming = True        # the train split is a stream run for max_steps
+    main_metric = "ppl"
+    option_defaults = EVAL_DEFAULTS
+
+    def __init__(self, cfg, reader):
+        super().__init__(cfg, reader)
+        if not callable(getattr(reader, "options", None)):
+            raise ConfigError(f"{cfg.source}: task {cfg.task!r}: its reader must define "
+                              f"options() and read() (see tasks/wikitext103/reader.py)")
+        self.reader_options = reader.options(dict(cfg.reader))
+        if cfg.layer_decay != 1.0:
+            raise ConfigError(f"{cfg.source}: layer_decay: not supported for kind "
+                              f"language_model (use 1.0)")
+        for key, value in self.options.items():
+            if value is None:
+                continue
+            low = 1 if key == "eval_tgt_len" else (-1 if key == "eval_clamp_len" else 0)
+            if key == "eval_same_length":
+                if not isinstance(value, bool):
+                    raise self.option_error(key, f"must be true, false or null, got {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise self.option_error(key, f"must be an integer >= {low} or null, got "
+                                             f"{value!r}")
+        for split in list(cfg.eval_splits) + list(cfg.test_splits):
+            if split == "train":
+                raise ConfigError(f"{cfg.source}: eval_splits/test_splits: 'train' is the "
+                                  f"training stream; name a split of reader.files")
+        try:
+            if cfg.init_checkpoint:
+                self.config = load_lm_config(cfg.init_checkpoint, **cfg.model_overrides)
+            else:
+                self.config = load_lm_config(cfg.model, **cfg.model_overrides)
+        except ValueError as e:
+            raise ConfigError(f"{cfg.source}: model / model_overrides: {e}") from None
+        self.corpus = None
+
+    # -- data (before any collective call: every rank fails alike) ----------------------------
+    def split_files(self):
+        names = ["train"] + [s for s in list(self.cfg.eval_splits) + list(self.cfg.test_splits)]
+        opts = dict(self.cfg.reader)
+        return {s: self.reader.read(self.cfg.data_dir, s, opts) for s in dict.fromkeys(names)}
+
+    def check_data(self, world):
+        """Find, encode (or load from the cache) and check every split; the vocabulary comes
+        from reader.vocab, the init checkpoint, or is counted on reader.vocab_from."""
+        o = self.reader_options
+        files = self.split_files()
+        vocab_path = o["vocab"]
+        if vocab_path is None and self.cfg.init_checkpoint:
+            vocab_path = os.path.join(self.cfg.init_checkpoint, VOCAB_FILE)
+            if not os.path.isfile(vocab_path):
+                raise DataError(f"{self.cfg.init_checkpoint}: no {VOCAB_FILE} (give "
+                                f"reader.vocab)")
+        cache = o["cache_dir"]
+        if cache is None:
+            cache = default_cache_dir(files, o)
+        elif cache is False:
+            cache = None
+        self.cache_dir = cache
+        corpus = load_corpus(files, vocab_path, cache,
+                             positions="global" if self.config.segment_positions else None,
+                             vocab_from=o["vocab_from"], min_freq=o["min_freq"],
+                             max_size=o["max_size"])
+        self.vocab_file = vocab_path or (os.path.join(cache, VOCAB_FILE) if cache else None)
+        V = len(corpus.vocab)
+        if self.cfg.init_checkpoint and self.config.vocab_size != V:
+            raise DataError(f"{vocab_path}: {V} tokens, the checkpoint's model has "
+                            f"vocab_size {self.config.vocab_size}")
+        try:
+            self.config = dataclasses.replace(self.config, vocab_size=V)
+        except ValueError as e:   # e.g. cutoffs beyond a small vocabulary
+            raise ConfigError(f"{self.cfg.source}: model_overrides: {e} (the vocabulary has "
+                              f"{V} tokens)") from None
+        rows = {"train": self.cfg.batch_size * world}
+        for split in list(self.cfg.eval_splits) + list(self.cfg.test_splits):
+            rows[split] = (self.cfg.eval_batch_size or self.cfg.batch_size) * world
+        for split, n in rows.items():
+            tokens = len(corpus.data[split])
+            if tokens < 2 * n:
+                raise DataError(f"{files[split]}: {tokens} tokens, too few for {n} rows of "
+                                f"the {split} stream (batch size x ranks; 2 tokens per row)")
+        self.files, self.corpus = files, corpus
+        return corpus
+
+    def eval_lengths(self):
+        """The eval protocol: tgt_len, mem_len, clamp_len, same_length, ext_len."""
+        c, o = self.config, self.options
+        tgt = o["eval_tgt_len"] or c.tgt_len
+        mem = o["eval_mem_len"]
+        if mem is None:
+            mem = max(0, c.mem_len + c.tgt_len - tgt) if c.mem_len else 0
+        clamp = c.clamp_len if o["eval_clamp_len"] is None else o["eval_clamp_len"]
+        same = c.same_length if o["eval_same_length"] is None else o["eval_same_length"]
+        ext = c.ext_len if o["eval_ext_len"] is None else o["eval_ext_len"]
+        if same and mem < 1:
+            raise self.option_error("eval_same_length", "needs an eval mem_len >= 1")
+        if ext >= tgt:
+            raise self.option_error("eval_ext_len", f"{ext} must be below eval_tgt_len {tgt}")
+        return {"tgt_len": tgt, "mem_len": mem, "clamp_len": clamp, "same_length": same,
+                "ext_len": ext}
+
+    # -- what the trainer builds ----------------------------------------------------------------
+    def build_model(self):
+        if self.cfg.init_checkpoint:
+            model = TransformerXLLM.from_pretrained(self.cfg.init_checkpoint,
+                                                    **self.cfg.model_overrides)
+        else:
+            model = TransformerXLLM(self.config)
+        self.params = sum(int(np.prod(p.shape)) for p in model.parameters())
+        return model
+
+    def build_splits(self, rank, world):
+        c, data, pos = self.config, self.corpus.data, self.corpus.positions
+        splits = {"train": LMTrainStream(data["train"], pos.get("train"), self.cfg.batch_size,
+                                         rank, world, c.tgt_len, c.ext_len)}
+        lengths = self.eval_lengths()
+        for split in list(self.cfg.eval_splits) + list(self.cfg.test_splits):
+            splits[split] = LMEvalStream(split, data[split], pos.get(split), rank, world,
+                                         lengths, self.corpus.oov[split])
+        self.splits = splits
+        return splits
+
+    def describe(self, device, world):
+        c, cfg = self.config, self.cfg
+        counts = ", ".join(f"{s} {len(self.corpus.data[s]):,} tokens"
+                           + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")
+                           for s in self.files)
+        ev = self.eval_lengths()
+        steps_per_pass = len(self.splits["train"])
+        return [f"task {cfg.task} (language_model): vocabulary {len(self.corpus.vocab):,}; "
+                f"{counts}; cache {self.cache_dir or 'off'}",
+                f"model: Transformer-XL L={c.n_layer} d={c.d_model} heads={c.n_head} "
+                f"d_inner={c.d_inner} params={self.params:,} recurrence={c.recurrence} "
+                f"segment_positions={c.segment_positions} tgt_len={c.tgt_len} "
+                f"mem_len={c.mem_len} on {device} x{world}; {steps_per_pass} micro-steps "
+                f"per pass over train",
+                "eval protocol: " + " ".join(f"{k}={v}" for k, v in ev.items())]
+
+    # -- steps ------------------------------------------------------------------------------------
+    def init_carry(self, model, rows):
+        return {}   # no memory yet (Transformer-XL's start); zeros would be attended to
+
+    def forward(self, model, batch, carry):
+        memories, memory_positions = carry.get("memories"), carry.get("memory_positions")
+        if "reset_memory" in batch and bool(batch["reset_memory"].all()):
+            memories = memory_positions = None   # a new pass over the corpus
+        out = model(batch["input_ids"], batch["target"], memories, None,
+                    batch.get("positions"), memory_positions)
+        carry = {"memories": out.memories, "memory_positions": out.memory_positions}
+        return out, {k: v for k, v in carry.items() if v is not None}
+
+    def train_weight(self, batch):
+        return np.ones(len(batch["input_ids"]), dtype=bool)
+
+    def batch_tokens(self, batch):
+        return int(batch["target"].size)
+
+    def loss(self, out, batch, weight=None):
+        """Mean negative log-likelihood per predicted token (every rank predicts as many)."""
+        return out.nll.mean()
+
+    def train_loss(self, out, batch, weight):
+        nll = out.nll.astype("float32")
+        return nll.mean(), {"nll": (float(nll.sum()), float(np.prod(nll.shape)))}
+
+    def combine_metrics(self, means):
+        return {"ppl": math.exp(min(means["nll"], 50.0))} if "nll" in means else {}
+
+    def eval_sums(self, out, batch):
+        nll = out.nll.astype("float32")
+        return {"nll": float(nll.sum()), "tokens": float(np.prod(nll.shape))}
+
+    def stream_metrics(self, split, sums):
+        tokens = sums["tokens"]
+        loss = sums["nll"] / tokens if tokens else float("nan")
+        return {"ppl": math.exp(min(loss, 50.0)), "loss": loss, "bpt": loss / math.log(2),
+                "tokens": int(tokens), "unk_in_split": int(split.oov)}
+
+    def better(self, metric, value, best):
+        return value < best if metric in ("ppl", "loss", "bpt") else value > best
+
+    def model_files(self):
+        if self.vocab_file is None:   # no cache: keep a copy in the run's folder
+            self.vocab_file = os.path.join(self.cfg.output_dir, VOCAB_FILE)
+            self.corpus.vocab.save(self.vocab_file)
+        return [self.vocab_file]
+
+
+def load_vocabulary(directory):
+    """The vocabulary saved beside a trained language model."""
+    return Vocabulary.load(os.path.join(directory, VOCAB_FILE))
