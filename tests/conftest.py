@@ -67,3 +67,40 @@ def error(call, *parts):
     for part in parts:
         assert part in message, (part, message)
     return message
+
+
+def launch_two_ranks(tmp_path, args, timeout=300):
+    """`fleetrun --nproc_per_node 2 ARGS` (paddle.distributed.launch without fleetrun) from
+    the repository root, worker logs in tmp_path/log → (completed process, the tail of every
+    worker's log, for assertion messages)."""
+    import subprocess
+    py = sys.executable
+    fleetrun = os.path.join(os.path.dirname(py), "fleetrun")
+    launcher = [fleetrun] if os.path.exists(fleetrun) else [py, "-m", "paddle.distributed.launch"]
+    log_dir = tmp_path / "log"
+    proc = subprocess.run([*launcher, "--nproc_per_node", "2", "--log_dir", str(log_dir),
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    logs = "".join((log_dir / name).read_text()[-2000:]
+                   for name in sorted(os.listdir(log_dir)) if name.startswith("workerlog")) \
+        if log_dir.exists() else ""
+    return proc, logs
+
+
+def assert_two_ranks_equal_one_process(dp, single):
+    """dp_worker.py outputs of two ranks (dp) and of one process on the union of their rows
+    (single): the ranks hold identical parameters, equal to the single process's, and their
+    memories are its rows 0..B−1 and B..2B−1 → the two train logs (lists of records)."""
+    p0, p1 = np.load(dp / "params-rank0.npz"), np.load(dp / "params-rank1.npz")
+    ps = np.load(single / "params-rank0.npz")
+    assert sorted(p0.files) == sorted(p1.files) == sorted(ps.files) and len(p0.files) > 5
+    for k in p0.files:
+        np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
+        np.testing.assert_allclose(p0[k], ps[k], rtol=1e-4, atol=2e-6, err_msg=k)
+    m0, m1 = np.load(dp / "memories-rank0.npy"), np.load(dp / "memories-rank1.npy")
+    ms = np.load(single / "memories-rank0.npy")
+    np.testing.assert_allclose(np.concatenate([m0, m1], axis=1), ms, rtol=1e-4, atol=1e-5)
+    logs = []
+    for run in (dp, single):
+        with open(run / "train_log.jsonl") as f:
+            logs.append([json.loads(line) for line in f])
+    return logs

@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary
@@ -186,30 +186,16 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(data, tmp_path):
     common = ("max_steps=6", "save_steps=0", "eval_steps=0", "test_splits=[]",
               "eval_splits=[]", "adam_epsilon=0.01", "model_overrides.dropout=0.0")
     dp, single = tmp_path / "dp", tmp_path / "single"
-    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
-    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
-    cmd = [*launcher, "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
-           os.path.join("tests", "dp_worker.py"), str(dp), *tiny(data, dp, *common,
-                                                                  "batch_size=2")]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    logs = "".join((tmp_path / "log" / n).read_text()[-2000:]
-                   for n in sorted(os.listdir(tmp_path / "log")) if n.startswith("workerlog")) \
-        if (tmp_path / "log").exists() else ""
+    proc, logs = launch_two_ranks(tmp_path, [os.path.join("tests", "dp_worker.py"), str(dp),
+                                             *tiny(data, dp, *common, "batch_size=2")])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
     env = dict(os.environ, PADDLE_TRAINERS_NUM="1", PADDLE_TRAINER_ID="0")
     proc = subprocess.run([PY, os.path.join("tests", "dp_worker.py"), str(single),
                            *tiny(data, single, *common, "batch_size=4")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    p0, p1 = np.load(dp / "params-rank0.npz"), np.load(dp / "params-rank1.npz")
-    ps = np.load(single / "params-rank0.npz")
-    for k in p0.files:
-        np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
-        np.testing.assert_allclose(p0[k], ps[k], rtol=1e-4, atol=2e-6, err_msg=k)
-    m0, m1 = np.load(dp / "memories-rank0.npy"), np.load(dp / "memories-rank1.npy")
-    ms = np.load(single / "memories-rank0.npy")
-    np.testing.assert_allclose(np.concatenate([m0, m1], axis=1), ms, rtol=1e-4, atol=1e-5)
-    a, b = read_jsonl(dp / "train_log.jsonl"), read_jsonl(single / "train_log.jsonl")
+    a, b = assert_two_ranks_equal_one_process(dp, single)
+    assert len(a) == len(b) == 6
     for ra, rb in zip(a, b):
         assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-5)
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 
 PY = sys.executable
 WORDS = [f"w{i}" for i in range(60)]
@@ -162,14 +162,8 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(corpus, tmp_path
               "model_overrides.attention_probs_dropout_prob=0.0",
               "model_overrides.relu_dropout=0.0")
     dp, single = tmp_path / "dp", tmp_path / "single"
-    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
-    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
-    cmd = [*launcher, "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
-           os.path.join("tests", "dp_worker.py"), str(dp), *tiny(*corpus, dp, *common)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    logs = "".join((tmp_path / "log" / n).read_text()[-2000:]
-                   for n in sorted(os.listdir(tmp_path / "log")) if n.startswith("workerlog")) \
-        if (tmp_path / "log").exists() else ""
+    proc, logs = launch_two_ranks(tmp_path, [os.path.join("tests", "dp_worker.py"), str(dp),
+                                             *tiny(*corpus, dp, *common)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
     env = dict(os.environ, PADDLE_TRAINERS_NUM="1", PADDLE_TRAINER_ID="0")
     proc = subprocess.run([PY, os.path.join("tests", "dp_worker.py"), str(single),
@@ -177,18 +171,9 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(corpus, tmp_path
                                  "reader.data_shards=2")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    p0, p1 = np.load(dp / "params-rank0.npz"), np.load(dp / "params-rank1.npz")
-    ps = np.load(single / "params-rank0.npz")
-    assert sorted(p0.files) == sorted(p1.files) == sorted(ps.files) and len(p0.files) > 10
-    for k in p0.files:
-        np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
-        np.testing.assert_allclose(p0[k], ps[k], rtol=1e-4, atol=2e-6, err_msg=k)
-    # the ranks' rows are the single process's rows 0-3 and 4-7: so are their memories
-    m0, m1 = np.load(dp / "memories-rank0.npy"), np.load(dp / "memories-rank1.npy")
-    ms = np.load(single / "memories-rank0.npy")
-    np.testing.assert_allclose(np.concatenate([m0, m1], axis=1), ms, rtol=1e-4, atol=1e-5)
+    # the ranks' rows are the single process's rows 0-3 and 4-7: so are their memories,
     # and the logged losses (over both ranks) are the single process's
-    a, b = read_jsonl(dp / "train_log.jsonl"), read_jsonl(single / "train_log.jsonl")
+    a, b = assert_two_ranks_equal_one_process(dp, single)
     assert len(a) == len(b) == 6 and sum("mlm_loss" in r for r in a) >= 3
     for ra, rb in zip(a, b):
         keys = {k for k in ra if not k.startswith("tokens_per_sec")}
@@ -215,12 +200,9 @@ def test_bad_corpus_fails_on_every_rank_without_a_hang(corpus, tmp_path):
     bad.mkdir()
     (bad / "good.txt").write_text("w1 w2 w3 w4 w5\n", encoding="utf-8")
     (bad / "latin1.txt").write_bytes("w1 caf\xe9 w2\n".encode("latin-1"))
-    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
-    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
     out = tmp_path / "out"
-    cmd = [*launcher, "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
-           "tools/pretrain.py", "--set", *tiny(bad, corpus[1], out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc, _ = launch_two_ranks(tmp_path, ["tools/pretrain.py", "--set",
+                                          *tiny(bad, corpus[1], out)], timeout=120)
     assert proc.returncode != 0
     for rank in (0, 1):
         log = (tmp_path / "log" / f"workerlog.{rank}").read_text()

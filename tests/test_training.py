@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, tiny_config
+from conftest import ROOT, launch_two_ranks, tiny_config
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
 from ernie_doc.training.optim import build_optimizer, layer_ratio, lr_lambda
 
@@ -179,16 +179,8 @@ def test_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
 
 def test_data_parallel_two_ranks_keep_identical_parameters(tmp_path):
     out = tmp_path / "dp"
-    fleetrun = os.path.join(os.path.dirname(PY), "fleetrun")
-    launcher = [fleetrun] if os.path.exists(fleetrun) else [PY, "-m", "paddle.distributed.launch"]
-    cmd = [*launcher, "--nproc_per_node", "2",
-           "--log_dir", str(tmp_path / "log"), os.path.join("tests", "dp_worker.py"),
-           str(out), *TINY, "grad_accum_steps=2"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    logs = ""
-    for name in sorted(os.listdir(tmp_path / "log")) if (tmp_path / "log").exists() else []:
-        if name.startswith("workerlog"):
-            logs += (tmp_path / "log" / name).read_text()[-2000:]
+    proc, logs = launch_two_ranks(tmp_path, [os.path.join("tests", "dp_worker.py"), str(out),
+                                             *TINY, "grad_accum_steps=2"])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
     p0 = np.load(out / "params-rank0.npz")
     p1 = np.load(out / "params-rank1.npz")
