@@ -144,6 +144,22 @@ def test_run_writes_ppl_logs_and_a_reloadable_model(finished, data):
     assert corpus.oov["test"] == test["unk_in_split"]
 
 
+def test_warm_start_from_a_trained_model(finished, data, tmp_path):
+    best = finished[0] / "best"
+    out = tmp_path / "warm"
+    results = train(tiny(data, out, f"init_checkpoint={best}", "max_steps=2", "eval_steps=2",
+                         "test_splits=[]", "learning_rate=0.0", "model_overrides={}"))
+    # no update (lr 0): the warm-started model is the best model, re-evaluated
+    before = json.loads((best / "eval.json").read_text())
+    assert results["ppl"] == pytest.approx(before["ppl"], rel=1e-6)
+    assert (out / "best" / "vocab.txt").read_text() == (best / "vocab.txt").read_text()
+    other = tmp_path / "other.vocab"
+    other.write_text("<eos>\n<unk>\nw1\n", encoding="utf-8")
+    with pytest.raises(DataError, match="3 tokens, the checkpoint's model has vocab_size"):
+        train(tiny(data, tmp_path / "bad", f"init_checkpoint={best}", f"reader.vocab={other}",
+                   "model_overrides={}"))
+
+
 def test_resume_reproduces_the_uninterrupted_run(data, tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     common = ("max_steps=16", "save_steps=0", "eval_steps=8", "test_splits=[]")
