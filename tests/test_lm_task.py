@@ -226,6 +226,8 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(data, tmp_path):
     (("model_overrides.cutoffs=[5000]",), ConfigError, "cutoffs"),
     (("layer_decay=0.8",), ConfigError, "layer_decay: not supported"),
     (("task_options.eval_tgt_len=0",), ConfigError, "task_options.eval_tgt_len: must be"),
+    (("task_options.eval_ext_len=6",), ConfigError,
+     "task_options.eval_ext_len: 6 must be below eval_tgt_len 6"),
     (("model=wt103-huge",), ConfigError, "not a language-model preset"),
     (("reader.tokens=1",), DataError, "reader: unknown option 'tokens'"),
 ])

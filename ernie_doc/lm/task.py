@@ -182,6 +182,7 @@ class LanguageModelTask(Task):
         """Find, encode (or load from the cache) and check every split; the vocabulary comes
         from reader.vocab, the init checkpoint, or is counted on reader.vocab_from."""
         o = self.reader_options
+        self.eval_lengths()   # a bad eval protocol fails before any data is read
         files = self.split_files()
         vocab_path = o["vocab"]
         if vocab_path is None and self.cfg.init_checkpoint:
