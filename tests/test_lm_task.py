@@ -160,6 +160,30 @@ def test_warm_start_from_a_trained_model(finished, data, tmp_path):
                    "model_overrides={}"))
 
 
+def test_eval_only_reads_the_test_stream_under_any_protocol(finished, data, tmp_path):
+    best = finished[0] / "best"
+    test = json.loads((finished[0] / "test_results.json").read_text())
+    out = tmp_path / "eval"
+    # no train file needed: the vocabulary and the model come from the checkpoint
+    results = train(tiny(data, out, "eval_only=true", f"init_checkpoint={best}",
+                         "model_overrides={}", "reader.files.train=absent.tokens",
+                         "eval_splits=[]", "max_steps=0"))
+    assert results["split"] == "test" and results["ppl"] == pytest.approx(test["ppl"], rel=1e-6)
+    assert not (out / "checkpoints").exists() and (out / "test_results.json").is_file()
+    # another protocol (no same_length, a longer memory) = the hand-rolled pass under it
+    results = train(tiny(data, tmp_path / "eval2", "eval_only=true", f"init_checkpoint={best}",
+                         "model_overrides={}", "eval_splits=[]",
+                         "task_options={eval_tgt_len: 8, eval_mem_len: 40, eval_clamp_len: -1,"
+                         " eval_same_length: false}"))
+    from ernie_doc.lm.data import load_corpus
+    corpus = load_corpus({"test": data / "wiki.test.tokens"}, best / "vocab.txt",
+                         positions="global")
+    ppl, _ = stream_ppl(TransformerXLLM.from_pretrained(str(best)), corpus.data["test"], 3, 8,
+                        40, -1, False, corpus.positions["test"])
+    assert results["ppl"] == pytest.approx(ppl, rel=1e-5)
+    assert abs(results["ppl"] - test["ppl"]) > 1e-3 * test["ppl"]
+
+
 def test_resume_reproduces_the_uninterrupted_run(data, tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     common = ("max_steps=16", "save_steps=0", "eval_steps=8", "test_splits=[]")
@@ -230,6 +254,7 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(data, tmp_path):
      "task_options.eval_ext_len: 6 must be below eval_tgt_len 6"),
     (("model=wt103-huge",), ConfigError, "not a language-model preset"),
     (("reader.tokens=1",), DataError, "reader: unknown option 'tokens'"),
+    (("eval_only=true",), ConfigError, "eval_only: needs init_checkpoint"),
 ])
 def test_bad_input_is_one_clear_error_and_writes_nothing(data, tmp_path, extra, error,
                                                          message):

@@ -125,6 +125,21 @@ def test_finetune_end_to_end_writes_results(tmp_path):
     assert not best.load_report.missing
 
 
+def test_eval_only_evaluates_a_trained_model(tmp_path):
+    out = tmp_path / "run"
+    finetune(out, "test_splits=[test]")
+    best = json.loads((out / "eval_results.json").read_text())
+    test = json.loads((out / "test_results.json").read_text())
+    ev = tmp_path / "eval"
+    finetune(ev, "eval_only=true", f"init_checkpoint={out / 'best'}", "test_splits=[test]",
+             "reader.num_docs.train=1")
+    again = json.loads((ev / "eval_results.json").read_text())
+    assert again["split"] == "dev" and again["accuracy"] == pytest.approx(best["accuracy"])
+    assert json.loads((ev / "test_results.json").read_text())["accuracy"] == \
+        pytest.approx(test["accuracy"])
+    assert (ev / "predictions_test.jsonl").is_file() and not (ev / "checkpoints").exists()
+
+
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     finetune(full, "grad_accum_steps=2")

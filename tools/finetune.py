@@ -3,6 +3,7 @@
     python tools/finetune.py tasks/imdb/config.yaml [--set key=value ...]
     fleetrun --nproc_per_node 2 tools/finetune.py tasks/imdb/config.yaml --set ...
     python tools/finetune.py --resume OUTPUT_DIR [--set stop_at_step=0]
+    python tools/finetune.py CONFIG --set eval_only=true init_checkpoint=DIR [test_splits=[test]]
 
 Writes OUTPUT_DIR/{run_config.yaml, train.log, train_log.jsonl, eval_history.jsonl,
 eval_results.json, predictions_<split>.jsonl, curves.png, vdl/, checkpoints/, best/}.

@@ -174,7 +174,8 @@ class LanguageModelTask(Task):
 
     # -- data (before any collective call: every rank fails alike) ----------------------------
     def split_files(self):
-        names = ["train"] + [s for s in list(self.cfg.eval_splits) + list(self.cfg.test_splits)]
+        names = [] if self.cfg.eval_only else ["train"]
+        names += list(self.cfg.eval_splits) + list(self.cfg.test_splits)
         opts = dict(self.cfg.reader)
         return {s: self.reader.read(self.cfg.data_dir, s, opts) for s in dict.fromkeys(names)}
 
@@ -210,7 +211,7 @@ class LanguageModelTask(Task):
         except ValueError as e:   # e.g. cutoffs beyond a small vocabulary
             raise ConfigError(f"{self.cfg.source}: model_overrides: {e} (the vocabulary has "
                               f"{V} tokens)") from None
-        rows = {"train": self.cfg.batch_size * world}
+        rows = {} if self.cfg.eval_only else {"train": self.cfg.batch_size * world}
         for split in list(self.cfg.eval_splits) + list(self.cfg.test_splits):
             rows[split] = (self.cfg.eval_batch_size or self.cfg.batch_size) * world
         for split, n in rows.items():
@@ -250,8 +251,11 @@ class LanguageModelTask(Task):
 
     def build_splits(self, rank, world):
         c, data, pos = self.config, self.corpus.data, self.corpus.positions
-        splits = {"train": LMTrainStream(data["train"], pos.get("train"), self.cfg.batch_size,
-                                         rank, world, c.tgt_len, c.ext_len)}
+        splits = {}
+        if not self.cfg.eval_only:
+            splits["train"] = LMTrainStream(data["train"], pos.get("train"),
+                                            self.cfg.batch_size, rank, world, c.tgt_len,
+                                            c.ext_len)
         lengths = self.eval_lengths()
         for split in list(self.cfg.eval_splits) + list(self.cfg.test_splits):
             splits[split] = LMEvalStream(split, data[split], pos.get(split), rank, world,
@@ -265,14 +269,15 @@ class LanguageModelTask(Task):
                            + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")
                            for s in self.files)
         ev = self.eval_lengths()
-        steps_per_pass = len(self.splits["train"])
+        train = self.splits.get("train")
+        steps = (f"{len(train)} micro-steps per pass over train" if train is not None
+                 else "evaluation only")
         return [f"task {cfg.task} (language_model): vocabulary {len(self.corpus.vocab):,}; "
                 f"{counts}; cache {self.cache_dir or 'off'}",
                 f"model: Transformer-XL L={c.n_layer} d={c.d_model} heads={c.n_head} "
                 f"d_inner={c.d_inner} params={self.params:,} recurrence={c.recurrence} "
                 f"segment_positions={c.segment_positions} tgt_len={c.tgt_len} "
-                f"mem_len={c.mem_len} on {device} x{world}; {steps_per_pass} micro-steps "
-                f"per pass over train",
+                f"mem_len={c.mem_len} on {device} x{world}; {steps}",
                 "eval protocol: " + " ".join(f"{k}={v}" for k, v in ev.items())]
 
     # -- steps ------------------------------------------------------------------------------------

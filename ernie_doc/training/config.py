@@ -25,6 +25,8 @@ DEFAULTS = {
     # model, weights, tokenizer
     "model": "ernie-doc-small",   # preset name, config json or checkpoint directory
     "init_checkpoint": "",        # anything from_pretrained reads; "" = from scratch
+    "eval_only": False,           # no training: evaluate init_checkpoint on eval_splits and
+                                  # test_splits ({split}_results.json, eval_results.json)
     "model_overrides": {},        # ErnieDocConfig keys (recurrence, memory_len, dropouts ...)
     "tokenizer": "",              # dir/file for load_tokenizer; "" = the checkpoint's;
                                   # "train" = SentencePiece trained on the train split
@@ -206,7 +208,7 @@ def validate(cfg):
         if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
     for key in ("retro_feed", "train_skim", "amp", "shuffle", "eval_every_epoch", "progress",
-                "overwrite_output_dir", "recompute"):
+                "overwrite_output_dir", "recompute", "eval_only"):
         if not isinstance(cfg[key], bool):
             fail(key, f"must be true or false, got {cfg[key]!r}")
     for key in FREE_DICTS:
@@ -220,7 +222,15 @@ def validate(cfg):
             cfg[key] = [cfg[key]]
         if not isinstance(cfg[key], list):
             fail(key, f"must be a list of split names, got {cfg[key]!r}")
-    if cfg.kind in STREAMED_KINDS:
+    if cfg.eval_only:
+        if not cfg.init_checkpoint:
+            fail("eval_only", "needs init_checkpoint (the model to evaluate)")
+        if cfg.kind == "pretraining":
+            fail("eval_only", "not for pretraining (its held-out MLM metrics come with "
+                              "training runs: reader.eval_corpus)")
+        if not (cfg.eval_splits or cfg.test_splits):
+            fail("eval_only", "give eval_splits or test_splits to evaluate")
+    elif cfg.kind in STREAMED_KINDS:
         if not cfg.max_steps:
             fail("max_steps", f"{cfg.kind} streams its corpus: give the number of steps")
     elif not cfg.eval_splits:

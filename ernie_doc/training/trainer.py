@@ -119,12 +119,13 @@ class Trainer:
         """Tokenizer, ERNIE-Doc model and the document splits → the summary log lines."""
         cfg = self.cfg
         names = []
-        for split in ([] if self.streaming else ["train"]) + list(cfg.eval_splits) \
-                + list(cfg.test_splits):
+        train = [] if self.streaming or cfg.eval_only else ["train"]
+        for split in train + list(cfg.eval_splits) + list(cfg.test_splits):
             if split not in names:
                 names.append(split)
         docs = {split: self.task.read(split) for split in names}
-        self.tokenizer, special, self._spm_dir = self._tokenizer(docs.get("train"))
+        self.tokenizer, special, self._spm_dir = self._tokenizer(
+            docs.get("train", docs[names[0]] if cfg.eval_only else None))
         self.model = self._build_model(special)
         config = self.raw.config
         if cfg.max_seq_len > config.max_position_embeddings:
@@ -149,13 +150,13 @@ class Trainer:
                     raise DataError(f"split {split!r}: {e}") from None
                 passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
             self.splits[split] = Split(split, split_docs, passes, group)
-        if self.streaming:
+        if self.streaming and not cfg.eval_only:
             from ernie_doc.pretraining.stream import StreamSplit
             self.splits["train"] = StreamSplit(self.task, self.rank, self.world, cfg.batch_size,
                                                cfg.max_seq_len, self.pad_id, cfg.seed)
         labels = f"{len(self.task.labels)} labels; " if self.task.labels else ""
         fixed = [s for s in self.splits.values() if isinstance(s, Split)]
-        reads = ("streamed" if self.streaming else
+        reads = ("no training" if cfg.eval_only else "streamed" if self.streaming else
                  f"{sum(self.splits['train'].lengths)} training segment reads per epoch")
         return [f"task {cfg.task} ({cfg.kind}): {labels}"
                 + ", ".join(f"{s.name} {len(s.docs)} docs / {sum(s.lengths)} segment reads"
@@ -621,5 +622,32 @@ class Trainer:
         return evaluated
 
 
+    # -- evaluation only -------------------------------------------------------------------
+    def evaluate_only(self):
+        """eval_only: the init_checkpoint model on eval_splits then test_splits, each into
+        {split}_results.json (+ predictions), the first also into eval_results.json → its
+        metrics."""
+        cfg = self.cfg
+        if self.resume:
+            raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
+        log = RunLog(self.out, self.is_main)
+        splits = list(dict.fromkeys(list(cfg.eval_splits) + list(cfg.test_splits)))
+        first = None
+        for split in splits:
+            metrics, predictions = self.evaluate(split)
+            log.evaluation(split, 0, metrics)
+            logger.info(f"eval {split} ({cfg.init_checkpoint}): {_format(metrics)}")
+            if self.is_main:
+                self._write_results(f"{split}_results.json", split, 0, metrics, predictions)
+                if first is None:
+                    self._write_results("eval_results.json", split, 0, metrics, None)
+            if first is None:
+                first = dict(metrics, step=0, split=split, main_metric=self._main_metric())
+        log.close()
+        dist.barrier()
+        return first
+
+
 def run(cfg, resume=False):
-    return Trainer(cfg, resume).prepare().train()
+    trainer = Trainer(cfg, resume).prepare()
+    return trainer.evaluate_only() if cfg.eval_only else trainer.train()
