@@ -86,12 +86,12 @@ def _share(plist, i, param):
         raise RuntimeError("paddle did not share the parameter (ParameterList semantics changed)")
 
 
-
 def log_softmax(x):
     """log_softmax over the last axis as x − logsumexp(x). paddle's CPU log_softmax kernel
     takes time quadratic in the axis size (17 s forward for [1024, 12891] on one core,
     against 0.1 s this way), which made every adaptive-softmax cluster the bottleneck."""
     return x - paddle.logsumexp(x, axis=-1, keepdim=True)
+
 
 class _Adaptive(nn.Layer):
     """The cluster geometry common to both layers."""
@@ -106,6 +106,14 @@ class _Adaptive(nn.Layer):
     def n_clusters(self):
         """Head (shortlist) + tail clusters."""
         return len(self.cutoffs) + 1
+
+    def table_shapes(self):
+        """Shapes of the word tables: one [V, d_embed] if div_val == 1, else [n_i, d_i] per
+        cluster (the embedding's and the softmax's are the same, so they can be tied)."""
+        if self.div_val == 1:
+            return [[self.vocab_size, self.d_embed]]
+        ends = self.cutoff_ends
+        return [[ends[i + 1] - ends[i], self.dims[i]] for i in range(self.n_clusters)]
 
     def _cluster_weight(self, weights, i):
         """The [n_i, d_i] table of cluster i (a row slice of the single table if div_val == 1)."""
@@ -134,16 +142,12 @@ class AdaptiveEmbedding(_Adaptive):
                  proj_init_std=0.01):
         super().__init__(vocab_size, d_embed, d_model, cutoffs, div_val)
         self.emb_scale = self.d_model ** 0.5
-        n_tables = 1 if self.div_val == 1 else self.n_clusters
-        ends = self.cutoff_ends
+        shapes = self.table_shapes()
         self.emb_weights = nn.ParameterList([
-            self.create_parameter(
-                [self.vocab_size, self.d_embed] if self.div_val == 1
-                else [ends[i + 1] - ends[i], self.dims[i]], attr=_normal(init_std))
-            for i in range(n_tables)])
+            self.create_parameter(s, attr=_normal(init_std)) for s in shapes])
         # div_val > 1: every cluster is projected, even cluster 0 whose dim may equal d_model
         # (Transformer-XL does so, and tie_projs refers to these per-cluster projections).
-        n_projs = n_tables if (self.div_val > 1 or self.d_embed != self.d_model) else 0
+        n_projs = len(shapes) if (self.div_val > 1 or self.d_embed != self.d_model) else 0
         self.emb_projs = nn.ParameterList([
             self.create_parameter([self.dims[i], self.d_model], attr=_normal(proj_init_std))
             for i in range(n_projs)])
@@ -200,10 +204,7 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
         self.shortlist_size = self.cutoff_ends[1]
         self.n_tail = len(self.cutoffs)
         self.head_size = self.shortlist_size + self.n_tail
-        ends = self.cutoff_ends
-        n_tables = 1 if self.div_val == 1 else self.n_clusters
-        shapes = ([[self.vocab_size, self.d_embed]] if self.div_val == 1 else
-                  [[ends[i + 1] - ends[i], self.dims[i]] for i in range(n_tables)])
+        shapes = self.table_shapes()
         self.out_weights = nn.ParameterList([
             self.create_parameter(s, attr=_normal(init_std)) for s in shapes])
         self.out_biases = nn.ParameterList([

@@ -82,23 +82,19 @@ def read_token_lines(path: PathArg) -> Iterator[List[str]]:
     require_file(path, "token file")
     if os.path.getsize(path) == 0:
         raise DataError(f"{path}: empty file")
-    any_token = False
-    for _, line in utf8_lines(path):
-        tokens = line.split()
-        any_token = any_token or bool(tokens)
-        yield tokens
-    if not any_token:
-        raise DataError(f"{path}: no tokens (only blank lines)")
+    yield from _lines_tokens((line for _, line in utf8_lines(path)), path,
+                             "no tokens (only blank lines)")
 
 
-def _lines_tokens(lines: Iterable[str], name="<lines>") -> Iterator[List[str]]:
+def _lines_tokens(lines: Iterable[str], name="<lines>",
+                  empty="no tokens") -> Iterator[List[str]]:
     any_token = False
     for line in lines:
         tokens = line.split()
         any_token = any_token or bool(tokens)
         yield tokens
     if not any_token:
-        raise DataError(f"{name}: no tokens")
+        raise DataError(f"{name}: {empty}")
 
 
 def _token_lines(source) -> Iterator[List[str]]:

@@ -64,8 +64,10 @@ Transformer-XL's memory holds no positions; here memory_positions carries the me
 triples along with the memories (reset rows get zeros, like their hidden memory).
 """
 import dataclasses
+import json
 import math
 import operator
+import os
 from collections import namedtuple
 from typing import List, Optional, Union
 
@@ -76,6 +78,7 @@ import paddle.nn.functional as F
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
                                      update_memory)
+from ernie_doc.utils import atomic_path, atomic_write_text
 
 __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",
            "sinusoid", "sega_dims", "LM_PRESETS", "load_lm_config"]
@@ -242,8 +245,6 @@ class TransformerXLConfig:
 def load_lm_config(source=None, **overrides):
     """A preset name (LM_PRESETS), a JSON file, a saved model directory or a dict (None: the
     defaults), with `overrides` on top → TransformerXLConfig."""
-    import json
-    import os
     if source is None or isinstance(source, dict):
         values = dict(source or {})
     elif source in LM_PRESETS:
@@ -446,9 +447,6 @@ class TransformerXLLM(nn.Layer):
     def save_pretrained(self, directory):
         """directory/lm_config.json + model_state.pdparams (each written atomically; other
         files, e.g. the vocabulary, are kept) → directory."""
-        import json
-        import os
-        from ernie_doc.utils import atomic_path, atomic_write_text
         os.makedirs(directory, exist_ok=True)
         with atomic_path(os.path.join(directory, WEIGHTS_FILE)) as tmp:
             paddle.save(self.state_dict(), tmp)
@@ -461,7 +459,6 @@ class TransformerXLLM(nn.Layer):
         """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
         mem_len or recurrence, replace the saved ones). Every tensor must match by name and
         shape (ValueError naming it otherwise)."""
-        import os
         model = cls(load_lm_config(directory, **overrides))
         path = os.path.join(directory, WEIGHTS_FILE)
         if not os.path.isfile(path):

@@ -48,6 +48,14 @@ def default_cache_dir(files, options):
     return os.path.join(root, "lm", f"{zlib.crc32(key.encode()):08x}")
 
 
+def _rank_rows(batch, rows):
+    """This rank's rows (a slice) of an LMBatch → the model's inputs."""
+    out = {"input_ids": batch.input[rows], "target": batch.target[rows]}
+    if batch.positions is not None:
+        out["positions"] = batch.positions[:, rows]
+    return out
+
+
 class LMTrainStream:
     """This rank's rows of the training stream; micro-step m reads batch m mod len(streams)
     of corpus pass m // len(streams). Batches: input_ids [B, L], target [B, T], reset_memory
@@ -64,12 +72,8 @@ class LMTrainStream:
 
     def batch(self, micro):
         epoch, index = divmod(micro, len(self.streams))
-        b = self.streams.batch(index)
-        rows = self.rows.stop - self.rows.start
-        out = {"input_ids": b.input[self.rows], "target": b.target[self.rows],
-               "reset_memory": np.full(rows, index == 0)}
-        if b.positions is not None:
-            out["positions"] = b.positions[:, self.rows]
+        out = _rank_rows(self.streams.batch(index), self.rows)
+        out["reset_memory"] = np.full(self.rows.stop - self.rows.start, index == 0)
         return epoch, out
 
     def batches(self, start=0):
@@ -103,10 +107,7 @@ class _RankBatches:
 
     def __iter__(self):
         for b in self.streams:
-            out = {"input_ids": b.input[self.rows], "target": b.target[self.rows]}
-            if b.positions is not None:
-                out["positions"] = b.positions[:, self.rows]
-            yield out
+            yield _rank_rows(b, self.rows)
 
 
 class LMEvalStream:
@@ -183,7 +184,7 @@ class LanguageModelTask(Task):
         """Find, encode (or load from the cache) and check every split; the vocabulary comes
         from reader.vocab, the init checkpoint, or is counted on reader.vocab_from."""
         o = self.reader_options
-        self.eval_lengths()   # a bad eval protocol fails before any data is read
+        self.lengths = self.eval_lengths()   # a bad protocol fails before data is read
         files = self.split_files()
         vocab_path = o["vocab"]
         if vocab_path is None and self.cfg.init_checkpoint:
@@ -256,10 +257,9 @@ class LanguageModelTask(Task):
             splits["train"] = LMTrainStream(data["train"], pos.get("train"),
                                             self.cfg.batch_size, rank, world, c.tgt_len,
                                             c.ext_len)
-        lengths = self.eval_lengths()
         for split in list(self.cfg.eval_splits) + list(self.cfg.test_splits):
             splits[split] = LMEvalStream(split, data[split], pos.get(split), rank, world,
-                                         lengths, self.corpus.oov[split])
+                                         self.lengths, self.corpus.oov[split])
         self.splits = splits
         return splits
 
@@ -268,7 +268,6 @@ class LanguageModelTask(Task):
         counts = ", ".join(f"{s} {len(self.corpus.data[s]):,} tokens"
                            + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")
                            for s in self.files)
-        ev = self.eval_lengths()
         train = self.splits.get("train")
         steps = (f"{len(train)} micro-steps per pass over train" if train is not None
                  else "evaluation only")
@@ -278,7 +277,7 @@ class LanguageModelTask(Task):
                 f"d_inner={c.d_inner} params={self.params:,} recurrence={c.recurrence} "
                 f"segment_positions={c.segment_positions} tgt_len={c.tgt_len} "
                 f"mem_len={c.mem_len} on {device} x{world}; {steps}",
-                "eval protocol: " + " ".join(f"{k}={v}" for k, v in ev.items())]
+                "eval protocol: " + " ".join(f"{k}={v}" for k, v in self.lengths.items())]
 
     # -- steps ------------------------------------------------------------------------------------
     def init_carry(self, model, rows):

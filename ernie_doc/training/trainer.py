@@ -6,9 +6,10 @@
 
 The trainer owns the memories of its rank's rows: they go into every forward and come back
 out; a row's memory is zeroed (reset_memory) when a new document starts in it. Evaluation uses
-its own zero memories, so the training stream is untouched by it. Pretraining (a streaming
-task) swaps the precomputed train split for `pretraining.stream.StreamSplit`, which schedules
-the same way as documents arrive and runs until `max_steps`.
+its own zero memories, so the training stream is untouched by it. Streaming tasks run until
+`max_steps` on a train split that is a stream: pretraining's `pretraining.stream.StreamSplit`
+schedules documents the same way as they arrive; the language model (a task that builds its
+own model and splits, `lm.task`) reads token streams and is evaluated over whole streams.
 """
 import json
 import math
@@ -555,8 +556,12 @@ class Trainer:
             return getattr(self.tokenizer, "source_files", [])
         return self.task.model_files()
 
+    def _record(self, split, step, metrics):
+        """What eval_results.json / {split}_results.json hold."""
+        return dict(metrics, step=step, split=split, main_metric=self._main_metric())
+
     def _write_results(self, name, split, step, metrics, predictions):
-        results = dict(metrics, step=step, split=split, main_metric=self._main_metric())
+        results = self._record(split, step, metrics)
         atomic_write_text(os.path.join(self.out, name),
                           json.dumps(results, indent=1, sort_keys=True) + "\n")
         if predictions is None:   # a stream split: no per-document predictions
@@ -621,7 +626,6 @@ class Trainer:
                         f"{best_step}; results in {self.out}")
         return evaluated
 
-
     # -- evaluation only -------------------------------------------------------------------
     def evaluate_only(self):
         """eval_only: the init_checkpoint model on eval_splits then test_splits, each into
@@ -642,7 +646,7 @@ class Trainer:
                 if first is None:
                     self._write_results("eval_results.json", split, 0, metrics, None)
             if first is None:
-                first = dict(metrics, step=0, split=split, main_metric=self._main_metric())
+                first = self._record(split, 0, metrics)
         log.close()
         dist.barrier()
         return first
