@@ -117,6 +117,8 @@ def test_finetune_end_to_end_writes_results(tmp_path):
     assert {h["step"] for h in history if h["split"] == "dev"} >= {5, 10, len(log)}
     for name in ("curves.png", "run_config.yaml", "train.log"):
         assert (out / name).is_file(), name
+    from ernie_doc.training.outdir import foreign_entries
+    assert foreign_entries(out) == []   # a re-run may remove every name this run wrote
     assert os.listdir(out / "vdl")
     # the best model loads through the one door and predicts
     from ernie_doc import ErnieDocForSequenceClassification
@@ -158,17 +160,15 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
 KILL_IN_SAVE = r"""
 import os, signal, sys
 sys.path.insert(0, {root!r})
-import paddle
-from ernie_doc.training import checkpoint as ckpt
-real_save, calls = paddle.save, []
-def dying_save(obj, path, *a, **k):
-    calls.append(path)
-    real_save(obj, path, *a, **k)
-    if path.endswith("optimizer.pdopt"):
-        with open(path, "r+b") as f:   # half-written file, then the process dies
+import safetensors.numpy
+real_save = safetensors.numpy.save_file
+def dying_save(arrays, path, *a, **k):
+    real_save(arrays, path, *a, **k)
+    if path.endswith("optimizer.safetensors"):
+        with open(path, "r+b") as f:   # half-written optimizer file, then the process dies
             f.truncate(os.path.getsize(path) // 2)
         os.kill(os.getpid(), signal.SIGKILL)
-paddle.save = dying_save
+safetensors.numpy.save_file = dying_save
 from tools.finetune import main
 main(["--resume", {out!r}, "--set", "stop_at_step=0", "save_steps=1"])
 """
@@ -185,7 +185,9 @@ def test_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
                           timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert os.path.realpath(out / "checkpoints" / "latest") == latest
-    assert (out / "checkpoints" / "step-4.tmp").is_dir()     # the torn write, never linked
+    torn = out / "checkpoints" / "step-4.tmp"                 # the torn write, never linked
+    assert torn.is_dir() and (torn / "model.safetensors").is_file()
+    assert not (torn / "trainer_state.json").exists()
     finetune(out, resume=True)                                 # resumes from step 3 and ends
     log = read_jsonl(out / "train_log.jsonl")
     assert [r["step"] for r in log] == list(range(1, len(log) + 1))

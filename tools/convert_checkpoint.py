@@ -1,13 +1,18 @@
 """Convert an ERNIE-Doc checkpoint between layouts.
 
     python tools/convert_checkpoint.py SRC DST --to {ours,paddlenlp,official}
-        [--config CONFIG_OR_PRESET] [--head HEAD] [--num-labels N] [--num-choices N] [--strict]
+        [--config CONFIG_OR_PRESET] [--head HEAD] [--num-labels N] [--num-choices N]
+        [--strict | --allow-partial]
 
 SRC: an official static directory (or its parent with params/), a PaddleNLP directory
 (model_state.pdparams + config.json / model_config.json) or ours (model.safetensors +
 config.json). The model class is the bare encoder unless --head is given or the checkpoint
 holds a head (config architecture or head tensors). DST files appear all together or not at
 all; other files in DST are kept. Expected errors print one line and exit with status 2.
+
+.pdparams files are read by the restricted unpickler (ernie_doc.checkpoint.safe_pickle): a
+pickle that calls anything a paddle state dict does not contain is refused, never run. A
+checkpoint that matches the model only in part is refused unless --allow-partial.
 """
 import argparse
 import logging
@@ -37,6 +42,10 @@ def parse_args(argv=None):
     p.add_argument("--num-choices", type=int, help="choices of a multiple-choice head")
     p.add_argument("--strict", action="store_true",
                    help="fail if any tensor is missing from SRC or unused")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="convert a checkpoint that matches the model only in part (encoder "
+                        "tensors missing, a head only partly there, tensors of no known "
+                        "head); what is missing keeps its fresh initialisation")
     p.add_argument("--quiet", action="store_true", help="print only errors")
     return p.parse_args(argv)
 
@@ -54,15 +63,19 @@ def convert(args):
         kwargs["num_labels"] = args.num_labels
     if args.num_choices is not None:
         kwargs["num_choices"] = args.num_choices
-    model = cls.from_pretrained(ckpt, config=args.config, strict=args.strict, **kwargs)
+    model = cls.from_pretrained(ckpt, config=args.config, strict=args.strict,
+                                allow_partial=args.allow_partial, **kwargs)
     model.save_pretrained(args.dst, format=TARGETS[args.to])
     return model
 
 
-def main(argv=None):
+def main(argv=None, configure_logging=False):
+    """configure_logging: route warnings to stderr (the command line; a caller in-process
+    keeps its own logging)."""
     args = parse_args(argv)
-    logging.basicConfig(level=logging.ERROR if args.quiet else logging.WARNING,
-                        format="%(levelname)s: %(message)s", force=True)  # paddle sets up root
+    if configure_logging:
+        logging.basicConfig(level=logging.ERROR if args.quiet else logging.WARNING,
+                            format="%(levelname)s: %(message)s", force=True)  # paddle set one
     from ernie_doc.checkpoint import io
     from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
     from ernie_doc.config import ConfigError
@@ -83,4 +96,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(configure_logging=True))

@@ -4,11 +4,16 @@
                    directory or its `params/`; config `ernie_config.json` beside it or one up.
     "paddlenlp"    `model_state.pdparams` (paddle.save pickle) + `config.json` or the older
                    `model_config.json`; keys are PaddleNLP's (= ours), heads with `ernie_doc.`.
+                   Read by the restricted unpickler of ernie_doc.checkpoint.safe_pickle:
+                   nothing in the file runs, and a pickle that calls anything a paddle state
+                   dict does not contain is refused.
     "safetensors"  ours: `model.safetensors` + `config.json`; keys are our state_dict keys, and
                    the config carries an "architecture" entry (head class and its arguments).
 
 Only name-as-stored tensors and a config dict come out of here; mapping names onto a model
-is done in ernie_doc.modeling.pretrained.
+is done in ernie_doc.modeling.pretrained. Every file read here that cannot be read (empty,
+truncated, garbage, a header declaring more than the file holds) is a CheckpointError naming
+it; an official file named like a parameter is never skipped as "missing".
 """
 import json
 import logging
@@ -161,9 +166,10 @@ def _first_file(directories, filenames):
 
 
 def _all_official_names():
-    """Head parameter names of every head class (imported late: heads import this package)."""
+    """Head parameter names of every head class (imported late: heads import this package),
+    and the official head variants no class of ours has (names.OTHER_OFFICIAL_HEAD_NAMES)."""
     from ernie_doc.heads import HEADS
-    out = set()
+    out = set(names.OTHER_OFFICIAL_HEAD_NAMES)
     for cls in HEADS.values():
         out.update(cls.official_names.values())
     return out
@@ -203,7 +209,9 @@ def detect_format(path):
     tensor_dir = lodtensor.params_dir(path)
     tensor_files = lodtensor.list_tensor_files(tensor_dir)
     head_names = _all_official_names()
-    if any(_is_official_param(n, head_names) for n in tensor_files):
+    # Any file named like a parameter counts, readable or not (read_checkpoint then says
+    # which one is broken).
+    if any(_is_official_param(n, head_names) for n in lodtensor.list_regular_files(tensor_dir)):
         searched = [tensor_dir]
         if tensor_dir != path:
             searched.append(path)  # tensors in path/params: the config sits in path
@@ -234,25 +242,48 @@ def _read_safetensors(path):
 
 
 def _read_pdparams(path):
-    """paddle.load (a pickle: PaddleNLP's format) → ({name: ndarray}, [skipped entries])."""
-    import paddle
-    try:
-        state = paddle.load(path)
-    except Exception as e:  # paddle.load raises many types for a bad file
-        raise CheckpointError(f"{path}: cannot read .pdparams file ({e})") from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: expected a state dict, got {type(state).__name__}")
+    """A paddle.save state dict (PaddleNLP's format) → ({name: ndarray}, [skipped entries]).
+
+    Read with the restricted unpickler of ernie_doc.checkpoint.safe_pickle: nothing in the
+    file runs, and anything paddle.save does not write is refused (CheckpointError). paddle
+    saves bfloat16 tensors as their uint16 bit patterns (it has no uint16 tensors): uint16
+    arrays come back as float32, exactly.
+    """
+    from ernie_doc.checkpoint import safe_pickle
+    state = safe_pickle.load_state_dict(path)
     tensors, skipped = {}, []
     for key, value in state.items():
-        if isinstance(value, paddle.Tensor):
-            if value.dtype == paddle.bfloat16:
-                value = value.astype("float32")  # numpy has no bfloat16; the cast is exact
-            tensors[key] = value.numpy()
-        elif isinstance(value, np.ndarray):
-            tensors[key] = value
+        if isinstance(key, str) and isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+            tensors[key] = lodtensor.bf16_to_fp32(value) if value.dtype == np.uint16 else value
         else:
-            skipped.append(key)  # e.g. a name table
+            skipped.append(str(key))  # e.g. a name table or a step counter
     return tensors, skipped
+
+
+def _read_official(directory, upcast):
+    """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]).
+
+    A file named like a parameter (of the encoder or of any head) must be a valid LoDTensor
+    file: an empty, garbage or truncated one is an error naming it, never a "missing" tensor
+    left at its initialisation. Optimizer / LR state files are not read. Other files are read
+    when they start like a LoDTensor (they become "unexpected") and skipped otherwise
+    (configs, vocab)."""
+    head_names = _all_official_names()
+    tensors, ignored = {}, []
+    for name in lodtensor.list_regular_files(directory):
+        if names.is_ignored_official(name):
+            ignored.append(name)  # optimizer state can be twice the model: not read
+            continue
+        path = os.path.join(directory, name)
+        if not _is_official_param(name, head_names) and not lodtensor.looks_like_lodtensor(path):
+            continue
+        try:
+            tensors[name] = lodtensor.read_lodtensor(path, upcast=upcast)
+        except lodtensor.LoDTensorFormatError as e:
+            raise CheckpointError(str(e)) from None
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+    return tensors, ignored
 
 
 def read_checkpoint(path, upcast=True):
@@ -267,16 +298,7 @@ def read_checkpoint(path, upcast=True):
     elif fmt == "paddlenlp":
         tensors, ignored = _read_pdparams(weights)
     else:
-        tensors = {}
-        for name in lodtensor.list_tensor_files(weights):
-            if names.is_ignored_official(name):
-                ignored.append(name)  # optimizer state can be twice the model: not read
-                continue
-            try:
-                tensors[name] = lodtensor.read_lodtensor(os.path.join(weights, name),
-                                                         upcast=upcast)
-            except lodtensor.LoDTensorFormatError as e:
-                raise CheckpointError(str(e)) from None
+        tensors, ignored = _read_official(weights, upcast)
     return Checkpoint(fmt, weights, tensors, config, config_path, architecture, ignored)
 
 

@@ -148,10 +148,15 @@ def read_lodtensor(path, upcast=True):
     """One LoDTensor file → np.ndarray with the stored shape (LoD offsets are discarded).
 
     upcast=True turns FP16 and BF16 into float32 (exact); upcast=False returns FP16 as float16
-    and BF16 as its raw uint16 bits.
+    and BF16 as its raw uint16 bits. Every size the header declares (LoD levels, the data) is
+    checked against the file's length before anything is read or allocated, so a corrupt or
+    hostile header is a LoDTensorFormatError naming the file, never a MemoryError.
     """
     path = os.fspath(path)
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise LoDTensorFormatError(f"{path}: empty file (0 bytes), not a LoDTensor file")
         (version,) = struct.unpack("<I", _read_exact(f, 4, path, "the version"))
         if version != 0:
             raise LoDTensorFormatError(f"{path}: not a LoDTensor file (version {version}, "
@@ -160,12 +165,16 @@ def read_lodtensor(path, upcast=True):
         if lod_level > _MAX_LOD_LEVELS:
             raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (lod_level {lod_level})")
         for level in range(lod_level):
-            (size,) = struct.unpack("<Q", _read_exact(f, 8, path, f"LoD level {level} size"))
-            if size % 8:
+            (nbytes,) = struct.unpack("<Q", _read_exact(f, 8, path, f"LoD level {level} size"))
+            if nbytes % 8:
                 raise LoDTensorFormatError(
-                    f"{path}: corrupt LoDTensor file (LoD level {level} has {size} bytes, "
+                    f"{path}: corrupt LoDTensor file (LoD level {level} has {nbytes} bytes, "
                     f"not a multiple of 8)")
-            _read_exact(f, size, path, f"LoD level {level} offsets")
+            if nbytes > size - f.tell():
+                raise LoDTensorFormatError(
+                    f"{path}: truncated or corrupt LoDTensor file: LoD level {level} declares "
+                    f"{nbytes} bytes, the file has {size - f.tell()} left")
+            f.seek(nbytes, os.SEEK_CUR)   # the offsets are not needed
         (tversion,) = struct.unpack("<I", _read_exact(f, 4, path, "the tensor version"))
         if tversion != 0:
             raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (tensor version "
@@ -187,9 +196,7 @@ def read_lodtensor(path, upcast=True):
         dtype = _NUMPY_OF[data_type]
         count = math.prod(dims)  # Python ints: a corrupt dim cannot overflow
         nbytes = count * dtype.itemsize
-        start = f.tell()
-        f.seek(0, os.SEEK_END)
-        available = f.tell() - start
+        available = size - f.tell()
         if available < nbytes:
             raise LoDTensorFormatError(
                 f"{path}: truncated LoDTensor file: {_ENUM_NAMES[data_type]} {dims} needs "
@@ -198,7 +205,6 @@ def read_lodtensor(path, upcast=True):
             raise LoDTensorFormatError(
                 f"{path}: corrupt LoDTensor file: {available - nbytes} bytes after the "
                 f"{_ENUM_NAMES[data_type]} {dims} data (a combined multi-tensor file?)")
-        f.seek(start)
         array = np.fromfile(f, dtype=dtype, count=count).reshape(dims)
     if upcast and data_type == FP16:
         array = array.astype(np.float32)
@@ -237,7 +243,7 @@ def write_lodtensor(path, array):
 
 
 # -- directories --------------------------------------------------------------------------------
-def _looks_like_lodtensor(path):
+def looks_like_lodtensor(path):
     """Files starting with a zero uint32 are taken as tensors (a config or vocab never does)."""
     with open(path, "rb") as f:
         return f.read(4) == b"\x00\x00\x00\x00"
@@ -253,16 +259,23 @@ def params_dir(directory):
     return directory
 
 
-def list_tensor_files(directory):
-    """Names of the regular, non-hidden files of `directory` that start like a LoDTensor."""
-    names = []
+def list_regular_files(directory):
+    """Names of the regular, non-hidden files of `directory`, sorted (FIFOs, devices and
+    directories are left out: they are never opened)."""
+    out = []
     for name in sorted(os.listdir(directory)):
         full = os.path.join(directory, name)
         if name.startswith(".") or name.endswith("~") or not os.path.isfile(full):
             continue  # hidden, editor or in-progress (".tmp-…") files
-        if os.path.getsize(full) and _looks_like_lodtensor(full):
-            names.append(name)
-    return names
+        out.append(name)
+    return out
+
+
+def list_tensor_files(directory):
+    """Names of the regular, non-hidden files of `directory` that start like a LoDTensor."""
+    return [name for name in list_regular_files(directory)
+            if os.path.getsize(os.path.join(directory, name))
+            and looks_like_lodtensor(os.path.join(directory, name))]
 
 
 def read_official_dir(directory, upcast=True):

@@ -47,6 +47,13 @@ LAYER_NAMES = {
     "norm2.weight": "post_ffn_layer_norm_scale", "norm2.bias": "post_ffn_layer_norm_bias",
 }
 _PER_LAYER_BIASES = ("attn.r_w_bias", "attn.r_r_bias", "attn.r_t_bias")
+# Official head parameters that no head class here loads: the untied masked-LM output
+# projection of the official pretraining network (weight sharing off). Loaders count them as
+# another head's tensors, like cls_out_w in a pretraining checkpoint.
+OTHER_OFFICIAL_HEAD_NAMES = ("mask_lm_out_fc.w_0",)
+# The encoder's top-level modules (ErnieDocModel): a key under one of them that is no backbone
+# parameter of ours belongs to no head.
+ENCODER_MODULES = ("embeddings", "encoder", "pooler")
 _LAYER_INV = {v: k for k, v in LAYER_NAMES.items()}
 _GLOBAL_INV = {v: k for k, v in {**GLOBAL_NAMES, **SHARED_BIAS_NAMES}.items()}
 _OURS_LAYER = re.compile(r"^encoder\.layers\.(\d+)\.(.+)$")

@@ -71,6 +71,7 @@ import os
 from collections import namedtuple
 from typing import List, Optional, Union
 
+import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
@@ -78,7 +79,8 @@ import paddle.nn.functional as F
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
                                      update_memory)
-from ernie_doc.utils import atomic_path, atomic_write_text
+from ernie_doc.config import ConfigError
+from ernie_doc.utils import atomic_path, atomic_write_text, read_json
 
 __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",
            "sinusoid", "sega_dims", "LM_PRESETS", "load_lm_config"]
@@ -87,7 +89,8 @@ RECURRENCES = ("enhanced", "xl", "none")
 SEGA_RELATIVE = ("exact", "segatron")
 MASK_VALUE = 1e30   # added (negated) to masked scores: exp underflows to exactly 0
 CONFIG_FILE = "lm_config.json"
-WEIGHTS_FILE = "model_state.pdparams"
+WEIGHTS_FILE = "model.safetensors"
+OLD_WEIGHTS_FILE = "model_state.pdparams"   # earlier versions: a paddle.save pickle
 
 # The paper's WikiText-103 models (appendix table; the rest is Transformer-XL's scripts).
 LM_PRESETS = {
@@ -245,6 +248,7 @@ class TransformerXLConfig:
 def load_lm_config(source=None, **overrides):
     """A preset name (LM_PRESETS), a JSON file, a saved model directory or a dict (None: the
     defaults), with `overrides` on top → TransformerXLConfig."""
+    path = None
     if source is None or isinstance(source, dict):
         values = dict(source or {})
     elif source in LM_PRESETS:
@@ -252,12 +256,18 @@ def load_lm_config(source=None, **overrides):
     else:
         path = os.path.join(source, CONFIG_FILE) if os.path.isdir(source) else source
         if not os.path.isfile(path):
-            raise ValueError(f"{source}: not a language-model preset {sorted(LM_PRESETS)}, "
-                             f"config JSON or model directory (no {CONFIG_FILE})")
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
+            raise ConfigError(f"{source}: not a language-model preset {sorted(LM_PRESETS)}, "
+                              f"config JSON or model directory (no {CONFIG_FILE})")
+        values = read_json(path, ConfigError)
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
     values.update(overrides)
-    return TransformerXLConfig.from_dict(values)
+    try:
+        return TransformerXLConfig.from_dict(values)
+    except ValueError as e:   # name the file the bad value came from
+        if path is None or isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{path}: {e}") from None
 
 
 # ------------------------------------------------------------------------------ functions
@@ -432,6 +442,16 @@ class TransformerXLLM(nn.Layer):
         if not isinstance(config, TransformerXLConfig):
             raise TypeError(f"config must be a TransformerXLConfig or a dict, got {type(config)}")
         c = self.config = config.validate()
+        # Refuse weights that cannot fit before allocating them: a lower bound on the count is
+        # each layer's attention (q, k, v, output) and feed-forward matrices plus the
+        # embedding rows of the most frequent words (full width).
+        from ernie_doc import resources
+        attention = 4 * c.n_head * c.d_head * c.d_model + 2 * c.d_model * c.d_inner
+        head_rows = (c.cutoffs[0] if c.cutoffs else c.vocab_size) * c.embed_dim
+        resources.check_fits({"weights": 4 * (c.n_layer * attention + head_rows)},
+                             f"TransformerXLLM(n_layer={c.n_layer}, d_model={c.d_model}, "
+                             f"d_inner={c.d_inner}, vocab_size={c.vocab_size})",
+                             "gpu" if str(paddle.get_device()).startswith("gpu") else "cpu")
         self.word_emb = AdaptiveEmbedding(c.vocab_size, c.embed_dim, c.d_model, c.cutoffs,
                                           c.div_val, c.init_std, c.proj_init_std)
         self.drop = nn.Dropout(c.dropout)
@@ -445,11 +465,13 @@ class TransformerXLLM(nn.Layer):
 
     # -- weights ---------------------------------------------------------------------------
     def save_pretrained(self, directory):
-        """directory/lm_config.json + model_state.pdparams (each written atomically; other
-        files, e.g. the vocabulary, are kept) → directory."""
+        """directory/lm_config.json + model.safetensors (the state_dict; no pickle), each
+        written atomically; other files, e.g. the vocabulary, are kept → directory."""
+        from safetensors.numpy import save_file
         os.makedirs(directory, exist_ok=True)
+        arrays = {k: np.ascontiguousarray(v.numpy()) for k, v in self.state_dict().items()}
         with atomic_path(os.path.join(directory, WEIGHTS_FILE)) as tmp:
-            paddle.save(self.state_dict(), tmp)
+            save_file(arrays, tmp, metadata={"format": "np"})
         atomic_write_text(os.path.join(directory, CONFIG_FILE),
                           json.dumps(self.config.to_dict(), indent=1) + "\n")
         return directory
@@ -457,24 +479,46 @@ class TransformerXLLM(nn.Layer):
     @classmethod
     def from_pretrained(cls, directory, **overrides):
         """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
-        mem_len or recurrence, replace the saved ones). Every tensor must match by name and
-        shape (ValueError naming it otherwise)."""
+        mem_len or recurrence, replace the saved ones). Reads model.safetensors, or the
+        model_state.pdparams of earlier versions through the restricted unpickler
+        (ernie_doc.checkpoint.safe_pickle: nothing in it runs). Every tensor must match by
+        name and shape, with a dtype that casts (float widths; uint16 is bfloat16 bits):
+        CheckpointError, one line naming the file and the tensors, otherwise."""
+        from ernie_doc.checkpoint import io, safe_pickle
+        from ernie_doc.modeling.pretrained import _assign, _cast_problem, _dtype_name
+        directory = os.fspath(directory)
+        if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+            raise io.CheckpointError(f"{directory}: not a language-model directory (no "
+                                     f"{CONFIG_FILE})")
         model = cls(load_lm_config(directory, **overrides))
         path = os.path.join(directory, WEIGHTS_FILE)
-        if not os.path.isfile(path):
-            raise ValueError(f"{directory}: no {WEIGHTS_FILE}")
-        state = paddle.load(path)
+        if os.path.isfile(path):
+            state = io._read_safetensors(path)
+        elif os.path.isfile(os.path.join(directory, OLD_WEIGHTS_FILE)):
+            path = os.path.join(directory, OLD_WEIGHTS_FILE)
+            state = safe_pickle.load_state_dict(path)
+        else:
+            raise io.CheckpointError(f"{directory}: no {WEIGHTS_FILE} (or the older "
+                                     f"{OLD_WEIGHTS_FILE})")
         own = model.state_dict()
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
         if missing or unexpected:
-            raise ValueError(f"{path}: tensors missing {missing[:3]} / unexpected "
-                             f"{unexpected[:3]} for this config")
+            raise io.CheckpointError(f"{path}: tensors missing {missing[:3]} / unexpected "
+                                     f"{unexpected[:3]} for this config")
+        problems = []
         for name, value in state.items():
-            if list(value.shape) != list(own[name].shape):
-                raise ValueError(f"{path}: {name} has shape {list(value.shape)}, the model "
-                                 f"{list(own[name].shape)}")
-        model.set_state_dict(state)
+            if not isinstance(value, np.ndarray):
+                problems.append(f"{name} is a {type(value).__name__}, not a tensor")
+            elif list(value.shape) != list(own[name].shape):
+                problems.append(f"{name} has shape {list(value.shape)}, the model "
+                                f"{list(own[name].shape)}")
+            elif _cast_problem(value, _dtype_name(own[name].dtype)):
+                problems.append(f"{name}: {_cast_problem(value, _dtype_name(own[name].dtype))}")
+        if problems:
+            raise io.CheckpointError(f"{path}: " + "; ".join(problems))
+        for name, value in state.items():
+            _assign(own[name], value)
         return model
 
     @property

@@ -7,6 +7,12 @@
 `path` may hold any layout of ernie_doc.checkpoint.io (official static files, PaddleNLP
 .pdparams, ours). Names are mapped with ernie_doc.checkpoint.names; the model's own state_dict
 keys are PaddleNLP's (heads keep the encoder under `ernie_doc.`).
+
+What loads without a word beyond the load report: the whole model, or the encoder with this
+class's head absent (a new head, fresh initialisation, in `.missing`), with tensors of other
+known heads and optimizer / LR state left aside (`.unexpected`, `.ignored`). Anything else
+partial is a CheckpointError unless allow_partial=True; a checkpoint sharing no encoder tensor
+with the model, a shape that differs or a dtype that cannot be cast always is.
 """
 import inspect
 import logging
@@ -101,16 +107,84 @@ def checkpoint_key_map(names_in_checkpoint, fmt, cls):
     return out
 
 
+def _dtype_name(dtype):
+    """paddle dtype → 'float32' (paddle 2.6 and 3.x print dtypes as 'paddle.float32')."""
+    return str(dtype).split(".")[-1]
+
+
+_FLOAT_PARAMS = ("float16", "float32", "float64", "bfloat16")
+
+
+def _cast_problem(array, param_dtype):
+    """Why `array` cannot load into a parameter of paddle dtype name `param_dtype`, or None.
+    Any float width casts to a float parameter; a uint16 array is bfloat16 bits (paddle saves
+    bfloat16 that way) and is converted; integers, bools and complex never become floats."""
+    kind = array.dtype.kind
+    if param_dtype in _FLOAT_PARAMS:
+        if kind == "f" or array.dtype == np.uint16:
+            return None
+    else:
+        try:
+            if np.can_cast(array.dtype, np.dtype(param_dtype), "safe"):
+                return None
+        except TypeError:
+            pass
+    return f"a {array.dtype} tensor cannot load into a {param_dtype} parameter"
+
+
 def _assign(param, array):
-    """Copy ndarray `array` into `param`, cast to the parameter's dtype."""
+    """Copy ndarray `array` into `param`, cast to the parameter's dtype (uint16 = bfloat16
+    bits, see _cast_problem)."""
     import paddle
+    from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
+    if array.dtype == np.uint16 and _dtype_name(param.dtype) in _FLOAT_PARAMS:
+        array = bf16_to_fp32(array)
     np_dtype = {paddle.float32: np.float32, paddle.float16: np.float16,
                 paddle.float64: np.float64}.get(param.dtype)
     if np_dtype is not None:
         param.set_value(np.ascontiguousarray(array, dtype=np_dtype))
-    else:  # e.g. bfloat16, which numpy cannot hold
+    elif _dtype_name(param.dtype) == "bfloat16":  # numpy cannot hold it: cast in paddle
         param.set_value(paddle.to_tensor(np.asarray(array, dtype=np.float32))
                         .astype(param.dtype))
+    else:
+        param.set_value(np.ascontiguousarray(array, dtype=_dtype_name(param.dtype)))
+
+
+def _listing(items, limit=5, sep=", "):
+    """The first `limit` items joined on one line, and how many there are when more."""
+    items = list(items)
+    shown = sep.join(items[:limit])
+    return shown + (f"{sep}... ({len(items)} in all)" if len(items) > limit else "")
+
+
+def _known_head_modules(cls, target, ckpt):
+    """First name components of head tensors that belong to a known head: those of every
+    head class of ernie_doc.heads and of `cls`; None when the checkpoint's own config names a
+    head class (every tensor outside its encoder is then that head's)."""
+    from ernie_doc.checkpoint import names
+    from ernie_doc.heads import HEADS
+    arch = (ckpt.architecture or {}).get("class")
+    if arch and arch != "ErnieDocModel":
+        return None
+    modules = {k.split(".")[0] for head in HEADS.values() for k in head.official_names}
+    if not _is_bare(cls):   # this class's own head (task heads live outside HEADS)
+        modules.update(k.split(".")[0] for k in target if not k.startswith(names.PREFIX))
+    return modules
+
+
+def _leftover_kind(name, fmt, cls, head_modules):
+    """What a checkpoint tensor the model does not use is: "head" (another known head's: fine
+    to leave aside), "encoder" (an encoder tensor this model does not have: a config that
+    differs) or "unknown" (it belongs to nothing we know)."""
+    from ernie_doc.checkpoint import io, names
+    if fmt == "official":
+        if names.official_to_backbone(name) is not None:
+            return "encoder"
+        return "head" if name in io._all_official_names() or \
+            name in cls.official_names.values() else "unknown"
+    if name.startswith(names.PREFIX) or name.split(".")[0] in names.ENCODER_MODULES:
+        return "encoder" if names.backbone_to_official(names.strip_prefix(name)) else "unknown"
+    return "head" if head_modules is None or name.split(".")[0] in head_modules else "unknown"
 
 
 class PretrainedMixin:
@@ -119,21 +193,29 @@ class PretrainedMixin:
     official_names = {}  # head classes: {their own parameter key: official static name}
 
     @classmethod
-    def from_pretrained(cls, path, config=None, strict=False, **kwargs):
+    def from_pretrained(cls, path, config=None, strict=False, allow_partial=False, **kwargs):
         """Build `cls` and load a checkpoint into it.
 
         path: a checkpoint directory or weights file of any supported layout (or an
             already read ernie_doc.checkpoint.io.Checkpoint).
         config: ErnieDocConfig, preset name, JSON path or dict. Wins over the checkpoint's
             config; required when the checkpoint has none.
-        strict: raise if any model tensor is missing or any checkpoint tensor is unused.
+        strict: raise if any model tensor is missing or any checkpoint tensor is unused, the
+            expected ones below included.
+        allow_partial: load a checkpoint that matches only in part (some encoder tensors
+            missing, this class's head only partly there, tensors of no known head), with a
+            warning listing what was not loaded. Without it these raise. Expected and loaded
+            either way: this class's head wholly absent (a new head: `.missing`), tensors of
+            other known heads (`.unexpected`), optimizer / LR state (`.ignored`).
         kwargs: config keys (e.g. recurrence="xl") override the config; constructor arguments
             (num_labels, num_choices, dropout, ...) go to the constructor. A head size that is
             not given (num_labels, num_reorder_classes) is taken from the checkpoint's tensor.
 
         Returns the model (mode unchanged: call .eval() for inference) with `.load_report`.
-        Raises CheckpointError (no checkpoint / no config / strict violations), ValueError
-        (shape mismatches, listing each tensor with both shapes).
+        Raises CheckpointError, one line naming the checkpoint: no checkpoint or config, an
+        unreadable or refused file, no encoder tensor matched (even with allow_partial), a
+        partial match (unless allow_partial), strict violations, shapes that differ (each
+        tensor with both shapes), dtypes that cannot be cast (integer or bool into float).
         """
         from ernie_doc.checkpoint import io, names
         from ernie_doc.config import ErnieDocConfig
@@ -194,26 +276,70 @@ class PretrainedMixin:
         model = cls(cfg, **ctor_kwargs)
         target = model.state_dict()
 
-        assigned, unexpected, mismatched = {}, [], []
+        assigned, unexpected, mismatched, uncastable = {}, [], [], []
         for name, key in key_map.items():
             if key is None or key not in target or key in assigned:
                 unexpected.append(name)
                 continue
+            label = name if name == key else f"{name} (model {key})"
             want = [int(d) for d in target[key].shape]
             have = list(ckpt.tensors[name].shape)
             if want != have:
-                label = name if name == key else f"{name} (model {key})"
                 mismatched.append(f"{label}: checkpoint {have} vs model {want}")
+                continue
+            problem = _cast_problem(ckpt.tensors[name], _dtype_name(target[key].dtype))
+            if problem:
+                uncastable.append(f"{label}: {problem}")
                 continue
             assigned[key] = name
         if mismatched:
-            raise ValueError(f"{where}: {len(mismatched)} tensor shape(s) differ from the model "
-                             f"(is the config right?):\n  " + "\n  ".join(mismatched))
+            raise io.CheckpointError(
+                f"{where}: {len(mismatched)} tensor shape(s) differ from the model (is the "
+                f"config right?): " + _listing(mismatched, 8, "; "))
+        if uncastable:
+            raise io.CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
+                                     f"model cannot take: " + _listing(uncastable, 8, "; "))
         missing = [k for k in target if k not in assigned]
         if strict and (missing or unexpected):
             raise io.CheckpointError(
                 f"{where}: strict load failed: missing {missing or 'none'}; "
                 f"unexpected {unexpected or 'none'}")
+
+        # What a partial match means: the encoder (bare model: everything) must be there,
+        # this class's head wholly or not at all, and what is left over must be a known head's.
+        bare = _is_bare(cls)
+        encoder_keys = [k for k in target if bare or k.startswith(names.PREFIX)]
+        head_keys = [k for k in target if not (bare or k.startswith(names.PREFIX))]
+        if not any(k in assigned for k in encoder_keys):
+            held = (f"it holds {len(ckpt.tensors)} tensors, e.g. {_listing(ckpt.tensors, 3)}"
+                    if ckpt.tensors else "it holds no tensors")
+            raise io.CheckpointError(
+                f"{where}: none of the {len(encoder_keys)} encoder tensors of {cls.__name__} "
+                f"is in the checkpoint ({held}): not an ERNIE-Doc checkpoint of this layout")
+        head_modules = _known_head_modules(cls, target, ckpt)
+        problems = []
+        encoder_missing = [k for k in encoder_keys if k not in assigned]
+        if encoder_missing:
+            problems.append(f"{len(encoder_missing)} of {len(encoder_keys)} encoder tensors "
+                            f"missing ({_listing(encoder_missing)})")
+        head_missing = [k for k in head_keys if k not in assigned]
+        if head_missing and len(head_missing) < len(head_keys):
+            problems.append(f"the {cls.__name__} head is only partly there (missing "
+                            f"{_listing(head_missing)})")
+        leftover = {"encoder": [], "unknown": [], "head": []}
+        for name in unexpected:
+            leftover[_leftover_kind(name, ckpt.format, cls, head_modules)].append(name)
+        if leftover["encoder"]:
+            problems.append(f"{len(leftover['encoder'])} encoder tensors this model does not "
+                            f"have, is the config right? ({_listing(leftover['encoder'])})")
+        if leftover["unknown"]:
+            problems.append(f"{len(leftover['unknown'])} tensors that belong to no known head "
+                            f"({_listing(leftover['unknown'])})")
+        if problems and not allow_partial:
+            raise io.CheckpointError(
+                f"{where}: partial checkpoint for {cls.__name__}: " + "; ".join(problems)
+                + " (allow_partial=True, or allow_partial_checkpoint: true in a run config, "
+                  "loads it anyway)")
 
         for key, name in assigned.items():
             _assign(target[key], ckpt.tensors[name])
@@ -222,6 +348,9 @@ class PretrainedMixin:
                             unexpected, list(ckpt.ignored))
         model.load_report = report
         logger.info("%s", report.summary().splitlines()[0])
+        if problems:
+            logger.warning("%s: partial checkpoint loaded (allow_partial): %s", where,
+                           "; ".join(problems))
         if missing:
             logger.warning("%s: %d model tensors not in the checkpoint keep their fresh "
                            "initialisation: %s", where, len(missing), ", ".join(missing))

@@ -1,16 +1,28 @@
-"""Resumable training checkpoints, written atomically.
+"""Resumable training checkpoints, written atomically, with no pickle in them.
 
-    OUTPUT_DIR/checkpoints/step-N/   model.pdparams, optimizer.pdopt (with the LR scheduler),
+    OUTPUT_DIR/checkpoints/step-N/   model.safetensors (the model's state_dict),
+                                     optimizer.safetensors + optimizer.json (the optimizer's
+                                     tensors; its other entries, e.g. the LR scheduler, and a
+                                     list of every tensor with its dtype and shape),
                                      trainer_state.json, rank-R.npz (memories of rank R's rows)
     OUTPUT_DIR/checkpoints/latest -> step-N      (symlink, replaced atomically)
     OUTPUT_DIR/best -> checkpoints/best-step-N   (from_pretrained directory of the best model)
 
 Every rank writes into `step-N.tmp/`; rank 0 renames it to `step-N/` and only then moves the
 `latest` link, so a process killed mid-save leaves the previous checkpoint and link intact.
+
+Resuming checks everything before using it: every model tensor present with the model's
+shape and dtype and nothing else, every optimizer tensor the list names present as listed and
+owned by a parameter of the model, readable JSON and npz files (npz without pickles). Anything
+else is a CheckpointStateError naming the file; nothing is silently left at its
+initialisation. Checkpoints of earlier versions (model.pdparams + optimizer.pdopt, paddle.save
+pickles) still resume, read by the restricted unpickler of ernie_doc.checkpoint.safe_pickle.
+bfloat16 tensors are stored as their uint16 bits (numpy has no bfloat16), marked as such.
 """
 import json
 import os
 import shutil
+import zipfile
 
 import numpy as np
 import paddle
@@ -18,10 +30,17 @@ import paddle
 from ernie_doc.training import distributed as dist
 
 CHECKPOINTS = "checkpoints"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+OPTIMIZER_META = "optimizer.json"
+TRAINER_STATE = "trainer_state.json"
+OLD_MODEL_FILE = "model.pdparams"      # paddle.save pickles of earlier versions
+OLD_OPTIMIZER_FILE = "optimizer.pdopt"
+MASTER_PREFIX = "master_weights/"      # optimizer.safetensors keys of AMP master weights
 
 
 class CheckpointStateError(RuntimeError):
-    """A resume directory without a usable checkpoint."""
+    """A resume directory without a usable checkpoint (the message names the file)."""
 
 
 def _point(link, target):
@@ -71,6 +90,99 @@ def load_optimizer_state(model, optimizer, state):
     optimizer.set_state_dict(state)
 
 
+# -- tensors <-> files ----------------------------------------------------------------------
+def _to_numpy(tensor):
+    """paddle Tensor → (ndarray, paddle dtype name); bfloat16 as its uint16 bits."""
+    name = str(tensor.dtype).split(".")[-1]
+    return np.ascontiguousarray(tensor.numpy()), name
+
+
+def _from_numpy(array, dtype_name):
+    """The inverse of _to_numpy: ndarray (uint16 bits for bfloat16) → paddle Tensor."""
+    if dtype_name == "bfloat16":
+        from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
+        return paddle.to_tensor(bf16_to_fp32(array)).astype("bfloat16")  # exact
+    return paddle.to_tensor(array)
+
+
+def _save_tensors(path, arrays, metadata=None):
+    """{name: ndarray} → a safetensors file (no pickle; the header is JSON). Looked up at
+    call time so a test can stand in for the writer."""
+    from safetensors import numpy as st
+    st.save_file(arrays, path, metadata=metadata)
+
+
+def _load_tensors(path):
+    """A safetensors file → {name: ndarray}; CheckpointStateError naming an unreadable one."""
+    from safetensors.numpy import load_file
+    if not os.path.isfile(path):
+        raise CheckpointStateError(f"{path}: missing")
+    try:
+        return load_file(path)
+    except Exception as e:  # noqa: BLE001  safetensors raises its own error types
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointStateError(f"{path}: unreadable ({reason})") from None
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointStateError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointStateError(f"{path}: unreadable ({e})") from None
+    if not isinstance(value, dict):
+        raise CheckpointStateError(f"{path}: expected a JSON object, got "
+                                   f"{type(value).__name__}")
+    return value
+
+
+def _jsonable(value, where):
+    """An optimizer entry that is not a tensor (the LR scheduler's state) → plain JSON
+    values; numpy scalars become Python numbers (exact: JSON keeps the shortest repr)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, where) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _jsonable(v, where) for k, v in value.items()}
+    raise CheckpointStateError(f"optimizer state entry {where!r}: cannot store a "
+                               f"{type(value).__name__} in {OPTIMIZER_META}")
+
+
+def _write_model(path, model):
+    arrays, dtypes = {}, {}
+    for key, tensor in model.state_dict().items():
+        arrays[key], dtypes[key] = _to_numpy(tensor)
+    bf16 = sorted(k for k, d in dtypes.items() if d == "bfloat16")
+    _save_tensors(path, arrays, {"format": "np", "bfloat16": json.dumps(bf16)})
+
+
+def _write_optimizer(directory, model, optimizer):
+    """optimizer.safetensors: every tensor of the optimizer's state (accumulators keyed by
+    structured parameter names, AMP master weights under "master_weights/"); optimizer.json:
+    the other entries and {"tensors": {key: [dtype, shape]}}, the list resume checks."""
+    state = optimizer_state(model, optimizer)
+    arrays, listing, entries = {}, {}, {}
+    for key, value in state.items():
+        if key == "master_weights" and isinstance(value, dict):
+            items = [(MASTER_PREFIX + k, v) for k, v in value.items()]
+        elif isinstance(value, paddle.Tensor):
+            items = [(key, value)]
+        else:
+            entries[key] = _jsonable(value, key)
+            continue
+        for name, tensor in items:
+            arrays[name], dtype = _to_numpy(tensor)
+            listing[name] = [dtype, list(arrays[name].shape)]
+    _save_tensors(os.path.join(directory, OPTIMIZER_FILE), arrays, {"format": "np"})
+    with open(os.path.join(directory, OPTIMIZER_META), "w", encoding="utf-8") as f:
+        json.dump({"entries": entries, "tensors": listing}, f, indent=1, sort_keys=True)
+
+
 def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_arrays, keep=1):
     """Collective: every rank calls it. rank_arrays: this rank's numpy arrays (memories)."""
     root = os.path.join(output_dir, CHECKPOINTS)
@@ -83,9 +195,9 @@ def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_
     dist.barrier()
     np.savez(os.path.join(tmp, f"rank-{dist.rank()}.npz"), **rank_arrays)
     if dist.rank() == 0:
-        paddle.save(model.state_dict(), os.path.join(tmp, "model.pdparams"))
-        paddle.save(optimizer_state(model, optimizer), os.path.join(tmp, "optimizer.pdopt"))
-        with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
+        _write_model(os.path.join(tmp, MODEL_FILE), model)
+        _write_optimizer(tmp, model, optimizer)
+        with open(os.path.join(tmp, TRAINER_STATE), "w", encoding="utf-8") as f:
             json.dump(trainer_state, f, indent=1, sort_keys=True)
     dist.barrier()
     if dist.rank() == 0:
@@ -106,24 +218,178 @@ def latest_checkpoint(output_dir):
     if not os.path.lexists(link):
         return None
     path = os.path.realpath(link)
-    if not os.path.isfile(os.path.join(path, "trainer_state.json")):
+    if not os.path.isfile(os.path.join(path, TRAINER_STATE)):
         raise CheckpointStateError(f"{link}: points to {path}, which is not a complete "
                                    "checkpoint")
     return path
 
 
-def load_training_state(path, model, optimizer):
-    """Restore model and optimizer in place → (trainer_state dict, this rank's arrays)."""
-    model.set_state_dict(paddle.load(os.path.join(path, "model.pdparams")))
-    load_optimizer_state(model, optimizer, paddle.load(os.path.join(path, "optimizer.pdopt")))
-    with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-        state = json.load(f)
+# -- resume ----------------------------------------------------------------------------------
+def _read_old_pickle(path):
+    """A model.pdparams / optimizer.pdopt of an earlier version, through the restricted
+    unpickler (nothing in it runs) → dict."""
+    from ernie_doc.checkpoint import safe_pickle
+    from ernie_doc.checkpoint.io import CheckpointError
+    try:
+        return safe_pickle.load_state_dict(path)
+    except CheckpointError as e:
+        raise CheckpointStateError(str(e)) from None
+
+
+def _load_model(path, model):
+    """Check the saved model tensors against the model (all there, nothing else, the same
+    shapes and dtypes), then assign them."""
+    new = os.path.join(path, MODEL_FILE)
+    if os.path.isfile(new) or not os.path.isfile(os.path.join(path, OLD_MODEL_FILE)):
+        source, arrays = new, _load_tensors(new)
+        from safetensors import safe_open
+        with safe_open(new, framework="np") as f:
+            meta = f.metadata() or {}
+        try:
+            bf16 = set(json.loads(meta.get("bfloat16", "[]")))
+        except ValueError:
+            raise CheckpointStateError(f"{new}: corrupt metadata") from None
+    else:
+        source = os.path.join(path, OLD_MODEL_FILE)
+        arrays = _read_old_pickle(source)
+        bf16 = {k for k, v in arrays.items() if isinstance(v, np.ndarray)
+                and v.dtype == np.uint16}   # paddle pickles bfloat16 as uint16 bits
+    own = model.state_dict()
+    missing = [k for k in own if k not in arrays]
+    unexpected = [k for k in arrays if k not in own]
+    wrong = []
+    for key, tensor in own.items():
+        if key not in arrays:
+            continue
+        value = arrays[key]
+        dtype = str(tensor.dtype).split(".")[-1]
+        saved = "bfloat16" if key in bf16 else getattr(getattr(value, "dtype", None), "name",
+                                                        type(value).__name__)
+        shape = list(getattr(value, "shape", ()))
+        if saved != dtype or shape != list(tensor.shape):
+            wrong.append(f"{key} {saved} {shape} (model {dtype} {list(tensor.shape)})")
+    if missing or unexpected or wrong:
+        parts = [f"{label} {', '.join(items[:5])}" + (f" ... ({len(items)} in all)"
+                                                      if len(items) > 5 else "")
+                 for label, items in (("missing", missing), ("unexpected", unexpected),
+                                      ("wrong dtype/shape:", wrong)) if items]
+        raise CheckpointStateError(f"{source}: does not match the model being resumed: "
+                                   + "; ".join(parts))
+    for key, tensor in own.items():
+        value = arrays[key]
+        if key in bf16:
+            value = _from_numpy(value, "bfloat16")
+        tensor.set_value(value)
+
+
+def _load_optimizer(path, model):
+    """→ the optimizer state dict, checked: every tensor optimizer.json lists is in
+    optimizer.safetensors with its dtype and shape, and each one belongs to a parameter of
+    the model with a fitting shape (its own, or [1] for the beta powers). Which tensors an
+    optimizer keeps is its own business (paddle creates them at the first step): the list
+    saved with them is what "every optimizer tensor" means here."""
+    meta_path = os.path.join(path, OPTIMIZER_META)
+    if os.path.isfile(meta_path) or not os.path.isfile(os.path.join(path, OLD_OPTIMIZER_FILE)):
+        meta = _read_json(meta_path)
+        listing, entries = meta.get("tensors"), meta.get("entries")
+        if not isinstance(listing, dict) or not isinstance(entries, dict):
+            raise CheckpointStateError(f"{meta_path}: no 'tensors' and 'entries' objects")
+        source = os.path.join(path, OPTIMIZER_FILE)
+        arrays = _load_tensors(source)
+        missing = [k for k in listing if k not in arrays]
+        unexpected = [k for k in arrays if k not in listing]
+        wrong = [f"{k} {arrays[k].dtype.name} {list(arrays[k].shape)} (listed {listing[k]})"
+                 for k in listing if k in arrays and not _as_listed(arrays[k], listing[k])]
+        if missing or unexpected or wrong:
+            raise CheckpointStateError(
+                f"{source}: does not match {OPTIMIZER_META}: missing {missing[:5] or 'none'}; "
+                f"unexpected {unexpected[:5] or 'none'}; differing {wrong[:5] or 'none'}")
+        state, masters = dict(entries), {}
+        for key, array in arrays.items():
+            tensor = _from_numpy(array, listing[key][0])
+            if key.startswith(MASTER_PREFIX):
+                masters[key[len(MASTER_PREFIX):]] = tensor
+            else:
+                state[key] = tensor
+        if masters:
+            state["master_weights"] = masters
+    else:
+        source = os.path.join(path, OLD_OPTIMIZER_FILE)
+        state = _read_old_pickle(source)
+        for key, value in list(state.items()):
+            if isinstance(value, np.ndarray):
+                state[key] = paddle.to_tensor(value)
+            elif key == "master_weights" and isinstance(value, dict):
+                state[key] = {k: paddle.to_tensor(v) for k, v in value.items()}
+    if state.get(STRUCTURED):
+        _check_owners(source, state, model)
+    return state
+
+
+def _as_listed(array, listed):
+    """Whether `array` is what optimizer.json lists: [paddle dtype, shape]."""
+    if not (isinstance(listed, list) and len(listed) == 2 and isinstance(listed[1], list)):
+        return False
+    dtype = "uint16" if listed[0] == "bfloat16" else listed[0]   # bfloat16 is stored as bits
+    return array.dtype.name == dtype and list(array.shape) == listed[1]
+
+
+def _check_owners(source, state, model):
+    params = {n: [int(d) for d in p.shape] for n, p in model.named_parameters()}
+    bad = []
+    for key, value in state.items():
+        if key == "master_weights" and isinstance(value, dict):
+            owned = [(k, k, v) for k, v in value.items()]
+        elif isinstance(value, paddle.Tensor):
+            owner = max((n for n in params if key.startswith(n + "_")), key=len, default=None)
+            owned = [(key, owner, value)]
+        else:
+            continue
+        for name, owner, tensor in owned:
+            shape = [int(d) for d in tensor.shape]
+            if owner not in params:
+                bad.append(f"{name} (no such parameter)")
+            elif shape not in (params[owner], [1], []):   # moments, or a beta power
+                bad.append(f"{name} {shape} (parameter {params[owner]})")
+    if bad:
+        raise CheckpointStateError(f"{source}: optimizer state that does not fit the model: "
+                                   + ", ".join(bad[:5])
+                                   + (f" ... ({len(bad)} in all)" if len(bad) > 5 else ""))
+
+
+def _load_rank_arrays(path):
     rank_file = os.path.join(path, f"rank-{dist.rank()}.npz")
     if not os.path.isfile(rank_file):
         raise CheckpointStateError(f"{rank_file}: missing; resume with the same number of "
                                    f"ranks as the run that saved {path}")
-    with np.load(rank_file) as data:
-        arrays = {k: data[k] for k in data.files}
+    try:
+        with np.load(rank_file, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        raise CheckpointStateError(f"{rank_file}: unreadable ({e})") from None
+
+
+def read_training_state(path, model):
+    """Read and check every file of checkpoint `path` against `model`, then restore the
+    model's weights → (trainer_state dict, this rank's arrays, the optimizer state for
+    `load_optimizer_state`). Nothing is touched before everything has been checked, so a
+    resume can be refused before the run writes anything."""
+    state = _read_json(os.path.join(path, TRAINER_STATE))
+    for key in ("step", "total_steps"):
+        if not isinstance(state.get(key), int):
+            raise CheckpointStateError(f"{os.path.join(path, TRAINER_STATE)}: no integer "
+                                       f"{key!r}")
+    arrays = _load_rank_arrays(path)
+    opt_state = _load_optimizer(path, model)
+    _load_model(path, model)
+    return state, arrays, opt_state
+
+
+def load_training_state(path, model, optimizer):
+    """Restore model and optimizer in place → (trainer_state dict, this rank's arrays).
+    Everything is read and checked before the model or optimizer is touched."""
+    state, arrays, opt_state = read_training_state(path, model)
+    load_optimizer_state(model, optimizer, opt_state)
     return state, arrays
 
 
