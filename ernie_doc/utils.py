@@ -1,17 +1,46 @@
-"""Small shared helpers: atomic file writes, JSON reading with file:line errors, CPU threads."""
+"""Small shared helpers: atomic file writes, JSON reading with file:line errors, CPU threads,
+and the one-line report of a failed write (full disk, read-only filesystem) for the tools."""
 import contextlib
+import errno
 import json
 import os
+import re
+import stat
+import sys
 import tempfile
+from typing import Optional
+
+# errno values that mean "this write cannot succeed here": a full disk or quota, a read-only
+# filesystem, a file over the size limit. Whatever path they come with, they are the user's
+# environment, never a bug.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+# errno values that, for a path inside the output location, mean the location is unusable
+# (a file where a directory should be, no permission ...). ENOENT is not among them: a file
+# of ours that vanished is a bug (or another process), and keeps its traceback.
+_PLACE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR,
+                           errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK,
+                           errno.ENOTEMPTY})
+
+
+def _named(error: OSError, path: str) -> OSError:
+    """`error` with `path` as its file name (same errno, so the same OSError subclass)."""
+    renamed = OSError(error.errno, error.strerror, path)
+    renamed.__cause__ = error
+    return renamed
 
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Yield a temporary path next to `path`; move it into place only if the block succeeds."""
+    """Yield a temporary path next to `path`; move it into place only if the block succeeds.
+    An OSError without a file name (a write cut short by a full disk) or naming the temporary
+    file is raised again naming `path`, the file the caller meant to write."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+    except OSError as e:
+        raise _named(e, path) from None
     os.close(fd)
     # mkstemp creates 0600; give the file the mode a plain open() would.
     umask = os.umask(0)
@@ -20,6 +49,10 @@ def atomic_path(path):
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None or os.fspath(e.filename) == tmp:
+            raise _named(e, path) from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -31,20 +64,88 @@ def atomic_write_text(path, text):
             f.write(text)
 
 
-def read_utf8(path, error=ValueError):
-    """A whole UTF-8 file; invalid bytes or an unreadable file raise `error` naming the file
-    (and the line of the bad byte)."""
-    path = os.fspath(path)
+# -- reading regular files only ------------------------------------------------------------
+# Opening a FIFO blocks until another process writes to it, and a device never ends: every
+# reader of user files opens regular files only.
+def file_kind(path) -> Optional[str]:
+    """None for a regular file (symbolic links followed), else what is there instead:
+    "missing", "a directory", "a FIFO", "a socket", "a character device", "a block device",
+    "unreadable (<reason>)" or "not a regular file"."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL byte
+        return "missing"
+    except OSError as e:  # e.g. a parent directory without search permission
+        return f"unreadable ({e.strerror})"
+    return mode_kind(mode)
+
+
+def mode_kind(mode: int) -> Optional[str]:
+    """`file_kind` of an st_mode (None: a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def regular_file_problem(path, what: str = "file") -> Optional[str]:
+    """None when `path` is a regular file, else the one-line reason: "<path>: <what> does not
+    exist", "... is a directory, not a file", "... is a FIFO, not a regular file" ..."""
+    kind = file_kind(path)
+    if kind is None:
+        return None
+    path = os.fspath(path)
+    if kind == "missing":
+        return f"{path}: {what} does not exist"
+    if kind == "a directory":
+        return f"{path}: {what} is a directory, not a file"
+    if kind.startswith("unreadable"):
+        return f"{path}: {what} is {kind}"
+    return f"{path}: {what} is {kind}, not a regular file"
+
+
+def open_regular(path, what: str = "file", error=ValueError):
+    """A binary file object of a regular file. Anything else (missing, a FIFO, a device, a
+    directory) raises `error` naming the path without ever blocking: the file is checked
+    before it is opened, opened non-blocking, and checked again on the open descriptor (it
+    may have been swapped in between)."""
+    problem = regular_file_problem(path, what)
+    if problem:
+        raise error(problem)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise error(f"{path}: cannot read ({e.strerror})") from None
+        raise error(f"{os.fspath(path)}: cannot read ({e.strerror})") from None
+    kind = mode_kind(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise error(f"{os.fspath(path)}: {what} is {kind}, not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def decode_utf8(data: bytes, where: str, error=ValueError) -> str:
+    """`data` decoded; invalid UTF-8 raises `error` naming `where` and the line."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise error(f"{path}:{line}: invalid UTF-8 (byte {e.start})") from None
+        raise error(f"{where}:{line}: invalid UTF-8 (byte {e.start})") from None
+
+
+def read_utf8(path, error=ValueError, what: str = "file"):
+    """A whole UTF-8 regular file; anything else, an unreadable file or invalid bytes raise
+    `error` naming the file (and the line of the bad byte)."""
+    with open_regular(path, what, error) as f:
+        try:
+            data = f.read()
+        except OSError as e:
+            raise error(f"{os.fspath(path)}: cannot read ({e.strerror})") from None
+    return decode_utf8(data, os.fspath(path), error)
 
 
 def read_json(path, error=ValueError):
@@ -54,6 +155,8 @@ def read_json(path, error=ValueError):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise error(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except RecursionError:   # "[[[[..." thousands deep: no config or sidecar is like that
+        raise error(f"{os.fspath(path)}: JSON nested too deeply") from None
 
 
 def set_paddle_threads(threads):
@@ -66,3 +169,121 @@ def set_paddle_threads(threads):
         setter = getattr(core, "set_num_threads", None)
     if setter is not None:
         setter(int(threads))
+
+
+# ---------------------------------------------------------------------------------------------
+# failed writes, for the command-line tools
+# ---------------------------------------------------------------------------------------------
+def _within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or lies under it (after resolving links and '..')."""
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _safetensors_write_reason(error: BaseException) -> Optional[str]:
+    """The OS reason of a safetensors serialisation failure ("No space left on device"), or
+    None when `error` is not one (reading a damaged file is the loader's error to report)."""
+    module = sys.modules.get("safetensors")   # never imported: it cannot have raised
+    cls = getattr(module, "SafetensorError", None)
+    if cls is None or not isinstance(error, cls):
+        return None
+    text = str(error)
+    if "while serializing" not in text:
+        return None
+    # "Error while serializing: I/O error: No space left on device (os error 28)", or in older
+    # releases "... IoError(Os { code: 28, kind: StorageFull, message: \"No space left ...\" })"
+    found = re.search(r'message: "([^"]+)"', text) or \
+        re.search(r"I/O error: (.*?)(?: \(os error \d+\))?$", text)
+    return found.group(1) if found else text
+
+
+def write_failure(error: BaseException, target: str, what: str = "output_dir",
+                  target_is_dir: bool = True) -> Optional[str]:
+    """The one-line report of `error` raised while a tool wrote `target` (its output
+    directory, or file when target_is_dir is False), or None when `error` is not a failed
+    write there (the caller then re-raises it: a bug keeps its traceback).
+
+    Reported: an OSError whose errno says the write cannot succeed (WRITE_ERRNOS: full disk,
+    read-only filesystem ...), whatever its path; an OSError about `target` itself or one of
+    its parent directories (a file where a directory should be, /proc ...); an OSError about
+    a path inside `target` that makes the place unusable (permission, a directory where a
+    file should be ...); safetensors' serialisation error (a full disk under save_file).
+    Message shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it
+    (<reason>)", "<file>: <reason>".
+    """
+    target = os.fspath(target)
+    if isinstance(error, OSError):
+        reason = error.strerror or str(error)
+        name = error.filename
+        name = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else None
+        if name is not None and _within(target, name):          # target or a parent of it
+            where = f"{what} {target}" if os.path.normpath(name) == os.path.normpath(target) \
+                else f"{what} {target}: {name}"
+            is_target = os.path.normpath(name) == os.path.normpath(target)
+            if os.path.lexists(name) and not os.path.isdir(name) and \
+                    (target_is_dir or not is_target):
+                return f"{where}: is a file, not a directory"
+            if os.path.lexists(name) or error.errno in WRITE_ERRNOS - {errno.EROFS}:
+                return f"{where}: cannot write ({reason})"     # there, or no room for it
+            return f"{where}: cannot create it ({reason})"
+        if error.errno in WRITE_ERRNOS:
+            return f"{name or target}: cannot write ({reason})"
+        if name is not None and _within(name, target) and error.errno in _PLACE_ERRNOS:
+            return f"{name}: {reason}"
+        return None
+    reason = _safetensors_write_reason(error)
+    if reason is not None:
+        return f"{target}: cannot write ({reason})"
+    return None
+
+
+def unwritable_file(path: str) -> Optional[str]:
+    """Why `path` cannot be written as a file, checked before a long job rather than after
+    it, or None. The nearest existing parent must be a writable directory; `path` itself
+    must not be a directory. (The write itself still reports what fails: a disk can fill.)"""
+    path = os.fspath(path)
+    if path.endswith(os.sep) or os.path.isdir(path):
+        return f"{path}: is a directory; give a file name"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{path}: {parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK):
+        return f"{path}: cannot write in {parent}"
+    return None
+
+
+def notes_to_stdout(name: str = "ernie_doc") -> None:
+    """Send the `name` logger's records (the checkpoint loader's "loaded 34 tensors ...") to
+    stdout with the rest of a tool's report, so that stderr holds only an error line. For a
+    tool's `__main__`: it changes process-wide logging."""
+    import logging
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    log = logging.getLogger(name)
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.INFO)
+
+
+def write_error_types() -> tuple:
+    """The exception types write_failure() may report (for an `except` clause)."""
+    module = sys.modules.get("safetensors")
+    cls = getattr(module, "SafetensorError", None)
+    return (OSError,) if cls is None else (OSError, cls)
+
+
+def quiet_failed_closes() -> None:
+    """After a write failed for lack of space, files still open fail again when they are
+    closed by the garbage collector (numpy's savez ZipFile), and Python prints those as
+    "Exception ignored in ..." tracebacks after the one error line. Drop exactly those
+    (OSError with a WRITE_ERRNOS errno); any other unraisable error is still printed."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            return
+        previous(unraisable)
+    sys.unraisablehook = hook

@@ -57,9 +57,9 @@ def test_vocab_one_token_per_line(tmp_path):
 def test_vocab_token_tab_id(tmp_path):
     f = tmp_path / "vocab.txt"
     # ids are taken from the file, not from the line number; a line without an
-    # id falls back to its line number.
-    f.write_text("[PAD]\t0\n[CLS]\t1\n你\t7\nhello\n##a \t9\n", encoding="utf-8")
-    assert load_vocab(f) == {"[PAD]": 0, "[CLS]": 1, "你": 7, "hello": 3, "##a": 9}
+    # id falls back to its line number. (The ids must be 0..N-1: tests/test_safety_inputs.py.)
+    f.write_text("[PAD]\t1\n[CLS]\t0\n你\t2\nhello\n##a \t4\n", encoding="utf-8")
+    assert load_vocab(f) == {"[PAD]": 1, "[CLS]": 0, "你": 2, "hello": 3, "##a": 4}
 
 
 def test_vocab_more_than_two_fields_stops_reading(tmp_path):
@@ -404,9 +404,26 @@ def test_train_cli_missing_input(tmp_path):
          "--output-dir", str(tmp_path / "out"), "--vocab-size", "100"],
         capture_output=True, text=True, timeout=60,
     )
-    assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines() == [f"error: input file not found: {tmp_path / 'nope.txt'}"]
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.txt'}: input file not found"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, args, message", [
+    (b"", [], "input.txt: input file has no text"),
+    (b"ok\n\xff\n", [], "input.txt:2: invalid UTF-8"),
+    (b"hello world\n", ["--character-coverage", "2"], "--character-coverage must be in [0.98, 1], got 2.0"),
+    (b"hello world\n", ["--num-threads", "-1"], "--num-threads must be in [1, 1024], got -1"),
+    (b"hello world\n", ["--vocab-size", "1000"], "sentencepiece training failed: Vocabulary size too high (1000)"),
+])
+def test_train_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, content, args, message):
+    cli = runpy.run_path(str(REPO / "tools" / "train_tokenizer.py"))
+    (tmp_path / "input.txt").write_bytes(content)
+    out = tmp_path / "out"
+    code = cli["main"](["--input", str(tmp_path / "input.txt"), "--output-dir", str(out), "--vocab-size", "20", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------ load_tokenizer

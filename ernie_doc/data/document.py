@@ -3,6 +3,10 @@
 A reader turns raw files into `Document`s; everything after that (tokenize, segment, schedule,
 collate) is shared. Bad input raises `DataError` with a message that starts with the file and
 line ("path:12: ...") so the command line can print one clear line.
+
+Only regular files are read: a FIFO, a device or a socket named as a data file is refused with
+one line (`require_file`, `open_regular`) instead of blocking or reading forever, and one met
+while listing a directory is skipped and counted (`regular_files`, reason NOT_REGULAR).
 """
 import hashlib
 import json
@@ -10,9 +14,14 @@ import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence
 
-from ernie_doc.utils import read_utf8
+# file_kind and mode_kind are re-exported: readers import them from here
+from ernie_doc.utils import file_kind, mode_kind, read_utf8, regular_file_problem  # noqa: F401
+from ernie_doc.utils import open_regular as _open_regular
+
+# The reason every directory listing counts its non-regular entries under.
+NOT_REGULAR = "not a regular file (a FIFO, device, socket, directory or broken link)"
 
 
 class DataError(ValueError):
@@ -36,14 +45,16 @@ def where(path, line=None):
     return f"{os.fspath(path)}:{line}" if line is not None else os.fspath(path)
 
 
+def open_regular(path, what: str = "file") -> BinaryIO:
+    """ernie_doc.utils.open_regular raising DataError: a regular file, never a FIFO."""
+    return _open_regular(path, what, DataError)
+
+
 def utf8_lines(path):
     """(line number, line without newline / trailing "\\r"), decoded one line at a time (a
-    stream: files far larger than memory); invalid UTF-8 raises DataError naming path:line."""
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror})") from None
-    with f:
+    stream: files far larger than memory); invalid UTF-8 raises DataError naming path:line.
+    Only a regular file is read (`open_regular`)."""
+    with open_regular(path) as f:
         # Binary lines split on b"\n" only, as read_lines does; a UTF-8 multi-byte sequence
         # never contains b"\n", so decoding per line is exact.
         for number, raw in enumerate(f, 1):
@@ -57,11 +68,40 @@ def utf8_lines(path):
             yield number, line.rstrip("\n").rstrip("\r")
 
 
-def require_file(path, what="file"):
-    if not os.path.isfile(path):
-        kind = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
-        raise DataError(f"{os.fspath(path)}: {what} {kind}")
+def require_file(path, what: str = "file"):
+    """`path` when it is a regular file; else DataError "<path>: <what> does not exist" (or
+    "is a directory, not a file", or "is a FIFO, not a regular file" ...)."""
+    problem = regular_file_problem(path, what)
+    if problem:
+        raise DataError(problem)
     return path
+
+
+def is_candidate_file(path) -> bool:
+    """For a file looked for under a conventional name: True when it is a regular file,
+    False when nothing (or a directory) is there; a FIFO, a device or a socket under that
+    name is refused (DataError), never silently passed over nor opened."""
+    kind = file_kind(path)
+    if kind is None:
+        return True
+    if kind in ("missing", "a directory"):
+        return False
+    require_file(path)  # raises: "<path>: file is a FIFO, not a regular file"
+    return False
+
+
+def regular_files(paths: Iterable, skips: Optional["Skips"] = None) -> List:
+    """The entries of `paths` (listed from a directory) that are regular files, in order; the
+    others (FIFOs, devices, sockets, directories, broken links) are counted in `skips` with
+    the reason NOT_REGULAR, when given."""
+    kept = []
+    for path in paths:
+        kind = file_kind(path)
+        if kind is None:
+            kept.append(path)
+        elif skips is not None:
+            skips.add(NOT_REGULAR, os.fspath(path))
+    return kept
 
 
 def require_dir(path, what="data directory"):
@@ -70,9 +110,19 @@ def require_dir(path, what="data directory"):
     return path
 
 
-def read_text(path):
-    """A whole UTF-8 file; invalid UTF-8 raises DataError naming the file and line."""
-    return read_utf8(require_file(path), DataError)
+def read_text(path) -> str:
+    """A whole UTF-8 regular file; invalid UTF-8 raises DataError naming the file and line."""
+    return read_utf8(path, DataError)
+
+
+def read_json_file(path) -> Any:
+    """The JSON value of a UTF-8 regular file; malformed JSON raises DataError naming the
+    file and line."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
 
 
 def read_lines(path):
@@ -106,8 +156,7 @@ def read_json_lines(path):
 
 def read_json_list(path, what):
     """A JSON file holding one list (of `what`, for the error message)."""
-    from ernie_doc.utils import read_json
-    records = read_json(path, DataError)
+    records = read_json_file(path)
     if not isinstance(records, list):
         raise DataError(f"{where(path)}: expected a JSON list of {what}, got "
                         f"{type(records).__name__}")
@@ -156,8 +205,9 @@ def check_label(label, labels, path, line=None):
 def split_by_ratio(documents: Sequence[Document], dev_ratio: float, split: str, seed: int = 0):
     """Deterministic train/dev split of one list: a document goes to dev when the hash of
     (seed, doc_id) falls below dev_ratio, so the split does not depend on file order."""
-    if not 0.0 < dev_ratio < 1.0:
-        raise DataError(f"dev_ratio must be in (0, 1), got {dev_ratio}")
+    if isinstance(dev_ratio, bool) or not isinstance(dev_ratio, (int, float)) \
+            or not 0.0 < dev_ratio < 1.0:
+        raise DataError(f"dev_ratio must be a number in (0, 1), got {dev_ratio!r}")
     if split not in ("train", "dev"):
         raise DataError(f"split {split!r}: a ratio split gives only 'train' and 'dev'")
 
@@ -183,6 +233,13 @@ def check_options(options, known, what="reader options"):
 SPLITS = ("train", "dev", "test")
 
 
+def file_name(value: Any, option: str) -> str:
+    """A file name given in the reader option `option`: a non-empty string without NUL."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise DataError(f"reader option {option!r}: expected a file name, got {value!r}")
+    return value
+
+
 def check_split(split):
     if split not in SPLITS:
         raise DataError(f"split {split!r} is not one of {list(SPLITS)}")
@@ -196,10 +253,10 @@ def pick_file(data_dir, split, candidates, files=None):
     check_split(split)
     files = check_options(files, SPLITS, "reader option 'files'")
     if split in files:
-        return require_file(os.path.join(data_dir, files[split]))
+        return require_file(os.path.join(data_dir, file_name(files[split], f"files.{split}")))
     for name in candidates[split]:
         path = os.path.join(data_dir, name)
-        if os.path.isfile(path):
+        if is_candidate_file(path):
             return path
     names = " or ".join(candidates[split])
     raise DataError(f"{os.fspath(data_dir)}: no {names} for split {split!r}")

@@ -31,8 +31,7 @@ Counts are logged once per file with `Skips` (answers and questions separately).
 """
 import re
 
-from ernie_doc.data.document import DataError, Document, Skips, check_split, require_file
-from ernie_doc.utils import read_json
+from ernie_doc.data.document import DataError, Document, Skips, check_split, read_json_file
 
 REALIGNED = "answer_start realigned (answer kept)"
 NOT_FOUND = "answer text not found in context"
@@ -111,7 +110,7 @@ def span_document(doc_id, question, context, answers, references, location, **ex
 def read_squad(path, split, skip_empty_questions=False):
     """[Document] of a SQuAD-v1-style JSON file (policy in the module docstring)."""
     check_split(split)
-    table = read_json(require_file(path), DataError)
+    table = read_json_file(path)
     data = table.get("data") if isinstance(table, dict) else None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected {{\"data\": [articles]}}")

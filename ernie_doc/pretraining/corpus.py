@@ -2,8 +2,11 @@
 
 Format. `paths` is one path or a list of paths, each a file or a directory. Directories are
 searched recursively; names starting with "." are skipped there (editor and OS litter), a file
-named explicitly is always read. The file list is sorted by relative path, so every rank sees
-the same list in the same order whatever the file system returns. Each file is one of
+named explicitly is always read. Only regular files are read: in a directory a FIFO, socket,
+device or broken symbolic link is skipped and counted (one warning line per listing: a FIFO
+would block the reader for ever), and one named explicitly is an error. The file list is
+sorted by relative path, so every rank sees the same list in the same order whatever the file
+system returns. Each file is one of
 
 * JSON lines (`*.jsonl`, `*.json`): one document per line, its text in the field `text_field`
   (default "text"); blank lines are ignored. A malformed line, a line that is not an object,
@@ -41,7 +44,8 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from ernie_doc.data.document import DataError, Skips, parse_json_line, utf8_lines, where
+from ernie_doc.data.document import (NOT_REGULAR, DataError, Skips, file_kind, parse_json_line,
+                                     utf8_lines, where)
 
 log = logging.getLogger("ernie_doc.pretrain")
 
@@ -69,14 +73,21 @@ def _describe(paths) -> str:
     return ", ".join(paths) if paths else "(no paths)"
 
 
-def corpus_files(paths) -> List[Tuple[str, str]]:
-    """[(file path, relative name)] of the corpus, in the global (sorted) order."""
+def corpus_files(paths, skipped: Optional[Skips] = None) -> List[Tuple[str, str]]:
+    """[(file path, relative name)] of the corpus, in the global (sorted) order. Entries of a
+    directory that are not regular files are counted in `skipped` (reason NOT_REGULAR);
+    without it they are logged here, one warning line."""
     paths = _as_list(paths)
+    own = skipped is None
+    if own:
+        skipped = Skips(_describe(paths), "entries")
     found, names, seen = [], {}, set()
+    listed = 0
     for arg in paths:
-        if os.path.isfile(arg):
+        kind = file_kind(arg)
+        if kind is None:
             entries = [(arg, os.path.basename(arg))]
-        elif os.path.isdir(arg):
+        elif kind == "a directory":
             root = os.path.normpath(arg)
             prefix = os.path.basename(os.path.abspath(root))
             entries = []
@@ -86,12 +97,18 @@ def corpus_files(paths) -> List[Tuple[str, str]]:
                     if name.startswith("."):
                         continue
                     full = os.path.join(directory, name)
+                    listed += 1
+                    if file_kind(full) is not None:  # a FIFO, socket, device, broken link
+                        skipped.add(NOT_REGULAR, full)
+                        continue
                     rel = os.path.relpath(full, root).replace(os.sep, "/")
                     entries.append((full, f"{prefix}/{rel}"))
             # Sort on path components, not on the os.walk order (file-system dependent).
             entries.sort(key=lambda e: e[1].split("/"))
-        else:
+        elif kind == "missing":
             raise DataError(f"{arg}: corpus path does not exist")
+        else:
+            raise DataError(f"{arg}: corpus path is {kind}, not a regular file or a directory")
         for full, rel in entries:
             real = os.path.realpath(full)
             if real in seen:  # a file named twice (itself and via its directory) is read once
@@ -102,6 +119,8 @@ def corpus_files(paths) -> List[Tuple[str, str]]:
             seen.add(real)
             names[rel] = full
             found.append((full, rel))
+    if own:
+        skipped.report(listed, log)
     return found
 
 

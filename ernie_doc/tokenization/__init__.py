@@ -13,7 +13,7 @@ from .bpe import BPETokenizer
 from .sentences import split_sentences
 from .spm import SentencePieceTokenizer
 from .spm import train as train_sentencepiece
-from .vocab import Vocab, load_vocab
+from .vocab import TokenizerError, Vocab, load_vocab
 from .wordpiece import WordPieceTokenizer
 
 __all__ = [
@@ -25,4 +25,5 @@ __all__ = [
     "train_sentencepiece",
     "load_vocab",
     "Vocab",
+    "TokenizerError",
 ]

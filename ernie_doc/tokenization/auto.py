@@ -1,16 +1,24 @@
-"""Pick the tokenizer that matches the files of a checkpoint/vocab directory."""
+"""Pick the tokenizer that matches the files of a checkpoint/vocab directory.
+
+Only regular files count: a FIFO, socket or device under one of the names looked for is
+passed over with a logged warning (opening it would block or never end), and one given as the
+tokenizer path itself is a TokenizerError.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import List, Optional, Union
 
 from .bpe import BPETokenizer
 from .spm import SentencePieceTokenizer
-from .vocab import PathLike
+from .vocab import PathLike, TokenizerError
 from .wordpiece import WordPieceTokenizer
 
 __all__ = ["load_tokenizer"]
+
+log = logging.getLogger("ernie_doc.tokenization")
 
 _BPE_FILES = ("encoder.json", "vocab.bpe", "vocab.txt")
 _SPM_PREFERRED = ("spm.model", "sentencepiece.model")
@@ -19,11 +27,22 @@ _LOOKED_FOR = "encoder.json+vocab.bpe+vocab.txt (BPE), *.model (SentencePiece), 
 Tokenizer = Union[BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer]
 
 
+def _regular(path: Path) -> bool:
+    """Path.is_file() (a regular file, links followed), logging a FIFO, socket or device that
+    stands under the name instead."""
+    from ernie_doc.data.document import file_kind
+
+    kind = file_kind(path)
+    if kind not in (None, "missing", "a directory"):
+        log.warning("%s: skipped, %s, not a regular file", path, kind)
+    return kind is None
+
+
 def _find_spm(directory: Path) -> Optional[Path]:
     for name in _SPM_PREFERRED:
-        if (directory / name).is_file():
+        if _regular(directory / name):
             return directory / name
-    models = sorted(p for p in directory.glob("*.model") if p.is_file())
+    models = sorted(p for p in directory.glob("*.model") if _regular(p))
     if len(models) > 1:
         raise ValueError(
             f"several SentencePiece models in {directory}: {[p.name for p in models]}; "
@@ -33,12 +52,12 @@ def _find_spm(directory: Path) -> Optional[Path]:
 
 
 def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[Tokenizer]:
-    if all((directory / name).is_file() for name in _BPE_FILES):
+    if all([_regular(directory / name) for name in _BPE_FILES]):
         return _with_files(BPETokenizer.from_dir(directory), [directory / n for n in _BPE_FILES])
     spm_file = _find_spm(directory)
     if spm_file is not None:
         return _with_files(SentencePieceTokenizer(spm_file), [spm_file])
-    if (directory / "vocab.txt").is_file():
+    if _regular(directory / "vocab.txt"):
         kwargs = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
         return _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
                            [directory / "vocab.txt"])
@@ -61,7 +80,13 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Toke
     ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
     (Chinese; ``do_lower_case`` is passed to it, default True).
     """
+    from ernie_doc.data.document import file_kind
+
     path = Path(path)
+    kind = file_kind(path)
+    if kind not in (None, "missing", "a directory"):
+        raise TokenizerError(f"{path}: tokenizer path is {kind}, not a regular file or a "
+                             f"directory")
     if path.is_file():
         if path.suffix == ".model":
             return _with_files(SentencePieceTokenizer(path), [path])

@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import regex
 
 from .sentences import split_sentences
-from .vocab import PathLike, SpecialTokensMixin, Vocab
+from .vocab import PathLike, SpecialTokensMixin, TokenizerError, Vocab, read_tokenizer_text
 
 __all__ = ["BPETokenizer", "GPT2_PATTERN", "OFFICIAL_SPECIAL_TOKENS", "bytes_to_unicode"]
 
@@ -56,10 +56,49 @@ def bytes_to_unicode() -> Dict[int, str]:
 
 
 def load_merges(path: PathLike) -> List[Tuple[str, str]]:
-    """Read GPT-2 ``vocab.bpe``: drop the "#version" header and the empty tail."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    return [tuple(line.split()) for line in lines[1:-1]]
+    """Read GPT-2 ``vocab.bpe``: a "#version" header line, then one merge "a b" per line, in
+    rank order. No merge at all (an empty or header-only file) is a TokenizerError, as is a
+    line that is not two symbols: BPE would silently cut every word into single bytes."""
+    path = os.fspath(path)
+    lines = read_tokenizer_text(path, "BPE merges file").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the file
+    if not lines:
+        raise TokenizerError(f"{path}: BPE merges file is empty (no merges)")
+    if not lines[0].startswith("#"):
+        # The official reader drops the first line whatever it holds.
+        raise TokenizerError(f"{path}:1: BPE merges file does not start with its '#version' "
+                             f"header line")
+    merges: List[Tuple[str, str]] = []
+    for number, line in enumerate(lines[1:], 2):
+        pair = tuple(line.split())
+        if len(pair) != 2:
+            raise TokenizerError(f"{path}:{number}: expected a merge of two symbols "
+                                 f"'a b', got {line[:60]!r}")
+        merges.append(pair)
+    if not merges:
+        raise TokenizerError(f"{path}: BPE merges file has no merges (only its header)")
+    return merges
+
+
+def load_encoder(path: PathLike) -> Dict[str, int]:
+    """GPT-2 ``encoder.json``: a JSON object {byte-mapped piece: GPT-2 id}; anything else is a
+    TokenizerError naming the file."""
+    path = os.fspath(path)
+    try:
+        encoder = json.loads(read_tokenizer_text(path, "BPE encoder file"))
+    except json.JSONDecodeError as e:
+        raise TokenizerError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(encoder, dict):
+        raise TokenizerError(f"{path}: expected a JSON object {{piece: id}}, got "
+                             f"{type(encoder).__name__}")
+    if not encoder:
+        raise TokenizerError(f"{path}: BPE encoder file has no pieces")
+    for piece, idx in encoder.items():
+        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            raise TokenizerError(f"{path}: piece {piece!r} has the id {idx!r}, not an "
+                                 f"integer >= 0")
+    return encoder
 
 
 class BPETokenizer(SpecialTokensMixin):
@@ -88,9 +127,8 @@ class BPETokenizer(SpecialTokensMixin):
         sep_token: str = "[SEP]",
         mask_token: str = "[MASK]",
     ):
-        self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token)
-        with open(encoder_json_file, encoding="utf-8") as f:
-            self.encoder: Dict[str, int] = json.load(f)
+        self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token, require_unk=True)
+        self.encoder: Dict[str, int] = load_encoder(encoder_json_file)
         self.decoder = {idx: piece for piece, idx in self.encoder.items()}
         self.bpe_ranks = {pair: rank for rank, pair in enumerate(load_merges(vocab_bpe_file))}
         self.byte_encoder = bytes_to_unicode()
@@ -157,7 +195,10 @@ class BPETokenizer(SpecialTokensMixin):
                 out.append(piece)
                 continue
             mapped = "".join(self.byte_encoder[b] for b in piece.encode("utf-8"))
-            out.extend(str(self.encoder[sub]) for sub in self.bpe(mapped))
+            # A piece the encoder lacks (never with GPT-2's, which covers all 256 bytes) has no
+            # GPT-2 id: it becomes [UNK], like a GPT-2 id that vocab.txt lacks.
+            out.extend(str(self.encoder[sub]) if sub in self.encoder else self.unk_token
+                       for sub in self.bpe(mapped))
         return out
 
     # --- public API ----------------------------------------------------------------

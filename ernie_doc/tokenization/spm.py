@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Sequence, Union
 
-from .vocab import PathLike, SpecialTokensMixin
+from .vocab import PathLike, SpecialTokensMixin, TokenizerError, read_tokenizer_bytes
 
 __all__ = ["SentencePieceTokenizer", "train", "SPECIAL_TOKENS"]
 
@@ -55,9 +55,14 @@ def train(
     files = [os.fspath(f) for f in files]
     if not files:
         raise ValueError("no training files given")
+    from ernie_doc.data.document import file_kind
+
     for f in files:
-        if not os.path.isfile(f):
+        kind = file_kind(f)  # a regular file only: sentencepiece would block on a FIFO
+        if kind == "missing":
             raise FileNotFoundError(f"training file not found: {f}")
+        if kind is not None:
+            raise TokenizerError(f"{f}: training file is {kind}, not a regular file")
     if model_type not in ("unigram", "bpe", "char", "word"):
         raise ValueError(f"unknown model_type {model_type!r}")
     prefix = os.fspath(model_prefix)
@@ -105,7 +110,19 @@ class SentencePieceTokenizer(SpecialTokensMixin):
     ):
         spm = _sentencepiece()
         self.model_file = os.fspath(model_file)
-        self.sp = spm.SentencePieceProcessor(model_file=self.model_file)
+        # Read here (a regular file only), parsed from memory: sentencepiece's own errors are
+        # multi-line C++ traces, and it would open a FIFO and block.
+        data = read_tokenizer_bytes(self.model_file, "SentencePiece model")
+        if not data:
+            raise TokenizerError(f"{self.model_file}: SentencePiece model is empty")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=data)
+        except (RuntimeError, OSError, ValueError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if "ParseFromArray" in reason or "src/" in reason:
+                reason = "not a serialized SentencePiece ModelProto"
+            raise TokenizerError(f"{self.model_file}: not a usable SentencePiece model "
+                                 f"({reason})") from None
         self.unk_token, self.pad_token, self.cls_token = unk_token, pad_token, cls_token
         self.sep_token, self.mask_token = sep_token, mask_token
 

@@ -6,27 +6,90 @@ reads both with one rule, reproduced here: strip the line, split on TAB;
 a line with more than two fields ends the vocabulary (everything after it is
 ignored); the token is field 0 (stripped) and the id is field 1 when present,
 otherwise the 0-based line number. A repeated token keeps its last id.
+
+Unlike the official loader, the ids must be dense: the N lines have the ids 0..N-1, each once
+(the official vocabularies do). A gap, a repeated id, a negative or non-integer id is a
+`TokenizerError` naming the file and line, raised while reading, before anything is sized by
+the ids: the embedding table has max id + 1 rows, so one line "x\t1000000000" would otherwise
+ask for a table of a billion rows. An empty vocabulary, invalid UTF-8 and a file that is not a
+regular file (a FIFO would block) are errors too.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Dict, List, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+class TokenizerError(ValueError):
+    """A tokenizer file that cannot be used. The message is one line naming the file (and the
+    line) and what is wrong; a missing file is a FileNotFoundError instead."""
+
+
+def read_tokenizer_bytes(path: PathLike, what: str = "tokenizer file") -> bytes:
+    """The bytes of a regular file. A missing file raises FileNotFoundError, anything else
+    there (a directory, a FIFO, a device) a TokenizerError, without opening it: a FIFO would
+    block, a device never end."""
+    from ernie_doc.utils import file_kind, open_regular
+
+    path = os.fspath(path)
+    if file_kind(path) == "missing":
+        raise FileNotFoundError(f"{path}: {what} does not exist")
+    with open_regular(path, what, TokenizerError) as f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise TokenizerError(f"{path}: cannot read the {what} ({e.strerror})") from None
+
+
+def read_tokenizer_text(path: PathLike, what: str = "tokenizer file") -> str:
+    """`read_tokenizer_bytes` decoded as UTF-8 (invalid bytes: TokenizerError with the line)."""
+    from ernie_doc.utils import decode_utf8
+    return decode_utf8(read_tokenizer_bytes(path, what), f"{os.fspath(path)}", TokenizerError)
+
+
 def load_vocab(path: PathLike) -> Dict[str, int]:
-    """Read ``path`` with the official rule and return ``{token: id}``."""
+    """Read ``path`` with the official rule and return ``{token: id}``, ids 0..N-1 (module
+    docstring; TokenizerError naming path:line otherwise)."""
+    path = os.fspath(path)
+    text = read_tokenizer_text(path, "vocabulary file")
     vocab: Dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f):
-            fields = line.strip().split("\t")
-            if len(fields) > 2:
-                # The official reader treats such a line as the end of the vocab.
-                break
-            token = fields[0].strip()
-            vocab[token] = int(fields[1]) if len(fields) == 2 else line_no
+    id_line: Dict[int, int] = {}  # id -> line that gave it
+    # Iterating a StringIO splits lines as iterating the text file did (universal newlines).
+    for line_no, line in enumerate(io.StringIO(text, newline=None)):
+        at = f"{path}:{line_no + 1}"
+        fields = line.strip().split("\t")
+        if len(fields) > 2:
+            # The official reader treats such a line as the end of the vocab.
+            break
+        token = fields[0].strip()
+        if len(fields) == 2:
+            try:
+                idx = int(fields[1])
+            except ValueError:
+                raise TokenizerError(f"{at}: id {fields[1][:40]!r} of token {token!r} is not an "
+                                     f"integer") from None
+            if idx < 0:
+                raise TokenizerError(f"{at}: negative id {idx} of token {token!r}")
+        else:
+            idx = line_no
+        if idx in id_line:
+            raise TokenizerError(f"{at}: id {idx} of token {token!r} repeated (first at line "
+                                 f"{id_line[idx]})")
+        vocab[token], id_line[idx] = idx, line_no + 1   # a repeated token: its last id
+    if not vocab:
+        raise TokenizerError(f"{path}: vocabulary file has no tokens")
+    n = len(id_line)
+    beyond = [i for i in id_line if i >= n]
+    if beyond:
+        # n distinct ids >= 0 that are not 0..n-1: name the first line that leaves a gap.
+        line = min(id_line[i] for i in beyond)
+        idx = next(i for i in beyond if id_line[i] == line)
+        raise TokenizerError(f"{path}:{line}: id {idx} leaves a gap: the {n} lines must have "
+                             f"the ids 0..{n - 1}, each once")
     return vocab
 
 
@@ -36,7 +99,8 @@ def invert_vocab(vocab: Dict[str, int]) -> Dict[int, str]:
 
 
 class Vocab:
-    """A loaded vocabulary with both lookup directions and an [UNK] fallback."""
+    """A loaded vocabulary with both lookup directions and an [UNK] fallback. (`from_file`
+    checks the ids are dense; a dict given directly is taken as it is.)"""
 
     def __init__(self, token_to_id: Dict[str, int], unk_token: Optional[str] = "[UNK]"):
         self.token_to_id = dict(token_to_id)
@@ -45,8 +109,15 @@ class Vocab:
         self.unk_id = self.token_to_id.get(unk_token) if unk_token is not None else None
 
     @classmethod
-    def from_file(cls, path: PathLike, unk_token: Optional[str] = "[UNK]") -> "Vocab":
-        return cls(load_vocab(path), unk_token=unk_token)
+    def from_file(cls, path: PathLike, unk_token: Optional[str] = "[UNK]",
+                  require_unk: bool = False) -> "Vocab":
+        """`load_vocab`; with require_unk, a vocabulary without `unk_token` is a
+        TokenizerError (tokenizers that map every unknown piece to it need it)."""
+        vocab = cls(load_vocab(path), unk_token=unk_token)
+        if require_unk and unk_token is not None and vocab.unk_id is None:
+            raise TokenizerError(f"{os.fspath(path)}: vocabulary file has no {unk_token} token "
+                                 f"(every piece outside the vocabulary maps to it)")
+        return vocab
 
     def __len__(self) -> int:
         return len(self.token_to_id)

@@ -123,7 +123,7 @@ class WordPieceTokenizer(SpecialTokensMixin):
         sep_token: str = "[SEP]",
         mask_token: str = "[MASK]",
     ):
-        self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token)
+        self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token, require_unk=True)
         self.do_lower_case = do_lower_case
         self.split_symbols = split_symbols
         self.max_input_chars_per_word = max_input_chars_per_word

@@ -22,7 +22,8 @@ Options:
 import os
 
 from ernie_doc.data.document import (DataError, Document, check_options, check_split,
-                                     read_json_list, require_dir, require_file, where)
+                                     is_candidate_file, read_json_list, require_dir,
+                                     require_file, where)
 
 SUBSETS = ("d", "m")
 LABELS = ["0", "1", "2", "3"]
@@ -123,7 +124,7 @@ def _files(data_dir, split, options):
         return [(require_file(os.path.join(data_dir, f"c3-{s}-{split}.json")), s)
                 for s in subsets]
     found = [(os.path.join(data_dir, f"c3-{s}-{split}.json"), s) for s in SUBSETS]
-    found = [(path, s) for path, s in found if os.path.isfile(path)]
+    found = [(path, s) for path, s in found if is_candidate_file(path)]
     if not found:
         raise DataError(f"{where(data_dir)}: no c3-d-{split}.json or c3-m-{split}.json")
     return found

@@ -48,7 +48,8 @@ import os
 from collections import Counter
 
 from ernie_doc.data.document import (DataError, Skips, check_options, check_split,
-                                     read_json_lines, require_dir, require_file, where)
+                                     file_name, is_candidate_file, read_json_lines,
+                                     require_dir, require_file, where)
 from ernie_doc.data.squad import NO_ANSWER, place_answer, span_document
 
 SOURCES = ("search", "zhidao")
@@ -97,17 +98,23 @@ def _files(data_dir, split, options):
                           "reader option 'files'")
     if split in files:
         names = files[split] if isinstance(files[split], list) else [files[split]]
-        return [require_file(os.path.join(data_dir, name)) for name in names]
+        if not names:
+            raise DataError(f"reader option 'files': {split} is an empty list")
+        return [require_file(os.path.join(data_dir, file_name(name, f"files.{split}")))
+                for name in names]
     sources = options.get("sources")
     if sources is None:
         paths = [os.path.join(data_dir, f"{s}.{split}.json") for s in SOURCES]
-        paths = [p for p in paths if os.path.isfile(p)]
+        paths = [p for p in paths if is_candidate_file(p)]
         if not paths:
             raise DataError(f"{where(data_dir)}: no search.{split}.json or "
                             f"zhidao.{split}.json for split {split!r}")
         return paths
     if isinstance(sources, str):
         sources = [sources]
+    if not isinstance(sources, list) or not sources:
+        raise DataError(f"reader option 'sources': expected a list of {list(SOURCES)}, got "
+                        f"{sources!r}")
     for source in sources:
         if source not in SOURCES:
             raise DataError(f"reader option 'sources': {source!r} is not one of "
@@ -125,19 +132,26 @@ def _convert(record, split, max_docs, min_score, path, line, answer_skips, quest
     documents = record.get("documents")
     if not isinstance(documents, list):
         raise DataError(f"{at}: record without a 'documents' list")
-    spans, answer_docs = record.get("answer_spans") or [], record.get("answer_docs") or []
-    fakes = record.get("fake_answers") or []
+    spans, answer_docs = _list(record, "answer_spans", at), _list(record, "answer_docs", at)
+    fakes, scores = _list(record, "fake_answers", at), _list(record, "match_scores", at)
+    question = record.get("question")
+    if question is not None and not isinstance(question, str):
+        raise DataError(f"{at}: 'question' is not a string")
     train = split == "train"
     if train and not (spans and answer_docs and fakes):
         question_skips.add(NO_SPANS, loc)
         return None
-    if train and min_score and (record.get("match_scores") or [0])[0] < min_score:
+    if scores and (isinstance(scores[0], bool) or not isinstance(scores[0], (int, float))):
+        raise DataError(f"{at}: match_scores[0] {scores[0]!r} is not a number")
+    if train and min_score and (scores or [0])[0] < min_score:
         question_skips.add(LOW_SCORE, loc)
         return None
 
     chosen = [(i, d) for i, d in enumerate(documents) if not train or _selected(d, i, at)]
     chosen = chosen[:max_docs]
-    question_words = record.get("segmented_question") or list(record.get("question") or "")
+    question_words = _list(record, "segmented_question", at) or list(question or "")
+    if not all(isinstance(w, str) for w in question_words):
+        raise DataError(f"{at}: 'segmented_question' is not a list of words")
     pieces, offsets = [], {}  # offsets: document index → (paragraph words, start in context)
     position = 0
     for i, doc in chosen:
@@ -162,9 +176,20 @@ def _convert(record, split, max_docs, min_score, path, line, answer_skips, quest
     if train and not answers:
         question_skips.add(NO_ANSWER, loc)
         return None
-    references = [a for a in record.get("answers") or [] if isinstance(a, str) and a.strip()]
-    return span_document(qid, record.get("question"), context, answers, references, at,
+    references = [a for a in _list(record, "answers", at) if isinstance(a, str) and a.strip()]
+    return span_document(qid, question, context, answers, references, at,
                          question_type=record.get("question_type"))
+
+
+def _list(record, key, at):
+    """record[key] as a list ([] when absent or null); any other type is a DataError (a
+    string would otherwise be read one character at a time)."""
+    value = record.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DataError(f"{at}: {key!r} is not a list (got {type(value).__name__})")
+    return value
 
 
 def _selected(doc, i, at):
@@ -180,6 +205,9 @@ def _paragraph(doc, question_words, at):
     paragraphs = doc["segmented_paragraphs"]
     if not paragraphs:
         return []
+    for number, words in enumerate(paragraphs):
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise DataError(f"{at}: segmented_paragraphs[{number}] is not a list of words")
     index = doc.get("most_related_para")
     # -1 is DuReader's "no paragraph matched the answers" (questions without answers).
     if index is None or (isinstance(index, int) and index == -1):
@@ -187,10 +215,7 @@ def _paragraph(doc, question_words, at):
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(paragraphs):
         raise DataError(f"{at}: most_related_para {index!r} is not a paragraph index "
                         f"(0..{len(paragraphs) - 1})")
-    words = paragraphs[index]
-    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-        raise DataError(f"{at}: segmented_paragraphs[{index}] is not a list of words")
-    return words
+    return paragraphs[index]
 
 
 def best_question_match(paragraphs, question_words):

@@ -33,8 +33,8 @@ import os
 import re
 
 from ernie_doc.data.document import (DataError, Document, Skips, check_options, check_split,
-                                     pick_file, read_json_list, require_dir, require_file,
-                                     split_by_ratio, where)
+                                     file_name, pick_file, read_json_list, require_dir,
+                                     require_file, split_by_ratio, where)
 
 FILES = {"train": ["hotpot_train_v1.1.json"],
          "dev": ["hotpot_dev_distractor_v1.json"],
@@ -52,7 +52,8 @@ def read(data_dir, split, options):
         if ratio is None:
             raise DataError("reader options: 'file' needs 'dev_ratio' (the file is split into "
                             "train and dev)")
-        path = require_file(os.path.join(require_dir(data_dir), options["file"]))
+        path = require_file(os.path.join(require_dir(data_dir),
+                                          file_name(options["file"], "file")))
     else:
         source = "train" if ratio is not None and split != "test" else split
         path = pick_file(data_dir, source, FILES, options.get("files"))

@@ -21,10 +21,10 @@ import glob
 import os
 from xml.parsers import expat
 
-from ernie_doc.data.document import (DataError, Document, check_label, check_options,
-                                     check_split, check_text, read_text, require_dir,
+from ernie_doc.data.document import (DataError, Document, Skips, check_label, check_options,
+                                     check_split, check_text, file_name, is_candidate_file,
+                                     read_json_file, read_text, regular_files, require_dir,
                                      require_file, split_by_ratio, where)
-from ernie_doc.utils import read_json
 
 LABELS = ["false", "true"]
 OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed")
@@ -64,8 +64,9 @@ def read(data_dir, split, options):
     elif "test_ratio" in options:
         raise DataError("reader options: 'test_ratio' needs 'dev_ratio'")
     else:
-        split_path = os.path.join(data_dir, options.get("split_file", SPLIT_FILE))
-        if "split_file" not in options and not os.path.isfile(split_path):
+        split_path = os.path.join(data_dir, file_name(options.get("split_file", SPLIT_FILE),
+                                                      "split_file"))
+        if "split_file" not in options and not is_candidate_file(split_path):
             raise DataError(f"{where(data_dir)}: no {SPLIT_FILE}; set the reader option "
                             f"'split_file' or 'dev_ratio'")
         selected, source = _from_split_file(docs, split_path, split), split_path
@@ -121,8 +122,11 @@ def parse_articles(path):
 
 def _find(data_dir, options, key, pattern):
     if key in options:
-        return require_file(os.path.join(data_dir, options[key]))
-    matches = sorted(glob.glob(os.path.join(glob.escape(os.fspath(data_dir)), pattern)))
+        return require_file(os.path.join(data_dir, file_name(options[key], key)))
+    skips = Skips(data_dir, "entries")
+    listed = sorted(glob.glob(os.path.join(glob.escape(os.fspath(data_dir)), pattern)))
+    matches = regular_files(listed, skips)  # a FIFO would block the reader: counted instead
+    skips.report(len(listed))
     if len(matches) != 1:
         raise DataError(f"{where(data_dir)}: {len(matches)} files match {pattern}, expected one "
                         f"(or set the reader option {key!r})")
@@ -134,6 +138,11 @@ def _hash_split(docs, split, options):
     seed = options.get("split_seed", 0)
     if test_ratio is None:
         return split_by_ratio(docs, dev_ratio, split, seed)
+    for key, value in (("dev_ratio", dev_ratio), ("test_ratio", test_ratio)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0.0 < value < 1.0:
+            raise DataError(f"reader option {key!r}: expected a number in (0, 1), got "
+                            f"{value!r}")
     if not dev_ratio + test_ratio < 1.0:
         raise DataError(f"reader options: dev_ratio + test_ratio must be < 1, got "
                         f"{dev_ratio} + {test_ratio}")
@@ -146,7 +155,7 @@ def _hash_split(docs, split, options):
 
 
 def _from_split_file(docs, path, split):
-    table = read_json(require_file(path), DataError)
+    table = read_json_file(path)
     if not isinstance(table, dict) or not isinstance(table.get(split), list):
         raise DataError(f"{where(path)}: expected {{\"train\": [ids], \"dev\": [ids], "
                         f"\"test\": [ids]}}, found no {split!r} list")

@@ -15,7 +15,8 @@ Options:
 import os
 
 from ernie_doc.data.document import (DataError, Document, check_label, check_options,
-                                     check_text, pick_file, read_json_lines, where)
+                                     check_text, is_candidate_file, pick_file, read_json_lines,
+                                     where)
 
 FILES = {"train": ["train.json", "train_few_all.json"],
          "dev": ["dev.json", "dev_few_all.json"],
@@ -55,7 +56,7 @@ def read(data_dir, split, options):
 
 def _labels(data_dir):
     path = os.path.join(data_dir, "labels.json")
-    if not os.path.isfile(path):
+    if not is_candidate_file(path):
         return [str(i) for i in range(NUM_LABELS)]
     found = []
     for line, record in read_json_lines(path):

@@ -21,9 +21,10 @@ Options:
 """
 import os
 
-from ernie_doc.data.document import (DataError, Document, check_label, check_options,
-                                     check_split, check_text, read_lines, read_text,
-                                     require_dir, split_by_ratio, where)
+from ernie_doc.data.document import (DataError, Document, Skips, check_label, check_options,
+                                     check_split, check_text, file_name, is_candidate_file,
+                                     read_lines, read_text, regular_files, require_dir,
+                                     split_by_ratio, where)
 
 LABELS = ["0", "1"]
 OPTIONS = ("file", "dev_ratio", "split_seed", "dev_split")
@@ -46,13 +47,14 @@ def read(data_dir, split, options):
         if ratio is None:
             raise DataError("reader options: 'file' needs 'dev_ratio' (the file is split into "
                             "train and dev)")
-        path = os.path.join(require_dir(data_dir), options["file"])
+        path = os.path.join(require_dir(data_dir), file_name(options["file"], "file"))
         docs = split_by_ratio(_read_tsv(path), ratio, split, seed)
     elif ratio is not None and split != "test":
         path, docs = _read_layout(data_dir, "train")
         docs = split_by_ratio(docs, ratio, split, seed)
     else:
-        name = options.get("dev_split", "test") if split == "dev" else split
+        name = file_name(options.get("dev_split", "test"), "dev_split") if split == "dev" \
+            else split
         path, docs = _read_layout(data_dir, name)
     if not docs:
         raise DataError(f"{where(path)}: no examples for split {split!r}")
@@ -71,7 +73,7 @@ def _read_layout(data_dir, name):
     if os.path.isdir(folder):
         return folder, _read_folder(folder, name)
     path = folder + ".txt"
-    if os.path.isfile(path):
+    if is_candidate_file(path):
         return path, _read_tsv(path)
     raise DataError(f"{where(folder)}: neither an aclImdb folder ({name}/pos, {name}/neg) nor "
                     f"a TSV file {name}.txt exists")
@@ -82,11 +84,14 @@ def _read_folder(folder, name):
     for polarity, label in FOLDERS:
         sub = require_dir(os.path.join(folder, polarity), "aclImdb label folder")
         # Only *.txt are reviews; aclImdb keeps nothing else here, so other names are OS or
-        # editor files.
-        for fname in sorted(f for f in os.listdir(sub) if f.endswith(".txt")):
-            path = os.path.join(sub, fname)
+        # editor files. A *.txt that is not a regular file (a FIFO would block) is counted.
+        skips = Skips(sub, "entries")
+        names = sorted(f for f in os.listdir(sub) if f.endswith(".txt"))
+        for path in regular_files([os.path.join(sub, f) for f in names], skips):
             text = check_text(clean(read_text(path)), path)
-            docs.append(Document(f"{name}/{polarity}/{fname[:-4]}", text, label))
+            stem = os.path.basename(path)[:-4]
+            docs.append(Document(f"{name}/{polarity}/{stem}", text, label))
+        skips.report(len(names))
     return docs
 
 

@@ -13,7 +13,8 @@ Options:
 import os
 
 from ernie_doc.data.document import (DataError, Document, check_label, check_options,
-                                     check_text, pick_file, read_lines, require_dir, where)
+                                     check_text, is_candidate_file, pick_file, read_lines,
+                                     require_dir, where)
 
 FILES = {"train": ["train.txt"], "dev": ["val.txt", "dev.txt"], "test": ["test.txt"]}
 OPTIONS = ("labels", "files", "remove_spaces")
@@ -50,7 +51,7 @@ def _labels(data_dir, options):
         if not isinstance(given, list):
             raise DataError(f"reader option 'labels': expected a list, got {given!r}")
         given = [str(label) for label in given]
-    if not os.path.isfile(path):
+    if not is_candidate_file(path):
         if given is None:
             raise DataError(f"{where(path)}: file does not exist (or set the reader option "
                             f"'labels')")

@@ -21,8 +21,17 @@ One Document per question (doc_id = QuestionId), as BigBird's TriviaQA preproces
 Bad input: malformed JSON, a question without QuestionId or EntityPages, a duplicate
 QuestionId, an empty question or context, a train/dev question without Answer → DataError
 naming the qa file and the question (`Data[3] (QuestionId 'tc_40')`); a missing evidence file →
-DataError naming the question and the file. A train question whose aliases never occur in its
-context is skipped, counted ("no answer found in context"); dev/test questions are kept.
+DataError naming the question and the file; Aliases, NormalizedAliases or HumanAnswers that are
+not a list of strings, or a Value / NormalizedValue that is not a string → DataError naming the
+question and the key. A train question whose aliases never occur in its context is skipped,
+counted ("no answer found in context"); dev/test questions are kept.
+
+Evidence is read only from inside the evidence directory: a Filename that is absolute, or that
+resolves outside evidence/wikipedia (through "..", or in a directory through a symbolic link),
+is refused: DataError `<qa file>: Data[i] (QuestionId 'x'): evidence file '<Filename>' lies
+outside <evidence dir>`. A real TriviaQA file never names one, so it is a hostile or broken
+file, not a question to skip. An evidence file that is not a regular file (a FIFO, a device) is
+refused too, never opened.
 
 Reading a .tgz lists the whole archive first; for the full 2.5 GB triviaqa-rc archive unpack
 it once instead.
@@ -39,8 +48,10 @@ import os
 import posixpath
 import tarfile
 
-from ernie_doc.data.document import DataError, Skips, check_options, check_split
+from ernie_doc.data.document import (DataError, Skips, check_options, check_split,
+                                     file_name, open_regular, require_file)
 from ernie_doc.data.squad import NO_ANSWER, find_all, span_document
+from ernie_doc.utils import decode_utf8
 
 FILES = {"train": "qa/wikipedia-train.json", "dev": "qa/wikipedia-dev.json",
          "test": "qa/wikipedia-test-without-answers.json"}
@@ -54,6 +65,8 @@ def read(data_dir, split, options):
     check_split(split)
     files = check_options(options.get("files"), ("train", "dev", "test"),
                           "reader option 'files'")
+    for key, value in files.items():
+        file_name(value, f"files.{key}")
     max_chars = _count_option(options, "max_evidence_chars", 0)
     max_spans = _count_option(options, "max_answer_spans", 64)
     with _Source(data_dir) as source:
@@ -79,6 +92,13 @@ def read(data_dir, split, options):
     return docs
 
 
+# Keys of an Answer object the reader and the TriviaQA metric read (the snake_case ones are the
+# Hugging Face copy's), with the JSON type each must have when present.
+STRING_LISTS = ("Aliases", "NormalizedAliases", "HumanAnswers", "aliases", "normalized_aliases",
+                "human_answers")
+STRINGS = ("Value", "NormalizedValue", "value", "normalized_value")
+
+
 def aliases(answer):
     """Aliases then NormalizedAliases, without repeats or empty strings."""
     found = []
@@ -87,6 +107,28 @@ def aliases(answer):
             if isinstance(alias, str) and alias.strip() and alias not in found:
                 found.append(alias)
     return found
+
+
+def check_answer(answer, at):
+    """The Answer object of one question, its alias lists and values checked (DataError at
+    `at` naming the key): a string where a list belongs would otherwise become one alias per
+    character."""
+    if not isinstance(answer, dict):
+        raise DataError(f"{at}: 'Answer' is not an object")
+    for key in STRING_LISTS:
+        if key in answer and (not isinstance(answer[key], list)
+                              or not all(isinstance(a, str) for a in answer[key])):
+            raise DataError(f"{at}: Answer.{key} is not a list of strings "
+                            f"(got {_shown(answer[key])})")
+    for key in STRINGS:
+        if key in answer and not isinstance(answer[key], str):
+            raise DataError(f"{at}: Answer.{key} is not a string (got {_shown(answer[key])})")
+    return answer
+
+
+def _shown(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def alias_spans(context, names, limit=0):
@@ -117,7 +159,7 @@ def _convert(item, i, split, source, qa_at, max_chars, max_spans, skips):
         filename = page.get("Filename") if isinstance(page, dict) else None
         if not isinstance(filename, str) or not filename:
             raise DataError(f"{at}: EntityPages entry without a 'Filename'")
-        name = posixpath.join(EVIDENCE, filename)
+        name = source.evidence_name(filename, at)
         text = source.evidence(name)
         if text is None:
             raise DataError(f"{at}: evidence file {name} not found in {source.root}")
@@ -127,8 +169,8 @@ def _convert(item, i, split, source, qa_at, max_chars, max_spans, skips):
     answer = item.get("Answer")
     if answer is None and split != "test":
         raise DataError(f"{at}: question without an 'Answer' in split {split!r}")
-    if answer is not None and not isinstance(answer, dict):
-        raise DataError(f"{at}: 'Answer' is not an object")
+    if answer is not None:
+        check_answer(answer, at)
     names = aliases(answer) if answer else []
     answers = alias_spans(context, names, max_spans)
     if split == "train" and not answers:
@@ -151,16 +193,22 @@ class _Source:
     def __init__(self, data_dir):
         self.root = os.fspath(data_dir)
         self.tar, self.members, self.prefix = None, {}, ""
+        self.evidence_real = None  # the evidence directory, symbolic links resolved
         # Questions share pages (e.g. England.txt): decode each once while it is in use.
         self.evidence = functools.lru_cache(maxsize=256)(self._evidence)
         if os.path.isdir(self.root):
             return
-        if not os.path.isfile(self.root):
+        if not os.path.lexists(self.root):
             raise DataError(f"{self.root}: data directory or archive does not exist")
+        require_file(self.root, "data directory or archive")  # never open a FIFO or a device
         try:
             self.tar = tarfile.open(self.root)
+            # Regular members only (links are not followed), and none whose own name is
+            # absolute or climbs with "..": nothing is extracted, so they could not escape, but
+            # no real archive has them and they would make the lookups below ambiguous.
             self.members = {m.name[2:] if m.name.startswith("./") else m.name: m
-                            for m in self.tar.getmembers() if m.isfile()}
+                            for m in self.tar.getmembers() if m.isfile()
+                            and not m.name.startswith("/") and ".." not in m.name.split("/")}
         except (tarfile.TarError, OSError, EOFError) as e:
             reason = (str(e).splitlines() or [type(e).__name__])[0]  # one line
             raise DataError(f"{self.root}: not a readable tar archive ({reason})") from None
@@ -194,6 +242,24 @@ class _Source:
         except json.JSONDecodeError as e:
             raise DataError(f"{self.where(name)}:{e.lineno}: invalid JSON ({e.msg})") from None
 
+    def evidence_name(self, filename, at):
+        """The path under the root ("evidence/wikipedia/...") of an EntityPages Filename; one
+        that is absolute or resolves outside the evidence directory raises DataError at `at`.
+        In a directory symbolic links are resolved too (a link inside the evidence directory
+        must point inside it); an archive is never extracted, and its links are not read."""
+        name = posixpath.normpath(posixpath.join(EVIDENCE, filename))
+        inside = (not posixpath.isabs(filename) and "\0" not in filename
+                  and name.startswith(EVIDENCE + "/"))
+        if inside and self.tar is None:
+            if self.evidence_real is None:
+                self.evidence_real = os.path.realpath(os.path.join(self.root, EVIDENCE))
+            base, real = self.evidence_real, os.path.realpath(os.path.join(self.root, name))
+            inside = real != base and os.path.commonpath([base, real]) == base
+        if not inside:
+            raise DataError(f"{at}: evidence file {filename!r} lies outside "
+                            f"{self.where(EVIDENCE)}")
+        return name
+
     def _evidence(self, name):
         """The text of an evidence file, or None when it is not there."""
         data = self._bytes(name)
@@ -202,18 +268,12 @@ class _Source:
     def _bytes(self, name):
         if self.tar is None:
             path = os.path.join(self.root, name)
-            if not os.path.isfile(path):
+            if not os.path.lexists(path):
                 return None
-            with open(path, "rb") as f:
+            with open_regular(path) as f:  # a FIFO or a device is refused, never opened
                 return f.read()
         member = self.members.get(self.prefix + name)
         return None if member is None else self.tar.extractfile(member).read()
 
     def _decode(self, name, data):
-        # ernie_doc.utils.read_utf8 reads only paths; this is its rule for archive members too.
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = data.count(b"\n", 0, e.start) + 1
-            raise DataError(f"{self.where(name)}:{line}: invalid UTF-8 (byte {e.start})") \
-                from None
+        return decode_utf8(data, self.where(name), DataError)   # archive members too

@@ -16,6 +16,7 @@ and are counted.
 import os
 
 from ernie_doc.data import DataError
+from ernie_doc.data.document import file_kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULTS = {
@@ -47,8 +48,9 @@ def read(data_dir, split, opts):
         raise DataError(f"split {split!r}: no file for it in reader.files "
                         f"(splits: {sorted(files)})")
     path = os.path.join(data_dir or ROOT, os.path.expanduser(str(files[split])))
-    if not os.path.isfile(path):
-        kind = "is a directory" if os.path.isdir(path) else "does not exist"
+    kind = file_kind(path)
+    if kind is not None:  # only a regular file: a FIFO would block the reader for ever
+        kind = "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
         raise DataError(f"{path}: the {split} split's token file {kind} (reader.files.{split}"
                         f" under data_dir {data_dir or ROOT!r})")
     return path
