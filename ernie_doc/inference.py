@@ -53,7 +53,9 @@ _BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_
 
 
 class ExportError(ValueError):
-    """A model or argument that cannot be exported."""
+    """A model or argument that cannot be exported, or an export that cannot be loaded (a
+    missing, damaged or hand-edited sidecar, program or parameters file). The message is one
+    line naming the file."""
 
 
 class PredictorInputError(ValueError):
@@ -205,8 +207,11 @@ def export(model, path, seq_len, batch_size=None):
         raise ExportError(f"path must be a file prefix like DIR/model, got {path!r}")
     os.makedirs(directory, exist_ok=True)
     was_training = model.training
+    try:
+        tmp_dir = tempfile.mkdtemp(prefix=".tmp-export-", dir=directory)
+    except OSError as e:   # read-only or full: name the export, not the temporary name
+        raise OSError(e.errno, e.strerror, path) from None
     model.eval()
-    tmp_dir = tempfile.mkdtemp(prefix=".tmp-export-", dir=directory)
     try:
         # full_graph=True: AST conversion, so `paddle.in_dynamic_mode()` is False while tracing
         # and the model takes its general (static) path; the SOT tracer would run it "dynamic".
@@ -239,16 +244,27 @@ def export(model, path, seq_len, batch_size=None):
         head_sizes = model.architecture()["kwargs"]
         meta.update({k: head_sizes[k] for k in ("num_labels", "num_choices") if k in head_sizes})
         stale = _previous_model_file(path)
-        # The model files first, the sidecar last: a sidecar means a complete export.
+        # Every file is complete in the temporary directory before any moves (a full disk
+        # fails here, with nothing of this export in place); then the model files, and the
+        # sidecar last: a sidecar means a complete export. Renames need no space.
+        atomic_write_text(os.path.join(tmp_dir, base + META_SUFFIX),
+                          json.dumps(meta, indent=2) + "\n")
         for name in written:
             os.replace(os.path.join(tmp_dir, name), os.path.join(directory, name))
-        atomic_write_text(path + META_SUFFIX, json.dumps(meta, indent=2) + "\n")
+        os.replace(os.path.join(tmp_dir, base + META_SUFFIX), path + META_SUFFIX)
         if stale and stale != model_file:
             # An earlier export here by the other paddle major version: drop its program file
             # so the folder does not hold two different programs under one prefix.
             for name in (stale, base + ".pdiparams.info"):
                 if name not in written and os.path.isfile(os.path.join(directory, name)):
                     os.remove(os.path.join(directory, name))
+    except OSError as e:
+        # paddle.jit.save on a full disk raises without a file name, or names a file in the
+        # temporary directory: report the export prefix the caller asked for
+        name = e.filename if isinstance(e.filename, str) else None
+        if name is None or name.startswith(tmp_dir):
+            raise OSError(e.errno, e.strerror, path) from e
+        raise
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         if was_training:
@@ -270,16 +286,77 @@ def _find_meta(path):
     if os.path.isdir(path):
         found = sorted(f for f in os.listdir(path) if f.endswith(META_SUFFIX))
         if len(found) != 1:
-            raise FileNotFoundError(f"{path}: expected one exported model (*{META_SUFFIX}), "
-                                    f"found {found or 'none'}; pass the export prefix")
+            raise ExportError(f"{path}: expected one exported model (*{META_SUFFIX}), "
+                              f"found {found or 'none'}; pass the export prefix")
         return os.path.join(path, found[0])
     for suffix in (".json", ".pdmodel", ".pdiparams"):
         if path.endswith(suffix) and os.path.isfile(path[:-len(suffix)] + META_SUFFIX):
             return path[:-len(suffix)] + META_SUFFIX
     if os.path.isfile(path + META_SUFFIX):
         return path + META_SUFFIX
-    raise FileNotFoundError(f"no exported model at {path!r} (looked for {path + META_SUFFIX}; "
-                            f"export with tools/export_model.py)")
+    raise ExportError(f"no exported model at {path} (looked for {path + META_SUFFIX}; "
+                      f"export with tools/export_model.py)")
+
+
+def _read_meta(meta_path):
+    """The sidecar of an export, checked: every key Predictor uses, with its type. A damaged
+    or hand-edited sidecar is an ExportError naming it (and the key), never a KeyError deep
+    in Predictor; file names must be plain names inside the export's directory."""
+    from ernie_doc.utils import read_json
+    meta = read_json(meta_path, ExportError)
+    if not isinstance(meta, dict):
+        raise ExportError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ExportError(f"{meta_path}: unsupported export format "
+                          f"{meta.get('format_version')!r} (this version reads "
+                          f"{FORMAT_VERSION})")
+
+    def bad(key, want):
+        value = meta.get(key, "<missing>")
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return ExportError(f"{meta_path}: {key}: expected {want}, got {shown}")
+
+    def positive(value):
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    for key in ("model_file", "params_file"):
+        name = meta.get(key)
+        if not isinstance(name, str) or not name or os.path.basename(name) != name or \
+                name in (".", ".."):
+            raise bad(key, "a file name inside the export's directory")
+    if meta.get("ir") not in ("pir", "program"):
+        raise bad("ir", "'pir' or 'program'")
+    if not isinstance(meta.get("config"), dict):
+        raise bad("config", "a JSON object")
+    if not positive(meta.get("seq_len")):
+        raise bad("seq_len", "a positive integer")
+    if meta.get("batch_size") is not None and not positive(meta.get("batch_size")):
+        raise bad("batch_size", "a positive integer or null")
+    for key in ("inputs", "outputs"):
+        specs = meta.get(key)
+        if not isinstance(specs, list) or not specs or not all(
+                isinstance(x, dict) and isinstance(x.get("name"), str)
+                and isinstance(x.get("dtype"), str) and isinstance(x.get("shape"), list)
+                and all(isinstance(d, int) and not isinstance(d, bool) for d in x["shape"])
+                for x in specs):
+            raise bad(key, "a list of {name, shape, dtype}")
+    if any(x["name"] == "memories" for x in meta["inputs"]):
+        shape = meta.get("memory_shape")
+        if not isinstance(shape, list) or len(shape) != 4 or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise bad("memory_shape", "[layers, batch, memory_len, hidden]")
+    if meta.get("num_choices") is not None and not positive(meta.get("num_choices")):
+        raise bad("num_choices", "a positive integer")
+    return meta
+
+
+def _check_file(path, meta_path, what):
+    """A file named by the sidecar: present, a regular file, not empty (paddle's loaders
+    crash or report C++ internals on an empty one)."""
+    if not os.path.isfile(path):
+        raise ExportError(f"{path}: the {what} is missing (named by {meta_path})")
+    if os.path.getsize(path) == 0:
+        raise ExportError(f"{path}: the {what} is empty")
 
 
 class Predictor:
@@ -288,26 +365,23 @@ class Predictor:
     The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
     is explicit: `run` takes it and returns the new one; the predictor itself keeps none.
     threads: CPU math library threads. enable_onednn: oneDNN kernels (on by default).
+    A path that holds no export, or an export with a damaged file, raises ExportError (one
+    line naming the file); a bad config in the sidecar raises ConfigError naming it.
     """
 
     def __init__(self, path, threads=1, enable_onednn=True):
         from paddle import inference
         meta_path = _find_meta(path)
-        with open(meta_path, encoding="utf-8") as f:
-            self.meta = json.load(f)
-        if self.meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: unsupported export format "
-                             f"{self.meta.get('format_version')!r}")
+        self.meta = _read_meta(meta_path)
         directory = os.path.dirname(os.path.abspath(meta_path))
         self.model_path = os.path.join(directory, self.meta["model_file"])
         self.params_path = os.path.join(directory, self.meta["params_file"])
-        for p in (self.model_path, self.params_path):
-            if not os.path.isfile(p):
-                raise FileNotFoundError(f"{p} is missing (named by {meta_path})")
+        _check_file(self.model_path, meta_path, "program file")
+        _check_file(self.params_path, meta_path, "parameters file")
         if self.meta["ir"] == "pir" and int(paddle.__version__.split(".")[0]) < 3:
-            raise ValueError(f"{self.model_path} is a PIR program written by paddle "
-                             f"{self.meta['paddle_version']}; paddle {paddle.__version__} "
-                             f"cannot read it: re-export with this paddle version")
+            raise ExportError(f"{self.model_path} is a PIR program written by paddle "
+                              f"{self.meta.get('paddle_version')}; paddle {paddle.__version__} "
+                              f"cannot read it: re-export with this paddle version")
         self.config = ErnieDocConfig.from_dict(self.meta["config"], source=meta_path)
         self.seq_len = int(self.meta["seq_len"])
         self.batch_size = self.meta["batch_size"]
@@ -332,15 +406,23 @@ class Predictor:
         cfg.disable_glog_info()
         self.threads = int(threads)
         self.onednn = bool(enable_onednn)
-        self._predictor = inference.create_predictor(cfg)
+        try:
+            self._predictor = inference.create_predictor(cfg)
+        except (RuntimeError, ValueError, OSError) as e:
+            # paddle's loaders report a damaged program or parameters file this way, with a
+            # C++ hint block after the first line; keep the first line only
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()),
+                         type(e).__name__)
+            raise ExportError(f"{self.model_path} + {os.path.basename(self.params_path)}: "
+                              f"paddle.inference cannot load the export ({first})") from None
         names = list(self._predictor.get_input_names())
         if sorted(names) != sorted(self.input_specs):
-            raise ValueError(f"{self.model_path}: program inputs {names} differ from the "
-                             f"sidecar's {sorted(self.input_specs)}")
+            raise ExportError(f"{self.model_path}: program inputs {names} differ from the "
+                              f"sidecar's {sorted(self.input_specs)}")
         out_names = list(self._predictor.get_output_names())
         if len(out_names) != len(self.output_names):
-            raise ValueError(f"{self.model_path}: program has {len(out_names)} outputs, the "
-                             f"sidecar names {self.output_names}")
+            raise ExportError(f"{self.model_path}: program has {len(out_names)} outputs, the "
+                              f"sidecar names {self.output_names}")
         self._input_handles = {n: self._predictor.get_input_handle(n) for n in names}
         # paddle.jit.save names outputs by itself; they come back in the order returned.
         self._output_handles = [self._predictor.get_output_handle(n) for n in out_names]

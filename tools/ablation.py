@@ -43,7 +43,22 @@ def parse_args(argv=None):
         p.error("--jobs and --nproc must be >= 1")
     if args.primary and args.primary not in names:
         p.error(f"--primary {args.primary}: not a variant ({names})")
+    if not os.path.isfile(args.config):
+        p.error(f"{args.config}: no such config file")
+    for override in args.overrides + [o for v in args.variant for o in v[1:]]:
+        if "=" not in override or not override.split("=", 1)[0].strip():
+            p.error(f"override {override!r}: expected key=value")
     return args
+
+
+def variant_error(log_path):
+    """The `error:` line a failed variant's tools/finetune.py printed (its log), or None."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.startswith("error: ")]
+    except OSError:
+        return None
+    return lines[-1][len("error: "):] if lines else None
 
 
 def expand(override):
@@ -65,6 +80,18 @@ def command(args, name, overrides):
 
 def main(argv=None):
     args = parse_args(argv)
+    from ernie_doc.utils import write_error_types, write_failure
+    try:
+        return _run(args)
+    except write_error_types() as e:   # OUT cannot be created or written (full, read-only)
+        message = write_failure(e, args.output_dir, "--output-dir")
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _run(args):
     os.makedirs(args.output_dir, exist_ok=True)
     env = dict(os.environ)
     if args.jobs > 1:
@@ -93,9 +120,11 @@ def main(argv=None):
         code, seconds = done[name]
         path = os.path.join(args.output_dir, name, "eval_results.json")
         if code != 0 or not os.path.isfile(path):
-            print(f"error: variant {name} failed (exit {code}); see "
-                  f"{os.path.join(args.output_dir, name + '.log')}", file=sys.stderr)
-            sys.exit(1)
+            log_path = os.path.join(args.output_dir, name + ".log")
+            reason = variant_error(log_path)
+            print(f"error: variant {name} failed (exit {code})"
+                  + (f": {reason}" if reason else "") + f"; log: {log_path}", file=sys.stderr)
+            sys.exit(2 if code == 2 else 1)
         with open(path, encoding="utf-8") as f:
             metrics = json.load(f)
         metric = args.metric or metrics["main_metric"]

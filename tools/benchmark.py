@@ -56,6 +56,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+
+# paddle's import warns about a C++ compiler cache it never uses here (stderr holds progress
+# lines and, on bad input, the one error line)
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -67,7 +72,7 @@ PRETRAIN_STEPS, PRETRAIN_WARMUP = 60, 10
 TOKENS_COUNTED = "every segment read, skim pass included"
 
 
-def parse_args(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="ernie-doc-base-en")
     p.add_argument("--batch-size", type=int, default=2)
@@ -97,6 +102,19 @@ def parse_args(argv=None):
                    help=f"first steps not measured (default {PRETRAIN_WARMUP})")
     g.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="tools/pretrain.py --set items")
+    return p
+
+
+def given_on_command_line(argv, args):
+    """The option names (dests) the command line set itself, defaults left out."""
+    q = build_parser()
+    for action in q._actions:   # no defaults: the namespace holds only what was given
+        action.default = argparse.SUPPRESS
+    return set(vars(q.parse_args(argv)))
+
+
+def parse_args(argv=None):
+    p = build_parser()
     args = p.parse_args(argv)
     if args.pretrain_config is None:
         if args.overrides or args.pretrain_nproc or args.pretrain_steps is not None \
@@ -104,9 +122,11 @@ def parse_args(argv=None):
             p.error("--set and --pretrain-* need --pretrain-config")
     else:
         check_pretrain_args(p, args)
-    if args.quick:
+    if args.quick:   # the small settings, under what the command line gave itself
+        given = given_on_command_line(argv, args)
         for key, value in QUICK.items():
-            setattr(args, key, value)
+            if key not in given:
+                setattr(args, key, value)
     for name in ("batch_size", "seq_len", "steps", "stream_batch_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -114,6 +134,11 @@ def parse_args(argv=None):
         p.error("--memory-len and --warmup must be >= 0, --threads >= 1")
     if any(n < 1 for n in args.stream_lengths):
         p.error("--stream-lengths must be positive")
+    if args.output is not None:
+        from ernie_doc.utils import unwritable_file   # no paddle import: threads are not set
+        problem = unwritable_file(args.output)
+        if problem:
+            p.error(f"--output {problem}")
     return args
 
 
@@ -185,11 +210,16 @@ def mb(kb):
 
 
 def build_config(args):
+    """The preset's config with --memory-len; a bad --preset / --seq-len is ConfigError."""
     from ernie_doc import ErnieDocConfig
-    config = ErnieDocConfig.from_preset(args.preset, memory_len=args.memory_len)
+    from ernie_doc.config import ConfigError
+    try:
+        config = ErnieDocConfig.from_preset(args.preset, memory_len=args.memory_len)
+    except ConfigError as e:
+        raise ConfigError(f"--preset {args.preset}: {e}") from None
     if args.seq_len > config.max_position_embeddings:
-        raise SystemExit(f"--seq-len {args.seq_len} > max_position_embeddings "
-                         f"{config.max_position_embeddings} of {args.preset}")
+        raise ConfigError(f"--seq-len {args.seq_len} > max_position_embeddings "
+                          f"{config.max_position_embeddings} of {args.preset}")
     return config
 
 
@@ -552,8 +582,15 @@ def emit(result, args):
     text = json.dumps(result, indent=2)
     print(text)
     if args.output:
-        from ernie_doc.utils import atomic_write_text
-        atomic_write_text(args.output, text + "\n")
+        from ernie_doc.utils import atomic_write_text, write_error_types, write_failure
+        try:
+            atomic_write_text(args.output, text + "\n")
+        except write_error_types() as e:   # full disk, read-only (checked free at the start)
+            message = write_failure(e, args.output, "--output", target_is_dir=False)
+            if message is None:
+                raise
+            print(f"error: {message} (the results are on stdout above)", file=sys.stderr)
+            sys.exit(2)
 
 
 def environment(args, paddlenlp=True):
@@ -593,7 +630,12 @@ def main(argv=None):
     import paddle
     apply_paddle_threads(args.threads)
     t_total = time.perf_counter()
-    config = build_config(args)
+    from ernie_doc.config import ConfigError
+    try:
+        config = build_config(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     result = {
         "setup": {"preset": args.preset, "batch_size": args.batch_size, "seq_len": args.seq_len,
                   "memory_len": args.memory_len, "steps": args.steps, "warmup": args.warmup,

@@ -7,16 +7,32 @@
         [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
 
 --config is a checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP,
-ours), or a preset name / config JSON (random weights, for trying the pipeline). Writes <output>.json (paddle 3.x) or <output>.pdmodel
-(paddle 2.6), <output>.pdiparams and the sidecar <output>.meta.json; prints a JSON summary.
-See ernie_doc/inference.py for the exported signature and the Predictor that runs it.
+ours), or a preset name / config JSON (random weights, for trying the pipeline). Writes
+<output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
+<output>.meta.json; prints a JSON summary. A bad argument, config or checkpoint, or an output
+that cannot be written, prints one `error:` line and exits with 2, writing nothing
+(--debug: traceback). See ernie_doc/inference.py for the exported signature and the
+Predictor that runs it.
 """
 import argparse
 import json
 import os
 import sys
+import warnings
+import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
+# paddle's import warns about a C++ compiler cache it never uses here, and the static-graph
+# conversion warns about its own internals (2.6: a deprecated attribute of its own ops; 3.x:
+# C++ glog lines) on stderr, where only an error line belongs; GLOG_minloglevel=0 in the
+# environment shows the C++ ones again.
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+warnings.filterwarnings("ignore", message=r"The Attr\(force_cpu\) of Op", category=UserWarning)
+os.environ.setdefault("GLOG_minloglevel", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# A classification head's weight is hidden_size x num_labels floats: far beyond any label
+# set, and past int32 (paddle's shape type) it is a C++ error instead of an allocation.
+MAX_LABELS = 1_000_000
 
 
 def parse_args(argv=None):
@@ -34,6 +50,7 @@ def parse_args(argv=None):
                    help="fixed batch size, or 'dynamic' (default)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="segment length T (default: max_position_embeddings)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
     if args.batch_size == "dynamic":
         args.batch_size = None
@@ -42,6 +59,22 @@ def parse_args(argv=None):
             args.batch_size = int(args.batch_size)
         except ValueError:
             p.error(f"--batch-size must be an integer or 'dynamic', got {args.batch_size!r}")
+        if args.batch_size < 1:
+            p.error(f"--batch-size must be a positive integer or 'dynamic', got "
+                    f"{args.batch_size}")
+    if args.num_labels is not None and not 1 <= args.num_labels <= MAX_LABELS:
+        p.error(f"--num-labels must be in [1, {MAX_LABELS:,}], got {args.num_labels}")
+    if not 1 <= args.num_choices <= MAX_LABELS:
+        p.error(f"--num-choices must be in [1, {MAX_LABELS:,}], got {args.num_choices}")
+    if args.seq_len is not None and args.seq_len < 1:
+        p.error(f"--seq-len must be a positive integer, got {args.seq_len}")
+    if args.head == "multiple_choice" and args.batch_size and \
+            args.batch_size % args.num_choices:
+        p.error(f"--batch-size {args.batch_size} must be a multiple of --num-choices "
+                f"{args.num_choices} (one row per choice)")
+    if os.path.basename(args.output) in ("", ".", "..") or os.path.isdir(args.output):
+        p.error(f"--output {args.output}: give a file prefix such as DIR/model, not a "
+                f"directory")
     return args
 
 
@@ -62,18 +95,47 @@ def build_model(args):
     kwargs = head_kwargs(args)
     if os.path.isdir(args.config):
         return cls.from_pretrained(args.config, **kwargs), f"from_pretrained({args.config})"
-    print("warning: --config is not a checkpoint directory: exporting random weights",
-          file=sys.stderr)
     return cls(ErnieDocConfig.from_any(args.config), **kwargs), "random"
 
 
 def main(argv=None):
+    """→ 0 after a complete export. Bad input or an unwritable output: one `error:` line
+    and exit status 2 (SystemExit)."""
     args = parse_args(argv)
-    from ernie_doc.inference import export
+    from ernie_doc.checkpoint.io import CheckpointError
+    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+    from ernie_doc.config import ConfigError
+    from ernie_doc.inference import ExportError
+    from ernie_doc.utils import quiet_failed_closes, write_error_types, write_failure
+    try:
+        return _export(args)
+    except (ConfigError, CheckpointError, LoDTensorFormatError, ExportError) as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except write_error_types() as e:   # full disk, read-only, a file where a directory is
+        message = write_failure(e, os.path.dirname(os.path.abspath(args.output)),
+                                "--output")
+        if message is None or args.debug:
+            raise
+        quiet_failed_closes()
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
 
+
+def _export(args):
+    from ernie_doc.inference import export
+    from ernie_doc.inference import ExportError
     model, source = build_model(args)
     seq_len = args.seq_len or model.config.max_position_embeddings
+    if seq_len > model.config.max_position_embeddings:
+        raise ExportError(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
+                          f"{model.config.max_position_embeddings}")
     info = export(model, args.output, seq_len=seq_len, batch_size=args.batch_size)
+    if source == "random":
+        print("warning: --config is not a checkpoint directory: exported random weights",
+              file=sys.stderr)
     summary = {
         "model_path": info["model_path"],
         "params_path": info["params_path"],
@@ -91,4 +153,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from ernie_doc.utils import notes_to_stdout
+    notes_to_stdout()
     sys.exit(main())

@@ -42,14 +42,24 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
 
 
 def main(argv=None, description=__doc__, config_flag=False, kind=None):
-    """kind: the task kind this entry point accepts (None: any)."""
+    """kind: the task kind this entry point accepts (None: any).
+
+    Exit status 2 with one `error:` line for bad input (the project's error types) and for a
+    run that cannot write its output (full disk, read-only filesystem, a file where
+    OUTPUT_DIR should be: ernie_doc.utils.write_failure); 1 for a training failure (a
+    non-finite loss). Any other exception is a bug and keeps its traceback; --debug shows
+    the traceback of every error."""
     args = parse_args(argv, description, config_flag)
     from ernie_doc.config import ConfigError
     from ernie_doc.data import DataError
     from ernie_doc.checkpoint.io import CheckpointError
+    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+    from ernie_doc.tokenization import TokenizerError
     from ernie_doc.training.checkpoint import CheckpointStateError
     from ernie_doc.training.config import load_config
     from ernie_doc.training.trainer import RUN_CONFIG, TrainingError, run
+    from ernie_doc.utils import quiet_failed_closes, write_error_types, write_failure
+    output_dir = args.resume   # known once the config is read
     try:
         overrides = list(args.overrides)
         config = args.config
@@ -57,15 +67,26 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
             config = config or os.path.join(args.resume, RUN_CONFIG)
             overrides.append(f"output_dir={args.resume}")
         cfg = load_config(config, overrides)
+        output_dir = cfg.output_dir
         if kind and cfg.kind != kind:
             raise ConfigError(f"{cfg.source}: kind: {cfg.kind!r}; this tool runs kind {kind!r}")
         return run(cfg, resume=bool(args.resume))
-    except (ConfigError, DataError, CheckpointError, CheckpointStateError, TrainingError) as e:
+    except (ConfigError, DataError, CheckpointError, CheckpointStateError, LoDTensorFormatError,
+            TokenizerError, TrainingError) as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1 if isinstance(e, TrainingError) else 2)
+    except write_error_types() as e:
+        message = write_failure(e, output_dir or os.curdir)
+        if message is None or args.debug:
+            raise
+        quiet_failed_closes()
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
+    from ernie_doc.utils import notes_to_stdout
+    notes_to_stdout()   # readers' and loaders' notes with the run's log, not on stderr
     main()

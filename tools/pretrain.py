@@ -24,4 +24,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from ernie_doc.utils import notes_to_stdout
+    notes_to_stdout()   # readers' and loaders' notes with the run's log, not on stderr
     main()

@@ -19,12 +19,26 @@ def setup_logging(output_dir=None, is_main=True):
     console.setFormatter(fmt)
     logger.addHandler(console)
     if output_dir and is_main:
-        handler = logging.FileHandler(os.path.join(output_dir, "train.log"), encoding="utf-8")
+        handler = _RunFileHandler(os.path.join(output_dir, "train.log"), encoding="utf-8")
         handler.setFormatter(fmt)
         logger.addHandler(handler)
     if not is_main:
         logger.setLevel(logging.WARNING)
     return logger
+
+
+class _RunFileHandler(logging.FileHandler):
+    """train.log. A write that fails (full disk, read-only filesystem) stops the run as an
+    OSError naming the file, like every other write of the run, instead of logging's
+    "--- Logging error ---" traceback on stderr while the run carries on."""
+
+    def handleError(self, record):
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            if error.filename is None:
+                raise OSError(error.errno, error.strerror, self.baseFilename) from error
+            raise error
+        super().handleError(record)
 
 
 class RunLog:
@@ -71,24 +85,79 @@ class RunLog:
 
 
 def _append(path, record):
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+    except OSError as e:   # a full disk fails the write or the close, without a file name
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror, path) from e
+        raise
+
+
+def check_run_logs(output_dir):
+    """Raise DataError (file and line) when a run's train_log.jsonl or eval_history.jsonl is
+    damaged beyond a cut-short last line: for --resume to call before it writes anything.
+    Reads only; the cut-short line is dropped (and logged) when RunLog opens the run."""
+    for name in ("train_log.jsonl", "eval_history.jsonl"):
+        _records(os.path.join(output_dir, name), warn=False)
+
+
+def _records(path, warn=True):
+    """[(line number, record, raw line bytes)] of a JSON-lines log (train_log.jsonl,
+    eval_history.jsonl).
+
+    A run stopped by a full disk or a kill can leave the last line cut short: that line is
+    dropped with one warning naming the file and line, and what came before is kept. A line
+    before it that is not a JSON object (or not UTF-8) is damage that a later append cannot
+    explain: a DataError naming the file and line. So is a record without an integer step."""
+    from ernie_doc.data import DataError
+    if not os.path.lexists(path):
+        return []
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})") from None
+    lines = [(number, raw) for number, raw in enumerate(data.split(b"\n"), 1) if raw.strip()]
+    records = []
+    for k, (number, raw) in enumerate(lines):
+        try:
+            record = json.loads(raw.decode("utf-8"))
+            problem = None if isinstance(record, dict) else \
+                f"a JSON {type(record).__name__}, not an object"
+        except UnicodeDecodeError as e:
+            record, problem = None, f"invalid UTF-8 (byte {e.start} of the line)"
+        except ValueError as e:
+            record, problem = None, f"invalid JSON ({getattr(e, 'msg', e)})"
+        if problem is not None and k == len(lines) - 1 and record is None:
+            if warn:
+                shown = raw[:60].decode("utf-8", "replace")
+                logger.warning(f"{path}:{number}: dropped the last line, cut short by an "
+                               f"interrupted write: {shown!r}")
+            break
+        if problem is not None:
+            raise DataError(f"{path}:{number}: {problem}")
+        step = record.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise DataError(f"{path}:{number}: no integer 'step' in the record")
+        records.append((number, record, raw))
+    return records
 
 
 def _truncate_after(path, step):
-    if not os.path.exists(path):
+    """Keep the records up to `step` (a resumed run rewrites what followed), and drop a last
+    line cut short; the file is replaced atomically, never left half-written."""
+    if not os.path.lexists(path):
         return
-    with open(path, encoding="utf-8") as f:
-        keep = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(keep)
+    from ernie_doc.utils import atomic_write_text
+    keep = [raw.decode("utf-8") + "\n" for _, record, raw in _records(path)
+            if record["step"] <= step]
+    atomic_write_text(path, "".join(keep))
 
 
 def read_jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a JSON-lines log (see _records: a cut-short last line is dropped)."""
+    return [record for _, record, _ in _records(path)]
 
 
 def _smooth(values):
