@@ -148,6 +148,14 @@ class ErnieDocConfig:
     def num_position_rows(self):
         return 2 * self.max_position_embeddings + self.memory_len
 
+    @property
+    def min_parameters(self):
+        """A lower bound on the encoder's parameter count, known without building it: the
+        word embeddings and, per layer, the 12·H² of its attention and feed-forward
+        matrices."""
+        H = self.hidden_size
+        return self.vocab_size * H + self.num_hidden_layers * 12 * H * H
+
     # -- I/O ---------------------------------------------------------------------------------
     def to_dict(self):
         return {k: copy.deepcopy(getattr(self, k)) for k in _DEFAULTS}

@@ -112,6 +112,14 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         if not isinstance(config, ErnieDocConfig):
             config = ErnieDocConfig.from_any(config)
         self.config = config
+        # Refuse weights that cannot fit before allocating them (a hostile or mistyped
+        # config.json can ask for terabytes).
+        from ernie_doc import resources
+        device = "gpu" if str(paddle.get_device()).startswith("gpu") else "cpu"
+        resources.check_fits({"weights": 4 * config.min_parameters},
+                             f"ErnieDocModel(hidden_size={config.hidden_size}, num_hidden_layers="
+                             f"{config.num_hidden_layers}, vocab_size={config.vocab_size})",
+                             device)
         # Built in the same order as PaddleNLP so state_dict orders match.
         self.encoder = ErnieDocEncoder(config)
         self.embeddings = ErnieDocEmbeddings(config)

@@ -1,0 +1,119 @@
+"""Will it fit? Memory estimates made from a config before anything is allocated.
+
+A config with `hidden_size: 1000000000`, or one that needs 13 GB of weights on a 24 GB
+machine once gradients and Adam's moments are counted, should be one error line with the
+numbers, not a MemoryError (or the OOM killer) minutes into a run. The estimate is:
+
+    weights (4 bytes / parameter) · 4 when training (weights, gradients, Adam's two moments)
+    + activations kept for the backward pass, per layer and token, about
+      68·H + 10·heads·K bytes (K = T + M keys; Korthikanti et al. 2022's 34·H + 5·heads·K for
+      16-bit activations and 1-byte dropout masks, doubled for float32)
+    + the memories carried between segments, L·B·M·H floats.
+
+It is refused only when it exceeds the memory available now (host memory on CPU, the device's
+memory on GPU). The parameter count is exact: the model is built under paddle.LazyGuard, which
+creates parameters without allocating them.
+"""
+import os
+from typing import Callable, Optional
+
+from ernie_doc.config import ConfigError
+
+GiB = float(1 << 30)
+
+
+def _meminfo_available() -> Optional[int]:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cgroup_available() -> Optional[int]:
+    """What a cgroup (v2, else v1) memory limit leaves, or None without a limit."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file, encoding="ascii") as f:
+                limit = f.read().strip()
+            with open(usage_file, encoding="ascii") as f:
+                usage = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
+            return None   # no limit (v1 writes a huge number)
+        return max(0, int(limit) - usage)
+    return None
+
+
+def available_memory(device: str = "cpu") -> Optional[int]:
+    """Bytes this process can still allocate on `device` ("cpu" or "gpu"), or None when
+    unknown. CPU: MemAvailable, lowered by a cgroup limit. GPU: the device's total memory
+    (paddle reserves and caches as it goes, so what is free now says little)."""
+    if device == "gpu":
+        try:
+            import paddle
+            return int(paddle.device.cuda.get_device_properties(0).total_memory)
+        except Exception:   # no CUDA build or no device: nothing to say  # noqa: BLE001
+            return None
+    values = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
+    return min(values) if values else None
+
+
+def parameter_count(build: Callable[[], object]) -> int:
+    """Parameters of the layer `build()` returns, built under paddle.LazyGuard so that no
+    parameter memory is allocated (exact, and instant even for absurd sizes)."""
+    import numpy as np
+    import paddle
+    with paddle.LazyGuard():
+        layer = build()
+    return sum(int(np.prod(p.shape)) for p in layer.parameters())
+
+
+def activation_bytes(layers: int, rows: int, tokens: int, keys: int, hidden: int,
+                     heads: int) -> int:
+    """Activations kept for backward by `layers` Transformer layers reading `rows` rows of
+    `tokens` tokens that attend to `keys` keys (tokens + memory)."""
+    return layers * rows * tokens * (68 * hidden + 10 * heads * keys)
+
+
+def describe(nbytes: float) -> str:
+    return f"{nbytes / GiB:.1f} GiB" if nbytes >= 0.1 * GiB else f"{nbytes / (1 << 20):.0f} MiB"
+
+
+def check_fits(parts: dict, what: str, device: str = "cpu",
+               available: Optional[int] = None) -> int:
+    """Raise ConfigError when the bytes in `parts` ({label: bytes}) exceed what `device` has
+    available (`available` overrides the measurement, for tests) → the total."""
+    total = int(sum(parts.values()))
+    free = available_memory(device) if available is None else available
+    if free is not None and total > free:
+        detail = " + ".join(f"{label} {describe(n)}" for label, n in parts.items() if n)
+        where = "the GPU's memory" if device == "gpu" else "the memory available"
+        raise ConfigError(f"{what}: needs about {describe(total)} ({detail}) but {where} is "
+                          f"{describe(free)}; use a smaller model, batch_size or max_seq_len")
+    return total
+
+
+def training_parts(params: int, layers: int, rows: int, tokens: int, memory_len: int,
+                   hidden: int, heads: int, training: bool = True) -> dict:
+    """The estimate of the module docstring, by part ({label: bytes})."""
+    weights = 4 * params
+    parts = {"weights": weights}
+    if training:
+        parts["gradients + Adam moments"] = 3 * weights
+        parts["activations"] = activation_bytes(layers, rows, tokens, tokens + memory_len,
+                                                hidden, heads)
+    else:   # no graph kept: one layer's activations at a time
+        parts["activations"] = activation_bytes(1, rows, tokens, tokens + memory_len, hidden,
+                                                heads)
+    parts["memories"] = 4 * layers * rows * memory_len * hidden
+    return parts
