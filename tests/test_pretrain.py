@@ -93,6 +93,8 @@ def test_pretrain_writes_logs_results_and_a_loadable_model(finished_run):
     assert results["step"] == 150 and results["train"]["mlm_accuracy"] > 0.05
     assert (out / "curves.png").stat().st_size > 10000
     assert any(name.startswith("vdlrecords") for name in os.listdir(out / "vdl"))
+    from ernie_doc.training.outdir import foreign_entries
+    assert foreign_entries(out) == []   # a re-run may remove every name this run wrote
 
     from ernie_doc.heads import ErnieDocForPretraining, ErnieDocForSequenceClassification
     model = ErnieDocForPretraining.from_pretrained(out / "final")

@@ -620,3 +620,22 @@ def test_non_utf8_file(tmp_path):
     error(lambda: task.check_data(1), f"{data / 'b.txt'}:3", "UTF-8")
     # the stream meets it too: the same file:line
     error(lambda: take(StreamSplit(task, 0, 1, 4, SEQ, PAD, 1), 10), f"{data / 'b.txt'}:3")
+
+
+def test_max_doc_tokens_cuts_pretraining_documents_and_counts_them(tmp_path, caplog):
+    """A corpus document longer than max_doc_tokens is read up to it (whole words are
+    one token each here), and the cut documents are logged per shard and corpus epoch."""
+    import logging
+    data = corpus_dir(tmp_path / "corpus", {"a.txt": [40, 10, 60]})
+    task, _ = make_task(tmp_path, data, "max_doc_tokens=20", "retro_feed=false")
+    docs = list(iter_documents(str(data)))
+    lengths = [len(task.document_steps(doc, 0, i)) for i, doc in enumerate(docs)]
+    # windows of 14 advancing by 14 (no memory overlap here): 20 tokens → 2, 10 → 1
+    assert lengths == [2, 1, 2]
+    assert len(task.cuts) == 2 and task.cuts.tokens == (40 - 20) + (60 - 20)
+    task.cuts = type(task.cuts)()
+    split = StreamSplit(task, 0, 1, 1, SEQ, PAD, 1)
+    with caplog.at_level(logging.INFO):
+        take(split, 12)   # more than one corpus epoch (5 steps each)
+    assert any("corpus epoch 0: 2 documents longer than max_doc_tokens 20 were cut to it "
+               "(60 tokens not read)" in r.getMessage() for r in caplog.records)

@@ -7,12 +7,16 @@
 # (pass overwrite_output_dir=false to refuse). Writes OUTPUT_DIR/eval_results.json.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fail() { echo "error: $*" >&2; exit 2; }
+[ $# -ge 1 ] || fail "usage: bash tools/launch.sh tasks/<name>/config.yaml [key=value ...]"
 CONFIG=$1
 shift
 NAME=$(basename "$(dirname "$CONFIG")")
 PY=${PYTHON:-python}
 OUTPUT_DIR=${OUTPUT_DIR:-output/$NAME}
 NPROC=${NPROC:-1}
+[[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || fail "NPROC: must be a positive integer, got '$NPROC'"
+command -v "$PY" >/dev/null 2>&1 || fail "PYTHON: '$PY' is not an executable"
 
 overrides=("output_dir=$OUTPUT_DIR" "overwrite_output_dir=true")
 [ -n "${DATA_DIR:-}" ] && overrides+=("data_dir=$DATA_DIR")

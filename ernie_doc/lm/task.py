@@ -139,6 +139,7 @@ class LanguageModelTask(Task):
     builds_model = True     # the trainer asks for the model and splits (no tokenizer)
     streaming = True        # the train split is a stream run for max_steps
     main_metric = "ppl"
+    metric_names = ("ppl", "loss", "bpt", "tokens", "unk_in_split")
     option_defaults = EVAL_DEFAULTS
 
     def __init__(self, cfg, reader):
@@ -241,6 +242,12 @@ class LanguageModelTask(Task):
                 "ext_len": ext}
 
     # -- what the trainer builds ----------------------------------------------------------------
+    def memory_plan(self):
+        """(a function building the model, layers, hidden, heads, tokens per row, memory
+        length): what the trainer's memory estimate needs, before build_model."""
+        c = self.config
+        return lambda: TransformerXLLM(c), c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
+
     def build_model(self):
         if self.cfg.init_checkpoint:
             model = TransformerXLLM.from_pretrained(self.cfg.init_checkpoint,

@@ -61,6 +61,8 @@ def _seed(*parts):
 class PretrainingTask(Task):
     head_class = ErnieDocForPretraining
     main_metric = "mlm_accuracy"
+    metric_names = ("mlm_accuracy", "mlm_loss", "mlm_perplexity", "reorder_accuracy",
+                    "masked_tokens", "documents")
     option_defaults = OBJECTIVE_DEFAULTS
     streaming = True   # the trainer streams the train split (pretraining.stream)
 
@@ -189,7 +191,7 @@ class PretrainingTask(Task):
         return reading_passes(segments, self.cfg.retro_feed, self.cfg.train_skim)
 
     def _segments(self, doc, epoch, doc_index):
-        ids = np.asarray(self.tokenizer.encode(doc.text), dtype=np.int64)
+        ids = self.cap(np.asarray(self.tokenizer.encode(doc.text), dtype=np.int64), doc)
         if len(ids) < self.min_doc_tokens:
             return None
         o = self.options

@@ -36,6 +36,7 @@ def truncate_pair(first, second, budget):
 
 class _GroupTask(Task):
     main_metric = "accuracy"
+    metric_names = ("accuracy",)
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
         self.special, self.seq_len, self.stride = special_ids, max_seq_len, stride
@@ -94,7 +95,7 @@ class MultipleChoiceTask(_GroupTask):
         if label >= len(choices):
             raise DataError(f"question {doc.doc_id!r}: the answer is choice {label}, but "
                             f"there are {len(choices)} choices")
-        context = tokenizer.encode(doc.fields["context"])
+        context = self.cap(tokenizer.encode(doc.fields["context"]), doc)
         question = tokenizer.encode(doc.fields["question"])
         pairs = [truncate_pair(question, tokenizer.encode(c), self.options["max_query_len"])
                  for c in choices]
@@ -158,7 +159,7 @@ class PairMatchingTask(_GroupTask):
         half = (self.seq_len - 3) // 2
         if half < 1:
             raise DataError(f"max_seq_len {self.seq_len} is too short for text pairs")
-        texts = [tokenizer.encode(doc.fields[k]) for k in ("A", "B", "C")]
+        texts = [self.cap(tokenizer.encode(doc.fields[k]), doc) for k in ("A", "B", "C")]
         spans = [windows(len(t), half, self.stride) for t in texts]
         n = max(len(s) for s in spans)
         parts = [[t[a:b] for a, b in s] + [[]] * (n - len(s)) for t, s in zip(texts, spans)]

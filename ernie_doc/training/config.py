@@ -6,6 +6,7 @@ checked when the model is built) and `reader` (the task reader's options, checke
 reader) are free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
 """
 import copy
+import math
 import os
 
 import yaml
@@ -22,9 +23,14 @@ DEFAULTS = {
     "reader": {},                 # options for the reader
     "task_options": {},           # options of the task kind (span: max_query_len ...)
     "max_examples": {},           # {split: N}: keep the first N examples (quick runs)
+    "max_doc_tokens": 0,          # read at most this many tokens of a document's text (0 =
+                                  # all); documents cut short are counted and logged
     # model, weights, tokenizer
     "model": "ernie-doc-small",   # preset name, config json or checkpoint directory
     "init_checkpoint": "",        # anything from_pretrained reads; "" = from scratch
+    "allow_partial_checkpoint": False,  # load init_checkpoint even when encoder tensors are
+                                  # missing or unknown tensors are left over (a new head and
+                                  # other heads' tensors are always fine)
     "eval_only": False,           # no training: evaluate init_checkpoint on eval_splits and
                                   # test_splits ({split}_results.json, eval_results.json)
     "model_overrides": {},        # ErnieDocConfig keys (recurrence, memory_len, dropouts ...)
@@ -110,12 +116,36 @@ def _key_lines(path):
     return lines
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error (PyYAML keeps
+    the last one silently, so a duplicated key would hide the value the user meant)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:   # an unhashable key: let PyYAML report it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {first})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path):
-    if not os.path.isfile(path):
+    from ernie_doc.data.document import file_kind
+    kind = file_kind(path)
+    if kind == "missing":
         raise ConfigError(f"{path}: config file does not exist")
+    if kind is not None:   # a FIFO would block the read forever
+        raise ConfigError(f"{path}: config file is {kind}, not a regular file")
     try:
         with open(path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
+            values = yaml.load(f, Loader=_StrictLoader) or {}
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as e:
@@ -137,7 +167,9 @@ def parse_override(text):
         raise ConfigError(f"override {text!r}: expected key=value")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else ""
+    except yaml.constructor.ConstructorError as e:   # e.g. a key given twice
+        raise ConfigError(f"override {text!r}: {e.problem}") from None
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
@@ -156,6 +188,14 @@ def apply_override(values, text):
         target[path[-1]] = value
     else:
         values[path[0]] = value
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not on Linux
+        return os.cpu_count() or 1
 
 
 def load_config(path=None, overrides=()):
@@ -182,6 +222,18 @@ def validate(cfg):
 
     if not cfg.task:
         fail("task", "is required (the name of a folder in tasks/)")
+    if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
+        fail("task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
+    if not isinstance(cfg.kind, str) or not cfg.kind:
+        fail("kind", f"must be a task kind name or 'module:Class', got {cfg.kind!r}")
+    for key in ("output_dir", "model", "init_checkpoint", "tokenizer"):
+        if not isinstance(cfg[key], str):
+            fail(key, f"must be a string (a name or a path), got {cfg[key]!r}")
+    data = cfg.data_dir if isinstance(cfg.data_dir, list) else [cfg.data_dir]
+    if not all(isinstance(d, str) for d in data) or (isinstance(cfg.data_dir, list)
+                                                     and not cfg.data_dir):
+        fail("data_dir", f"must be a path (or, for pretraining, a list of paths), got "
+                         f"{cfg.data_dir!r}")
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
             fail(key, f"{cfg[key]!r} is not one of {list(choices)}")
@@ -200,28 +252,54 @@ def validate(cfg):
                 cfg[key] = float(cfg[key])
             except ValueError:
                 pass
-        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
-            fail(key, f"must be a non-negative number, got {cfg[key]!r}")
+        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) \
+                or not math.isfinite(cfg[key]) or cfg[key] < 0:
+            fail(key, f"must be a finite non-negative number, got {cfg[key]!r}")
     if cfg.warmup_proportion > 1:
         fail("warmup_proportion", "must be at most 1")
+    if cfg.adam_epsilon == 0:   # Adam divides by sqrt(v) + epsilon: 0/0 on unused weights
+        fail("adam_epsilon", "must be positive, got 0")
+    seed = cfg.seed
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
+        fail("seed", f"must be an integer in [0, 2^32), got {seed!r}")
+    cpus = available_cpus()
+    if cfg.threads > cpus:
+        fail("threads", f"{cfg.threads} exceeds the {cpus} CPUs this process may use")
+    if cfg.max_doc_tokens is None:
+        cfg["max_doc_tokens"] = 0
+    if not isinstance(cfg.max_doc_tokens, int) or isinstance(cfg.max_doc_tokens, bool) \
+            or cfg.max_doc_tokens < 0:
+        fail("max_doc_tokens", f"must be a non-negative integer (0 = no limit), got "
+                               f"{cfg.max_doc_tokens!r}")
+    if cfg.max_doc_tokens and cfg.kind == "language_model":
+        fail("max_doc_tokens", "does not apply to language_model (it reads token streams)")
     for key in ("stride", "eval_batch_size"):
         if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
     for key in ("retro_feed", "train_skim", "amp", "shuffle", "eval_every_epoch", "progress",
-                "overwrite_output_dir", "recompute", "eval_only"):
+                "overwrite_output_dir", "recompute", "eval_only", "allow_partial_checkpoint"):
         if not isinstance(cfg[key], bool):
             fail(key, f"must be true or false, got {cfg[key]!r}")
+    if cfg.train_skim and not cfg.retro_feed:
+        fail("train_skim", "trains the skim pass of the retrospective feed; with "
+                           "retro_feed: false there is none")
     for key in FREE_DICTS:
         if not isinstance(cfg[key], dict):
             fail(key, f"must be a mapping, got {cfg[key]!r}")
-    for split, n in cfg.max_examples.items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            fail(f"max_examples.{split}", f"must be a positive integer, got {n!r}")
     for key in ("eval_splits", "test_splits", "metrics"):
         if isinstance(cfg[key], str):
             cfg[key] = [cfg[key]]
-        if not isinstance(cfg[key], list):
-            fail(key, f"must be a list of split names, got {cfg[key]!r}")
+        if not isinstance(cfg[key], list) or not all(isinstance(x, str) for x in cfg[key]):
+            fail(key, f"must be a list of names, got {cfg[key]!r}")
+    splits = ["train"] + list(cfg.eval_splits) + list(cfg.test_splits)
+    for split, n in cfg.max_examples.items():
+        if split not in splits:
+            fail(f"max_examples.{split}", f"{split!r} is not a split of this run "
+                                          f"({', '.join(dict.fromkeys(splits))})")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            fail(f"max_examples.{split}", f"must be a positive integer, got {n!r}")
+    if cfg.main_metric is not None and not isinstance(cfg.main_metric, str):
+        fail("main_metric", f"must be a metric name, got {cfg.main_metric!r}")
     if cfg.eval_only:
         if not cfg.init_checkpoint:
             fail("eval_only", "needs init_checkpoint (the model to evaluate)")

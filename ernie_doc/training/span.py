@@ -50,12 +50,15 @@ class SpanTask(Task):
         "metric": "cmrc",           # cmrc (CMRC2018 script: EM, F1 with LCS) | triviaqa
     }
     METRICS = ("cmrc", "triviaqa")
+    REPORTS = {"cmrc": ("em", "f1", "avg", "total", "skipped"),   # metrics.cmrc.evaluate
+               "triviaqa": ("em", "f1", "total", "missing")}     # metrics.triviaqa.evaluate
     FORMATS = {"sep": ("[SEP]", "[SEP]"), "markers": ("[q]", "[/q]")}
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
         self.check_options(("max_query_len", "max_answer_len", "n_best"),
                            {"question_format": self.FORMATS, "metric": self.METRICS})
+        self.metric_names = self.REPORTS[self.options["metric"]]
         self._word_cache = {}
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
@@ -81,6 +84,7 @@ class SpanTask(Task):
         context = tokenize_with_offsets(doc.fields["context"], tokenizer, self._word_cache)
         if len(context) == 0:
             raise DataError(f"question {doc.doc_id!r}: the context has no tokens")
+        context = self.cap(context, doc)
         question = tokenizer.encode(doc.fields["question"])
         if not question:
             raise DataError(f"question {doc.doc_id!r}: the question has no tokens")

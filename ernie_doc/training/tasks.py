@@ -5,6 +5,7 @@ task's own class named "module:Class" in its config). The kind says how a docume
 segments with targets, which head to build, the loss over the rows that train, what each
 predicted row contributes, and how a document's rows become a prediction and metrics.
 """
+import dataclasses
 import importlib
 
 import numpy as np
@@ -16,6 +17,38 @@ from ernie_doc.data import DataError
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
+
+
+def truncate_tokens(tokens, limit: int):
+    """The first `limit` tokens of a tokenized text: a list or array, an object with its own
+    `truncate(limit)`, or a dataclass of per-token arrays (TokenizedText, Layout: every field
+    as long as the text is cut alike)."""
+    if hasattr(tokens, "truncate"):
+        return tokens.truncate(limit)
+    if dataclasses.is_dataclass(tokens):
+        n = len(tokens)
+        return dataclasses.replace(tokens, **{
+            f.name: getattr(tokens, f.name)[:limit] for f in dataclasses.fields(tokens)
+            if len(getattr(tokens, f.name)) == n})
+    return tokens[:limit]
+
+
+class Cuts:
+    """Documents cut short by `max_doc_tokens`: how many, and the tokens dropped."""
+
+    def __init__(self):
+        self.docs, self.tokens = set(), 0
+
+    def add(self, doc_id, dropped: int):
+        self.docs.add(doc_id)
+        self.tokens += dropped
+
+    def __len__(self):
+        return len(self.docs)
+
+    def describe(self, limit: int) -> str:
+        return (f"{len(self.docs)} documents longer than max_doc_tokens {limit} were cut to "
+                f"it ({self.tokens:,} tokens not read)")
 
 
 def load_reader(task):
@@ -41,6 +74,8 @@ class Task:
     kind's own settings, checked against `option_defaults`."""
     head_class = None
     main_metric = None
+    metric_names = ()     # what `evaluate` reports (the trainer adds "loss"): main_metric's
+                          # choices, checked before anything runs
     group_size = 1
     option_defaults = {}
 
@@ -50,6 +85,7 @@ class Task:
         self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] if labels else []
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
         self.segmenter = None
+        self.cuts = Cuts()
         unknown = set(cfg.get("task_options") or {}) - set(self.option_defaults)
         if unknown:
             raise ConfigError(f"{cfg.source}: task_options: unknown {sorted(unknown)} for kind "
@@ -90,6 +126,16 @@ class Task:
         """special_ids: cls/sep/pad ids of the tokenizer (None for pre-tokenized tasks)."""
         raise NotImplementedError
 
+    def cap(self, tokens, doc):
+        """A document's tokens cut to the first `max_doc_tokens` (config; 0 = no limit), see
+        truncate_tokens. Cut documents are counted in `self.cuts`; the trainer reports them
+        per split."""
+        limit = self.cfg.get("max_doc_tokens") or 0
+        if not limit or len(tokens) <= limit:
+            return tokens
+        self.cuts.add(doc.doc_id, len(tokens) - limit)
+        return truncate_tokens(tokens, limit)
+
     def tokenizer_texts(self, doc):
         """The strings of a document a tokenizer trained on the train split should see."""
         return [doc.text] if doc.text else []
@@ -100,7 +146,7 @@ class Task:
         ids = doc.ids if doc.ids is not None else tokenizer.encode(doc.text)
         if len(ids) == 0:
             raise DataError(f"document {doc.doc_id!r} has no tokens")
-        return self.segments(doc, doc_index, ids)
+        return self.segments(doc, doc_index, self.cap(ids, doc))
 
     def model_kwargs(self):
         return {}

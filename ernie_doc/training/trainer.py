@@ -30,9 +30,10 @@ from ernie_doc.data.schedule import epoch_schedule
 from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.training import checkpoint as ckpt
 from ernie_doc.training import distributed as dist
+from ernie_doc.training import outdir
 from ernie_doc.training.logging import RunLog, logger, plot_curves, setup_logging
 from ernie_doc.training.optim import build_optimizer
-from ernie_doc.training.tasks import build_task
+from ernie_doc.training.tasks import Cuts, build_task
 from ernie_doc.utils import atomic_write_text
 
 RUN_CONFIG = "run_config.yaml"
@@ -87,7 +88,13 @@ class Trainer:
     # -- set-up: everything that can fail on bad input happens before OUTPUT_DIR is touched --
     def prepare(self):
         cfg = self.cfg
+        if self.resume and cfg.eval_only:
+            raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
         self.task = build_task(cfg)
+        reported = tuple(self.task.metric_names) + ("loss",)
+        if cfg.main_metric is not None and cfg.main_metric not in reported:
+            raise ConfigError(f"{cfg.source}: main_metric {cfg.main_metric!r}: kind "
+                              f"{cfg.kind!r} reports {', '.join(reported)}")
         self.streaming = getattr(self.task, "streaming", False)
         if self.streaming:   # before any collective call: bad data fails on every rank
             self.task.check_data(self.world)
@@ -101,6 +108,7 @@ class Trainer:
         setup_logging(None, self.is_main)   # console now; the file once OUTPUT_DIR exists
         self.tokenizer, self._spm_dir = None, None
         if getattr(self.task, "builds_model", False):   # e.g. the language model
+            self._check_memory(*self.task.memory_plan())
             paddle.seed(cfg.seed)   # the same initial weights on every rank
             self.raw = self.task.build_model()
             self.model = dist.wrap(self.raw)
@@ -108,6 +116,7 @@ class Trainer:
             summary = self.task.describe(self.device, self.world)
         else:
             summary = self._prepare_documents()
+        self._resumed = self._read_resume_state() if self.resume else None
         self._create_output_dir()
         if self._spm_dir:
             shutil.rmtree(self._spm_dir, ignore_errors=True)   # loaded; a copy is in OUTPUT_DIR
@@ -133,7 +142,15 @@ class Trainer:
             raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
                               f"max_position_embeddings {config.max_position_embeddings}")
         stride = cfg.stride or config.memory_len
-        self.task.setup(special, cfg.max_seq_len, stride, self.tokenizer)
+        if not stride:
+            raise ConfigError(f"{cfg.source}: stride: the model's memory_len is 0, so the "
+                              "default window advance (stride = memory_len) is 0; give stride")
+        try:
+            self.task.setup(special, cfg.max_seq_len, stride, self.tokenizer)
+        except ValueError as e:   # the segmenter's limits (no room for tokens ...)
+            if isinstance(e, (ConfigError, DataError)):
+                raise
+            raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
         stride = getattr(self.task.segmenter, "stride", stride)
         self.pad_id = special["pad"]
         group = self.task.group_size
@@ -141,9 +158,10 @@ class Trainer:
             if cfg[key] and cfg[key] % group:
                 raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
                                   f"{group} (rows per example of task kind {cfg.kind!r})")
-        self.splits = {}
+        self.splits, notes = {}, []
         for split, split_docs in docs.items():
             passes = []
+            self.task.cuts = Cuts()
             for i, doc in enumerate(split_docs):
                 try:
                     steps = self.task.document_segments(doc, i, self.tokenizer)
@@ -151,6 +169,8 @@ class Trainer:
                     raise DataError(f"split {split!r}: {e}") from None
                 passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
             self.splits[split] = Split(split, split_docs, passes, group)
+            rows = cfg.batch_size if split == "train" else cfg.eval_batch_size or cfg.batch_size
+            notes += self._length_notes(self.splits[split], rows // group)
         if self.streaming and not cfg.eval_only:
             from ernie_doc.pretraining.stream import StreamSplit
             self.splits["train"] = StreamSplit(self.task, self.rank, self.world, cfg.batch_size,
@@ -167,22 +187,83 @@ class Trainer:
                 f"model: L={config.num_hidden_layers} H={config.hidden_size} "
                 f"vocab={config.vocab_size} T={cfg.max_seq_len} M={config.memory_len} "
                 f"stride={stride} recurrence={config.recurrence} retro_feed={cfg.retro_feed}"
-                f" on {self.device} x{self.world}; {reads}"]
+                f" on {self.device} x{self.world}; {reads}"] + notes
+
+    LONG_DOCUMENT_READS = 100   # below this, one long document is no concern
+
+    def _length_notes(self, split, slots):
+        """Log lines on a split's longest documents (segment reads, both passes), so that one
+        huge document (a 5 MB line) is seen up front: a row reads one document at a time, so
+        the longest document alone sets a lower bound on an epoch's steps. Also the documents
+        that max_doc_tokens cut short."""
+        lengths = np.asarray(split.lengths)
+        if not len(lengths):
+            return []
+        order = np.argsort(-lengths, kind="stable")[:3]
+        longest = ", ".join(f"{split.docs[i].doc_id} {lengths[i]:,}" for i in order)
+        notes = [f"{split.name}: longest documents (segment reads): {longest}; median "
+                 f"{int(np.median(lengths)):,}"]
+        shared = math.ceil(lengths.sum() / max(1, slots * self.world))   # if rows balanced
+        longest = int(lengths.max())
+        if longest > 2 * shared and longest >= self.LONG_DOCUMENT_READS:
+            notes.append(f"WARNING {split.name}: document {split.docs[order[0]].doc_id} alone "
+                         f"takes {longest:,} segment reads, so an epoch needs at least "
+                         f"{longest:,} steps (its rows would need {shared:,}); max_doc_tokens "
+                         "caps a document's length")
+        if len(self.task.cuts):
+            notes.append(f"{split.name}: {self.task.cuts.describe(self.cfg.max_doc_tokens)}")
+        return notes
+
+    def _inputs(self):
+        """Paths this run reads (OUTPUT_DIR may not be, contain or lie inside any of them)."""
+        cfg = self.cfg
+
+        def strings(value):
+            if isinstance(value, str):
+                yield value
+            elif isinstance(value, dict):
+                for v in value.values():
+                    yield from strings(v)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    yield from strings(v)
+        # data_dir is a list of paths for a pretraining corpus
+        paths = [cfg.init_checkpoint, cfg.model] + list(strings(cfg.data_dir))
+        if cfg.tokenizer != "train":
+            paths.append(cfg.tokenizer)
+        paths.extend(strings(cfg.reader))   # reader.file, reader.files.{split}, cache_dir ...
+        return [p for p in paths if isinstance(p, str) and p and os.path.exists(p)]
+
+    def _read_resume_state(self):
+        """--resume: the latest checkpoint read and checked against the model (its weights
+        restored) and the run's logs checked, before the run writes anything → (path,
+        trainer state, this rank's arrays, optimizer state)."""
+        from ernie_doc.training.logging import check_run_logs
+        path = ckpt.latest_checkpoint(self.out)
+        if path is None:
+            raise ConfigError(f"--resume {self.out}: no checkpoint saved yet")
+        state, arrays, optimizer_state = ckpt.read_training_state(path, self.raw)
+        total_steps = self._total_steps(self.splits["train"])
+        if state["total_steps"] != total_steps:
+            raise ConfigError(f"--resume {self.out}: the data or config changed "
+                              f"({state['total_steps']} steps then, {total_steps} now)")
+        if self.is_main:
+            check_run_logs(self.out)
+        return path, state, arrays, optimizer_state
 
     def _check_output_dir(self):
         cfg = self.cfg
-        marker = os.path.join(self.out, RUN_CONFIG)
-        if self.resume:
-            if not os.path.isfile(marker):
-                raise ConfigError(f"--resume {self.out}: no run there ({RUN_CONFIG} missing)")
-        elif os.path.exists(marker) and not cfg.get("overwrite_output_dir"):
-            raise ConfigError(f"output_dir {self.out} already holds a run: resume it with "
-                              f"--resume {self.out}, or set overwrite_output_dir=true")
+        outdir.check_output_dir(self.out, self._inputs(), resume=self.resume,
+                                overwrite=bool(cfg.get("overwrite_output_dir")),
+                                marker=RUN_CONFIG, source=cfg.source)
 
     def _create_output_dir(self):
         if self.is_main:
-            if not self.resume and os.path.isfile(os.path.join(self.out, RUN_CONFIG)):
-                shutil.rmtree(self.out)   # overwrite_output_dir: only ever a previous run
+            if not self.resume:   # overwrite_output_dir: a previous run's names only
+                removed = outdir.clear_previous_run(self.out)
+                if removed:
+                    logger.info(f"overwrite_output_dir: removed the previous run in {self.out} "
+                                f"({', '.join(removed)})")
             os.makedirs(self.out, exist_ok=True)
             if self._spm_dir:
                 os.makedirs(os.path.join(self.out, "tokenizer"), exist_ok=True)
@@ -201,27 +282,29 @@ class Trainer:
         id_vocabulary = getattr(self.task.reader, "id_vocabulary", None)
         if train_docs is not None and all(d.ids is not None for d in train_docs) \
                 and id_vocabulary is not None:   # pre-tokenized: the reader's own ids
+            if cfg.tokenizer:
+                raise ConfigError(f"{cfg.source}: tokenizer: task {cfg.task} reads token ids, "
+                                  f"not text; it uses no tokenizer (got {cfg.tokenizer!r})")
             return None, id_vocabulary(dict(cfg.reader))[0], None
         from ernie_doc.tokenization import load_tokenizer
         spm_dir = None
         if cfg.tokenizer == "train":
             spm_dir = self._train_spm(train_docs)
-            tokenizer = load_tokenizer(os.path.join(spm_dir or os.path.join(self.out, "tokenizer"),
-                                                    "spm.model"))
+            source = os.path.join(spm_dir or os.path.join(self.out, "tokenizer"), "spm.model")
         else:
             source = cfg.tokenizer or cfg.init_checkpoint
             if not source:
                 raise ConfigError(f"{cfg.source}: tokenizer: give a tokenizer directory, an "
                                   "init_checkpoint that holds one, or 'train'")
-            try:
-                tokenizer = load_tokenizer(source)
-            except (FileNotFoundError, ValueError) as e:
-                raise ConfigError(f"{cfg.source}: tokenizer: {e}") from None
+        try:
+            tokenizer = load_tokenizer(source)
+        except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included
+            raise ConfigError(f"{cfg.source}: tokenizer: {e}") from None
         special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                    "pad": tokenizer.pad_token_id}
         missing = [k for k, v in special.items() if v is None]
         if missing:
-            raise ConfigError(f"tokenizer {cfg.tokenizer}: no {missing} token")
+            raise ConfigError(f"{cfg.source}: tokenizer {source}: no {missing} token")
         return tokenizer, special, spm_dir
 
     def _train_spm(self, train_docs):
@@ -251,25 +334,88 @@ class Trainer:
                               f"train split failed: {reason}") from None
         return tmp
 
+    def _vocabulary(self, special):
+        """The from-scratch model's vocab_size and pad_token_id: the tokenizer's (or the
+        pre-tokenized reader's). model_overrides may ask for a larger table, never a smaller
+        one or another padding id."""
+        cfg = self.cfg
+        if self.tokenizer is not None:
+            size = len(self.tokenizer)
+        elif getattr(self.task.reader, "id_vocabulary", None) is not None:
+            size = self.task.reader.id_vocabulary(dict(cfg.reader))[1]
+        else:
+            return {}
+        given = cfg.model_overrides
+        if "vocab_size" in given:
+            if not isinstance(given["vocab_size"], int) or given["vocab_size"] < size:
+                raise ConfigError(f"{cfg.source}: model_overrides.vocab_size "
+                                  f"{given['vocab_size']!r} is smaller than the {size} ids the "
+                                  "tokenizer produces")
+            if given["vocab_size"] > size:
+                logger.info(f"model_overrides.vocab_size {given['vocab_size']}: keeping it "
+                            f"(the tokenizer needs {size})")
+            size = given["vocab_size"]
+        if "pad_token_id" in given and given["pad_token_id"] != special["pad"]:
+            raise ConfigError(f"{cfg.source}: model_overrides.pad_token_id "
+                              f"{given['pad_token_id']!r} is not the tokenizer's [PAD] id "
+                              f"{special['pad']}")
+        return {"vocab_size": size, "pad_token_id": special["pad"]}
+
+    def _check_memory(self, build, layers, hidden, heads, tokens, memory_len):
+        """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds
+        what this device has, before the model is built: `build()` makes the model, here
+        under paddle.LazyGuard, which allocates nothing."""
+        from ernie_doc import resources
+        cfg = self.cfg
+        rows = (cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only else cfg.batch_size
+        params = resources.parameter_count(build)
+        parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
+                                         heads, training=not cfg.eval_only)
+        resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, batch_size {rows}, "
+                                    f"{tokens} tokens per row", self.device)
+
+    def _checkpoint_config(self, overrides):
+        """init_checkpoint's model config with `overrides`, read from its config file alone
+        (no tensor is loaded), or None when it has none (from_pretrained then says so)."""
+        from ernie_doc.checkpoint import io
+        _, _, path = io.detect_format(self.cfg.init_checkpoint)
+        if path is None:
+            return None
+        values, _ = io.read_config_file(path)
+        return ErnieDocConfig.from_dict(values, source=path).replace(**overrides)
+
     def _build_model(self, special):
         cfg = self.cfg
         head = self.task.head_class
         overrides = dict(self.task.model_config_overrides())
         overrides.update(cfg.model_overrides)
+        try:
+            if cfg.init_checkpoint:
+                config = self._checkpoint_config(overrides)
+            else:
+                overrides.update(self._vocabulary(special))
+                config = ErnieDocConfig.from_any(cfg.model, **overrides)
+        except ConfigError as e:   # name the keys the bad value can come from
+            keys = "init_checkpoint" if cfg.init_checkpoint else f"model {cfg.model!r}"
+            raise ConfigError(f"{cfg.source}: {keys} with model_overrides: {e}") from None
+        if config is not None:
+            memory = 0 if config.recurrence == "none" else config.memory_len
+            self._check_memory(lambda: head(config, **self.task.model_kwargs()),
+                               config.num_hidden_layers, config.hidden_size,
+                               config.num_attention_heads, cfg.max_seq_len, memory)
         paddle.seed(cfg.seed)   # the same initial weights on every rank
         if cfg.init_checkpoint:
             model = head.from_pretrained(cfg.init_checkpoint, **self.task.model_kwargs(),
+                                         allow_partial=cfg.allow_partial_checkpoint,
                                          **overrides)
             logger.info(model.load_report.summary())
+            missing = model.load_report.missing
+            if cfg.eval_only and missing:   # a fresh head's predictions would be noise
+                raise ConfigError(f"{cfg.source}: eval_only: {cfg.init_checkpoint} lacks "
+                                  f"{len(missing)} tensors of {head.__name__} ("
+                                  f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+                                  "): there is no trained model to evaluate")
         else:
-            config = ErnieDocConfig.from_any(cfg.model, **overrides)
-            if self.tokenizer is not None:
-                config = config.replace(vocab_size=len(self.tokenizer),
-                                        pad_token_id=special["pad"])
-            elif getattr(self.task.reader, "id_vocabulary", None) is not None:
-                config = config.replace(
-                    vocab_size=self.task.reader.id_vocabulary(dict(cfg.reader))[1],
-                    pad_token_id=special["pad"])
             model = head(config, **self.task.model_kwargs())
         vocab = model.config.vocab_size
         if self.tokenizer is not None and len(self.tokenizer) > vocab:
@@ -323,13 +469,8 @@ class Trainer:
                  "total_steps": total_steps}
         carry = self.task.init_carry(self.raw, B)   # memories (and their mask / positions)
         if self.resume:
-            path = ckpt.latest_checkpoint(self.out)
-            if path is None:
-                raise ConfigError(f"--resume {self.out}: no checkpoint saved yet")
-            state, arrays = ckpt.load_training_state(path, self.raw, optimizer)
-            if state["total_steps"] != total_steps:
-                raise ConfigError(f"--resume {self.out}: the data or config changed "
-                                  f"({state['total_steps']} steps then, {total_steps} now)")
+            path, state, arrays, optimizer_state = self._resumed   # checked in prepare
+            ckpt.load_optimizer_state(self.raw, optimizer, optimizer_state)
             carry.update({k: paddle.to_tensor(v) for k, v in arrays.items() if k != "stream"})
             if self.streaming:
                 train.load_state_array(arrays["stream"])
@@ -632,8 +773,6 @@ class Trainer:
         {split}_results.json (+ predictions), the first also into eval_results.json → its
         metrics."""
         cfg = self.cfg
-        if self.resume:
-            raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
         log = RunLog(self.out, self.is_main)
         splits = list(dict.fromkeys(list(cfg.eval_splits) + list(cfg.test_splits)))
         first = None

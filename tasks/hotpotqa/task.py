@@ -287,6 +287,10 @@ def read_selection(files):
     return selection
 
 
+EVIDENCE_METRICS = ("para_ap", "para_recall", "para_prec", "para_em", "para_selected", "sp_em",
+                    "sp_f1", "sp_prec", "sp_recall")
+
+
 class HotpotTask(Task):
     head_class = ErnieDocForHotpotQA
     main_metric = "para_ap"
@@ -317,6 +321,8 @@ class HotpotTask(Task):
                 raise self.option_error(key, f"must be a probability in [0, 1), got {o[key]!r}")
         self.stage = o["stage"]
         self.main_metric = "para_ap" if self.stage == "evidence" else "joint_f1"
+        self.metric_names = EVIDENCE_METRICS if self.stage == "evidence" else \
+            tuple(hotpot.KEYS) + ("type_acc",)
         if self.stage == "evidence" and o["evidence_file"]:
             raise self.option_error("evidence_file", "is stage 2's input (stage: answer)")
         if self.stage == "answer" and o["evidence"] == "predicted" and not o["evidence_file"]:
@@ -394,8 +400,8 @@ class HotpotTask(Task):
         f = doc.fields
         paragraphs = f["paragraphs"]
         indices = f["evidence"] if self.stage == "answer" else range(len(paragraphs))
-        layout = build_layout(paragraphs, indices, tokenizer, self.p_id, self.sep_id,
-                              self._cache)
+        layout = self.cap(build_layout(paragraphs, indices, tokenizer, self.p_id, self.sep_id,
+                                       self._cache), doc)
         question = tokenizer.encode(f["question"])[:self.options["max_query_len"]]
         if not question:
             raise DataError(f"question {doc.doc_id!r}: the question has no tokens")
@@ -450,9 +456,7 @@ class HotpotTask(Task):
 
     def _evaluate_evidence(self, docs, rows, passes):
         threshold, at_least = self.options["threshold"], self.options["min_paragraphs"]
-        names = ("para_ap", "para_recall", "para_prec", "para_em", "para_selected", "sp_em",
-                 "sp_f1", "sp_prec", "sp_recall")
-        sums, scored, predictions = dict.fromkeys(names, 0.0), 0, []
+        sums, scored, predictions = dict.fromkeys(EVIDENCE_METRICS, 0.0), 0, []
         for i, doc in enumerate(docs):
             paragraphs, facts = doc.fields["paragraphs"], doc.fields["supporting_facts"]
             final = self._final(i, rows, passes)

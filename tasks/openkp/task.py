@@ -38,6 +38,13 @@ class WordTokens:
     ids: np.ndarray
     word_starts: np.ndarray
 
+    def __len__(self):
+        return len(self.ids)
+
+    def truncate(self, limit):
+        """The first `limit` tokens and the words that start among them."""
+        return WordTokens(self.ids[:limit], self.word_starts[self.word_starts < limit])
+
 
 def tokenize_words(words, tokenizer, unk_id=None, cache=None):
     """Words → WordTokens. A word the tokenizer turns into nothing (e.g. only characters it
@@ -139,6 +146,7 @@ def rank_phrases(words, windows_scores, top_k=5):
 class KeyphraseTask(Task):
     head_class = ErnieDocForKeyphrase
     main_metric = "f1@3"
+    metric_names = tuple(f"{m}@{k}" for m in ("f1", "p", "r") for k in DEPTHS)
     option_defaults = {"top_k": 5}   # phrases predicted per document (F1@5 needs 5)
 
     def __init__(self, cfg, reader):
@@ -165,6 +173,7 @@ class KeyphraseTask(Task):
                                     self._word_cache)
         except DataError as e:
             raise DataError(f"document {doc.doc_id!r}: {e}") from None
+        tokens = self.cap(tokens, doc)
         return self.segmenter(tokens, doc.fields["keyphrase_positions"], doc_index)
 
     def model_inputs(self, batch):
