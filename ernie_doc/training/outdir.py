@@ -14,8 +14,8 @@ from typing import Iterable, List, Optional
 
 from ernie_doc.config import ConfigError
 
-# Every name a run writes directly inside OUTPUT_DIR (glob patterns). A test runs each kind of
-# run and checks that it writes nothing outside this list.
+# Every name a run writes directly inside OUTPUT_DIR (glob patterns). The end-to-end tests of
+# fine-tuning, pretraining and language modelling check that a run writes nothing else.
 RUN_ENTRIES = (
     "run_config.yaml", "train.log", "train_log.jsonl", "eval_history.jsonl",
     "eval_results.json", "results.json", "*_results.json", "predictions_*.jsonl",
