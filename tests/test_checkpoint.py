@@ -1,7 +1,8 @@
 """Checkpoint formats: LoDTensor files, the official name map, the three layouts, conversions.
 
-Tiny configs only. Official-name checkpoints are built here from the parameter table of
-official-code.md §1.11 (written out again below, independently of ernie_doc.checkpoint.names).
+Tiny configs only. Official-name checkpoints are built here from the parameter table of the
+official static programs (`ernie-doc/model/static/ernie.py`, `transformer_encoder.py`), written
+out again below, independently of ernie_doc.checkpoint.names.
 """
 import zlib  # noqa: F401  paddle 2.6.2 + scipy (paddlenlp) fail unless zlib loads before paddle
 
@@ -34,7 +35,7 @@ def tiny(**kw):
     return ErnieDocConfig(**{**TINY, **kw})
 
 
-# -- the official parameter table, written from official-code.md §1.11 ---------------------------
+# -- the official parameter table (model/static/ernie.py, transformer_encoder.py) ---------------
 def official_table(cfg, head=None, shared=False):
     """[(official name, shape, our bare/head key)] for `cfg`; head None/'cls'/'pretraining'."""
     h, v = cfg.hidden_size, cfg.vocab_size
@@ -286,7 +287,7 @@ def test_bytes_equal_paddles_own_serializer(tmp_path, array):
 
 
 @pytest.mark.skipif(not PADDLE_2, reason="paddle 3.x load_program_state returns {} for "
-                    "one-file-per-variable directories (environment.md); cross-check on 2.x")
+                    "one-file-per-variable directories; cross-check on 2.x")
 def test_paddle2_static_save_vars_and_load_program_state(tmp_path):
     arrays = {"word_embedding": np.random.default_rng(1).standard_normal([6, 4]).astype("f4"),
               "cls_out_b": np.array([1.5, -2], np.float32),

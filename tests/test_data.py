@@ -10,7 +10,7 @@ CLS, SEP, PAD = 101, 102, 0
 
 
 def test_windows_follow_the_official_stride():
-    # official-code.md §4.4 worked example: q=8 → windows of 6, stride m=3
+    # the official ClassifyReader's windows for q=8: windows of 6, stride m=3
     assert windows(5, 6, 3) == [(0, 5)]
     assert windows(14, 6, 3) == [(0, 6), (3, 9), (6, 12), (9, 14)]
     assert windows(3, 6, 3) == [(0, 3)]

@@ -108,7 +108,7 @@ def test_official_position_ids_and_rel_shift():
 
 def test_relative_row_is_a_function_of_distance():
     """Through rel_shift, query a / key b (key index over [memory; segment]) uses table row
-    −δ for δ ≤ 0 and P−1+δ for δ ≥ 1, δ = (M+a) − b (official-code.md §1.5)."""
+    −δ for δ ≤ 0 and P−1+δ for δ ≥ 1, δ = (M+a) − b (official `ernie-doc/` reader/batching.py get_related_pos)."""
     t, m, p = 6, 3, 8
     ids = relative_position_ids(t, m, p).numpy().astype("float32")
     raw = paddle.to_tensor(np.broadcast_to(ids, (1, 1, t, 2 * t + m)).copy())
@@ -247,7 +247,8 @@ def test_rel_pos_params_sharing():
 
 
 def test_parameter_count_of_presets():
-    # official-code.md §1.11: backbone + pooler parameter counts
+    # backbone + pooler parameter counts of the official static programs
+    # (model/static/ernie.py, transformer_encoder.py)
     for name, count in (("ernie-doc-base-en", 139342080), ("ernie-doc-base-zh", 122242560)):
         model = ErnieDocModel(ErnieDocConfig.from_preset(name))
         assert sum(int(np.prod(p.shape)) for p in model.parameters()) == count

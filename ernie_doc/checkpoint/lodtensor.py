@@ -1,7 +1,8 @@
 """Pure-numpy reader and writer of Paddle's one-file-per-variable LoDTensor format.
 
 This is the layout of official static checkpoints (`fluid.io.save_vars` / `load_vars`,
-official-code.md §3). One file holds one tensor, all integers little-endian:
+loaded by `utils/init.py` of the official `ernie-doc/` code). One file holds one tensor, all
+integers little-endian:
 
     uint32  version (0)
     uint64  lod_level

@@ -6,8 +6,9 @@ without "\\n" is a line too). A line's tokens are ``line.split()`` (any whitespa
 Transformer-XL's ``line.strip().split()``), and **every** line gets a final `<eos>`,
 including the blank (" ") lines around WikiText's headings: this is Transformer-XL's WikiText
 convention, which gives the 245,569 tokens of ``wiki.test.tokens`` that its perplexities are
-averaged over. (Segatron-XL drops the blank lines and has 244,102; see
-docs/reference/lm-anchors.md B.2.) So a file has ``whitespace tokens + lines`` tokens.
+averaged over. (Segatron-XL drops the blank lines and has 244,102; see its
+`segatron-xl/data_utils.py`, rsvp-ai/segatron_aaai.) So a file has
+``whitespace tokens + lines`` tokens.
 
 Vocabulary. Id 0 is `<eos>`. The other tokens follow by decreasing count in the counted files;
 ties keep the order of first occurrence (what ``Counter.most_common`` gives Transformer-XL).

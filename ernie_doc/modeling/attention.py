@@ -1,4 +1,5 @@
-"""Relative multi-head attention over [memory; segment] (official-code.md §1.4–§1.5).
+"""Relative multi-head attention over [memory; segment] (the official
+`ernie-doc/model/static/transformer_encoder.py`).
 
 Scores per head, with s = d^-0.5 and keys j over [memory; segment]:
 

@@ -1,7 +1,8 @@
 """The three embedding tables, each with its own LayerNorm (eps 1e-5) and dropout.
 
 Only the word embedding enters the encoder; positions and task types enter through attention
-(official-code.md §1.3). Names follow PaddleNLP: word_emb, pos_emb, token_type_emb, norms.{0,1,2}.
+(official `ernie-doc/model/static/ernie.py`). Names follow PaddleNLP: word_emb, pos_emb,
+token_type_emb, norms.{0,1,2}.
 """
 import paddle
 import paddle.nn as nn
