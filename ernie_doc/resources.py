@@ -54,10 +54,18 @@ def _cgroup_available() -> Optional[int]:
     return None
 
 
-def available_memory(device: str = "cpu") -> Optional[int]:
-    """Bytes this process can still allocate on `device` ("cpu" or "gpu"), or None when
-    unknown. CPU: MemAvailable, lowered by a cgroup limit. GPU: the device's total memory
-    (paddle reserves and caches as it goes, so what is free now says little)."""
+def current_device() -> str:
+    """"gpu" when paddle places new tensors on a GPU, else "cpu"."""
+    import paddle
+    return "gpu" if str(paddle.get_device()).startswith("gpu") else "cpu"
+
+
+def available_memory(device: Optional[str] = None) -> Optional[int]:
+    """Bytes this process can still allocate on `device` ("cpu" or "gpu"; None: paddle's
+    current device), or None when unknown. CPU: MemAvailable, lowered by a cgroup limit. GPU:
+    the device's total memory (paddle reserves and caches as it goes, so what is free now
+    says little)."""
+    device = device or current_device()
     if device == "gpu":
         try:
             import paddle
@@ -89,10 +97,12 @@ def describe(nbytes: float) -> str:
     return f"{nbytes / GiB:.1f} GiB" if nbytes >= 0.1 * GiB else f"{nbytes / (1 << 20):.0f} MiB"
 
 
-def check_fits(parts: dict, what: str, device: str = "cpu",
+def check_fits(parts: dict, what: str, device: Optional[str] = None,
                available: Optional[int] = None) -> int:
     """Raise ConfigError when the bytes in `parts` ({label: bytes}) exceed what `device` has
-    available (`available` overrides the measurement, for tests) → the total."""
+    available (None: paddle's current device; `available` overrides the measurement, for
+    tests) → the total."""
+    device = device or current_device()
     total = int(sum(parts.values()))
     free = available_memory(device) if available is None else available
     if free is not None and total > free:

@@ -159,6 +159,20 @@ def read_json(path, error=ValueError):
         raise error(f"{os.fspath(path)}: JSON nested too deeply") from None
 
 
+def dtype_name(dtype) -> str:
+    """A paddle (or numpy) dtype → its bare name, 'float32' (paddle 2.6 and 3.x print
+    dtypes as 'paddle.float32')."""
+    return str(dtype).split(".")[-1]
+
+
+def short_list(items, limit: int = 5, sep: str = ", ") -> str:
+    """The first `limit` items joined on one line, and how many there are when more (for
+    one-line error messages that name what is wrong)."""
+    items = [str(item) for item in items]
+    shown = sep.join(items[:limit])
+    return shown + (f"{sep}... ({len(items)} in all)" if len(items) > limit else "")
+
+
 def set_paddle_threads(threads):
     """CPU math threads for paddle (set OMP_NUM_THREADS before importing paddle as well for
     the OpenMP parts)."""
@@ -174,7 +188,7 @@ def set_paddle_threads(threads):
 # ---------------------------------------------------------------------------------------------
 # failed writes, for the command-line tools
 # ---------------------------------------------------------------------------------------------
-def _within(path: str, root: str) -> bool:
+def path_within(path: str, root: str) -> bool:
     """Whether `path` is `root` or lies under it (after resolving links and '..')."""
     path, root = os.path.realpath(path), os.path.realpath(root)
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
@@ -216,10 +230,9 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
         reason = error.strerror or str(error)
         name = error.filename
         name = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else None
-        if name is not None and _within(target, name):          # target or a parent of it
-            where = f"{what} {target}" if os.path.normpath(name) == os.path.normpath(target) \
-                else f"{what} {target}: {name}"
+        if name is not None and path_within(target, name):          # target or a parent of it
             is_target = os.path.normpath(name) == os.path.normpath(target)
+            where = f"{what} {target}" if is_target else f"{what} {target}: {name}"
             if os.path.lexists(name) and not os.path.isdir(name) and \
                     (target_is_dir or not is_target):
                 return f"{where}: is a file, not a directory"
@@ -228,7 +241,7 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
             return f"{where}: cannot create it ({reason})"
         if error.errno in WRITE_ERRNOS:
             return f"{name or target}: cannot write ({reason})"
-        if name is not None and _within(name, target) and error.errno in _PLACE_ERRNOS:
+        if name is not None and path_within(name, target) and error.errno in _PLACE_ERRNOS:
             return f"{name}: {reason}"
         return None
     reason = _safetensors_write_reason(error)
@@ -287,3 +300,23 @@ def quiet_failed_closes() -> None:
             return
         previous(unraisable)
     sys.unraisablehook = hook
+
+
+def exit_on_user_error(error: BaseException, expected: tuple, debug: bool,
+                       target: Optional[str] = None, what: str = "output_dir",
+                       target_is_dir: bool = True, status: int = 2) -> None:
+    """For a tool's `except expected + write_error_types()` clause: print one `error:` line
+    and exit with `status` when `error` is bad input (an instance of `expected`, its message
+    is the line) or a failed write to `target` (write_failure); return otherwise, and the
+    caller re-raises: a bug keeps its traceback, and so does every error under --debug."""
+    if debug:
+        return
+    if isinstance(error, expected):
+        message = str(error)
+    else:
+        message = write_failure(error, target, what, target_is_dir) if target else None
+        if message is None:
+            return
+        quiet_failed_closes()
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(status)

@@ -106,22 +106,14 @@ def main(argv=None):
     from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
     from ernie_doc.config import ConfigError
     from ernie_doc.inference import ExportError
-    from ernie_doc.utils import quiet_failed_closes, write_error_types, write_failure
+    from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (ConfigError, CheckpointError, LoDTensorFormatError, ExportError)
     try:
         return _export(args)
-    except (ConfigError, CheckpointError, LoDTensorFormatError, ExportError) as e:
-        if args.debug:
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except write_error_types() as e:   # full disk, read-only, a file where a directory is
-        message = write_failure(e, os.path.dirname(os.path.abspath(args.output)),
-                                "--output")
-        if message is None or args.debug:
-            raise
-        quiet_failed_closes()
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+    except expected + write_error_types() as e:   # or full disk, read-only, a file for a dir
+        exit_on_user_error(e, expected, args.debug,
+                           os.path.dirname(os.path.abspath(args.output)), "--output")
+        raise
 
 
 def _export(args):

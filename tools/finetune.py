@@ -58,7 +58,9 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
     from ernie_doc.training.checkpoint import CheckpointStateError
     from ernie_doc.training.config import load_config
     from ernie_doc.training.trainer import RUN_CONFIG, TrainingError, run
-    from ernie_doc.utils import quiet_failed_closes, write_error_types, write_failure
+    from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (ConfigError, DataError, CheckpointError, CheckpointStateError,
+                LoDTensorFormatError, TokenizerError, TrainingError)
     output_dir = args.resume   # known once the config is read
     try:
         overrides = list(args.overrides)
@@ -71,19 +73,10 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
         if kind and cfg.kind != kind:
             raise ConfigError(f"{cfg.source}: kind: {cfg.kind!r}; this tool runs kind {kind!r}")
         return run(cfg, resume=bool(args.resume))
-    except (ConfigError, DataError, CheckpointError, CheckpointStateError, LoDTensorFormatError,
-            TokenizerError, TrainingError) as e:
-        if args.debug:
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1 if isinstance(e, TrainingError) else 2)
-    except write_error_types() as e:
-        message = write_failure(e, output_dir or os.curdir)
-        if message is None or args.debug:
-            raise
-        quiet_failed_closes()
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+    except expected + write_error_types() as e:
+        exit_on_user_error(e, expected, args.debug, output_dir or os.curdir,
+                           status=1 if isinstance(e, TrainingError) else 2)
+        raise
 
 
 if __name__ == "__main__":

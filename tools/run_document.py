@@ -163,24 +163,15 @@ def main(argv=None):
     from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
     from ernie_doc.config import ConfigError
     from ernie_doc.tokenization import TokenizerError
-    from ernie_doc.utils import quiet_failed_closes, write_error_types, write_failure
+    from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (InputError, ConfigError, CheckpointError, LoDTensorFormatError, TokenizerError)
     try:
         check_inputs(args)
         return run(args)
-    except (InputError, ConfigError, CheckpointError, LoDTensorFormatError,
-            TokenizerError) as e:
-        if args.debug:
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except write_error_types() as e:   # a failed --output write (full disk, read-only ...)
-        message = write_failure(e, args.output, "--output", target_is_dir=False) \
-            if args.output else None
-        if message is None or args.debug:
-            raise
-        quiet_failed_closes()
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+    except expected + write_error_types() as e:   # or a failed --output write (full disk ...)
+        exit_on_user_error(e, expected, args.debug, args.output, "--output",
+                           target_is_dir=False)
+        raise
 
 
 if __name__ == "__main__":

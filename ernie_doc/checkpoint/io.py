@@ -207,7 +207,6 @@ def detect_format(path):
         return "paddlenlp", weights, _first_file([path], [CONFIG_FILE, LEGACY_CONFIG_FILE])
 
     tensor_dir = lodtensor.params_dir(path)
-    tensor_files = lodtensor.list_tensor_files(tensor_dir)
     head_names = _all_official_names()
     # Any file named like a parameter counts, readable or not (read_checkpoint then says
     # which one is broken).
@@ -220,6 +219,7 @@ def detect_format(path):
         return "official", tensor_dir, _first_file(searched, [OFFICIAL_CONFIG_FILE])
 
     found = ""
+    tensor_files = lodtensor.list_tensor_files(tensor_dir)   # only for the message
     if tensor_files:
         found = (f" (found {len(tensor_files)} LoDTensor files, none with an official "
                  f"ERNIE-Doc name, e.g. {', '.join(tensor_files[:3])})")

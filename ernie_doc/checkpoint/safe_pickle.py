@@ -50,6 +50,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ernie_doc.checkpoint.io import CheckpointError
+from ernie_doc.utils import open_regular
 
 __all__ = ["load", "load_state_dict", "NAME_TABLE", "BIG_PARAM_INFO"]
 
@@ -354,12 +355,8 @@ def load(path):
     arrays (read-only views of the file's bytes; bfloat16 as uint16 bits). CheckpointError
     (naming the file) for an unreadable file or anything paddle.save does not write."""
     path = os.fspath(path)
-    try:
-        size = os.path.getsize(path)
-        f = open(path, "rb")
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
-    with f:
+    with open_regular(path, "file", CheckpointError) as f:   # a FIFO would block open()
+        size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise CheckpointError(f"{path}: empty file (0 bytes), not a paddle .pdparams/"
                                   f".pdopt file")

@@ -202,12 +202,17 @@ def check_label(label, labels, path, line=None):
     return label
 
 
+def check_ratio(value, name: str = "dev_ratio"):
+    """`value` when it is a number in (0, 1) (a reader's dev_ratio / test_ratio option)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+        raise DataError(f"{name} must be a number in (0, 1), got {value!r}")
+    return value
+
+
 def split_by_ratio(documents: Sequence[Document], dev_ratio: float, split: str, seed: int = 0):
     """Deterministic train/dev split of one list: a document goes to dev when the hash of
     (seed, doc_id) falls below dev_ratio, so the split does not depend on file order."""
-    if isinstance(dev_ratio, bool) or not isinstance(dev_ratio, (int, float)) \
-            or not 0.0 < dev_ratio < 1.0:
-        raise DataError(f"dev_ratio must be a number in (0, 1), got {dev_ratio!r}")
+    check_ratio(dev_ratio)
     if split not in ("train", "dev"):
         raise DataError(f"split {split!r}: a ratio split gives only 'train' and 'dev'")
 

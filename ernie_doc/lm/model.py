@@ -17,7 +17,8 @@ unless return_log_probs, memories [n_layer, B, M', d_model] detached or None, hi
 [B, T, d_model] = what the softmax reads (last layer output after the final dropout),
 memory_positions [3, B, M'] or None). Inputs are never modified.
 
-Architecture (Transformer-XL, docs/reference/lm-anchors.md B.1): AdaptiveEmbedding (scaled by
+Architecture (Transformer-XL, kimiyoung/transformer-xl pytorch/mem_transformer.py):
+AdaptiveEmbedding (scaled by
 sqrt(d_model)), dropout, n_layer decoder layers, dropout, ProjectedAdaptiveLogSoftmax tied to
 the embedding (tie_weight / tie_projs). A layer is relative partial-learnable attention
 (fused bias-free qkv_net on [memory; segment], r_net on the sinusoid encoding of distances
@@ -80,7 +81,7 @@ from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
 from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
                                      update_memory)
 from ernie_doc.config import ConfigError
-from ernie_doc.utils import atomic_path, atomic_write_text, read_json
+from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
 
 __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",
            "sinusoid", "sega_dims", "LM_PRESETS", "load_lm_config"]
@@ -450,8 +451,7 @@ class TransformerXLLM(nn.Layer):
         head_rows = (c.cutoffs[0] if c.cutoffs else c.vocab_size) * c.embed_dim
         resources.check_fits({"weights": 4 * (c.n_layer * attention + head_rows)},
                              f"TransformerXLLM(n_layer={c.n_layer}, d_model={c.d_model}, "
-                             f"d_inner={c.d_inner}, vocab_size={c.vocab_size})",
-                             "gpu" if str(paddle.get_device()).startswith("gpu") else "cpu")
+                             f"d_inner={c.d_inner}, vocab_size={c.vocab_size})")
         self.word_emb = AdaptiveEmbedding(c.vocab_size, c.embed_dim, c.d_model, c.cutoffs,
                                           c.div_val, c.init_std, c.proj_init_std)
         self.drop = nn.Dropout(c.dropout)
@@ -485,7 +485,7 @@ class TransformerXLLM(nn.Layer):
         name and shape, with a dtype that casts (float widths; uint16 is bfloat16 bits):
         CheckpointError, one line naming the file and the tensors, otherwise."""
         from ernie_doc.checkpoint import io, safe_pickle
-        from ernie_doc.modeling.pretrained import _assign, _cast_problem, _dtype_name
+        from ernie_doc.modeling.pretrained import _assign, _cast_problem
         directory = os.fspath(directory)
         if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
             raise io.CheckpointError(f"{directory}: not a language-model directory (no "
@@ -513,8 +513,10 @@ class TransformerXLLM(nn.Layer):
             elif list(value.shape) != list(own[name].shape):
                 problems.append(f"{name} has shape {list(value.shape)}, the model "
                                 f"{list(own[name].shape)}")
-            elif _cast_problem(value, _dtype_name(own[name].dtype)):
-                problems.append(f"{name}: {_cast_problem(value, _dtype_name(own[name].dtype))}")
+            else:
+                problem = _cast_problem(value, dtype_name(own[name].dtype))
+                if problem:
+                    problems.append(f"{name}: {problem}")
         if problems:
             raise io.CheckpointError(f"{path}: " + "; ".join(problems))
         for name, value in state.items():

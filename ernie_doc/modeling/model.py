@@ -105,7 +105,8 @@ def _shape(t):
 
 
 class ErnieDocModel(PretrainedMixin, nn.Layer):
-    """The ERNIE-Doc encoder (official-code.md §1)."""
+    """The ERNIE-Doc encoder (the official `ernie-doc/model/static/ernie.py` and
+    `transformer_encoder.py`)."""
 
     def __init__(self, config):
         super().__init__()
@@ -115,11 +116,9 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         # Refuse weights that cannot fit before allocating them (a hostile or mistyped
         # config.json can ask for terabytes).
         from ernie_doc import resources
-        device = "gpu" if str(paddle.get_device()).startswith("gpu") else "cpu"
         resources.check_fits({"weights": 4 * config.min_parameters},
                              f"ErnieDocModel(hidden_size={config.hidden_size}, num_hidden_layers="
-                             f"{config.num_hidden_layers}, vocab_size={config.vocab_size})",
-                             device)
+                             f"{config.num_hidden_layers}, vocab_size={config.vocab_size})")
         # Built in the same order as PaddleNLP so state_dict orders match.
         self.encoder = ErnieDocEncoder(config)
         self.embeddings = ErnieDocEmbeddings(config)

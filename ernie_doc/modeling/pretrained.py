@@ -19,6 +19,8 @@ import logging
 
 import numpy as np
 
+from ernie_doc.utils import dtype_name, short_list
+
 logger = logging.getLogger("ernie_doc.checkpoint")
 
 # Constructor arguments that a checkpoint's head tensors fix: argument → (head key, axis).
@@ -107,11 +109,6 @@ def checkpoint_key_map(names_in_checkpoint, fmt, cls):
     return out
 
 
-def _dtype_name(dtype):
-    """paddle dtype → 'float32' (paddle 2.6 and 3.x print dtypes as 'paddle.float32')."""
-    return str(dtype).split(".")[-1]
-
-
 _FLOAT_PARAMS = ("float16", "float32", "float64", "bfloat16")
 
 
@@ -137,24 +134,17 @@ def _assign(param, array):
     bits, see _cast_problem)."""
     import paddle
     from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
-    if array.dtype == np.uint16 and _dtype_name(param.dtype) in _FLOAT_PARAMS:
+    if array.dtype == np.uint16 and dtype_name(param.dtype) in _FLOAT_PARAMS:
         array = bf16_to_fp32(array)
     np_dtype = {paddle.float32: np.float32, paddle.float16: np.float16,
                 paddle.float64: np.float64}.get(param.dtype)
     if np_dtype is not None:
         param.set_value(np.ascontiguousarray(array, dtype=np_dtype))
-    elif _dtype_name(param.dtype) == "bfloat16":  # numpy cannot hold it: cast in paddle
+    elif dtype_name(param.dtype) == "bfloat16":  # numpy cannot hold it: cast in paddle
         param.set_value(paddle.to_tensor(np.asarray(array, dtype=np.float32))
                         .astype(param.dtype))
     else:
-        param.set_value(np.ascontiguousarray(array, dtype=_dtype_name(param.dtype)))
-
-
-def _listing(items, limit=5, sep=", "):
-    """The first `limit` items joined on one line, and how many there are when more."""
-    items = list(items)
-    shown = sep.join(items[:limit])
-    return shown + (f"{sep}... ({len(items)} in all)" if len(items) > limit else "")
+        param.set_value(np.ascontiguousarray(array, dtype=dtype_name(param.dtype)))
 
 
 def _known_head_modules(cls, target, ckpt):
@@ -287,7 +277,7 @@ class PretrainedMixin:
             if want != have:
                 mismatched.append(f"{label}: checkpoint {have} vs model {want}")
                 continue
-            problem = _cast_problem(ckpt.tensors[name], _dtype_name(target[key].dtype))
+            problem = _cast_problem(ckpt.tensors[name], dtype_name(target[key].dtype))
             if problem:
                 uncastable.append(f"{label}: {problem}")
                 continue
@@ -295,10 +285,10 @@ class PretrainedMixin:
         if mismatched:
             raise io.CheckpointError(
                 f"{where}: {len(mismatched)} tensor shape(s) differ from the model (is the "
-                f"config right?): " + _listing(mismatched, 8, "; "))
+                f"config right?): " + short_list(mismatched, 8, "; "))
         if uncastable:
             raise io.CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
-                                     f"model cannot take: " + _listing(uncastable, 8, "; "))
+                                     f"model cannot take: " + short_list(uncastable, 8, "; "))
         missing = [k for k in target if k not in assigned]
         if strict and (missing or unexpected):
             raise io.CheckpointError(
@@ -311,7 +301,7 @@ class PretrainedMixin:
         encoder_keys = [k for k in target if bare or k.startswith(names.PREFIX)]
         head_keys = [k for k in target if not (bare or k.startswith(names.PREFIX))]
         if not any(k in assigned for k in encoder_keys):
-            held = (f"it holds {len(ckpt.tensors)} tensors, e.g. {_listing(ckpt.tensors, 3)}"
+            held = (f"it holds {len(ckpt.tensors)} tensors, e.g. {short_list(ckpt.tensors, 3)}"
                     if ckpt.tensors else "it holds no tensors")
             raise io.CheckpointError(
                 f"{where}: none of the {len(encoder_keys)} encoder tensors of {cls.__name__} "
@@ -321,20 +311,20 @@ class PretrainedMixin:
         encoder_missing = [k for k in encoder_keys if k not in assigned]
         if encoder_missing:
             problems.append(f"{len(encoder_missing)} of {len(encoder_keys)} encoder tensors "
-                            f"missing ({_listing(encoder_missing)})")
+                            f"missing ({short_list(encoder_missing)})")
         head_missing = [k for k in head_keys if k not in assigned]
         if head_missing and len(head_missing) < len(head_keys):
             problems.append(f"the {cls.__name__} head is only partly there (missing "
-                            f"{_listing(head_missing)})")
+                            f"{short_list(head_missing)})")
         leftover = {"encoder": [], "unknown": [], "head": []}
         for name in unexpected:
             leftover[_leftover_kind(name, ckpt.format, cls, head_modules)].append(name)
         if leftover["encoder"]:
             problems.append(f"{len(leftover['encoder'])} encoder tensors this model does not "
-                            f"have, is the config right? ({_listing(leftover['encoder'])})")
+                            f"have, is the config right? ({short_list(leftover['encoder'])})")
         if leftover["unknown"]:
             problems.append(f"{len(leftover['unknown'])} tensors that belong to no known head "
-                            f"({_listing(leftover['unknown'])})")
+                            f"({short_list(leftover['unknown'])})")
         if problems and not allow_partial:
             raise io.CheckpointError(
                 f"{where}: partial checkpoint for {cls.__name__}: " + "; ".join(problems)

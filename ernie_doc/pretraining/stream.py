@@ -27,7 +27,6 @@ import numpy as np
 from ernie_doc.data import DataError
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Skips
-from ernie_doc.training.tasks import Cuts
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import step_members
 from ernie_doc.pretraining import corpus
@@ -88,10 +87,10 @@ class ShardStream:
             if len(self.skips):
                 self.skips.report(self.taken, log)
                 self.skips = Skips(f"shard {self.shard}", "documents")
-            if len(self.task.cuts):   # max_doc_tokens
+            cuts = self.task.take_cuts()   # max_doc_tokens
+            if len(cuts):
                 log.info(f"shard {self.shard}, corpus epoch {self.epoch}: "
-                         + self.task.cuts.describe(self.task.cfg.max_doc_tokens))
-                self.task.cuts = Cuts()
+                         + cuts.describe(self.task.cfg.max_doc_tokens))
             self.epoch, self.taken, self.used_this_epoch, self._docs = self.epoch + 1, 0, 0, None
             log.info(f"shard {self.shard}: epoch {self.epoch} of the corpus begins")
 

@@ -30,7 +30,7 @@ Tokenizer = Union[BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer]
 def _regular(path: Path) -> bool:
     """Path.is_file() (a regular file, links followed), logging a FIFO, socket or device that
     stands under the name instead."""
-    from ernie_doc.data.document import file_kind
+    from ernie_doc.utils import file_kind
 
     kind = file_kind(path)
     if kind not in (None, "missing", "a directory"):
@@ -80,7 +80,7 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Toke
     ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
     (Chinese; ``do_lower_case`` is passed to it, default True).
     """
-    from ernie_doc.data.document import file_kind
+    from ernie_doc.utils import file_kind
 
     path = Path(path)
     kind = file_kind(path)

@@ -55,7 +55,7 @@ def train(
     files = [os.fspath(f) for f in files]
     if not files:
         raise ValueError("no training files given")
-    from ernie_doc.data.document import file_kind
+    from ernie_doc.utils import file_kind
 
     for f in files:
         kind = file_kind(f)  # a regular file only: sentencepiece would block on a FIFO

@@ -28,6 +28,7 @@ import numpy as np
 import paddle
 
 from ernie_doc.training import distributed as dist
+from ernie_doc.utils import dtype_name, short_list
 
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
@@ -93,8 +94,7 @@ def load_optimizer_state(model, optimizer, state):
 # -- tensors <-> files ----------------------------------------------------------------------
 def _to_numpy(tensor):
     """paddle Tensor → (ndarray, paddle dtype name); bfloat16 as its uint16 bits."""
-    name = str(tensor.dtype).split(".")[-1]
-    return np.ascontiguousarray(tensor.numpy()), name
+    return np.ascontiguousarray(tensor.numpy()), dtype_name(tensor.dtype)
 
 
 def _from_numpy(array, dtype_name):
@@ -262,15 +262,14 @@ def _load_model(path, model):
         if key not in arrays:
             continue
         value = arrays[key]
-        dtype = str(tensor.dtype).split(".")[-1]
+        dtype = dtype_name(tensor.dtype)
         saved = "bfloat16" if key in bf16 else getattr(getattr(value, "dtype", None), "name",
                                                         type(value).__name__)
         shape = list(getattr(value, "shape", ()))
         if saved != dtype or shape != list(tensor.shape):
             wrong.append(f"{key} {saved} {shape} (model {dtype} {list(tensor.shape)})")
     if missing or unexpected or wrong:
-        parts = [f"{label} {', '.join(items[:5])}" + (f" ... ({len(items)} in all)"
-                                                      if len(items) > 5 else "")
+        parts = [f"{label} {short_list(items)}"
                  for label, items in (("missing", missing), ("unexpected", unexpected),
                                       ("wrong dtype/shape:", wrong)) if items]
         raise CheckpointStateError(f"{source}: does not match the model being resumed: "
@@ -353,8 +352,7 @@ def _check_owners(source, state, model):
                 bad.append(f"{name} {shape} (parameter {params[owner]})")
     if bad:
         raise CheckpointStateError(f"{source}: optimizer state that does not fit the model: "
-                                   + ", ".join(bad[:5])
-                                   + (f" ... ({len(bad)} in all)" if len(bad) > 5 else ""))
+                                   + short_list(bad))
 
 
 def _load_rank_arrays(path):

@@ -137,12 +137,10 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def load_yaml(path):
-    from ernie_doc.data.document import file_kind
-    kind = file_kind(path)
-    if kind == "missing":
-        raise ConfigError(f"{path}: config file does not exist")
-    if kind is not None:   # a FIFO would block the read forever
-        raise ConfigError(f"{path}: config file is {kind}, not a regular file")
+    from ernie_doc.utils import regular_file_problem
+    problem = regular_file_problem(path, "config file")   # a FIFO would block the read
+    if problem:
+        raise ConfigError(problem)
     try:
         with open(path, encoding="utf-8") as f:
             values = yaml.load(f, Loader=_StrictLoader) or {}
@@ -241,8 +239,10 @@ def validate(cfg):
                 "tokenizer_vocab_size"):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
             fail(key, f"must be a positive integer, got {cfg[key]!r}")
+    if cfg.max_doc_tokens is None:   # null = no limit, as 0
+        cfg["max_doc_tokens"] = 0
     for key in ("eval_steps", "save_steps", "logging_steps", "stop_at_step", "threads",
-                "keep_checkpoints", "max_steps", "warmup_steps"):
+                "keep_checkpoints", "max_steps", "warmup_steps", "max_doc_tokens"):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 0:
             fail(key, f"must be a non-negative integer, got {cfg[key]!r}")
     for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
@@ -265,12 +265,6 @@ def validate(cfg):
     cpus = available_cpus()
     if cfg.threads > cpus:
         fail("threads", f"{cfg.threads} exceeds the {cpus} CPUs this process may use")
-    if cfg.max_doc_tokens is None:
-        cfg["max_doc_tokens"] = 0
-    if not isinstance(cfg.max_doc_tokens, int) or isinstance(cfg.max_doc_tokens, bool) \
-            or cfg.max_doc_tokens < 0:
-        fail("max_doc_tokens", f"must be a non-negative integer (0 = no limit), got "
-                               f"{cfg.max_doc_tokens!r}")
     if cfg.max_doc_tokens and cfg.kind == "language_model":
         fail("max_doc_tokens", "does not apply to language_model (it reads token streams)")
     for key in ("stride", "eval_batch_size"):

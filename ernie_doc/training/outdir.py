@@ -13,6 +13,7 @@ import shutil
 from typing import Iterable, List, Optional
 
 from ernie_doc.config import ConfigError
+from ernie_doc.utils import path_within
 
 # Every name a run writes directly inside OUTPUT_DIR (glob patterns). The end-to-end tests of
 # fine-tuning, pretraining and language modelling check that a run writes nothing else.
@@ -44,11 +45,6 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(os.fspath(path)))
 
 
-def _inside(path: str, root: str) -> bool:
-    """Whether `path` is `root` or lies under it (both real paths)."""
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool = False,
                      overwrite: bool = False, marker: str = "run_config.yaml",
                      source: str = "config") -> None:
@@ -62,8 +58,8 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
         if not path or not os.path.exists(os.path.expanduser(os.fspath(path))):
             continue
         real = _real(path)
-        if _inside(out, real) or _inside(real, out):
-            relation = ("is" if out == real else "lies inside" if _inside(out, real)
+        if path_within(out, real) or path_within(real, out):
+            relation = ("is" if out == real else "lies inside" if path_within(out, real)
                         else "contains")
             raise ConfigError(f"{source}: {where} {relation} {path}, an input of this run: "
                               "choose a directory of its own")
@@ -71,7 +67,7 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
                  ("$HOME", os.path.expanduser("~")), ("the root directory", os.sep)]
     for what, path in protected:
         real = _real(path)
-        if _inside(real, out):
+        if path_within(real, out):
             relation = "is" if out == real else "contains"
             raise ConfigError(f"{source}: {where} {relation} {what} ({real}): choose a "
                               "directory of its own")

@@ -136,6 +136,11 @@ class Task:
         self.cuts.add(doc.doc_id, len(tokens) - limit)
         return truncate_tokens(tokens, limit)
 
+    def take_cuts(self) -> Cuts:
+        """The documents `cap` cut since the last call; counting starts anew."""
+        cuts, self.cuts = self.cuts, Cuts()
+        return cuts
+
     def tokenizer_texts(self, doc):
         """The strings of a document a tokenizer trained on the train split should see."""
         return [doc.text] if doc.text else []

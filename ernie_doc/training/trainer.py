@@ -33,7 +33,7 @@ from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training.logging import RunLog, logger, plot_curves, setup_logging
 from ernie_doc.training.optim import build_optimizer
-from ernie_doc.training.tasks import Cuts, build_task
+from ernie_doc.training.tasks import build_task
 from ernie_doc.utils import atomic_write_text
 
 RUN_CONFIG = "run_config.yaml"
@@ -161,7 +161,7 @@ class Trainer:
         self.splits, notes = {}, []
         for split, split_docs in docs.items():
             passes = []
-            self.task.cuts = Cuts()
+            self.task.take_cuts()   # count this split's cut documents alone
             for i, doc in enumerate(split_docs):
                 try:
                     steps = self.task.document_segments(doc, i, self.tokenizer)
@@ -170,7 +170,8 @@ class Trainer:
                 passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
             self.splits[split] = Split(split, split_docs, passes, group)
             rows = cfg.batch_size if split == "train" else cfg.eval_batch_size or cfg.batch_size
-            notes += self._length_notes(self.splits[split], rows // group)
+            notes += self._length_notes(self.splits[split], rows // group,
+                                        self.task.take_cuts())
         if self.streaming and not cfg.eval_only:
             from ernie_doc.pretraining.stream import StreamSplit
             self.splits["train"] = StreamSplit(self.task, self.rank, self.world, cfg.batch_size,
@@ -191,7 +192,7 @@ class Trainer:
 
     LONG_DOCUMENT_READS = 100   # below this, one long document is no concern
 
-    def _length_notes(self, split, slots):
+    def _length_notes(self, split, slots, cuts):
         """Log lines on a split's longest documents (segment reads, both passes), so that one
         huge document (a 5 MB line) is seen up front: a row reads one document at a time, so
         the longest document alone sets a lower bound on an epoch's steps. Also the documents
@@ -210,8 +211,8 @@ class Trainer:
                          f"takes {longest:,} segment reads, so an epoch needs at least "
                          f"{longest:,} steps (its rows would need {shared:,}); max_doc_tokens "
                          "caps a document's length")
-        if len(self.task.cuts):
-            notes.append(f"{split.name}: {self.task.cuts.describe(self.cfg.max_doc_tokens)}")
+        if len(cuts):
+            notes.append(f"{split.name}: {cuts.describe(self.cfg.max_doc_tokens)}")
         return notes
 
     def _inputs(self):

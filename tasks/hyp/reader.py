@@ -22,9 +22,10 @@ import os
 from xml.parsers import expat
 
 from ernie_doc.data.document import (DataError, Document, Skips, check_label, check_options,
-                                     check_split, check_text, file_name, is_candidate_file,
-                                     read_json_file, read_text, regular_files, require_dir,
-                                     require_file, split_by_ratio, where)
+                                     check_ratio, check_split, check_text, file_name,
+                                     is_candidate_file, read_json_file, read_text,
+                                     regular_files, require_dir, require_file, split_by_ratio,
+                                     where)
 
 LABELS = ["false", "true"]
 OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed")
@@ -138,11 +139,8 @@ def _hash_split(docs, split, options):
     seed = options.get("split_seed", 0)
     if test_ratio is None:
         return split_by_ratio(docs, dev_ratio, split, seed)
-    for key, value in (("dev_ratio", dev_ratio), ("test_ratio", test_ratio)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not 0.0 < value < 1.0:
-            raise DataError(f"reader option {key!r}: expected a number in (0, 1), got "
-                            f"{value!r}")
+    check_ratio(dev_ratio, "dev_ratio")
+    check_ratio(test_ratio, "test_ratio")
     if not dev_ratio + test_ratio < 1.0:
         raise DataError(f"reader options: dev_ratio + test_ratio must be < 1, got "
                         f"{dev_ratio} + {test_ratio}")
