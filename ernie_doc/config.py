@@ -195,14 +195,19 @@ class ErnieDocConfig:
 
     @classmethod
     def from_any(cls, spec, **overrides):
-        """A config from a preset name, a json path, a checkpoint directory (its
-        config.json / ernie_config.json), a dict or a config."""
+        """A config from a preset name, a released model's name (its preset), a json path, a
+        checkpoint directory (its config.json / ernie_config.json), a dict or a config."""
         if isinstance(spec, ErnieDocConfig):
             return spec.replace(**overrides) if overrides else spec
         if isinstance(spec, dict):
             return cls.from_dict({**spec, **overrides})
         if isinstance(spec, str) and spec in PRESETS:
             return cls.from_preset(spec, **overrides)
+        if isinstance(spec, str) and not os.path.exists(spec):
+            from ernie_doc.hub import registry   # a released name: its config (no download)
+            release = registry.release(spec)
+            if release is not None:
+                return cls.from_any(release.preset, **overrides)
         if isinstance(spec, (str, os.PathLike)) and os.path.isdir(spec):
             for name in ("config.json", "ernie_config.json"):
                 if os.path.isfile(os.path.join(spec, name)):

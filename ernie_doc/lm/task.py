@@ -40,8 +40,8 @@ VOCAB_FILE = "vocab.txt"
 
 def default_cache_dir(files, options):
     """One folder per set of token files and vocabulary options."""
-    root = os.environ.get("ERNIE_DOC_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "ernie_doc")
+    from ernie_doc.hub import home
+    root = os.environ.get("ERNIE_DOC_CACHE") or home()   # the cache of released models too
     key = json.dumps({"files": {k: os.path.abspath(v) for k, v in sorted(files.items())},
                       "vocab": [options[k] for k in ("vocab", "vocab_from", "min_freq",
                                                      "max_size")]}, sort_keys=True)

@@ -183,11 +183,16 @@ class PretrainedMixin:
     official_names = {}  # head classes: {their own parameter key: official static name}
 
     @classmethod
-    def from_pretrained(cls, path, config=None, strict=False, allow_partial=False, **kwargs):
+    def from_pretrained(cls, path, config=None, strict=False, allow_partial=False,
+                        source=None, **kwargs):
         """Build `cls` and load a checkpoint into it.
 
-        path: a checkpoint directory or weights file of any supported layout (or an
-            already read ernie_doc.checkpoint.io.Checkpoint).
+        path: a released name ("ernie-doc-base-en", "ernie-doc-base-zh", "ernie-doc-large-en":
+            fetched once into the cache, verified on every load), an http(s) URL, a .tar.gz
+            archive, a checkpoint directory or weights file of any supported layout (or an
+            already read ernie_doc.checkpoint.io.Checkpoint); see ernie_doc.hub.resolve.
+        source: for a released name, "official" (the static files of PaddlePaddle/ERNIE) or
+            "paddlenlp" (PaddleNLP's .pdparams copy); default $ERNIE_DOC_SOURCE, else official.
         config: ErnieDocConfig, preset name, JSON path or dict. Wins over the checkpoint's
             config; required when the checkpoint has none.
         strict: raise if any model tensor is missing or any checkpoint tensor is unused, the
@@ -202,7 +207,8 @@ class PretrainedMixin:
             not given (num_labels, num_reorder_classes) is taken from the checkpoint's tensor.
 
         Returns the model (mode unchanged: call .eval() for inference) with `.load_report`.
-        Raises CheckpointError, one line naming the checkpoint: no checkpoint or config, an
+        Raises CheckpointError, one line naming the checkpoint: no checkpoint or config (a
+        name that cannot be fetched: HubError, a CheckpointError naming the URL), an
         unreadable or refused file, no encoder tensor matched (even with allow_partial), a
         partial match (unless allow_partial), strict violations, shapes that differ (each
         tensor with both shapes), dtypes that cannot be cast (integer or bool into float).
@@ -210,7 +216,10 @@ class PretrainedMixin:
         from ernie_doc.checkpoint import io, names
         from ernie_doc.config import ErnieDocConfig
 
-        ckpt = path if isinstance(path, io.Checkpoint) else io.read_checkpoint(path)
+        if not isinstance(path, io.Checkpoint):
+            from ernie_doc.hub import resolve
+            path = io.read_checkpoint(resolve(path, kind="model", source=source))
+        ckpt = path
         where = ckpt.path
 
         ctor_params = _constructor_params(cls)

@@ -8,6 +8,7 @@ tokenizer path itself is a TokenizerError.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import List, Optional, Union
 
@@ -73,15 +74,22 @@ def _with_files(tokenizer, files):
 def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Tokenizer:
     """Load the tokenizer described by the files at ``path``.
 
-    ``path`` is a directory (a checkpoint directory or its ``params/``
-    subdirectory; the parent is searched too in that case) or a file: a
+    ``path`` is a released model name (``ernie-doc-base-en`` ...: its tokenizer files are
+    fetched once into the cache and checked against their pinned sha256), an http(s) URL or
+    a .tar.gz archive (see ``ernie_doc.hub.resolve``), a directory (a checkpoint directory
+    or its ``params/`` subdirectory; the parent is searched too in that case) or a file: a
     ``.model`` file loads SentencePiece, any other file stands for its
     directory. Priority: encoder.json + vocab.bpe + vocab.txt -> BPE (English
     ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
     (Chinese; ``do_lower_case`` is passed to it, default True).
     """
+    from ernie_doc.hub import is_released, is_url, resolve
+    from ernie_doc.hub.archive import is_archive
     from ernie_doc.utils import file_kind
 
+    spec = os.fspath(path)
+    if is_url(spec) or is_released(spec) or (os.path.isfile(spec) and is_archive(spec)):
+        path = resolve(spec, kind="tokenizer")
     path = Path(path)
     kind = file_kind(path)
     if kind not in (None, "missing", "a directory"):

@@ -26,16 +26,21 @@ DEFAULTS = {
     "max_doc_tokens": 0,          # read at most this many tokens of a document's text (0 =
                                   # all); documents cut short are counted and logged
     # model, weights, tokenizer
-    "model": "ernie-doc-small",   # preset name, config json or checkpoint directory
-    "init_checkpoint": "",        # anything from_pretrained reads; "" = from scratch
+    "model": "ernie-doc-small",   # preset name, config json, checkpoint directory, URL or
+                                  # .tar.gz (a released name here is its config: no weights)
+    "init_checkpoint": "",        # anything from_pretrained reads (a released name, a URL, a
+                                  # .tar.gz, a directory); "" = from scratch
+    "model_source": "official",   # a released name's weights: official | paddlenlp
     "allow_partial_checkpoint": False,  # load init_checkpoint even when encoder tensors are
                                   # missing or unknown tensors are left over (a new head and
                                   # other heads' tensors are always fine)
     "eval_only": False,           # no training: evaluate init_checkpoint on eval_splits and
                                   # test_splits ({split}_results.json, eval_results.json)
     "model_overrides": {},        # ErnieDocConfig keys (recurrence, memory_len, dropouts ...)
-    "tokenizer": "",              # dir/file for load_tokenizer; "" = the checkpoint's;
-                                  # "train" = SentencePiece trained on the train split
+    "tokenizer": "",              # anything load_tokenizer reads (a released name, a dir,
+                                  # a file); "" = init_checkpoint's, else the released
+                                  # tokenizer of `model`; "train" = SentencePiece trained on
+                                  # the train split
     "tokenizer_vocab_size": 8000,
     # segments and reading
     "max_seq_len": 512,
@@ -88,6 +93,7 @@ CHOICES = {
     "doc_prediction": ("mean", "last"),
     "lr_schedule": ("linear", "official", "cosine"),
     "device": ("auto", "cpu", "gpu"),
+    "model_source": ("official", "paddlenlp"),
 }
 # kinds that stream their training data for max_steps (eval_splits may be empty)
 STREAMED_KINDS = ("pretraining", "language_model")

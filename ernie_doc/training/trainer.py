@@ -11,6 +11,7 @@ its own zero memories, so the training stream is untouched by it. Streaming task
 schedules documents the same way as they arrive; the language model (a task that builds its
 own model and splits, `lm.task`) reads token streams and is evaluated over whole streams.
 """
+import copy
 import json
 import math
 import os
@@ -80,16 +81,19 @@ def _to_tensors(batch):
 
 class Trainer:
     def __init__(self, cfg, resume=False):
-        self.cfg, self.resume = cfg, resume
+        # `given` is the config as written (run_config.yaml keeps released names and URLs);
+        # `cfg` has them resolved to local paths by prepare()
+        self.given = self.cfg = cfg
+        self.resume = resume
         self.rank, self.world = dist.rank(), dist.world_size()
         self.is_main = self.rank == 0
         self.out = cfg.output_dir
 
     # -- set-up: everything that can fail on bad input happens before OUTPUT_DIR is touched --
     def prepare(self):
-        cfg = self.cfg
-        if self.resume and cfg.eval_only:
-            raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
+        if self.resume and self.cfg.eval_only:
+            raise ConfigError(f"{self.cfg.source}: eval_only: nothing to resume")
+        self.cfg = cfg = self._resolve_inputs(self.given)
         self.task = build_task(cfg)
         reported = tuple(self.task.metric_names) + ("loss",)
         if cfg.main_metric is not None and cfg.main_metric not in reported:
@@ -274,8 +278,30 @@ class Trainer:
             if not self.resume:
                 import yaml
                 atomic_write_text(os.path.join(self.out, RUN_CONFIG),
-                                  yaml.safe_dump(dict(self.cfg), sort_keys=False))
+                                  yaml.safe_dump(dict(self.given), sort_keys=False))
         dist.barrier()
+
+    @staticmethod
+    def _resolve_inputs(cfg):
+        """`cfg` with `init_checkpoint`, `tokenizer` and a URL or archive `model` replaced by
+        local paths (ernie_doc.hub.resolve: a released name or URL is fetched into the cache
+        once, by one process of a distributed job, and verified). A released name as `model`
+        stays a config preset: it names an architecture, not weights."""
+        from ernie_doc.hub import HubError, is_url, resolve
+        from ernie_doc.hub.archive import is_archive
+        resolved = copy.copy(cfg)
+        try:
+            if cfg.init_checkpoint:
+                resolved["init_checkpoint"] = resolve(cfg.init_checkpoint, "model",
+                                                      cfg.model_source)
+            if cfg.tokenizer and cfg.tokenizer != "train":
+                resolved["tokenizer"] = resolve(cfg.tokenizer, "tokenizer")
+            if isinstance(cfg.model, str) and (is_url(cfg.model) or (
+                    os.path.isfile(cfg.model) and is_archive(cfg.model))):
+                resolved["model"] = resolve(cfg.model, "model")
+        except HubError as e:
+            raise ConfigError(f"{cfg.source}: {e}") from None
+        return resolved
 
     def _tokenizer(self, train_docs):
         """→ (tokenizer or None, {cls, sep, pad} ids, dir of a freshly trained SPM or None)."""
@@ -287,6 +313,7 @@ class Trainer:
                 raise ConfigError(f"{cfg.source}: tokenizer: task {cfg.task} reads token ids, "
                                   f"not text; it uses no tokenizer (got {cfg.tokenizer!r})")
             return None, id_vocabulary(dict(cfg.reader))[0], None
+        from ernie_doc.hub import HubError, is_released, resolve
         from ernie_doc.tokenization import load_tokenizer
         spm_dir = None
         if cfg.tokenizer == "train":
@@ -294,9 +321,18 @@ class Trainer:
             source = os.path.join(spm_dir or os.path.join(self.out, "tokenizer"), "spm.model")
         else:
             source = cfg.tokenizer or cfg.init_checkpoint
+            if not source and is_released(cfg.model):   # the released model's tokenizer
+                try:
+                    source = resolve(cfg.model, "tokenizer")
+                except HubError as e:
+                    raise ConfigError(f"{cfg.source}: tokenizer (of model {cfg.model}): "
+                                      f"{e}") from None
             if not source:
-                raise ConfigError(f"{cfg.source}: tokenizer: give a tokenizer directory, an "
-                                  "init_checkpoint that holds one, or 'train'")
+                raise ConfigError(
+                    f"{cfg.source}: tokenizer is not set and model {cfg.model!r} is not a "
+                    f"released model: give --set tokenizer=DIR (a tokenizer directory or a "
+                    f"released name such as ernie-doc-base-en), an init_checkpoint that holds "
+                    f"one (INIT_CHECKPOINT=... for run.sh), or tokenizer=train")
         try:
             tokenizer = load_tokenizer(source)
         except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included
