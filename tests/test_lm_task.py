@@ -258,7 +258,7 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(data, tmp_path):
      "task_options.eval_ext_len: 6 must be below eval_tgt_len 6"),
     (("model=wt103-huge",), ConfigError, "not a language-model preset"),
     (("reader.tokens=1",), DataError, "reader: unknown option 'tokens'"),
-    (("eval_only=true",), ConfigError, "eval_only: needs init_checkpoint"),
+    (("eval_only=true",), ConfigError, "init_checkpoint is not set: eval_only evaluates it"),
 ])
 def test_bad_input_is_one_clear_error_and_writes_nothing(data, tmp_path, extra, error,
                                                          message):

@@ -104,7 +104,15 @@ def regular_files(paths: Iterable, skips: Optional["Skips"] = None) -> List:
     return kept
 
 
+class NotSet(DataError):
+    """A reader was given an empty path: the config key behind it (data_dir) is not set.
+    The task that called the reader turns it into the config's one-line missing-key error."""
+
+
 def require_dir(path, what="data directory"):
+    """`path` when it is a directory; NotSet when it is empty, else DataError naming it."""
+    if not os.fspath(path):
+        raise NotSet(f"the {what} is not set")
     if not os.path.isdir(path):
         raise DataError(f"{os.fspath(path)}: {what} does not exist")
     return path

@@ -31,7 +31,7 @@ from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLLM, load_lm_config
-from ernie_doc.training.tasks import Task
+from ernie_doc.training.tasks import Task, data_dir_required
 
 EVAL_DEFAULTS = {"eval_tgt_len": None, "eval_mem_len": None, "eval_clamp_len": None,
                  "eval_same_length": None, "eval_ext_len": None}
@@ -179,7 +179,9 @@ class LanguageModelTask(Task):
         names = [] if self.cfg.eval_only else ["train"]
         names += list(self.cfg.eval_splits) + list(self.cfg.test_splits)
         opts = dict(self.cfg.reader)
-        return {s: self.reader.read(self.cfg.data_dir, s, opts) for s in dict.fromkeys(names)}
+        with data_dir_required(self.cfg):
+            return {s: self.reader.read(self.cfg.data_dir, s, opts)
+                    for s in dict.fromkeys(names)}
 
     def check_data(self, world):
         """Find, encode (or load from the cache) and check every split; the vocabulary comes

@@ -28,6 +28,7 @@ from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes,
                                               reorder_document, tokenizer_special_ids,
                                               wordpiece_word_starts)
 from ernie_doc.training import distributed as dist
+from ernie_doc.training.config import missing_key
 from ernie_doc.training.tasks import Task
 
 # options of the corpus (config `reader`) and of the objectives (config `task_options`)
@@ -95,8 +96,8 @@ class PretrainingTask(Task):
                 raise ConfigError(f"{cfg.source}: reader.{key}: must be a non-negative "
                                   f"integer")
         if not cfg.data_dir:
-            raise ConfigError(f"{cfg.source}: data_dir: give the corpus (files or "
-                              f"directories)")
+            raise missing_key(cfg, "data_dir", "the pretraining corpus (files or "
+                                               "directories, or a list of them)")
         # evaluation: the held-out corpus, as split "dev" (none without one)
         cfg["eval_splits"] = ["dev"] if c["eval_corpus"] else []
         if cfg.test_splits:

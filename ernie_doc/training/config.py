@@ -100,6 +100,26 @@ STREAMED_KINDS = ("pretraining", "language_model")
 FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
 
 
+_TASKS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The run.sh contract (tools/launch.sh): environment variables that set a key.
+RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
+                    "init_checkpoint": "INIT_CHECKPOINT=...", "model": "MODEL_CONFIG=...",
+                    "task_options.evidence_file": "STAGE=answer EVIDENCE=..."}
+
+
+def missing_key(cfg, key: str, what: str) -> ConfigError:
+    """The one-line error for a required key left empty: the config file, the key, what it
+    should hold and how to set it (`--set`, and run.sh's environment variable when there is
+    one), e.g. "tasks/imdb/config.yaml: data_dir is not set: ...; give it with --set
+    data_dir=PATH, or DATA_DIR=PATH bash tasks/imdb/run.sh"."""
+    how = f"give it with --set {key}=..."
+    variable = RUN_SH_VARIABLES.get(key)
+    run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
+    if variable and os.path.isfile(os.path.join(_TASKS_PARENT, run_sh)):
+        how += f", or {variable} bash {run_sh}"
+    return ConfigError(f"{cfg.source}: {key} is not set: {what}; {how}")
+
+
 class TrainConfig(dict):
     """A dict with attribute access; `source` names where it came from."""
 
@@ -225,7 +245,7 @@ def validate(cfg):
         raise ConfigError(f"{where}: {key}: {message}")
 
     if not cfg.task:
-        fail("task", "is required (the name of a folder in tasks/)")
+        raise missing_key(cfg, "task", "the name of a folder in tasks/")
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
         fail("task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
     if not isinstance(cfg.kind, str) or not cfg.kind:
@@ -302,7 +322,8 @@ def validate(cfg):
         fail("main_metric", f"must be a metric name, got {cfg.main_metric!r}")
     if cfg.eval_only:
         if not cfg.init_checkpoint:
-            fail("eval_only", "needs init_checkpoint (the model to evaluate)")
+            raise missing_key(cfg, "init_checkpoint", "eval_only evaluates it (a trained "
+                                                      "model directory)")
         if cfg.kind == "pretraining":
             fail("eval_only", "not for pretraining (its held-out MLM metrics come with "
                               "training runs: reader.eval_corpus)")

@@ -5,6 +5,7 @@ task's own class named "module:Class" in its config). The kind says how a docume
 segments with targets, which head to build, the loss over the rows that train, what each
 predicted row contributes, and how a document's rows become a prediction and metrics.
 """
+import contextlib
 import dataclasses
 import importlib
 
@@ -14,9 +15,11 @@ import paddle.nn.functional as F
 
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
+from ernie_doc.data.document import NotSet
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
+from ernie_doc.training.config import missing_key
 
 
 def truncate_tokens(tokens, limit: int):
@@ -51,6 +54,18 @@ class Cuts:
                 f"it ({self.tokens:,} tokens not read)")
 
 
+@contextlib.contextmanager
+def data_dir_required(cfg):
+    """Around a reader call: a reader that needed data_dir and got "" (NotSet) becomes the
+    config's one-line missing-key error naming the task."""
+    try:
+        yield
+    except NotSet:
+        raise missing_key(cfg, "data_dir", f"the {cfg.task} task reads its data from a "
+                                           f"directory (which files: the Tasks table of "
+                                           f"README.md)") from None
+
+
 def load_reader(task):
     """tasks/<task>/reader.py as a module (needs the repository root on sys.path)."""
     try:
@@ -82,7 +97,9 @@ class Task:
     def __init__(self, cfg, reader):
         self.cfg, self.reader = cfg, reader
         labels = getattr(reader, "labels", None)
-        self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] if labels else []
+        with data_dir_required(cfg):
+            self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] \
+                if labels else []
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
         self.segmenter = None
         self.cuts = Cuts()
@@ -108,7 +125,8 @@ class Task:
                                              f"{list(allowed)}")
 
     def read(self, split):
-        docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
+        with data_dir_required(self.cfg):
+            docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
         limit = (self.cfg.get("max_examples") or {}).get(split)
         if limit:
             docs = docs[:limit]

@@ -32,6 +32,7 @@ from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.training import checkpoint as ckpt
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
+from ernie_doc.training.config import missing_key
 from ernie_doc.training.logging import RunLog, logger, plot_curves, setup_logging
 from ernie_doc.training.optim import build_optimizer
 from ernie_doc.training.tasks import build_task
@@ -328,11 +329,11 @@ class Trainer:
                     raise ConfigError(f"{cfg.source}: tokenizer (of model {cfg.model}): "
                                       f"{e}") from None
             if not source:
-                raise ConfigError(
-                    f"{cfg.source}: tokenizer is not set and model {cfg.model!r} is not a "
-                    f"released model: give --set tokenizer=DIR (a tokenizer directory or a "
-                    f"released name such as ernie-doc-base-en), an init_checkpoint that holds "
-                    f"one (INIT_CHECKPOINT=... for run.sh), or tokenizer=train")
+                raise missing_key(cfg, "tokenizer", f"model {cfg.model!r} is not a released "
+                                  f"model and there is no init_checkpoint to take one from: "
+                                  f"a tokenizer directory, a released name such as "
+                                  f"ernie-doc-base-en, or train (SentencePiece on the train "
+                                  f"split)")
         try:
             tokenizer = load_tokenizer(source)
         except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included

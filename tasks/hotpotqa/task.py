@@ -49,6 +49,7 @@ from ernie_doc.data.document import read_lines, require_file
 from ernie_doc.data.segment import Segment, step_members, windows
 from ernie_doc.data.span import best_spans, max_context_flags, tokenize_with_offsets
 from ernie_doc.metrics import hotpot
+from ernie_doc.training.config import missing_key
 from ernie_doc.training.logging import logger
 from ernie_doc.training.span import NEG, span_nll
 from ernie_doc.training.tasks import Task, masked_mean
@@ -326,9 +327,10 @@ class HotpotTask(Task):
         if self.stage == "evidence" and o["evidence_file"]:
             raise self.option_error("evidence_file", "is stage 2's input (stage: answer)")
         if self.stage == "answer" and o["evidence"] == "predicted" and not o["evidence_file"]:
-            raise self.option_error("evidence_file", "stage answer needs stage 1's predictions "
-                                    "(a predictions_<split>.jsonl or its output directory), or "
-                                    "evidence: gold")
+            raise missing_key(self.cfg, "task_options.evidence_file",
+                              "stage answer reads stage 1's predictions (its output directory "
+                              "or a predictions_<split>.jsonl; task_options.evidence=gold "
+                              "reads the gold paragraphs instead)")
         self._cache, self._selection = {}, None
 
     # -- input -----------------------------------------------------------------------------

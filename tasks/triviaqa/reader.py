@@ -48,7 +48,7 @@ import os
 import posixpath
 import tarfile
 
-from ernie_doc.data.document import (DataError, Skips, check_options, check_split,
+from ernie_doc.data.document import (DataError, NotSet, Skips, check_options, check_split,
                                      file_name, open_regular, require_file)
 from ernie_doc.data.squad import NO_ANSWER, find_all, span_document
 from ernie_doc.utils import decode_utf8
@@ -198,6 +198,8 @@ class _Source:
         self.evidence = functools.lru_cache(maxsize=256)(self._evidence)
         if os.path.isdir(self.root):
             return
+        if not self.root:
+            raise NotSet("the data directory or archive is not set")
         if not os.path.lexists(self.root):
             raise DataError(f"{self.root}: data directory or archive does not exist")
         require_file(self.root, "data directory or archive")  # never open a FIFO or a device

@@ -16,7 +16,7 @@ and are counted.
 import os
 
 from ernie_doc.data import DataError
-from ernie_doc.data.document import file_kind
+from ernie_doc.data.document import NotSet, file_kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULTS = {
@@ -49,6 +49,9 @@ def read(data_dir, split, opts):
                         f"(splits: {sorted(files)})")
     path = os.path.join(data_dir or ROOT, os.path.expanduser(str(files[split])))
     kind = file_kind(path)
+    if kind == "missing" and not data_dir and not os.path.isabs(str(files[split])):
+        raise NotSet(f"the data directory (of wiki.{{train,valid,test}}.tokens) is not set "
+                     f"and {path} does not exist")
     if kind is not None:  # only a regular file: a FIFO would block the reader for ever
         kind = "does not exist" if kind == "missing" else f"is {kind}, not a regular file"
         raise DataError(f"{path}: the {split} split's token file {kind} (reader.files.{split}"
