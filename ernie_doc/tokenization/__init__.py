@@ -9,6 +9,7 @@
 """
 
 from .auto import load_tokenizer
+from .base import BatchEncoding
 from .bpe import BPETokenizer
 from .sentences import split_sentences
 from .spm import SentencePieceTokenizer
@@ -17,6 +18,7 @@ from .vocab import TokenizerError, Vocab, load_vocab
 from .wordpiece import WordPieceTokenizer
 
 __all__ = [
+    "BatchEncoding",
     "BPETokenizer",
     "WordPieceTokenizer",
     "SentencePieceTokenizer",

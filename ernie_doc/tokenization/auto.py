@@ -52,16 +52,55 @@ def _find_spm(directory: Path) -> Optional[Path]:
     return models[0] if models else None
 
 
+_CLASSES = {cls.__name__: cls for cls in (BPETokenizer, WordPieceTokenizer,
+                                           SentencePieceTokenizer)}
+_WORDPIECE_OPTIONS = ("do_lower_case", "split_symbols")
+
+
+def _saved_config(directory: Path) -> dict:
+    """tokenizer_config.json (written by save_pretrained), checked; {} when absent."""
+    from .base import CONFIG_FILE
+    path = directory / CONFIG_FILE
+    if not _regular(path):
+        return {}
+    import json
+    from .vocab import read_tokenizer_text
+    try:
+        config = json.loads(read_tokenizer_text(path, "tokenizer config"))
+    except ValueError as e:
+        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise TokenizerError(f"{path}: expected a JSON object")
+    known = {"tokenizer_class", *_WORDPIECE_OPTIONS}
+    for key, value in config.items():
+        if key not in known:
+            raise TokenizerError(f"{path}: unknown key {key!r} (known: {sorted(known)})")
+        if key == "tokenizer_class" and value not in _CLASSES:
+            raise TokenizerError(f"{path}: tokenizer_class {value!r} is not one of "
+                                 f"{sorted(_CLASSES)}")
+        if key in _WORDPIECE_OPTIONS and not isinstance(value, bool):
+            raise TokenizerError(f"{path}: {key} must be true or false, got {value!r}")
+    return config
+
+
 def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[Tokenizer]:
-    if all([_regular(directory / name) for name in _BPE_FILES]):
+    config = _saved_config(directory)
+    wanted = config.get("tokenizer_class")
+    if wanted in (None, "BPETokenizer") and \
+            all([_regular(directory / name) for name in _BPE_FILES]):
         return _with_files(BPETokenizer.from_dir(directory), [directory / n for n in _BPE_FILES])
-    spm_file = _find_spm(directory)
+    spm_file = _find_spm(directory) if wanted in (None, "SentencePieceTokenizer") else None
     if spm_file is not None:
         return _with_files(SentencePieceTokenizer(spm_file), [spm_file])
-    if _regular(directory / "vocab.txt"):
-        kwargs = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
+    if wanted in (None, "WordPieceTokenizer") and _regular(directory / "vocab.txt"):
+        kwargs = {k: config[k] for k in _WORDPIECE_OPTIONS if k in config}
+        if do_lower_case is not None:
+            kwargs["do_lower_case"] = do_lower_case
         return _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
                            [directory / "vocab.txt"])
+    if wanted is not None:
+        raise TokenizerError(f"{directory}: tokenizer_config.json names {wanted} but its files "
+                             f"are not there")
     return None
 
 

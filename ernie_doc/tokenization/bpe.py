@@ -26,6 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import regex
 
+from .base import TokenizerCallMixin
 from .sentences import split_sentences
 from .vocab import PathLike, SpecialTokensMixin, TokenizerError, Vocab, read_tokenizer_text
 
@@ -101,7 +102,7 @@ def load_encoder(path: PathLike) -> Dict[str, int]:
     return encoder
 
 
-class BPETokenizer(SpecialTokensMixin):
+class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
     """ERNIE-Doc English tokenizer (official reader semantics).
 
     Args:
@@ -128,6 +129,9 @@ class BPETokenizer(SpecialTokensMixin):
         mask_token: str = "[MASK]",
     ):
         self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token, require_unk=True)
+        self.files = {"vocab.txt": os.fspath(vocab_file),
+                      "encoder.json": os.fspath(encoder_json_file),
+                      "vocab.bpe": os.fspath(vocab_bpe_file)}
         self.encoder: Dict[str, int] = load_encoder(encoder_json_file)
         self.decoder = {idx: piece for piece, idx in self.encoder.items()}
         self.bpe_ranks = {pair: rank for rank, pair in enumerate(load_merges(vocab_bpe_file))}
@@ -216,6 +220,81 @@ class BPETokenizer(SpecialTokensMixin):
     def encode(self, text: str, sentence_split: bool = True) -> List[int]:
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""
         return self.convert_tokens_to_ids(self.tokenize(text, sentence_split=sentence_split))
+
+    def encode_with_offsets(self, text: str,
+                            sentence_split: bool = True) -> Tuple[List[int], List[Tuple[int, int]]]:
+        """encode(text) and each token's (start, end) character offsets in `text`. A token
+        covers the characters whose bytes it holds (all of a character split across tokens);
+        GPT-2's leading space ("Ġ") is not counted (Hugging Face's trim_offsets). Should the
+        sentence splitter return a sentence that is not a substring of the text, its tokens
+        get the span of what is left of the text."""
+        # " ".join(text.split()) with, for each of its characters, the index in `text`
+        normal_chars, index = [], []
+        i, n = 0, len(text)
+        while i < n:
+            if text[i].isspace():
+                i += 1
+                continue
+            if normal_chars:
+                normal_chars.append(" ")
+                index.append(i - 1)
+            while i < n and not text[i].isspace():
+                normal_chars.append(text[i])
+                index.append(i)
+                i += 1
+        normal = "".join(normal_chars)
+        index.append(n)
+        if not normal:
+            return [], []
+        tokens: List[str] = []
+        offsets: List[Tuple[int, int]] = []
+        position = 0
+        for sentence in (self.sentence_splitter(normal) if sentence_split else [normal]):
+            found = normal.find(sentence, position)
+            if found < 0:   # the splitter changed the text: coarse offsets for this sentence
+                pieces = self.encode_sentence_gpt2(sentence)
+                tokens.extend(pieces)
+                offsets.extend([(index[position], index[len(normal) - 1] + 1)] * len(pieces))
+                continue
+            for token, (a, b) in self._sentence_offsets(sentence):
+                tokens.append(token)
+                offsets.append((index[found + a], index[found + b - 1] + 1) if b > a
+                               else (index[found + a], index[found + a]))
+            position = found + len(sentence)
+        return self.convert_tokens_to_ids(tokens), offsets
+
+    def _sentence_offsets(self, sentence: str) -> List[Tuple[str, Tuple[int, int]]]:
+        """encode_sentence_gpt2's tokens with their character spans in `sentence`."""
+        from .base import char_offsets_of_bytes
+        out: List[Tuple[str, Tuple[int, int]]] = []
+        start = 0
+        for i, word in enumerate(sentence.split(" ")):
+            if i:
+                start += 1
+            end = start + len(word)
+            if word in self.special_tokens:
+                out.append((word, (start, end)))
+                start = end
+                continue
+            lead = 0 if i == 0 else 1   # the space GPT-2 folds into the first piece
+            for match in self.pattern.finditer(word if i == 0 else " " + word):
+                piece = match.group()
+                mapped_bytes = piece.encode("utf-8")
+                chars = char_offsets_of_bytes(piece)
+                mapped = "".join(self.byte_encoder[b] for b in mapped_bytes)
+                byte = 0
+                for sub in self.bpe(mapped):
+                    first, last = chars[byte], chars[byte + len(sub) - 1]
+                    byte += len(sub)
+                    a = start + match.start() + first - lead
+                    b = start + match.start() + last + 1 - lead
+                    token = str(self.encoder[sub]) if sub in self.encoder else self.unk_token
+                    out.append((token, (max(a, start), max(b, start))))
+            start = end
+        return out
+
+    def _files(self) -> Dict[str, str]:
+        return dict(self.files)
 
     def encode_word(self, word: str, after_space: bool = True) -> List[int]:
         # a word after whitespace carries GPT-2's leading-space marker, as it would inside

@@ -13,8 +13,9 @@ No BOS/EOS pieces are added.
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from .base import TokenizerCallMixin
 from .vocab import PathLike, SpecialTokensMixin, TokenizerError, read_tokenizer_bytes
 
 __all__ = ["SentencePieceTokenizer", "train", "SPECIAL_TOKENS"]
@@ -96,7 +97,7 @@ def train(
     return prefix + ".model"
 
 
-class SentencePieceTokenizer(SpecialTokensMixin):
+class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
     """Tokenizer over a trained ``.model`` file, same API as the others."""
 
     def __init__(
@@ -136,6 +137,28 @@ class SentencePieceTokenizer(SpecialTokensMixin):
     def encode(self, text: str) -> List[int]:
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""
         return self.sp.encode(text, out_type=int)
+
+    def encode_with_offsets(self, text: str) -> Tuple[List[int], List[Tuple[int, int]]]:
+        """encode(text) and each piece's (start, end) character offsets in `text`, from
+        sentencepiece's own alignment (byte offsets into the UTF-8 text, converted; the
+        "▁" word-boundary marker covers no character)."""
+        from .base import char_offsets_of_bytes
+        proto = self.sp.encode(text, return_type="proto")
+        chars = char_offsets_of_bytes(text)
+        ids, offsets = [], []
+        for piece in proto.pieces:
+            ids.append(piece.id)
+            begin = chars[min(piece.begin, len(chars) - 1)]
+            end = chars[piece.end - 1] + 1 if piece.end > piece.begin else begin
+            if end == begin and self.sp.is_byte(piece.id) and begin < len(text):
+                end = begin + 1   # one byte of a character spelled in bytes: that character
+            while begin < end and text[begin].isspace():
+                begin += 1        # the "▁" marker's space is not part of the token
+            offsets.append((begin, max(begin, end)))
+        return ids, offsets
+
+    def _files(self) -> Dict[str, str]:
+        return {"spm.model": self.model_file}
 
     def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
         # piece_to_id maps unknown pieces to the unk id itself.

@@ -19,10 +19,12 @@ the official reader does not.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from .base import TokenizerCallMixin
 from .vocab import PathLike, SpecialTokensMixin, Vocab
 
 __all__ = ["WordPieceTokenizer", "basic_tokenize", "is_cjk_char", "is_punctuation"]
@@ -101,7 +103,7 @@ def basic_tokenize(text: str, do_lower_case: bool = True, split_symbols: bool = 
     return [w for piece in words for w in piece.split()]
 
 
-class WordPieceTokenizer(SpecialTokensMixin):
+class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
     """ERNIE-Doc Chinese (BERT-style) tokenizer.
 
     Args:
@@ -124,6 +126,7 @@ class WordPieceTokenizer(SpecialTokensMixin):
         mask_token: str = "[MASK]",
     ):
         self.vocab = Vocab.from_file(vocab_file, unk_token=unk_token, require_unk=True)
+        self.vocab_file = os.fspath(vocab_file)
         self.do_lower_case = do_lower_case
         self.split_symbols = split_symbols
         self.max_input_chars_per_word = max_input_chars_per_word
@@ -132,8 +135,6 @@ class WordPieceTokenizer(SpecialTokensMixin):
 
     @classmethod
     def from_dir(cls, path: PathLike, **kwargs) -> "WordPieceTokenizer":
-        import os
-
         return cls(os.path.join(path, "vocab.txt"), **kwargs)
 
     def wordpiece(self, word: str) -> List[str]:
@@ -161,6 +162,78 @@ class WordPieceTokenizer(SpecialTokensMixin):
         for word in basic_tokenize(text, self.do_lower_case, self.split_symbols):
             tokens.extend(self.wordpiece(word))
         return tokens
+
+    def _words_with_offsets(self, text: str) -> List[Tuple[str, List[int]]]:
+        """basic_tokenize's words, each with the index in `text` of every one of its
+        characters (lower-casing or accent stripping may change a word's length: its
+        characters then all point at the word's whole span)."""
+        raw: List[List[int]] = []   # words as lists of indices into text, before normalising
+        current: List[int] = []
+        for i, ch in enumerate(text):
+            if ch == "\x00" or ch == "\ufffd" or is_control(ch):
+                continue
+            if is_whitespace(ch) or is_cjk_char(ch):
+                if current:
+                    raw.append(current)
+                current = []
+                if is_cjk_char(ch):
+                    raw.append([i])
+            else:
+                current.append(i)
+        if current:
+            raw.append(current)
+        out: List[Tuple[str, List[int]]] = []
+        for indices in raw:
+            word = "".join(text[i] for i in indices)
+            index = indices
+            if self.do_lower_case:
+                normal = strip_accents(word.lower())
+                per_char = [strip_accents(text[i].lower()) for i in indices]
+                if "".join(per_char) == normal:
+                    index = [i for i, part in zip(indices, per_char) for _ in part]
+                else:   # a context-dependent change (final sigma ...): the whole span
+                    index = [indices[0]] * len(normal)
+                    if index:
+                        index[-1] = indices[-1]
+                word = normal
+            current_chars, current_index = [], []
+            for ch, i in zip(word, index):
+                if is_punctuation(ch) or (self.split_symbols and is_symbol(ch)) or ch.isspace():
+                    if current_chars:
+                        out.append(("".join(current_chars), current_index))
+                    current_chars, current_index = [], []
+                    if not ch.isspace():
+                        out.append((ch, [i]))
+                else:
+                    current_chars.append(ch)
+                    current_index.append(i)
+            if current_chars:
+                out.append(("".join(current_chars), current_index))
+        return out
+
+    def encode_with_offsets(self, text: str) -> Tuple[List[int], List[Tuple[int, int]]]:
+        """encode(text) and each token's (start, end) character offsets in `text` (a "##"
+        piece covers its own characters; [UNK] covers its whole word)."""
+        tokens: List[str] = []
+        offsets: List[Tuple[int, int]] = []
+        for word, index in self._words_with_offsets(text):
+            start = 0
+            for piece in self.wordpiece(word):
+                if piece == self.unk_token:
+                    tokens.append(piece)
+                    offsets.append((index[0], index[-1] + 1))
+                    break
+                length = len(piece) - (2 if piece.startswith("##") and start else 0)
+                tokens.append(piece)
+                offsets.append((index[start], index[start + length - 1] + 1))
+                start += length
+        return self.convert_tokens_to_ids(tokens), offsets
+
+    def _files(self) -> Dict[str, str]:
+        return {"vocab.txt": self.vocab_file}
+
+    def _config(self) -> Dict:
+        return {"do_lower_case": self.do_lower_case, "split_symbols": self.split_symbols}
 
     def encode(self, text: str) -> List[int]:
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""

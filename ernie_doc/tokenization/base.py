@@ -1,0 +1,229 @@
+"""The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
+
+    tok = load_tokenizer("ernie-doc-base-zh")
+    tok("一段文本")                        {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
+    tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
+    tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True)
+    tok.save_pretrained("dir")             the tokenizer's files + tokenizer_config.json
+
+Layout (as PaddleNLP's ErnieDocTokenizer and BERT): `[CLS] A [SEP]`, `[CLS] A [SEP] B [SEP]`,
+token types 0 for [CLS], A and its [SEP], 1 for B and its [SEP]. The ids of A and B are exactly
+`encode(text)`. The trainer builds its own segments (official layouts, [CLS] last); this call
+is for users' own pipelines. Differences from PaddleNLP: `attention_mask` is returned by
+default (PaddleNLP returns it only when asked; a padded batch without it is a trap), and
+there is no `stride` / overflow (long documents are ERNIE-Doc's business: segments and memory).
+
+A tokenizer class supplies `encode(text)` and `encode_with_offsets(text)` → (ids, [(start,
+end)] character offsets into `text`), and `_files()` → {file name: source path}.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+Offsets = List[Tuple[int, int]]
+TRUNCATIONS = ("longest_first", "only_first", "only_second")
+PADDINGS = ("longest", "max_length")
+CONFIG_FILE = "tokenizer_config.json"
+logger = logging.getLogger("ernie_doc.tokenization")
+
+
+class BatchEncoding(dict):
+    """The dict a tokenizer call returns; keys are also attributes (enc.input_ids)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def _truncate(a: list, b: Optional[list], budget: int, strategy: str) -> Tuple[int, int]:
+    """Lengths to keep of a (and b) so that they fit `budget` tokens: longest_first takes one
+    token at a time from the longer (from the second on a tie, as PaddleNLP and HF do)."""
+    la, lb = len(a), len(b) if b is not None else 0
+    if la + lb <= budget:
+        return la, lb
+    if strategy == "only_second" and b is not None or strategy == "only_first":
+        other = la if strategy == "only_second" else lb
+        if other > budget:   # cannot fit by cutting that one alone: as PaddleNLP and HF, keep
+            logger.warning("truncation=%r cannot bring %d tokens to max_length: the %s text "
+                           "alone has %d; the input is kept whole (use 'longest_first')",
+                           strategy, la + lb, "first" if strategy == "only_second" else
+                           "second", other)
+            return la, lb
+        return (la, budget - la) if strategy == "only_second" else (budget - lb, lb)
+    if b is None:
+        return budget, 0
+    while la + lb > budget:
+        if la > lb:
+            la -= 1
+        else:
+            lb -= 1
+    return la, lb
+
+
+class TokenizerCallMixin:
+    """`__call__` and `save_pretrained` for BPETokenizer, WordPieceTokenizer and
+    SentencePieceTokenizer (which provide encode / encode_with_offsets / _files)."""
+
+    def encode_with_offsets(self, text: str) -> Tuple[List[int], Offsets]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _files(self) -> Dict[str, str]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _config(self) -> Dict:
+        """Constructor options that change ids, for tokenizer_config.json."""
+        return {}
+
+    # -- one example ------------------------------------------------------------------------
+    def _one(self, text: str, pair: Optional[str], add_special_tokens: bool,
+             max_length: Optional[int], truncation, offsets: bool) -> Dict[str, list]:
+        for value, name in ((text, "text"), (pair, "text_pair")):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name}: expected a str (or a list of str), got "
+                                f"{type(value).__name__}")
+        if offsets:
+            a, oa = self.encode_with_offsets(text)
+            b, ob = self.encode_with_offsets(pair) if pair is not None else (None, None)
+        else:
+            a, oa = self.encode(text), None
+            b, ob = (self.encode(pair), None) if pair is not None else (None, None)
+        specials = (3 if b is not None else 2) if add_special_tokens else 0
+        if truncation and max_length is not None:
+            keep_a, keep_b = _truncate(a, b, max(0, max_length - specials), truncation)
+            a, oa = a[:keep_a], oa[:keep_a] if oa is not None else None
+            if b is not None:
+                b, ob = b[:keep_b], ob[:keep_b] if ob is not None else None
+        cls, sep = [self.cls_token_id], [self.sep_token_id]
+        if add_special_tokens:
+            ids = cls + a + sep + (b + sep if b is not None else [])
+            types = [0] * (len(a) + 2) + ([1] * (len(b) + 1) if b is not None else [])
+        else:
+            ids = a + (b if b is not None else [])
+            types = [0] * len(a) + ([1] * len(b) if b is not None else [])
+        out = {"input_ids": ids, "token_type_ids": types}
+        if offsets:
+            edge = [(0, 0)] if add_special_tokens else []
+            out["offset_mapping"] = edge + oa + edge + ((ob + edge) if ob is not None else [])
+        return out
+
+    def __call__(self, text: Union[str, Sequence[str]],
+                 text_pair: Union[str, Sequence[str], None] = None, *,
+                 max_length: Optional[int] = None, truncation: Union[bool, str] = False,
+                 padding: Union[bool, str] = False, add_special_tokens: bool = True,
+                 return_offsets_mapping: bool = False,
+                 return_attention_mask: Optional[bool] = None,
+                 return_token_type_ids: bool = True,
+                 return_tensors: Optional[str] = None) -> BatchEncoding:
+        """Encode one text (or pair), or a batch of them.
+
+        text / text_pair: a str, or a list of str (a batch: every value is then a list per
+            example). max_length counts the special tokens. truncation: True or
+            "longest_first", "only_first", "only_second", False (no-op without max_length).
+        padding: True / "longest" (to the batch's longest), "max_length" (to max_length), False;
+            right padding with [PAD], attention_mask 0, token_type 0 and offset (0, 0) there.
+        return_offsets_mapping: (start, end) character offsets into the original text per
+            token; (0, 0) for special tokens and padding.
+        return_attention_mask: default True. return_tensors: None (lists), "np" (int64 arrays
+            [B, T], or [T] for one text) or "pd" (paddle int64 tensors); a ragged batch needs
+            padding.
+        """
+        if truncation is True:
+            truncation = "longest_first"
+        if truncation not in (False, None) and truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation={truncation!r}: choose True, False or one of "
+                             f"{', '.join(TRUNCATIONS)}")
+        if padding is True:
+            padding = "longest"
+        if padding not in (False, None) and padding not in PADDINGS:
+            raise ValueError(f"padding={padding!r}: choose True, False, 'longest' or "
+                             f"'max_length'")
+        if padding == "max_length" and max_length is None:
+            raise ValueError("padding='max_length' needs max_length")
+        if return_tensors not in (None, "np", "pd"):
+            raise ValueError(f"return_tensors={return_tensors!r}: choose None, 'np' or 'pd'")
+        batched = not isinstance(text, str)
+        texts = list(text) if batched else [text]
+        if text_pair is None:
+            pairs = [None] * len(texts)
+        else:
+            pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
+            if isinstance(text_pair, str) == batched or len(pairs) != len(texts):
+                raise ValueError(f"text_pair must match text: {len(texts)} text(s), "
+                                 f"{len(pairs)} pair(s)")
+        rows = [self._one(t, p, add_special_tokens, max_length, truncation or False,
+                          return_offsets_mapping) for t, p in zip(texts, pairs)]
+        mask = return_attention_mask is not False
+        for row in rows:
+            if mask:
+                row["attention_mask"] = [1] * len(row["input_ids"])
+            if not return_token_type_ids:
+                del row["token_type_ids"]
+        if padding:
+            width = max_length if padding == "max_length" else \
+                max(len(r["input_ids"]) for r in rows)
+            fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
+                    "offset_mapping": (0, 0)}
+            for row in rows:
+                short = width - len(row["input_ids"])
+                for key in row:
+                    row[key] = row[key] + [fill[key]] * max(0, short)
+        keys = list(rows[0]) if rows else ["input_ids"]
+        out = BatchEncoding({k: [r[k] for r in rows] for k in keys})
+        if return_tensors is not None:
+            lengths = {len(r["input_ids"]) for r in rows}
+            if len(lengths) > 1:
+                raise ValueError(f"return_tensors={return_tensors!r}: the texts have "
+                                 f"{len(lengths)} different lengths; pass padding=True")
+            out = BatchEncoding({k: self._tensor(v, return_tensors) for k, v in out.items()})
+        if not batched:
+            out = BatchEncoding({k: v[0] for k, v in out.items()})
+        return out
+
+    @staticmethod
+    def _tensor(values, kind):
+        import numpy as np
+        array = np.asarray(values, dtype=np.int64)
+        if kind == "pd":
+            import paddle
+            return paddle.to_tensor(array)
+        return array
+
+    # -- saving -------------------------------------------------------------------------------
+    def save_pretrained(self, directory) -> List[str]:
+        """Write the tokenizer's files (byte-for-byte copies of those it was loaded from) and
+        tokenizer_config.json into `directory` (created if needed); all appear together or
+        none, other files there are kept. → the written paths."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        files = dict(self._files())
+        config = dict(self._config(), tokenizer_class=type(self).__name__)
+        stage = tempfile.mkdtemp(prefix=".tmp-tokenizer-", dir=directory)
+        try:
+            for name, source in files.items():
+                shutil.copyfile(source, os.path.join(stage, name))
+            with open(os.path.join(stage, CONFIG_FILE), "w", encoding="utf-8") as f:
+                json.dump(config, f, indent=2, sort_keys=True)
+                f.write("\n")
+            names = [*files, CONFIG_FILE]
+            for name in names:
+                os.replace(os.path.join(stage, name), os.path.join(directory, name))
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return [os.path.join(directory, name) for name in names]
+
+
+def char_offsets_of_bytes(text: str) -> List[int]:
+    """For every byte of text.encode("utf-8") (and one past the end), the index of the
+    character it belongs to."""
+    table: List[int] = []
+    for i, ch in enumerate(text):
+        table.extend([i] * len(ch.encode("utf-8")))
+    table.append(len(text))
+    return table
