@@ -6,7 +6,7 @@ importing paddle.
 import importlib
 import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scipy/paddlenlp import
 
-__version__ = "0.1.0"
+from ernie_doc._version import __version__  # noqa: E402,F401
 
 _EXPORTS = {
     "ErnieDocConfig": "ernie_doc.config", "ConfigError": "ernie_doc.config",

@@ -1,150 +1,15 @@
 #!/usr/bin/env python
-"""Export ERNIE-Doc (bare or with a task head) for paddle.inference.
-
-    python tools/export_model.py --config ernie-doc-base-en --output out/ernie_doc \
-        [--head sequence_classification --num-labels 2 | question_answering |
-         token_classification --num-labels N | multiple_choice --num-choices 4]
-        [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
-
---config is a checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP,
-ours), or a preset name / config JSON (random weights, for trying the pipeline). Writes
-<output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
-<output>.meta.json; prints a JSON summary. A bad argument, config or checkpoint, or an output
-that cannot be written, prints one `error:` line and exits with 2, writing nothing
-(--debug: traceback). See ernie_doc/inference.py for the exported signature and the
-Predictor that runs it.
-"""
-import argparse
-import json
+"""tools/export_model.py: runs `ernie-doc export` from a source checkout, installed or not (the
+code is ernie_doc/cli/export.py; `python tools/export_model.py --help` for its arguments). A script
+path, so `fleetrun ... tools/export_model.py` works too."""
 import os
 import sys
-import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
-# paddle's import warns about a C++ compiler cache it never uses here, and the static-graph
-# conversion warns about its own internals (2.6: a deprecated attribute of its own ops; 3.x:
-# C++ glog lines) on stderr, where only an error line belongs; GLOG_minloglevel=0 in the
-# environment shows the C++ ones again.
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
-warnings.filterwarnings("ignore", message=r"The Attr\(force_cpu\) of Op", category=UserWarning)
-os.environ.setdefault("GLOG_minloglevel", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# A classification head's weight is hidden_size x num_labels floats: far beyond any label
-# set, and past int32 (paddle's shape type) it is a C++ error instead of an allocation.
-MAX_LABELS = 1_000_000
-
-
-def parse_args(argv=None):
-    from ernie_doc.heads import HEADS
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True,
-                   help="preset name, config JSON, or checkpoint directory")
-    p.add_argument("--output", required=True, help="output prefix, e.g. out/ernie_doc")
-    p.add_argument("--head", default="none",
-                   choices=["none"] + [h for h in HEADS if h != "pretraining"])
-    p.add_argument("--num-labels", type=int, default=None,
-                   help="sequence/token classification labels (default: the config's)")
-    p.add_argument("--num-choices", type=int, default=4, help="multiple choice: choices")
-    p.add_argument("--batch-size", default="dynamic",
-                   help="fixed batch size, or 'dynamic' (default)")
-    p.add_argument("--seq-len", type=int, default=None,
-                   help="segment length T (default: max_position_embeddings)")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = p.parse_args(argv)
-    if args.batch_size == "dynamic":
-        args.batch_size = None
-    else:
-        try:
-            args.batch_size = int(args.batch_size)
-        except ValueError:
-            p.error(f"--batch-size must be an integer or 'dynamic', got {args.batch_size!r}")
-        if args.batch_size < 1:
-            p.error(f"--batch-size must be a positive integer or 'dynamic', got "
-                    f"{args.batch_size}")
-    if args.num_labels is not None and not 1 <= args.num_labels <= MAX_LABELS:
-        p.error(f"--num-labels must be in [1, {MAX_LABELS:,}], got {args.num_labels}")
-    if not 1 <= args.num_choices <= MAX_LABELS:
-        p.error(f"--num-choices must be in [1, {MAX_LABELS:,}], got {args.num_choices}")
-    if args.seq_len is not None and args.seq_len < 1:
-        p.error(f"--seq-len must be a positive integer, got {args.seq_len}")
-    if args.head == "multiple_choice" and args.batch_size and \
-            args.batch_size % args.num_choices:
-        p.error(f"--batch-size {args.batch_size} must be a multiple of --num-choices "
-                f"{args.num_choices} (one row per choice)")
-    if os.path.basename(args.output) in ("", ".", "..") or os.path.isdir(args.output):
-        p.error(f"--output {args.output}: give a file prefix such as DIR/model, not a "
-                f"directory")
-    return args
-
-
-def head_kwargs(args):
-    if args.head in ("sequence_classification", "token_classification") and args.num_labels:
-        return {"num_labels": args.num_labels}
-    if args.head == "multiple_choice":
-        return {"num_choices": args.num_choices}
-    return {}
-
-
-def build_model(args):
-    """The model to export: (model, where its weights came from)."""
-    from ernie_doc import ErnieDocConfig, ErnieDocModel
-    from ernie_doc.heads import HEADS
-
-    cls = ErnieDocModel if args.head == "none" else HEADS[args.head]
-    kwargs = head_kwargs(args)
-    if os.path.isdir(args.config):
-        return cls.from_pretrained(args.config, **kwargs), f"from_pretrained({args.config})"
-    return cls(ErnieDocConfig.from_any(args.config), **kwargs), "random"
-
-
-def main(argv=None):
-    """→ 0 after a complete export. Bad input or an unwritable output: one `error:` line
-    and exit status 2 (SystemExit)."""
-    args = parse_args(argv)
-    from ernie_doc.checkpoint.io import CheckpointError
-    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
-    from ernie_doc.config import ConfigError
-    from ernie_doc.inference import ExportError
-    from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (ConfigError, CheckpointError, LoDTensorFormatError, ExportError)
-    try:
-        return _export(args)
-    except expected + write_error_types() as e:   # or full disk, read-only, a file for a dir
-        exit_on_user_error(e, expected, args.debug,
-                           os.path.dirname(os.path.abspath(args.output)), "--output")
-        raise
-
-
-def _export(args):
-    from ernie_doc.inference import export
-    from ernie_doc.inference import ExportError
-    model, source = build_model(args)
-    seq_len = args.seq_len or model.config.max_position_embeddings
-    if seq_len > model.config.max_position_embeddings:
-        raise ExportError(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
-                          f"{model.config.max_position_embeddings}")
-    info = export(model, args.output, seq_len=seq_len, batch_size=args.batch_size)
-    if source == "random":
-        print("warning: --config is not a checkpoint directory: exported random weights",
-              file=sys.stderr)
-    summary = {
-        "model_path": info["model_path"],
-        "params_path": info["params_path"],
-        "meta_path": info["meta_path"],
-        "model_class": info["model_class"],
-        "weights": source,
-        "seq_len": info["seq_len"],
-        "batch_size": info["batch_size"],
-        "memory_shape": info["memory_shape"],
-        "inputs": [i["name"] for i in info["inputs"]],
-        "outputs": [o["name"] for o in info["outputs"]],
-    }
-    print(json.dumps(summary, indent=2))
-    return 0
-
+from ernie_doc.cli.export import *  # noqa: E402,F401,F403  (callers import from here)
+from ernie_doc.cli.export import command, main  # noqa: E402,F401
 
 if __name__ == "__main__":
-    from ernie_doc.utils import notes_to_stdout
-    notes_to_stdout()
-    sys.exit(main())
+    sys.exit(command())

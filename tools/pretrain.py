@@ -1,29 +1,15 @@
-"""Pretrain ERNIE-Doc: masked LM + segment reordering on a streamed corpus (paper §3.4).
-
-    python tools/pretrain.py --config configs/pretrain/tiny.yaml [--set key=value ...]
-    fleetrun --nproc_per_node 2 tools/pretrain.py --config configs/pretrain/tiny.yaml
-    python tools/pretrain.py --resume OUTPUT_DIR
-
-The same trainer as tools/finetune.py (kind: pretraining). Writes OUTPUT_DIR/{run_config.yaml,
-train.log, train_log.jsonl, results.json, curves.png, vdl/, checkpoints/, final/} (final/ and
-best/ load with from_pretrained and fine-tune with tools/finetune.py). Bad input or
-configuration prints one `error:` line and exits with 2 (--debug: traceback).
-"""
+#!/usr/bin/env python
+"""tools/pretrain.py: runs `ernie-doc pretrain` from a source checkout, installed or not (the
+code is ernie_doc/cli/pretrain.py; `python tools/pretrain.py --help` for its arguments). A script
+path, so `fleetrun ... tools/pretrain.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.finetune import main as _main  # noqa: E402
-
-
-def main(argv=None):
-    return _main(argv, description=__doc__, config_flag=True, kind="pretraining")
-
+from ernie_doc.cli.pretrain import *  # noqa: E402,F401,F403  (callers import from here)
+from ernie_doc.cli.pretrain import command, main  # noqa: E402,F401
 
 if __name__ == "__main__":
-    from ernie_doc.utils import notes_to_stdout
-    notes_to_stdout()   # readers' and loaders' notes with the run's log, not on stderr
-    main()
+    sys.exit(command())

@@ -166,10 +166,23 @@ def _smooth(values):
             for i in range(len(values))], window
 
 
+_WARNED_NO_MATPLOTLIB = False
+
+
 def plot_curves(output_dir, metric):
     """curves.png: training losses by step (the total and each `*_loss` a task logs),
-    training accuracies a task logs (`*_accuracy`), and the eval metric by step."""
-    import matplotlib
+    training accuracies a task logs (`*_accuracy`), and the eval metric by step. Without
+    matplotlib (it comes with visualdl; `pip install matplotlib` otherwise) the plot is
+    skipped with one warning: the logs hold the same numbers."""
+    try:
+        import matplotlib
+    except ImportError:
+        global _WARNED_NO_MATPLOTLIB
+        if not _WARNED_NO_MATPLOTLIB:
+            logger.warning("matplotlib is not installed: curves.png not drawn (pip install "
+                           "matplotlib)")
+            _WARNED_NO_MATPLOTLIB = True
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from ernie_doc.utils import atomic_path

@@ -8,6 +8,8 @@ predicted row contributes, and how a document's rows become a prediction and met
 import contextlib
 import dataclasses
 import importlib
+import os
+from typing import List, Optional
 
 import numpy as np
 import paddle
@@ -66,12 +68,49 @@ def data_dir_required(cfg):
                                            f"README.md)") from None
 
 
-def load_reader(task):
-    """tasks/<task>/reader.py as a module (needs the repository root on sys.path)."""
+def task_package() -> str:
+    """Where the task folders are imported from: `tasks` when a source checkout is on
+    sys.path (its tasks/__init__.py carries the ERNIE_DOC_TASKS marker; tests and tools/*.py
+    import it so), else the installed copy `ernie_doc_tasks` (setup.py installs tasks/ under
+    that name, never as a generic top-level `tasks`)."""
     try:
-        module = importlib.import_module(f"tasks.{task}.reader")
+        if getattr(importlib.import_module("tasks"), "ERNIE_DOC_TASKS", False):
+            return "tasks"
+    except ImportError:
+        pass
+    return "ernie_doc_tasks"
+
+
+def task_module(name: str) -> str:
+    """A module path written against the checkout (`tasks.hotpotqa.task`) → the one to import."""
+    if name == "tasks" or name.startswith("tasks."):
+        return task_package() + name[len("tasks"):]
+    return name
+
+
+def task_names() -> List[str]:
+    """The task folders (those with a config.yaml), sorted."""
+    folder = os.path.dirname(importlib.import_module(task_package()).__file__)
+    return sorted(n for n in os.listdir(folder)
+                  if os.path.isfile(os.path.join(folder, n, "config.yaml")))
+
+
+def task_config(name: str) -> Optional[str]:
+    """The config.yaml of the task folder `name`, or None when there is no such task."""
+    if not name.isidentifier():
+        return None
+    folder = os.path.dirname(importlib.import_module(task_package()).__file__)
+    path = os.path.join(folder, name, "config.yaml")
+    return path if os.path.isfile(path) else None
+
+
+def load_reader(task):
+    """tasks/<task>/reader.py as a module (from the checkout or the installed copy)."""
+    package = task_package()
+    try:
+        module = importlib.import_module(f"{package}.{task}.reader")
     except ModuleNotFoundError as e:
-        if e.name in (f"tasks.{task}", f"tasks.{task}.reader", "tasks"):
+        if e.name in (f"{package}.{task}", f"{package}.{task}.reader", package):
             raise DataError(f"task {task!r}: no tasks/{task}/reader.py") from None
         raise
     if not callable(getattr(module, "read", None)):
@@ -331,7 +370,7 @@ def build_task(cfg):
         cls = kind
     elif ":" in kind:
         module, name = kind.split(":", 1)
-        cls = getattr(importlib.import_module(module), name)
+        cls = getattr(importlib.import_module(task_module(module)), name)
     else:
         raise DataError(f"kind {kind!r}: expected one of {sorted(TASK_KINDS)} or "
                         "'module:Class'")

@@ -28,7 +28,7 @@ from ernie_doc.data.segment import Segment, pack_row, step_members, windows
 from ernie_doc.data.span import max_context_flags
 from ernie_doc.metrics.keyphrase import DEPTHS, evaluate as keyphrase_metrics
 from ernie_doc.training.tasks import Task, masked_mean
-from tasks.openkp.head import MAX_GRAM, ErnieDocForKeyphrase
+from .head import MAX_GRAM, ErnieDocForKeyphrase
 
 
 @dataclass

@@ -1,0 +1,105 @@
+"""Convert an ERNIE-Doc checkpoint between layouts.
+
+    ernie-doc convert SRC DST --to {ours,paddlenlp,official}
+        [--config CONFIG_OR_PRESET] [--head HEAD] [--num-labels N] [--num-choices N]
+        [--strict | --allow-partial]
+
+SRC: a released name (ernie-doc-base-en ...; fetched into the cache), a URL or .tar.gz, an
+official static directory (or its parent with params/), a PaddleNLP directory
+(model_state.pdparams + config.json / model_config.json) or ours (model.safetensors +
+config.json). The model class is the bare encoder unless --head is given or the checkpoint
+holds a head (config architecture or head tensors). DST files appear all together or not at
+all; other files in DST are kept. Expected errors print one line and exit with status 2.
+
+.pdparams files are read by the restricted unpickler (ernie_doc.checkpoint.safe_pickle): a
+pickle that calls anything a paddle state dict does not contain is refused, never run. A
+checkpoint that matches the model only in part is refused unless --allow-partial.
+"""
+import argparse
+import logging
+import os
+import sys
+import warnings
+
+# paddle 3.x warns about ccache on import; it means nothing to a converter and would turn the
+# one-line error below into three.
+warnings.filterwarnings("ignore", message="No ccache found")
+
+TARGETS = {"ours": "safetensors", "safetensors": "safetensors", "paddlenlp": "paddlenlp",
+           "official": "official"}
+
+
+def parse_args(argv=None):
+    from ernie_doc.heads import HEADS
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("src", help="checkpoint directory or weights file to read")
+    p.add_argument("dst", help="directory to write (created if needed)")
+    p.add_argument("--to", required=True, choices=sorted(TARGETS), help="target layout")
+    p.add_argument("--config", help="preset name or JSON config; needed when SRC has none")
+    p.add_argument("--head", choices=sorted(HEADS), help="model class (default: from SRC)")
+    p.add_argument("--num-labels", type=int, help="classes of a classification head")
+    p.add_argument("--num-choices", type=int, help="choices of a multiple-choice head")
+    p.add_argument("--strict", action="store_true",
+                   help="fail if any tensor is missing from SRC or unused")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="convert a checkpoint that matches the model only in part (encoder "
+                        "tensors missing, a head only partly there, tensors of no known "
+                        "head); what is missing keeps its fresh initialisation")
+    p.add_argument("--source", choices=("official", "paddlenlp"),
+                   help="a released name's weights (default $ERNIE_DOC_SOURCE, else official)")
+    p.add_argument("--quiet", action="store_true", help="print only errors")
+    return p.parse_args(argv)
+
+
+def convert(args):
+    from ernie_doc.checkpoint import io
+    from ernie_doc.heads import HEADS
+
+    if os.path.abspath(args.src) == os.path.abspath(args.dst):
+        raise io.CheckpointError(f"{args.dst}: the destination must differ from the source")
+    from ernie_doc.hub import resolve
+    ckpt = io.read_checkpoint(resolve(args.src, kind="model", source=args.source))
+    cls = HEADS[args.head] if args.head else io.guess_model_class(ckpt)
+    kwargs = {}
+    if args.num_labels is not None:
+        kwargs["num_labels"] = args.num_labels
+    if args.num_choices is not None:
+        kwargs["num_choices"] = args.num_choices
+    model = cls.from_pretrained(ckpt, config=args.config, strict=args.strict,
+                                allow_partial=args.allow_partial, **kwargs)
+    model.save_pretrained(args.dst, format=TARGETS[args.to])
+    return model
+
+
+def main(argv=None, configure_logging=False):
+    """configure_logging: route warnings to stderr (the command line; a caller in-process
+    keeps its own logging)."""
+    args = parse_args(argv)
+    if configure_logging:
+        logging.basicConfig(level=logging.ERROR if args.quiet else logging.WARNING,
+                            format="%(levelname)s: %(message)s", force=True)  # paddle set one
+    from ernie_doc.checkpoint import io
+    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+    from ernie_doc.config import ConfigError
+    try:
+        model = convert(args)
+    except (io.CheckpointError, LoDTensorFormatError, ConfigError, ValueError, KeyError,
+            OSError) as e:
+        # One line: the lines of a multi-line message (shape mismatches) are joined.
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()] or \
+            [type(e).__name__]
+        print("error: " + lines[0] + (" " + "; ".join(lines[1:]) if lines[1:] else ""),
+              file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"{type(model).__name__}: {model.load_report.summary()}")
+        print(f"wrote {args.dst} ({args.to})")
+    return 0
+
+
+def command(argv=None) -> int:
+    return main(argv, configure_logging=True)
+
+
+if __name__ == "__main__":
+    sys.exit(command())

@@ -1,0 +1,107 @@
+"""Fine-tune ERNIE-Doc on a task: one trainer for every task.
+
+    ernie-doc finetune tasks/imdb/config.yaml [--set key=value ...]   (or tools/finetune.py)
+    ernie-doc finetune imdb --set data_dir=...            (a task name: its packaged config)
+    ernie-doc finetune CONFIG --nproc 2 --set ...         (= fleetrun --nproc_per_node 2 tools/finetune.py ...)
+    ernie-doc finetune --resume OUTPUT_DIR [--set stop_at_step=0]
+    ernie-doc finetune CONFIG --set eval_only=true init_checkpoint=DIR [test_splits=[test]]
+
+Writes OUTPUT_DIR/{run_config.yaml, train.log, train_log.jsonl, eval_history.jsonl,
+eval_results.json, predictions_<split>.jsonl, curves.png, vdl/, checkpoints/, best/}.
+Bad input or configuration prints one `error:` line and exits with 2 (--debug: traceback).
+"""
+import argparse
+import os
+import sys
+import warnings
+import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
+
+# paddle's import warns about a C++ compiler cache it never uses here
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+
+
+
+def parse_args(argv=None, description=__doc__, config_flag=False):
+    p = argparse.ArgumentParser(description=description.splitlines()[0])
+    help_config = ("config.yaml, or a task's name (its own config.yaml; --list-tasks); "
+                   "default with --resume: the run's own run_config.yaml; without either, "
+                   "--set must give task=...")
+    if config_flag:
+        p.add_argument("--config", help=help_config)
+    else:
+        p.add_argument("config", nargs="?", help=help_config)
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                   metavar="KEY=VALUE", help="override config keys (dotted for reader.* and "
+                                             "model_overrides.*)")
+    p.add_argument("--resume", metavar="OUTPUT_DIR", help="continue an interrupted run")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--list-tasks", action="store_true", help="list the task folders and exit")
+    args = p.parse_args(argv)
+    if not (args.config or args.resume or args.overrides or args.list_tasks):
+        p.error("give a config file (or --resume OUTPUT_DIR)")
+    return args
+
+
+def config_path(config):
+    """A config argument as given, or, when it is no existing path but a task's name, that
+    task's packaged config.yaml (`ernie-doc finetune imdb`)."""
+    if config and not os.path.exists(config):
+        from ernie_doc.training.tasks import task_config
+        return task_config(config) or config
+    return config
+
+
+def main(argv=None, description=__doc__, config_flag=False, kind=None):
+    """kind: the task kind this entry point accepts (None: any).
+
+    Exit status 2 with one `error:` line for bad input (the project's error types) and for a
+    run that cannot write its output (full disk, read-only filesystem, a file where
+    OUTPUT_DIR should be: ernie_doc.utils.write_failure); 1 for a training failure (a
+    non-finite loss). Any other exception is a bug and keeps its traceback; --debug shows
+    the traceback of every error."""
+    args = parse_args(argv, description, config_flag)
+    from ernie_doc.config import ConfigError
+    from ernie_doc.data import DataError
+    from ernie_doc.checkpoint.io import CheckpointError
+    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+    from ernie_doc.tokenization import TokenizerError
+    from ernie_doc.training.checkpoint import CheckpointStateError
+    from ernie_doc.training.config import load_config
+    from ernie_doc.training.trainer import RUN_CONFIG, TrainingError, run
+    from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (ConfigError, DataError, CheckpointError, CheckpointStateError,
+                LoDTensorFormatError, TokenizerError, TrainingError)
+    output_dir = args.resume   # known once the config is read
+    if args.list_tasks:
+        from ernie_doc.training.tasks import task_config, task_names
+        for name in task_names():
+            print(f"{name:<14} {task_config(name)}")
+        return 0
+    try:
+        overrides = list(args.overrides)
+        config = config_path(args.config)
+        if args.resume:
+            config = config or os.path.join(args.resume, RUN_CONFIG)
+            overrides.append(f"output_dir={args.resume}")
+        cfg = load_config(config, overrides)
+        output_dir = cfg.output_dir
+        if kind and cfg.kind != kind:
+            raise ConfigError(f"{cfg.source}: kind: {cfg.kind!r}; this tool runs kind {kind!r}")
+        return run(cfg, resume=bool(args.resume))
+    except expected + write_error_types() as e:
+        exit_on_user_error(e, expected, args.debug, output_dir or os.curdir,
+                           status=1 if isinstance(e, TrainingError) else 2)
+        raise
+
+
+def command(argv=None) -> int:
+    """The command line: readers' and loaders' notes go to stdout with the run's log (not
+    stderr, which holds only an error line), then main → exit status."""
+    from ernie_doc.utils import notes_to_stdout
+    notes_to_stdout()
+    result = main(argv)
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(command())

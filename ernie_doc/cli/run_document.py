@@ -1,0 +1,186 @@
+"""Run one long document through ERNIE-Doc segment by segment, carrying the memories.
+
+    ernie-doc run-document                                         # offline built-in default
+    ernie-doc run-document --model ernie-doc-base-en --text doc.txt
+    ernie-doc run-document --model CHECKPOINT_DIR --text doc.txt
+
+Prints each segment's shapes and time, then a JSON summary. The built-in default is a
+randomly initialised `ernie-doc-small` on a deterministic 4,096-token synthetic document.
+A bad argument or input file prints one `error:` line and exits with 2 (--debug: traceback);
+the model's loading notes go to stdout with the rest of the report.
+"""
+import argparse
+import json
+import os
+import stat
+import sys
+import time
+import warnings
+import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
+
+import numpy as np
+
+# paddle's import warns about a C++ compiler cache it never uses here
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+
+MAX_TOKENS = 10_000_000   # the synthetic document is held as a Python list
+
+
+class InputError(Exception):
+    """A bad input file or argument value found after parsing: its message is the line."""
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="ernie-doc-small",
+                   help="preset name, config json, or checkpoint directory")
+    p.add_argument("--text", help="a UTF-8 text file (default: synthetic token ids)")
+    p.add_argument("--tokenizer", help="directory with the tokenizer files (default: --model "
+                                       "when it is a directory)")
+    p.add_argument("--tokens", type=int, default=4096, help="length of the synthetic document")
+    p.add_argument("--seq-len", type=int, help="segment length T (default: max positions)")
+    p.add_argument("--recurrence", choices=["enhanced", "xl", "none"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", help="also write the JSON summary here")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = p.parse_args(argv)
+    if not 1 <= args.tokens <= MAX_TOKENS:
+        p.error(f"--tokens must be in [1, {MAX_TOKENS:,}], got {args.tokens}")
+    if args.seq_len is not None and args.seq_len < 1:
+        p.error(f"--seq-len must be a positive integer, got {args.seq_len}")
+    if not 0 <= args.seed < 2 ** 32:
+        p.error(f"--seed must be in [0, 2^32), got {args.seed}")
+    if args.output is not None and (args.output.endswith(os.sep) or os.path.isdir(args.output)):
+        p.error(f"--output {args.output}: is a directory; give a file name")
+    return args
+
+
+def _regular_file(path, what):
+    """Refuse before any work what cannot be read as `what`: missing, a directory, a FIFO
+    (reading it would block) or a device."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise InputError(f"{what} {path}: {e.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{what} {path}: is a directory, not a text file")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{what} {path}: not a regular file")
+
+
+def check_inputs(args):
+    """Everything about the files that can be checked before paddle and the model load."""
+    if args.text is not None:
+        _regular_file(args.text, "--text")
+        if args.tokenizer is None and not os.path.isdir(args.model):
+            raise InputError("--text needs --tokenizer DIR (or a checkpoint directory as "
+                             "--model)")
+    if args.tokenizer is not None and not os.path.exists(args.tokenizer):
+        raise InputError(f"--tokenizer {args.tokenizer}: no such file or directory")
+    if args.output is not None:
+        from ernie_doc.utils import unwritable_file
+        problem = unwritable_file(args.output)
+        if problem:
+            raise InputError(f"--output {problem}")
+
+
+def load_model(spec, recurrence=None):
+    from ernie_doc import ErnieDocConfig, ErnieDocModel
+    overrides = {"recurrence": recurrence} if recurrence else {}
+    if os.path.isdir(spec):
+        return ErnieDocModel.from_pretrained(spec, **overrides)
+    return ErnieDocModel(ErnieDocConfig.from_any(spec, **overrides))
+
+
+def document_ids(args, config):
+    """The document's token ids and the tokenizer (None for the synthetic document)."""
+    if args.text is None:
+        rng = np.random.RandomState(args.seed)
+        return rng.randint(4, config.vocab_size, args.tokens).tolist(), None
+    from ernie_doc.tokenization import load_tokenizer
+    from ernie_doc.utils import read_utf8
+    source = args.tokenizer or args.model
+    try:
+        tokenizer = load_tokenizer(source)
+    except FileNotFoundError as e:   # the place exists (check_inputs): no tokenizer files in it
+        raise InputError(f"--tokenizer {source}: {e}" if args.tokenizer else
+                         f"--model {source}: {e}; give --tokenizer DIR") from None
+    text = read_utf8(args.text, InputError)
+    if not text.strip():
+        raise InputError(f"--text {args.text}: the file holds no text")
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise InputError(f"--text {args.text}: the text has no tokens for this tokenizer")
+    return ids, tokenizer
+
+
+def run(args):
+    import paddle
+    from ernie_doc.data.segment import windows
+    paddle.seed(args.seed)
+    model = load_model(args.model, args.recurrence)
+    model.eval()
+    config = model.config
+    seg_len = args.seq_len or config.max_position_embeddings
+    if seg_len > config.max_position_embeddings:
+        raise InputError(f"--seq-len {seg_len} exceeds the model's max_position_embeddings "
+                         f"{config.max_position_embeddings}")
+    ids, _ = document_ids(args, config)
+    print(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
+          f"M={config.memory_len} recurrence={config.recurrence}; document: {len(ids)} tokens "
+          f"in segments of {seg_len}")
+    memories, times = None, []
+    with paddle.no_grad():
+        for start, end in windows(len(ids), seg_len, seg_len):
+            chunk = ids[start:end]
+            mask = [1.0] * len(chunk) + [0.0] * (seg_len - len(chunk))
+            chunk = chunk + [config.pad_token_id] * (seg_len - len(chunk))
+            t0 = time.perf_counter()
+            out = model(paddle.to_tensor([chunk], dtype="int64"), memories,
+                        attention_mask=paddle.to_tensor([mask]))
+            memories = out.memories
+            times.append(time.perf_counter() - t0)
+            mem_shape = None if memories is None else list(memories.shape)
+            print(f"segment {len(times):4d}: sequence_output {list(out.sequence_output.shape)} "
+                  f"pooled {list(out.pooled_output.shape)} memories {mem_shape} "
+                  f"{times[-1] * 1000:8.1f} ms")
+    summary = {"tokens": len(ids), "segments": len(times), "seq_len": seg_len,
+               "seconds": round(sum(times), 4),
+               "tokens_per_second": round(len(times) * seg_len / max(sum(times), 1e-9), 1),
+               "pooled_output_norm": round(float(paddle.linalg.norm(out.pooled_output)), 6)}
+    print(json.dumps(summary))
+    if args.output:
+        from ernie_doc.utils import atomic_write_text
+        atomic_write_text(args.output, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv=None):
+    """→ the JSON summary (dict). Bad input: one `error:` line and exit status 2."""
+    args = parse_args(argv)
+    from ernie_doc.checkpoint.io import CheckpointError
+    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+    from ernie_doc.config import ConfigError
+    from ernie_doc.tokenization import TokenizerError
+    from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (InputError, ConfigError, CheckpointError, LoDTensorFormatError, TokenizerError)
+    try:
+        check_inputs(args)
+        return run(args)
+    except expected + write_error_types() as e:   # or a failed --output write (full disk ...)
+        exit_on_user_error(e, expected, args.debug, args.output, "--output",
+                           target_is_dir=False)
+        raise
+
+
+def command(argv=None) -> int:
+    """The command line: readers' and loaders' notes go to stdout with the run's log (not
+    stderr, which holds only an error line), then main → exit status."""
+    from ernie_doc.utils import notes_to_stdout
+    notes_to_stdout()
+    result = main(argv)
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(command())
