@@ -460,3 +460,17 @@ def test_download_command_fills_the_cache(hub, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ernie-doc-base-zh: not in the cache")
     assert main([]) == 2
+
+
+def test_tools_take_released_names(hub, model_files, tmp_path, capsys):
+    """convert, run-document and export read a released name through the same resolver."""
+    from ernie_doc import ErnieDocModel
+    from ernie_doc.cli import convert, run_document
+    server = hub()
+    assert convert.main([NAME, str(tmp_path / "ours"), "--to", "ours", "--quiet"]) == 0
+    _assert_state(ErnieDocModel.from_pretrained(str(tmp_path / "ours")), model_files["state"])
+    text = tmp_path / "doc.txt"
+    text.write_text("".join(chr(0x4e00 + i % 30) for i in range(200)), encoding="utf-8")
+    run_document.main(["--model", NAME, "--text", str(text), "--seq-len", "32"])
+    assert "segments" in capsys.readouterr().out
+    assert server.requests == {TARBALL: 1, VOCAB: 1}

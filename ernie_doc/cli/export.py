@@ -6,8 +6,10 @@
          token_classification --num-labels N | multiple_choice --num-choices 4]
         [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
 
---config is a checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP,
-ours), or a preset name / config JSON (random weights, for trying the pipeline). Writes
+--config is a released name (ernie-doc-base-en ...: its weights, fetched once into the cache), a
+checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP, ours), a URL or
+.tar.gz, or a preset name / config JSON (random weights, for trying the pipeline offline, e.g.
+ernie-doc-small). Writes
 <output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
 <output>.meta.json; prints a JSON summary. A bad argument, config or checkpoint, or an output
 that cannot be written, prints one `error:` line and exits with 2, writing nothing
@@ -38,7 +40,9 @@ def parse_args(argv=None):
     from ernie_doc.heads import HEADS
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True,
-                   help="preset name, config JSON, or checkpoint directory")
+                   help="a released name (its weights, fetched once into the cache), a "
+                        "checkpoint directory, URL or .tar.gz, or a preset name / config JSON "
+                        "(random weights)")
     p.add_argument("--output", required=True, help="output prefix, e.g. out/ernie_doc")
     p.add_argument("--head", default="none",
                    choices=["none"] + [h for h in HEADS if h != "pretraining"])
@@ -92,7 +96,8 @@ def build_model(args):
 
     cls = ErnieDocModel if args.head == "none" else HEADS[args.head]
     kwargs = head_kwargs(args)
-    if os.path.isdir(args.config):
+    from ernie_doc.cli.run_document import is_checkpoint_spec
+    if os.path.isdir(args.config) or is_checkpoint_spec(args.config):
         return cls.from_pretrained(args.config, **kwargs), f"from_pretrained({args.config})"
     return cls(ErnieDocConfig.from_any(args.config), **kwargs), "random"
 
@@ -125,7 +130,7 @@ def _export(args):
                           f"{model.config.max_position_embeddings}")
     info = export(model, args.output, seq_len=seq_len, batch_size=args.batch_size)
     if source == "random":
-        print("warning: --config is not a checkpoint directory: exported random weights",
+        print("warning: --config is a config, not a checkpoint: exported random weights",
               file=sys.stderr)
     summary = {
         "model_path": info["model_path"],

@@ -33,10 +33,13 @@ class InputError(Exception):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="ernie-doc-small",
-                   help="preset name, config json, or checkpoint directory")
+                   help="a released name (its weights, fetched once into the cache), a "
+                        "checkpoint directory, URL or .tar.gz, or a preset name / config json "
+                        "(random weights)")
     p.add_argument("--text", help="a UTF-8 text file (default: synthetic token ids)")
-    p.add_argument("--tokenizer", help="directory with the tokenizer files (default: --model "
-                                       "when it is a directory)")
+    p.add_argument("--tokenizer", help="tokenizer directory or released name (default: "
+                                       "--model's, when it is a checkpoint or a released "
+                                       "name)")
     p.add_argument("--tokens", type=int, default=4096, help="length of the synthetic document")
     p.add_argument("--seq-len", type=int, help="segment length T (default: max positions)")
     p.add_argument("--recurrence", choices=["enhanced", "xl", "none"])
@@ -72,10 +75,12 @@ def check_inputs(args):
     """Everything about the files that can be checked before paddle and the model load."""
     if args.text is not None:
         _regular_file(args.text, "--text")
-        if args.tokenizer is None and not os.path.isdir(args.model):
+        if args.tokenizer is None and not os.path.isdir(args.model) and \
+                not is_checkpoint_spec(args.model):
             raise InputError("--text needs --tokenizer DIR (or a checkpoint directory as "
                              "--model)")
-    if args.tokenizer is not None and not os.path.exists(args.tokenizer):
+    if args.tokenizer is not None and not os.path.exists(args.tokenizer) and \
+            not is_checkpoint_spec(args.tokenizer):
         raise InputError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.output is not None:
         from ernie_doc.utils import unwritable_file
@@ -84,10 +89,18 @@ def check_inputs(args):
             raise InputError(f"--output {problem}")
 
 
+def is_checkpoint_spec(spec) -> bool:
+    """A released name, URL or archive: weights that ernie_doc.hub.resolve fetches (a preset
+    that was never released, e.g. ernie-doc-small, is a config: random weights)."""
+    from ernie_doc.hub import is_released, is_url
+    from ernie_doc.hub.archive import is_archive
+    return is_released(spec) or is_url(spec) or (os.path.isfile(spec) and is_archive(spec))
+
+
 def load_model(spec, recurrence=None):
     from ernie_doc import ErnieDocConfig, ErnieDocModel
     overrides = {"recurrence": recurrence} if recurrence else {}
-    if os.path.isdir(spec):
+    if os.path.isdir(spec) or is_checkpoint_spec(spec):
         return ErnieDocModel.from_pretrained(spec, **overrides)
     return ErnieDocModel(ErnieDocConfig.from_any(spec, **overrides))
 
