@@ -35,6 +35,16 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
 DISTRIBUTED = ("finetune", "pretrain")
 
 
+def with_notes_on_stdout(main, argv: Optional[List[str]]) -> int:
+    """Run a tool's main(argv) for the command line: readers' and loaders' notes go to stdout
+    with the run's log (stderr holds only an error line) → the exit status (0 when main
+    returns a result instead)."""
+    from ernie_doc.utils import notes_to_stdout
+    notes_to_stdout()
+    result = main(argv)
+    return result if isinstance(result, int) else 0
+
+
 def launch_script() -> str:
     """A file paddle's launcher (fleetrun) can run as a script: ernie_doc/cli/__main__.py,
     whose first argument is the subcommand."""

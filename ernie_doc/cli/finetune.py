@@ -95,12 +95,8 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
 
 
 def command(argv=None) -> int:
-    """The command line: readers' and loaders' notes go to stdout with the run's log (not
-    stderr, which holds only an error line), then main → exit status."""
-    from ernie_doc.utils import notes_to_stdout
-    notes_to_stdout()
-    result = main(argv)
-    return result if isinstance(result, int) else 0
+    from ernie_doc.cli import with_notes_on_stdout
+    return with_notes_on_stdout(main, argv)
 
 
 if __name__ == "__main__":
