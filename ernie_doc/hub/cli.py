@@ -48,7 +48,22 @@ def _listing() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # what is fetched and verified, on stderr for this call only (a caller in-process keeps
+    # its own logging configuration)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    hub_logger = logging.getLogger("ernie_doc.hub")
+    level = hub_logger.level
+    hub_logger.addHandler(handler)
+    hub_logger.setLevel(logging.INFO)
+    try:
+        return _download(args)
+    finally:
+        hub_logger.removeHandler(handler)
+        hub_logger.setLevel(level)
+
+
+def _download(args: argparse.Namespace) -> int:
     from ernie_doc.hub import registry
     from ernie_doc.hub.fetch import HubError
     from ernie_doc.hub.cache import resolve
