@@ -272,7 +272,20 @@ def notes_to_stdout(name: str = "ernie_doc") -> None:
     stdout with the rest of a tool's report, so that stderr holds only an error line. For a
     tool's `__main__`: it changes process-wide logging."""
     import logging
-    handler = logging.StreamHandler(sys.stdout)
+
+    class CurrentStdout(logging.StreamHandler):
+        """Writes to sys.stdout as it is when a record comes (it may have been replaced,
+        e.g. captured, since the handler was made)."""
+
+        @property
+        def stream(self):
+            return sys.stdout
+
+        @stream.setter
+        def stream(self, value):
+            pass
+
+    handler = CurrentStdout()
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     log = logging.getLogger(name)
     log.handlers[:] = [handler]

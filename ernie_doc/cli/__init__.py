@@ -39,9 +39,16 @@ def with_notes_on_stdout(main, argv: Optional[List[str]]) -> int:
     """Run a tool's main(argv) for the command line: readers' and loaders' notes go to stdout
     with the run's log (stderr holds only an error line) → the exit status (0 when main
     returns a result instead)."""
+    import logging
+
     from ernie_doc.utils import notes_to_stdout
+    log = logging.getLogger("ernie_doc")
+    saved = log.handlers[:], log.propagate, log.level
     notes_to_stdout()
-    result = main(argv)
+    try:
+        result = main(argv)
+    finally:   # called in-process (tests, a notebook): leave logging as it was
+        log.handlers[:], log.propagate, log.level = saved
     return result if isinstance(result, int) else 0
 
 
