@@ -204,7 +204,7 @@ class ErnieDocConfig:
         if isinstance(spec, str) and spec in PRESETS:
             return cls.from_preset(spec, **overrides)
         if isinstance(spec, str) and not os.path.exists(spec):
-            from ernie_doc.hub import registry   # a released name: its config (no download)
+            from ernie_doc.hub import registry  # a released name: its config (no download)
             release = registry.release(spec)
             if release is not None:
                 return cls.from_any(release.preset, **overrides)

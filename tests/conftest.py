@@ -1,10 +1,9 @@
 """Shared test fixtures: repo on sys.path, seeded paddle, the ../shared folder when present."""
-import zlib  # noqa: F401  before paddle: on 2.6.2 a later scipy/paddlenlp import fails otherwise
+import json
 import os
 import sys
+import zlib  # noqa: F401  before paddle: on 2.6.2 a later scipy/paddlenlp import fails otherwise
 from pathlib import Path
-
-import json
 
 import numpy as np
 import pytest

@@ -4,13 +4,12 @@ Tiny configs only. Official-name checkpoints are built here from the parameter t
 official static programs (`ernie-doc/model/static/ernie.py`, `transformer_encoder.py`), written
 out again below, independently of ernie_doc.checkpoint.names.
 """
-import zlib  # noqa: F401  paddle 2.6.2 + scipy (paddlenlp) fail unless zlib loads before paddle
-
 import json
 import os
 import struct
 import subprocess
 import sys
+import zlib  # noqa: F401  paddle 2.6.2 + scipy (paddlenlp) fail unless zlib loads before paddle
 
 import numpy as np
 import paddle
@@ -20,7 +19,7 @@ from ernie_doc import ErnieDocModel
 from ernie_doc.checkpoint import io, lodtensor, names
 from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError, read_lodtensor, write_lodtensor
 from ernie_doc.config import ErnieDocConfig
-from ernie_doc.heads import (HEADS, ErnieDocForPretraining, ErnieDocForSequenceClassification)
+from ernie_doc.heads import HEADS, ErnieDocForPretraining, ErnieDocForSequenceClassification
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PADDLE_2 = paddle.__version__.startswith("2.")
@@ -670,6 +669,7 @@ def test_optimizer_state_moves_between_models_with_other_generated_names(tmp_pat
     """paddle names parameters by a per-process counter (linear_7.w_0); the saved optimizer
     state is keyed by structured names, so a model built after other layers still loads it."""
     import paddle
+
     from ernie_doc.training.checkpoint import load_optimizer_state, optimizer_state
 
     def build():

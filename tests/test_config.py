@@ -2,9 +2,9 @@
 import json
 
 import pytest
-
 from conftest import shared_path
-from ernie_doc import ConfigError, ErnieDocConfig, PRESETS
+
+from ernie_doc import PRESETS, ConfigError, ErnieDocConfig
 
 OFFICIAL_BASE_EN = {
     "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import paddle
 import pytest
-
 from conftest import ROOT, tiny_config
+
 from ernie_doc import ErnieDocModel
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.inference import Predictor, PredictorInputError, export

@@ -16,13 +16,13 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, shared_path
 
-from ernie_doc.hub import HubError, Release, Remote, register, resolve, unregister
+from ernie_doc.hub import HubError, Release, Remote
 from ernie_doc.hub import archive as hub_archive
-from ernie_doc.hub import fetch as hub_fetch
 from ernie_doc.hub import cache as hub_cache
+from ernie_doc.hub import fetch as hub_fetch
+from ernie_doc.hub import register, resolve, unregister
 
 NAME = "ernie-doc-hubtest"
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=40,
@@ -111,6 +111,7 @@ def model_files(tmp_path_factory):
     """A tiny model written by our official-layout writer, as a tarball (`params/` inside a
     top folder, no config: the release's preset fills it in) and as a PaddleNLP .pdparams."""
     import paddle
+
     from ernie_doc import ErnieDocConfig, ErnieDocModel
     paddle.seed(3)
     model = ErnieDocModel(ErnieDocConfig(**TINY))
@@ -420,6 +421,7 @@ def test_finetune_with_released_names(hub, model_files, tmp_path):
     is the release's config and takes the release's tokenizer; run_config.yaml keeps the
     name."""
     import yaml
+
     from tools.finetune import main
     server = hub()
     data = _iflytek_data(tmp_path / "data")

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import paddle
 import pytest
+from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 from safetensors.numpy import load_file
 
-from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary

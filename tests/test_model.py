@@ -2,8 +2,8 @@
 import numpy as np
 import paddle
 import pytest
-
 from conftest import tiny_config
+
 from ernie_doc import ErnieDocConfig, ErnieDocModel
 from ernie_doc.modeling.attention import rel_shift, relative_position_ids
 from ernie_doc.reference import PaddleNLPReference, official_position_ids
@@ -108,7 +108,8 @@ def test_official_position_ids_and_rel_shift():
 
 def test_relative_row_is_a_function_of_distance():
     """Through rel_shift, query a / key b (key index over [memory; segment]) uses table row
-    −δ for δ ≤ 0 and P−1+δ for δ ≥ 1, δ = (M+a) − b (official `ernie-doc/` reader/batching.py get_related_pos)."""
+    −δ for δ ≤ 0 and P−1+δ for δ ≥ 1, δ = (M+a) − b (official `ernie-doc/`
+    reader/batching.py get_related_pos)."""
     t, m, p = 6, 3, 8
     ids = relative_position_ids(t, m, p).numpy().astype("float32")
     raw = paddle.to_tensor(np.broadcast_to(ids, (1, 1, t, 2 * t + m)).copy())

@@ -6,7 +6,6 @@ import json
 import numpy as np
 import paddle
 import pytest
-
 from conftest import ROOT, tiny_config
 from test_tasks import run_task, vocab_dir
 
@@ -167,6 +166,7 @@ def build_openkp_task(data_dir, tokenizer):
 
 def test_perfect_logits_score_f1_at_1_of_one(tmp_path):
     from ernie_doc.data.segment import reading_passes
+
     # single-keyphrase documents "wK ..." long enough for several windows of 10 tokens
     rng = np.random.default_rng(5)
     docs = []

@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 
 PY = sys.executable

@@ -7,8 +7,8 @@ import signal
 
 import numpy as np
 import pytest
-
 from conftest import error, write
+
 from ernie_doc.config import ConfigError
 from ernie_doc.data.schedule import RowScheduler, schedule_rows
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter

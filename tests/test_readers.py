@@ -13,8 +13,6 @@ from tasks.imdb import reader as imdb
 from tasks.thucnews import reader as thucnews
 
 
-
-
 def check_ratio_split(train, dev, total):
     ids_train, ids_dev = {d.doc_id for d in train}, {d.doc_id for d in dev}
     assert len(ids_train) == len(train) and len(ids_dev) == len(dev)

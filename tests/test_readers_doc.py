@@ -14,7 +14,6 @@ from tasks.hotpotqa import reader as hotpot
 from tasks.openkp import reader as openkp
 
 
-
 def jsonl(*records):
     return "".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) + "\n"
                    for r in records)
@@ -170,7 +169,8 @@ def test_hotpotqa_real_dev_first100(warnings):
                 sentence = doc.fields["paragraphs"][para][1][sent]
                 assert sentence[start:start + len(answer)] == answer
     options = {"file": path.name, "dev_ratio": 0.2}
-    train, dev = hotpot.read(path.parent, "train", options), hotpot.read(path.parent, "dev", options)
+    train = hotpot.read(path.parent, "train", options)
+    dev = hotpot.read(path.parent, "dev", options)
     assert (len(train), len(dev)) == (74, 26)
 
 

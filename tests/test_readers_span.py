@@ -17,9 +17,6 @@ from tasks.drcd import reader as drcd
 from tasks.dureader import reader as dureader
 from tasks.triviaqa import reader as triviaqa
 
-
-
-
 SKIP_LINE = re.compile(r"^(.*): skipped (\d+)(?: of (\d+))? (\w+): (.*) \(first at (.*)\)$")
 
 

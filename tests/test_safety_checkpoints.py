@@ -1,20 +1,19 @@
 """Checkpoint safety (issue 13 §1, §3): a pickle payload in a checkpoint runs nowhere, damaged or
 mismatched weights are one-line errors, and real paddle.save files still load bit-exact through
 the restricted unpickler. Every fixture is written by the test."""
-import zlib  # noqa: F401  before paddle (2.6.2 + scipy import order)
-
 import json
 import os
 import pickle
 import struct
 import tracemalloc
+import zlib  # noqa: F401  before paddle (2.6.2 + scipy import order)
 
 import numpy as np
 import paddle
 import pytest
+from conftest import tiny_config
 from safetensors.numpy import load_file, save_file
 
-from conftest import tiny_config
 from ernie_doc import ErnieDocModel
 from ernie_doc.checkpoint import io, safe_pickle
 from ernie_doc.checkpoint.io import CheckpointError

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, tiny_config
 
 from ernie_doc.data import DataError

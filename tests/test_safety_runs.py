@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from ernie_doc.config import ConfigError
 
 TINY = [
@@ -210,6 +210,7 @@ def test_gpu_memory_is_the_device_total(monkeypatch):
     """The GPU branch (never run on a GPU here): the device's total memory, None without
     CUDA."""
     import paddle
+
     from ernie_doc import resources
 
     class Props:
@@ -225,6 +226,7 @@ def test_gpu_memory_is_the_device_total(monkeypatch):
 
 def test_parameter_count_is_exact_and_allocates_nothing():
     from conftest import tiny_config
+
     from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
     config = tiny_config()
     real = ErnieDocForSequenceClassification(config, num_labels=3)
@@ -280,6 +282,7 @@ def test_max_doc_tokens_cuts_counts_and_logs(tmp_path, capsys):
 def test_one_huge_document_is_warned_about_up_front(tmp_path, capsys, monkeypatch):
     """A 3,000-token document among 10-token ones (a 5 MB line among reviews, scaled down)."""
     import types
+
     from ernie_doc.data import Document
     from ernie_doc.training import tasks
     assert tasks.truncate_tokens(list(range(10)), 4) == [0, 1, 2, 3]
@@ -327,6 +330,7 @@ def test_transformer_xl_sizes_and_config_files_are_checked(tmp_path):
 
 def test_eval_only_refuses_a_checkpoint_without_the_trained_head(tmp_path, capsys):
     from conftest import tiny_config
+
     from ernie_doc import ErnieDocModel
     encoder = tmp_path / "encoder"
     ErnieDocModel(tiny_config(vocab_size=32, pad_token_id=0, memory_len=16)).save_pretrained(
@@ -340,6 +344,7 @@ def test_eval_only_refuses_a_checkpoint_without_the_trained_head(tmp_path, capsy
 
 def test_config_files_that_are_fifos_are_refused_without_blocking(tmp_path, capsys):
     import threading
+
     from ernie_doc import ErnieDocConfig
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)

@@ -6,7 +6,6 @@ import json
 import numpy as np
 import paddle
 import pytest
-
 from test_tasks import check_results, run_task, vocab_dir
 
 from ernie_doc.data.segment import step_members
@@ -126,8 +125,8 @@ def test_span_loss_is_the_negative_log_of_summed_gold_probability():
 
 # -- end to end through run.sh, on official-format fixtures -------------------------------------
 
-SPAN_COMMON = ["stride=4", "max_seq_len=24", "model_overrides.max_position_embeddings=32", "task_options.max_query_len=6",
-               "task_options.max_answer_len=8", "batch_size=4"]
+SPAN_COMMON = ["stride=4", "max_seq_len=24", "model_overrides.max_position_embeddings=32",
+               "task_options.max_query_len=6", "task_options.max_answer_len=8", "batch_size=4"]
 
 
 def squad_json(path, questions):

@@ -21,13 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from ernie_doc.tokenization import (  # noqa: E402
-    BPETokenizer,
-    SentencePieceTokenizer,
-    WordPieceTokenizer,
-    load_tokenizer,
-    split_sentences,
-)
+from ernie_doc.tokenization import split_sentences  # noqa: E402
+from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer,  # noqa: E402
+                                    WordPieceTokenizer, load_tokenizer)
 from ernie_doc.tokenization import sentences as sentences_mod  # noqa: E402
 from ernie_doc.tokenization.bpe import OFFICIAL_SPECIAL_TOKENS, bytes_to_unicode  # noqa: E402
 from ernie_doc.tokenization.sentences import rule_split_sentences  # noqa: E402

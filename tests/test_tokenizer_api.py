@@ -6,11 +6,11 @@ import random
 
 import numpy as np
 import pytest
+from test_tokenization import _imdb_texts, _zh_texts, need_shared
 
 from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer, TokenizerError,
                                     WordPieceTokenizer, load_tokenizer, train_sentencepiece)
 from ernie_doc.tokenization.sentences import rule_split_sentences
-from test_tokenization import _imdb_texts, _zh_texts, need_shared
 
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/benchmark.py: runs `ernie-doc benchmark` from a source checkout, installed or not (the
-code is ernie_doc/cli/benchmark.py; `python tools/benchmark.py --help` for its arguments). A script
-path, so `fleetrun ... tools/benchmark.py` works too."""
+"""tools/benchmark.py: `ernie-doc benchmark` from a source checkout, installed or
+not (the code: ernie_doc/cli/benchmark.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/benchmark.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/convert_checkpoint.py: runs `ernie-doc convert` from a source checkout, installed or not (the
-code is ernie_doc/cli/convert.py; `python tools/convert_checkpoint.py --help` for its arguments). A script
-path, so `fleetrun ... tools/convert_checkpoint.py` works too."""
+"""tools/convert_checkpoint.py: `ernie-doc convert` from a source checkout, installed or
+not (the code: ernie_doc/cli/convert.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/convert_checkpoint.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

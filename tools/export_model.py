@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/export_model.py: runs `ernie-doc export` from a source checkout, installed or not (the
-code is ernie_doc/cli/export.py; `python tools/export_model.py --help` for its arguments). A script
-path, so `fleetrun ... tools/export_model.py` works too."""
+"""tools/export_model.py: `ernie-doc export` from a source checkout, installed or
+not (the code: ernie_doc/cli/export.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/export_model.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/finetune.py: runs `ernie-doc finetune` from a source checkout, installed or not (the
-code is ernie_doc/cli/finetune.py; `python tools/finetune.py --help` for its arguments). A script
-path, so `fleetrun ... tools/finetune.py` works too."""
+"""tools/finetune.py: `ernie-doc finetune` from a source checkout, installed or
+not (the code: ernie_doc/cli/finetune.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/finetune.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/pretrain.py: runs `ernie-doc pretrain` from a source checkout, installed or not (the
-code is ernie_doc/cli/pretrain.py; `python tools/pretrain.py --help` for its arguments). A script
-path, so `fleetrun ... tools/pretrain.py` works too."""
+"""tools/pretrain.py: `ernie-doc pretrain` from a source checkout, installed or
+not (the code: ernie_doc/cli/pretrain.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/pretrain.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

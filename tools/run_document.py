@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/run_document.py: runs `ernie-doc run-document` from a source checkout, installed or not (the
-code is ernie_doc/cli/run_document.py; `python tools/run_document.py --help` for its arguments). A script
-path, so `fleetrun ... tools/run_document.py` works too."""
+"""tools/run_document.py: `ernie-doc run-document` from a source checkout, installed or
+not (the code: ernie_doc/cli/run_document.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/run_document.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

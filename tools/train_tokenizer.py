@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""tools/train_tokenizer.py: runs `ernie-doc train-tokenizer` from a source checkout, installed or not (the
-code is ernie_doc/cli/train_tokenizer.py; `python tools/train_tokenizer.py --help` for its arguments). A script
-path, so `fleetrun ... tools/train_tokenizer.py` works too."""
+"""tools/train_tokenizer.py: `ernie-doc train-tokenizer` from a source checkout, installed or
+not (the code: ernie_doc/cli/train_tokenizer.py; `--help` for its arguments). A script path, so
+`fleetrun ... tools/train_tokenizer.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

@@ -60,8 +60,8 @@ def launch_script() -> str:
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"usage: ernie-doc COMMAND [ARGS ...]   (ernie-doc COMMAND --help for its "
-             f"arguments)", "", "ERNIE-Doc for PaddlePaddle " + __version__, "", "commands:"]
+    lines = ["usage: ernie-doc COMMAND [ARGS ...]   (ernie-doc COMMAND --help for its "
+             "arguments)", "", "ERNIE-Doc for PaddlePaddle " + __version__, "", "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
     lines += ["", "  --version  print the version"]
     return "\n".join(lines)

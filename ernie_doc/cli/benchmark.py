@@ -136,7 +136,7 @@ def parse_args(argv=None):
     if any(n < 1 for n in args.stream_lengths):
         p.error("--stream-lengths must be positive")
     if args.output is not None:
-        from ernie_doc.utils import unwritable_file   # no paddle import: threads are not set
+        from ernie_doc.utils import unwritable_file  # no paddle import: threads are not set
         problem = unwritable_file(args.output)
         if problem:
             p.error(f"--output {problem}")
@@ -226,6 +226,7 @@ def build_config(args):
 
 def build_ours(config, seed):
     import paddle
+
     from ernie_doc import ErnieDocModel
     paddle.seed(seed)
     return ErnieDocModel(config)
@@ -244,6 +245,7 @@ class Inputs:
     def __init__(self, config, batch, seq_len, rng):
         import numpy as np
         import paddle
+
         from ernie_doc.modeling.attention import relative_position_ids
         from ernie_doc.reference import official_position_ids
         self.config = config
@@ -497,6 +499,7 @@ def worker_log_tail(log_dir, launcher_log, lines=25):
 def run_pretraining(args, nproc):
     """One tools/pretrain.py run with `nproc` processes → its throughput dict."""
     import yaml
+
     from ernie_doc.training.logging import read_jsonl
     work = tempfile.mkdtemp(prefix=f"ernie-doc-bench-pretrain-n{nproc}-")
     cmd, env, log_dir, threads = pretrain_command(args, nproc, work)

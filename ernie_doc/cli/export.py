@@ -121,8 +121,7 @@ def main(argv=None):
 
 
 def _export(args):
-    from ernie_doc.inference import export
-    from ernie_doc.inference import ExportError
+    from ernie_doc.inference import ExportError, export
     model, source = build_model(args)
     seq_len = args.seq_len or model.config.max_position_embeddings
     if seq_len > model.config.max_position_embeddings:

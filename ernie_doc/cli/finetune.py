@@ -2,7 +2,8 @@
 
     ernie-doc finetune tasks/imdb/config.yaml [--set key=value ...]   (or tools/finetune.py)
     ernie-doc finetune imdb --set data_dir=...            (a task name: its packaged config)
-    ernie-doc finetune CONFIG --nproc 2 --set ...         (= fleetrun --nproc_per_node 2 tools/finetune.py ...)
+    ernie-doc finetune CONFIG --nproc 2 --set ...         (= fleetrun --nproc_per_node 2
+                                                           tools/finetune.py CONFIG ...)
     ernie-doc finetune --resume OUTPUT_DIR [--set stop_at_step=0]
     ernie-doc finetune CONFIG --set eval_only=true init_checkpoint=DIR [test_splits=[test]]
 
@@ -60,10 +61,10 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
     non-finite loss). Any other exception is a bug and keeps its traceback; --debug shows
     the traceback of every error."""
     args = parse_args(argv, description, config_flag)
-    from ernie_doc.config import ConfigError
-    from ernie_doc.data import DataError
     from ernie_doc.checkpoint.io import CheckpointError
     from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+    from ernie_doc.config import ConfigError
+    from ernie_doc.data import DataError
     from ernie_doc.tokenization import TokenizerError
     from ernie_doc.training.checkpoint import CheckpointStateError
     from ernie_doc.training.config import load_config

@@ -129,6 +129,7 @@ def document_ids(args, config):
 
 def run(args):
     import paddle
+
     from ernie_doc.data.segment import windows
     paddle.seed(args.seed)
     model = load_model(args.model, args.recurrence)

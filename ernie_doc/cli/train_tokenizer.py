@@ -25,10 +25,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--model-type", choices=["unigram", "bpe", "char", "word"], default="unigram")
     p.add_argument("--character-coverage", type=float, default=0.9995)
     p.add_argument("--normalization", default="nmt_nfkc", help="SentencePiece normalization rule")
-    p.add_argument("--byte-fallback", action="store_true", help="encode unknown characters as bytes")
+    p.add_argument("--byte-fallback", action="store_true",
+                   help="encode unknown characters as bytes")
     p.add_argument("--soft-vocab-limit", action="store_true",
                    help="allow a smaller vocab than --vocab-size on small corpora")
-    p.add_argument("--input-sentence-size", type=int, default=0, help="sample this many lines (0 = all)")
+    p.add_argument("--input-sentence-size", type=int, default=0,
+                   help="sample this many lines (0 = all)")
     p.add_argument("--num-threads", type=int, default=1)
     return p.parse_args(argv)
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence
 
 # file_kind and mode_kind are re-exported: readers import them from here
-from ernie_doc.utils import file_kind, mode_kind, read_utf8, regular_file_problem  # noqa: F401
+from ernie_doc.utils import file_kind, mode_kind  # noqa: F401
 from ernie_doc.utils import open_regular as _open_regular
+from ernie_doc.utils import read_utf8, regular_file_problem
 
 # The reason every directory listing counts its non-regular entries under.
 NOT_REGULAR = "not a regular file (a FIFO, device, socket, directory or broken link)"

@@ -10,7 +10,7 @@ With R ranks the schedule has R·B global rows and rank r reads rows r·B … r�
 keeps its rows' continuity and all ranks run the same number of steps.
 """
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Sequence
 
 import numpy as np
 

@@ -65,8 +65,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _download(args: argparse.Namespace) -> int:
     from ernie_doc.hub import registry
-    from ernie_doc.hub.fetch import HubError
     from ernie_doc.hub.cache import resolve
+    from ernie_doc.hub.fetch import HubError
     if args.list:
         print(_listing())
         return 0

@@ -53,8 +53,8 @@ import logging
 import os
 from array import array
 from dataclasses import dataclass, field
-from typing import (Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 

@@ -77,10 +77,9 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
-from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
-                                     update_memory)
 from ernie_doc.config import ConfigError
+from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
+from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
 
 __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",

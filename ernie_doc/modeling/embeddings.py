@@ -4,7 +4,6 @@ Only the word embedding enters the encoder; positions and task types enter throu
 (official `ernie-doc/model/static/ernie.py`). Names follow PaddleNLP: word_emb, pos_emb,
 token_type_emb, norms.{0,1,2}.
 """
-import paddle
 import paddle.nn as nn
 
 from ernie_doc.modeling.attention import truncated_normal

@@ -23,8 +23,7 @@ from ernie_doc.config import ErnieDocConfig
 from ernie_doc.modeling.attention import (MASK_VALUE, RelativeMultiHeadAttention,
                                           relative_position_ids, truncated_normal)
 from ernie_doc.modeling.embeddings import ErnieDocEmbeddings
-from ernie_doc.modeling.memory import (check_reset_memory, memory_source, reset_rows,
-                                     update_memory)
+from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.modeling.pretrained import PretrainedMixin
 
 ErnieDocOutput = namedtuple("ErnieDocOutput",

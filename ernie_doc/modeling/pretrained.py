@@ -133,6 +133,7 @@ def _assign(param, array):
     """Copy ndarray `array` into `param`, cast to the parameter's dtype (uint16 = bfloat16
     bits, see _cast_problem)."""
     import paddle
+
     from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
     if array.dtype == np.uint16 and dtype_name(param.dtype) in _FLOAT_PARAMS:
         array = bf16_to_fp32(array)
@@ -384,6 +385,7 @@ class PretrainedMixin:
         other files in the directory (vocab, ...) are kept. Returns `directory`.
         """
         import paddle
+
         from ernie_doc.checkpoint import io, names
 
         fmt = io.normalize_format(format)

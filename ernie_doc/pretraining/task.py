@@ -24,9 +24,8 @@ from ernie_doc.data import DataError
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, reading_passes
 from ernie_doc.heads import NUM_REORDER_CLASSES, ErnieDocForPretraining
 from ernie_doc.pretraining import corpus
-from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes,
-                                              reorder_document, tokenizer_special_ids,
-                                              wordpiece_word_starts)
+from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,
+                                              tokenizer_special_ids, wordpiece_word_starts)
 from ernie_doc.training import distributed as dist
 from ernie_doc.training.config import missing_key
 from ernie_doc.training.tasks import Task

@@ -23,7 +23,8 @@ log = logging.getLogger("ernie_doc.tokenization")
 
 _BPE_FILES = ("encoder.json", "vocab.bpe", "vocab.txt")
 _SPM_PREFERRED = ("spm.model", "sentencepiece.model")
-_LOOKED_FOR = "encoder.json+vocab.bpe+vocab.txt (BPE), *.model (SentencePiece), vocab.txt (WordPiece)"
+_LOOKED_FOR = ("encoder.json+vocab.bpe+vocab.txt (BPE), *.model (SentencePiece), "
+               "vocab.txt (WordPiece)")
 
 Tokenizer = Union[BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer]
 
@@ -64,6 +65,7 @@ def _saved_config(directory: Path) -> dict:
     if not _regular(path):
         return {}
     import json
+
     from .vocab import read_tokenizer_text
     try:
         config = json.loads(read_tokenizer_text(path, "tokenizer config"))

@@ -1,7 +1,7 @@
 """The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
 
     tok = load_tokenizer("ernie-doc-base-zh")
-    tok("一段文本")                        {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
+    tok("一段文本")     → {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
     tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True)
     tok.save_pretrained("dir")             the tokenizer's files + tokenizer_config.json

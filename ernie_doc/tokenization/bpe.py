@@ -35,7 +35,8 @@ __all__ = ["BPETokenizer", "GPT2_PATTERN", "OFFICIAL_SPECIAL_TOKENS", "bytes_to_
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # Words the official encoder passes through unsplit.
 OFFICIAL_SPECIAL_TOKENS: Tuple[str, ...] = ("[SEP]", "[p]", "[q]", "[/q]")
-DEFAULT_SPECIAL_TOKENS: Tuple[str, ...] = OFFICIAL_SPECIAL_TOKENS + ("[CLS]", "[MASK]", "[PAD]", "[UNK]")
+DEFAULT_SPECIAL_TOKENS: Tuple[str, ...] = OFFICIAL_SPECIAL_TOKENS + ("[CLS]", "[MASK]", "[PAD]",
+                                                                   "[UNK]")
 
 
 @lru_cache(maxsize=1)

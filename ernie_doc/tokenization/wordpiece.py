@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from .base import TokenizerCallMixin
 from .vocab import PathLike, SpecialTokensMixin, Vocab
@@ -30,7 +30,8 @@ from .vocab import PathLike, SpecialTokensMixin, Vocab
 __all__ = ["WordPieceTokenizer", "basic_tokenize", "is_cjk_char", "is_punctuation"]
 
 # Extra characters PaddleNLP treats as symbols although they are not S*.
-_PADDLENLP_EXTRA_SYMBOLS = frozenset(map(chr, (0x00AD, 0x00B2, 0x00BA, 0x3007, 0x00B5, 0x00D8, 0x014B, 0x01B1)))
+_PADDLENLP_EXTRA_SYMBOLS = frozenset(map(chr, (0x00AD, 0x00B2, 0x00BA, 0x3007, 0x00B5, 0x00D8,
+                                               0x014B, 0x01B1)))
 _CJK_RANGES = (
     (0x4E00, 0x9FFF),
     (0x3400, 0x4DBF),

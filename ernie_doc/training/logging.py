@@ -185,6 +185,7 @@ def plot_curves(output_dir, metric):
         return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from ernie_doc.utils import atomic_path
 
     train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))

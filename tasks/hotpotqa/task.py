@@ -53,6 +53,7 @@ from ernie_doc.training.config import missing_key
 from ernie_doc.training.logging import logger
 from ernie_doc.training.span import NEG, span_nll
 from ernie_doc.training.tasks import Task, masked_mean
+
 from .head import ANSWER_TYPES, STAGES, ErnieDocForHotpotQA
 
 WORD, TITLE, PARA, SENT = 0, 1, 2, 3   # token kinds of the paragraph sequence

@@ -26,8 +26,10 @@ from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.segment import Segment, pack_row, step_members, windows
 from ernie_doc.data.span import max_context_flags
-from ernie_doc.metrics.keyphrase import DEPTHS, evaluate as keyphrase_metrics
+from ernie_doc.metrics.keyphrase import DEPTHS
+from ernie_doc.metrics.keyphrase import evaluate as keyphrase_metrics
 from ernie_doc.training.tasks import Task, masked_mean
+
 from .head import MAX_GRAM, ErnieDocForKeyphrase
 
 
