@@ -56,6 +56,15 @@ _DEFAULTS = dict(
     relative_position_mapping="pretrained",
 )
 
+
+
+def known_keys(ignored: bool = False) -> set:
+    """The config keys ErnieDocConfig takes (its own and their aliases); with `ignored`, also
+    the keys other tools write that it accepts and drops (e.g. sent_type_vocab_size)."""
+    keys = set(_DEFAULTS) | set(_ALIASES)
+    return keys | set(_IGNORED) if ignored else keys
+
+
 # Official values (PaddlePaddle/ERNIE ernie-doc configs); presets are configs only, no download.
 PRESETS = {
     "ernie-doc-small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4,

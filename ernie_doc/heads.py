@@ -36,7 +36,10 @@ PretrainingOutput = namedtuple("PretrainingOutput",
                                 "encoder"])
 
 
-class _Head(PretrainedMixin, nn.Layer):
+class Head(PretrainedMixin, nn.Layer):
+    """The base of every head (and the extension point of a task's own head, e.g.
+    tasks/hotpotqa/head.py): the encoder under `ernie_doc.`, from_pretrained /
+    save_pretrained, and `official_names` ({own parameter key: official static name})."""
     official_names = {}
     uses_pooled = True   # False: the head reads the sequence output only
 
@@ -75,7 +78,10 @@ class _Head(PretrainedMixin, nn.Layer):
         return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, self._visible(enc))
 
 
-class ErnieDocForSequenceClassification(_Head):
+_Head = Head   # its former name, for task heads written against it
+
+
+class ErnieDocForSequenceClassification(Head):
     """pooled → dropout (0.1 as official) → linear: logits [B, num_labels]."""
     official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
 
@@ -87,7 +93,7 @@ class ErnieDocForSequenceClassification(_Head):
         return self.linear(self.dropout(enc.pooled_output))
 
 
-class ErnieDocForQuestionAnswering(_Head):
+class ErnieDocForQuestionAnswering(Head):
     """sequence → dropout → linear(H, 2): logits [B, T, 2] (.start_logits / .end_logits)."""
     official_names = {"linear.weight": "cls_mrc_out_w", "linear.bias": "cls_mrc_out_b"}
     uses_pooled = False
@@ -100,7 +106,7 @@ class ErnieDocForQuestionAnswering(_Head):
         return self.linear(self.dropout(enc.sequence_output))
 
 
-class ErnieDocForTokenClassification(_Head):
+class ErnieDocForTokenClassification(Head):
     """sequence → dropout → linear: logits [B, T, num_labels]."""
     official_names = {"linear.weight": "cls_seq_label_out_w",
                       "linear.bias": "cls_seq_label_out_b"}
@@ -113,7 +119,7 @@ class ErnieDocForTokenClassification(_Head):
     logits = ErnieDocForQuestionAnswering.logits
 
 
-class ErnieDocForMultipleChoice(_Head):
+class ErnieDocForMultipleChoice(Head):
     """One row per (question, choice), each its own memory stream: input [B*C, T] →
     logits [B, C] (one logit per choice row, from the pooled output)."""
     official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
@@ -131,7 +137,7 @@ class ErnieDocForMultipleChoice(_Head):
         return self.linear(self.dropout(rows)).reshape([-1, self.num_choices])
 
 
-class ErnieDocForPairMatching(_Head):
+class ErnieDocForPairMatching(Head):
     """Triplet matching (CAIL2019-SCM): rows come in pairs (A,B), (A,C), each its own memory
     stream; pooled(A,B) − pooled(A,C) → dropout → linear(H, 1): logits [B/2], > 0 when B is
     the closer one (binary cross-entropy)."""
@@ -172,7 +178,7 @@ class MaskedLMHead(nn.Layer):
             self.decoder_bias
 
 
-class ErnieDocForPretraining(_Head):
+class ErnieDocForPretraining(Head):
     """Masked LM on chosen positions + segment reordering (33 classes) on the pooled output."""
     official_names = {
         "lm_head.transform.weight": "mask_lm_trans_fc.w_0",

@@ -75,11 +75,6 @@ def normalize_format(fmt):
 
 
 # -- config files -------------------------------------------------------------------------------
-def _known_config_keys():
-    return (set(config_module._DEFAULTS) | set(config_module._ALIASES)
-            | set(config_module._IGNORED))
-
-
 def _flatten_legacy(raw):
     """Old PaddleNLP (≤2.4) model_config.json nests the encoder's arguments in "init_args"
     (a list whose dict entries may nest again); top-level keys win."""
@@ -134,7 +129,7 @@ def parse_config_dict(raw, source="config"):
 
     values = {}
     unknown = []
-    known = _known_config_keys()
+    known = config_module.known_keys(ignored=True)
     for key, value in flat.items():
         if key == "architecture" or value is None:
             continue  # PaddleNLP writes null for "use the default"
@@ -165,7 +160,7 @@ def _first_file(directories, filenames):
     return None
 
 
-def _all_official_names():
+def all_official_names():
     """Head parameter names of every head class (imported late: heads import this package),
     and the official head variants no class of ours has (names.OTHER_OFFICIAL_HEAD_NAMES)."""
     from ernie_doc.heads import HEADS
@@ -207,7 +202,7 @@ def detect_format(path):
         return "paddlenlp", weights, _first_file([path], [CONFIG_FILE, LEGACY_CONFIG_FILE])
 
     tensor_dir = lodtensor.params_dir(path)
-    head_names = _all_official_names()
+    head_names = all_official_names()
     # Any file named like a parameter counts, readable or not (read_checkpoint then says
     # which one is broken).
     if any(_is_official_param(n, head_names) for n in lodtensor.list_regular_files(tensor_dir)):
@@ -233,7 +228,7 @@ def detect_format(path):
 
 
 # -- reading ------------------------------------------------------------------------------------
-def _read_safetensors(path):
+def read_safetensors(path):
     from safetensors.numpy import load_file
     try:
         return load_file(path)
@@ -268,7 +263,7 @@ def _read_official(directory, upcast):
     left at its initialisation. Optimizer / LR state files are not read. Other files are read
     when they start like a LoDTensor (they become "unexpected") and skipped otherwise
     (configs, vocab)."""
-    head_names = _all_official_names()
+    head_names = all_official_names()
     tensors, ignored = {}, []
     for name in lodtensor.list_regular_files(directory):
         if names.is_ignored_official(name):
@@ -294,7 +289,7 @@ def read_checkpoint(path, upcast=True):
         config, architecture = read_config_file(config_path)
     ignored = []
     if fmt == "safetensors":
-        tensors = _read_safetensors(weights)
+        tensors = read_safetensors(weights)
     elif fmt == "paddlenlp":
         tensors, ignored = _read_pdparams(weights)
     else:

@@ -484,7 +484,7 @@ class TransformerXLLM(nn.Layer):
         name and shape, with a dtype that casts (float widths; uint16 is bfloat16 bits):
         CheckpointError, one line naming the file and the tensors, otherwise."""
         from ernie_doc.checkpoint import io, safe_pickle
-        from ernie_doc.modeling.pretrained import _assign, _cast_problem
+        from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)
         if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
             raise io.CheckpointError(f"{directory}: not a language-model directory (no "
@@ -492,7 +492,7 @@ class TransformerXLLM(nn.Layer):
         model = cls(load_lm_config(directory, **overrides))
         path = os.path.join(directory, WEIGHTS_FILE)
         if os.path.isfile(path):
-            state = io._read_safetensors(path)
+            state = io.read_safetensors(path)
         elif os.path.isfile(os.path.join(directory, OLD_WEIGHTS_FILE)):
             path = os.path.join(directory, OLD_WEIGHTS_FILE)
             state = safe_pickle.load_state_dict(path)
@@ -513,13 +513,13 @@ class TransformerXLLM(nn.Layer):
                 problems.append(f"{name} has shape {list(value.shape)}, the model "
                                 f"{list(own[name].shape)}")
             else:
-                problem = _cast_problem(value, dtype_name(own[name].dtype))
+                problem = cast_problem(value, dtype_name(own[name].dtype))
                 if problem:
                     problems.append(f"{name}: {problem}")
         if problems:
             raise io.CheckpointError(f"{path}: " + "; ".join(problems))
         for name, value in state.items():
-            _assign(own[name], value)
+            assign_array(own[name], value)
         return model
 
     @property

@@ -19,6 +19,7 @@ import logging
 
 import numpy as np
 
+from ernie_doc.config import known_keys
 from ernie_doc.utils import dtype_name, short_list
 
 logger = logging.getLogger("ernie_doc.checkpoint")
@@ -82,11 +83,6 @@ def _constructor_params(cls):
                                        inspect.Parameter.VAR_KEYWORD)]
 
 
-def _config_keys():
-    from ernie_doc import config as config_module
-    return set(config_module._DEFAULTS) | set(config_module._ALIASES)
-
-
 def checkpoint_key_map(names_in_checkpoint, fmt, cls):
     """{checkpoint name: model key or None} for a model of class `cls`.
 
@@ -112,7 +108,7 @@ def checkpoint_key_map(names_in_checkpoint, fmt, cls):
 _FLOAT_PARAMS = ("float16", "float32", "float64", "bfloat16")
 
 
-def _cast_problem(array, param_dtype):
+def cast_problem(array, param_dtype):
     """Why `array` cannot load into a parameter of paddle dtype name `param_dtype`, or None.
     Any float width casts to a float parameter; a uint16 array is bfloat16 bits (paddle saves
     bfloat16 that way) and is converted; integers, bools and complex never become floats."""
@@ -129,9 +125,9 @@ def _cast_problem(array, param_dtype):
     return f"a {array.dtype} tensor cannot load into a {param_dtype} parameter"
 
 
-def _assign(param, array):
+def assign_array(param, array):
     """Copy ndarray `array` into `param`, cast to the parameter's dtype (uint16 = bfloat16
-    bits, see _cast_problem)."""
+    bits, see cast_problem)."""
     import paddle
 
     from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
@@ -171,7 +167,7 @@ def _leftover_kind(name, fmt, cls, head_modules):
     if fmt == "official":
         if names.official_to_backbone(name) is not None:
             return "encoder"
-        return "head" if name in io._all_official_names() or \
+        return "head" if name in io.all_official_names() or \
             name in cls.official_names.values() else "unknown"
     if name.startswith(names.PREFIX) or name.split(".")[0] in names.ENCODER_MODULES:
         return "encoder" if names.backbone_to_official(names.strip_prefix(name)) else "unknown"
@@ -224,7 +220,7 @@ class PretrainedMixin:
         where = ckpt.path
 
         ctor_params = _constructor_params(cls)
-        config_keys = _config_keys()
+        config_keys = known_keys()
         ctor_kwargs, overrides = {}, {}
         for key, value in kwargs.items():
             if key in ctor_params:
@@ -287,7 +283,7 @@ class PretrainedMixin:
             if want != have:
                 mismatched.append(f"{label}: checkpoint {have} vs model {want}")
                 continue
-            problem = _cast_problem(ckpt.tensors[name], dtype_name(target[key].dtype))
+            problem = cast_problem(ckpt.tensors[name], dtype_name(target[key].dtype))
             if problem:
                 uncastable.append(f"{label}: {problem}")
                 continue
@@ -342,7 +338,7 @@ class PretrainedMixin:
                   "loads it anyway)")
 
         for key, name in assigned.items():
-            _assign(target[key], ckpt.tensors[name])
+            assign_array(target[key], ckpt.tensors[name])
 
         report = LoadReport(ckpt.format, where, config_source, sorted(assigned), missing,
                             unexpected, list(ckpt.ignored))

@@ -4,7 +4,7 @@ from collections import namedtuple
 
 import paddle.nn as nn
 
-from ernie_doc.heads import _Head
+from ernie_doc.heads import Head
 from ernie_doc.modeling.attention import truncated_normal
 from ernie_doc.modeling.model import activation
 
@@ -35,11 +35,11 @@ class EvidenceScorer(nn.Layer):
         return self.out(self.act(self.dense(hidden))).squeeze(-1)
 
 
-class ErnieDocForHotpotQA(_Head):
+class ErnieDocForHotpotQA(Head):
     """stage "evidence": paragraph and sentence scorers only; stage "answer" adds the type
     classifier (pooled [CLS] → dropout → Linear(H, 3)) and the span layer (sequence → dropout
     → Linear(H, 2)). Only the layers a stage trains exist (and the evidence stage hands back
-    no pooled output, see _Head._visible), so data-parallel runs have no unused trainable
+    no pooled output, see Head._visible), so data-parallel runs have no unused trainable
     parameters; the stage is saved with the checkpoint (`architecture`)."""
 
     def __init__(self, config, stage="answer", dropout=None):

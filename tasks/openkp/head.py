@@ -20,7 +20,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from ernie_doc.heads import _Head
+from ernie_doc.heads import Head
 from ernie_doc.modeling.attention import truncated_normal
 
 MAX_GRAM = 5   # longest phrase scored (the paper's kernel sizes 1..5)
@@ -32,7 +32,7 @@ memories [L, B, M, H] · memory_mask [B, M] or None · encoder: the ErnieDocOutp
 pooled_output (None)."""
 
 
-class ErnieDocForKeyphrase(_Head):
+class ErnieDocForKeyphrase(Head):
     """Encoder + five n-gram CNNs (kernel 1..5, H → H channels, ReLU) + one linear scorer per
     n-gram length."""
     uses_pooled = False
