@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 import ernie_doc
 from ernie_doc import cli

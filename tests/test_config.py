@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from conftest import shared_path
+from helpers import shared_path
 
 from ernie_doc import PRESETS, ConfigError, ErnieDocConfig
 

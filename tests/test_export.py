@@ -6,7 +6,7 @@ import os
 import numpy as np
 import paddle
 import pytest
-from conftest import ROOT, tiny_config
+from helpers import ROOT, tiny_config
 
 from ernie_doc import ErnieDocModel
 from ernie_doc.heads import ErnieDocForSequenceClassification

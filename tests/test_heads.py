@@ -2,7 +2,7 @@
 import numpy as np
 import paddle
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 
 from ernie_doc.heads import (HEADS, NUM_REORDER_CLASSES, ErnieDocForMultipleChoice,
                              ErnieDocForPretraining, ErnieDocForQuestionAnswering,

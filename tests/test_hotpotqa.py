@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from conftest import ROOT  # noqa: F401  (repo on sys.path)
+from helpers import ROOT  # noqa: F401  (repo on sys.path)
 from test_tasks import COMMON, vocab_dir
 
 from ernie_doc.data.segment import reading_passes
@@ -340,7 +340,7 @@ def test_bad_configuration_is_one_error_line(tmp_path):
 
 
 def test_head_saves_its_stage_and_trains_every_parameter(tmp_path):
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from tasks.hotpotqa.head import ErnieDocForHotpotQA
     model = ErnieDocForHotpotQA(tiny_config(cls_token_idx=0), stage="evidence")

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, shared_path
+from helpers import ROOT, shared_path
 
 from ernie_doc.hub import HubError, Release, Remote
 from ernie_doc.hub import archive as hub_archive

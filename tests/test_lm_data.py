@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import error, shared_path, write
+from helpers import error, shared_path, write
 
 from ernie_doc.lm.data import (EOS, UNK, LMStreams, Vocabulary, load_corpus, sega_positions,
                                to_global, wikitext_sentences)

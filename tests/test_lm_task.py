@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
+from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 from safetensors.numpy import load_file
 
 from ernie_doc.config import ConfigError

@@ -2,7 +2,7 @@
 import numpy as np
 import paddle
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 
 from ernie_doc import ErnieDocConfig, ErnieDocModel
 from ernie_doc.modeling.attention import rel_shift, relative_position_ids

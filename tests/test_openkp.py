@@ -6,7 +6,7 @@ import json
 import numpy as np
 import paddle
 import pytest
-from conftest import ROOT, tiny_config
+from helpers import ROOT, tiny_config
 from test_tasks import run_task, vocab_dir
 
 WORDS = ["cheap", "flights", "to", "paris", "hotel", "deals", "the", "best", "travel", "guide",

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
+from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
 
 PY = sys.executable
 WORDS = [f"w{i}" for i in range(60)]

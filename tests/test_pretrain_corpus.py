@@ -2,7 +2,7 @@
 import logging
 
 import pytest
-from conftest import error, shared_path, write
+from helpers import error, shared_path, write
 
 from ernie_doc.data.document import Skips
 from ernie_doc.pretraining.corpus import (check_corpus, corpus_files, count_documents,

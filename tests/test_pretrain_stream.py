@@ -7,7 +7,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import error, write
+from helpers import error, write
 
 from ernie_doc.config import ConfigError
 from ernie_doc.data.schedule import RowScheduler, schedule_rows

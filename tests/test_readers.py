@@ -4,7 +4,7 @@ import collections
 import json
 
 import pytest
-from conftest import error, shared_path, write
+from helpers import error, shared_path, write
 
 from ernie_doc.data.document import Document
 from tasks.hyp import reader as hyp

@@ -5,7 +5,7 @@ import json
 import logging
 
 import pytest
-from conftest import error, shared_path, write
+from helpers import error, shared_path, write
 
 from ernie_doc.data.document import Document
 from tasks.c3 import reader as c3

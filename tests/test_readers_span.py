@@ -9,7 +9,7 @@ import re
 import tarfile
 
 import pytest
-from conftest import error, shared_path, write
+from helpers import error, shared_path, write
 
 from ernie_doc.data.squad import align_answer, find_all, read_squad
 from tasks.cmrc2018 import reader as cmrc2018

@@ -3,7 +3,7 @@ memories as the plain run (dropout included: the forward RNG state is replayed i
 import numpy as np
 import paddle
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 
 from ernie_doc import ErnieDocModel
 

@@ -2,7 +2,7 @@
 and how to set it (`--set key=...`, and run.sh's environment variable where there is one),
 exit 2, before anything is written."""
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 from test_safety_cli import exits, listing, one_error_line
 
 SMALL = ["model=ernie-doc-small", "progress=false",

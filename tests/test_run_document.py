@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def test_run_document_default(tmp_path):

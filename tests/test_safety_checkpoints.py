@@ -11,7 +11,7 @@ import zlib  # noqa: F401  before paddle (2.6.2 + scipy import order)
 import numpy as np
 import paddle
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 from safetensors.numpy import load_file, save_file
 
 from ernie_doc import ErnieDocModel

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, tiny_config
+from helpers import ROOT, tiny_config
 
 from ernie_doc.data import DataError
 from ernie_doc.utils import atomic_write_text, write_failure

@@ -12,7 +12,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from conftest import error, write
+from helpers import error, write
 
 from ernie_doc.data.document import NOT_REGULAR, Skips, read_text, require_file, utf8_lines
 from ernie_doc.lm.data import CACHE_VERSION, load_corpus, read_token_lines

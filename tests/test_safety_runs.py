@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 from ernie_doc.config import ConfigError
 
@@ -225,7 +225,7 @@ def test_gpu_memory_is_the_device_total(monkeypatch):
 
 
 def test_parameter_count_is_exact_and_allocates_nothing():
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
     config = tiny_config()
@@ -329,7 +329,7 @@ def test_transformer_xl_sizes_and_config_files_are_checked(tmp_path):
 
 
 def test_eval_only_refuses_a_checkpoint_without_the_trained_head(tmp_path, capsys):
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from ernie_doc import ErnieDocModel
     encoder = tmp_path / "encoder"

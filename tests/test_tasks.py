@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "plot", "actor",
          "left", "right", "news", "party", "vote"]

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, launch_two_ranks, tiny_config
+from helpers import ROOT, launch_two_ranks, tiny_config
 
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
 from ernie_doc.training.optim import build_optimizer, layer_ratio, lr_lambda

@@ -1,0 +1,99 @@
+"""What tests share, imported by name (`from helpers import ROOT, tiny_config`): the repository
+on sys.path, the ../shared folder when present, tiny configs, file writers, one-line error
+checks, two-rank launches. The fixtures pytest injects live in conftest.py."""
+import json
+import os
+import sys
+import zlib  # noqa: F401  before paddle: on 2.6.2 a later scipy/paddlenlp import fails otherwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def shared_dir():
+    """The shared reference folder (env ERNIE_DOC_SHARED, else ../shared beside the repo)."""
+    return Path(os.environ.get("ERNIE_DOC_SHARED", ROOT.parent / "shared"))
+
+
+def shared_path(*parts):
+    """A path under ../shared, or skip the test with the reason."""
+    path = shared_dir().joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (set ERNIE_DOC_SHARED to the shared folder)")
+    return path
+
+
+def tiny_config(**overrides):
+    from ernie_doc import ErnieDocConfig
+    values = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, vocab_size=60,
+                  max_position_embeddings=16, memory_len=4)
+    values.update(overrides)
+    return ErnieDocConfig(**values)
+
+
+def write(root, files):
+    """Write {relative path: str, bytes or JSON-able object} under root; return root."""
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        else:
+            path.write_text(json.dumps(content, ensure_ascii=False), encoding="utf-8")
+    return root
+
+
+def error(call, *parts):
+    """Run call(); it must raise a one-line DataError containing every part."""
+    from ernie_doc.data.document import DataError
+    with pytest.raises(DataError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message
+    for part in parts:
+        assert part in message, (part, message)
+    return message
+
+
+def launch_two_ranks(tmp_path, args, timeout=300):
+    """`fleetrun --nproc_per_node 2 ARGS` (paddle.distributed.launch without fleetrun) from
+    the repository root, worker logs in tmp_path/log → (completed process, the tail of every
+    worker's log, for assertion messages)."""
+    import subprocess
+    py = sys.executable
+    fleetrun = os.path.join(os.path.dirname(py), "fleetrun")
+    launcher = [fleetrun] if os.path.exists(fleetrun) else [py, "-m", "paddle.distributed.launch"]
+    log_dir = tmp_path / "log"
+    proc = subprocess.run([*launcher, "--nproc_per_node", "2", "--log_dir", str(log_dir),
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    logs = "".join((log_dir / name).read_text()[-2000:]
+                   for name in sorted(os.listdir(log_dir)) if name.startswith("workerlog")) \
+        if log_dir.exists() else ""
+    return proc, logs
+
+
+def assert_two_ranks_equal_one_process(dp, single):
+    """dp_worker.py outputs of two ranks (dp) and of one process on the union of their rows
+    (single): the ranks hold identical parameters, equal to the single process's, and their
+    memories are its rows 0..B−1 and B..2B−1 → the two train logs (lists of records)."""
+    p0, p1 = np.load(dp / "params-rank0.npz"), np.load(dp / "params-rank1.npz")
+    ps = np.load(single / "params-rank0.npz")
+    assert sorted(p0.files) == sorted(p1.files) == sorted(ps.files) and len(p0.files) > 5
+    for k in p0.files:
+        np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
+        np.testing.assert_allclose(p0[k], ps[k], rtol=1e-4, atol=2e-6, err_msg=k)
+    m0, m1 = np.load(dp / "memories-rank0.npy"), np.load(dp / "memories-rank1.npy")
+    ms = np.load(single / "memories-rank0.npy")
+    np.testing.assert_allclose(np.concatenate([m0, m1], axis=1), ms, rtol=1e-4, atol=1e-5)
+    logs = []
+    for run in (dp, single):
+        with open(run / "train_log.jsonl") as f:
+            logs.append([json.loads(line) for line in f])
+    return logs
