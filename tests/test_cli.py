@@ -102,7 +102,7 @@ def test_the_installed_package_brings_the_task_folders(tmp_path):
 
 
 def test_curves_without_matplotlib(tmp_path, monkeypatch, caplog):
-    from ernie_doc.training import logging as run_logging
+    from ernie_doc.training import runlog as run_logging
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib fails
     monkeypatch.setattr(run_logging, "_WARNED_NO_MATPLOTLIB", False)
     (tmp_path / "train_log.jsonl").write_text('{"step": 1, "loss": 1.0}\n')

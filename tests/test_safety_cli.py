@@ -220,7 +220,7 @@ def test_damage_before_the_last_line_is_an_error(stopped_run, capsys, content, w
 
 
 def test_read_jsonl_rules(tmp_path):
-    from ernie_doc.training.logging import read_jsonl
+    from ernie_doc.training.runlog import read_jsonl
     path = tmp_path / "eval_history.jsonl"
     path.write_text('{"split": "dev", "step": 1}\n\n{"split": "dev", "st')
     assert read_jsonl(path) == [{"split": "dev", "step": 1}]
@@ -229,7 +229,7 @@ def test_read_jsonl_rules(tmp_path):
         read_jsonl(path)
     assert read_jsonl(tmp_path / "none.jsonl") == []
     # --resume can check both logs before it writes anything
-    from ernie_doc.training.logging import check_run_logs
+    from ernie_doc.training.runlog import check_run_logs
     (tmp_path / "train_log.jsonl").write_text('{"step": 1}\n{"step": 2, "lo')
     path.write_text('{"split": "dev", "step": 1}\n')
     check_run_logs(tmp_path)                                   # a cut-short last line is fine

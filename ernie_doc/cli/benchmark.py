@@ -500,7 +500,7 @@ def run_pretraining(args, nproc):
     """One tools/pretrain.py run with `nproc` processes → its throughput dict."""
     import yaml
 
-    from ernie_doc.training.logging import read_jsonl
+    from ernie_doc.training.runlog import read_jsonl
     work = tempfile.mkdtemp(prefix=f"ernie-doc-bench-pretrain-n{nproc}-")
     cmd, env, log_dir, threads = pretrain_command(args, nproc, work)
     if nproc == 1:

@@ -33,8 +33,8 @@ from ernie_doc.training import checkpoint as ckpt
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training.config import missing_key
-from ernie_doc.training.logging import RunLog, logger, plot_curves, setup_logging
 from ernie_doc.training.optim import build_optimizer
+from ernie_doc.training.runlog import RunLog, logger, plot_curves, setup_logging
 from ernie_doc.training.tasks import build_task
 from ernie_doc.utils import atomic_write_text
 
@@ -244,7 +244,7 @@ class Trainer:
         """--resume: the latest checkpoint read and checked against the model (its weights
         restored) and the run's logs checked, before the run writes anything → (path,
         trainer state, this rank's arrays, optimizer state)."""
-        from ernie_doc.training.logging import check_run_logs
+        from ernie_doc.training.runlog import check_run_logs
         path = ckpt.latest_checkpoint(self.out)
         if path is None:
             raise ConfigError(f"--resume {self.out}: no checkpoint saved yet")
@@ -752,7 +752,7 @@ class Trainer:
         """A streamed train split (pretraining, language model): the final model
         (OUTPUT_DIR/final, a from_pretrained directory) and results.json: the training scalars
         averaged over the last tenth of the steps, and the last evaluation."""
-        from ernie_doc.training.logging import read_jsonl
+        from ernie_doc.training.runlog import read_jsonl
         records = read_jsonl(os.path.join(self.out, "train_log.jsonl")) if self.is_main else []
         tail = records[-max(1, len(records) // 10):]
         keys = sorted({k for r in tail for k in r if k not in ("step", "epoch")})
