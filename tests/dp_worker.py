@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from ernie_doc.training import distributed as dist  # noqa: E402
-from ernie_doc.training.config import load_config  # noqa: E402
+from ernie_doc.training.run_config import load_config  # noqa: E402
 from ernie_doc.training.trainer import Trainer  # noqa: E402
 
 out = sys.argv[1]

@@ -670,7 +670,7 @@ def test_optimizer_state_moves_between_models_with_other_generated_names(tmp_pat
     state is keyed by structured names, so a model built after other layers still loads it."""
     import paddle
 
-    from ernie_doc.training.checkpoint import load_optimizer_state, optimizer_state
+    from ernie_doc.training.state import load_optimizer_state, optimizer_state
 
     def build():
         paddle.seed(0)

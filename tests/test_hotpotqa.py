@@ -14,7 +14,7 @@ from test_tasks import COMMON, vocab_dir
 
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.tokenization.wordpiece import WordPieceTokenizer
-from ernie_doc.training.config import load_config
+from ernie_doc.training.run_config import load_config
 from ernie_doc.training.tasks import build_task
 
 WORDS = ["the", "cat", "sat", "a", "dog", "ran", "big", "red", "car", "who", "what", "is",

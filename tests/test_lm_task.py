@@ -18,7 +18,7 @@ from ernie_doc.data import DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.task import LMTrainStream, load_vocabulary
-from ernie_doc.training.config import load_config
+from ernie_doc.training.run_config import load_config
 from ernie_doc.training.trainer import run
 
 PY = sys.executable

@@ -156,7 +156,7 @@ def fixture_docs(rng, n, prefix, min_words=20, max_words=60):
 
 def build_openkp_task(data_dir, tokenizer):
     """The task of tasks/openkp/config.yaml set up for T = 12, stride 4."""
-    from ernie_doc.training.config import load_config
+    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.tasks import build_task
     cfg = load_config(str(ROOT / "tasks" / "openkp" / "config.yaml"), [f"data_dir={data_dir}"])
     task = build_task(cfg)

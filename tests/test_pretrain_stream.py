@@ -16,7 +16,7 @@ from ernie_doc.pretraining.corpus import CorpusDocument, iter_documents
 from ernie_doc.pretraining.objectives import _num_to_mask, restore_document
 from ernie_doc.pretraining.stream import StreamSplit, shuffled
 from ernie_doc.tokenization import load_tokenizer
-from ernie_doc.training.config import load_config
+from ernie_doc.training.run_config import load_config
 from ernie_doc.training.tasks import build_task
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "

@@ -19,7 +19,7 @@ from ernie_doc.checkpoint import io, safe_pickle
 from ernie_doc.checkpoint.io import CheckpointError
 from ernie_doc.checkpoint.lodtensor import write_lodtensor
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.training import checkpoint as ckpt
+from ernie_doc.training import state as ckpt
 
 
 # == fixtures =====================================================================================

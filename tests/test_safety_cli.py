@@ -111,7 +111,7 @@ def test_output_dir_under_a_file_is_one_line(tmp_path, capsys):
 def test_failed_checkpoint_write_is_one_line(tmp_path, capsys, monkeypatch, raised, message):
     """A full disk or read-only filesystem under a checkpoint save (paddle, numpy and
     safetensors raise without naming the file): one line naming OUTPUT_DIR, exit 2."""
-    from ernie_doc.training import checkpoint
+    from ernie_doc.training import state as checkpoint
     out = tmp_path / "run"
     if raised == "safetensors":
         import safetensors
@@ -128,7 +128,7 @@ def test_failed_checkpoint_write_is_one_line(tmp_path, capsys, monkeypatch, rais
 
 
 def test_debug_shows_the_traceback_and_a_bug_keeps_it(tmp_path, monkeypatch):
-    from ernie_doc.training import checkpoint
+    from ernie_doc.training import state as checkpoint
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, ENOSPC)

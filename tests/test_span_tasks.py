@@ -313,7 +313,7 @@ def test_group_steps_share_windows_and_reset_together():
     from ernie_doc.data.schedule import epoch_schedule
     from ernie_doc.data.segment import reading_passes
     from ernie_doc.training.choice import MultipleChoiceTask
-    from ernie_doc.training.config import load_config
+    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.trainer import Split
 
     class Reader:

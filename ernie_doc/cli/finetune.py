@@ -66,8 +66,8 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
     from ernie_doc.config import ConfigError
     from ernie_doc.data import DataError
     from ernie_doc.tokenization import TokenizerError
-    from ernie_doc.training.checkpoint import CheckpointStateError
-    from ernie_doc.training.config import load_config
+    from ernie_doc.training.run_config import load_config
+    from ernie_doc.training.state import CheckpointStateError
     from ernie_doc.training.trainer import RUN_CONFIG, TrainingError, run
     from ernie_doc.utils import exit_on_user_error, write_error_types
     expected = (ConfigError, DataError, CheckpointError, CheckpointStateError,

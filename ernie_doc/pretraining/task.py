@@ -27,7 +27,7 @@ from ernie_doc.pretraining import corpus
 from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,
                                               tokenizer_special_ids, wordpiece_word_starts)
 from ernie_doc.training import distributed as dist
-from ernie_doc.training.config import missing_key
+from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.tasks import Task
 
 # options of the corpus (config `reader`) and of the objectives (config `task_options`)

@@ -21,7 +21,7 @@ from ernie_doc.data.document import NotSet
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
-from ernie_doc.training.config import missing_key
+from ernie_doc.training.run_config import missing_key
 
 
 def truncate_tokens(tokens, limit: int):

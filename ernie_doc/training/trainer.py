@@ -29,11 +29,11 @@ from ernie_doc.data import DataError
 from ernie_doc.data.collate import collate
 from ernie_doc.data.schedule import epoch_schedule
 from ernie_doc.data.segment import reading_passes, step_members
-from ernie_doc.training import checkpoint as ckpt
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
-from ernie_doc.training.config import missing_key
+from ernie_doc.training import state as ckpt
 from ernie_doc.training.optim import build_optimizer
+from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.runlog import RunLog, logger, plot_curves, setup_logging
 from ernie_doc.training.tasks import build_task
 from ernie_doc.utils import atomic_write_text

@@ -49,7 +49,7 @@ from ernie_doc.data.document import read_lines, require_file
 from ernie_doc.data.segment import Segment, step_members, windows
 from ernie_doc.data.span import best_spans, max_context_flags, tokenize_with_offsets
 from ernie_doc.metrics import hotpot
-from ernie_doc.training.config import missing_key
+from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.runlog import logger
 from ernie_doc.training.span import NEG, span_nll
 from ernie_doc.training.tasks import Task, masked_mean
