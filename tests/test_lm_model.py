@@ -3,8 +3,8 @@ import numpy as np
 import paddle
 import pytest
 
-from ernie_doc.lm.model import (TransformerXLConfig, TransformerXLLM, causal_mask, rel_shift,
-                                sega_dims)
+from ernie_doc.lm.model import (TransformerXLConfig, TransformerXLLM, causal_mask,
+                                pad_reshape_rel_shift, sega_dims)
 from ernie_doc.modeling.memory import memory_source, update_memory
 
 V, D, H, DH = 30, 24, 2, 6          # d_model 24 → Segatron dims 8, 8, 8
@@ -127,11 +127,11 @@ def test_config_cross_field_errors():
 
 
 # ----------------------------------------------------------------------- shift, mask, scores
-def test_rel_shift_is_transformer_xl_shift():
+def test_pad_reshape_rel_shift_is_transformer_xl_shift():
     rng = np.random.RandomState(0)
     T, K = 4, 7
     x = rng.standard_normal([2, 3, T, K]).astype("float32")
-    got = rel_shift(paddle.to_tensor(x)).numpy()
+    got = pad_reshape_rel_shift(paddle.to_tensor(x)).numpy()
     # Transformer-XL's algorithm, literally: zero column on the left, view, drop a row, view.
     padded = np.concatenate([np.zeros([2, 3, T, 1], "float32"), x], axis=-1)
     want = padded.reshape(2, 3, K + 1, T)[:, :, 1:].reshape(2, 3, T, K)
@@ -160,7 +160,7 @@ def test_causal_and_same_length_masks(T, M, mem_len):
 @pytest.mark.parametrize("same_length,clamp_len", [(False, -1), (True, -1), (False, 3),
                                                    (True, 2)])
 def test_scores_equal_direct_relative_computation(same_length, clamp_len):
-    """rel_shift(q·R) equals q_i·r(distance(i, j)) for every allowed pair, with memory."""
+    """The shift of q·R equals q_i·r(distance(i, j)) for every allowed pair, with memory."""
     model = make_model(same_length=same_length, clamp_len=clamp_len, mem_len=4)
     rng = np.random.RandomState(1)
     T, M = 5, 4

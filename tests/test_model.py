@@ -5,7 +5,7 @@ import pytest
 from helpers import tiny_config
 
 from ernie_doc import ErnieDocConfig, ErnieDocModel
-from ernie_doc.modeling.attention import rel_shift, relative_position_ids
+from ernie_doc.modeling.attention import gather_rel_shift, relative_position_ids
 from ernie_doc.reference import PaddleNLPReference, official_position_ids
 
 
@@ -95,11 +95,11 @@ def test_official_position_ids_and_rel_shift():
     assert relative_position_ids(8, 3, 8, "pretrained").numpy().tolist() == ids.tolist()
     short = relative_position_ids(4, 3, 8, "pretrained").numpy()
     assert short.tolist() == [14, 13, 12, 11, 10, 9, 8, 0, 1, 2, 3]
-    # rel_shift: out[a, b] = x[a, b + T - a]
+    # gather_rel_shift: out[a, b] = x[a, b + T - a]
     t, m = 4, 3
     r = 2 * t + m
     x = paddle.arange(2 * 1 * t * r, dtype="float32").reshape([2, 1, t, r])
-    y = rel_shift(x, t + m).numpy()
+    y = gather_rel_shift(x, t + m).numpy()
     xn = x.numpy()
     for a in range(t):
         for b in range(t + m):
@@ -107,13 +107,13 @@ def test_official_position_ids_and_rel_shift():
 
 
 def test_relative_row_is_a_function_of_distance():
-    """Through rel_shift, query a / key b (key index over [memory; segment]) uses table row
+    """Through gather_rel_shift, query a / key b (key index over [memory; segment]) uses table row
     −δ for δ ≤ 0 and P−1+δ for δ ≥ 1, δ = (M+a) − b (official `ernie-doc/`
     reader/batching.py get_related_pos)."""
     t, m, p = 6, 3, 8
     ids = relative_position_ids(t, m, p).numpy().astype("float32")
     raw = paddle.to_tensor(np.broadcast_to(ids, (1, 1, t, 2 * t + m)).copy())
-    rows = rel_shift(raw, t + m).numpy()[0, 0]
+    rows = gather_rel_shift(raw, t + m).numpy()[0, 0]
     for a in range(t):
         for b in range(t + m):
             delta = m + a - b

@@ -15,6 +15,7 @@ With div_val == 1 there is one table [V, d_embed] (cluster i is a row slice of i
 softmax side, one projection per cluster; both sides have projections only if d_embed != d_model.
 """
 import operator
+from typing import List, Sequence, Tuple, Union
 
 import paddle
 import paddle.nn as nn
@@ -33,7 +34,8 @@ def _positive_int(value, name):
     return value
 
 
-def cluster_layout(vocab_size, d_embed, d_model, cutoffs, div_val):
+def cluster_layout(vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
+                   div_val: int) -> Tuple[int, int, int, List[int], int, List[int], List[int]]:
     """Validate the arguments shared by both layers.
 
     Returns (vocab_size, d_embed, d_model, cutoffs list, div_val, cutoff_ends, dims) where
@@ -86,7 +88,7 @@ def _share(plist, i, param):
         raise RuntimeError("paddle did not share the parameter (ParameterList semantics changed)")
 
 
-def log_softmax(x):
+def log_softmax(x: paddle.Tensor) -> paddle.Tensor:
     """log_softmax over the last axis as x − logsumexp(x). paddle's CPU log_softmax kernel
     takes time quadratic in the axis size (17 s forward for [1024, 12891] on one core,
     against 0.1 s this way), which made every adaptive-softmax cluster the bottleneck."""
@@ -103,11 +105,11 @@ class _Adaptive(nn.Layer):
                                                        div_val)
 
     @property
-    def n_clusters(self):
+    def n_clusters(self) -> int:
         """Head (shortlist) + tail clusters."""
         return len(self.cutoffs) + 1
 
-    def table_shapes(self):
+    def table_shapes(self) -> List[List[int]]:
         """Shapes of the word tables: one [V, d_embed] if div_val == 1, else [n_i, d_i] per
         cluster (the embedding's and the softmax's are the same, so they can be tied)."""
         if self.div_val == 1:
@@ -121,7 +123,7 @@ class _Adaptive(nn.Layer):
             return weights[0][self.cutoff_ends[i]:self.cutoff_ends[i + 1]]
         return weights[i]
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, d_embed={self.d_embed}, d_model={self.d_model}, "
                 f"cutoffs={self.cutoffs}, div_val={self.div_val}")
 
@@ -138,8 +140,8 @@ class AdaptiveEmbedding(_Adaptive):
     d_embed != d_model; none otherwise).
     """
 
-    def __init__(self, vocab_size, d_embed, d_model, cutoffs, div_val=1, init_std=0.02,
-                 proj_init_std=0.01):
+    def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
+                 div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):
         super().__init__(vocab_size, d_embed, d_model, cutoffs, div_val)
         self.emb_scale = self.d_model ** 0.5
         shapes = self.table_shapes()
@@ -152,7 +154,7 @@ class AdaptiveEmbedding(_Adaptive):
             self.create_parameter([self.dims[i], self.d_model], attr=_normal(proj_init_std))
             for i in range(n_projs)])
 
-    def forward(self, ids):
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         if self.div_val == 1:
             # One table: the clusters only matter to the softmax.
             out = F.embedding(ids, self.emb_weights[0])
@@ -198,8 +200,8 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
     Tie to an AdaptiveEmbedding with `tie_to`.
     """
 
-    def __init__(self, vocab_size, d_embed, d_model, cutoffs, div_val=1, init_std=0.02,
-                 proj_init_std=0.01):
+    def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
+                 div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):
         super().__init__(vocab_size, d_embed, d_model, cutoffs, div_val)
         self.shortlist_size = self.cutoff_ends[1]
         self.n_tail = len(self.cutoffs)
@@ -223,7 +225,9 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
                                                       is_bias=True)
 
     # ---------------------------------------------------------------------------- tying
-    def tie_to(self, embedding, tie_weight=True, tie_projs=None):
+    def tie_to(self, embedding: AdaptiveEmbedding, tie_weight: bool = True,
+               tie_projs: Union[None, bool, Sequence[bool]] = None
+               ) -> "ProjectedAdaptiveLogSoftmax":
         """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry).
 
         tie_weight: the output tables become the embedding tables (the biases stay own).
@@ -277,7 +281,7 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
             raise ValueError(f"hidden must end with d_model={self.d_model}, got {hidden.shape}")
         return hidden.reshape([-1, self.d_model])
 
-    def log_prob(self, hidden):
+    def log_prob(self, hidden: paddle.Tensor) -> paddle.Tensor:
         """hidden [..., d_model] → log-probabilities [..., V] (each row sums to 1 in prob)."""
         lead = list(hidden.shape[:-1])
         flat = self._flatten(hidden)
@@ -289,7 +293,7 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
         out = paddle.concat(parts, axis=-1) if len(parts) > 1 else parts[0]
         return out.reshape(lead + [self.vocab_size])
 
-    def forward(self, hidden, target):
+    def forward(self, hidden: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:
         """hidden [..., d_model], target [...] → nll [...] = -log p(target | hidden), in order."""
         lead = list(hidden.shape[:-1])
         if list(target.shape) != lead:

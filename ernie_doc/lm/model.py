@@ -23,7 +23,7 @@ sqrt(d_model)), dropout, n_layer decoder layers, dropout, ProjectedAdaptiveLogSo
 the embedding (tie_weight / tie_projs). A layer is relative partial-learnable attention
 (fused bias-free qkv_net on [memory; segment], r_net on the sinusoid encoding of distances
 klen-1 ... 0, learned r_w_bias / r_r_bias [n_head, d_head] shared by the layers unless
-untie_r, score = ((q + r_w_bias)·k + rel_shift((q + r_r_bias)·r)) / sqrt(d_head), causal mask,
+untie_r, score = ((q + r_w_bias)·k + shift((q + r_r_bias)·r)) / sqrt(d_head), causal mask,
 softmax, dropatt, o_net, dropout, post-LN residual unless pre_lnorm) and a position-wise FF
 (Linear, ReLU, Dropout, Linear, Dropout, post-LN residual unless pre_lnorm). As in Transformer-XL
 there is no final LayerNorm, even with pre_lnorm. Parameter names follow Transformer-XL's
@@ -55,7 +55,7 @@ describe Segatron-XL's and flag it as an approximation; config.sega_relative pic
   projected table of distances 0 ... N−1 and gathers. Query i depends on nothing after it
   (tokens or positions).
 * "segatron": bit-parity with Segatron-XL: per batch row, R[k] = PE(max(window) − window[k])
-  for the window [memory; segment], clamped by clamp_len, then the same rel_shift, so query i
+  for the window [memory; segment], clamped by clamp_len, then the same shift, so query i
   reads key j through R[j + T − 1 − i]. Exact for the token part, but the sentence/paragraph
   parts are measured from the window's last token and shifted: query i then depends on the
   *positions* (not the tokens) of later tokens of its segment, i.e. future sentence boundaries
@@ -70,7 +70,7 @@ import math
 import operator
 import os
 from collections import namedtuple
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import paddle
@@ -82,8 +82,8 @@ from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
 
-__all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "rel_shift", "causal_mask",
-           "sinusoid", "sega_dims", "LM_PRESETS", "load_lm_config"]
+__all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "pad_reshape_rel_shift",
+           "causal_mask", "sinusoid", "sega_dims", "LM_PRESETS", "load_lm_config"]
 
 RECURRENCES = ("enhanced", "xl", "none")
 SEGA_RELATIVE = ("exact", "segatron")
@@ -101,6 +101,9 @@ LM_PRESETS = {
 }
 
 LMOutput = namedtuple("LMOutput", ["nll", "log_probs", "memories", "hidden", "memory_positions"])
+# The position term (TransformerXLLM.relative_encoding): ("shared", R [K, d_model]),
+# ("batch", R [B, K, d_model]) or ("exact", tables [N, d_c] x3, indices [B, n, T, K] x3).
+Rel = Tuple[Any, ...]
 
 
 # ------------------------------------------------------------------------------------ config
@@ -173,7 +176,7 @@ class TransformerXLConfig:
             raise ValueError(f"{key} must be in [{low}, {high}{bracket}, got {value}")
         return value
 
-    def validate(self):
+    def validate(self) -> "TransformerXLConfig":
         """Check and normalise every field (cutoffs → list of int, tie_projs → list of bool)."""
         for key in ("n_layer", "d_model", "n_head", "d_head", "d_inner", "vocab_size",
                     "div_val", "tgt_len"):
@@ -228,15 +231,15 @@ class TransformerXLConfig:
         return self
 
     @property
-    def embed_dim(self):
+    def embed_dim(self) -> int:
         return self.d_model if self.d_embed is None else self.d_embed
 
     # -- (de)serialisation -------------------------------------------------------------------
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: Dict[str, Any]) -> "TransformerXLConfig":
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -245,7 +248,8 @@ class TransformerXLConfig:
         return cls(**dict(values))
 
 
-def load_lm_config(source=None, **overrides):
+def load_lm_config(source: Union[None, str, Dict[str, Any]] = None,
+                   **overrides: Any) -> TransformerXLConfig:
     """A preset name (LM_PRESETS), a JSON file, a saved model directory or a dict (None: the
     defaults), with `overrides` on top → TransformerXLConfig."""
     path = None
@@ -271,27 +275,29 @@ def load_lm_config(source=None, **overrides):
 
 
 # ------------------------------------------------------------------------------ functions
-def sega_dims(d_model):
+def sega_dims(d_model: int) -> Tuple[int, int, int]:
     """Segatron's split of d_model into (token, sentence, paragraph) encoding dims."""
     d_t = d_model // 3 + (d_model // 3) % 2
     return d_t, d_t, d_model - 2 * d_t
 
 
-def sinusoid(pos, dim):
+def sinusoid(pos: paddle.Tensor, dim: int) -> paddle.Tensor:
     """pos [...] float → [..., dim]: [sin(pos·f), cos(pos·f)], f_i = 1/10000^(2i/dim)."""
     inv_freq = 1.0 / (10000.0 ** (paddle.arange(0, dim, 2, dtype="float32") / dim))
     angle = pos.astype("float32").unsqueeze(-1) * inv_freq
     return paddle.concat([paddle.sin(angle), paddle.cos(angle)], axis=-1)
 
 
-def rel_shift(x):
-    """Transformer-XL's shift of x [..., T, K] (column c = distance K−1−c):
+def pad_reshape_rel_shift(x: paddle.Tensor) -> paddle.Tensor:
+    """Transformer-XL's relative shift of x [..., T, K] (column c = distance K−1−c), same shape:
     out[..., i, j] = x[..., i, j + T − 1 − i] wherever j ≤ K − T + i (the causal keys);
     the entries above that diagonal are junk, to be masked.
 
-    Pad a zero column on the left, view [K+1, T], drop the first row, view [T, K]. (The
-    encoder's `ernie_doc.modeling.attention.rel_shift` agrees on the causal keys but puts
-    other junk above the diagonal, so this is kept separate.)
+    Pad a zero column on the left, view [K+1, T], drop the first row, view [T, K]. The
+    encoder's `ernie_doc.modeling.attention.gather_rel_shift` is one gather of flat indices
+    instead (faster on CPU, and exact everywhere since the encoder attends to every key); on
+    the causal keys the two agree, above the diagonal they leave different junk, so the LM
+    keeps Transformer-XL's own form.
     """
     lead, (t, k) = list(x.shape[:-2]), list(x.shape[-2:])
     zero = paddle.zeros(lead + [t, 1], dtype=x.dtype)
@@ -299,7 +305,7 @@ def rel_shift(x):
     return padded[..., 1:, :].reshape(lead + [t, k])
 
 
-def causal_mask(qlen, mlen, mem_len, same_length):
+def causal_mask(qlen: int, mlen: int, mem_len: int, same_length: bool) -> paddle.Tensor:
     """Allowed (query i, key j) pairs over [memory (mlen); segment (qlen)] → bool [qlen, klen]."""
     klen = mlen + qlen
     i = paddle.arange(qlen, dtype="int64").unsqueeze(1)
@@ -320,7 +326,9 @@ def _zeros():
     return paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
 
 
-def _shape(t):
+def _shape_list(t: paddle.Tensor) -> List[int]:
+    """t.shape as a list, entries as paddle gives them: for expand() targets and messages
+    (the encoder's `_int_shape` casts every entry to a Python int for its input checks)."""
     return list(t.shape)
 
 
@@ -330,7 +338,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Layer):
     TransformerXLLM.relative_encoding): ("shared", R [K, d]), ("batch", R [B, K, d]) or
     ("exact", tables [N, d_c] ×3, indices [B, n_head, T, K] ×3)."""
 
-    def __init__(self, c):
+    def __init__(self, c: TransformerXLConfig):
         super().__init__()
         self.n_head, self.d_head, self.d_model = c.n_head, c.d_head, c.d_model
         inner = c.n_head * c.d_head
@@ -362,11 +370,11 @@ class RelPartialLearnableMultiHeadAttn(nn.Layer):
         if kind == "shared":
             r = self._table(rel[1])
             # Expanded rather than a broadcasting matmul (whose gradient fails on 3.3.1 CPU).
-            r = r.unsqueeze(0).expand([batch] + _shape(r))
-            return rel_shift(paddle.matmul(q_r, r, transpose_y=True))
+            r = r.unsqueeze(0).expand([batch] + _shape_list(r))
+            return pad_reshape_rel_shift(paddle.matmul(q_r, r, transpose_y=True))
         if kind == "batch":
             r = self._heads(self.r_net(rel[1]))                        # [B, n, K, d]
-            return rel_shift(paddle.matmul(q_r, r, transpose_y=True))
+            return pad_reshape_rel_shift(paddle.matmul(q_r, r, transpose_y=True))
         # exact: r_net(concat_c PE_c) = Σ_c PE_c @ W[rows of c] (r_net has no bias).
         tables, indices = rel[1], rel[2]
         out, start = None, 0
@@ -374,14 +382,16 @@ class RelPartialLearnableMultiHeadAttn(nn.Layer):
             dim = table.shape[-1]
             proj = paddle.matmul(table, self.r_net.weight[start:start + dim])
             proj = proj.reshape([table.shape[0], self.n_head, self.d_head]).transpose([1, 0, 2])
-            proj = proj.unsqueeze(0).expand([batch] + _shape(proj))
+            proj = proj.unsqueeze(0).expand([batch] + _shape_list(proj))
             score = paddle.take_along_axis(paddle.matmul(q_r, proj, transpose_y=True), index,
                                            axis=-1)
             out = score if out is None else out + score
             start += dim
         return out
 
-    def attention_scores(self, h, mem, rel, r_w_bias, r_r_bias, mask_bias):
+    def attention_scores(self, h: paddle.Tensor, mem: Optional[paddle.Tensor], rel: Rel,
+                         r_w_bias: paddle.Tensor, r_r_bias: paddle.Tensor,
+                         mask_bias: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
         """Masked, scaled scores [B, n, T, K] and values [B, n, K, d]."""
         cat = h if mem is None else paddle.concat([mem, h], axis=1)
         if self.pre_lnorm:
@@ -394,7 +404,11 @@ class RelPartialLearnableMultiHeadAttn(nn.Layer):
         bd = self._position_scores(q + r_r_bias.unsqueeze(1), rel)
         return (ac + bd) * self.scale + mask_bias, v
 
-    def forward(self, h, mem, rel, r_w_bias, r_r_bias, mask_bias):
+    def forward(self, h: paddle.Tensor, mem: Optional[paddle.Tensor], rel: Rel,
+                r_w_bias: paddle.Tensor, r_r_bias: paddle.Tensor,
+                mask_bias: paddle.Tensor) -> paddle.Tensor:
+        """h [B, T, d_model], mem [B, M, d_model] or None, r_*_bias [n, d], mask_bias [T, K]
+        → [B, T, d_model]."""
         score, v = self.attention_scores(h, mem, rel, r_w_bias, r_r_bias, mask_bias)
         prob = self.dropatt(F.softmax(score, axis=-1))
         vec = paddle.matmul(prob, v).transpose([0, 2, 1, 3])
@@ -404,7 +418,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Layer):
 
 
 class PositionwiseFF(nn.Layer):
-    def __init__(self, c):
+    def __init__(self, c: TransformerXLConfig):
         super().__init__()
         self.CoreNet = nn.Sequential(
             nn.Linear(c.d_model, c.d_inner, weight_attr=_normal(c.init_std), bias_attr=_zeros()),
@@ -415,19 +429,23 @@ class PositionwiseFF(nn.Layer):
                                        bias_attr=_zeros())
         self.pre_lnorm = c.pre_lnorm
 
-    def forward(self, x):
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        """[B, T, d_model] → [B, T, d_model]."""
         if self.pre_lnorm:
             return x + self.CoreNet(self.layer_norm(x))
         return self.layer_norm(x + self.CoreNet(x))
 
 
 class RelPartialLearnableDecoderLayer(nn.Layer):
-    def __init__(self, c):
+    def __init__(self, c: TransformerXLConfig):
         super().__init__()
         self.dec_attn = RelPartialLearnableMultiHeadAttn(c)
         self.pos_ff = PositionwiseFF(c)
 
-    def forward(self, h, mem, rel, r_w_bias, r_r_bias, mask_bias):
+    def forward(self, h: paddle.Tensor, mem: Optional[paddle.Tensor], rel: Rel,
+                r_w_bias: paddle.Tensor, r_r_bias: paddle.Tensor,
+                mask_bias: paddle.Tensor) -> paddle.Tensor:
+        """As RelPartialLearnableMultiHeadAttn.forward, then the feed-forward."""
         return self.pos_ff(self.dec_attn(h, mem, rel, r_w_bias, r_r_bias, mask_bias))
 
 
@@ -435,7 +453,7 @@ class RelPartialLearnableDecoderLayer(nn.Layer):
 class TransformerXLLM(nn.Layer):
     """The language model; see the module docstring for forward's contract."""
 
-    def __init__(self, config):
+    def __init__(self, config: Union[TransformerXLConfig, Dict[str, Any]]):
         super().__init__()
         if isinstance(config, dict):
             config = TransformerXLConfig.from_dict(config)
@@ -463,7 +481,7 @@ class TransformerXLLM(nn.Layer):
         self.crit.tie_to(self.word_emb, tie_weight=c.tie_weight, tie_projs=c.tie_projs)
 
     # -- weights ---------------------------------------------------------------------------
-    def save_pretrained(self, directory):
+    def save_pretrained(self, directory: str) -> str:
         """directory/lm_config.json + model.safetensors (the state_dict; no pickle), each
         written atomically; other files, e.g. the vocabulary, are kept → directory."""
         from safetensors.numpy import save_file
@@ -476,7 +494,8 @@ class TransformerXLLM(nn.Layer):
         return directory
 
     @classmethod
-    def from_pretrained(cls, directory, **overrides):
+    def from_pretrained(cls, directory: Union[str, "os.PathLike[str]"],
+                        **overrides: Any) -> "TransformerXLLM":
         """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
         mem_len or recurrence, replace the saved ones). Reads model.safetensors, or the
         model_state.pdparams of earlier versions through the restricted unpickler
@@ -523,11 +542,11 @@ class TransformerXLLM(nn.Layer):
         return model
 
     @property
-    def uses_memory(self):
+    def uses_memory(self) -> bool:
         return self.config.recurrence != "none" and self.config.mem_len > 0
 
     # -- pieces (public for tests and tools) -------------------------------------------------
-    def attention_bias(self, qlen, mlen):
+    def attention_bias(self, qlen: int, mlen: int) -> paddle.Tensor:
         """Additive mask [T, K]: 0 where allowed, −1e30 elsewhere."""
         allowed = causal_mask(qlen, mlen, self.config.mem_len, self.config.same_length)
         return (allowed.astype("float32") - 1.0) * MASK_VALUE
@@ -536,7 +555,8 @@ class TransformerXLLM(nn.Layer):
         clamp = self.config.clamp_len
         return paddle.clip(dist, max=clamp) if clamp > 0 else dist
 
-    def relative_encoding(self, qlen, mlen, positions=None, memory_positions=None):
+    def relative_encoding(self, qlen: int, mlen: int, positions: Optional[paddle.Tensor] = None,
+                          memory_positions: Optional[paddle.Tensor] = None) -> Rel:
         """The position term every layer uses (before dropout), see RelPartialLearnable...Attn.
         positions [3, B, T] / memory_positions [3, B, M] int (Segatron only)."""
         c = self.config
@@ -561,7 +581,8 @@ class TransformerXLLM(nn.Layer):
         for row, k in order:
             dist = positions[row].unsqueeze(2) - window[row].unsqueeze(1)   # [B, T, K]
             dist = paddle.clip(dist, min=0, max=size - 1)
-            index = dist.unsqueeze(1).expand([dist.shape[0], c.n_head] + _shape(dist)[1:])
+            index = dist.unsqueeze(1).expand([dist.shape[0], c.n_head]
+                                             + _shape_list(dist)[1:])
             tables.append(sinusoid(table_pos, dims[k]))
             indices.append(index)
         return ("exact", tables, indices)
@@ -581,8 +602,8 @@ class TransformerXLLM(nn.Layer):
         c = self.config
         if len(input_ids.shape) != 2 or input_ids.dtype not in (paddle.int64, paddle.int32):
             raise ValueError(f"input_ids must be an int [batch, seq_len] tensor, got "
-                             f"{input_ids.dtype} {_shape(input_ids)}")
-        batch, seg_len = _shape(input_ids)
+                             f"{input_ids.dtype} {_shape_list(input_ids)}")
+        batch, seg_len = _shape_list(input_ids)
         if seg_len < 1:
             raise ValueError("input_ids has seq_len 0")
         lo, hi = int(input_ids.min()), int(input_ids.max())
@@ -593,7 +614,7 @@ class TransformerXLLM(nn.Layer):
             if (len(target.shape) != 2 or target.shape[0] != batch
                     or not 1 <= target.shape[1] <= seg_len):
                 raise ValueError(f"target must be [batch, T'] with 1 <= T' <= seq_len "
-                                 f"(= {seg_len}), got {_shape(target)}")
+                                 f"(= {seg_len}), got {_shape_list(target)}")
             lo, hi = int(target.min()), int(target.max())
             if lo < 0 or hi >= c.vocab_size:
                 raise ValueError(f"target values must be in [0, {c.vocab_size}), got min {lo} "
@@ -604,9 +625,9 @@ class TransformerXLLM(nn.Layer):
                 raise ValueError("positions [3, batch, seq_len] (paragraph, sentence, token "
                                  "running counters) are required when config.segment_positions"
                                  " is True")
-            if _shape(positions) != [3, batch, seg_len]:
+            if _shape_list(positions) != [3, batch, seg_len]:
                 raise ValueError(f"positions must be [3, batch, seq_len] = {[3, batch, seg_len]}"
-                                 f", got {_shape(positions)}")
+                                 f", got {_shape_list(positions)}")
             if seg_len > 1 and not bool((positions[:, :, 1:] >= positions[:, :, :-1]).all()):
                 raise ValueError("positions must be Segatron's global running counters, "
                                  "non-decreasing along time (sega_positions(..., "
@@ -623,24 +644,30 @@ class TransformerXLLM(nn.Layer):
         if len(memories) != c.n_layer:
             raise ValueError(f"memories must hold n_layer = {c.n_layer} tensors, got "
                              f"{len(memories)}")
-        mem_shape = _shape(memories[0])
+        mem_shape = _shape_list(memories[0])
         for m in memories:
-            if len(m.shape) != 3 or _shape(m)[0] != batch or _shape(m)[2] != c.d_model \
-                    or _shape(m) != mem_shape:
+            if len(m.shape) != 3 or _shape_list(m)[0] != batch \
+                    or _shape_list(m)[2] != c.d_model or _shape_list(m) != mem_shape:
                 raise ValueError(f"memories must be [n_layer, batch, M, d_model] = "
                                  f"[{c.n_layer}, {batch}, M, {c.d_model}], got a layer "
-                                 f"{_shape(m)}")
+                                 f"{_shape_list(m)}")
         if c.segment_positions and mem_shape[1] > 0:
             if memory_positions is None:
                 raise ValueError("memory_positions [3, batch, M] are required with memories "
                                  "when config.segment_positions is True (out.memory_positions)")
-            if _shape(memory_positions) != [3, batch, mem_shape[1]]:
+            if _shape_list(memory_positions) != [3, batch, mem_shape[1]]:
                 raise ValueError(f"memory_positions must be [3, batch, M] = "
-                                 f"{[3, batch, mem_shape[1]]}, got {_shape(memory_positions)}")
+                                 f"{[3, batch, mem_shape[1]]}, got "
+                                 f"{_shape_list(memory_positions)}")
 
     # -- forward -----------------------------------------------------------------------------
-    def forward(self, input_ids, target=None, memories=None, reset_memory=None, positions=None,
-                memory_positions=None, return_log_probs=False):
+    def forward(self, input_ids: paddle.Tensor, target: Optional[paddle.Tensor] = None,
+                memories: Union[None, paddle.Tensor, Sequence[paddle.Tensor]] = None,
+                reset_memory: Optional[paddle.Tensor] = None,
+                positions: Optional[paddle.Tensor] = None,
+                memory_positions: Optional[paddle.Tensor] = None,
+                return_log_probs: bool = False) -> LMOutput:
+        """The contract is the module docstring's: input_ids [B, T] … → LMOutput."""
         c = self.config
         if paddle.in_dynamic_mode():
             self._check(input_ids, target, memories, reset_memory, positions, memory_positions)

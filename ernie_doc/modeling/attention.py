@@ -8,11 +8,16 @@ Scores per head, with s = d^-0.5 and keys j over [memory; segment]:
 u, v, t are the r_w / r_r / r_t biases, R the projected relative-position rows, T_j the
 projected task embedding of key j. The first and third terms are computed as one product,
 s(q_a + u)·(k_j + T_j) + s(t − u)·T_j, which needs no score tensor for the task term; the
-position term goes through the XLNet rel_shift. Equal to the official sum up to fp32 rounding.
+position term goes through gather_rel_shift (XLNet's relative shift, done as one gather).
+Equal to the official sum up to fp32 rounding.
 """
+from typing import Optional, Tuple
+
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
+
+from ernie_doc.config import ErnieDocConfig
 
 MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
 # Queries are processed in blocks of this many rows: a block of s queries needs only K+s−1
@@ -20,11 +25,13 @@ MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
 QUERY_BLOCK = 256
 
 
-def truncated_normal(std):
+def truncated_normal(std: float) -> paddle.ParamAttr:
+    """The official initializer: a normal(0, std) cut at two standard deviations."""
     return paddle.ParamAttr(initializer=nn.initializer.TruncatedNormal(mean=0.0, std=std))
 
 
-def relative_position_ids(seg_len, mem_len, max_position, mapping="pretrained"):
+def relative_position_ids(seg_len: int, mem_len: int, max_position: int,
+                          mapping: str = "pretrained") -> paddle.Tensor:
     """Row of the position table for each column of the raw position score, [2T+M] int64.
 
     Column c stands for the distance δ = M + T − c (query minus key). Past keys (δ ≥ 1) use row
@@ -37,12 +44,17 @@ def relative_position_ids(seg_len, mem_len, max_position, mapping="pretrained"):
     return paddle.concat([past, future])
 
 
-def rel_shift(x, key_len, offset=None):
-    """[B, n, T, W] → [B, n, T, key_len] with out[a, b] = x[a, b + offset − a].
+def gather_rel_shift(x: paddle.Tensor, key_len: int,
+                     offset: Optional[int] = None) -> paddle.Tensor:
+    """The encoder's relative shift, as one gather: [B, n, T, W] → [B, n, T, key_len] with
+    out[a, b] = x[a, b + offset − a].
 
-    offset = T is the official XLNet-style reshape/slice of the full [T, 2T+M] score. Done as
-    one gather of flat indices offset + a(W−1) + b: the strided slice copy is several times
-    slower on CPU.
+    offset = T reproduces the official XLNet-style reshape/slice of the full [T, 2T+M] score
+    exactly, every entry (the encoder masks nothing by position, so all of them are read).
+    Done as one gather of flat indices offset + a(W−1) + b: the strided slice copy is several
+    times slower on CPU. The language model's `ernie_doc.lm.model.pad_reshape_rel_shift` is
+    Transformer-XL's pad-a-zero-column-and-reshape shift instead: the same on the causal keys
+    but with other junk above the diagonal, which its causal mask hides.
     """
     t, w = x.shape[2], x.shape[3]
     offset = t if offset is None else offset
@@ -55,7 +67,9 @@ def rel_shift(x, key_len, offset=None):
 class RelativeMultiHeadAttention(nn.Layer):
     """Attention of one layer. Names follow PaddleNLP (`q_proj` … `out_proj`, `r_*_bias`)."""
 
-    def __init__(self, config, shared_biases=None):
+    def __init__(self, config: ErnieDocConfig,
+                 shared_biases: Optional[Tuple[paddle.Tensor, paddle.Tensor,
+                                               paddle.Tensor]] = None):
         super().__init__()
         hidden, std = config.hidden_size, config.initializer_range
         self.num_heads = config.num_attention_heads
@@ -86,7 +100,9 @@ class RelativeMultiHeadAttention(nn.Layer):
         perm[-3], perm[-2] = perm[-2], perm[-3]
         return x.transpose(perm)
 
-    def forward(self, x, memory, pos_emb, task_emb, key_task_ids, mask_bias):
+    def forward(self, x: paddle.Tensor, memory: Optional[paddle.Tensor], pos_emb: paddle.Tensor,
+                task_emb: Optional[paddle.Tensor], key_task_ids: Optional[paddle.Tensor],
+                mask_bias: Optional[paddle.Tensor]) -> paddle.Tensor:
         """x [B,T,H]; memory [B,M,H] or None; pos_emb [2T+M,H] or [B,2T+M,H];
         task_emb: the task table [C,H] looked up with key_task_ids [B,K] (K = M+T keys), or,
         when key_task_ids is None, one vector per key [B,K,H], or None when every key of a row
@@ -131,8 +147,8 @@ class RelativeMultiHeadAttention(nn.Layer):
             window = rel[..., first:first + key_len + size - 1, :]
             q_blk = q_r[:, :, start:start + size]
             score = paddle.matmul(q_w[:, :, start:start + size], keys, transpose_y=True)
-            score = score + rel_shift(paddle.matmul(q_blk, window, transpose_y=True), key_len,
-                                      offset=size - 1)
+            score = score + gather_rel_shift(paddle.matmul(q_blk, window, transpose_y=True),
+                                             key_len, offset=size - 1)
             if task_bias is not None:
                 score = score + task_bias
             if mask_bias is not None:

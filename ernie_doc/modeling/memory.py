@@ -8,15 +8,19 @@
 Memory never carries gradient. A row whose document ends is reset to zeros, exactly the
 official start-of-evaluation state; nothing here keeps hidden state.
 """
+from typing import Optional
+
 import paddle
 
 
-def memory_source(mode, layer_input, layer_output):
+def memory_source(mode: str, layer_input: paddle.Tensor,
+                  layer_output: paddle.Tensor) -> paddle.Tensor:
     """The tensor layer n caches under recurrence `mode`."""
     return layer_output if mode == "enhanced" else layer_input
 
 
-def update_memory(prev, current, mem_len):
+def update_memory(prev: Optional[paddle.Tensor], current: paddle.Tensor,
+                  mem_len: int) -> paddle.Tensor:
     """Last mem_len positions of [prev; current] along time, detached.
 
     prev [B,M,*] or None, current [B,T,*] → [B,M,*]. For T ≥ M only `current` survives.
@@ -29,7 +33,7 @@ def update_memory(prev, current, mem_len):
     return new.detach()
 
 
-def reset_rows(tensor, reset, batch_axis):
+def reset_rows(tensor: paddle.Tensor, reset: paddle.Tensor, batch_axis: int) -> paddle.Tensor:
     """Zero the rows of `tensor` (along batch_axis) where reset [B] is true (bool or 0/1)."""
     shape = [1] * len(tensor.shape)
     shape[batch_axis] = -1
@@ -38,7 +42,7 @@ def reset_rows(tensor, reset, batch_axis):
     return tensor * keep
 
 
-def check_reset_memory(reset_memory, batch):
+def check_reset_memory(reset_memory: Optional[paddle.Tensor], batch: int) -> None:
     """reset_memory must be None or [batch] (one flag per row)."""
     if reset_memory is not None and [int(d) for d in reset_memory.shape] != [batch]:
         raise ValueError(f"reset_memory must be [batch] = [{batch}], got "

@@ -13,6 +13,7 @@ detached, memory_mask [B,M] or None). Inputs are never modified. Under recurrenc
 there is no memory and `.memories` is None.
 """
 from collections import namedtuple
+from typing import Callable, List, Optional, Tuple
 
 import paddle
 import paddle.nn as nn
@@ -20,17 +21,22 @@ import paddle.nn.functional as F
 from paddle.distributed.fleet.utils import recompute
 
 from ernie_doc.config import ErnieDocConfig
-from ernie_doc.modeling.attention import (MASK_VALUE, RelativeMultiHeadAttention,
-                                          relative_position_ids, truncated_normal)
+from ernie_doc.modeling.attention import (RelativeMultiHeadAttention, relative_position_ids,
+                                          truncated_normal)
 from ernie_doc.modeling.embeddings import ErnieDocEmbeddings
+from ernie_doc.modeling.masks import encoder_attention_bias
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.modeling.pretrained import PretrainedMixin
+
+# The r_w / r_r / r_t biases [H] when the encoder owns them for every layer.
+SharedBiases = Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]
 
 ErnieDocOutput = namedtuple("ErnieDocOutput",
                             ["sequence_output", "pooled_output", "memories", "memory_mask"])
 
 
-def activation(name):
+def activation(name: str) -> Callable[[paddle.Tensor], paddle.Tensor]:
+    """config.hidden_act → the function (elementwise, any shape)."""
     if name == "gelu":
         return lambda x: F.gelu(x, approximate=False)  # the official exact erf form
     if name in ("gelu_new", "gelu_approximate"):
@@ -39,7 +45,7 @@ def activation(name):
 
 
 class FeedForward(nn.Layer):
-    def __init__(self, config):
+    def __init__(self, config: ErnieDocConfig):
         super().__init__()
         std = config.initializer_range
         self.linear1 = nn.Linear(config.hidden_size, config.intermediate_size,
@@ -50,14 +56,16 @@ class FeedForward(nn.Layer):
         # 0 in the official code (hard-coded); PaddleNLP configs may set it.
         self.dropout = nn.Dropout(config.relu_dropout, mode="upscale_in_train")
 
-    def forward(self, x):
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        """[B,T,H] → [B,T,H]."""
         return self.linear2(self.dropout(self.act(self.linear1(x))))
 
 
 class ErnieDocLayer(nn.Layer):
     """Post-LN block: y1 = LN(x + drop(attn)); y = LN(y1 + drop(ffn(y1)))."""
 
-    def __init__(self, config, shared_biases=None):
+    def __init__(self, config: ErnieDocConfig,
+                 shared_biases: Optional[SharedBiases] = None):
         super().__init__()
         self.attn = RelativeMultiHeadAttention(config, shared_biases)
         self.ffn = FeedForward(config)
@@ -66,14 +74,19 @@ class ErnieDocLayer(nn.Layer):
         self.dropout1 = nn.Dropout(config.hidden_dropout_prob, mode="upscale_in_train")
         self.dropout2 = nn.Dropout(config.hidden_dropout_prob, mode="upscale_in_train")
 
-    def forward(self, x, memory, pos_emb, task_emb, key_task_ids, mask_bias):
+    def forward(self, x: paddle.Tensor, memory: Optional[paddle.Tensor], pos_emb: paddle.Tensor,
+                task_emb: Optional[paddle.Tensor], key_task_ids: Optional[paddle.Tensor],
+                mask_bias: Optional[paddle.Tensor]) -> paddle.Tensor:
+        """x [B,T,H] → [B,T,H]; the other arguments as RelativeMultiHeadAttention.forward."""
         x = self.norm1(x + self.dropout1(
             self.attn(x, memory, pos_emb, task_emb, key_task_ids, mask_bias)))
         return self.norm2(x + self.dropout2(self.ffn(x)))
 
 
 class ErnieDocEncoder(nn.Layer):
-    def __init__(self, config):
+    """The layers, and the r_w / r_r / r_t biases when the layers share them."""
+
+    def __init__(self, config: ErnieDocConfig):
         super().__init__()
         shared = None
         if config.rel_pos_params_sharing:
@@ -89,17 +102,19 @@ class ErnieDocEncoder(nn.Layer):
 class ErnieDocPooler(nn.Layer):
     """tanh(dense(h[:, cls_token_idx])); the official reader puts [CLS] last (index -1)."""
 
-    def __init__(self, config):
+    def __init__(self, config: ErnieDocConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size,
                                weight_attr=truncated_normal(config.initializer_range))
         self.cls_token_idx = config.cls_token_idx
 
-    def forward(self, sequence_output):
+    def forward(self, sequence_output: paddle.Tensor) -> paddle.Tensor:
+        """[B,T,H] → [B,H]."""
         return paddle.tanh(self.dense(sequence_output[:, self.cls_token_idx]))
 
 
-def _shape(t):
+def _int_shape(t: paddle.Tensor) -> List[int]:
+    """t.shape as Python ints: what the dygraph input checks compare and print."""
     return [int(d) for d in t.shape]
 
 
@@ -107,7 +122,7 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
     """The ERNIE-Doc encoder (the official `ernie-doc/model/static/ernie.py` and
     `transformer_encoder.py`)."""
 
-    def __init__(self, config):
+    def __init__(self, config: ErnieDocConfig):
         super().__init__()
         if not isinstance(config, ErnieDocConfig):
             config = ErnieDocConfig.from_any(config)
@@ -127,10 +142,10 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         self.recompute = False
 
     @property
-    def memory_len(self):
+    def memory_len(self) -> int:
         return 0 if self.config.recurrence == "none" else self.config.memory_len
 
-    def init_memories(self, batch_size, dtype="float32"):
+    def init_memories(self, batch_size: int, dtype: str = "float32") -> Optional[paddle.Tensor]:
         """Zero memories [L,B,M,H] (the official start state), or None without recurrence."""
         if not self.memory_len:
             return None
@@ -144,10 +159,10 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         c = self.config
         if len(input_ids.shape) != 2:
             raise ValueError(f"input_ids must be [batch, seq_len] int64, got shape "
-                             f"{_shape(input_ids)}")
+                             f"{_int_shape(input_ids)}")
         if input_ids.dtype not in (paddle.int64, paddle.int32):
             raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
-        batch, seg_len = _shape(input_ids)
+        batch, seg_len = _int_shape(input_ids)
         if seg_len > c.max_position_embeddings:
             raise ValueError(f"input_ids has seq_len {seg_len} > max_position_embeddings "
                              f"{c.max_position_embeddings}: split the document into segments")
@@ -159,9 +174,9 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
                 raise ValueError(f"input_ids values must be in [0, {c.vocab_size}), got min {lo} "
                                  f"max {hi}")
         for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
-            if t is not None and _shape(t) != [batch, seg_len]:
+            if t is not None and _int_shape(t) != [batch, seg_len]:
                 raise ValueError(f"{name} must have the shape of input_ids {[batch, seg_len]}, "
-                                 f"got {_shape(t)}")
+                                 f"got {_int_shape(t)}")
         if token_type_ids is not None and batch and seg_len:
             lo, hi = int(token_type_ids.min()), int(token_type_ids.max())
             if lo < 0 or hi >= c.task_type_vocab_size:
@@ -170,18 +185,22 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         check_reset_memory(reset_memory, batch)
         if memories is not None and self.memory_len:
             want = [c.num_hidden_layers, batch, self.memory_len, c.hidden_size]
-            if _shape(memories) != want:
+            if _int_shape(memories) != want:
                 raise ValueError(f"memories must be [layers, batch, memory_len, hidden] = {want},"
-                                 f" got {_shape(memories)}")
+                                 f" got {_int_shape(memories)}")
         if memory_mask is not None:
             if not c.mask_empty_memory:
                 raise ValueError("memory_mask given but config.mask_empty_memory is False")
-            if _shape(memory_mask) != [batch, self.memory_len]:
+            if _int_shape(memory_mask) != [batch, self.memory_len]:
                 raise ValueError(f"memory_mask must be [batch, memory_len] = "
-                                 f"{[batch, self.memory_len]}, got {_shape(memory_mask)}")
+                                 f"{[batch, self.memory_len]}, got {_int_shape(memory_mask)}")
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None):
+    def forward(self, input_ids: paddle.Tensor, memories: Optional[paddle.Tensor] = None,
+                token_type_ids: Optional[paddle.Tensor] = None,
+                attention_mask: Optional[paddle.Tensor] = None,
+                reset_memory: Optional[paddle.Tensor] = None,
+                memory_mask: Optional[paddle.Tensor] = None) -> ErnieDocOutput:
+        """The contract is the module docstring's: input_ids [B,T] … → ErnieDocOutput."""
         c = self.config
         if paddle.in_dynamic_mode():
             self._check_inputs(input_ids, memories, token_type_ids, attention_mask,
@@ -207,37 +226,10 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
             memories = None
             key_task_ids = token_type_ids
 
-        # Additive mask [B,1,T,K]: -1e9 unless query and key are real (memory always real,
-        # unless mask_empty_memory says the slot is empty).
-        mask_bias, new_memory_mask = None, None
-        use_memory_mask = bool(c.mask_empty_memory and mem_len)
-        if attention_mask is not None or use_memory_mask:
-            query_mask = (paddle.ones([batch, seg_len], dtype="float32") if attention_mask is None
-                          else attention_mask.astype("float32"))
-            if mem_len:
-                if use_memory_mask:
-                    if memory_mask is None:
-                        # No memories given: every slot is empty; given memories are
-                        # taken as full (reset rows are emptied just below).
-                        memory_mask = paddle.full([batch, mem_len],
-                                                  1.0 if memories_given else 0.0,
-                                                  dtype="float32")
-                    memory_mask = memory_mask.astype("float32")
-                    if reset_memory is not None:
-                        memory_mask = reset_rows(memory_mask, reset_memory, batch_axis=0)
-                else:
-                    memory_mask = paddle.ones([batch, mem_len], dtype="float32")
-                key_mask = paddle.concat([memory_mask, query_mask], axis=1)
-            else:
-                key_mask = query_mask
-            if use_memory_mask:
-                new_memory_mask = update_memory(memory_mask, query_mask, mem_len)
-            if not (paddle.in_dynamic_mode() and bool(key_mask.min() > 0)):
-                allowed = query_mask.unsqueeze([1, 3]) * key_mask.unsqueeze([1, 2])
-                # Expanded over heads once here: a broadcasting add per layer is slow on CPU.
-                mask_bias = paddle.expand(((allowed - 1.0) * MASK_VALUE).detach(),
-                                          [batch, c.num_attention_heads, seg_len,
-                                           mem_len + seg_len])
+        # Additive mask [B,n,T,K]: −1e9 unless query and key are real.
+        mask_bias, new_memory_mask = encoder_attention_bias(
+            attention_mask, memory_mask, reset_memory, memories_given, batch, seg_len, mem_len,
+            c.num_attention_heads, c.mask_empty_memory)
 
         pos_ids = relative_position_ids(seg_len, mem_len, c.max_position_embeddings,
                                         c.relative_position_mapping)
