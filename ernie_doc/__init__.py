@@ -16,6 +16,7 @@ _EXPORTS = {
     "ErnieDocForQuestionAnswering": "ernie_doc.heads",
     "ErnieDocForTokenClassification": "ernie_doc.heads",
     "ErnieDocForMultipleChoice": "ernie_doc.heads",
+    "ErnieDocForPairMatching": "ernie_doc.heads",
     "ErnieDocForPretraining": "ernie_doc.heads",
     "load_tokenizer": "ernie_doc.tokenization",
 }

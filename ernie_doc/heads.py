@@ -3,12 +3,18 @@
 Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix, so its .pdparams load as is)
 and declares `official_names`: its own parameters → the official static names. Every forward
 takes the encoder's arguments and returns the new memories with the logits.
+
+Heads are looked up by name through ernie_doc.auto (the registry: these built-in heads, and
+the heads tasks declare in their own modules); HEADS below is the built-in part, read-only.
 """
 from collections import namedtuple
+from types import MappingProxyType
+from typing import List, Mapping, Optional, Tuple, Type, Union
 
 import paddle
 import paddle.nn as nn
 
+from ernie_doc.checkpoint import names
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.modeling.attention import truncated_normal
 from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
@@ -23,11 +29,13 @@ class HeadOutput(namedtuple("HeadOutput", ["logits", "memories", "memory_mask", 
     encoder: the ErnieDocOutput."""
 
     @property
-    def start_logits(self):
+    def start_logits(self) -> paddle.Tensor:
+        """[B, T] (question answering)."""
         return self.logits[:, :, 0]
 
     @property
-    def end_logits(self):
+    def end_logits(self) -> paddle.Tensor:
+        """[B, T] (question answering)."""
         return self.logits[:, :, 1]
 
 
@@ -39,11 +47,18 @@ PretrainingOutput = namedtuple("PretrainingOutput",
 class Head(PretrainedMixin, nn.Layer):
     """The base of every head (and the extension point of a task's own head, e.g.
     tasks/hotpotqa/head.py): the encoder under `ernie_doc.`, from_pretrained /
-    save_pretrained, and `official_names` ({own parameter key: official static name})."""
-    official_names = {}
-    uses_pooled = True   # False: the head reads the sequence output only
+    save_pretrained, and `official_names` ({own parameter key: official static name}).
 
-    def __init__(self, config, dropout=None):
+    Export (ernie_doc.inference) asks the head itself: `exportable` (its forward needs the
+    encoder's inputs alone), `export_outputs` (the names and shapes of what it hands back) and
+    `rows_per_example` (rows of a batch that make one example)."""
+    official_names = {}
+    encoder_prefix = names.PREFIX   # the encoder's keys: "ernie_doc." + ErnieDocModel's
+    uses_pooled = True   # False: the head reads the sequence output only
+    exportable = False   # True: export traces forward with the encoder's inputs only
+
+    def __init__(self, config: Union[ErnieDocConfig, str, dict],
+                 dropout: Optional[float] = None):
         super().__init__()
         if not isinstance(config, ErnieDocConfig):
             config = ErnieDocConfig.from_any(config)
@@ -61,9 +76,32 @@ class Head(PretrainedMixin, nn.Layer):
         self.config = self.config.replace(num_labels=self.num_labels)
         self.linear = self._linear(self.num_labels)
 
-    def logits(self, enc):
+    def logits(self, enc) -> paddle.Tensor:
         """The head proper: ErnieDocOutput → logits."""
         raise NotImplementedError
+
+    def logits_shape(self, batch: int, seq_len: int) -> List[int]:
+        """The shape of `logits` for `batch` rows of `seq_len` tokens (batch -1: dynamic)."""
+        raise NotImplementedError
+
+    @property
+    def rows_per_example(self) -> int:
+        """Consecutive batch rows that make one example (a batch holds a multiple of it)."""
+        return 1
+
+    def rows_problem(self, what: str, rows: int) -> Optional[str]:
+        """Why `rows` rows (named `what` in the message: "batch rows", "batch_size") cannot
+        make a batch of this head, or None."""
+        return None
+
+    def export_outputs(self, batch: int, seq_len: int) -> List[Tuple[str, List[int]]]:
+        """What an export of this head returns before the memories: (name, shape) each, the
+        name a field of forward's output; batch -1 marks a dynamic batch."""
+        return [("logits", self.logits_shape(batch, seq_len))]
+
+    def _grouped(self, batch: int) -> int:
+        """Examples in `batch` rows (-1 stays -1: a dynamic batch)."""
+        return batch // self.rows_per_example if batch > 0 else -1
 
     def _visible(self, enc):
         """The encoder output handed back, without pooled_output when the head never reads
@@ -71,8 +109,13 @@ class Head(PretrainedMixin, nn.Layer):
         on, and the pooler's never come."""
         return enc if self.uses_pooled else enc._replace(pooled_output=None)
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None):
+    def forward(self, input_ids: paddle.Tensor, memories: Optional[paddle.Tensor] = None,
+                token_type_ids: Optional[paddle.Tensor] = None,
+                attention_mask: Optional[paddle.Tensor] = None,
+                reset_memory: Optional[paddle.Tensor] = None,
+                memory_mask: Optional[paddle.Tensor] = None) -> HeadOutput:
+        """input_ids [B, T] and the encoder's other arguments (ErnieDocModel.forward) →
+        HeadOutput: logits (shape per head), memories [L, B, M, H], memory_mask [B, M]."""
         enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
                              memory_mask)
         return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, self._visible(enc))
@@ -83,57 +126,86 @@ _Head = Head   # its former name, for task heads written against it
 
 class ErnieDocForSequenceClassification(Head):
     """pooled → dropout (0.1 as official) → linear: logits [B, num_labels]."""
-    official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+    official_names = dict(names.CLASSIFICATION_HEAD)
+    exportable = True
 
-    def __init__(self, config, num_labels=None, dropout=None):
+    def __init__(self, config: Union[ErnieDocConfig, str, dict],
+                 num_labels: Optional[int] = None, dropout: Optional[float] = None):
         super().__init__(config, dropout)
         self._set_num_labels(num_labels)
 
-    def logits(self, enc):
+    def logits(self, enc) -> paddle.Tensor:
         return self.linear(self.dropout(enc.pooled_output))
+
+    def logits_shape(self, batch: int, seq_len: int) -> List[int]:
+        return [batch, self.num_labels]
 
 
 class ErnieDocForQuestionAnswering(Head):
     """sequence → dropout → linear(H, 2): logits [B, T, 2] (.start_logits / .end_logits)."""
-    official_names = {"linear.weight": "cls_mrc_out_w", "linear.bias": "cls_mrc_out_b"}
+    official_names = dict(names.SPAN_HEAD)
     uses_pooled = False
+    exportable = True
 
-    def __init__(self, config, dropout=None):
+    def __init__(self, config: Union[ErnieDocConfig, str, dict],
+                 dropout: Optional[float] = None):
         super().__init__(config, dropout)
         self.linear = self._linear(2)
 
-    def logits(self, enc):
+    def logits(self, enc) -> paddle.Tensor:
         return self.linear(self.dropout(enc.sequence_output))
+
+    def logits_shape(self, batch: int, seq_len: int) -> List[int]:
+        return [batch, seq_len, 2]
 
 
 class ErnieDocForTokenClassification(Head):
     """sequence → dropout → linear: logits [B, T, num_labels]."""
-    official_names = {"linear.weight": "cls_seq_label_out_w",
-                      "linear.bias": "cls_seq_label_out_b"}
+    official_names = dict(names.SEQUENCE_LABELING_HEAD)
     uses_pooled = False
+    exportable = True
 
-    def __init__(self, config, num_labels=None, dropout=None):
+    def __init__(self, config: Union[ErnieDocConfig, str, dict],
+                 num_labels: Optional[int] = None, dropout: Optional[float] = None):
         super().__init__(config, dropout)
         self._set_num_labels(num_labels)
 
     logits = ErnieDocForQuestionAnswering.logits
 
+    def logits_shape(self, batch: int, seq_len: int) -> List[int]:
+        return [batch, seq_len, self.num_labels]
+
 
 class ErnieDocForMultipleChoice(Head):
     """One row per (question, choice), each its own memory stream: input [B*C, T] →
     logits [B, C] (one logit per choice row, from the pooled output)."""
-    official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+    official_names = dict(names.CLASSIFICATION_HEAD)
+    exportable = True
 
-    def __init__(self, config, num_choices=4, dropout=None):
+    def __init__(self, config: Union[ErnieDocConfig, str, dict], num_choices: int = 4,
+                 dropout: Optional[float] = None):
         super().__init__(config, dropout)
         self.num_choices = num_choices
         self.linear = self._linear(1)
 
-    def logits(self, enc):
+    @property
+    def rows_per_example(self) -> int:
+        return self.num_choices
+
+    def rows_problem(self, what: str, rows: int) -> Optional[str]:
+        if rows % self.num_choices:
+            return (f"multiple choice: {what} ({rows}) must be a multiple of num_choices "
+                    f"({self.num_choices})")
+        return None
+
+    def logits_shape(self, batch: int, seq_len: int) -> List[int]:
+        return [self._grouped(batch), self.num_choices]
+
+    def logits(self, enc) -> paddle.Tensor:
         rows = enc.pooled_output
-        if paddle.in_dynamic_mode() and rows.shape[0] % self.num_choices:
-            raise ValueError(f"multiple choice: batch rows ({rows.shape[0]}) must be a "
-                             f"multiple of num_choices ({self.num_choices})")
+        problem = paddle.in_dynamic_mode() and self.rows_problem("batch rows", rows.shape[0])
+        if problem:
+            raise ValueError(problem)
         return self.linear(self.dropout(rows)).reshape([-1, self.num_choices])
 
 
@@ -141,16 +213,26 @@ class ErnieDocForPairMatching(Head):
     """Triplet matching (CAIL2019-SCM): rows come in pairs (A,B), (A,C), each its own memory
     stream; pooled(A,B) − pooled(A,C) → dropout → linear(H, 1): logits [B/2], > 0 when B is
     the closer one (binary cross-entropy)."""
-    official_names = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+    official_names = dict(names.CLASSIFICATION_HEAD)
+    exportable = True
+    rows_per_example = 2   # (A,B) and (A,C)
 
-    def __init__(self, config, dropout=None):
+    def __init__(self, config: Union[ErnieDocConfig, str, dict],
+                 dropout: Optional[float] = None):
         super().__init__(config, dropout)
         self.linear = self._linear(1)
 
-    def logits(self, enc):
+    def rows_problem(self, what: str, rows: int) -> Optional[str]:
+        return f"pair matching: {what} ({rows}) must come in pairs" if rows % 2 else None
+
+    def logits_shape(self, batch: int, seq_len: int) -> List[int]:
+        return [self._grouped(batch)]
+
+    def logits(self, enc) -> paddle.Tensor:
         rows = enc.pooled_output
-        if paddle.in_dynamic_mode() and rows.shape[0] % 2:
-            raise ValueError(f"pair matching: batch rows ({rows.shape[0]}) must come in pairs")
+        problem = paddle.in_dynamic_mode() and self.rows_problem("batch rows", rows.shape[0])
+        if problem:
+            raise ValueError(problem)
         pairs = rows.reshape([-1, 2, self.config.hidden_size])
         return self.linear(self.dropout(pairs[:, 0] - pairs[:, 1])).reshape([-1])
 
@@ -158,7 +240,7 @@ class ErnieDocForPairMatching(Head):
 class MaskedLMHead(nn.Layer):
     """dense(H,H) + act → LayerNorm (eps 1e-5, bias starts at 1 as official) → tied output."""
 
-    def __init__(self, config, word_embedding):
+    def __init__(self, config: ErnieDocConfig, word_embedding: nn.Embedding):
         super().__init__()
         self.transform = nn.Linear(config.hidden_size, config.hidden_size,
                                    weight_attr=truncated_normal(config.initializer_range))
@@ -171,7 +253,7 @@ class MaskedLMHead(nn.Layer):
             default_initializer=nn.initializer.Constant(0.0))
         self._word_embedding = [word_embedding]  # tied; a list keeps it out of this state_dict
 
-    def forward(self, hidden):
+    def forward(self, hidden: paddle.Tensor) -> paddle.Tensor:
         """hidden [N, H] → logits [N, V]."""
         h = self.layer_norm(self.act(self.transform(hidden)))
         return paddle.matmul(h, self._word_embedding[0].weight, transpose_y=True) + \
@@ -180,23 +262,20 @@ class MaskedLMHead(nn.Layer):
 
 class ErnieDocForPretraining(Head):
     """Masked LM on chosen positions + segment reordering (33 classes) on the pooled output."""
-    official_names = {
-        "lm_head.transform.weight": "mask_lm_trans_fc.w_0",
-        "lm_head.transform.bias": "mask_lm_trans_fc.b_0",
-        "lm_head.layer_norm.weight": "mask_lm_trans_layer_norm_scale",
-        "lm_head.layer_norm.bias": "mask_lm_trans_layer_norm_bias",
-        "lm_head.decoder_bias": "mask_lm_out_fc.b_0",
-        "reorder_head.weight": "multi_sent_sorted_fc.w_0",
-        "reorder_head.bias": "multi_sent_sorted_fc.b_0",
-    }
+    official_names = dict(names.PRETRAINING_HEAD)
 
-    def __init__(self, config, num_reorder_classes=NUM_REORDER_CLASSES):
+    def __init__(self, config: Union[ErnieDocConfig, str, dict],
+                 num_reorder_classes: int = NUM_REORDER_CLASSES):
         super().__init__(config, dropout=0.0)
         self.lm_head = MaskedLMHead(self.config, self.ernie_doc.embeddings.word_emb)
         self.reorder_head = self._linear(num_reorder_classes)
 
-    def forward(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
-                reset_memory=None, memory_mask=None, masked_positions=None):
+    def forward(self, input_ids: paddle.Tensor, memories: Optional[paddle.Tensor] = None,
+                token_type_ids: Optional[paddle.Tensor] = None,
+                attention_mask: Optional[paddle.Tensor] = None,
+                reset_memory: Optional[paddle.Tensor] = None,
+                memory_mask: Optional[paddle.Tensor] = None,
+                masked_positions: Optional[paddle.Tensor] = None) -> PretrainingOutput:
         """masked_positions: flat indices into [B*T] (official mask_pos), or None for all.
         Returns mlm_logits [N, V] (or [B, T, V]) and reorder_logits [B, 33]."""
         enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
@@ -211,10 +290,14 @@ class ErnieDocForPretraining(Head):
         return PretrainingOutput(mlm, reorder, enc.memories, enc.memory_mask, enc)
 
 
-HEADS = {
+# The built-in heads by name, read-only. ernie_doc.auto registers them (it is the lookup every
+# caller uses: it also knows the heads of the task folders); kept here for code written
+# against this table.
+HEADS: Mapping[str, Type[Head]] = MappingProxyType({
     "sequence_classification": ErnieDocForSequenceClassification,
     "question_answering": ErnieDocForQuestionAnswering,
     "token_classification": ErnieDocForTokenClassification,
     "multiple_choice": ErnieDocForMultipleChoice,
+    "pair_matching": ErnieDocForPairMatching,
     "pretraining": ErnieDocForPretraining,
-}
+})

@@ -12,8 +12,13 @@ The exported program has a flat signature (no Python containers, no None):
     attention_mask [B,T] float32, reset_memory [B] int64 (1 = zero this row's memory first)
     [, memory_mask [B,M] float32 when config.mask_empty_memory]
     → bare model: sequence_output [B,T,H], pooled_output [B,H], memories [L,B,M,H]
-      heads:      logits (shape per head), memories [L,B,M,H]
+      heads:      what the head's export_outputs names (e.g. logits, shape per head;
+                  HotpotQA: para_logits, sent_logits [, type_logits, span_logits]),
+                  memories [L,B,M,H]
       [, memory_mask [B,M]]
+
+A head exports when its class says `exportable` (ernie_doc.heads.Head; the registry in
+ernie_doc.auto lists them): its forward needs the encoder's inputs only.
 
 Without recurrence (config.recurrence == "none") there is no memories / reset_memory input or
 output. T is fixed at export time (the relative-position layout depends on it); B is fixed or
@@ -26,20 +31,23 @@ import json
 import os
 import shutil
 import tempfile
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import paddle
 import paddle.nn as nn
 
+from ernie_doc import auto
 from ernie_doc.config import ErnieDocConfig
-from ernie_doc.heads import HEADS
+from ernie_doc.heads import Head
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.utils import atomic_write_text
 
 META_SUFFIX = ".meta.json"
 FORMAT_VERSION = 1
-# Head classes that export as "logits, memories" (every task head but pretraining).
-_EXPORTABLE_HEADS = tuple(cls for name, cls in HEADS.items() if name != "pretraining")
+
+PathLike = Union[str, "os.PathLike[str]"]
+Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), "dtype": str}
 
 
 # paddle 3.x (PIR) inference passes that break this model under oneDNN (measured on 3.3.1):
@@ -68,27 +76,32 @@ class PredictorInputError(ValueError):
 def _encoder_of(model):
     if isinstance(model, ErnieDocModel):
         return model
-    if isinstance(model, _EXPORTABLE_HEADS):
+    if isinstance(model, Head) and model.exportable:
         return model.ernie_doc
+    exportable = [auto.head_class(name).__name__ for name in auto.head_names(exportable=True)]
     raise ExportError(f"cannot export {type(model).__name__}: expected ErnieDocModel or one of "
-                      f"{', '.join(sorted(c.__name__ for c in _EXPORTABLE_HEADS))}")
+                      f"{', '.join(sorted(exportable))}")
 
 
 class _RecurrentExport(nn.Layer):
     """Flat-signature wrapper of a model with memory (see the module docstring)."""
 
-    def __init__(self, model, is_head, use_memory_mask):
+    def __init__(self, model, head_outputs, use_memory_mask):
+        """head_outputs: the names of the head's outputs to return (fields of its forward's
+        output), or None for the bare model."""
         super().__init__()
         self.model = model
-        self.is_head = is_head
+        self.head_outputs = head_outputs
         self.use_memory_mask = use_memory_mask
 
     def forward(self, input_ids, memories, token_type_ids, attention_mask, reset_memory,
                 memory_mask=None):
         out = self.model(input_ids, memories, token_type_ids, attention_mask, reset_memory,
                          memory_mask)
-        enc = out.encoder if self.is_head else out
-        first = (out.logits,) if self.is_head else (enc.sequence_output, enc.pooled_output)
+        if self.head_outputs is not None:
+            first = tuple(getattr(out, name) for name in self.head_outputs)
+        else:
+            first = (out.sequence_output, out.pooled_output)
         if self.use_memory_mask:
             return first + (out.memories, out.memory_mask)
         return first + (out.memories,)
@@ -97,33 +110,24 @@ class _RecurrentExport(nn.Layer):
 class _StatelessExport(nn.Layer):
     """Flat-signature wrapper of a model without memory (recurrence "none")."""
 
-    def __init__(self, model, is_head):
+    def __init__(self, model, head_outputs):
+        """head_outputs: as _RecurrentExport's."""
         super().__init__()
         self.model = model
-        self.is_head = is_head
+        self.head_outputs = head_outputs
 
     def forward(self, input_ids, token_type_ids, attention_mask):
         out = self.model(input_ids, None, token_type_ids, attention_mask)
-        if self.is_head:
-            return out.logits
+        if self.head_outputs is not None:
+            first = tuple(getattr(out, name) for name in self.head_outputs)
+            return first[0] if len(first) == 1 else first
         return out.sequence_output, out.pooled_output
 
 
-def _logits_shape(model, batch, seq_len):
-    name = type(model).__name__
-    if name == "ErnieDocForSequenceClassification":
-        return [batch, model.num_labels]
-    if name == "ErnieDocForQuestionAnswering":
-        return [batch, seq_len, 2]
-    if name == "ErnieDocForTokenClassification":
-        return [batch, seq_len, model.num_labels]
-    # multiple choice: B rows are B / num_choices questions
-    rows = batch // model.num_choices if batch > 0 else -1
-    return [rows, model.num_choices]
-
-
-def io_signature(model, seq_len, batch_size=None):
-    """(inputs, outputs): lists of {"name", "shape", "dtype"}; -1 marks the dynamic batch."""
+def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int] = None
+                 ) -> Tuple[List[Spec], List[Spec]]:
+    """(inputs, outputs): lists of {"name", "shape", "dtype"}; -1 marks the dynamic batch.
+    A head's outputs are those its export_outputs names, then the memories."""
     enc = _encoder_of(model)
     c = enc.config
     b = -1 if batch_size is None else int(batch_size)
@@ -142,7 +146,7 @@ def io_signature(model, seq_len, batch_size=None):
         if c.mask_empty_memory:
             inputs.append(io("memory_mask", [b, m], "float32"))
     if is_head:
-        outputs = [io("logits", _logits_shape(model, b, t), "float32")]
+        outputs = [io(name, shape, "float32") for name, shape in model.export_outputs(b, t)]
     else:
         outputs = [io("sequence_output", [b, t, h], "float32"),
                    io("pooled_output", [b, h], "float32")]
@@ -171,7 +175,8 @@ def _previous_model_file(path):
     return name if name in (base + ".json", base + ".pdmodel") else None
 
 
-def export(model, path, seq_len, batch_size=None):
+def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
+           batch_size: Optional[int] = None) -> Dict[str, Any]:
     """Export `model` (ErnieDocModel or a task head) for paddle.inference at `path` (a prefix).
 
     seq_len: the fixed segment length T (1 ≤ T ≤ max_position_embeddings). batch_size: a fixed
@@ -190,16 +195,17 @@ def export(model, path, seq_len, batch_size=None):
     if batch_size is not None and (isinstance(batch_size, bool) or
                                    not isinstance(batch_size, int) or batch_size < 1):
         raise ExportError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-    if type(model).__name__ == "ErnieDocForMultipleChoice" and batch_size is not None and \
-            batch_size % model.num_choices:
-        raise ExportError(f"multiple choice: batch_size ({batch_size}) must be a multiple of "
-                          f"num_choices ({model.num_choices})")
+    if is_head and batch_size is not None:
+        problem = model.rows_problem("batch_size", batch_size)
+        if problem:
+            raise ExportError(problem)
 
     inputs, outputs = io_signature(model, seq_len, batch_size)
+    head_outputs = [name for name, _ in model.export_outputs(1, seq_len)] if is_head else None
     if enc.memory_len:
-        wrapper = _RecurrentExport(model, is_head, bool(c.mask_empty_memory))
+        wrapper = _RecurrentExport(model, head_outputs, bool(c.mask_empty_memory))
     else:
-        wrapper = _StatelessExport(model, is_head)
+        wrapper = _StatelessExport(model, head_outputs)
 
     path = os.path.abspath(os.fspath(path))
     directory, base = os.path.split(path)
@@ -243,6 +249,8 @@ def export(model, path, seq_len, batch_size=None):
         }
         head_sizes = model.architecture()["kwargs"]
         meta.update({k: head_sizes[k] for k in ("num_labels", "num_choices") if k in head_sizes})
+        if is_head and model.rows_per_example > 1 and "num_choices" not in meta:
+            meta["rows_per_example"] = model.rows_per_example   # e.g. pair matching: 2
         stale = _previous_model_file(path)
         # Every file is complete in the temporary directory before any moves (a full disk
         # fails here, with nothing of this export in place); then the model files, and the
@@ -345,8 +353,9 @@ def _read_meta(meta_path):
         if not isinstance(shape, list) or len(shape) != 4 or not all(
                 isinstance(d, int) and not isinstance(d, bool) for d in shape):
             raise bad("memory_shape", "[layers, batch, memory_len, hidden]")
-    if meta.get("num_choices") is not None and not positive(meta.get("num_choices")):
-        raise bad("num_choices", "a positive integer")
+    for key in ("num_choices", "rows_per_example"):
+        if meta.get(key) is not None and not positive(meta.get(key)):
+            raise bad(key, "a positive integer")
     return meta
 
 
@@ -369,7 +378,7 @@ class Predictor:
     line naming the file); a bad config in the sidecar raises ConfigError naming it.
     """
 
-    def __init__(self, path, threads=1, enable_onednn=True):
+    def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True):
         from paddle import inference
         meta_path = _find_meta(path)
         self.meta = _read_meta(meta_path)
@@ -428,7 +437,7 @@ class Predictor:
         self._output_handles = [self._predictor.get_output_handle(n) for n in out_names]
 
     # -- state --------------------------------------------------------------------------------
-    def init_memories(self, batch_size):
+    def init_memories(self, batch_size: int) -> Optional[np.ndarray]:
         """Zero memories [L,B,M,H] float32 (the start of a document), or None without memory."""
         if not self.has_memory:
             return None
@@ -472,8 +481,9 @@ class Predictor:
                                       f"{arr.min()} max {arr.max()}")
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, input_ids, attention_mask=None, token_type_ids=None, memories=None,
-            reset_memory=None, memory_mask=None):
+    def run(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None,
+            memories: Optional[np.ndarray] = None, reset_memory: Any = None,
+            memory_mask: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
         """One segment. input_ids [B,T] (T = the exported seq_len; pad the segment yourself,
         as in training); attention_mask [B,T] 1 = token (default all ones); token_type_ids
         [B,T] (default zeros); memories [L,B,M,H] (default zeros = a new document);
@@ -498,6 +508,10 @@ class Predictor:
         if choices and batch % choices:
             raise PredictorInputError(f"input_ids rows ({batch}) must be a multiple of "
                                       f"num_choices ({choices})")
+        group = self.meta.get("rows_per_example")
+        if group and batch % group:
+            raise PredictorInputError(f"input_ids rows ({batch}) must be a multiple of "
+                                      f"{group} (the rows of one example)")
         c = self.config
         feeds = {"input_ids": self._check("input_ids", ids, batch, "int")}
         self._check_range("input_ids", feeds["input_ids"], c.vocab_size)
@@ -535,7 +549,9 @@ class Predictor:
         return {name: h.copy_to_cpu() for name, h in zip(self.output_names,
                                                           self._output_handles)}
 
-    def iter_stream(self, document_segments, memories=None, memory_mask=None):
+    def iter_stream(self, document_segments: Iterable[Any],
+                    memories: Optional[np.ndarray] = None,
+                    memory_mask: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
         """Yield run()'s output for each segment, carrying the memories (and memory mask).
 
         Each segment is input_ids [B,T] or a dict of run()'s arguments (input_ids,
@@ -562,7 +578,8 @@ class Predictor:
             memory_mask = out.get("memory_mask")
             yield out
 
-    def stream(self, document_segments, memories=None, memory_mask=None):
+    def stream(self, document_segments: Iterable[Any], memories: Optional[np.ndarray] = None,
+               memory_mask: Optional[np.ndarray] = None) -> List[Dict[str, np.ndarray]]:
         """run() over consecutive segments of the same rows, carrying memories; a list of the
         per-segment outputs (the last one's "memories" is the state after the document)."""
         return list(self.iter_stream(document_segments, memories, memory_mask))

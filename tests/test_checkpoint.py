@@ -15,7 +15,7 @@ import numpy as np
 import paddle
 import pytest
 
-from ernie_doc import ErnieDocModel
+from ernie_doc import ErnieDocModel, auto
 from ernie_doc.checkpoint import io, lodtensor, names
 from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError, read_lodtensor, write_lodtensor
 from ernie_doc.config import ErnieDocConfig
@@ -383,7 +383,7 @@ def test_official_load_and_every_conversion_path(tmp_path, head):
         assert np.array_equal(got[k], want[k]), k
     if head == "cls":
         assert a.num_labels == NUM_LABELS  # taken from cls_out_b
-    assert io.guess_model_class(io.read_checkpoint(root)) is cls
+    assert auto.model_class_for(io.read_checkpoint(root)) is cls
 
     # official → ours → official: the written files are byte-identical to the originals.
     a.save_pretrained(tmp_path / "ours")
@@ -460,7 +460,7 @@ def test_paddlenlp_layouts(tmp_path, prefixed, config_name):
         json.dump(raw, f)
     ckpt = io.read_checkpoint(tmp_path)
     assert ckpt.format == "paddlenlp"
-    assert io.guess_model_class(ckpt) is ErnieDocForSequenceClassification
+    assert auto.model_class_for(ckpt) is ErnieDocForSequenceClassification
     got = ErnieDocForSequenceClassification.from_pretrained(tmp_path)
     assert got.num_labels == NUM_LABELS and got.config.epsilon == 1e-12
     assert not got.load_report.missing and not got.load_report.unexpected

@@ -11,9 +11,14 @@
                    the config carries an "architecture" entry (head class and its arguments).
 
 Only name-as-stored tensors and a config dict come out of here; mapping names onto a model
-is done in ernie_doc.modeling.pretrained. Every file read here that cannot be read (empty,
-truncated, garbage, a header declaring more than the file holds) is a CheckpointError naming
-it; an official file named like a parameter is never skipped as "missing".
+is done in ernie_doc.modeling.pretrained, and which class a checkpoint was saved from is
+decided in ernie_doc.auto: this package knows formats and names, never a model class. Where
+official head parameter names matter (which files of a directory are parameters), the caller
+may pass them (`head_names`); by default they are those of names.OFFICIAL_HEADS.
+
+Every file read here that cannot be read (empty, truncated, garbage, a header declaring more
+than the file holds) is a CheckpointError naming it; an official file named like a parameter
+is never skipped as "missing".
 """
 import json
 import logging
@@ -21,12 +26,18 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
 from ernie_doc import config as config_module
-from ernie_doc.checkpoint import lodtensor, names
+from ernie_doc.checkpoint import lodtensor, names, safe_pickle
+from ernie_doc.checkpoint.errors import CheckpointError  # also io.CheckpointError, as before
+from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.utils import read_json
+
+if TYPE_CHECKING:   # for the annotations only
+    from ernie_doc.config import ErnieDocConfig
 
 logger = logging.getLogger("ernie_doc.checkpoint")
 
@@ -50,23 +61,19 @@ OFFICIAL_CONFIG_KEYS = ("attention_probs_dropout_prob", "hidden_act", "hidden_dr
 HEAD_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes", "dropout")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be found or read; the message names the path."""
-
-
 @dataclass
 class Checkpoint:
     """Tensors as stored (name → ndarray) and what the directory says about the model."""
     format: str
     path: str                       # file or directory the tensors were read from
-    tensors: dict
-    config: dict = None             # ErnieDocConfig keyword arguments, or None
-    config_path: str = None
-    architecture: dict = None       # {"class": name, "kwargs": {...}} or None
-    ignored: list = field(default_factory=list)
+    tensors: Dict[str, np.ndarray]
+    config: Optional[Dict[str, Any]] = None   # ErnieDocConfig keyword arguments, or None
+    config_path: Optional[str] = None
+    architecture: Optional[Dict[str, Any]] = None   # {"class": name, "kwargs": {...}} or None
+    ignored: List[str] = field(default_factory=list)
 
 
-def normalize_format(fmt):
+def normalize_format(fmt: str) -> str:
     fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
         raise ValueError(f"unknown checkpoint format {fmt!r}; choose one of "
@@ -89,7 +96,8 @@ def _flatten_legacy(raw):
     return flat
 
 
-def parse_config_dict(raw, source="config"):
+def parse_config_dict(raw: Any, source: str = "config"
+                      ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
 
     Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
@@ -145,7 +153,7 @@ def parse_config_dict(raw, source="config"):
     return values, architecture
 
 
-def read_config_file(path):
+def read_config_file(path: PathLike) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """JSON config file → (ErnieDocConfig kwargs, architecture or None)."""
     return parse_config_dict(read_json(path, CheckpointError), source=os.fspath(path))
 
@@ -160,23 +168,25 @@ def _first_file(directories, filenames):
     return None
 
 
-def all_official_names():
-    """Head parameter names of every head class (imported late: heads import this package),
-    and the official head variants no class of ours has (names.OTHER_OFFICIAL_HEAD_NAMES)."""
-    from ernie_doc.heads import HEADS
-    out = set(names.OTHER_OFFICIAL_HEAD_NAMES)
-    for cls in HEADS.values():
-        out.update(cls.official_names.values())
-    return out
+def all_official_names() -> Set[str]:
+    """Every official head parameter name: those of the official heads (names.OFFICIAL_HEADS,
+    which the head classes declare theirs from) and the official head variants no class of
+    ours has (names.OTHER_OFFICIAL_HEAD_NAMES). ernie_doc.auto.official_head_names adds those
+    of every registered head class."""
+    return names.official_head_names()
 
 
 def _is_official_param(name, head_names):
     return names.official_to_backbone(name) is not None or name in head_names
 
 
-def detect_format(path):
+def detect_format(path: PathLike, head_names: Optional[Collection[str]] = None
+                  ) -> Tuple[str, str, Optional[str]]:
     """path → (format, weights path, config path or None). CheckpointError when the path holds
-    none of the supported layouts (the message lists what was looked for)."""
+    none of the supported layouts (the message lists what was looked for).
+
+    head_names: the official head parameter names that mark a file of an official directory
+    as a parameter, as the backbone's do (default: all_official_names())."""
     path = os.fspath(path)
     if os.path.isfile(path):
         directory = os.path.dirname(os.path.abspath(path))
@@ -202,7 +212,8 @@ def detect_format(path):
         return "paddlenlp", weights, _first_file([path], [CONFIG_FILE, LEGACY_CONFIG_FILE])
 
     tensor_dir = lodtensor.params_dir(path)
-    head_names = all_official_names()
+    if head_names is None:
+        head_names = all_official_names()
     # Any file named like a parameter counts, readable or not (read_checkpoint then says
     # which one is broken).
     if any(_is_official_param(n, head_names) for n in lodtensor.list_regular_files(tensor_dir)):
@@ -228,7 +239,7 @@ def detect_format(path):
 
 
 # -- reading ------------------------------------------------------------------------------------
-def read_safetensors(path):
+def read_safetensors(path: PathLike) -> Dict[str, np.ndarray]:
     from safetensors.numpy import load_file
     try:
         return load_file(path)
@@ -244,7 +255,6 @@ def _read_pdparams(path):
     saves bfloat16 tensors as their uint16 bit patterns (it has no uint16 tensors): uint16
     arrays come back as float32, exactly.
     """
-    from ernie_doc.checkpoint import safe_pickle
     state = safe_pickle.load_state_dict(path)
     tensors, skipped = {}, []
     for key, value in state.items():
@@ -255,7 +265,7 @@ def _read_pdparams(path):
     return tensors, skipped
 
 
-def _read_official(directory, upcast):
+def _read_official(directory, upcast, head_names):
     """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]).
 
     A file named like a parameter (of the encoder or of any head) must be a valid LoDTensor
@@ -263,7 +273,6 @@ def _read_official(directory, upcast):
     left at its initialisation. Optimizer / LR state files are not read. Other files are read
     when they start like a LoDTensor (they become "unexpected") and skipped otherwise
     (configs, vocab)."""
-    head_names = all_official_names()
     tensors, ignored = {}, []
     for name in lodtensor.list_regular_files(directory):
         if names.is_ignored_official(name):
@@ -281,9 +290,16 @@ def _read_official(directory, upcast):
     return tensors, ignored
 
 
-def read_checkpoint(path, upcast=True):
-    """Any supported layout → Checkpoint (tensors named as stored)."""
-    fmt, weights, config_path = detect_format(path)
+def read_checkpoint(path: PathLike, upcast: bool = True,
+                    head_names: Optional[Collection[str]] = None) -> Checkpoint:
+    """Any supported layout → Checkpoint (tensors named as stored).
+
+    upcast: official FP16 / BF16 files as float32 (see lodtensor.read_lodtensor). head_names:
+    the official head parameter names (default: all_official_names()); an official file
+    named like one must be a valid LoDTensor file (see detect_format)."""
+    if head_names is None:
+        head_names = all_official_names()
+    fmt, weights, config_path = detect_format(path, head_names)
     config = architecture = None
     if config_path is not None:
         config, architecture = read_config_file(config_path)
@@ -293,12 +309,12 @@ def read_checkpoint(path, upcast=True):
     elif fmt == "paddlenlp":
         tensors, ignored = _read_pdparams(weights)
     else:
-        tensors, ignored = _read_official(weights, upcast)
+        tensors, ignored = _read_official(weights, upcast, head_names)
     return Checkpoint(fmt, weights, tensors, config, config_path, architecture, ignored)
 
 
 # -- writing ------------------------------------------------------------------------------------
-def commit_files(directory, writers):
+def commit_files(directory: PathLike, writers: Dict[str, Callable[[str], None]]) -> None:
     """Write several files into `directory` all or nothing: each writer(tmp_path) fills a file
     in a hidden staging folder inside `directory`, and only when every one succeeded are they
     moved into place (os.replace, atomic per file). Other files are left alone.
@@ -331,7 +347,7 @@ def _json_writer(obj):
     return write
 
 
-def official_config_dict(config):
+def official_config_dict(config: "ErnieDocConfig") -> Dict[str, Any]:
     """ErnieDocConfig → the official ernie_config.json keys."""
     values = config.to_dict()
     out = {k: values[k] for k in OFFICIAL_CONFIG_KEYS if k in values}
@@ -339,7 +355,8 @@ def official_config_dict(config):
     return {k: out[k] for k in OFFICIAL_CONFIG_KEYS}
 
 
-def paddlenlp_config_dict(config, architecture):
+def paddlenlp_config_dict(config: "ErnieDocConfig", architecture: Dict[str, Any]
+                          ) -> Dict[str, Any]:
     """ErnieDocConfig → a PaddleNLP-style config.json (PaddleNLP spells the attention dropout
     attention_dropout_prob and reads num_labels from id2label)."""
     values = config.to_dict()
@@ -353,7 +370,8 @@ def paddlenlp_config_dict(config, architecture):
     return values
 
 
-def write_checkpoint(directory, fmt, tensors, config, architecture):
+def write_checkpoint(directory: PathLike, fmt: str, tensors: Dict[str, Any],
+                     config: "ErnieDocConfig", architecture: Dict[str, Any]) -> None:
     """Write tensors (named for `fmt`: official names for "official", state_dict keys
     otherwise) and the config into `directory`, all or nothing.
 
@@ -387,37 +405,3 @@ def write_checkpoint(directory, fmt, tensors, config, architecture):
                            "be read as unexpected): %s", directory, ", ".join(stale[:10]))
     commit_files(directory, writers)
 
-
-# -- which model class ----------------------------------------------------------------------------
-def guess_model_class(ckpt):
-    """The model class a checkpoint was saved from: its config's architecture when that names
-    a known class, else the head tensors present (official names, or `lm_head.` keys), else
-    the bare ErnieDocModel. CheckpointError when several heads or an ambiguous `linear.` head
-    leave the choice open."""
-    from ernie_doc.heads import HEADS
-    from ernie_doc.modeling.model import ErnieDocModel
-    classes = {cls.__name__: cls for cls in HEADS.values()}
-    classes[ErnieDocModel.__name__] = ErnieDocModel
-    if ckpt.architecture and ckpt.architecture["class"] in classes:
-        return classes[ckpt.architecture["class"]]
-    if ckpt.architecture:
-        logger.warning("%s: unknown architecture %r; guessing from the tensor names", ckpt.path,
-                       ckpt.architecture["class"])
-    found = set()
-    if ckpt.format == "official":
-        for head, cls in HEADS.items():
-            if head != "multiple_choice" and any(
-                    n in ckpt.tensors for n in cls.official_names.values()):
-                found.add(head)  # multiple choice shares cls_out_* with classification
-    else:
-        heads = [n for n in ckpt.tensors
-                 if names.backbone_to_official(names.strip_prefix(n)) is None]
-        if any(n.startswith(("lm_head.", "reorder_head.")) for n in heads):
-            found.add("pretraining")
-        if any(n.startswith("linear.") for n in heads):
-            raise CheckpointError(f"{ckpt.path}: holds a 'linear' head but no config names its "
-                                  f"class; say which head it is")
-    if len(found) > 1:
-        raise CheckpointError(f"{ckpt.path}: holds several heads ({', '.join(sorted(found))}); "
-                              f"say which one to load")
-    return HEADS[found.pop()] if found else ErnieDocModel

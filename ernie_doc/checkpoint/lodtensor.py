@@ -19,10 +19,15 @@ accepted on read.
 import math
 import os
 import struct
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ernie_doc.utils import atomic_path
+
+# A file or directory path: str or pathlib.Path (a string: os.PathLike is subscriptable only
+# from Python 3.9).
+PathLike = Union[str, "os.PathLike[str]"]
 
 # VarType.Type enum values used in TensorDesc.data_type.
 BOOL, INT16, INT32, INT64, FP16, FP32, FP64 = 0, 1, 2, 3, 4, 5, 6
@@ -50,7 +55,7 @@ class LoDTensorFormatError(ValueError):
 
 
 # -- protobuf varints ---------------------------------------------------------------------------
-def encode_varint(value):
+def encode_varint(value: int) -> bytes:
     """Non-negative int (negative int64 as two's complement, 10 bytes) → varint bytes."""
     if value < 0:
         value += 1 << 64
@@ -65,7 +70,7 @@ def encode_varint(value):
             return bytes(out)
 
 
-def decode_varint(buf, pos):
+def decode_varint(buf: bytes, pos: int) -> Tuple[int, int]:
     """Varint at buf[pos:] → (value as uint64, next pos). Raises ValueError if cut short."""
     result, shift = 0, 0
     while True:
@@ -85,7 +90,7 @@ def _as_int64(value):
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def encode_tensor_desc(data_type, dims):
+def encode_tensor_desc(data_type: int, dims: Sequence[int]) -> bytes:
     """TensorDesc bytes the way Paddle writes them: field 1 varint, then one field-2 varint
     per dim (unpacked)."""
     out = bytearray(b"\x08" + encode_varint(data_type))
@@ -94,7 +99,7 @@ def encode_tensor_desc(data_type, dims):
     return bytes(out)
 
 
-def decode_tensor_desc(buf):
+def decode_tensor_desc(buf: bytes) -> Tuple[int, List[int]]:
     """TensorDesc bytes → (data_type, dims list). Unknown fields are skipped."""
     pos, data_type, dims = 0, None, []
     while pos < len(buf):
@@ -140,12 +145,12 @@ def _read_exact(f, n, path, what):
     return data
 
 
-def bf16_to_fp32(bits):
+def bf16_to_fp32(bits: np.ndarray) -> np.ndarray:
     """uint16 bfloat16 bit patterns → float32 (exact)."""
     return (np.asarray(bits, dtype="<u2").astype("<u4") << 16).view("<f4")
 
 
-def read_lodtensor(path, upcast=True):
+def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
     """One LoDTensor file → np.ndarray with the stored shape (LoD offsets are discarded).
 
     upcast=True turns FP16 and BF16 into float32 (exact); upcast=False returns FP16 as float16
@@ -214,7 +219,7 @@ def read_lodtensor(path, upcast=True):
     return array
 
 
-def lodtensor_bytes_header(array, data_type=None):
+def lodtensor_bytes_header(array: np.ndarray, data_type: Optional[int] = None) -> bytes:
     """The bytes that precede the data for `array` (lod_level 0)."""
     if data_type is None:
         data_type = dtype_enum(array.dtype)
@@ -222,7 +227,7 @@ def lodtensor_bytes_header(array, data_type=None):
     return struct.pack("<IQIi", 0, 0, 0, len(desc)) + desc
 
 
-def dtype_enum(dtype):
+def dtype_enum(dtype) -> int:
     """numpy dtype → VarType enum (ValueError for types Paddle files cannot hold)."""
     dt = np.dtype(dtype)
     code = _ENUM_OF.get((dt.kind, dt.itemsize))
@@ -231,7 +236,7 @@ def dtype_enum(dtype):
     return code
 
 
-def write_lodtensor(path, array):
+def write_lodtensor(path: PathLike, array: np.ndarray) -> None:
     """Write `array` as one LoDTensor file (lod_level 0), atomically; bytes equal Paddle's."""
     array = np.asarray(array)
     data_type = dtype_enum(array.dtype)
@@ -244,13 +249,13 @@ def write_lodtensor(path, array):
 
 
 # -- directories --------------------------------------------------------------------------------
-def looks_like_lodtensor(path):
+def looks_like_lodtensor(path: PathLike) -> bool:
     """Files starting with a zero uint32 are taken as tensors (a config or vocab never does)."""
     with open(path, "rb") as f:
         return f.read(4) == b"\x00\x00\x00\x00"
 
 
-def params_dir(directory):
+def params_dir(directory: PathLike) -> str:
     """`directory/params` (the layout of released tarballs) when it exists and `directory`
     itself holds no tensor files, else `directory`."""
     directory = os.fspath(directory)
@@ -260,7 +265,7 @@ def params_dir(directory):
     return directory
 
 
-def list_regular_files(directory):
+def list_regular_files(directory: PathLike) -> List[str]:
     """Names of the regular, non-hidden files of `directory`, sorted (FIFOs, devices and
     directories are left out: they are never opened)."""
     out = []
@@ -272,14 +277,14 @@ def list_regular_files(directory):
     return out
 
 
-def list_tensor_files(directory):
+def list_tensor_files(directory: PathLike) -> List[str]:
     """Names of the regular, non-hidden files of `directory` that start like a LoDTensor."""
     return [name for name in list_regular_files(directory)
             if os.path.getsize(os.path.join(directory, name))
             and looks_like_lodtensor(os.path.join(directory, name))]
 
 
-def read_official_dir(directory, upcast=True):
+def read_official_dir(directory: PathLike, upcast: bool = True) -> Dict[str, np.ndarray]:
     """{file name: ndarray} for every LoDTensor file in `directory` (or its `params/`).
 
     Files that do not start like a LoDTensor (configs, vocab) are skipped; a file that does but
@@ -290,7 +295,7 @@ def read_official_dir(directory, upcast=True):
             for name in list_tensor_files(directory)}
 
 
-def write_official_dir(directory, tensors):
+def write_official_dir(directory: PathLike, tensors: Dict[str, np.ndarray]) -> None:
     """Write {name: ndarray} as one LoDTensor file per name into `directory` (created if
     needed). Other files in the directory are left alone."""
     directory = os.fspath(directory)

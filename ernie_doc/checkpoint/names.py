@@ -8,6 +8,10 @@ under `ernie_doc.` (PaddleNLP's prefix); their own parameters map through the he
 `official_names`.
 """
 import re
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set
+
+if TYPE_CHECKING:   # for the annotations only
+    from ernie_doc.config import ErnieDocConfig
 
 PREFIX = "ernie_doc."
 
@@ -49,6 +53,24 @@ LAYER_NAMES = {
     "norm2.weight": "post_ffn_layer_norm_scale", "norm2.bias": "post_ffn_layer_norm_bias",
 }
 _PER_LAYER_BIASES = ("attn.r_w_bias", "attn.r_r_bias", "attn.r_t_bias")
+# The official head parameters, per head of the official networks: {our key: official name}
+# (our keys: PaddleNLP's, relative to the head model). The head classes of ernie_doc.heads
+# declare theirs (`official_names`) from these, and loaders read these tables rather than the
+# classes, so this package needs no model class to know which official files are parameters.
+CLASSIFICATION_HEAD = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
+SPAN_HEAD = {"linear.weight": "cls_mrc_out_w", "linear.bias": "cls_mrc_out_b"}
+SEQUENCE_LABELING_HEAD = {"linear.weight": "cls_seq_label_out_w",
+                          "linear.bias": "cls_seq_label_out_b"}
+PRETRAINING_HEAD = {
+    "lm_head.transform.weight": "mask_lm_trans_fc.w_0",
+    "lm_head.transform.bias": "mask_lm_trans_fc.b_0",
+    "lm_head.layer_norm.weight": "mask_lm_trans_layer_norm_scale",
+    "lm_head.layer_norm.bias": "mask_lm_trans_layer_norm_bias",
+    "lm_head.decoder_bias": "mask_lm_out_fc.b_0",
+    "reorder_head.weight": "multi_sent_sorted_fc.w_0",
+    "reorder_head.bias": "multi_sent_sorted_fc.b_0",
+}
+OFFICIAL_HEADS = (CLASSIFICATION_HEAD, SPAN_HEAD, SEQUENCE_LABELING_HEAD, PRETRAINING_HEAD)
 # Official head parameters that no head class here loads: the untied masked-LM output
 # projection of the official pretraining network (weight sharing off). Loaders count them as
 # another head's tensors, like cls_out_w in a pretraining checkpoint.
@@ -79,16 +101,31 @@ _IGNORED_PATTERNS = [re.compile(p) for p in (
 )]
 
 
-def is_ignored_official(name):
+def official_head_names(extra: Iterable[str] = ()) -> Set[str]:
+    """Every official head parameter name (OFFICIAL_HEADS and OTHER_OFFICIAL_HEAD_NAMES), with
+    `extra` (e.g. the official names of a head class declared elsewhere)."""
+    out = set(OTHER_OFFICIAL_HEAD_NAMES).union(extra)
+    for head in OFFICIAL_HEADS:
+        out.update(head.values())
+    return out
+
+
+def official_head_modules() -> Set[str]:
+    """The first components of our keys of the official heads' parameters (linear, lm_head,
+    reorder_head): a checkpoint key under one of them is a known head's."""
+    return {key.split(".")[0] for head in OFFICIAL_HEADS for key in head}
+
+
+def is_ignored_official(name: str) -> bool:
     """True for optimizer / LR / loss-scaling state and temporaries (not parameters)."""
     return any(p.match(name) for p in _IGNORED_PATTERNS)
 
 
-def strip_prefix(key):
+def strip_prefix(key: str) -> str:
     return key[len(PREFIX):] if key.startswith(PREFIX) else key
 
 
-def backbone_to_official(key):
+def backbone_to_official(key: str) -> Optional[str]:
     """Bare backbone key (no `ernie_doc.` prefix) → official name, or None."""
     if key in GLOBAL_NAMES:
         return GLOBAL_NAMES[key]
@@ -100,7 +137,7 @@ def backbone_to_official(key):
     return None
 
 
-def official_to_backbone(name):
+def official_to_backbone(name: str) -> Optional[str]:
     """Official name → bare backbone key, or None if it is not a backbone parameter."""
     if name in _GLOBAL_INV:
         return _GLOBAL_INV[name]
@@ -110,7 +147,8 @@ def official_to_backbone(name):
     return None
 
 
-def ours_to_official(key, head_names=None, prefixed=None):
+def ours_to_official(key: str, head_names: Optional[Dict[str, str]] = None,
+                     prefixed: Optional[bool] = None) -> Optional[str]:
     """One of our state_dict keys → official name, or None.
 
     head_names: the head class's `official_names` ({head key: official}). prefixed: whether
@@ -128,7 +166,8 @@ def ours_to_official(key, head_names=None, prefixed=None):
     return backbone_to_official(key)
 
 
-def official_to_ours(name, head_names=None, prefixed=False):
+def official_to_ours(name: str, head_names: Optional[Dict[str, str]] = None,
+                     prefixed: bool = False) -> Optional[str]:
     """Official name → our state_dict key (with `ernie_doc.` on backbone keys when
     prefixed), or None if the name is neither a backbone nor one of head_names' parameters."""
     for ours, official in (head_names or {}).items():
@@ -140,7 +179,8 @@ def official_to_ours(name, head_names=None, prefixed=False):
     return PREFIX + key if prefixed else key
 
 
-def official_name_map(keys, head_names=None, prefixed=False):
+def official_name_map(keys: Iterable[str], head_names: Optional[Dict[str, str]] = None,
+                      prefixed: bool = False) -> Dict[str, str]:
     """{our key: official name} for an iterable of state_dict keys; KeyError lists the keys
     that have no official name."""
     mapping, unknown = {}, []
@@ -157,7 +197,7 @@ def official_name_map(keys, head_names=None, prefixed=False):
     return mapping
 
 
-def expected_backbone_names(config):
+def expected_backbone_names(config: "ErnieDocConfig") -> List[str]:
     """Official backbone names a checkpoint of `config` holds (pooler included), in order."""
     names = []
     for i in range(config.num_hidden_layers):
@@ -171,7 +211,7 @@ def expected_backbone_names(config):
     return names
 
 
-def bias_layout(backbone_keys):
+def bias_layout(backbone_keys: Iterable[str]) -> Optional[str]:
     """'shared', 'per_layer' or None: which r_{w,r,t} bias layout a set of bare backbone keys
     holds (used to pick rel_pos_params_sharing when a config does not say)."""
     keys = set(backbone_keys)

@@ -46,10 +46,12 @@ import pickle
 import pickletools
 import struct
 from collections import OrderedDict
+from typing import Any, Dict
 
 import numpy as np
 
-from ernie_doc.checkpoint.io import CheckpointError
+from ernie_doc.checkpoint.errors import CheckpointError
+from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.utils import open_regular
 
 __all__ = ["load", "load_state_dict", "NAME_TABLE", "BIG_PARAM_INFO"]
@@ -350,7 +352,7 @@ def _resolve(obj, depth=0, seen=None):
     return out
 
 
-def load(path):
+def load(path: PathLike) -> Any:
     """A paddle.save file → the object it holds, Tensors / LoDTensors / ndarrays as numpy
     arrays (read-only views of the file's bytes; bfloat16 as uint16 bits). CheckpointError
     (naming the file) for an unreadable file or anything paddle.save does not write."""
@@ -376,7 +378,7 @@ def load(path):
                                   f"{e})") from None
 
 
-def load_state_dict(path):
+def load_state_dict(path: PathLike) -> Dict[Any, Any]:
     """A paddle.save'd state dict → {key: value} with tensors as numpy arrays; paddle's
     name table is dropped and tensors it cut into slices (protocol 2/3, over 1 GiB) are put
     back together. CheckpointError when the file holds no dict."""

@@ -7,7 +7,8 @@
 SRC: a released name (ernie-doc-base-en ...; fetched into the cache), a URL or .tar.gz, an
 official static directory (or its parent with params/), a PaddleNLP directory
 (model_state.pdparams + config.json / model_config.json) or ours (model.safetensors +
-config.json). The model class is the bare encoder unless --head is given or the checkpoint
+config.json). The model class is the bare encoder unless --head is given (any head of the
+registry, ernie_doc.auto: the built-in ones and those of the task folders) or the checkpoint
 holds a head (config architecture or head tensors). DST files appear all together or not at
 all; other files in DST are kept. Expected errors print one line and exit with status 2.
 
@@ -20,6 +21,7 @@ import logging
 import os
 import sys
 import warnings
+from typing import List, Optional
 
 # paddle 3.x warns about ccache on import; it means nothing to a converter and would turn the
 # one-line error below into three.
@@ -29,14 +31,14 @@ TARGETS = {"ours": "safetensors", "safetensors": "safetensors", "paddlenlp": "pa
            "official": "official"}
 
 
-def parse_args(argv=None):
-    from ernie_doc.heads import HEADS
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    from ernie_doc import auto
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("src", help="checkpoint directory or weights file to read")
     p.add_argument("dst", help="directory to write (created if needed)")
     p.add_argument("--to", required=True, choices=sorted(TARGETS), help="target layout")
     p.add_argument("--config", help="preset name or JSON config; needed when SRC has none")
-    p.add_argument("--head", choices=sorted(HEADS), help="model class (default: from SRC)")
+    p.add_argument("--head", choices=auto.head_names(), help="model class (default: from SRC)")
     p.add_argument("--num-labels", type=int, help="classes of a classification head")
     p.add_argument("--num-choices", type=int, help="choices of a multiple-choice head")
     p.add_argument("--strict", action="store_true",
@@ -51,15 +53,16 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def convert(args):
+def convert(args: argparse.Namespace):
+    """Read args.src, load it into its model class, write args.dst; → the model."""
+    from ernie_doc import auto
     from ernie_doc.checkpoint import io
-    from ernie_doc.heads import HEADS
 
     if os.path.abspath(args.src) == os.path.abspath(args.dst):
         raise io.CheckpointError(f"{args.dst}: the destination must differ from the source")
     from ernie_doc.hub import resolve
-    ckpt = io.read_checkpoint(resolve(args.src, kind="model", source=args.source))
-    cls = HEADS[args.head] if args.head else io.guess_model_class(ckpt)
+    ckpt = auto.read_checkpoint(resolve(args.src, kind="model", source=args.source))
+    cls = auto.head_class(args.head) if args.head else auto.model_class_for(ckpt)
     kwargs = {}
     if args.num_labels is not None:
         kwargs["num_labels"] = args.num_labels
@@ -71,7 +74,7 @@ def convert(args):
     return model
 
 
-def main(argv=None, configure_logging=False):
+def main(argv: Optional[List[str]] = None, configure_logging: bool = False) -> int:
     """configure_logging: route warnings to stderr (the command line; a caller in-process
     keeps its own logging)."""
     args = parse_args(argv)
@@ -97,7 +100,7 @@ def main(argv=None, configure_logging=False):
     return 0
 
 
-def command(argv=None) -> int:
+def command(argv: Optional[List[str]] = None) -> int:
     return main(argv, configure_logging=True)
 
 

@@ -3,7 +3,8 @@
 
     ernie-doc export --config ernie-doc-base-en --output out/ernie_doc \
         [--head sequence_classification --num-labels 2 | question_answering |
-         token_classification --num-labels N | multiple_choice --num-choices 4]
+         token_classification --num-labels N | multiple_choice --num-choices 4 |
+         pair_matching | hotpotqa]
         [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
 
 --config is a released name (ernie-doc-base-en ...: its weights, fetched once into the cache), a
@@ -13,8 +14,9 @@ ernie-doc-small). Writes
 <output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
 <output>.meta.json; prints a JSON summary. A bad argument, config or checkpoint, or an output
 that cannot be written, prints one `error:` line and exits with 2, writing nothing
-(--debug: traceback). See ernie_doc/inference.py for the exported signature and the
-Predictor that runs it.
+(--debug: traceback). --head takes every head of the registry (ernie_doc.auto) that can be
+exported. See ernie_doc/inference.py for the exported signature and the Predictor that runs
+it.
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ import os
 import sys
 import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
+from typing import Any, Dict, List, Optional
 
 # paddle's import warns about a C++ compiler cache it never uses here, and the static-graph
 # conversion warns about its own internals (2.6: a deprecated attribute of its own ops; 3.x:
@@ -36,8 +39,8 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 MAX_LABELS = 1_000_000
 
 
-def parse_args(argv=None):
-    from ernie_doc.heads import HEADS
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    from ernie_doc import auto
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True,
                    help="a released name (its weights, fetched once into the cache), a "
@@ -45,7 +48,7 @@ def parse_args(argv=None):
                         "(random weights)")
     p.add_argument("--output", required=True, help="output prefix, e.g. out/ernie_doc")
     p.add_argument("--head", default="none",
-                   choices=["none"] + [h for h in HEADS if h != "pretraining"])
+                   choices=["none"] + auto.head_names(exportable=True))
     p.add_argument("--num-labels", type=int, default=None,
                    help="sequence/token classification labels (default: the config's)")
     p.add_argument("--num-choices", type=int, default=4, help="multiple choice: choices")
@@ -81,28 +84,38 @@ def parse_args(argv=None):
     return args
 
 
-def head_kwargs(args):
-    if args.head in ("sequence_classification", "token_classification") and args.num_labels:
-        return {"num_labels": args.num_labels}
-    if args.head == "multiple_choice":
-        return {"num_choices": args.num_choices}
-    return {}
+def head_kwargs(args: argparse.Namespace, cls: Optional[type] = None) -> Dict[str, Any]:
+    """The constructor arguments of the head `cls` (default: args.head's) that the command
+    line gives: --num-labels (when given) and --num-choices, to the heads that take them."""
+    import inspect
+
+    from ernie_doc import auto
+    if cls is None:
+        if args.head == "none":
+            return {}
+        cls = auto.head_class(args.head)
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {}
+    if "num_labels" in params and args.num_labels:
+        kwargs["num_labels"] = args.num_labels
+    if "num_choices" in params:
+        kwargs["num_choices"] = args.num_choices
+    return kwargs
 
 
-def build_model(args):
+def build_model(args: argparse.Namespace):
     """The model to export: (model, where its weights came from)."""
-    from ernie_doc import ErnieDocConfig, ErnieDocModel
-    from ernie_doc.heads import HEADS
+    from ernie_doc import ErnieDocConfig, ErnieDocModel, auto
 
-    cls = ErnieDocModel if args.head == "none" else HEADS[args.head]
-    kwargs = head_kwargs(args)
+    cls = ErnieDocModel if args.head == "none" else auto.head_class(args.head)
+    kwargs = head_kwargs(args, cls) if args.head != "none" else {}
     from ernie_doc.cli.run_document import is_checkpoint_spec
     if os.path.isdir(args.config) or is_checkpoint_spec(args.config):
         return cls.from_pretrained(args.config, **kwargs), f"from_pretrained({args.config})"
     return cls(ErnieDocConfig.from_any(args.config), **kwargs), "random"
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> int:
     """→ 0 after a complete export. Bad input or an unwritable output: one `error:` line
     and exit status 2 (SystemExit)."""
     args = parse_args(argv)
@@ -147,7 +160,7 @@ def _export(args):
     return 0
 
 
-def command(argv=None) -> int:
+def command(argv: Optional[List[str]] = None) -> int:
     from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 

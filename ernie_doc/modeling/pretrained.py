@@ -16,11 +16,18 @@ with the model, a shape that differs or a dtype that cannot be cast always is.
 """
 import inspect
 import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
-from ernie_doc.config import known_keys
+from ernie_doc.checkpoint import io, names
+from ernie_doc.checkpoint.lodtensor import PathLike, bf16_to_fp32
+from ernie_doc.config import ErnieDocConfig, known_keys
 from ernie_doc.utils import dtype_name, short_list
+
+if TYPE_CHECKING:   # for the annotations only (paddle is imported where it is used)
+    import paddle
 
 logger = logging.getLogger("ernie_doc.checkpoint")
 
@@ -33,7 +40,8 @@ class LoadReport:
     """What from_pretrained did. Lists hold checkpoint names (unexpected, ignored) or model
     keys (missing); also usable as a dict (report["missing"])."""
 
-    def __init__(self, format, path, config_source, loaded, missing, unexpected, ignored):
+    def __init__(self, format: str, path: str, config_source: str, loaded: List[str],
+                 missing: List[str], unexpected: List[str], ignored: List[str]):
         self.format = format
         self.path = path
         self.config_source = config_source
@@ -42,15 +50,15 @@ class LoadReport:
         self.unexpected = unexpected
         self.ignored = ignored
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return {"format": self.format, "path": self.path, "config_source": self.config_source,
                 "loaded": list(self.loaded), "missing": list(self.missing),
                 "unexpected": list(self.unexpected), "ignored": list(self.ignored)}
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         return self.to_dict()[key]
 
-    def summary(self):
+    def summary(self) -> str:
         lines = [f"loaded {len(self.loaded)} tensors from {self.path} ({self.format} format; "
                  f"config from {self.config_source})"]
         if self.missing:
@@ -71,25 +79,25 @@ class LoadReport:
                 f"ignored={len(self.ignored)})")
 
 
-def _is_bare(cls):
-    from ernie_doc.modeling.model import ErnieDocModel
-    return issubclass(cls, ErnieDocModel)
+def _is_bare(cls: type) -> bool:
+    """Whether `cls` is the bare encoder: its keys carry no `ernie_doc.` prefix."""
+    return not cls.encoder_prefix
 
 
-def _constructor_params(cls):
+def _constructor_params(cls: type) -> List[str]:
     params = inspect.signature(cls.__init__).parameters
     return [p for p in params if p not in ("self", "config")
             and params[p].kind not in (inspect.Parameter.VAR_POSITIONAL,
                                        inspect.Parameter.VAR_KEYWORD)]
 
 
-def checkpoint_key_map(names_in_checkpoint, fmt, cls):
+def checkpoint_key_map(names_in_checkpoint: Iterable[str], fmt: str,
+                       cls: type) -> Dict[str, Optional[str]]:
     """{checkpoint name: model key or None} for a model of class `cls`.
 
     Official names go through names.py (+ cls.official_names for the head); PaddleNLP / our
     names are model keys already, with or without the `ernie_doc.` prefix.
     """
-    from ernie_doc.checkpoint import names
     prefixed = not _is_bare(cls)
     head_names = cls.official_names
     out = {}
@@ -108,7 +116,7 @@ def checkpoint_key_map(names_in_checkpoint, fmt, cls):
 _FLOAT_PARAMS = ("float16", "float32", "float64", "bfloat16")
 
 
-def cast_problem(array, param_dtype):
+def cast_problem(array: np.ndarray, param_dtype: str) -> Optional[str]:
     """Why `array` cannot load into a parameter of paddle dtype name `param_dtype`, or None.
     Any float width casts to a float parameter; a uint16 array is bfloat16 bits (paddle saves
     bfloat16 that way) and is converted; integers, bools and complex never become floats."""
@@ -125,12 +133,11 @@ def cast_problem(array, param_dtype):
     return f"a {array.dtype} tensor cannot load into a {param_dtype} parameter"
 
 
-def assign_array(param, array):
-    """Copy ndarray `array` into `param`, cast to the parameter's dtype (uint16 = bfloat16
-    bits, see cast_problem)."""
+def assign_array(param: "paddle.Tensor", array: np.ndarray) -> None:
+    """Copy ndarray `array` into `param` (same shape), cast to the parameter's dtype (uint16 =
+    bfloat16 bits, see cast_problem)."""
     import paddle
 
-    from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
     if array.dtype == np.uint16 and dtype_name(param.dtype) in _FLOAT_PARAMS:
         array = bf16_to_fp32(array)
     np_dtype = {paddle.float32: np.float32, paddle.float16: np.float16,
@@ -144,44 +151,244 @@ def assign_array(param, array):
         param.set_value(np.ascontiguousarray(array, dtype=dtype_name(param.dtype)))
 
 
-def _known_head_modules(cls, target, ckpt):
-    """First name components of head tensors that belong to a known head: those of every
-    head class of ernie_doc.heads and of `cls`; None when the checkpoint's own config names a
-    head class (every tensor outside its encoder is then that head's)."""
-    from ernie_doc.checkpoint import names
-    from ernie_doc.heads import HEADS
+def _known_head_modules(cls: type, target: Dict[str, Any],
+                        ckpt: io.Checkpoint) -> Optional[Set[str]]:
+    """First name components of head tensors that belong to a known head: those of the
+    official heads (checkpoint.names.OFFICIAL_HEADS, which the built-in head classes declare
+    theirs from) and of `cls`; None when the checkpoint's own config names a head class (every
+    tensor outside its encoder is then that head's)."""
     arch = (ckpt.architecture or {}).get("class")
     if arch and arch != "ErnieDocModel":
         return None
-    modules = {k.split(".")[0] for head in HEADS.values() for k in head.official_names}
-    if not _is_bare(cls):   # this class's own head (task heads live outside HEADS)
+    modules = names.official_head_modules()
+    if not _is_bare(cls):   # this class's own head (a task's head may have other modules)
         modules.update(k.split(".")[0] for k in target if not k.startswith(names.PREFIX))
     return modules
 
 
-def _leftover_kind(name, fmt, cls, head_modules):
+def _leftover_kind(name: str, fmt: str, cls: type, head_modules: Optional[Set[str]]) -> str:
     """What a checkpoint tensor the model does not use is: "head" (another known head's: fine
     to leave aside), "encoder" (an encoder tensor this model does not have: a config that
     differs) or "unknown" (it belongs to nothing we know)."""
-    from ernie_doc.checkpoint import io, names
     if fmt == "official":
         if names.official_to_backbone(name) is not None:
             return "encoder"
-        return "head" if name in io.all_official_names() or \
-            name in cls.official_names.values() else "unknown"
+        return "head" if name in _official_head_names(cls) else "unknown"
     if name.startswith(names.PREFIX) or name.split(".")[0] in names.ENCODER_MODULES:
         return "encoder" if names.backbone_to_official(names.strip_prefix(name)) else "unknown"
     return "head" if head_modules is None or name.split(".")[0] in head_modules else "unknown"
+
+
+def _official_head_names(cls: type) -> Set[str]:
+    """The official head parameter names a load into `cls` knows: every official head's
+    (checkpoint.names) and cls's own."""
+    return names.official_head_names(cls.official_names.values())
+
+
+# -- the steps of from_pretrained ------------------------------------------------------------
+def _read(cls: type, path: Any, source: Optional[str]) -> io.Checkpoint:
+    """`path` (anything ernie_doc.hub.resolve takes, or a Checkpoint already read) → the
+    Checkpoint, its tensors named as stored."""
+    if isinstance(path, io.Checkpoint):
+        return path
+    from ernie_doc.hub import resolve
+    return io.read_checkpoint(resolve(path, kind="model", source=source),
+                              head_names=_official_head_names(cls))
+
+
+def _split_arguments(cls: type, ctor_params: List[str], kwargs: Dict[str, Any]
+                     ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """from_pretrained's **kwargs → (constructor arguments, config overrides); TypeError for a
+    key that is neither."""
+    config_keys = known_keys()
+    ctor_kwargs, overrides = {}, {}
+    for key, value in kwargs.items():
+        if key in ctor_params:
+            ctor_kwargs[key] = value
+        elif key in config_keys:
+            overrides[key] = value
+        else:
+            raise TypeError(f"{cls.__name__}.from_pretrained: unknown argument {key!r} "
+                            f"(neither a config key nor one of {ctor_params})")
+    return ctor_kwargs, overrides
+
+
+def _resolve_config(ckpt: io.Checkpoint, config: Any) -> Tuple[ErnieDocConfig, str]:
+    """The model config (the `config` argument wins over the checkpoint's) and where it came
+    from; CheckpointError when there is neither."""
+    where = ckpt.path
+    if config is not None:
+        if ckpt.config is not None:
+            logger.info("%s: using the given config instead of %s", where, ckpt.config_path)
+        return ErnieDocConfig.from_any(config), "the config argument"
+    if ckpt.config is not None:
+        return ErnieDocConfig.from_dict(ckpt.config, source=ckpt.config_path), ckpt.config_path
+    raise io.CheckpointError(
+        f"{where}: the checkpoint has no config file (looked for {io.CONFIG_FILE}, "
+        f"{io.LEGACY_CONFIG_FILE} or {io.OFFICIAL_CONFIG_FILE}); pass config= (a preset "
+        f"name, a JSON path or an ErnieDocConfig)")
+
+
+def _apply_overrides(cfg: ErnieDocConfig, overrides: Dict[str, Any],
+                     key_map: Dict[str, Optional[str]], where: str) -> ErnieDocConfig:
+    """cfg with the config keys given to from_pretrained, and rel_pos_params_sharing as the
+    tensor names say when it was not given: official configs do not say whether the
+    r_{w,r,t} biases are shared."""
+    overrides = dict(overrides)
+    if "rel_pos_params_sharing" not in overrides:
+        layout = names.bias_layout(names.strip_prefix(k) for k in key_map.values() if k)
+        if layout is not None and (layout == "shared") != cfg.rel_pos_params_sharing:
+            logger.info("%s: the checkpoint holds %s r_w/r_r/r_t biases: setting "
+                        "rel_pos_params_sharing=%s", where, layout.replace("_", "-"),
+                        layout == "shared")
+            overrides["rel_pos_params_sharing"] = layout == "shared"
+    return cfg.replace(**overrides) if overrides else cfg
+
+
+def _head_arguments(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
+                    ctor_params: List[str], given: Dict[str, Any]) -> Dict[str, Any]:
+    """The constructor arguments: given > the checkpoint's head tensors (num_labels from
+    linear.bias [num_labels], num_reorder_classes from reorder_head.bias [classes]) > the
+    "architecture" kwargs of our config."""
+    ctor_kwargs = dict(given)
+    for arg, (head_key, axis) in _SIZE_FROM_CHECKPOINT.items():
+        if arg in ctor_params and arg not in ctor_kwargs:
+            for name, key in key_map.items():
+                if key == head_key and ckpt.tensors[name].ndim > axis:
+                    ctor_kwargs[arg] = int(ckpt.tensors[name].shape[axis])
+    if ckpt.architecture:
+        for key, value in ckpt.architecture.get("kwargs", {}).items():
+            if key in ctor_params and key not in ctor_kwargs:
+                ctor_kwargs[key] = value
+    return ctor_kwargs
+
+
+@dataclass
+class TensorMatch:
+    """Which checkpoint tensor goes into which model parameter."""
+    assigned: Dict[str, str]   # model key → checkpoint name (same shape, castable dtype)
+    unexpected: List[str]      # checkpoint names the model does not take
+    missing: List[str]         # model keys no checkpoint tensor fills
+
+
+def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
+                   target: Dict[str, Any]) -> TensorMatch:
+    """Pair checkpoint tensors with the model's parameters (`target`: its state_dict). Each
+    pair must agree in shape (checkpoint [..] == model [..], e.g. linear.weight [H, num_labels])
+    and the array must cast to the parameter's dtype: CheckpointError listing every tensor
+    that does not, with both shapes."""
+    where = ckpt.path
+    assigned, unexpected, mismatched, uncastable = {}, [], [], []
+    for name, key in key_map.items():
+        if key is None or key not in target or key in assigned:
+            unexpected.append(name)
+            continue
+        label = name if name == key else f"{name} (model {key})"
+        want = [int(d) for d in target[key].shape]
+        have = list(ckpt.tensors[name].shape)
+        if want != have:
+            mismatched.append(f"{label}: checkpoint {have} vs model {want}")
+            continue
+        problem = cast_problem(ckpt.tensors[name], dtype_name(target[key].dtype))
+        if problem:
+            uncastable.append(f"{label}: {problem}")
+            continue
+        assigned[key] = name
+    if mismatched:
+        raise io.CheckpointError(
+            f"{where}: {len(mismatched)} tensor shape(s) differ from the model (is the "
+            f"config right?): " + short_list(mismatched, 8, "; "))
+    if uncastable:
+        raise io.CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
+                                 f"model cannot take: " + short_list(uncastable, 8, "; "))
+    missing = [k for k in target if k not in assigned]
+    return TensorMatch(assigned, unexpected, missing)
+
+
+def _check_strict(where: str, match: TensorMatch) -> None:
+    if match.missing or match.unexpected:
+        raise io.CheckpointError(
+            f"{where}: strict load failed: missing {match.missing or 'none'}; "
+            f"unexpected {match.unexpected or 'none'}")
+
+
+def _partial_problems(cls: type, ckpt: io.Checkpoint, target: Dict[str, Any],
+                      match: TensorMatch) -> List[str]:
+    """What makes the match partial, one phrase each (empty: a whole match). The encoder (bare
+    model: everything) must be there, this class's head wholly or not at all, and what is left
+    over must be a known head's. CheckpointError when no encoder tensor matched at all."""
+    where, assigned = ckpt.path, match.assigned
+    bare = _is_bare(cls)
+    encoder_keys = [k for k in target if bare or k.startswith(names.PREFIX)]
+    head_keys = [k for k in target if not (bare or k.startswith(names.PREFIX))]
+    if not any(k in assigned for k in encoder_keys):
+        held = (f"it holds {len(ckpt.tensors)} tensors, e.g. {short_list(ckpt.tensors, 3)}"
+                if ckpt.tensors else "it holds no tensors")
+        raise io.CheckpointError(
+            f"{where}: none of the {len(encoder_keys)} encoder tensors of {cls.__name__} "
+            f"is in the checkpoint ({held}): not an ERNIE-Doc checkpoint of this layout")
+    head_modules = _known_head_modules(cls, target, ckpt)
+    problems = []
+    encoder_missing = [k for k in encoder_keys if k not in assigned]
+    if encoder_missing:
+        problems.append(f"{len(encoder_missing)} of {len(encoder_keys)} encoder tensors "
+                        f"missing ({short_list(encoder_missing)})")
+    head_missing = [k for k in head_keys if k not in assigned]
+    if head_missing and len(head_missing) < len(head_keys):
+        problems.append(f"the {cls.__name__} head is only partly there (missing "
+                        f"{short_list(head_missing)})")
+    leftover = {"encoder": [], "unknown": [], "head": []}
+    for name in match.unexpected:
+        leftover[_leftover_kind(name, ckpt.format, cls, head_modules)].append(name)
+    if leftover["encoder"]:
+        problems.append(f"{len(leftover['encoder'])} encoder tensors this model does not "
+                        f"have, is the config right? ({short_list(leftover['encoder'])})")
+    if leftover["unknown"]:
+        problems.append(f"{len(leftover['unknown'])} tensors that belong to no known head "
+                        f"({short_list(leftover['unknown'])})")
+    return problems
+
+
+def _assign(target: Dict[str, Any], match: TensorMatch, tensors: Dict[str, np.ndarray]) -> None:
+    """Copy each matched checkpoint array into its parameter."""
+    for key, name in match.assigned.items():
+        assign_array(target[key], tensors[name])
+
+
+def _report(cls: type, ckpt: io.Checkpoint, config_source: str, match: TensorMatch,
+            problems: List[str]) -> "LoadReport":
+    """The LoadReport of a finished load, logged: a summary line, then warnings for a partial
+    load, missing and unused tensors."""
+    where = ckpt.path
+    report = LoadReport(ckpt.format, where, config_source, sorted(match.assigned),
+                        match.missing, match.unexpected, list(ckpt.ignored))
+    logger.info("%s", report.summary().splitlines()[0])
+    if problems:
+        logger.warning("%s: partial checkpoint loaded (allow_partial): %s", where,
+                       "; ".join(problems))
+    if match.missing:
+        logger.warning("%s: %d model tensors not in the checkpoint keep their fresh "
+                       "initialisation: %s", where, len(match.missing), ", ".join(match.missing))
+    if match.unexpected:
+        logger.warning("%s: %d checkpoint tensors not used by %s: %s", where,
+                       len(match.unexpected), cls.__name__, ", ".join(match.unexpected))
+    if ckpt.ignored:
+        logger.info("%s: ignored %d optimizer/LR-state entries", where, len(ckpt.ignored))
+    return report
 
 
 class PretrainedMixin:
     """Adds from_pretrained / save_pretrained to ErnieDocModel and every head."""
 
     official_names = {}  # head classes: {their own parameter key: official static name}
+    # Where the encoder's parameters sit in this class's state_dict: "" for the bare
+    # ErnieDocModel, names.PREFIX ("ernie_doc.") for a head (heads.Head sets it).
+    encoder_prefix = ""
 
     @classmethod
-    def from_pretrained(cls, path, config=None, strict=False, allow_partial=False,
-                        source=None, **kwargs):
+    def from_pretrained(cls, path: Any, config: Any = None, strict: bool = False,
+                        allow_partial: bool = False, source: Optional[str] = None,
+                        **kwargs: Any) -> Any:
         """Build `cls` and load a checkpoint into it.
 
         path: a released name ("ernie-doc-base-en", "ernie-doc-base-zh", "ernie-doc-large-en":
@@ -210,154 +417,29 @@ class PretrainedMixin:
         partial match (unless allow_partial), strict violations, shapes that differ (each
         tensor with both shapes), dtypes that cannot be cast (integer or bool into float).
         """
-        from ernie_doc.checkpoint import io, names
-        from ernie_doc.config import ErnieDocConfig
-
-        if not isinstance(path, io.Checkpoint):
-            from ernie_doc.hub import resolve
-            path = io.read_checkpoint(resolve(path, kind="model", source=source))
-        ckpt = path
-        where = ckpt.path
-
+        ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)
-        config_keys = known_keys()
-        ctor_kwargs, overrides = {}, {}
-        for key, value in kwargs.items():
-            if key in ctor_params:
-                ctor_kwargs[key] = value
-            elif key in config_keys:
-                overrides[key] = value
-            else:
-                raise TypeError(f"{cls.__name__}.from_pretrained: unknown argument {key!r} "
-                                f"(neither a config key nor one of {ctor_params})")
-
-        if config is not None:
-            cfg = ErnieDocConfig.from_any(config)
-            config_source = "the config argument"
-            if ckpt.config is not None:
-                logger.info("%s: using the given config instead of %s", where, ckpt.config_path)
-        elif ckpt.config is not None:
-            cfg = ErnieDocConfig.from_dict(ckpt.config, source=ckpt.config_path)
-            config_source = ckpt.config_path
-        else:
-            raise io.CheckpointError(
-                f"{where}: the checkpoint has no config file (looked for {io.CONFIG_FILE}, "
-                f"{io.LEGACY_CONFIG_FILE} or {io.OFFICIAL_CONFIG_FILE}); pass config= (a preset "
-                f"name, a JSON path or an ErnieDocConfig)")
-
+        ctor_kwargs, overrides = _split_arguments(cls, ctor_params, kwargs)
+        cfg, config_source = _resolve_config(ckpt, config)
         key_map = checkpoint_key_map(ckpt.tensors, ckpt.format, cls)
-
-        # Official configs do not say whether the r_{w,r,t} biases are shared: the names do.
-        if "rel_pos_params_sharing" not in overrides:
-            layout = names.bias_layout(names.strip_prefix(k) for k in key_map.values() if k)
-            if layout is not None and (layout == "shared") != cfg.rel_pos_params_sharing:
-                logger.info("%s: the checkpoint holds %s r_w/r_r/r_t biases: setting "
-                            "rel_pos_params_sharing=%s", where, layout.replace("_", "-"),
-                            layout == "shared")
-                overrides["rel_pos_params_sharing"] = layout == "shared"
-        if overrides:
-            cfg = cfg.replace(**overrides)
-
-        # Head arguments: given > the checkpoint's tensors > our config's "architecture".
-        for arg, (head_key, axis) in _SIZE_FROM_CHECKPOINT.items():
-            if arg in ctor_params and arg not in ctor_kwargs:
-                for name, key in key_map.items():
-                    if key == head_key and ckpt.tensors[name].ndim > axis:
-                        ctor_kwargs[arg] = int(ckpt.tensors[name].shape[axis])
-        if ckpt.architecture:
-            for key, value in ckpt.architecture.get("kwargs", {}).items():
-                if key in ctor_params and key not in ctor_kwargs:
-                    ctor_kwargs[key] = value
-
-        model = cls(cfg, **ctor_kwargs)
+        cfg = _apply_overrides(cfg, overrides, key_map, ckpt.path)
+        model = cls(cfg, **_head_arguments(ckpt, key_map, ctor_params, ctor_kwargs))
         target = model.state_dict()
 
-        assigned, unexpected, mismatched, uncastable = {}, [], [], []
-        for name, key in key_map.items():
-            if key is None or key not in target or key in assigned:
-                unexpected.append(name)
-                continue
-            label = name if name == key else f"{name} (model {key})"
-            want = [int(d) for d in target[key].shape]
-            have = list(ckpt.tensors[name].shape)
-            if want != have:
-                mismatched.append(f"{label}: checkpoint {have} vs model {want}")
-                continue
-            problem = cast_problem(ckpt.tensors[name], dtype_name(target[key].dtype))
-            if problem:
-                uncastable.append(f"{label}: {problem}")
-                continue
-            assigned[key] = name
-        if mismatched:
-            raise io.CheckpointError(
-                f"{where}: {len(mismatched)} tensor shape(s) differ from the model (is the "
-                f"config right?): " + short_list(mismatched, 8, "; "))
-        if uncastable:
-            raise io.CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
-                                     f"model cannot take: " + short_list(uncastable, 8, "; "))
-        missing = [k for k in target if k not in assigned]
-        if strict and (missing or unexpected):
-            raise io.CheckpointError(
-                f"{where}: strict load failed: missing {missing or 'none'}; "
-                f"unexpected {unexpected or 'none'}")
-
-        # What a partial match means: the encoder (bare model: everything) must be there,
-        # this class's head wholly or not at all, and what is left over must be a known head's.
-        bare = _is_bare(cls)
-        encoder_keys = [k for k in target if bare or k.startswith(names.PREFIX)]
-        head_keys = [k for k in target if not (bare or k.startswith(names.PREFIX))]
-        if not any(k in assigned for k in encoder_keys):
-            held = (f"it holds {len(ckpt.tensors)} tensors, e.g. {short_list(ckpt.tensors, 3)}"
-                    if ckpt.tensors else "it holds no tensors")
-            raise io.CheckpointError(
-                f"{where}: none of the {len(encoder_keys)} encoder tensors of {cls.__name__} "
-                f"is in the checkpoint ({held}): not an ERNIE-Doc checkpoint of this layout")
-        head_modules = _known_head_modules(cls, target, ckpt)
-        problems = []
-        encoder_missing = [k for k in encoder_keys if k not in assigned]
-        if encoder_missing:
-            problems.append(f"{len(encoder_missing)} of {len(encoder_keys)} encoder tensors "
-                            f"missing ({short_list(encoder_missing)})")
-        head_missing = [k for k in head_keys if k not in assigned]
-        if head_missing and len(head_missing) < len(head_keys):
-            problems.append(f"the {cls.__name__} head is only partly there (missing "
-                            f"{short_list(head_missing)})")
-        leftover = {"encoder": [], "unknown": [], "head": []}
-        for name in unexpected:
-            leftover[_leftover_kind(name, ckpt.format, cls, head_modules)].append(name)
-        if leftover["encoder"]:
-            problems.append(f"{len(leftover['encoder'])} encoder tensors this model does not "
-                            f"have, is the config right? ({short_list(leftover['encoder'])})")
-        if leftover["unknown"]:
-            problems.append(f"{len(leftover['unknown'])} tensors that belong to no known head "
-                            f"({short_list(leftover['unknown'])})")
+        match = _match_tensors(ckpt, key_map, target)
+        if strict:
+            _check_strict(ckpt.path, match)
+        problems = _partial_problems(cls, ckpt, target, match)
         if problems and not allow_partial:
             raise io.CheckpointError(
-                f"{where}: partial checkpoint for {cls.__name__}: " + "; ".join(problems)
+                f"{ckpt.path}: partial checkpoint for {cls.__name__}: " + "; ".join(problems)
                 + " (allow_partial=True, or allow_partial_checkpoint: true in a run config, "
                   "loads it anyway)")
-
-        for key, name in assigned.items():
-            assign_array(target[key], ckpt.tensors[name])
-
-        report = LoadReport(ckpt.format, where, config_source, sorted(assigned), missing,
-                            unexpected, list(ckpt.ignored))
-        model.load_report = report
-        logger.info("%s", report.summary().splitlines()[0])
-        if problems:
-            logger.warning("%s: partial checkpoint loaded (allow_partial): %s", where,
-                           "; ".join(problems))
-        if missing:
-            logger.warning("%s: %d model tensors not in the checkpoint keep their fresh "
-                           "initialisation: %s", where, len(missing), ", ".join(missing))
-        if unexpected:
-            logger.warning("%s: %d checkpoint tensors not used by %s: %s", where,
-                           len(unexpected), cls.__name__, ", ".join(unexpected))
-        if ckpt.ignored:
-            logger.info("%s: ignored %d optimizer/LR-state entries", where, len(ckpt.ignored))
+        _assign(target, match, ckpt.tensors)
+        model.load_report = _report(cls, ckpt, config_source, match, problems)
         return model
 
-    def architecture(self):
+    def architecture(self) -> Dict[str, Any]:
         """{"class": class name, "kwargs": constructor arguments beyond the config}."""
         params = _constructor_params(type(self))
         kwargs = {}
@@ -372,7 +454,7 @@ class PretrainedMixin:
             kwargs["dropout"] = float(dropout.p)
         return {"class": type(self).__name__, "kwargs": kwargs}
 
-    def save_pretrained(self, directory, format="safetensors"):
+    def save_pretrained(self, directory: PathLike, format: str = "safetensors") -> PathLike:
         """Write the weights and config into `directory` (created if needed).
 
         format: "safetensors" (ours: model.safetensors + config.json), "paddlenlp"
@@ -381,8 +463,6 @@ class PretrainedMixin:
         other files in the directory (vocab, ...) are kept. Returns `directory`.
         """
         import paddle
-
-        from ernie_doc.checkpoint import io, names
 
         fmt = io.normalize_format(format)
         state = self.state_dict()

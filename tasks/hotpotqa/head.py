@@ -1,9 +1,11 @@
 """The HotpotQA head (both pipeline stages): evidence scorers on the [p] / [SEP] tokens, and
 for the answer stage a question-type classifier on the pooled [CLS] and a span layer."""
 from collections import namedtuple
+from typing import List, Tuple
 
 import paddle.nn as nn
 
+from ernie_doc.auto import register_head
 from ernie_doc.heads import Head
 from ernie_doc.modeling.attention import truncated_normal
 from ernie_doc.modeling.model import activation
@@ -35,12 +37,14 @@ class EvidenceScorer(nn.Layer):
         return self.out(self.act(self.dense(hidden))).squeeze(-1)
 
 
+@register_head("hotpotqa")   # ernie_doc.auto lists this module in TASK_HEAD_MODULES
 class ErnieDocForHotpotQA(Head):
     """stage "evidence": paragraph and sentence scorers only; stage "answer" adds the type
     classifier (pooled [CLS] → dropout → Linear(H, 3)) and the span layer (sequence → dropout
     → Linear(H, 2)). Only the layers a stage trains exist (and the evidence stage hands back
     no pooled output, see Head._visible), so data-parallel runs have no unused trainable
     parameters; the stage is saved with the checkpoint (`architecture`)."""
+    exportable = True
 
     def __init__(self, config, stage="answer", dropout=None):
         super().__init__(config, dropout)
@@ -53,6 +57,14 @@ class ErnieDocForHotpotQA(Head):
         if stage == "answer":
             self.type_classifier = self._linear(len(ANSWER_TYPES))
             self.span = self._linear(2)
+
+    def export_outputs(self, batch: int, seq_len: int) -> List[Tuple[str, List[int]]]:
+        """The stage's logits, as HotpotOutput names them (batch -1: dynamic)."""
+        outputs = [("para_logits", [batch, seq_len]), ("sent_logits", [batch, seq_len])]
+        if self.stage == "answer":
+            outputs += [("type_logits", [batch, len(ANSWER_TYPES)]),
+                        ("span_logits", [batch, seq_len, 2])]
+        return outputs
 
     def architecture(self):
         arch = super().architecture()

@@ -20,6 +20,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from ernie_doc.auto import register_head
 from ernie_doc.heads import Head
 from ernie_doc.modeling.attention import truncated_normal
 
@@ -32,6 +33,7 @@ memories [L, B, M, H] · memory_mask [B, M] or None · encoder: the ErnieDocOutp
 pooled_output (None)."""
 
 
+@register_head("keyphrase")   # ernie_doc.auto lists this module in TASK_HEAD_MODULES
 class ErnieDocForKeyphrase(Head):
     """Encoder + five n-gram CNNs (kernel 1..5, H → H channels, ReLU) + one linear scorer per
     n-gram length."""

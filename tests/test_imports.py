@@ -1,0 +1,198 @@
+"""The import graph of ernie_doc/ and tasks/, read from the source (ast, nothing imported).
+
+Every import statement counts, at the top of a module or inside a function (a late import
+still ties the two modules together; it only hides the loop until the function runs). An edge
+goes to the module an import names:
+
+    import ernie_doc.heads                  → ernie_doc.heads
+    from ernie_doc.checkpoint import io     → ernie_doc.checkpoint.io  (a submodule)
+    from ernie_doc.checkpoint import names  (idem); from ernie_doc.config import X → config
+    from ernie_doc import ErnieDocModel     → ernie_doc.modeling: a name a package's __init__
+                                              exports lazily (its `_EXPORTS` table) leads to
+                                              the module that table names
+    from .head import X                     → the sibling module
+
+Packages: importing `pkg.sub` runs `pkg/__init__.py` first, and an __init__ that re-exports
+imports its submodules; that is how packages load, not a loop, so no edge is added from a
+submodule to its package. A module that imports the *package* (`from pkg import name`, name
+not a submodule) gets an edge to `pkg/__init__.py`, which leads on to the submodules it
+re-exports: a submodule that comes back to its own package that way is a loop, and is found.
+"""
+import ast
+import os
+
+from helpers import ROOT
+
+TOP_PACKAGES = ("ernie_doc", "tasks")
+
+
+def _module_name(path):
+    rel = os.path.relpath(path, ROOT)[:-len(".py")].replace(os.sep, ".")
+    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def _modules():
+    """{module name: (path, ast tree)} of every .py file under TOP_PACKAGES."""
+    out = {}
+    for top in TOP_PACKAGES:
+        for directory, dirs, files in os.walk(ROOT / top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    with open(path, encoding="utf-8") as f:
+                        out[_module_name(path)] = (path, ast.parse(f.read(), path))
+    return out
+
+
+def _lazy_exports(tree):
+    """A package __init__'s `_EXPORTS = {name: module}` table (names it imports on first
+    access), or {}."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS"
+                                                for t in node.targets):
+            table = ast.literal_eval(node.value)
+            return {k: v for k, v in table.items() if isinstance(v, str)}
+    return {}
+
+
+def _imports(name, path, tree):
+    """[(imported module or None for an outside one, name imported or None, line)] of
+    every import statement of one module, wherever it stands."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                module = base + ("." + node.module if node.module else "")
+            else:
+                module = node.module
+            found += [(module, alias.name, node.lineno) for alias in node.names]
+    return found
+
+
+def _graph():
+    """(edges {module: {module it imports: first line}}, private [(module, line, text)])."""
+    modules = _modules()
+    exports = {name: _lazy_exports(tree) for name, (path, tree) in modules.items()
+               if path.endswith("__init__.py")}
+    edges = {name: {} for name in modules}
+    private = []
+    for name, (path, tree) in modules.items():
+        for module, imported, line in _imports(name, path, tree):
+            if imported is None:   # import a.b.c: the longest part that is one of ours
+                target = module
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+            elif f"{module}.{imported}" in modules:   # a submodule
+                target = f"{module}.{imported}"
+            elif imported in exports.get(module, {}):
+                target = exports[module][imported]
+            else:
+                target = module if module in modules else None
+            if not target:
+                continue   # the standard library or a third-party package
+            edges[name].setdefault(target, line)
+            if imported and imported.startswith("_") and not (
+                    imported.startswith("__") and imported.endswith("__")):
+                private.append((name, line, f"from {module} import {imported}"))
+    return edges, private
+
+
+def _cycles(edges):
+    """[(one cycle [a, b, ..., a], every module of its strongly connected component)] for
+    each component that has a cycle (Tarjan)."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in edges[v]:
+                components.append(component)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    cycles = []
+    for component in components:   # a path back to the start, inside the component
+        start = min(component)
+        parents, queue = {start: None}, [start]
+        while queue:
+            v = queue.pop(0)
+            back = start in edges[v]
+            if back:
+                path = [v]
+                while parents[path[-1]] is not None:
+                    path.append(parents[path[-1]])
+                cycles.append((path[::-1] + [start], sorted(component)))
+                break
+            for w in sorted(edges[v]):
+                if w in component and w not in parents:
+                    parents[w] = v
+                    queue.append(w)
+    return cycles
+
+
+def _describe(found, edges):
+    cycle, component = found
+    text = " → ".join(f"{a} (line {edges[a][b]})" for a, b in zip(cycle, cycle[1:])) + \
+        f" → {cycle[-1]}"
+    if len(component) > len(cycle) - 1:
+        text += f"\n  (one of the loops among {', '.join(component)})"
+    return text
+
+
+def test_graph_sees_function_level_and_package_imports():
+    edges, _ = _graph()
+    # a late import inside a function counts (convert.py imports the registry there)
+    assert "ernie_doc.auto" in edges["ernie_doc.cli.convert"]
+    # `from ernie_doc.checkpoint import io` is the submodule; a lazy export leads to its module
+    assert "ernie_doc.checkpoint.io" in edges["ernie_doc.modeling.pretrained"]
+    assert "ernie_doc.modeling" in edges["ernie_doc.cli.export"]
+    # a task head imports the registry it registers with
+    assert "ernie_doc.auto" in edges["tasks.hotpotqa.head"]
+    cycle = _cycles({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}})
+    assert cycle == [(["a", "b", "c", "a"], ["a", "b", "c"])]
+
+
+def test_no_import_cycles():
+    edges, _ = _graph()
+    cycles = _cycles(edges)
+    assert not cycles, "import cycles:\n" + "\n".join(_describe(c, edges) for c in cycles)
+
+
+def test_checkpoint_package_is_a_leaf():
+    """ernie_doc.checkpoint knows formats and names, never a model class."""
+    edges, _ = _graph()
+    above = ("ernie_doc.heads", "ernie_doc.modeling", "ernie_doc.auto", "ernie_doc.inference",
+             "ernie_doc.training", "ernie_doc.lm", "ernie_doc.pretraining", "tasks")
+    wrong = [f"{name} imports {target} (line {line})"
+             for name, targets in edges.items() if name.startswith("ernie_doc.checkpoint")
+             for target, line in targets.items() if target.startswith(above)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_private_names_imported():
+    _, private = _graph()
+    assert not private, "private names imported from another module:\n" + "\n".join(
+        f"{name} line {line}: {text}" for name, line, text in private)
