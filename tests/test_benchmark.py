@@ -1,5 +1,6 @@
-"""tools/benchmark.py --quick: runs end to end, reports throughput, parity and streaming; and
-its pretraining mode (tools/pretrain.py with 1 and 2 processes) on a tiny corpus."""
+"""tools/benchmark_model.py --quick: runs end to end, reports throughput, parity and streaming;
+tools/benchmark_train.py (tools/pretrain.py with 1 and 2 processes) on a tiny corpus; and the
+earlier `ernie-doc benchmark` / tools/benchmark.py command line, routed to one or the other."""
 import json
 import math
 import os
@@ -10,13 +11,16 @@ import sys
 import pytest
 from helpers import ROOT
 
+from ernie_doc import cli
+from ernie_doc.cli import benchmark_model, benchmark_train
+
 
 @pytest.mark.slow
 def test_benchmark_quick(tmp_path):
     pytest.importorskip("paddlenlp")
     out = tmp_path / "tmp.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark.py"), "--quick",
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark_model.py"), "--quick",
                            "--output", str(out)], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -63,9 +67,9 @@ def test_benchmark_pretraining_throughput(tmp_path):
     out = tmp_path / "pretrain.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "benchmark.py"),
-         "--pretrain-config", str(ROOT / "configs" / "pretrain" / "tiny.yaml"),
-         "--pretrain-nproc", "1", "2", "--pretrain-steps", "8", "--pretrain-warmup", "2",
+        [sys.executable, str(ROOT / "tools" / "benchmark_train.py"),
+         "--config", str(ROOT / "configs" / "pretrain" / "tiny.yaml"),
+         "--nproc", "1", "2", "--steps", "8", "--warmup", "2",
          "--output", str(out), "--set", f"data_dir={corpus}", "reader.format=blank_lines",
          "tokenizer=train", "tokenizer_vocab_size=60", "max_seq_len=32", "batch_size=2",
          "model_overrides={num_hidden_layers: 1, hidden_size: 32, num_attention_heads: 2, "
@@ -86,3 +90,50 @@ def test_benchmark_pretraining_throughput(tmp_path):
                     "tokens_per_sec_median", "wall_s", "scaling_efficiency"):
             assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r)
     assert runs[1]["scaling_efficiency"] == 1.0
+
+
+@pytest.mark.parametrize("entry", ["ernie-doc", "tools"])
+def test_the_earlier_command_line_routes_to_either_tool(entry, monkeypatch):
+    """`ernie-doc benchmark` and tools/benchmark.py take the earlier command lines: model
+    options go to benchmark-model, --pretrain-* ones to benchmark-train (the model's options
+    then ignored, as before), with what either tool's own command line would give."""
+    ran = []
+    monkeypatch.setattr(benchmark_model, "run", lambda args: ran.append(("model", args)) or 0)
+    monkeypatch.setattr(benchmark_train, "run", lambda args: ran.append(("train", args)) or 0)
+    from tools.benchmark import main as tool_main
+
+    def old(*argv):
+        return cli.main(["benchmark", *argv]) if entry == "ernie-doc" else tool_main(list(argv))
+    config = str(ROOT / "configs" / "pretrain" / "tiny.yaml")
+
+    assert old("--quick", "--seq-len", "64", "--no-paddlenlp") == 0
+    kind, args = ran.pop()
+    new = benchmark_model.parse_args(["--quick", "--seq-len", "64", "--no-paddlenlp"])
+    assert kind == "model" and vars(args).items() >= vars(new).items()
+    assert (args.preset, args.seq_len, args.stream_lengths) == ("ernie-doc-small", 64, [512, 2048])
+
+    assert old("--pretrain-config", config, "--pretrain-nproc", "1", "2", "--pretrain-steps",
+               "8", "--pretrain-warmup", "2", "--batch-size", "3", "--set", "a=1") == 0
+    kind, args = ran.pop()
+    new = benchmark_train.parse_args(["--config", config, "--nproc", "1", "2", "--steps", "8",
+                                      "--warmup", "2", "--set", "a=1"])
+    assert kind == "train" and vars(args).items() >= vars(new).items()
+    assert (args.pretrain_nproc, args.pretrain_steps, args.overrides) == ([1, 2], 8, ["a=1"])
+
+
+def test_benchmark_options_stay_with_their_tool(capsys):
+    config = str(ROOT / "configs" / "pretrain" / "tiny.yaml")
+    for main, argv, message in (
+            (benchmark_model.main, ["--pretrain-config", config], "unrecognized arguments"),
+            (benchmark_train.main, ["--steps", "3"], "required: --config/--pretrain-config"),
+            (benchmark_train.main, ["--config", config, "--steps", "5", "--warmup", "5"],
+             "--warmup must be >= 0 and --steps greater than it"),
+            (cli.main, ["benchmark", "--set", "a=1"],
+             "--set and --pretrain-* need --pretrain-config")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert message in capsys.readouterr().err
+    # the earlier spellings work on the new tool too
+    args = benchmark_train.parse_args(["--pretrain-config", config, "--pretrain-steps", "20"])
+    assert (args.pretrain_config, args.pretrain_steps, args.pretrain_warmup) == (config, 20, 10)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """tools/benchmark.py: `ernie-doc benchmark` from a source checkout, installed or
-not (the code: ernie_doc/cli/benchmark.py; `--help` for its arguments). A script path, so
+not (the code: ernie_doc/cli/benchmark.py, which routes to tools/benchmark_model.py or, with
+--pretrain-config, tools/benchmark_train.py; `--help` for its arguments). A script path, so
 `fleetrun ... tools/benchmark.py` works too."""
 import os
 import sys

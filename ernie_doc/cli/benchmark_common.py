@@ -1,0 +1,94 @@
+"""What the two benchmarks share: --threads and --output, setting the CPU threads, the
+environment block and printing/writing the JSON result.
+
+`ernie-doc benchmark-model` (ernie_doc/cli/benchmark_model.py) measures the model itself,
+`ernie-doc benchmark-train` (ernie_doc/cli/benchmark_train.py) real pretraining runs;
+`ernie-doc benchmark` (ernie_doc/cli/benchmark.py) is the earlier command line of both.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import warnings
+from typing import Any, Dict, Optional
+
+# paddle's import warns about a C++ compiler cache it never uses here (stderr holds progress
+# lines and, on bad input, the one error line)
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+
+# The folder holding the ernie_doc package (the repository, or site-packages): the
+# subprocesses of both benchmarks import it from there.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: paddle's)")
+    p.add_argument("--output", default=None, help="also write the JSON here")
+
+
+def check_output(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--output must be writable: checked before minutes of measuring, not after."""
+    if args.output is not None:
+        from ernie_doc.utils import unwritable_file  # no paddle import: threads are not set
+        problem = unwritable_file(args.output)
+        if problem:
+            p.error(f"--output {problem}")
+
+
+def set_threads(threads: Optional[int]) -> None:
+    """Before `import paddle`: paddle reads OMP_NUM_THREADS at import."""
+    if threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+
+
+def apply_paddle_threads(threads: Optional[int]) -> None:
+    if threads is not None:
+        from ernie_doc.utils import set_paddle_threads
+        set_paddle_threads(threads)
+
+
+def emit(result: Dict[str, Any], args: argparse.Namespace) -> None:
+    """The load average at the end, then the JSON on stdout and (atomically) in --output."""
+    try:  # other work on the machine skews timings: say how busy it was
+        result["environment"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        from ernie_doc.utils import atomic_write_text, write_error_types, write_failure
+        try:
+            atomic_write_text(args.output, text + "\n")
+        except write_error_types() as e:   # full disk, read-only (checked free at the start)
+            message = write_failure(e, args.output, "--output", target_is_dir=False)
+            if message is None:
+                raise
+            print(f"error: {message} (the results are on stdout above)", file=sys.stderr)
+            sys.exit(2)
+
+
+def environment(args: argparse.Namespace, paddlenlp: bool = True) -> Dict[str, Any]:
+    """Versions, CPU count, threads and load average; paddlenlp: also its version (its import
+    takes seconds)."""
+    import paddle
+    env = {
+        "python": platform.python_version(),
+        "paddle": paddle.__version__,
+        "cpu_count": os.cpu_count(),
+        "threads_arg": args.threads,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "machine": platform.machine(),
+    }
+    if paddlenlp:
+        try:
+            import paddlenlp
+            env["paddlenlp"] = paddlenlp.__version__
+        except Exception:  # noqa: BLE001 - the baseline is optional
+            env["paddlenlp"] = None
+    try:
+        env["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return env

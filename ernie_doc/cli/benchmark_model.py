@@ -1,0 +1,457 @@
+#!/usr/bin/env python
+"""CPU benchmark of ErnieDocModel: throughput against PaddleNLP, parity, and streaming.
+
+    ernie-doc benchmark-model --preset ernie-doc-base-en --batch-size 2 --seq-len 512 \
+        --memory-len 128 [--steps 3] [--warmup 1] [--threads N] [--no-paddlenlp] \
+        [--stream-lengths 2048 32768] [--output results.json]
+    ernie-doc benchmark-model --quick --output tmp.json      # small and fast, for tests
+
+(`python tools/benchmark_model.py ...` from a source checkout; the pretraining runs are
+`ernie-doc benchmark-train`.)
+
+(a) forward tokens/s (eval, no_grad) and forward+backward tokens/s (train mode) of ours and of
+    PaddleNLP 2.8.1's ErnieDocModel built with the same config and the SAME weights, the
+    ratios, and the parity of the two (max abs diff of sequence, pooled and memories over two
+    segments, the second one carrying each model's own memories).
+(b) streaming one document of each --stream-lengths tokens through our model segment by segment
+    (eval, no_grad, carrying memories), each in a fresh subprocess so that its peak RSS is its
+    own: wall time, time per segment and peak RSS, to show time linear and memory flat in
+    document length.
+(c) --threads N sets OMP_NUM_THREADS / MKL_NUM_THREADS before paddle is imported (paddle
+    reads them at import; left unset, paddle itself sets OMP_NUM_THREADS=1) and calls
+    paddle's set_num_threads where the version has it; the streaming subprocesses inherit it.
+
+Inputs: random ids, attention_mask all ones and token_type_ids zeros, as in a plain document
+stream; ours then skips the mask and the task term (its dygraph shortcuts), PaddleNLP computes
+both. Prints one JSON object (also written atomically to --output); exits with 1 when the
+parity check fails.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments,
+                                            apply_paddle_threads, check_output, emit, environment,
+                                            set_threads)
+
+if TYPE_CHECKING:   # names for the hints only: paddle is imported after --threads is set
+    import numpy as np
+    import paddle
+
+    from ernie_doc import ErnieDocConfig, ErnieDocModel
+    from ernie_doc.reference import PaddleNLPReference
+
+QUICK = dict(preset="ernie-doc-small", batch_size=2, seq_len=128, memory_len=32, steps=1,
+             warmup=1, stream_lengths=[512, 2048])
+PARITY_TOL = 1e-5
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """This tool's own options (--threads and --output are benchmark_common's)."""
+    p.add_argument("--preset", default="ernie-doc-base-en")
+    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--memory-len", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per measurement")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--no-paddlenlp", action="store_true", help="skip the PaddleNLP baseline")
+    p.add_argument("--stream-lengths", type=int, nargs="*", default=[2048, 32768],
+                   help="document lengths (tokens) to stream; none to skip")
+    p.add_argument("--stream-batch-size", type=int, default=1,
+                   help="documents streamed side by side (rows)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true",
+                   help="ernie-doc-small, B=2, T=128, M=32, 1 step, lengths 512 and 2048")
+    p.add_argument("--stream-worker", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_arguments(p)
+    add_common_arguments(p)
+    return p
+
+
+def given_on_command_line(build: Callable[[], argparse.ArgumentParser],
+                          argv: Optional[List[str]]) -> set:
+    """The option names (dests) the command line set itself, defaults left out; `build`
+    makes the parser that reads it."""
+    q = build()
+    for action in q._actions:   # no defaults: the namespace holds only what was given
+        action.default = argparse.SUPPRESS
+    return set(vars(q.parse_args(argv)))
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
+               argv: Optional[List[str]],
+               build: Callable[[], argparse.ArgumentParser] = build_parser) -> None:
+    """--quick's settings (under what the command line gave itself), then the range checks;
+    p.error (exit 2) on a bad value."""
+    if args.quick:
+        given = given_on_command_line(build, argv)
+        for key, value in QUICK.items():
+            if key not in given:
+                setattr(args, key, value)
+    for name in ("batch_size", "seq_len", "steps", "stream_batch_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.memory_len < 0 or args.warmup < 0 or (args.threads is not None and args.threads < 1):
+        p.error("--memory-len and --warmup must be >= 0, --threads >= 1")
+    if any(n < 1 for n in args.stream_lengths):
+        p.error("--stream-lengths must be positive")
+    check_output(p, args)
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = build_parser()
+    args = p.parse_args(argv)
+    check_args(p, args, argv)
+    return args
+
+
+def memory_kb() -> Tuple[Optional[int], int]:
+    """(current RSS, peak RSS) of this process in kB."""
+    cur = peak = None
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    cur = int(line.split()[1])
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1])
+    except OSError:
+        pass
+    if peak is None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
+    return cur, peak
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def mb(kb: Optional[float]) -> Optional[float]:
+    return None if kb is None else round(kb / 1024.0, 1)
+
+
+def build_config(args: argparse.Namespace) -> "ErnieDocConfig":
+    """The preset's config with --memory-len; a bad --preset / --seq-len is ConfigError."""
+    from ernie_doc import ErnieDocConfig
+    from ernie_doc.config import ConfigError
+    try:
+        config = ErnieDocConfig.from_preset(args.preset, memory_len=args.memory_len)
+    except ConfigError as e:
+        raise ConfigError(f"--preset {args.preset}: {e}") from None
+    if args.seq_len > config.max_position_embeddings:
+        raise ConfigError(f"--seq-len {args.seq_len} > max_position_embeddings "
+                          f"{config.max_position_embeddings} of {args.preset}")
+    return config
+
+
+def build_ours(config: "ErnieDocConfig", seed: int) -> "ErnieDocModel":
+    import paddle
+
+    from ernie_doc import ErnieDocModel
+    paddle.seed(seed)
+    return ErnieDocModel(config)
+
+
+def build_paddlenlp(ours: "ErnieDocModel") -> "PaddleNLPReference":
+    """PaddleNLP's ErnieDocModel with our config and our weights (same state_dict names)."""
+    from ernie_doc.reference import PaddleNLPReference
+    return PaddleNLPReference(ours)
+
+
+class Inputs:
+    """One batch in both calling conventions. ours: ids/types/mask [B,T], memories [L,B,M,H];
+    PaddleNLP: ids/types/mask [B,T,1], position ids [B,2T+M,1], a list of L [B,M,H]."""
+
+    def __init__(self, config: "ErnieDocConfig", batch: int, seq_len: int,
+                 rng: "np.random.RandomState"):
+        import numpy as np
+        import paddle
+
+        from ernie_doc.modeling.attention import relative_position_ids
+        from ernie_doc.reference import official_position_ids
+        self.config = config
+        ids = rng.randint(5, config.vocab_size, (batch, seq_len)).astype("int64")
+        self.ids = paddle.to_tensor(ids)
+        self.types = paddle.zeros([batch, seq_len], dtype="int64")
+        self.mask = paddle.ones([batch, seq_len], dtype="float32")
+        pos = relative_position_ids(seq_len, config.memory_len, config.max_position_embeddings,
+                                    config.relative_position_mapping)
+        # PaddleNLP is fed our table rows; at seq_len == max_position_embeddings they are its
+        # own get_related_pos ids.
+        self.pn_pos_equals_official = bool(np.array_equal(
+            pos.numpy(), official_position_ids(seq_len, config.memory_len)))
+
+    def run_ours(self, model: "ErnieDocModel", memories: Optional["paddle.Tensor"]) -> tuple:
+        out = model(self.ids, memories, self.types, self.mask)
+        return out.sequence_output, out.pooled_output, out.memories
+
+    def run_paddlenlp(self, reference: "PaddleNLPReference",
+                      memories: Optional["paddle.Tensor"]) -> tuple:
+        return reference(self.ids, memories, self.types, self.mask)
+
+
+def parity(config: "ErnieDocConfig", ours: "ErnieDocModel", pn: "PaddleNLPReference",
+           batch: int, seq_len: int, rng: "np.random.RandomState") -> Dict[str, Any]:
+    """Max abs diffs of ours vs PaddleNLP over two segments (eval, no_grad)."""
+    import numpy as np
+    import paddle
+    ours.eval()
+    pn.eval()
+    diffs = {"sequence_output": 0.0, "pooled_output": 0.0, "memories": 0.0}
+    mem_ours = mem_pn = ours.init_memories(batch)
+    with paddle.no_grad():
+        for _ in range(2):
+            inputs = Inputs(config, batch, seq_len, rng)
+            a = inputs.run_ours(ours, mem_ours)
+            b = inputs.run_paddlenlp(pn, mem_pn)
+            for name, x, y in zip(diffs, a, b):
+                d = float(np.abs(x.numpy().astype("float64") - y.numpy()).max())
+                diffs[name] = max(diffs[name], d)
+            mem_ours, mem_pn = a[2], b[2]
+    worst = max(diffs.values())
+    return {"max_abs_diff": diffs, "max": worst, "tolerance": PARITY_TOL,
+            "ok": worst <= PARITY_TOL, "segments": 2,
+            "position_ids_equal_paddlenlp_recipe": inputs.pn_pos_equals_official}
+
+
+def time_steps(fn: Callable[[], Any], steps: int, warmup: int) -> List[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def throughput(name: str, model: Any, run: Callable[..., tuple], inputs: Inputs,
+               memories: Optional["paddle.Tensor"], args: argparse.Namespace
+               ) -> Dict[str, Any]:
+    """forward (eval, no_grad) and forward+backward (train) tokens/s of one model."""
+    import paddle
+    tokens = args.batch_size * args.seq_len
+
+    def forward():
+        with paddle.no_grad():
+            out = run(model, memories)
+        float(out[1].sum())  # make sure the work is done
+
+    def forward_backward():
+        seq, pooled, _ = run(model, memories)
+        (seq.mean() + pooled.mean()).backward()
+        model.clear_gradients()
+
+    print(f"[benchmark] {name}: forward", file=sys.stderr, flush=True)
+    model.eval()
+    fwd = time_steps(forward, args.steps, args.warmup)
+    print(f"[benchmark] {name}: forward+backward", file=sys.stderr, flush=True)
+    model.train()
+    fb = time_steps(forward_backward, args.steps, args.warmup)
+    model.eval()
+    return {"forward_tokens_per_s": round(tokens * len(fwd) / sum(fwd), 2),
+            "forward_step_s": [round(t, 4) for t in fwd],
+            "forward_backward_tokens_per_s": round(tokens * len(fb) / sum(fb), 2),
+            "forward_backward_step_s": [round(t, 4) for t in fb]}
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming (one subprocess per document length)
+# ---------------------------------------------------------------------------------------------
+def stream_worker(args: argparse.Namespace) -> Dict[str, Any]:
+    """Stream one document of args.stream_worker tokens; returns the result dict."""
+    import numpy as np
+    import paddle
+    apply_paddle_threads(args.threads)
+    config = build_config(args)
+    model = build_ours(config, args.seed)
+    model.eval()
+    rss_model, _ = memory_kb()
+    doc_len, batch, seg_len = args.stream_worker, args.stream_batch_size, args.seq_len
+    n_seg = math.ceil(doc_len / seg_len)
+    rng = np.random.RandomState(args.seed)
+    # The document: ids of the real tokens, padded at the end of the last segment.
+    doc = rng.randint(5, config.vocab_size, (batch, n_seg * seg_len)).astype("int64")
+    valid = np.zeros((batch, n_seg * seg_len), "float32")
+    valid[:, :doc_len] = 1.0
+    doc[valid == 0] = config.pad_token_id
+    types = paddle.zeros([batch, seg_len], dtype="int64")
+
+    def segment(i):
+        sl = slice(i * seg_len, (i + 1) * seg_len)
+        return paddle.to_tensor(doc[:, sl]), paddle.to_tensor(valid[:, sl])
+
+    times, rss_samples = [], []
+    peak_reset = False
+    memories = None
+    t_start = time.perf_counter()
+    with paddle.no_grad():
+        for i in range(n_seg):
+            ids, mask = segment(i)
+            t0 = time.perf_counter()
+            out = model(ids, memories, types, mask)
+            memories = out.memories
+            float(out.pooled_output.sum())
+            times.append(time.perf_counter() - t0)
+            if i == 0:
+                # From here on only the steady state counts: allocator pools and oneDNN caches
+                # are warm after the first segment.
+                rss_first, peak_first = memory_kb()
+                peak_reset = reset_peak_rss()
+            if n_seg < 8 or i in {n_seg // 4, n_seg // 2, (3 * n_seg) // 4, n_seg - 1}:
+                rss_samples.append({"segment": i + 1, "rss_mb": mb(memory_kb()[0])})
+    wall = time.perf_counter() - t_start
+    rss_end, peak_after_first = memory_kb()
+    half = max(1, len(times) // 2)
+    steady = times[1:] or times
+    return {
+        "document_tokens": doc_len,
+        "rows": batch,
+        "segments": n_seg,
+        "segment_len": seg_len,
+        "wall_s": round(wall, 3),
+        "tokens_per_s": round(batch * doc_len / wall, 2),
+        "first_segment_s": round(times[0], 4),
+        "mean_segment_s_after_first": round(sum(steady) / len(steady), 4),
+        "mean_segment_s_first_half": round(sum(times[:half]) / half, 4),
+        "mean_segment_s_second_half": round(sum(times[half:]) / max(1, len(times) - half), 4)
+        if len(times) > 1 else None,
+        "rss_after_model_build_mb": mb(rss_model),
+        "rss_after_first_segment_mb": mb(rss_first),
+        "peak_rss_through_first_segment_mb": mb(peak_first),
+        "peak_rss_after_first_segment_mb": mb(peak_after_first) if peak_reset else None,
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent across fork+exec.
+        "peak_rss_process_mb": mb(max(peak_first, peak_after_first)),
+        "rss_end_mb": mb(rss_end),
+        "rss_samples": rss_samples,
+    }
+
+
+def run_stream_subprocess(args: argparse.Namespace, length: int) -> Dict[str, Any]:
+    cmd = [sys.executable, "-m", "ernie_doc.cli.benchmark_model",
+           "--stream-worker", str(length),
+           "--preset", args.preset, "--seq-len", str(args.seq_len),
+           "--memory-len", str(args.memory_len), "--seed", str(args.seed),
+           "--stream-batch-size", str(args.stream_batch_size)]
+    if args.threads is not None:
+        cmd += ["--threads", str(args.threads)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"streaming {length} tokens failed (exit {proc.returncode}):\n"
+                         f"{proc.stderr[-3000:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise SystemExit(f"streaming {length} tokens printed no result:\n{proc.stdout[-2000:]}")
+    return json.loads(lines[-1])
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    """The measurements of parsed `args` (also `ernie-doc benchmark`'s) → the exit status."""
+    set_threads(args.threads)
+    if args.stream_worker is not None:
+        print(json.dumps(stream_worker(args)), flush=True)
+        return 0
+
+    import numpy as np
+    import paddle
+    apply_paddle_threads(args.threads)
+    t_total = time.perf_counter()
+    from ernie_doc.config import ConfigError
+    try:
+        config = build_config(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = {
+        "setup": {"preset": args.preset, "batch_size": args.batch_size, "seq_len": args.seq_len,
+                  "memory_len": args.memory_len, "steps": args.steps, "warmup": args.warmup,
+                  "quick": args.quick, "hidden_size": config.hidden_size,
+                  "layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
+                  "inputs": "random ids, attention_mask all ones, token_type_ids zeros, "
+                            "memories carried from a previous segment"},
+        "environment": environment(args),
+    }
+    rng = np.random.RandomState(args.seed)
+    ours = build_ours(config, args.seed)
+    pn = None
+    if not args.no_paddlenlp:
+        print("[benchmark] building PaddleNLP baseline", file=sys.stderr, flush=True)
+        pn = build_paddlenlp(ours)
+        result["parity"] = parity(config, ours, pn, args.batch_size, args.seq_len, rng)
+
+    inputs = Inputs(config, args.batch_size, args.seq_len, rng)
+    # Memories as after one real segment (not zeros), the same for both models.
+    with paddle.no_grad():
+        ours.eval()
+        memories = inputs.run_ours(ours, ours.init_memories(args.batch_size))[2]
+    tp = {"ours": throughput("ours", ours, inputs.run_ours, inputs, memories, args)}
+    if pn is not None:
+        tp["paddlenlp"] = throughput("paddlenlp", pn, inputs.run_paddlenlp, inputs, memories,
+                                     args)
+        tp["ratio_ours_over_paddlenlp"] = {
+            key: round(tp["ours"][key] / tp["paddlenlp"][key], 3)
+            for key in ("forward_tokens_per_s", "forward_backward_tokens_per_s")}
+    result["throughput"] = tp
+    result["main_process_peak_rss_mb"] = mb(memory_kb()[1])
+    del ours, pn, inputs, memories
+
+    streams = []
+    for length in args.stream_lengths:
+        print(f"[benchmark] streaming {length} tokens (subprocess)", file=sys.stderr, flush=True)
+        streams.append(run_stream_subprocess(args, length))
+    result["streaming"] = streams
+    if len(streams) >= 2:
+        a, b = streams[0], streams[-1]
+        peak_key = ("peak_rss_after_first_segment_mb"
+                    if a["peak_rss_after_first_segment_mb"] is not None
+                    and b["peak_rss_after_first_segment_mb"] is not None
+                    else "peak_rss_process_mb")
+        result["streaming_summary"] = {
+            "length_ratio": round(b["document_tokens"] / a["document_tokens"], 3),
+            "wall_time_ratio": round(b["wall_s"] / a["wall_s"], 3),
+            "peak_rss_key": peak_key,
+            "peak_rss_ratio": round(b[peak_key] / a[peak_key], 3),
+            "peak_rss_process_ratio": round(b["peak_rss_process_mb"] /
+                                            a["peak_rss_process_mb"], 3),
+        }
+    result["total_wall_s"] = round(time.perf_counter() - t_total, 2)
+    emit(result, args)
+    if "parity" in result and not result["parity"]["ok"]:
+        print(f"[benchmark] PARITY FAILED: {result['parity']['max_abs_diff']}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return run(parse_args(argv))
+
+
+def command(argv: Optional[List[str]] = None) -> int:
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(command())
