@@ -31,6 +31,7 @@ from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLLM, load_lm_config
+from ernie_doc.training.splits import Evaluation, Split
 from ernie_doc.training.tasks import Task, data_dir_required
 
 EVAL_DEFAULTS = {"eval_tgt_len": None, "eval_mem_len": None, "eval_clamp_len": None,
@@ -56,18 +57,20 @@ def _rank_rows(batch, rows):
     return out
 
 
-class LMTrainStream:
-    """This rank's rows of the training stream; micro-step m reads batch m mod len(streams)
-    of corpus pass m // len(streams). Batches: input_ids [B, L], target [B, T], reset_memory
-    [B] (all True at the first batch of a pass), positions [3, B, L] (Segatron)."""
+class LMTrainStream(Split):
+    """This rank's rows of the training stream, an endless split (training.splits):
+    micro-step m reads batch m mod len(streams) of corpus pass m // len(streams), so the
+    micro-step index alone is the position. Batches: input_ids [B, L], target [B, T],
+    reset_memory [B] (all True at the first batch of a pass), positions [3, B, L] (Segatron)."""
     name = "train"
+    endless = True
 
     def __init__(self, data, positions, rows, rank, world, tgt_len, ext_len):
         self.streams = LMStreams(data, rows * world, tgt_len, ext_len, positions)
         self.rows = slice(rank * rows, (rank + 1) * rows)
-        self.epoch = 0
 
     def __len__(self):
+        """Micro-steps in one pass over the corpus."""
         return len(self.streams)
 
     def batch(self, micro):
@@ -76,18 +79,25 @@ class LMTrainStream:
         out["reset_memory"] = np.full(self.rows.stop - self.rows.start, index == 0)
         return epoch, out
 
-    def batches(self, start=0):
+    def num_steps(self, epoch):
+        return None
+
+    def batches(self, epoch=0, start=0):
         micro = start
         while True:
-            self.epoch, batch = self.batch(micro)
-            yield micro, batch
+            yield self.batch(micro)
             micro += 1
+
+    def describe(self):
+        return f"train {len(self)} micro-steps per pass"
 
     def layout(self):
         s = self.streams
         return {"bsz": s.bsz, "tgt_len": s.tgt_len, "ext_len": s.ext_len, "n_step": s.n_step}
 
     def state_array(self):
+        """Not a position (the micro-step is one) but the stream's layout, so that a resume
+        with other data, batch size, ranks or tgt_len is refused."""
         return np.frombuffer(json.dumps(self.layout()).encode("utf-8"), dtype=np.uint8)
 
     def load_state_array(self, array):
@@ -98,30 +108,22 @@ class LMTrainStream:
                             f"and tgt_len")
 
 
-class _RankBatches:
-    def __init__(self, streams, rows):
-        self.streams, self.rows = streams, rows
+class LMEvalStream(Split):
+    """A split read once in order under the eval protocol, `rows` rows per rank of a
+    rows×world stream; `protocol(model)` switches the model's lengths for the reading."""
 
-    def __len__(self):
+    def __init__(self, name, data, positions, rows, rank, world, lengths, oov):
+        self.name, self.lengths, self.oov = name, lengths, oov
+        self.streams = LMStreams(data, rows * world, lengths["tgt_len"], lengths["ext_len"],
+                                 positions)
+        self.rows = slice(rank * rows, (rank + 1) * rows)
+
+    def num_steps(self, epoch=0):
         return len(self.streams)
 
-    def __iter__(self):
-        for b in self.streams:
-            yield _rank_rows(b, self.rows)
-
-
-class LMEvalStream:
-    """A split read once in order under the eval protocol: `batches(rows)` → this rank's
-    batches of a rows×world stream; `protocol(model)` switches the model's lengths."""
-
-    def __init__(self, name, data, positions, rank, world, lengths, oov):
-        self.name, self.data, self.positions = name, data, positions
-        self.rank, self.world, self.lengths, self.oov = rank, world, lengths, oov
-
-    def batches(self, rows):
-        streams = LMStreams(self.data, rows * self.world, self.lengths["tgt_len"],
-                            self.lengths["ext_len"], self.positions)
-        return _RankBatches(streams, slice(self.rank * rows, (self.rank + 1) * rows))
+    def batches(self, epoch=0, start=0):
+        for index in range(start, len(self.streams)):
+            yield 0, _rank_rows(self.streams.batch(index), self.rows)
 
     @contextlib.contextmanager
     def protocol(self, model):
@@ -132,6 +134,31 @@ class LMEvalStream:
             yield
         finally:
             model.config = saved
+
+    def evaluation(self, task):
+        return LMEvaluation(self)
+
+
+class LMEvaluation(Evaluation):
+    """Negative log-likelihood summed over every predicted token of a stream, over ranks →
+    perplexity, loss (nats per token), bits per token."""
+
+    def __init__(self, split):
+        self.split, self.nll, self.tokens = split, 0.0, 0.0
+
+    def add(self, batch, tensors, out):
+        nll = out.nll.astype("float32")
+        self.nll += float(nll.sum())
+        self.tokens += float(np.prod(nll.shape))
+
+    def part(self):
+        return self.nll, self.tokens
+
+    def finish(self, parts):
+        nll, tokens = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        loss = nll / tokens if tokens else float("nan")
+        return {"ppl": math.exp(min(loss, 50.0)), "loss": loss, "bpt": loss / math.log(2),
+                "tokens": int(tokens), "unk_in_split": int(self.split.oov)}, None
 
 
 class LanguageModelTask(Task):
@@ -260,25 +287,27 @@ class LanguageModelTask(Task):
         return model
 
     def build_splits(self, rank, world):
+        """→ (this rank's training stream, or None with eval_only; {split: evaluation
+        stream} for eval_splits and test_splits)."""
         c, data, pos = self.config, self.corpus.data, self.corpus.positions
-        splits = {}
-        if not self.cfg.eval_only:
-            splits["train"] = LMTrainStream(data["train"], pos.get("train"),
-                                            self.cfg.batch_size, rank, world, c.tgt_len,
-                                            c.ext_len)
-        for split in list(self.cfg.eval_splits) + list(self.cfg.test_splits):
-            splits[split] = LMEvalStream(split, data[split], pos.get(split), rank, world,
+        cfg = self.cfg
+        train = None
+        if not cfg.eval_only:
+            train = LMTrainStream(data["train"], pos.get("train"), cfg.batch_size, rank, world,
+                                  c.tgt_len, c.ext_len)
+        rows = cfg.eval_batch_size or cfg.batch_size
+        evaluated = {split: LMEvalStream(split, data[split], pos.get(split), rows, rank, world,
                                          self.lengths, self.corpus.oov[split])
-        self.splits = splits
-        return splits
+                     for split in list(cfg.eval_splits) + list(cfg.test_splits)}
+        self.train = train
+        return train, evaluated
 
     def describe(self, device, world):
         c, cfg = self.config, self.cfg
         counts = ", ".join(f"{s} {len(self.corpus.data[s]):,} tokens"
                            + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")
                            for s in self.files)
-        train = self.splits.get("train")
-        steps = (f"{len(train)} micro-steps per pass over train" if train is not None
+        steps = (f"{len(self.train)} micro-steps per pass over train" if self.train is not None
                  else "evaluation only")
         return [f"task {cfg.task} (language_model): vocabulary {len(self.corpus.vocab):,}; "
                 f"{counts}; cache {self.cache_dir or 'off'}",
@@ -317,16 +346,6 @@ class LanguageModelTask(Task):
 
     def combine_metrics(self, means):
         return {"ppl": math.exp(min(means["nll"], 50.0))} if "nll" in means else {}
-
-    def eval_sums(self, out, batch):
-        nll = out.nll.astype("float32")
-        return {"nll": float(nll.sum()), "tokens": float(np.prod(nll.shape))}
-
-    def stream_metrics(self, split, sums):
-        tokens = sums["tokens"]
-        loss = sums["nll"] / tokens if tokens else float("nan")
-        return {"ppl": math.exp(min(loss, 50.0)), "loss": loss, "bpt": loss / math.log(2),
-                "tokens": int(tokens), "unk_in_split": int(split.oov)}
 
     def better(self, metric, value, best):
         return value < best if metric in ("ppl", "loss", "bpt") else value > best

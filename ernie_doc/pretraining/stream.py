@@ -30,6 +30,7 @@ from ernie_doc.data.document import Skips
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import step_members
 from ernie_doc.pretraining import corpus
+from ernie_doc.training.splits import Split
 
 log = logging.getLogger("ernie_doc.train")
 
@@ -135,12 +136,16 @@ class ShardStream:
             self.where[int(key)] = [epoch, doc_id, path, line]
 
 
-class StreamSplit:
-    """This rank's train rows over its shards: `batches(start)` yields (micro, batch)
-    forever; `state()`/`load_state()` carry the position across a resume."""
+class StreamSplit(Split):
+    """This rank's train rows over its shards, an endless split (training.splits):
+    `batches()` yields (corpus epoch, batch) forever; `state()`/`load_state()` carry the
+    position across a resume."""
+    name = "train"
+    endless = True
 
     def __init__(self, task, rank, world, rows_per_rank, seq_len, pad_id, seed):
         shards = task.num_shards(world)
+        self.source, self.num_shards = task.cfg.data_dir, shards
         per_rank = shards // world
         self.rows_per_shard = rows_per_rank // per_rank
         buffer = task.corpus_options["shuffle_buffer"]
@@ -161,11 +166,17 @@ class StreamSplit:
         batch = collate(rows, resets, self.seq_len, self.pad_id, self.template)
         return batch
 
-    def batches(self, start=0):
-        micro = start
+    def num_steps(self, epoch):
+        return None
+
+    def batches(self, epoch=0, start=0):
+        """`start` is not used: the position is the shards' state (`load_state`)."""
         while True:
-            yield micro, self._step()
-            micro += 1
+            batch = self._step()
+            yield self.epoch, batch
+
+    def describe(self):
+        return f"train streamed from {self.source} in {self.num_shards} shards"
 
     @property
     def epoch(self):

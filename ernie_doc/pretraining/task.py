@@ -26,9 +26,10 @@ from ernie_doc.heads import NUM_REORDER_CLASSES, ErnieDocForPretraining
 from ernie_doc.pretraining import corpus
 from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,
                                               tokenizer_special_ids, wordpiece_word_starts)
+from ernie_doc.pretraining.stream import StreamSplit
 from ernie_doc.training import distributed as dist
 from ernie_doc.training.run_config import missing_key
-from ernie_doc.training.tasks import Task
+from ernie_doc.training.tasks import DocumentTask
 
 # options of the corpus (config `reader`) and of the objectives (config `task_options`)
 READER_DEFAULTS = {
@@ -58,7 +59,7 @@ def _seed(*parts):
     return [int(p) & 0x7FFFFFFF for p in parts]
 
 
-class PretrainingTask(Task):
+class PretrainingTask(DocumentTask):
     head_class = ErnieDocForPretraining
     main_metric = "mlm_accuracy"
     metric_names = ("mlm_accuracy", "mlm_loss", "mlm_perplexity", "reorder_accuracy",
@@ -147,6 +148,10 @@ class PretrainingTask(Task):
             if len(docs) == limit:
                 break
         return docs
+
+    def train_stream(self, rank, world, rows, seq_len, pad_id, seed):
+        """The streamed train split (pretraining.stream)."""
+        return StreamSplit(self, rank, world, rows, seq_len, pad_id, seed)
 
     def tokenizer_sample(self):
         """The first documents of the corpus (tokenizer=train trains on them)."""

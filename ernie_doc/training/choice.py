@@ -21,7 +21,7 @@ from ernie_doc.data import DataError
 from ernie_doc.data.segment import Segment, pack_row, windows
 from ernie_doc.heads import ErnieDocForMultipleChoice, ErnieDocForPairMatching
 from ernie_doc.metrics.classification import accuracy, aggregate_segments
-from ernie_doc.training.tasks import Task, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean
 
 NEG = -1e9
 
@@ -34,7 +34,7 @@ def truncate_pair(first, second, budget):
     return first, second
 
 
-class _GroupTask(Task):
+class _GroupTask(DocumentTask):
     main_metric = "accuracy"
     metric_names = ("accuracy",)
 

@@ -17,7 +17,7 @@ from ernie_doc.data import DataError
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import SpanSegmenter, best_spans, tokenize_with_offsets
 from ernie_doc.heads import ErnieDocForQuestionAnswering
-from ernie_doc.training.tasks import Task, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean
 
 NEG = -1e9
 
@@ -39,7 +39,7 @@ def span_nll(logits, batch):
     return loss / 2.0
 
 
-class SpanTask(Task):
+class SpanTask(DocumentTask):
     head_class = ErnieDocForQuestionAnswering
     main_metric = "f1"
     option_defaults = {

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import importlib
 import os
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -119,39 +119,42 @@ def load_reader(task):
 
 
 class Task:
-    """Base: reading, label ids, segment passes; subclasses add head, loss and metrics.
+    """What the trainer asks of every task kind: the contract of the loop.
 
-    `group_size` g > 1: an example occupies g adjacent batch rows read in lockstep (one per
-    choice, one per text pair), each row its own memory stream; `segments` then returns
-    steps that are tuples of g Segments, `loss` gets the row weights [B] and `row_outputs`
-    returns one entry per group [B // g, ...]. `options` (config `task_options`) are the
-    kind's own settings, checked against `option_defaults`."""
-    head_class = None
-    main_metric = None
-    metric_names = ()     # what `evaluate` reports (the trainer adds "loss"): main_metric's
-                          # choices, checked before anything runs
-    group_size = 1
-    option_defaults = {}
+    Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
+    ERNIE-Doc head; classification, span, choice, matching, HotpotQA, OpenKP), its streamed
+    subclass `pretraining.task.PretrainingTask` and `lm.task.LanguageModelTask`, which builds
+    its own model and token-stream splits (`builds_model`). `training.prepare` builds a run from
+    a task; `training.trainer` then only calls the members below.
+
+    The memory state ("carry") is a dict of tensors that one row stream carries from a segment
+    to the next: the memories [L, B, M, H] and whatever goes with them (their mask, Segatron
+    positions). The trainer keeps it between micro-steps and saves it in checkpoints; only the
+    task reads it.
+
+    `options` (config `task_options`) are the kind's own settings, checked against
+    `option_defaults`."""
+    main_metric: Optional[str] = None
+    metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
+                                         # main_metric's choices, checked before anything runs
+    option_defaults: Dict[str, Any] = {}
+    streaming = False      # the train split is a stream run for max_steps, not epochs
+    builds_model = False   # the task builds its model and splits itself (memory_plan,
+                           # build_model, build_splits, describe: see LanguageModelTask)
 
     def __init__(self, cfg, reader):
         self.cfg, self.reader = cfg, reader
-        labels = getattr(reader, "labels", None)
-        with data_dir_required(cfg):
-            self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] \
-                if labels else []
-        self.label_ids = {label: i for i, label in enumerate(self.labels)}
-        self.segmenter = None
-        self.cuts = Cuts()
         unknown = set(cfg.get("task_options") or {}) - set(self.option_defaults)
         if unknown:
             raise ConfigError(f"{cfg.source}: task_options: unknown {sorted(unknown)} for kind "
                               f"{cfg.kind!r} (known: {sorted(self.option_defaults)})")
         self.options = dict(self.option_defaults, **(cfg.get("task_options") or {}))
 
-    def option_error(self, key, message):
+    def option_error(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.cfg.source}: task_options.{key}: {message}")
 
-    def check_options(self, positive=(), choices=None):
+    def check_options(self, positive: Sequence[str] = (),
+                      choices: Optional[Dict[str, Sequence]] = None) -> None:
         """task_options checks: `positive` keys must be positive integers, `choices` maps a
         key to its allowed values."""
         for key in positive:
@@ -163,7 +166,76 @@ class Task:
                 raise self.option_error(key, f"{self.options[key]!r} is not one of "
                                              f"{list(allowed)}")
 
-    def read(self, split):
+    def check_data(self, world: int) -> None:
+        """Before any collective call, on every rank alike: data that cannot be read raises
+        here (a streamed corpus is checked whole; document splits are read in prepare)."""
+
+    # -- one micro-step ---------------------------------------------------------------------
+    def init_carry(self, model, rows: int) -> Dict[str, Any]:
+        """The memory state a training stream of `rows` rows starts from."""
+        raise NotImplementedError
+
+    def forward(self, model, batch: Dict[str, Any], carry: Dict[str, Any]):
+        """The model on one batch of tensors with the rows' memory state → (outputs, the new
+        memory state). `carry` is {} at the start of an evaluation."""
+        raise NotImplementedError
+
+    def train_weight(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
+        """numpy [B]: 1 for the rows of a batch that train."""
+        raise NotImplementedError
+
+    def loss(self, out, batch: Dict[str, Any], weight):
+        """Mean loss over the rows with weight 1 (weight: float tensor [B])."""
+        raise NotImplementedError
+
+    def train_loss(self, out, batch: Dict[str, Any], weight):
+        """→ (the loss a training micro-step backpropagates, extra training scalars
+        {name: (sum, count)}). The loss may normalise over all ranks (every rank calls this
+        at every micro-step; evaluation uses `loss`); the trainer sums the scalars over
+        micro-steps and ranks and logs sum / count at each optimizer step."""
+        return self.loss(out, batch, weight), {}
+
+    def combine_metrics(self, means: Dict[str, float]) -> Dict[str, float]:
+        """The logged training scalars from the step means of `train_loss`'s scalars."""
+        return means
+
+    def batch_tokens(self, batch: Dict[str, np.ndarray]) -> int:
+        """Tokens a batch reads (the throughput numbers count these)."""
+        raise NotImplementedError
+
+    # -- results ----------------------------------------------------------------------------
+    def better(self, metric: str, value: float, best: float) -> bool:
+        """Whether `value` of `metric` beats `best` (the best checkpoint's)."""
+        return value > best
+
+    def model_files(self) -> List[str]:
+        """Files saved beside exported models when there is no tokenizer."""
+        return []
+
+
+class DocumentTask(Task):
+    """The document family: reading, label ids, segment passes and an ERNIE-Doc head;
+    subclasses (the kinds) add the segmenter, head, loss and metrics.
+
+    `group_size` g > 1: an example occupies g adjacent batch rows read in lockstep (one per
+    choice, one per text pair), each row its own memory stream; `segments` then returns
+    steps that are tuples of g Segments, `loss` gets the row weights [B] and `row_outputs`
+    returns one entry per group [B // g, ...]."""
+    head_class = None
+    group_size = 1
+
+    def __init__(self, cfg, reader):
+        super().__init__(cfg, reader)
+        labels = getattr(reader, "labels", None)   # a reader module's optional function
+        with data_dir_required(cfg):
+            self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] \
+                if labels else []
+        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+        self.segmenter = None
+        self.cuts = Cuts()
+
+    # -- documents ----------------------------------------------------------------------------
+    def read(self, split: str) -> list:
         with data_dir_required(self.cfg):
             docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
         limit = (self.cfg.get("max_examples") or {}).get(split)
@@ -179,7 +251,22 @@ class Task:
             seen.add(doc.doc_id)
         return docs
 
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+    def id_vocabulary(self):
+        """A pre-tokenized task's (special ids {cls, sep, pad}, vocabulary size) from its
+        reader, or None when the task reads text."""
+        vocabulary = getattr(self.reader, "id_vocabulary", None)   # optional in a reader
+        return None if vocabulary is None else vocabulary(dict(self.cfg.reader))
+
+    def tokenizer_texts(self, doc) -> List[str]:
+        """The strings of a document a tokenizer trained on the train split should see."""
+        return [doc.text] if doc.text else []
+
+    def tokenizer_sample(self) -> Optional[list]:
+        """Documents to train a tokenizer on when there is no train split to read (a streamed
+        corpus), else None."""
+        return None
+
+    def setup(self, special_ids, max_seq_len: int, stride: int, tokenizer=None) -> None:
         """special_ids: cls/sep/pad ids of the tokenizer (None for pre-tokenized tasks)."""
         raise NotImplementedError
 
@@ -198,11 +285,7 @@ class Task:
         cuts, self.cuts = self.cuts, Cuts()
         return cuts
 
-    def tokenizer_texts(self, doc):
-        """The strings of a document a tokenizer trained on the train split should see."""
-        return [doc.text] if doc.text else []
-
-    def document_segments(self, doc, doc_index, tokenizer):
+    def document_segments(self, doc, doc_index: int, tokenizer) -> list:
         """One reading pass of a document → [Segment] (or [tuple of Segments] for groups).
         Default: tokenize doc.text (or take doc.ids) and cut it with `segments`."""
         ids = doc.ids if doc.ids is not None else tokenizer.encode(doc.text)
@@ -210,70 +293,51 @@ class Task:
             raise DataError(f"document {doc.doc_id!r} has no tokens")
         return self.segments(doc, doc_index, self.cap(ids, doc))
 
-    def model_kwargs(self):
+    def segments(self, doc, doc_index: int, ids) -> list:
+        """One reading pass of a document (token ids `ids`) → [Segment] with targets."""
+        raise NotImplementedError
+
+    def train_stream(self, rank: int, world: int, rows: int, seq_len: int, pad_id: int,
+                     seed: int):
+        """The train split when it is streamed (`streaming`), else None: it is then built
+        from `read("train")` like every other split."""
+        return None
+
+    # -- the model ----------------------------------------------------------------------------
+    def model_kwargs(self) -> Dict[str, Any]:
+        """Keyword arguments of the head's constructor (e.g. num_labels)."""
         return {}
 
-    # -- what the trainer asks of every task (defaults: an ERNIE-Doc head on collated rows) --
+    def model_config_overrides(self) -> Dict[str, Any]:
+        """ErnieDocConfig values the task's layout fixes (e.g. where [CLS] sits)."""
+        return {}
+
+    def model_inputs(self, batch) -> Dict[str, Any]:
+        """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
+        (e.g. per-segment word positions); they go through forward, so data parallelism
+        sees every parameter used."""
+        return {}
+
+    # -- one micro-step: an ERNIE-Doc head on collated rows -----------------------------------
     def init_carry(self, model, rows):
-        """The memory state a training stream of `rows` rows starts from (tensors or None)."""
         return {"memories": model.ernie_doc.init_memories(rows), "memory_mask": None}
 
     def forward(self, model, batch, carry):
-        """The model on one batch of tensors with the rows' memory state → (outputs, the
-        new state). `carry` is {} at the start of an evaluation."""
         out = model(batch["input_ids"], carry.get("memories"), batch["token_type_ids"],
                     batch["attention_mask"], batch["reset_memory"], carry.get("memory_mask"),
                     **self.model_inputs(batch))
         return out, {"memories": out.memories, "memory_mask": out.memory_mask}
 
     def train_weight(self, batch):
-        """numpy [B]: 1 for the rows of a batch that train."""
         weight = batch["has_loss"]
         if self.cfg.loss_segments == "last":
             weight = weight & batch["is_last"]
         return weight
 
     def batch_tokens(self, batch):
-        """Tokens a batch reads (the throughput numbers count these)."""
         return int(batch["attention_mask"].sum())
 
-    def better(self, metric, value, best):
-        """Whether `value` of `metric` beats `best` (the best checkpoint's)."""
-        return value > best
-
-    def model_files(self):
-        """Files saved beside exported models when there is no tokenizer."""
-        return []
-
-    def model_inputs(self, batch):
-        """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
-        (e.g. per-segment word positions); they go through forward, so data parallelism
-        sees every parameter used."""
-        return {}
-
-    def model_config_overrides(self):
-        """ErnieDocConfig values the task's layout fixes (e.g. where [CLS] sits)."""
-        return {}
-
-    def segments(self, doc, doc_index, ids):
-        """One reading pass of a document (token ids `ids`) → [Segment] with targets."""
-        raise NotImplementedError
-
-    def loss(self, out, batch, weight):
-        """Mean loss over the rows with weight 1 (weight: float tensor [B])."""
-        raise NotImplementedError
-
-    def train_loss(self, out, batch, weight):
-        """→ (the loss a training micro-step backpropagates, extra training scalars
-        {name: (sum, count)}). The loss may normalise over all ranks (every rank calls this
-        at every micro-step; evaluation uses `loss`); the trainer sums the scalars over
-        micro-steps and ranks and logs sum / count at each optimizer step."""
-        return self.loss(out, batch, weight), {}
-
-    def combine_metrics(self, means):
-        """The logged training scalars from the step means of `train_loss`'s scalars."""
-        return means
-
+    # -- evaluation (training.splits.DocumentEvaluation) -------------------------------------
     def row_outputs(self, out, batch=None):
         """What each predicted row contributes: numpy [B, ...] (batch: its tensors)."""
         raise NotImplementedError
@@ -289,7 +353,7 @@ def masked_mean(values, weight):
     return (values * weight).sum() / paddle.clip(weight.sum(), min=1.0)
 
 
-class ClassificationTask(Task):
+class ClassificationTask(DocumentTask):
     """Document classification: every segment carries the document label; the pooled [CLS]
     feeds a linear layer; the document is the mean (or last) of its segments' softmax."""
     head_class = ErnieDocForSequenceClassification

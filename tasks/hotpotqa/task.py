@@ -52,7 +52,7 @@ from ernie_doc.metrics import hotpot
 from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.runlog import logger
 from ernie_doc.training.span import NEG, span_nll
-from ernie_doc.training.tasks import Task, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean
 
 from .head import ANSWER_TYPES, STAGES, ErnieDocForHotpotQA
 
@@ -293,7 +293,7 @@ EVIDENCE_METRICS = ("para_ap", "para_recall", "para_prec", "para_em", "para_sele
                     "sp_f1", "sp_prec", "sp_recall")
 
 
-class HotpotTask(Task):
+class HotpotTask(DocumentTask):
     head_class = ErnieDocForHotpotQA
     main_metric = "para_ap"
     option_defaults = {

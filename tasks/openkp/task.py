@@ -28,7 +28,7 @@ from ernie_doc.data.segment import Segment, pack_row, step_members, windows
 from ernie_doc.data.span import max_context_flags
 from ernie_doc.metrics.keyphrase import DEPTHS
 from ernie_doc.metrics.keyphrase import evaluate as keyphrase_metrics
-from ernie_doc.training.tasks import Task, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean
 
 from .head import MAX_GRAM, ErnieDocForKeyphrase
 
@@ -145,7 +145,7 @@ def rank_phrases(words, windows_scores, top_k=5):
     return ranked
 
 
-class KeyphraseTask(Task):
+class KeyphraseTask(DocumentTask):
     head_class = ErnieDocForKeyphrase
     main_metric = "f1@3"
     metric_names = tuple(f"{m}@{k}" for m in ("f1", "p", "r") for k in DEPTHS)

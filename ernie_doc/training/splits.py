@@ -1,0 +1,172 @@
+"""Where a batch comes from: the one protocol every split implements, and the document split.
+
+A split is built for one rank of one run (rank, world, rows per step, sequence length and
+padding id are fixed when it is built) and answers the trainer's three questions:
+
+- how many micro-steps does this rank read in epoch e? `num_steps(e)` (None: an endless
+  stream, which runs until `max_steps`);
+- what are they? `batches(e, start)` yields (the epoch the batch belongs to, batch) from
+  micro-step `start` on; a batch is a dict of numpy arrays, one row per memory stream;
+- how is it scored? `evaluation(task)` collects what each batch predicts, and `protocol(model)`
+  sets the model up for reading it (the language model's evaluation lengths).
+
+Three kinds implement it:
+
+- `DocumentSplit` (here): whole documents, each cut into segments and read as reading passes
+  (`data.segment.reading_passes`: the skim pass then the retrospective pass), scheduled onto
+  rows (`data.schedule`: a row reads one document from start to end, and its memory is reset
+  when the next document starts), collated per step (`data.collate`). Every fine-tuning split,
+  and pretraining's held-out split.
+- `pretraining.stream.StreamSplit`: pretraining's train split, a corpus streamed shard by shard.
+- `lm.task.LMTrainStream` / `LMEvalStream`: the language model's token streams.
+
+The trainer never asks which kind it holds.
+"""
+import contextlib
+from collections import defaultdict
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ernie_doc.data.collate import collate
+from ernie_doc.data.schedule import Schedule, epoch_schedule
+from ernie_doc.data.segment import step_members
+
+Batch = Dict[str, np.ndarray]
+
+
+class Split:
+    """The split protocol, with the defaults of a finite split that needs no resume state and
+    no evaluation set-up. Subclasses set `name` and implement `num_steps` and `batches`."""
+    name: str = ""
+    endless: bool = False   # a stream: no epochs, runs until max_steps
+
+    def num_steps(self, epoch: int) -> Optional[int]:
+        """Micro-steps this rank reads in `epoch` (None for an endless stream)."""
+        raise NotImplementedError
+
+    def batches(self, epoch: int = 0, start: int = 0) -> Iterator[Tuple[int, Batch]]:
+        """(epoch the batch belongs to, batch) for micro-steps `start`, `start` + 1, ... of
+        `epoch` (a stream ignores `epoch` and reports the corpus pass it is on)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """One phrase for the run's summary line."""
+        return self.name
+
+    def state_array(self) -> Optional[np.ndarray]:
+        """The position a checkpoint must keep beyond the micro-step index (uint8 bytes), or
+        None when the micro-step index says it all."""
+        return None
+
+    def load_state_array(self, array: np.ndarray) -> None:
+        """Restore the position `state_array` saved."""
+
+    def protocol(self, model) -> contextlib.AbstractContextManager:
+        """A context in which `model` reads this split for evaluation."""
+        return contextlib.nullcontext()
+
+    def evaluation(self, task) -> "Evaluation":
+        """A fresh collector of this split's predictions under `task`."""
+        raise NotImplementedError(f"split {self.name!r} is read for training only")
+
+
+class Evaluation:
+    """Collects one rank's predictions batch by batch; `finish` merges every rank's part."""
+
+    def add(self, batch: Batch, tensors: Dict[str, Any], out) -> None:
+        raise NotImplementedError
+
+    def part(self):
+        """This rank's collected state (picklable: it is gathered over ranks)."""
+        raise NotImplementedError
+
+    def finish(self, parts: List[Any]) -> Tuple[Dict[str, float], Optional[List[dict]]]:
+        """All ranks' parts → (metrics, per-document predictions or None)."""
+        raise NotImplementedError
+
+
+class DocumentSplit(Split):
+    """A split of documents ready to schedule: `docs` and, for each, its reading passes
+    `passes[d]` = [step], a step being a Segment (or a tuple of `group` Segments read in
+    lockstep, one row each: the choices of a question, the texts of a pair).
+
+    `rows` batch rows per rank (a multiple of `group`); the epoch's schedule is drawn from
+    (seed, epoch) when `shuffle`, so any epoch can be rebuilt on resume."""
+
+    def __init__(self, name: str, docs: Sequence, passes: Sequence[Sequence], group: int = 1,
+                 rows: int = 1, seq_len: int = 0, pad_id: int = 0, rank: int = 0,
+                 world: int = 1, seed: int = 0, shuffle: bool = False):
+        self.name, self.docs, self.passes, self.group = name, docs, passes, group
+        self.slots = rows // group          # schedule slots: one example (group of rows) each
+        self.seq_len, self.pad_id = seq_len, pad_id
+        self.rank, self.world, self.seed, self.shuffle = rank, world, seed, shuffle
+        self.lengths = [len(p) for p in passes]   # steps (segment reads) per document
+        # the targets a padding row carries (zeros shaped like a real segment's)
+        self.template = step_members(passes[0][0])[0].targets if passes else {}
+        self._schedules: Dict[int, Schedule] = {}
+
+    def schedule(self, epoch: int) -> Schedule:
+        """This rank's slots at each step of `epoch` (doc / seg / reset: [steps, slots])."""
+        if epoch not in self._schedules:   # counted by the step plan, then read: build once
+            self._schedules = {epoch: epoch_schedule(
+                self.lengths, self.slots, self.world, self.shuffle, self.seed,
+                epoch).rank_rows(self.rank, self.slots)}
+        return self._schedules[epoch]
+
+    def num_steps(self, epoch: int) -> int:
+        return len(self.schedule(epoch))
+
+    def batches(self, epoch: int = 0, start: int = 0) -> Iterator[Tuple[int, Batch]]:
+        schedule, g = self.schedule(epoch), self.group
+        for step in range(start, len(schedule)):
+            rows, resets = [], []
+            for d, s, reset in zip(schedule.doc[step], schedule.seg[step],
+                                   schedule.reset[step]):
+                rows.extend([None] * g if d < 0 else step_members(self.passes[d][s]))
+                resets.extend([reset] * g)
+            yield epoch, collate(rows, resets, self.seq_len, self.pad_id, self.template)
+
+    def describe(self) -> str:
+        return f"{self.name} {len(self.docs)} docs / {sum(self.lengths)} segment reads"
+
+    def evaluation(self, task) -> "DocumentEvaluation":
+        return DocumentEvaluation(task, self)
+
+
+class DocumentEvaluation(Evaluation):
+    """Per document, the outputs of its predicted rows (the rows of the retrospective pass,
+    `final` in data.segment.Segment) in segment order, and the loss over them; then the task
+    turns each document's rows into a prediction and the split's metrics."""
+
+    def __init__(self, task, split: DocumentSplit):
+        self.task, self.split = task, split
+        self.rows = defaultdict(list)   # doc index → [(segment index, row output)]
+        self.loss_sum, self.loss_rows = 0.0, 0.0
+
+    def add(self, batch: Batch, tensors: Dict[str, Any], out) -> None:
+        import paddle
+        predicted = batch["final"] & (batch["doc_index"] >= 0)
+        if not predicted.any():
+            return
+        weight = paddle.to_tensor(predicted.astype("float32"))
+        self.loss_sum += float(self.task.loss(out, tensors, weight)) * float(predicted.sum())
+        self.loss_rows += float(predicted.sum())
+        outputs = self.task.row_outputs(out, tensors)   # [B // group, ...]
+        g = self.split.group
+        for r in np.nonzero(predicted)[0]:
+            if r % g == 0:   # a group's first row stands for the group
+                self.rows[int(batch["doc_index"][r])].append((int(batch["seg_index"][r]),
+                                                              outputs[r // g]))
+
+    def part(self):
+        return dict(self.rows), self.loss_sum, self.loss_rows
+
+    def finish(self, parts):
+        merged = defaultdict(list)
+        for part_rows, _, _ in parts:
+            for doc, items in part_rows.items():
+                merged[doc].extend(items)
+        metrics, predictions = self.task.evaluate(self.split.docs, merged, self.split.passes)
+        metrics["loss"] = sum(p[1] for p in parts) / max(1.0, sum(p[2] for p in parts))
+        return metrics, predictions
