@@ -694,3 +694,62 @@ def test_optimizer_state_moves_between_models_with_other_generated_names(tmp_pat
         opt.step()
     for pa, pb in zip(a.parameters(), b.parameters()):
         np.testing.assert_array_equal(pa.numpy(), pb.numpy())
+
+
+# == heads of the registry beyond the official ones ================================================
+def test_convert_pair_matching_every_layout(tmp_path):
+    """ours → paddlenlp (class from the architecture) → official (cls_out_*) → ours again with
+    --head pair_matching (an official directory does not say which head shares cls_out_*)."""
+    from ernie_doc.cli import convert
+    from ernie_doc.heads import ErnieDocForPairMatching
+    paddle.seed(31)
+    model = ErnieDocForPairMatching(tiny())
+    model.save_pretrained(tmp_path / "ours")
+    assert auto.model_class_for(io.read_checkpoint(tmp_path / "ours")) is ErnieDocForPairMatching
+    assert convert.main([str(tmp_path / "ours"), str(tmp_path / "pn"), "--to", "paddlenlp",
+                         "--quiet"]) == 0
+    assert convert.main([str(tmp_path / "pn"), str(tmp_path / "off"), "--to", "official",
+                         "--quiet"]) == 0
+    assert {"cls_out_w", "cls_out_b"} <= set(os.listdir(tmp_path / "off"))
+    # Without --head the shared official names read as classification, as before the registry.
+    assert auto.model_class_for(io.read_checkpoint(tmp_path / "off")) is \
+        ErnieDocForSequenceClassification
+    assert convert.main([str(tmp_path / "off"), str(tmp_path / "back"), "--to", "ours",
+                         "--head", "pair_matching", "--strict", "--quiet"]) == 0
+    back = ErnieDocForPairMatching.from_pretrained(tmp_path / "back", strict=True)
+    assert_state_equal(model, back)
+
+
+def test_convert_hotpotqa_head(tmp_path, capsys):
+    """A task's own head (registered from tasks/hotpotqa/head.py) converts between our layout
+    and PaddleNLP's, its stage kept; it has no official names, so an official target is a
+    one-line error."""
+    from ernie_doc.cli import convert
+    from tasks.hotpotqa.head import ErnieDocForHotpotQA
+    paddle.seed(33)
+    model = ErnieDocForHotpotQA(tiny(), stage="evidence")
+    model.save_pretrained(tmp_path / "ours")
+    assert auto.model_class_for(io.read_checkpoint(tmp_path / "ours")) is ErnieDocForHotpotQA
+    assert convert.main([str(tmp_path / "ours"), str(tmp_path / "pn"), "--to", "paddlenlp",
+                         "--strict"]) == 0
+    assert "ErnieDocForHotpotQA" in capsys.readouterr().out
+    assert convert.main([str(tmp_path / "pn"), str(tmp_path / "back"), "--to", "ours",
+                         "--head", "hotpotqa", "--strict", "--quiet"]) == 0
+    back = ErnieDocForHotpotQA.from_pretrained(tmp_path / "back", strict=True)
+    assert back.stage == "evidence" and back.load_report.format == "safetensors"
+    assert_state_equal(model, back)
+    capsys.readouterr()
+    assert convert.main([str(tmp_path / "ours"), str(tmp_path / "off"), "--to", "official",
+                         "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no official name for: para_scorer" in err[0]
+    assert not (tmp_path / "off").exists()
+
+
+def test_convert_head_choices_come_from_the_registry():
+    from ernie_doc.cli import convert
+    assert convert.parse_args(["a", "b", "--to", "ours", "--head", "hotpotqa"]).head == \
+        "hotpotqa"
+    with pytest.raises(SystemExit):
+        convert.parse_args(["a", "b", "--to", "ours", "--head", "no_such_head"])
+    assert set(auto.head_names()) >= set(HEADS) | {"pair_matching", "hotpotqa", "keyphrase"}

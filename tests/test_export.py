@@ -207,3 +207,101 @@ def test_mask_empty_memory_export(tmp_path):
             for name, want in (("sequence_output", out.sequence_output),
                                ("memories", mem), ("memory_mask", mask)):
                 assert np.abs(g[name] - want.numpy()).max() <= TOL, name
+
+
+# -- heads of the registry beyond classification: pair matching, HotpotQA ---------------------
+def _rows(config, rows, n=2, seed=5):
+    """n segments of `rows` rows (dicts of numpy arrays), the second resetting row 0."""
+    rng = np.random.RandomState(seed)
+    return [dict(input_ids=rng.randint(4, config.vocab_size, (rows, SEQ_LEN)).astype("int64"),
+                 attention_mask=np.ones((rows, SEQ_LEN), "float32"),
+                 token_type_ids=np.zeros((rows, SEQ_LEN), "int64"),
+                 reset_memory=np.arange(rows) == 0 if s else np.zeros([rows], bool))
+            for s in range(n)]
+
+
+def _dygraph_fields(model, segs, fields):
+    """The eager model over the segments: [{field: array}] for the named output fields."""
+    outs, mem = [], None
+    with paddle.no_grad():
+        for seg in segs:
+            out = model(*(paddle.to_tensor(seg[k]) if k != "memories" else mem
+                          for k in ("input_ids", "memories", "token_type_ids",
+                                    "attention_mask", "reset_memory")))
+            mem = out.memories
+            outs.append(dict({f: getattr(out, f).numpy() for f in fields},
+                             memories=mem.numpy()))
+    return outs
+
+
+def _convert_then_export(tmp_path, model, head, *export_args):
+    """model → ours → `ernie-doc convert` to PaddleNLP's layout (the class read from the
+    checkpoint) → `ernie-doc export` of that directory: the Predictor."""
+    from ernie_doc.cli import convert
+    from ernie_doc.cli import export as export_cli
+    model.save_pretrained(tmp_path / "ours")
+    assert convert.main([str(tmp_path / "ours"), str(tmp_path / "pn"), "--to", "paddlenlp",
+                         "--quiet"]) == 0
+    assert export_cli.main(["--config", str(tmp_path / "pn"), "--output",
+                            str(tmp_path / "exp" / head), "--head", head,
+                            "--seq-len", str(SEQ_LEN), *export_args]) == 0
+    return Predictor(str(tmp_path / "exp" / head))
+
+
+def test_pair_matching_convert_export_round_trip(tmp_path):
+    from ernie_doc import auto
+    from ernie_doc.heads import ErnieDocForPairMatching
+    from ernie_doc.inference import ExportError
+    paddle.seed(21)
+    model = ErnieDocForPairMatching(tiny_config())
+    model.eval()
+    assert auto.head_class("pair_matching") is ErnieDocForPairMatching
+    pred = _convert_then_export(tmp_path, model, "pair_matching")
+    assert pred.meta["model_class"] == "ErnieDocForPairMatching"
+    assert pred.meta["rows_per_example"] == 2
+    assert [o["name"] for o in pred.meta["outputs"]] == ["logits", "memories"]
+    segs = _rows(model.config, 4)
+    got = pred.stream(segs)
+    assert got[0]["logits"].shape == (2,)   # one logit per (A,B) / (A,C) pair of rows
+    _assert_close(got, _dygraph_fields(model, segs, ["logits"]))
+    with pytest.raises(PredictorInputError, match=r"input_ids rows \(3\) must be a multiple "
+                                                   r"of 2"):
+        pred.run(np.ones((3, SEQ_LEN), "int64"))
+    with pytest.raises(ExportError, match=r"pair matching: batch_size \(3\) must come in "
+                                          r"pairs"):
+        export(model, str(tmp_path / "odd"), seq_len=SEQ_LEN, batch_size=3)
+
+
+@pytest.mark.parametrize("stage", ["evidence", "answer"])
+def test_hotpotqa_convert_export_round_trip(tmp_path, stage):
+    from ernie_doc import auto
+    from tasks.hotpotqa.head import ErnieDocForHotpotQA
+    paddle.seed(23)
+    model = ErnieDocForHotpotQA(tiny_config(), stage=stage)
+    model.eval()
+    assert auto.head_class("hotpotqa") is ErnieDocForHotpotQA
+    # The stage travels with the checkpoint: no argument says it on the way.
+    pred = _convert_then_export(tmp_path, model, "hotpotqa", "--batch-size", "2")
+    fields = ["para_logits", "sent_logits"] + (["type_logits", "span_logits"]
+                                               if stage == "answer" else [])
+    assert [o["name"] for o in pred.meta["outputs"]] == fields + ["memories"]
+    segs = _rows(model.config, 2)
+    got = pred.stream(segs)
+    assert got[0]["para_logits"].shape == (2, SEQ_LEN)
+    if stage == "answer":
+        assert got[0]["type_logits"].shape == (2, 3)
+        assert got[0]["span_logits"].shape == (2, SEQ_LEN, 2)
+    _assert_close(got, _dygraph_fields(model, segs, fields))
+
+
+def test_export_refuses_heads_that_cannot_export(tmp_path):
+    from ernie_doc import auto
+    from ernie_doc.heads import ErnieDocForPretraining
+    from ernie_doc.inference import ExportError
+    from tasks.openkp.head import ErnieDocForKeyphrase
+    assert set(auto.head_names(exportable=True)) == set(auto.head_names()) - {
+        "pretraining", "keyphrase"}
+    for cls in (ErnieDocForPretraining, ErnieDocForKeyphrase):
+        with pytest.raises(ExportError, match=f"cannot export {cls.__name__}: expected "
+                                              f"ErnieDocModel or one of .*ErnieDocForHotpotQA"):
+            export(cls(tiny_config()), str(tmp_path / "x"), seq_len=SEQ_LEN)

@@ -79,3 +79,69 @@ def test_official_head_names_cover_head_parameters():
         model = cls(config)
         own = {n for n in model.state_dict() if not n.startswith("ernie_doc.")}
         assert own == set(cls.official_names), name
+
+
+def test_registry_holds_every_head():
+    from ernie_doc import auto
+    from ernie_doc.heads import ErnieDocForPairMatching
+    from tasks.hotpotqa.head import ErnieDocForHotpotQA
+    from tasks.openkp.head import ErnieDocForKeyphrase
+    classes = auto.head_classes()
+    assert {k: classes[k] for k in HEADS} == dict(HEADS)   # the built-ins, by their names
+    assert classes["pair_matching"] is ErnieDocForPairMatching
+    assert classes["hotpotqa"] is ErnieDocForHotpotQA
+    assert classes["keyphrase"] is ErnieDocForKeyphrase
+    assert auto.head_names() == sorted(classes)
+    assert auto.model_class("ErnieDocForHotpotQA") is ErnieDocForHotpotQA
+    assert auto.model_class("ErnieDocModel").__name__ == "ErnieDocModel"
+    assert auto.model_class("NoSuchClass") is None
+    with pytest.raises(ValueError, match="unknown head 'nope'; choose one of hotpotqa, "):
+        auto.head_class("nope")
+    with pytest.raises(TypeError):
+        HEADS["mine"] = ErnieDocForHotpotQA   # read-only: register through ernie_doc.auto
+
+
+def test_register_head_refuses_a_taken_name():
+    from ernie_doc import auto
+    from ernie_doc.heads import Head
+    cls = auto.head_class("question_answering")
+    assert auto.register_head("question_answering")(cls) is cls   # again: a no-op
+
+    class Other(Head):
+        pass
+    with pytest.raises(ValueError, match="'question_answering' is already registered"):
+        auto.register_head("question_answering")(Other)
+    with pytest.raises(TypeError, match="not a subclass of ernie_doc.heads.Head"):
+        auto.register_head("plain")(object)
+    assert "plain" not in auto.head_names()
+
+
+def test_official_names_of_every_head_are_known_to_the_checkpoint_package():
+    """ernie_doc.checkpoint reads official directories without any head class: the names it
+    knows (checkpoint.names) cover every registered head's."""
+    from ernie_doc import auto
+    from ernie_doc.checkpoint import names
+    for name, cls in auto.head_classes().items():
+        assert set(cls.official_names.values()) <= names.official_head_names(), name
+        assert {k.split(".")[0] for k in cls.official_names} <= names.official_head_modules()
+    assert auto.official_head_names() == names.official_head_names()
+
+
+def test_export_shapes_of_the_heads():
+    config = tiny_config()
+    expected = {"sequence_classification": [[4, 3]], "question_answering": [[4, 16, 2]],
+                "token_classification": [[4, 16, 3]], "multiple_choice": [[1, 4]],
+                "pair_matching": [[2]]}
+    for name, shapes in expected.items():
+        kwargs = {"num_labels": 3} if "num_labels" in HEADS[name].__init__.__code__.co_varnames \
+            else {}
+        model = HEADS[name](config, **kwargs)
+        assert model.exportable, name
+        assert [s for _, s in model.export_outputs(4, 16)] == shapes, name
+        model.eval()
+        out = model(paddle.randint(4, 60, [4, 16]))
+        assert list(out.logits.shape) == shapes[0], name   # what forward gives
+        assert model.export_outputs(-1, 16)[0][1][0] == -1   # a dynamic batch stays dynamic
+    assert not ErnieDocForPretraining.exportable
+    assert HEADS["pair_matching"](config).rows_problem("batch rows", 3) == \
+        "pair matching: batch rows (3) must come in pairs"
