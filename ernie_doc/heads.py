@@ -107,7 +107,13 @@ class Head(PretrainedMixin, nn.Layer):
         """The encoder output handed back, without pooled_output when the head never reads
         it: data parallelism waits for the gradients of every parameter an output depends
         on, and the pooler's never come."""
-        return enc if self.uses_pooled else enc._replace(pooled_output=None)
+        if self.uses_pooled:
+            return enc
+        # Field by field rather than enc._replace: paddle 2.6's static conversion (export)
+        # converts namedtuple._replace's own code and fails on it (NameError: _map).
+        values = list(enc)
+        values[enc._fields.index("pooled_output")] = None
+        return type(enc)(*values)
 
     def forward(self, input_ids: paddle.Tensor, memories: Optional[paddle.Tensor] = None,
                 token_type_ids: Optional[paddle.Tensor] = None,

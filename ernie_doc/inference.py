@@ -31,13 +31,14 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import paddle
 import paddle.nn as nn
 
 from ernie_doc import auto
+from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.heads import Head
 from ernie_doc.modeling.model import ErnieDocModel
@@ -46,7 +47,6 @@ from ernie_doc.utils import atomic_write_text
 META_SUFFIX = ".meta.json"
 FORMAT_VERSION = 1
 
-PathLike = Union[str, "os.PathLike[str]"]
 Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), "dtype": str}
 
 

@@ -305,3 +305,18 @@ def test_export_refuses_heads_that_cannot_export(tmp_path):
         with pytest.raises(ExportError, match=f"cannot export {cls.__name__}: expected "
                                               f"ErnieDocModel or one of .*ErnieDocForHotpotQA"):
             export(cls(tiny_config()), str(tmp_path / "x"), seq_len=SEQ_LEN)
+
+
+def test_head_without_pooled_output_exports(tmp_path):
+    """A head that hands back no pooled output (question answering) exports on paddle 2.6 as
+    well: its encoder output is rebuilt field by field, not with namedtuple._replace (which
+    2.6's static conversion cannot run)."""
+    from ernie_doc.heads import ErnieDocForQuestionAnswering
+    paddle.seed(29)
+    model = ErnieDocForQuestionAnswering(tiny_config())
+    model.eval()
+    export(model, str(tmp_path / "qa"), seq_len=SEQ_LEN)
+    segs = _rows(model.config, 2)
+    got = Predictor(str(tmp_path / "qa")).stream(segs)
+    assert got[0]["logits"].shape == (2, SEQ_LEN, 2)
+    _assert_close(got, _dygraph_fields(model, segs, ["logits"]))

@@ -17,7 +17,7 @@ with the model, a shape that differs or a dtype that cannot be cast always is.
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:   # for the annotations only (paddle is imported where it is u
     import paddle
 
 logger = logging.getLogger("ernie_doc.checkpoint")
+
+Model = TypeVar("Model", bound="PretrainedMixin")   # from_pretrained returns its own class
 
 # Constructor arguments that a checkpoint's head tensors fix: argument → (head key, axis).
 _SIZE_FROM_CHECKPOINT = {"num_labels": ("linear.bias", 0),
@@ -306,6 +308,7 @@ def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
 
 
 def _check_strict(where: str, match: TensorMatch) -> None:
+    """strict=True: CheckpointError unless every model tensor and checkpoint tensor is used."""
     if match.missing or match.unexpected:
         raise io.CheckpointError(
             f"{where}: strict load failed: missing {match.missing or 'none'}; "
@@ -386,9 +389,9 @@ class PretrainedMixin:
     encoder_prefix = ""
 
     @classmethod
-    def from_pretrained(cls, path: Any, config: Any = None, strict: bool = False,
+    def from_pretrained(cls: Type[Model], path: Any, config: Any = None, strict: bool = False,
                         allow_partial: bool = False, source: Optional[str] = None,
-                        **kwargs: Any) -> Any:
+                        **kwargs: Any) -> Model:
         """Build `cls` and load a checkpoint into it.
 
         path: a released name ("ernie-doc-base-en", "ernie-doc-base-zh", "ernie-doc-large-en":
