@@ -565,13 +565,13 @@ class TransformerXLLM(nn.Layer):
             dist = self._clamp(paddle.arange(klen - 1, -1, -1, dtype="int64"))
             return ("shared", sinusoid(dist, c.d_model))
         positions = positions.astype("int64")
-        window = positions if mlen == 0 else paddle.concat(
+        key_positions = positions if mlen == 0 else paddle.concat(
             [memory_positions.astype("int64"), positions], axis=2)          # [3, B, K]
         # Components in Segatron's concatenation order: token, sentence, paragraph.
         order = ((2, 0), (1, 1), (0, 2))
         dims = sega_dims(c.d_model)
         if c.sega_relative == "segatron":
-            dist = window.max(axis=2, keepdim=True) - window                # [3, B, K]
+            dist = key_positions.max(axis=2, keepdim=True) - key_positions  # [3, B, K]
             dist = self._clamp(dist)
             pieces = [sinusoid(dist[row], dims[k]) for row, k in order]
             return ("batch", paddle.concat(pieces, axis=-1))                # [B, K, d]
@@ -579,7 +579,7 @@ class TransformerXLLM(nn.Layer):
         table_pos = paddle.arange(size, dtype="int64")
         tables, indices = [], []
         for row, k in order:
-            dist = positions[row].unsqueeze(2) - window[row].unsqueeze(1)   # [B, T, K]
+            dist = positions[row].unsqueeze(2) - key_positions[row].unsqueeze(1)  # [B, T, K]
             dist = paddle.clip(dist, min=0, max=size - 1)
             index = dist.unsqueeze(1).expand([dist.shape[0], c.n_head]
                                              + _shape_list(dist)[1:])

@@ -101,13 +101,13 @@ class MultipleChoiceTask(_GroupTask):
                  for c in choices]
         pairs += [(question[:self.options["max_query_len"]], [])] * \
             (self.group_size - len(choices))
-        window = self.seq_len - max(len(q) + len(c) for q, c in pairs) - 4
-        if window < 1:
+        room = self.seq_len - max(len(q) + len(c) for q, c in pairs) - 4   # context tokens
+        if room < 1:
             raise DataError(f"question {doc.doc_id!r}: max_seq_len {self.seq_len} leaves no "
                             "room for the context")
         mask = np.zeros(self.group_size, dtype=np.float32)
         mask[:len(choices)] = 1.0
-        spans = windows(len(context), window, self.stride)
+        spans = windows(len(context), room, self.stride)
         rows = [[(context[a:b], q, c) for q, c in pairs] for a, b in spans]
         return self._steps(doc_index, rows, {"label": label, "choice_mask": mask})
 

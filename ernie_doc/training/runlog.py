@@ -161,9 +161,9 @@ def read_jsonl(path):
 
 
 def _smooth(values):
-    window = max(1, len(values) // 25)
-    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-            for i in range(len(values))], window
+    width = max(1, len(values) // 25)
+    return [sum(values[max(0, i - width + 1):i + 1]) / len(values[max(0, i - width + 1):i + 1])
+            for i in range(len(values))], width
 
 
 _WARNED_NO_MATPLOTLIB = False
@@ -200,15 +200,15 @@ def plot_curves(output_dir, metric):
         steps = [r["step"] for r in rows]
         if len(losses) == 1:
             ax1.plot(steps, [r[key] for r in rows], lw=0.8, alpha=0.5, label=key)
-        smooth, window = _smooth([r[key] for r in rows])
-        ax1.plot(steps, smooth, lw=1.5, label=f"{key} (mean of {window})")
+        smooth, width = _smooth([r[key] for r in rows])
+        ax1.plot(steps, smooth, lw=1.5, label=f"{key} (mean of {width})")
     if losses:
         ax1.set_xlabel("step"), ax1.set_ylabel("training loss"), ax1.legend(fontsize=8)
     for key in accuracies:
         rows = [r for r in train if key in r]
-        smooth, window = _smooth([r[key] for r in rows])
+        smooth, width = _smooth([r[key] for r in rows])
         ax2.plot([r["step"] for r in rows], smooth, lw=1.2, label=f"train {key} (mean of "
-                                                                 f"{window})")
+                                                                 f"{width})")
     for split in sorted({r["split"] for r in evals}):
         rows = [r for r in evals if r["split"] == split and not math.isnan(r[metric])]
         ax2.plot([r["step"] for r in rows], [r[metric] for r in rows], marker="o",

@@ -77,18 +77,7 @@ class Trainer:
         optimizer, scheduler = build_optimizer(self.wrapped, cfg, total_steps, layers)
         self.optimizer = optimizer
         scaler = paddle.amp.GradScaler(init_loss_scaling=32768) if cfg.amp else None
-        # micro: micro-steps read in the current epoch; best: main metric of the best eval
-        state = {"epoch": 0, "micro": 0, "step": 0, "best": None, "best_step": None,
-                 "total_steps": total_steps}
-        carry = self.task.init_carry(self.model, B)   # the rows' memory state
-        if run.resume:
-            path, state, arrays, optimizer_state = run.resumed   # checked in prepare
-            ckpt.load_optimizer_state(self.model, optimizer, optimizer_state)
-            carry.update({k: paddle.to_tensor(v) for k, v in arrays.items() if k != "stream"})
-            if train.endless:   # the stream's position beyond the micro-step index
-                train.load_state_array(arrays["stream"])
-            logger.info(f"resumed from {path}: step {state['step']}, epoch {state['epoch']}")
-        self.state = state
+        state, carry = self._start(optimizer)   # trainer state, the rows' memory state
         log = RunLog(self.out, self.is_main, resume_step=state["step"])
         from tqdm import tqdm
         bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {cfg.task}",
@@ -100,7 +89,7 @@ class Trainer:
         self.wrapped.train()
         # per micro-step since the last optimizer step: (mean loss, rows), task metric sums
         losses, metrics, tokens, t0 = [], defaultdict(lambda: [0.0, 0.0]), 0, time.perf_counter()
-        since_log = (0.0, 0.0)   # loss sum and rows since the last log line
+        self._since_log = (0.0, 0.0)   # loss sum and rows since the last log line
         stop = False
         for epoch, micro, batch, boundary, epoch_end in self._micro_batches(train, state):
             paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
@@ -124,27 +113,7 @@ class Trainer:
             scheduler.step()
             state["step"] += 1
             state["epoch"], state["micro"] = epoch, micro + 1
-            elapsed = max(time.perf_counter() - t0, 1e-9)
-            record = {"step": state["step"], "epoch": epoch + 1, "lr": lr,
-                      "tokens_per_sec": round(tokens * self.world / elapsed, 1),
-                      "tokens_per_sec_per_rank": round(tokens / elapsed, 1)}
-            step_sum, step_rows, task_metrics = self._over_ranks(losses, metrics)
-            if step_rows:   # no loss when every row only skimmed (retro feed)
-                record["loss"] = step_sum / step_rows
-            record.update(task_metrics)
-            since_log = (since_log[0] + record.get("loss", 0.0) * bool(step_rows),
-                         since_log[1] + bool(step_rows))
-            log.train_step(record)
-            bar.update(1)
-            shown = f"{since_log[0] / since_log[1]:.4f}" if since_log[1] else "-"
-            bar.set_postfix(loss=shown, lr=f"{lr:.2e}")
-            if cfg.logging_steps and state["step"] % cfg.logging_steps == 0:
-                extra = "".join(f" {k} {v:.4f}" for k, v in task_metrics.items()
-                                if k != "loss")
-                logger.info(f"step {state['step']}/{total_steps} epoch {epoch + 1} "
-                            f"loss {shown}{extra} lr {lr:.3e} "
-                            f"{record['tokens_per_sec']:.0f} tok/s")
-                since_log = (0.0, 0.0)
+            self._report(log, bar, epoch, lr, tokens, time.perf_counter() - t0, losses, metrics)
             losses, metrics, tokens = [], defaultdict(lambda: [0.0, 0.0]), 0
             t0 = time.perf_counter()
             last = state["step"] == total_steps
@@ -170,6 +139,50 @@ class Trainer:
             results = self._finish(log)
         log.close()
         return results
+
+    def _start(self, optimizer):
+        """→ (trainer state, memory state) at the start: fresh, or restored from the checkpoint
+        prepare read for --resume (the optimizer's state too)."""
+        run = self.run
+        # micro: micro-steps read in the current epoch; best: main metric of the best eval
+        state = {"epoch": 0, "micro": 0, "step": 0, "best": None, "best_step": None,
+                 "total_steps": run.total_steps}
+        carry = self.task.init_carry(self.model, self.cfg.batch_size)
+        if run.resume:
+            path, state, arrays, optimizer_state = run.resumed   # checked in prepare
+            ckpt.load_optimizer_state(self.model, optimizer, optimizer_state)
+            carry.update({k: paddle.to_tensor(v) for k, v in arrays.items() if k != "stream"})
+            if run.train.endless:   # the stream's position beyond the micro-step index
+                run.train.load_state_array(arrays["stream"])
+            logger.info(f"resumed from {path}: step {state['step']}, epoch {state['epoch']}")
+        self.state = state
+        return state, carry
+
+    def _report(self, log, bar, epoch, lr, tokens, elapsed, losses, metrics):
+        """One optimizer step's record (loss and task scalars over ranks, throughput) into
+        train_log.jsonl / VisualDL, the progress bar and, every logging_steps, the log."""
+        cfg, state = self.cfg, self.state
+        elapsed = max(elapsed, 1e-9)
+        record = {"step": state["step"], "epoch": epoch + 1, "lr": lr,
+                  "tokens_per_sec": round(tokens * self.world / elapsed, 1),
+                  "tokens_per_sec_per_rank": round(tokens / elapsed, 1)}
+        step_sum, step_rows, task_metrics = self._over_ranks(losses, metrics)
+        if step_rows:   # no loss when every row only skimmed (retro feed)
+            record["loss"] = step_sum / step_rows
+        record.update(task_metrics)
+        total, count = self._since_log
+        self._since_log = (total + record.get("loss", 0.0) * bool(step_rows),
+                           count + bool(step_rows))
+        log.train_step(record)
+        bar.update(1)
+        total, count = self._since_log
+        shown = f"{total / count:.4f}" if count else "-"
+        bar.set_postfix(loss=shown, lr=f"{lr:.2e}")
+        if cfg.logging_steps and state["step"] % cfg.logging_steps == 0:
+            extra = "".join(f" {k} {v:.4f}" for k, v in task_metrics.items() if k != "loss")
+            logger.info(f"step {state['step']}/{state['total_steps']} epoch {epoch + 1} "
+                        f"loss {shown}{extra} lr {lr:.3e} {record['tokens_per_sec']:.0f} tok/s")
+            self._since_log = (0.0, 0.0)
 
     def _micro_batches(self, train, state):
         """→ (epoch, micro-step, batch, ends an optimizer step, ends the epoch) from the
