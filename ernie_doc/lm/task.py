@@ -24,6 +24,7 @@ import json
 import math
 import os
 import zlib
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -162,7 +163,10 @@ class LMEvaluation(Evaluation):
 
 
 class LanguageModelTask(Task):
-    """Word-level language modelling with the memory-enhanced Transformer-XL."""
+    """Word-level language modelling with the memory-enhanced Transformer-XL: the family of
+    tasks that build their own model and splits (`builds_model`). Beyond the loop's members
+    (training.tasks.Task), training.prepare calls, in this order: `check_data(world)`,
+    `memory_plan()`, `build_model()`, `build_splits(rank, world)`, `describe(device, world)`."""
     builds_model = True     # the trainer asks for the model and splits (no tokenizer)
     streaming = True        # the train split is a stream run for max_steps
     main_metric = "ppl"
@@ -271,13 +275,15 @@ class LanguageModelTask(Task):
                 "ext_len": ext}
 
     # -- what the trainer builds ----------------------------------------------------------------
-    def memory_plan(self):
+    def memory_plan(self) -> Tuple[Callable[[], TransformerXLLM], int, int, int, int, int]:
         """(a function building the model, layers, hidden, heads, tokens per row, memory
-        length): what the trainer's memory estimate needs, before build_model."""
+        length): what the memory estimate (training.prepare.check_memory) needs, before
+        build_model."""
         c = self.config
         return lambda: TransformerXLLM(c), c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
 
-    def build_model(self):
+    def build_model(self) -> TransformerXLLM:
+        """The Transformer-XL from init_checkpoint, or new from the config."""
         if self.cfg.init_checkpoint:
             model = TransformerXLLM.from_pretrained(self.cfg.init_checkpoint,
                                                     **self.cfg.model_overrides)
@@ -286,7 +292,8 @@ class LanguageModelTask(Task):
         self.params = sum(int(np.prod(p.shape)) for p in model.parameters())
         return model
 
-    def build_splits(self, rank, world):
+    def build_splits(self, rank: int, world: int) \
+            -> Tuple[Optional[LMTrainStream], Dict[str, LMEvalStream]]:
         """→ (this rank's training stream, or None with eval_only; {split: evaluation
         stream} for eval_splits and test_splits)."""
         c, data, pos = self.config, self.corpus.data, self.corpus.positions
@@ -302,7 +309,8 @@ class LanguageModelTask(Task):
         self.train = train
         return train, evaluated
 
-    def describe(self, device, world):
+    def describe(self, device: str, world: int) -> List[str]:
+        """The run's summary lines: data, model, evaluation protocol."""
         c, cfg = self.config, self.cfg
         counts = ", ".join(f"{s} {len(self.corpus.data[s]):,} tokens"
                            + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")

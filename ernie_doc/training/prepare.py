@@ -47,11 +47,11 @@ class PreparedRun:
     cfg: TrainConfig             # released names and URLs resolved to local paths
     given: TrainConfig           # the config as written (run_config.yaml keeps it)
     task: Task
-    model: paddle.nn.Layer
-    wrapped: paddle.nn.Layer
-    train: Optional[Split]       # None with eval_only
-    evaluated: Dict[str, Split]  # eval_splits and test_splits, by name
-    total_steps: Optional[int]   # optimizer steps of the whole run (None with eval_only)
+    model: Optional[paddle.nn.Layer] = None
+    wrapped: Optional[paddle.nn.Layer] = None
+    train: Optional[Split] = None   # None with eval_only
+    evaluated: Dict[str, Split] = field(default_factory=dict)   # eval and test splits by name
+    total_steps: Optional[int] = None   # optimizer steps of the whole run (None: eval_only)
     resume: bool = False
     resumed: Optional[tuple] = None   # (path, trainer state, arrays, optimizer state)
     tokenizer: object = None
@@ -94,8 +94,8 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
                             overwrite=bool(cfg.get("overwrite_output_dir")),
                             marker=RUN_CONFIG, source=cfg.source)
     setup_logging(None, rank == 0)   # console now; the file once OUTPUT_DIR exists
-    run = PreparedRun(cfg, given, task, None, None, None, {}, None, resume=resume,
-                      device=device, rank=rank, world=world)
+    run = PreparedRun(cfg=cfg, given=given, task=task, resume=resume, device=device,
+                      rank=rank, world=world)   # model and splits: built below
     spm_dir = None
     if task.builds_model:   # the language model: its own model and token streams
         check_memory(run, *task.memory_plan())
