@@ -55,6 +55,7 @@ class PreparedRun:
     resume: bool = False
     resumed: Optional[tuple] = None   # (path, trainer state, arrays, optimizer state)
     tokenizer: object = None
+    special: Dict[str, int] = field(default_factory=dict)   # cls / sep / pad ids (documents)
     device: str = "cpu"
     rank: int = 0
     world: int = 1
@@ -184,27 +185,11 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
     docs = {split: task.read(split) for split in names}
     run.tokenizer, special, spm_dir = choose_tokenizer(
         run, docs.get("train", docs[names[0]] if cfg.eval_only else None))
+    run.special = special
     run.model = build_model(run, special)
     config = run.model.config
-    if cfg.max_seq_len > config.max_position_embeddings:
-        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
-                          f"max_position_embeddings {config.max_position_embeddings}")
-    stride = cfg.stride or config.memory_len
-    if not stride:
-        raise ConfigError(f"{cfg.source}: stride: the model's memory_len is 0, so the "
-                          "default window advance (stride = memory_len) is 0; give stride")
-    try:
-        task.setup(special, cfg.max_seq_len, stride, run.tokenizer)
-    except ValueError as e:   # the segmenter's limits (no room for tokens ...)
-        if isinstance(e, (ConfigError, DataError)):
-            raise
-        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
-    stride = getattr(task.segmenter, "stride", stride)   # a segmenter may fix its own
+    stride = setup_reading(run, special)
     group = task.group_size
-    for key in ("batch_size", "eval_batch_size"):
-        if cfg[key] and cfg[key] % group:
-            raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
-                              f"{group} (rows per example of task kind {cfg.kind!r})")
     eval_rows = cfg.eval_batch_size or cfg.batch_size
     notes, splits = [], []
 
@@ -243,6 +228,40 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
                    f"stride={stride} recurrence={config.recurrence} "
                    f"retro_feed={cfg.retro_feed} on {run.device} x{run.world}; {reads}"] + notes
     return spm_dir
+
+
+def setup_reading(run: PreparedRun, special: Dict[str, int]) -> int:
+    """Set the task's segmenter up for the model (window T = max_seq_len, advance `stride`,
+    default the model's memory_len) and check the batch sizes hold whole examples → the
+    stride. Training, evaluation and predict (ernie_doc.pipeline) read documents alike."""
+    cfg, task, config = run.cfg, run.task, run.model.config
+    if cfg.max_seq_len > config.max_position_embeddings:
+        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
+                          f"max_position_embeddings {config.max_position_embeddings}")
+    stride = cfg.stride or config.memory_len
+    if not stride:
+        raise ConfigError(f"{cfg.source}: stride: the model's memory_len is 0, so the "
+                          "default window advance (stride = memory_len) is 0; give stride")
+    try:
+        task.setup(special, cfg.max_seq_len, stride, run.tokenizer)
+    except ValueError as e:   # the segmenter's limits (no room for tokens ...)
+        if isinstance(e, (ConfigError, DataError)):
+            raise
+        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
+    group = task.group_size
+    for key in ("batch_size", "eval_batch_size"):
+        if cfg[key] and cfg[key] % group:
+            raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
+                              f"{group} (rows per example of task kind {cfg.kind!r})")
+    return getattr(task.segmenter, "stride", stride)   # a segmenter may fix its own
+
+
+def task_record(run: PreparedRun) -> dict:
+    """What a saved model needs besides its weights and tokenizer to read new documents as
+    this run did (ernie_doc.pipeline): the config as written and the label names. Saved as
+    task.json in best/ and final/."""
+    return {"format": 1, "task": run.cfg.task, "kind": run.cfg.kind,
+            "labels": list(getattr(run.task, "labels", [])), "config": dict(run.given)}
 
 
 LONG_DOCUMENT_READS = 100   # below this, one long document is no concern

@@ -222,14 +222,19 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def load_config(path=None, overrides=()):
+def load_config(path=None, overrides=()) -> TrainConfig:
     """DEFAULTS ← yaml file ← overrides, validated."""
+    return config_from_values(load_yaml(path) if path else {}, path or "overrides", overrides)
+
+
+def config_from_values(given: dict, source: str, overrides=()) -> TrainConfig:
+    """DEFAULTS ← `given` (a mapping read from `source`, e.g. a saved model's task.json) ←
+    overrides, validated; errors name `source`."""
     values = copy.deepcopy(DEFAULTS)
-    source = "overrides"
-    if path:
-        for key, value in load_yaml(path).items():
-            values[key] = value
-        source = path
+    for key, value in given.items():
+        if key not in DEFAULTS:   # load_yaml checked a file's keys; a mapping's are checked here
+            raise ConfigError(f"{source}: unknown key {key!r}")
+        values[key] = copy.deepcopy(value)
     for text in overrides:
         apply_override(values, text)
     cfg = TrainConfig(values)

@@ -134,6 +134,31 @@ class DocumentSplit(Split):
         return DocumentEvaluation(task, self)
 
 
+def predicted_rows(batch: Batch) -> np.ndarray:
+    """bool [B]: the rows whose outputs make a document's prediction: a real document's
+    segment in the pass that is predicted (`final` in data.segment.Segment: the retrospective
+    pass, or the only one)."""
+    return batch["final"] & (batch["doc_index"] >= 0)
+
+
+def collect_row_outputs(task, batch: Batch, tensors: Dict[str, Any], out, group: int,
+                        rows: Dict[int, list]) -> List[int]:
+    """Append each predicted row's output (task.row_outputs: one per group of `group` rows) to
+    rows[doc_index] as (segment index, output) → the doc indices that got one. Evaluation and
+    predict (ernie_doc.pipeline) collect alike."""
+    predicted = predicted_rows(batch)
+    if not predicted.any():
+        return []
+    outputs = task.row_outputs(out, tensors)   # [B // group, ...]
+    docs = []
+    for r in np.nonzero(predicted)[0]:
+        if r % group == 0:   # a group's first row stands for the group
+            doc = int(batch["doc_index"][r])
+            rows[doc].append((int(batch["seg_index"][r]), outputs[r // group]))
+            docs.append(doc)
+    return docs
+
+
 class DocumentEvaluation(Evaluation):
     """Per document, the outputs of its predicted rows (the rows of the retrospective pass,
     `final` in data.segment.Segment) in segment order, and the loss over them; then the task
@@ -146,18 +171,13 @@ class DocumentEvaluation(Evaluation):
 
     def add(self, batch: Batch, tensors: Dict[str, Any], out) -> None:
         import paddle
-        predicted = batch["final"] & (batch["doc_index"] >= 0)
+        predicted = predicted_rows(batch)
         if not predicted.any():
             return
         weight = paddle.to_tensor(predicted.astype("float32"))
         self.loss_sum += float(self.task.loss(out, tensors, weight)) * float(predicted.sum())
         self.loss_rows += float(predicted.sum())
-        outputs = self.task.row_outputs(out, tensors)   # [B // group, ...]
-        g = self.split.group
-        for r in np.nonzero(predicted)[0]:
-            if r % g == 0:   # a group's first row stands for the group
-                self.rows[int(batch["doc_index"][r])].append((int(batch["seg_index"][r]),
-                                                              outputs[r // g]))
+        collect_row_outputs(self.task, batch, tensors, out, self.split.group, self.rows)
 
     def part(self):
         return dict(self.rows), self.loss_sum, self.loss_rows

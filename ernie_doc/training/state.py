@@ -391,17 +391,30 @@ def load_training_state(path, model, optimizer):
     return state, arrays
 
 
-def save_best(output_dir, step, model, tokenizer_files=(), extra=None):
-    """Rank 0: write the best model (from_pretrained layout) and move OUTPUT_DIR/best to it."""
+TASK_FILE = "task.json"   # beside a saved model: how to read documents for it (pipeline)
+
+
+def _save_model_dir(path, model, tokenizer_files, task):
+    """A from_pretrained directory at `path`: weights and config, the tokenizer's files and
+    task.json (the task kind, label names and reading settings of the run)."""
+    model.save_pretrained(path)
+    for src in tokenizer_files:
+        shutil.copy2(src, os.path.join(path, os.path.basename(src)))
+    if task is not None:
+        with open(os.path.join(path, TASK_FILE), "w", encoding="utf-8") as f:
+            json.dump(task, f, indent=1, default=str)
+
+
+def save_best(output_dir, step, model, tokenizer_files=(), extra=None, task=None):
+    """Rank 0: write the best model (from_pretrained layout, `task`: task.json's content) and
+    move OUTPUT_DIR/best to it."""
     root = os.path.join(output_dir, CHECKPOINTS)
     final = os.path.join(root, f"best-step-{step}")
     tmp = final + ".tmp"
     for path in (tmp, final):
         if os.path.exists(path):
             shutil.rmtree(path)
-    model.save_pretrained(tmp)
-    for src in tokenizer_files:
-        shutil.copy2(src, os.path.join(tmp, os.path.basename(src)))
+    _save_model_dir(tmp, model, tokenizer_files, task)
     if extra:
         with open(os.path.join(tmp, "eval.json"), "w", encoding="utf-8") as f:
             json.dump(extra, f, indent=1, sort_keys=True)
@@ -413,16 +426,14 @@ def save_best(output_dir, step, model, tokenizer_files=(), extra=None):
     return final
 
 
-def save_final(output_dir, model, tokenizer_files=()):
-    """Rank 0: OUTPUT_DIR/final, the model at the end of the run (from_pretrained layout),
-    written next to it and renamed into place."""
+def save_final(output_dir, model, tokenizer_files=(), task=None):
+    """Rank 0: OUTPUT_DIR/final, the model at the end of the run (from_pretrained layout,
+    `task`: task.json's content), written next to it and renamed into place."""
     final = os.path.join(output_dir, "final")
     tmp = final + ".tmp"
     if os.path.exists(tmp):
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    for src in tokenizer_files:
-        shutil.copy2(src, os.path.join(tmp, os.path.basename(src)))
+    _save_model_dir(tmp, model, tokenizer_files, task)
     if os.path.exists(final):
         shutil.rmtree(final)
     os.rename(tmp, final)

@@ -26,7 +26,7 @@ from ernie_doc.config import ConfigError
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.optim import build_optimizer
-from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare
+from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
 from ernie_doc.utils import atomic_write_text
 
@@ -283,7 +283,8 @@ class Trainer:
                 if self.is_main:
                     self._write_results("eval_results.json", split, step, metrics, predictions)
                     ckpt.save_best(self.out, step, self.model, self._tokenizer_files(),
-                                   dict(metrics, step=step, split=split))
+                                   dict(metrics, step=step, split=split),
+                                   task=task_record(self.run))
                 dist.barrier()
         if self.is_main:
             plot_curves(self.out, main)
@@ -321,7 +322,8 @@ class Trainer:
                    "eval": evals[-1] if evals else None,
                    "final_model": os.path.join(self.out, "final")}
         if self.is_main:
-            ckpt.save_final(self.out, self.model, self._tokenizer_files())
+            ckpt.save_final(self.out, self.model, self._tokenizer_files(),
+                            task=task_record(self.run))
             atomic_write_text(os.path.join(self.out, "results.json"),
                               json.dumps(results, indent=1, sort_keys=True) + "\n")
             plot_curves(self.out, self._main_metric())
