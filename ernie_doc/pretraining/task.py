@@ -307,6 +307,13 @@ class PretrainingTask(DocumentTask):
                  "reorder_pred": int(pred[r]), "reorder_label": int(labels[r])}
                 for r in range(B)]
 
+    def predict(self, docs, rows, passes):
+        """Pretraining scores how well masked tokens and the chunk order are recovered, from
+        masks and a shuffle it draws itself: there is no per-document prediction to make."""
+        raise NotImplementedError("pretraining has no per-document prediction (its evaluation "
+                                  "scores the masked tokens and chunk order it hides itself); "
+                                  "predict with a fine-tuned model")
+
     def evaluate(self, docs, rows, passes=None):
         nll = correct = count = 0.0
         r_right = r_total = 0

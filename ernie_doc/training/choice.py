@@ -13,6 +13,8 @@ ended contributes nothing); the difference of the two [CLS] outputs → one logi
 cross-entropy per segment ("B" is closer = 1). Unlike the official reader, no text is cut
 to the shortest of the three.
 """
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
 import numpy as np
 import paddle.nn.functional as F
 
@@ -21,7 +23,7 @@ from ernie_doc.data import DataError
 from ernie_doc.data.segment import Segment, pack_row, windows
 from ernie_doc.heads import ErnieDocForMultipleChoice, ErnieDocForPairMatching
 from ernie_doc.metrics.classification import accuracy, aggregate_segments
-from ernie_doc.training.tasks import DocumentTask, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
 
@@ -71,6 +73,7 @@ class _GroupTask(DocumentTask):
 class MultipleChoiceTask(_GroupTask):
     head_class = ErnieDocForMultipleChoice
     option_defaults = {"num_choices": 4, "max_query_len": 64}
+    input_fields = ("context", "question", "choices")
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
@@ -91,7 +94,8 @@ class MultipleChoiceTask(_GroupTask):
         if not 1 <= len(choices) <= self.group_size:
             raise DataError(f"question {doc.doc_id!r}: {len(choices)} choices (1 to "
                             f"{self.group_size} expected)")
-        label = self._label(doc)
+        # a question to predict has no answer: choice 0 is a placeholder target, never read
+        label = 0 if doc.label is None else self._label(doc)
         if label >= len(choices):
             raise DataError(f"question {doc.doc_id!r}: the answer is choice {label}, but "
                             f"there are {len(choices)} choices")
@@ -109,7 +113,18 @@ class MultipleChoiceTask(_GroupTask):
         mask[:len(choices)] = 1.0
         spans = windows(len(context), room, self.stride)
         rows = [[(context[a:b], q, c) for q, c in pairs] for a, b in spans]
-        return self._steps(doc_index, rows, {"label": label, "choice_mask": mask})
+        steps = self._steps(doc_index, rows, {"label": label, "choice_mask": mask})
+        return steps if doc.label is not None else without_training(steps)
+
+    def input_problem(self, name: str, value: Any) -> Optional[str]:
+        if name != "choices":
+            return super().input_problem(name, value)
+        if not isinstance(value, list) or not value or \
+                not all(isinstance(c, str) for c in value):
+            return "choices must be a non-empty list of strings"
+        if len(value) > self.group_size:
+            return f"{len(value)} choices, at most {self.group_size} (task_options.num_choices)"
+        return None
 
     def _masked(self, out, batch):
         g = self.group_size
@@ -124,26 +139,31 @@ class MultipleChoiceTask(_GroupTask):
     def row_outputs(self, out, batch=None):
         return out.logits.astype("float32").numpy()   # [B / g, g]; masked in evaluate
 
+    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+                         steps: Optional[Sequence] = None) -> Dict[str, Any]:
+        """→ {doc_id, pred: the chosen choice's index as a string (the label), choice: its
+        text, probs: [n choices] (mean, or last, segment softmax over the question's own
+        choices, 6 decimals), segments}."""
+        choices = doc.fields["choices"]
+        per_segment = [(s, _softmax(lg[:len(choices)])) for s, lg in rows]
+        p = aggregate_segments(per_segment, self.cfg.doc_prediction)
+        k = int(p.argmax())
+        return {"doc_id": doc.doc_id, "pred": str(k), "choice": choices[k],
+                "probs": [round(float(x), 6) for x in p], "segments": len(rows)}
+
     def evaluate(self, docs, rows, passes=None):
-        probs, predictions = [], []
-        for i, doc in enumerate(docs):
-            n = len(doc.fields["choices"])
-            per_segment = [(s, _softmax(lg[:n])) for s, lg in rows[i]]
-            p = aggregate_segments(per_segment, self.cfg.doc_prediction)
-            probs.append(p)
-            predictions.append({"doc_id": doc.doc_id, "label": doc.label,
-                                "pred": str(int(p.argmax())),
-                                "probs": [round(float(x), 6) for x in p],
-                                "segments": len(rows[i])})
+        predictions = self.predict(docs, rows, passes)
         gold = [self._label(d) for d in docs]
-        pred = [int(p.argmax()) for p in probs]
-        return {"accuracy": accuracy(pred, gold)}, predictions
+        pred = [int(p["pred"]) for p in predictions]
+        return {"accuracy": accuracy(pred, gold)}, [with_gold(p, label=d.label)
+                                                     for p, d in zip(predictions, docs)]
 
 
 class PairMatchingTask(_GroupTask):
     head_class = ErnieDocForPairMatching
     group_size = 2
     positive = "B"
+    input_fields = ("A", "B", "C")
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
@@ -155,7 +175,9 @@ class PairMatchingTask(_GroupTask):
         return [doc.fields[k] for k in ("A", "B", "C")]
 
     def document_segments(self, doc, doc_index, tokenizer):
-        label = 1.0 if self.labels[self._label(doc)] == self.positive else 0.0
+        # an unlabelled pair (one to predict): 0 is a placeholder target, never read
+        label = 0.0 if doc.label is None else \
+            1.0 if self.labels[self._label(doc)] == self.positive else 0.0
         half = (self.seq_len - 3) // 2
         if half < 1:
             raise DataError(f"max_seq_len {self.seq_len} is too short for text pairs")
@@ -165,7 +187,8 @@ class PairMatchingTask(_GroupTask):
         parts = [[t[a:b] for a, b in s] + [[]] * (n - len(s)) for t, s in zip(texts, spans)]
         a, b, c = parts
         rows = [[(a[k], b[k]), (a[k], c[k])] for k in range(n)]
-        return self._steps(doc_index, rows, {"label": np.float32(label)})
+        steps = self._steps(doc_index, rows, {"label": np.float32(label)})
+        return steps if doc.label is not None else without_training(steps)
 
     def loss(self, out, batch, weight):
         bce = F.binary_cross_entropy_with_logits(out.logits.astype("float32"),
@@ -175,18 +198,22 @@ class PairMatchingTask(_GroupTask):
     def row_outputs(self, out, batch=None):
         return F.sigmoid(out.logits.astype("float32")).numpy()   # [B / 2]: P(B is closer)
 
-    def evaluate(self, docs, rows, passes=None):
-        predictions, pred, gold = [], [], []
+    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+                         steps: Optional[Sequence] = None) -> Dict[str, Any]:
+        """→ {doc_id, pred: "B" when P(B is closer) > 0.5 else the other label, prob_B: that
+        probability (mean, or last, of the segments'; 6 decimals), segments}."""
         other = [x for x in self.labels if x != self.positive][0]
-        for i, doc in enumerate(docs):
-            p = float(aggregate_segments([(s, np.atleast_1d(v)) for s, v in rows[i]],
-                                         self.cfg.doc_prediction)[0])
-            label = self.positive if p > 0.5 else other
-            pred.append(label)
-            gold.append(doc.label)
-            predictions.append({"doc_id": doc.doc_id, "label": doc.label, "pred": label,
-                                "prob_" + self.positive: round(p, 6), "segments": len(rows[i])})
-        return {"accuracy": accuracy(pred, gold)}, predictions
+        p = float(aggregate_segments([(s, np.atleast_1d(v)) for s, v in rows],
+                                     self.cfg.doc_prediction)[0])
+        return {"doc_id": doc.doc_id, "pred": self.positive if p > 0.5 else other,
+                "prob_" + self.positive: round(p, 6), "segments": len(rows)}
+
+    def evaluate(self, docs, rows, passes=None):
+        predictions = self.predict(docs, rows, passes)
+        pred = [p["pred"] for p in predictions]
+        gold = [d.label for d in docs]
+        return {"accuracy": accuracy(pred, gold)}, [with_gold(p, label=d.label)
+                                                     for p, d in zip(predictions, docs)]
 
 
 def _softmax(x):

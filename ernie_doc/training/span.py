@@ -10,6 +10,8 @@ span it is the usual cross-entropy). A segment without a gold span points at [CL
 (official). Unlike the official loss, question and padding positions are masked out of the
 softmax, so probability is spread over the positions a span can take.
 """
+from typing import Any, Dict, List, Sequence, Tuple
+
 import paddle
 
 from ernie_doc.config import ConfigError
@@ -17,7 +19,7 @@ from ernie_doc.data import DataError
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import SpanSegmenter, best_spans, tokenize_with_offsets
 from ernie_doc.heads import ErnieDocForQuestionAnswering
-from ernie_doc.training.tasks import DocumentTask, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
 
@@ -42,6 +44,7 @@ def span_nll(logits, batch):
 class SpanTask(DocumentTask):
     head_class = ErnieDocForQuestionAnswering
     main_metric = "f1"
+    input_fields = ("context", "question")
     option_defaults = {
         "question_format": "sep",   # sep: [SEP] q [SEP] · markers: [q] q [/q] (TriviaQA)
         "max_query_len": 64,        # question tokens kept (official)
@@ -90,9 +93,12 @@ class SpanTask(DocumentTask):
             raise DataError(f"question {doc.doc_id!r}: the question has no tokens")
         gold = [(a["start"], a["start"] + len(a["text"])) for a in doc.fields.get("answers", [])]
         try:
-            return self.segmenter(context, question, gold, doc_index)
+            segments = self.segmenter(context, question, gold, doc_index)
         except ValueError as e:
             raise DataError(f"question {doc.doc_id!r}: {e}") from None
+        # every reader gives "answers" (maybe []: a question without one trains on [CLS]);
+        # a question to predict has none, and its [CLS] targets must not train
+        return segments if "answers" in doc.fields else without_training(segments)
 
     def loss(self, out, batch, weight):
         return masked_mean(span_nll(out.logits, batch), weight)
@@ -100,31 +106,36 @@ class SpanTask(DocumentTask):
     def row_outputs(self, out, batch=None):
         return out.logits.astype("float32").numpy()
 
-    def predict(self, docs, rows, passes):
-        """→ {doc_id: (answer text, score)} from the best span of each document."""
-        preds = {}
-        for i, doc in enumerate(docs):
-            metas = {m.seg_index: m.meta for step in passes[i] for m in step_members(step)
-                     if m.final}
-            got = sorted(rows.get(i, []), key=lambda x: x[0])
-            cands = best_spans([metas[s] for s, _ in got], [lg for _, lg in got],
-                               self.options["n_best"], self.options["max_answer_len"])
-            context = doc.fields["context"]
-            preds[doc.doc_id] = (context[cands[0][1]:cands[0][2]], cands[0][0]) if cands \
-                else ("", None)
-        return preds
+    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+                         steps: Sequence) -> Dict[str, Any]:
+        """→ {doc_id, question, pred: the best span's text ("" when no span qualifies),
+        score: its start + end logit (4 decimals; None without a span), start / end: its
+        character offsets into the context (context[start:end] == pred; None without a
+        span), n_best: up to task_options.n_best [{text, score, start, end}] best first,
+        segments}."""
+        metas = {m.seg_index: m.meta for step in steps for m in step_members(step) if m.final}
+        got = sorted(rows, key=lambda x: x[0])
+        cands = best_spans([metas[s] for s, _ in got], [lg for _, lg in got],
+                           self.options["n_best"], self.options["max_answer_len"])
+        context = doc.fields["context"]
+        n_best = [{"text": context[a:b], "score": round(score, 4), "start": a, "end": b}
+                  for score, a, b in cands[:self.options["n_best"]]]
+        best = n_best[0] if n_best else {"text": "", "score": None, "start": None, "end": None}
+        return {"doc_id": doc.doc_id, "question": doc.fields["question"], "pred": best["text"],
+                "score": best["score"], "start": best["start"], "end": best["end"],
+                "n_best": n_best, "segments": len(rows)}
 
-    def references(self, doc):
+    def references(self, doc) -> List[str]:
         if self.options["metric"] == "triviaqa" and doc.fields.get("answer"):
             from ernie_doc.metrics.triviaqa import ground_truths
             return ground_truths(doc.fields["answer"])
         return list(doc.fields.get("references", []))
 
     def evaluate(self, docs, rows, passes):
-        preds = self.predict(docs, rows, passes)
+        predictions = self.predict(docs, rows, passes)
         refs = {d.doc_id: self.references(d) for d in docs}
         scored = {k: v for k, v in refs.items() if v}
-        answers = {k: v[0] for k, v in preds.items()}
+        answers = {p["doc_id"]: p["pred"] for p in predictions}
         if self.options["metric"] == "triviaqa":
             from ernie_doc.metrics.triviaqa import evaluate
         else:
@@ -132,10 +143,5 @@ class SpanTask(DocumentTask):
         # a split without answers (DuReader's test) is predicted but not scored
         metrics = {k: float(v) for k, v in evaluate(answers, scored).items()
                    if isinstance(v, (int, float))} if scored else {}
-        predictions = [{"doc_id": d.doc_id, "question": d.fields["question"],
-                        "pred": preds[d.doc_id][0],
-                        "score": None if preds[d.doc_id][1] is None
-                        else round(preds[d.doc_id][1], 4),
-                        "references": refs[d.doc_id], "segments": len(rows.get(i, []))}
-                       for i, d in enumerate(docs)]
-        return metrics, predictions
+        return metrics, [with_gold(p, references=refs[d.doc_id])
+                         for p, d in zip(predictions, docs)]

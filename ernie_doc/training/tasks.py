@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import importlib
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -18,7 +18,7 @@ import paddle.nn.functional as F
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import NotSet
-from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
+from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, step_members
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 from ernie_doc.training.run_config import missing_key
@@ -347,6 +347,97 @@ class DocumentTask(Task):
         document's steps (their `meta`) → (metrics dict, [per-document prediction dict])."""
         raise NotImplementedError
 
+    # -- prediction (ernie-doc predict; every kind's evaluate = predict + gold) --------------
+    # The Document fields a prediction reads: "text" is `doc.text` (or `doc.ids`, a
+    # pre-tokenized document), any other name `doc.fields[name]`. Gold fields (label,
+    # answers, supporting facts, keyphrases ...) are never among them.
+    input_fields: Tuple[str, ...] = ("text",)
+
+    def check_input(self, doc) -> Optional[str]:
+        """A document to predict, before it is segmented → one line saying what is wrong with
+        its input fields ("missing field 'question'", "empty text" ...), or None when
+        `document_segments` can read it. Gold fields are not looked at."""
+        for name in self.input_fields:
+            value = input_value(doc, name)
+            if value is None:
+                return f"missing field {name!r}"
+            problem = self.input_problem(name, value)
+            if problem:
+                return problem
+        return None
+
+    def input_problem(self, name: str, value: Any) -> Optional[str]:
+        """What is wrong with the present input field `name` (check_input), or None. Default:
+        a non-empty string; "text" may also be token ids (a pre-tokenized document)."""
+        if name == "text" and not isinstance(value, str):   # doc.ids
+            try:
+                ok = all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                         for i in value)
+            except TypeError:
+                ok = False
+            if not ok:
+                return "text must be a string (or ids a list of token ids)"
+            return None if len(value) else "empty text"
+        return text_problem(name, value)
+
+    def predict(self, docs: Sequence, rows: Mapping[int, List[Tuple[int, Any]]],
+                passes: Optional[Sequence[Sequence]]) -> List[Dict[str, Any]]:
+        """Documents and their predicted rows → one prediction record per document, in order,
+        read from the inputs and the model's outputs only (no gold field is read).
+
+        docs: [Document]; rows: doc index → [(segment index, row output)] of that document's
+        predicted (final-pass) steps, in any order (row output: what `row_outputs` gives for
+        one row / group); passes: per document, its steps (Segments or tuples of Segments,
+        with their `meta`), or None for kinds that do not read them. A record is a JSON-able
+        dict: `doc_id`, the kind's prediction keys and `segments` (predicted steps read).
+        Each record depends only on its own document's rows and steps, so
+        `predict([doc], {0: rows[i]}, [passes[i]])` is the i-th record of
+        `predict(docs, rows, passes)`; a document without rows predicts from none (a kind
+        that cannot raises)."""
+        return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
+                for i, doc in enumerate(docs)]
+
+    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+                         steps: Optional[Sequence]) -> Dict[str, Any]:
+        """One document's prediction record (see `predict`): rows [(segment index, row
+        output)] of its predicted steps, steps its reading passes."""
+        raise NotImplementedError(f"kind {type(self).__name__} does not predict documents")
+
+
+def input_value(doc, name: str) -> Any:
+    """The input field `name` of a document (see DocumentTask.input_fields), None if absent."""
+    if name == "text":
+        return doc.text if doc.text is not None else doc.ids
+    return (doc.fields or {}).get(name)
+
+
+def text_problem(name: str, value: Any) -> Optional[str]:
+    """check_input's line for an input field that must be a non-empty string, or None."""
+    if not isinstance(value, str):
+        return f"{name} must be a string, got {type(value).__name__}"
+    if not value.strip():
+        return f"empty {name}"
+    return None
+
+
+def without_training(steps: list) -> list:
+    """A document without its gold fields (one to predict): none of its rows trains (its
+    targets are neutral placeholders, never a label). → the same steps."""
+    for step in steps:
+        for member in step_members(step):
+            member.has_loss = False
+    return steps
+
+
+def with_gold(record: Dict[str, Any], **gold) -> Dict[str, Any]:
+    """A prediction record with gold fields added (evaluate's predictions file): they go
+    before `segments`, the record's last (bookkeeping) key."""
+    out = {k: v for k, v in record.items() if k != "segments"}
+    out.update(gold)
+    if "segments" in record:
+        out["segments"] = record["segments"]
+    return out
+
 
 def masked_mean(values, weight):
     """Σ values·weight / max(1, Σ weight): 0 (with zero gradients) when no row trains."""
@@ -358,6 +449,7 @@ class ClassificationTask(DocumentTask):
     feeds a linear layer; the document is the mean (or last) of its segments' softmax."""
     head_class = ErnieDocForSequenceClassification
     main_metric = "accuracy"
+    input_fields = ("text",)
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
@@ -393,6 +485,8 @@ class ClassificationTask(DocumentTask):
         return self.label_ids[doc.label]
 
     def segments(self, doc, doc_index, ids):
+        if doc.label is None:   # a document to predict: label 0 is a placeholder, never read
+            return without_training(self.segmenter(ids, doc_index, {"label": 0}))
         return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
 
     def loss(self, out, batch, weight):
@@ -403,18 +497,21 @@ class ClassificationTask(DocumentTask):
     def row_outputs(self, out, batch=None):
         return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
 
+    def predict_document(self, doc, rows, steps=None):
+        """→ {doc_id, pred: label name, probs: [C] (the document's mean, or last, segment
+        softmax, 6 decimals), segments}."""
+        probs = aggregate_segments(rows, self.cfg.doc_prediction)
+        return {"doc_id": doc.doc_id, "pred": self.labels[int(probs.argmax())],
+                "probs": [round(float(x), 6) for x in probs], "segments": len(rows)}
+
     def evaluate(self, docs, rows, passes=None):
-        probs = np.stack([aggregate_segments(rows[i], self.cfg.doc_prediction)
-                          for i in range(len(docs))])
-        pred = probs.argmax(-1)
+        predictions = self.predict(docs, rows, passes)
+        # label names are unique, so the predicted name gives back the argmax
+        pred = np.asarray([self.label_ids[p["pred"]] for p in predictions])
         gold = np.asarray([self.label_id(d) for d in docs])
         metrics = classification_metrics(pred, gold, len(self.labels), self.metric_names,
                                          self.positive)
-        predictions = [{"doc_id": d.doc_id, "label": d.label, "pred": self.labels[p],
-                        "probs": [round(float(x), 6) for x in pr],
-                        "segments": len(rows[i])}
-                       for i, (d, p, pr) in enumerate(zip(docs, pred, probs))]
-        return metrics, predictions
+        return metrics, [with_gold(p, label=d.label) for p, d in zip(predictions, docs)]
 
 
 # kinds in other modules are named "module:Class" (they import this one)
@@ -426,9 +523,12 @@ TASK_KINDS = {"classification": ClassificationTask,
               "language_model": "ernie_doc.lm.task:LanguageModelTask"}
 
 
-def build_task(cfg):
+def build_task(cfg, reader=None):
+    """The task kind of `cfg` over its reader: tasks/<cfg.task>/reader.py, or `reader` when
+    given (predict: a saved model's labels instead of a data directory)."""
     # pretraining streams a corpus (data_dir) itself: no tasks/<name>/reader.py
-    reader = None if cfg.kind == "pretraining" else load_reader(cfg.task)
+    if reader is None and cfg.kind != "pretraining":
+        reader = load_reader(cfg.task)
     kind = TASK_KINDS.get(cfg.kind, cfg.kind)
     if not isinstance(kind, str):
         cls = kind

@@ -38,6 +38,7 @@ import glob
 import json
 import os
 from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -52,7 +53,7 @@ from ernie_doc.metrics import hotpot
 from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.runlog import logger
 from ernie_doc.training.span import NEG, span_nll
-from ernie_doc.training.tasks import DocumentTask, masked_mean
+from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 from .head import ANSWER_TYPES, STAGES, ErnieDocForHotpotQA
 
@@ -245,7 +246,9 @@ def average_precision(probs, gold):
 
 
 def gold_paragraphs(doc):
-    titles = {title for title, _ in doc.fields["supporting_facts"]}
+    """The paragraphs whose titles are in the supporting facts ([] for a question without
+    them: test data, a question to predict)."""
+    titles = {title for title, _ in doc.fields.get("supporting_facts") or []}
     return [p for p, (title, _) in enumerate(doc.fields["paragraphs"]) if title in titles]
 
 
@@ -296,6 +299,11 @@ EVIDENCE_METRICS = ("para_ap", "para_recall", "para_prec", "para_em", "para_sele
 class HotpotTask(DocumentTask):
     head_class = ErnieDocForHotpotQA
     main_metric = "para_ap"
+    # Both stages read the question and the paragraphs [[title, [sentence, ...]], ...]; stage 2
+    # reads those stage 1 selected: the `evidence` indices when a document has them, else its
+    # doc_id's entry in task_options.evidence_file (all paragraphs with evidence: gold), so
+    # `evidence` is no required field (check_input looks the doc_id up).
+    input_fields = ("question", "paragraphs")
     option_defaults = {
         "stage": "evidence",       # evidence (stage 1) | answer (stage 2)
         "max_query_len": 64,       # question tokens kept
@@ -360,8 +368,9 @@ class HotpotTask(DocumentTask):
         if entry is None:
             if split == "train":
                 return gold or everything, False
+            of = f" of split {split!r}" if split else ""   # None: a question to predict
             raise DataError(f"task_options.evidence_file {self.options['evidence_file']}: no "
-                            f"stage-1 evidence for question {doc.doc_id!r} of split {split!r}")
+                            f"stage-1 evidence for question {doc.doc_id!r}{of}")
         chosen, at = entry
         for p, title in chosen:
             if not 0 <= p < len(paragraphs) or paragraphs[p][0] != title:
@@ -399,22 +408,64 @@ class HotpotTask(DocumentTask):
         return [f["question"]] + [" ".join([title] + [s.strip() for s in sentences])
                                   for title, sentences in f["paragraphs"]]
 
+    def input_problem(self, name: str, value: Any) -> Optional[str]:
+        if name != "paragraphs":
+            return super().input_problem(name, value)
+        if not isinstance(value, list) or not value:
+            return "paragraphs must be a non-empty list of [title, [sentence, ...]]"
+        for p, item in enumerate(value):
+            if not (isinstance(item, (list, tuple)) and len(item) == 2
+                    and isinstance(item[0], str) and isinstance(item[1], list)
+                    and all(isinstance(x, str) for x in item[1])):
+                return f"paragraph {p} is not [title, [sentence, ...]]"
+        return None
+
+    def check_input(self, doc) -> Optional[str]:
+        problem = super().check_input(doc)
+        if problem or self.stage != "answer":
+            return problem
+        try:
+            self._reading(doc)
+        except DataError as e:
+            return str(e)
+        return None
+
+    def _reading(self, doc) -> List[int]:
+        """The paragraph indices a question reads: all of them (evidence stage); stage 2 the
+        `evidence` field `read` set, or for a question to predict its stage-1 selection."""
+        paragraphs = doc.fields["paragraphs"]
+        if self.stage != "answer":
+            return list(range(len(paragraphs)))
+        if "evidence" in doc.fields:
+            indices = doc.fields["evidence"]
+        else:
+            indices = self._evidence(doc, None)[0]
+        if not isinstance(indices, list) or not all(
+                isinstance(p, int) and 0 <= p < len(paragraphs) for p in indices):
+            raise DataError(f"question {doc.doc_id!r}: evidence must be a list of paragraph "
+                            f"indices (0 to {len(paragraphs) - 1})")
+        return indices
+
     def document_segments(self, doc, doc_index, tokenizer):
         f = doc.fields
         paragraphs = f["paragraphs"]
-        indices = f["evidence"] if self.stage == "answer" else range(len(paragraphs))
-        layout = self.cap(build_layout(paragraphs, indices, tokenizer, self.p_id, self.sep_id,
-                                       self._cache), doc)
+        layout = self.cap(build_layout(paragraphs, self._reading(doc), tokenizer, self.p_id,
+                                       self.sep_id, self._cache), doc)
         question = tokenizer.encode(f["question"])[:self.options["max_query_len"]]
         if not question:
             raise DataError(f"question {doc.doc_id!r}: the question has no tokens")
-        para_label, sent_label = evidence_labels(layout, paragraphs, f["supporting_facts"])
+        # the reader always gives supporting_facts (maybe []) and answer_type (maybe None);
+        # a question to predict has neither: all-zero labels that do not train
+        para_label, sent_label = evidence_labels(layout, paragraphs,
+                                                 f.get("supporting_facts") or [])
         gold, type_id = (), None
-        if self.stage == "answer" and f["answer_type"] is not None:
+        if self.stage == "answer" and f.get("answer_type") is not None:
             type_id = ANSWER_TYPES.index(f["answer_type"])
             if f["answer_type"] == "span":
                 gold = answer_token_spans(layout, f["answer"], f["answer_spans"])
-        return self.segmenter(layout, question, doc_index, para_label, sent_label, gold, type_id)
+        segments = self.segmenter(layout, question, doc_index, para_label, sent_label, gold,
+                                  type_id)
+        return segments if "supporting_facts" in f else without_training(segments)
 
     # -- training --------------------------------------------------------------------------
     def loss(self, out, batch, weight):
@@ -444,30 +495,58 @@ class HotpotTask(DocumentTask):
                 r["type"], r["span"] = types[b], spans[b]
         return rows
 
-    # -- evaluation ------------------------------------------------------------------------
+    # -- prediction and evaluation ---------------------------------------------------------
     @staticmethod
-    def _final(i, rows, passes):
-        """[(meta, row output)] of question i's predicted segments, in order."""
-        metas = {m.seg_index: m.meta for step in passes[i] for m in step_members(step)
-                 if m.final}
-        return [(metas[s], out) for s, out in sorted(rows.get(i, []), key=lambda x: x[0])]
+    def _final_rows(rows, steps):
+        """[(meta, row output)] of a question's predicted segments, in order (rows: its
+        [(segment index, row output)], steps: its reading passes)."""
+        metas = {m.seg_index: m.meta for step in steps for m in step_members(step) if m.final}
+        return [(metas[s], out) for s, out in sorted(rows, key=lambda x: x[0])]
+
+    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+                         steps: Sequence) -> Dict[str, Any]:
+        """Evidence stage → {doc_id, question, paragraphs: the selected [{index, title,
+        prob}], sentences: [[title, sentence index, prob]] above the threshold,
+        paragraph_probs: [one per paragraph of the record] (0 for one never scored),
+        segments} (stage 2's evidence file: doc_id and paragraphs). Answer stage →
+        {doc_id, question, answer (text, "yes" or "no"), answer_type, type_probs [3]
+        (ANSWER_TYPES order), supporting_facts: [[title, sentence index]], evidence: the
+        titles read, segments}. Probabilities have 6 decimals."""
+        final = self._final_rows(rows, steps)
+        if self.stage == "evidence":
+            return self._evidence_prediction(doc, final)[0]
+        return self._answer_prediction(doc, final)
 
     def evaluate(self, docs, rows, passes):
         if self.stage == "evidence":
             return self._evaluate_evidence(docs, rows, passes)
         return self._evaluate_answer(docs, rows, passes)
 
-    def _evaluate_evidence(self, docs, rows, passes):
+    def _evidence_prediction(self, doc, final) -> Tuple[Dict[str, Any], Dict[int, float]]:
+        """→ (the record, {paragraph: probability} unrounded: the ranking para_ap scores)."""
         threshold, at_least = self.options["threshold"], self.options["min_paragraphs"]
+        paragraphs = doc.fields["paragraphs"]
+        paras, sents = evidence_probs(final)
+        selected = select_paragraphs(paras, threshold, at_least)
+        chosen = [(p, s, x) for (p, s), x in sorted(sents.items()) if x > threshold]
+        record = {
+            "doc_id": doc.doc_id, "question": doc.fields["question"],
+            "paragraphs": [{"index": p, "title": paragraphs[p][0],
+                            "prob": round(paras[p], 6)} for p in selected],
+            "sentences": [[paragraphs[p][0], s, round(x, 6)] for p, s, x in chosen],
+            "paragraph_probs": [round(paras.get(p, 0.0), 6) for p in range(len(paragraphs))],
+            "segments": len(final)}
+        return record, paras
+
+    def _evaluate_evidence(self, docs, rows, passes):
         sums, scored, predictions = dict.fromkeys(EVIDENCE_METRICS, 0.0), 0, []
         for i, doc in enumerate(docs):
-            paragraphs, facts = doc.fields["paragraphs"], doc.fields["supporting_facts"]
-            final = self._final(i, rows, passes)
-            paras, sents = evidence_probs(final)
-            selected = select_paragraphs(paras, threshold, at_least)
-            chosen = [(p, s, x) for (p, s), x in sorted(sents.items()) if x > threshold]
+            facts = doc.fields["supporting_facts"]
+            record, paras = self._evidence_prediction(
+                doc, self._final_rows(rows.get(i, []), passes[i]))
             if facts:
                 scored += 1
+                selected = [p["index"] for p in record["paragraphs"]]
                 gold = set(gold_paragraphs(doc))
                 hit = len(gold & set(selected))
                 sums["para_ap"] += average_precision(paras, gold)
@@ -475,16 +554,10 @@ class HotpotTask(DocumentTask):
                 sums["para_prec"] += hit / len(selected) if selected else 0.0
                 sums["para_em"] += float(set(selected) == gold)
                 sums["para_selected"] += len(selected)
-                sp = hotpot.sp_scores([[paragraphs[p][0], s] for p, s, _ in chosen], facts)
+                sp = hotpot.sp_scores([[t, s] for t, s, _ in record["sentences"]], facts)
                 for key, value in zip(("sp_em", "sp_f1", "sp_prec", "sp_recall"), sp):
                     sums[key] += value
-            predictions.append({
-                "doc_id": doc.doc_id, "question": doc.fields["question"],
-                "paragraphs": [{"index": p, "title": paragraphs[p][0],
-                                "prob": round(paras[p], 6)} for p in selected],
-                "sentences": [[paragraphs[p][0], s, round(x, 6)] for p, s, x in chosen],
-                "paragraph_probs": [round(paras.get(p, 0.0), 6) for p in range(len(paragraphs))],
-                "gold_supporting_facts": facts, "segments": len(final)})
+            predictions.append(with_gold(record, gold_supporting_facts=facts))
         metrics = {k: v / scored if scored else 0.0 for k, v in sums.items()}
         return metrics, predictions
 
@@ -511,33 +584,35 @@ class HotpotTask(DocumentTask):
             return sentence[start & _CHAR_MASK:end & _CHAR_MASK]
         return ""
 
-    def _evaluate_answer(self, docs, rows, passes):
-        sp_threshold = self.options["sp_threshold"]
-        answers, pred_sp, gold, predictions = {}, {}, [], []
-        type_hits = 0
-        for i, doc in enumerate(docs):
-            f = doc.fields
-            paragraphs = f["paragraphs"]
-            final = self._final(i, rows, passes)
-            _, sents = evidence_probs(final)
-            type_probs = (np.mean([out["type"] for _, out in final], axis=0) if final
-                          else np.full(len(ANSWER_TYPES), 1.0 / len(ANSWER_TYPES)))
-            kind = ANSWER_TYPES[int(np.argmax(type_probs))]
-            answer = self._span_answer(doc, final) if kind == "span" else kind
-            sp = [[paragraphs[p][0], s] for (p, s), x in sorted(sents.items())
-                  if x > sp_threshold]
-            if f["answer"] is not None:
-                answers[doc.doc_id], pred_sp[doc.doc_id] = answer, sp
-                gold.append({"_id": doc.doc_id, "answer": f["answer"],
-                             "supporting_facts": f["supporting_facts"]})
-                type_hits += kind == f["answer_type"]
-            predictions.append({
-                "doc_id": doc.doc_id, "question": f["question"], "answer": answer,
+    def _answer_prediction(self, doc, final) -> Dict[str, Any]:
+        paragraphs = doc.fields["paragraphs"]
+        _, sents = evidence_probs(final)
+        type_probs = (np.mean([out["type"] for _, out in final], axis=0) if final
+                      else np.full(len(ANSWER_TYPES), 1.0 / len(ANSWER_TYPES)))
+        kind = ANSWER_TYPES[int(np.argmax(type_probs))]
+        answer = self._span_answer(doc, final) if kind == "span" else kind
+        sp = [[paragraphs[p][0], s] for (p, s), x in sorted(sents.items())
+              if x > self.options["sp_threshold"]]
+        return {"doc_id": doc.doc_id, "question": doc.fields["question"], "answer": answer,
                 "answer_type": kind, "type_probs": [round(float(x), 6) for x in type_probs],
                 "supporting_facts": sp,
-                "evidence": [paragraphs[p][0] for p in f["evidence"]],
-                "gold_answer": f["answer"], "gold_supporting_facts": f["supporting_facts"],
-                "segments": len(final)})
+                "evidence": [paragraphs[p][0] for p in self._reading(doc)],
+                "segments": len(final)}
+
+    def _evaluate_answer(self, docs, rows, passes):
+        predictions = self.predict(docs, rows, passes)
+        answers, pred_sp, gold = {}, {}, []
+        type_hits = 0
+        for doc, record in zip(docs, predictions):
+            f = doc.fields
+            if f["answer"] is not None:
+                answers[doc.doc_id], pred_sp[doc.doc_id] = record["answer"], \
+                    record["supporting_facts"]
+                gold.append({"_id": doc.doc_id, "answer": f["answer"],
+                             "supporting_facts": f["supporting_facts"]})
+                type_hits += record["answer_type"] == f["answer_type"]
         metrics = hotpot.evaluate(answers, pred_sp, gold)
         metrics["type_acc"] = type_hits / len(gold) if gold else 0.0
-        return metrics, predictions
+        return metrics, [with_gold(p, gold_answer=d.fields["answer"],
+                                   gold_supporting_facts=d.fields["supporting_facts"])
+                         for p, d in zip(predictions, docs)]

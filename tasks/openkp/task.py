@@ -18,6 +18,7 @@ Ranking: a phrase (its lower-cased words) scores the max logit over its occurren
 official OpenKP F1@1/3/5 (ernie_doc.metrics.keyphrase).
 """
 from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle.nn.functional as F
@@ -28,9 +29,11 @@ from ernie_doc.data.segment import Segment, pack_row, step_members, windows
 from ernie_doc.data.span import max_context_flags
 from ernie_doc.metrics.keyphrase import DEPTHS
 from ernie_doc.metrics.keyphrase import evaluate as keyphrase_metrics
-from ernie_doc.training.tasks import DocumentTask, masked_mean
+from ernie_doc.training.tasks import (DocumentTask, masked_mean, text_problem, with_gold,
+                                      without_training)
 
 from .head import MAX_GRAM, ErnieDocForKeyphrase
+from .reader import URL
 
 
 @dataclass
@@ -150,6 +153,10 @@ class KeyphraseTask(DocumentTask):
     main_metric = "f1@3"
     metric_names = tuple(f"{m}@{k}" for m in ("f1", "p", "r") for k in DEPTHS)
     option_defaults = {"top_k": 5}   # phrases predicted per document (F1@5 needs 5)
+    # The text, whitespace-separated words; a document read by the reader also has `words`
+    # (the text's words without URLs, which the text then equals joined), which are read
+    # instead when present. See _words.
+    input_fields = ("text",)
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
@@ -171,12 +178,43 @@ class KeyphraseTask(DocumentTask):
 
     def document_segments(self, doc, doc_index, tokenizer):
         try:
-            tokens = tokenize_words(doc.fields["words"], tokenizer, self.unk_id,
+            tokens = tokenize_words(self._words(doc), tokenizer, self.unk_id,
                                     self._word_cache)
         except DataError as e:
             raise DataError(f"document {doc.doc_id!r}: {e}") from None
         tokens = self.cap(tokens, doc)
-        return self.segmenter(tokens, doc.fields["keyphrase_positions"], doc_index)
+        # the reader always gives keyphrase_positions (maybe []); a document to predict has
+        # none: no n-gram is gold, and its rows do not train
+        segments = self.segmenter(tokens, doc.fields.get("keyphrase_positions") or [],
+                                  doc_index)
+        return segments if "keyphrase_positions" in doc.fields else without_training(segments)
+
+    def _words(self, doc) -> List[str]:
+        """The words the model reads and phrases are made of: the reader's `words`, or for a
+        document to predict given as text, the text's words cleaned as the reader cleans
+        them (reader option remove_urls), so it is read as in training."""
+        words = doc.fields.get("words")
+        if words is not None:
+            return words
+        words = doc.text.split()
+        if dict(self.cfg.reader).get("remove_urls", True):
+            words = [w for w in words if not URL.match(w)]
+        return words
+
+    def check_input(self, doc) -> Optional[str]:
+        words = doc.fields.get("words")
+        if words is not None:
+            if not isinstance(words, list) or not words or \
+                    not all(isinstance(w, str) and w.strip() for w in words):
+                return "words must be a non-empty list of non-empty strings"
+            return None
+        problem = super().check_input(doc)
+        if problem is None and not self._words(doc):
+            return "no words left once URLs are removed (reader option remove_urls)"
+        return problem
+
+    def input_problem(self, name: str, value: Any) -> Optional[str]:
+        return text_problem(name, value)   # text only: token ids carry no words to rank
 
     def model_inputs(self, batch):
         return {"word_index": batch["target_word_index"]}
@@ -191,29 +229,26 @@ class KeyphraseTask(DocumentTask):
     def row_outputs(self, out, batch=None):
         return out.logits.numpy()
 
-    def predict(self, docs, rows, passes):
-        """→ [[(phrase words, score)] best first] per document."""
-        ranked = []
-        for i, doc in enumerate(docs):
-            final = {m.seg_index: m for step in passes[i] for m in step_members(step)
-                     if m.final}
-            windows_scores = [(final[s].meta["first_word"], final[s].targets["counted"], lg)
-                              for s, lg in sorted(rows.get(i, []), key=lambda x: x[0])]
-            ranked.append(rank_phrases(doc.fields["words"], windows_scores,
-                                       self.options["top_k"]))
-        return ranked
+    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+                         steps: Sequence) -> Dict[str, Any]:
+        """→ {doc_id, pred: the top_k distinct phrases (words joined by a space, as first met),
+        best first; scores: their max logit over occurrences (4 decimals), segments}."""
+        final = {m.seg_index: m for step in steps for m in step_members(step) if m.final}
+        # `counted` is a layout target (which n-grams a window scores), not gold
+        windows_scores = [(final[s].meta["first_word"], final[s].targets["counted"], lg)
+                          for s, lg in sorted(rows, key=lambda x: x[0])]
+        ranked = rank_phrases(self._words(doc), windows_scores, self.options["top_k"])
+        return {"doc_id": doc.doc_id, "pred": [" ".join(p) for p, _ in ranked],
+                "scores": [round(x, 4) for _, x in ranked], "segments": len(rows)}
 
     def evaluate(self, docs, rows, passes):
-        ranked = self.predict(docs, rows, passes)
-        preds = {d.doc_id: [" ".join(p) for p, _ in r] for d, r in zip(docs, ranked)}
+        predictions = self.predict(docs, rows, passes)
+        preds = {p["doc_id"]: p["pred"] for p in predictions}
+        gold = [d.fields.get("keyphrases") or [] for d in docs]
         # documents without gold phrases (the unlabelled eval file) are not scored
-        refs = {d.doc_id: d.fields["keyphrases"] for d in docs if d.fields["keyphrases"]}
+        refs = {d.doc_id: g for d, g in zip(docs, gold) if g}
         result = keyphrase_metrics(preds, refs) if refs else {}
         metrics = {f"{m}@{k}": float(result.get(f"{m}@{k}", 0.0))
                    for m in ("f1", "p", "r") for k in DEPTHS}
-        predictions = [{"doc_id": d.doc_id, "pred": preds[d.doc_id],
-                        "scores": [round(s, 4) for _, s in r],
-                        "references": [" ".join(p) for p in d.fields["keyphrases"]],
-                        "segments": len(rows.get(i, []))}
-                       for i, (d, r) in enumerate(zip(docs, ranked))]
-        return metrics, predictions
+        return metrics, [with_gold(p, references=[" ".join(x) for x in g])
+                         for p, g in zip(predictions, gold)]
