@@ -21,7 +21,7 @@ def test_help_version_and_unknown_command():
     proc = run_cli("--help")
     assert proc.returncode == 0
     for name in ("finetune", "pretrain", "export", "convert", "benchmark", "benchmark-model",
-                 "benchmark-train", "train-tokenizer", "run-document", "download"):
+                 "benchmark-train", "train-tokenizer", "run-document", "predict", "download"):
         assert re.search(rf"^  {name} +\S", proc.stdout, re.M), name
     assert run_cli("--version").stdout.strip() == f"ernie-doc {ernie_doc.__version__}"
     proc = run_cli("fine-tune")
@@ -29,7 +29,7 @@ def test_help_version_and_unknown_command():
     assert proc.stderr.strip() == ("error: unknown command 'fine-tune'; choose one of "
                                    "finetune, pretrain, export, convert, benchmark, "
                                    "benchmark-model, benchmark-train, train-tokenizer, "
-                                   "run-document, download")
+                                   "run-document, predict, download")
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))

@@ -2,6 +2,7 @@
 
     ernie-doc finetune CONFIG|TASK [--set key=value ...] [--nproc N]
     ernie-doc pretrain --config CONFIG [--set ...] [--nproc N]
+    ernie-doc predict MODEL --input FILE|DIR --output preds.jsonl
     ernie-doc export | convert | benchmark-model | benchmark-train | train-tokenizer |
               run-document | download ...
     ernie-doc benchmark ...   (the earlier command line of both benchmarks, routed by its
@@ -37,6 +38,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "train-tokenizer": ("ernie_doc.cli.train_tokenizer", "train a SentencePiece tokenizer"),
     "run-document": ("ernie_doc.cli.run_document", "read one long document segment by "
                                                    "segment"),
+    "predict": ("ernie_doc.cli.predict", "predict documents with a fine-tuned model (JSON "
+                                         "lines, streamed, resumable)"),
     "download": ("ernie_doc.hub.cli", "fetch released models into the cache ahead of time"),
 }
 DISTRIBUTED = ("finetune", "pretrain")

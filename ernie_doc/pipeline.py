@@ -1,0 +1,367 @@
+"""Predictions on your own documents: a fine-tuned model, documents of any length in, one
+prediction per document out.
+
+    from ernie_doc.pipeline import Pipeline
+    pipe = Pipeline.from_pretrained("output/imdb")        # a run directory, its best/ or final/
+    pipe(["a long review ...", "another ..."])            # → [{"doc_id", "pred", "probs", ...}]
+    pipe([{"id": "q1", "question": "...", "context": "..."}])          # span QA: task fields
+
+    ernie-doc predict output/imdb --input reviews/ --output preds.jsonl
+
+A document is read exactly as evaluation reads it (`eval_only`): the same segmenter and
+windows (training.prepare.setup_reading), the same reading passes (the retrospective feed),
+the same row scheduling (data.schedule.RowScheduler: a row reads one document start to end
+with its memory, and takes the next document when it ends), the same collection of the
+predicted rows (training.splits.collect_row_outputs) and the same per-document prediction
+(the task kind's `predict`, which its `evaluate` scores). Documents are read as a stream: only
+the documents in the batch rows are held, and a prediction is produced as soon as its
+document's last segment is read, so an input of any size runs in bounded memory.
+
+What a saved model needs besides its weights and tokenizer files is its `task.json` (task,
+kind, label names and the run's config), which fine-tuning writes into best/ and final/.
+"""
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+
+import numpy as np
+import paddle
+
+from ernie_doc.config import ConfigError
+from ernie_doc.data import DataError
+from ernie_doc.data.collate import collate
+from ernie_doc.data.document import Document
+from ernie_doc.data.schedule import RowScheduler
+from ernie_doc.data.segment import reading_passes, step_members
+from ernie_doc.training.prepare import PreparedRun, build_model, choose_tokenizer, setup_reading
+from ernie_doc.training.run_config import config_from_values
+from ernie_doc.training.splits import collect_row_outputs
+from ernie_doc.training.state import TASK_FILE
+from ernie_doc.training.tasks import build_task, load_reader
+
+ON_ERROR = ("record", "fail")
+
+
+class PipelineError(ValueError):
+    """A model directory or document that cannot be predicted; the message is one line."""
+
+
+@dataclass
+class InputProblem:
+    """An input item that is not a document (undecodable bytes, a bad JSON line ...): with
+    on_error "record" it becomes an output line with an `error` field."""
+    doc_id: str
+    message: str
+
+
+def model_directory(path: str) -> str:
+    """A run directory (its best/, else final/) or a saved model directory → the directory
+    holding task.json."""
+    if not os.path.isdir(path):
+        raise PipelineError(f"{path}: not a directory (give a fine-tuning run's OUTPUT_DIR, "
+                            f"or its best/ or final/)")
+    for candidate in (path, os.path.join(path, "best"), os.path.join(path, "final")):
+        if os.path.isfile(os.path.join(candidate, TASK_FILE)):
+            return candidate
+    raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
+                        f"model fine-tuned by this version (a released pretrained model has "
+                        f"no trained head; fine-tune it first)")
+
+
+def read_task_record(directory: str) -> dict:
+    """task.json of a saved model, checked."""
+    path = os.path.join(directory, TASK_FILE)
+    from ernie_doc.utils import read_json
+    try:
+        record = read_json(path)
+    except (OSError, ValueError) as e:
+        raise PipelineError(f"{path}: {e}") from None
+    for key, kind in (("task", str), ("kind", str), ("labels", list), ("config", dict)):
+        if not isinstance(record.get(key), kind):
+            raise PipelineError(f"{path}: {key!r} must be a {kind.__name__}")
+    return record
+
+
+class _SavedReader:
+    """The reader a saved model's task is built over: the label names it was trained with
+    (no data directory), and the task reader's id vocabulary for pre-tokenized tasks."""
+
+    def __init__(self, labels: List[str], task: str):
+        self.saved = list(labels)
+        self.id_vocabulary = None
+        try:
+            self.id_vocabulary = getattr(load_reader(task), "id_vocabulary", None)
+        except DataError:   # a task folder that is not installed: a text task reads none
+            pass
+
+    def labels(self, data_dir, options) -> List[str]:
+        return self.saved
+
+    def read(self, data_dir, split, options):
+        raise DataError("a saved model's task reads its documents from the predict input")
+
+
+def _to_document(index: int, item: Any) -> Union[Document, InputProblem]:
+    """A str (text), a Document, or a dict of the task's fields (`id` / `doc_id`, `text`,
+    `label`, `ids`, anything else into `fields`) → Document."""
+    if isinstance(item, (Document, InputProblem)):
+        return item
+    if isinstance(item, str):
+        return Document(str(index), text=item)
+    if isinstance(item, dict):
+        fields = dict(item)
+        doc_id = fields.pop("doc_id", fields.pop("id", None))
+        doc_id = str(index) if doc_id is None else str(doc_id)
+        text, label, ids = fields.pop("text", None), fields.pop("label", None), \
+            fields.pop("ids", None)
+        if text is not None and not isinstance(text, str):
+            return InputProblem(doc_id, "'text' must be a string")
+        return Document(doc_id, text=text, label=None if label is None else str(label),
+                        ids=ids, fields=fields)
+    return InputProblem(str(index), f"expected text, a Document or a dict, got "
+                                    f"{type(item).__name__}")
+
+
+class Pipeline:
+    """A fine-tuned ERNIE-Doc model with its task kind, ready to predict documents.
+    `rows`: batch rows (memory streams) read at once, a multiple of the kind's group size."""
+
+    def __init__(self, run: PreparedRun, rows: int, on_error: str = "record"):
+        if on_error not in ON_ERROR:
+            raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        group = run.task.group_size
+        if rows < 1 or rows % group:
+            raise PipelineError(f"batch size {rows} must be a positive multiple of {group} "
+                                f"(rows per example of task kind {run.cfg.kind!r})")
+        self.run, self.task, self.model, self.tokenizer = run, run.task, run.model, run.tokenizer
+        self.cfg, self.rows, self.group, self.on_error = run.cfg, rows, group, on_error
+        self.pad_id = run.special["pad"]
+        self.model.eval()
+
+    @classmethod
+    def from_pretrained(cls, path: str, batch_size: Optional[int] = None,
+                        on_error: str = "record", device: str = "cpu") -> "Pipeline":
+        """`path`: a fine-tuning run directory (its best/, else final/), or a saved model
+        directory with task.json."""
+        directory = model_directory(path)
+        record = read_task_record(directory)
+        source = os.path.join(directory, TASK_FILE)
+        given = dict(record["config"])
+        # the model, tokenizer and label names come from the directory; nothing is written
+        given.update(init_checkpoint=directory, tokenizer="", data_dir="", output_dir="",
+                     eval_only=True, device=device)
+        try:
+            cfg = config_from_values(given, source)
+            paddle.set_device("gpu" if device == "gpu" else "cpu")
+            task = build_task(cfg, _SavedReader(record["labels"], cfg.task))
+            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device)
+            pretokenized = task.id_vocabulary() is not None
+            run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
+            run.model = build_model(run, run.special)
+            setup_reading(run, run.special)
+        except (ConfigError, DataError) as e:
+            raise PipelineError(str(e)) from None
+        return cls(run, batch_size or cfg.eval_batch_size or cfg.batch_size, on_error)
+
+    # -- documents → predictions -----------------------------------------------------------
+    def __call__(self, documents: Iterable[Any]) -> List[dict]:
+        """Predict every document → one record per document, in input order."""
+        records = list(self.stream(documents))
+        return sorted(records, key=lambda r: r["index"])
+
+    def _problem(self, index: int, doc_id: str, message: str) -> dict:
+        if self.on_error == "fail":
+            raise PipelineError(f"document {doc_id!r} (input item {index + 1}): {message}")
+        return {"doc_id": doc_id, "index": index, "error": message}
+
+    def _passes(self, doc: Document, key: int) -> list:
+        """The document's steps: one reading pass cut into segments, read as the run read it
+        (skim pass then retrospective pass when retro_feed)."""
+        steps = self.task.document_segments(doc, key, self.tokenizer)
+        return reading_passes(steps, self.cfg.retro_feed, self.cfg.train_skim)
+
+    def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
+        """Predict documents as they come → records in the order documents finish, each with
+        `index`, its position in the input. `skip`: document ids not to predict (resume)."""
+        task, g = self.task, self.group
+        skip, seen = set(skip), set()
+        source = enumerate(documents)
+        inflight: Dict[int, tuple] = {}     # key → (input index, document, passes)
+        outputs = defaultdict(list)         # key → [(segment index, row output)]
+        ready: List[dict] = []              # problems met while filling rows
+        keys = iter(range(1 << 62))
+
+        def next_doc():
+            for index, item in source:
+                doc = _to_document(index, item)
+                if doc.doc_id in skip:
+                    continue
+                if doc.doc_id in seen:
+                    ready.append(self._problem(index, doc.doc_id, "duplicate document id"))
+                    continue
+                seen.add(doc.doc_id)
+                problem = doc.message if isinstance(doc, InputProblem) else \
+                    task.check_input(doc)
+                key = next(keys)
+                if problem is None:
+                    try:
+                        passes = self._passes(doc, key)
+                    except DataError as e:
+                        problem = str(e)
+                if problem is not None:
+                    ready.append(self._problem(index, doc.doc_id, problem))
+                    continue
+                inflight[key] = (index, doc, passes)
+                return key, len(passes)
+            return None
+
+        scheduler = RowScheduler(self.rows // g)
+        carry: Dict[str, Any] = {}
+        while True:
+            step = scheduler.step(next_doc)
+            yield from ready
+            ready.clear()
+            if all(key is None for key, _, _ in step):
+                return
+            rows, resets = [], []
+            for key, seg, reset in step:
+                rows.extend([None] * g if key is None else step_members(inflight[key][2][seg]))
+                resets.extend([reset] * g)
+            batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
+            tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
+            with paddle.no_grad():
+                out, carry = task.forward(self.model, tensors, carry)
+            collect_row_outputs(task, batch, tensors, out, g, outputs)
+            for key, seg, _ in step:
+                if key is not None and seg == len(inflight[key][2]) - 1:   # its last step
+                    index, doc, passes = inflight.pop(key)
+                    record = task.predict([doc], {0: outputs.pop(key, [])}, [passes])[0]
+                    yield dict(record, index=index)
+
+
+# -- input files -------------------------------------------------------------------------------
+INPUT_FORMATS = ("auto", "txt", "dir", "tsv", "jsonl")
+
+
+def input_format(path: str, fmt: str = "auto") -> str:
+    """The format of an input path: a directory of .txt files, one .txt document, TSV with a
+    header row, or JSON lines."""
+    if fmt != "auto":
+        return fmt
+    if os.path.isdir(path):
+        return "dir"
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if suffix == ".tsv":
+        return "tsv"
+    return "txt"
+
+
+def _decode(data: bytes, where: str) -> Union[str, InputProblem]:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return InputProblem(where, f"not UTF-8 text (byte {e.start})")
+
+
+def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProblem]]:
+    """Documents from an input path, one at a time (never the whole file in memory), as dicts
+    of the task's fields; an item that cannot be read is an InputProblem naming it."""
+    from ernie_doc.data.document import open_regular, regular_files
+    fmt = input_format(path, fmt)
+    if fmt == "dir":
+        names = sorted(n for n in os.listdir(path) if n.endswith(".txt"))
+        for full in regular_files([os.path.join(path, n) for n in names]):
+            name = os.path.basename(full)
+            with open_regular(full) as f:
+                text = _decode(f.read(), name)
+            yield text if isinstance(text, InputProblem) else {"id": name, "text": text}
+        return
+    if fmt == "txt":
+        with open_regular(path) as f:
+            text = _decode(f.read(), os.path.basename(path))
+        yield text if isinstance(text, InputProblem) else \
+            {"id": os.path.basename(path), "text": text}
+        return
+    with open_regular(path) as f:
+        header = None
+        for number, raw in enumerate(f, 1):
+            where = f"{path}:{number}"
+            line = _decode(raw.rstrip(b"\r\n"), where)
+            if isinstance(line, InputProblem):
+                yield line
+                continue
+            if not line.strip():
+                continue
+            if fmt == "tsv":
+                cells = line.split("\t")
+                if header is None:
+                    header = cells
+                    continue
+                if len(cells) != len(header):
+                    yield InputProblem(where, f"{len(cells)} columns, the header has "
+                                              f"{len(header)}")
+                    continue
+                yield dict(zip(header, cells))
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as e:
+                yield InputProblem(where, f"invalid JSON ({e})")
+                continue
+            yield item if isinstance(item, dict) else \
+                InputProblem(where, "expected a JSON object")
+
+
+def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
+    """How many items read_inputs will yield, at most (for the progress bar), or None."""
+    fmt = input_format(path, fmt)
+    if fmt == "txt":
+        return 1
+    if fmt == "dir":
+        return sum(name.endswith(".txt") for name in os.listdir(path))
+    lines = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            lines += block.count(b"\n")
+    return lines
+
+
+def completed_ids(output: str) -> List[str]:
+    """Document ids already in a predictions file (resume); a last line cut short by an
+    interrupted run is removed from the file."""
+    ids, good = [], 0
+    with open(output, "rb") as f:
+        data = f.read()
+    for line in data.splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break
+        if not line.endswith(b"\n") or not isinstance(record, dict) or "doc_id" not in record:
+            break
+        ids.append(str(record["doc_id"]))
+        good += len(line)
+    if good != len(data):
+        if data[good:].count(b"\n") > 1:
+            raise PipelineError(f"{output}: line {len(ids) + 1} is not a prediction record; "
+                                f"the file was not written by ernie-doc predict")
+        with open(output, "r+b") as f:
+            f.truncate(good)
+    return ids
+
+
+def to_jsonable(value: Any) -> Any:
+    """numpy scalars and arrays in a record → plain JSON values."""
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value

@@ -1,0 +1,233 @@
+"""ernie-doc predict and ernie_doc.pipeline: a fine-tuned run's model on new documents.
+
+The models are tiny runs of the tasks' own run.sh on fixtures in the official formats; the
+predictions must equal, field for field, what the trainer's evaluation (eval_only's code)
+wrote for the same documents."""
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT
+from test_span_tasks import HANZI as ZH
+from test_span_tasks import SPAN_COMMON, squad_json, zh_questions
+from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
+
+from ernie_doc.pipeline import Pipeline, PipelineError, completed_ids, read_inputs
+from ernie_doc.training.tasks import load_reader
+
+PREDICT = [sys.executable, os.path.join(ROOT, "tools", "predict.py")]
+
+
+def predict_cli(*args, expect=0):
+    proc = subprocess.run(PREDICT + [str(a) for a in args] + ["--no-progress"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_same_predictions(evaluated, predicted):
+    """Every field predict writes equals the evaluation's record of the same document."""
+    by_id = {p["doc_id"]: p for p in evaluated}
+    assert sorted(by_id) == sorted(p["doc_id"] for p in predicted)
+    for p in predicted:
+        fields = {k: v for k, v in p.items() if k != "index"}
+        assert fields == {k: by_id[p["doc_id"]][k] for k in fields}, (p, by_id[p["doc_id"]])
+
+
+@pytest.fixture(scope="module")
+def imdb_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("imdb")
+    data = imdb_tsv(tmp)
+    out = tmp / "out"
+    run_task("imdb", data, out, vocab_dir(tmp / "vocab", WORDS), "test_splits=[test]",
+             "eval_batch_size=2")
+    return data, out
+
+
+def test_classification_predict_equals_evaluation(imdb_run, tmp_path):
+    data, out = imdb_run
+    assert (out / "best" / "task.json").is_file()
+    docs = load_reader("imdb").read(str(data), "test", {})
+    evaluated = read_jsonl(out / "predictions_test.jsonl")
+    # Python, from the run directory (best/ inside it)
+    records = Pipeline.from_pretrained(str(out))(docs)
+    assert [r["index"] for r in records] == list(range(len(docs)))
+    assert_same_predictions(evaluated, records)
+    for r in records:
+        assert set(r) == {"doc_id", "pred", "probs", "segments", "index"}
+        assert r["pred"] in ("0", "1") and sum(r["probs"]) == pytest.approx(1.0, abs=1e-5)
+    # the command line, on JSON lines, with another batch size (the rows hold other
+    # documents side by side: each row's memory is its own, the predictions stay)
+    inputs = tmp_path / "test.jsonl"
+    inputs.write_text("".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n"
+                              for d in docs), encoding="utf-8")
+    preds = tmp_path / "preds.jsonl"
+    proc = predict_cli(out / "best", "--input", inputs, "--output", preds)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["documents"] == len(docs) and summary["errors"] == 0
+    assert_same_predictions(evaluated, read_jsonl(preds))
+    again = tmp_path / "again.jsonl"
+    predict_cli(out / "best", "--input", inputs, "--output", again, "--batch-size", "3")
+    for a, b in zip(sorted(read_jsonl(preds), key=lambda r: r["index"]),
+                    sorted(read_jsonl(again), key=lambda r: r["index"])):
+        assert a["pred"] == b["pred"]
+        np.testing.assert_allclose(a["probs"], b["probs"], atol=2e-6)
+
+
+def test_eval_only_run_writes_the_same_predictions(imdb_run, tmp_path):
+    """eval_only (a separate run from best/) and predict agree document for document."""
+    data, out = imdb_run
+    ev = tmp_path / "eval"
+    run_task("imdb", data, ev, out / "best", "eval_only=true", f"init_checkpoint={out / 'best'}",
+             "test_splits=[test]", "eval_batch_size=2")
+    docs = load_reader("imdb").read(str(data), "test", {})
+    assert_same_predictions(read_jsonl(ev / "predictions_test.jsonl"),
+                            Pipeline.from_pretrained(str(out))(docs))
+
+
+def test_span_predict_equals_evaluation(tmp_path):
+    data = tmp_path / "cmrc2018"
+    data.mkdir()
+    squad_json(data / "cmrc2018_train.json", zh_questions(12, 0))
+    squad_json(data / "cmrc2018_dev.json", zh_questions(6, 1))
+    out = tmp_path / "out"
+    run_task("cmrc2018", data, out, vocab_dir(tmp_path / "vocab", ZH), *SPAN_COMMON)
+    docs = load_reader("cmrc2018").read(str(data), "dev", {})
+    # the fields a user sends: question and context (no answers)
+    inputs = [{"id": d.doc_id, "question": d.fields["question"],
+               "context": d.fields["context"]} for d in docs]
+    records = Pipeline.from_pretrained(str(out))(inputs)
+    assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"), records)
+    for r in records:
+        context = next(d.fields["context"] for d in docs if d.doc_id == r["doc_id"])
+        assert r["pred"] in context
+
+
+def test_choice_predict_equals_evaluation(tmp_path):
+    rng = np.random.default_rng(5)
+    data = tmp_path / "c3"
+    data.mkdir()
+    for split, n in (("train", 8), ("dev", 5), ("test", 2)):
+        entries = []
+        for i in range(n):
+            ctx = "".join(rng.choice(ZH, size=int(rng.integers(10, 40))))
+            choices = ["北京", "中国", "海淀"][: 2 + i % 2]
+            entries.append([[ctx], [{"question": "在哪里", "choice": choices,
+                                     "answer": choices[i % len(choices)]}], f"{split}-{i}"])
+        (data / f"c3-m-{split}.json").write_text(json.dumps(entries, ensure_ascii=False),
+                                                 encoding="utf-8")
+    out = tmp_path / "out"
+    run_task("c3", data, out, vocab_dir(tmp_path / "vocab", ZH), "stride=4", "batch_size=8")
+    docs = load_reader("c3").read(str(data), "dev", {})
+    inputs = [{"id": d.doc_id, "context": d.fields["context"], "question": d.fields["question"],
+               "choices": d.fields["choices"]} for d in docs]
+    records = Pipeline.from_pretrained(str(out))(inputs)
+    assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"), records)
+    for r, d in zip(records, docs):
+        assert len(r["probs"]) == len(d.fields["choices"])
+    with pytest.raises(PipelineError, match="batch size 6 must be a positive multiple of 4"):
+        Pipeline.from_pretrained(str(out), batch_size=6)
+
+
+def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
+    _, out = imdb_run
+    inputs = tmp_path / "in.jsonl"
+    with open(inputs, "wb") as f:
+        f.write(json.dumps({"id": "a", "text": "good movie"}).encode() + b"\n")
+        f.write(json.dumps({"id": "empty", "text": ""}).encode() + b"\n")
+        f.write(b'{"id": "latin1", "text": "caf\xe9"}\n')          # not UTF-8
+        f.write(json.dumps({"id": "nofield", "title": "x"}).encode() + b"\n")
+        f.write(b"{not json\n")
+        f.write(json.dumps({"id": "a", "text": "again"}).encode() + b"\n")   # duplicate id
+        f.write(json.dumps({"id": "b", "text": "bad plot " * 50}).encode() + b"\n")
+    preds = tmp_path / "preds.jsonl"
+    proc = predict_cli(out, "--input", inputs, "--output", preds)
+    records = {r["doc_id"]: r for r in read_jsonl(preds)}
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["errors"] == 5
+    assert "pred" in records["a"] and "pred" in records["b"] and records["b"]["segments"] > 3
+    errors = {k: r["error"] for k, r in records.items() if "error" in r}
+    assert set(errors) == {"empty", f"{inputs}:3", "nofield", f"{inputs}:5"}
+    assert "not UTF-8" in errors[f"{inputs}:3"] and "invalid JSON" in errors[f"{inputs}:5"]
+    assert "text" in errors["nofield"]
+    assert sum(1 for r in read_jsonl(preds) if r["doc_id"] == "a") == 2   # the duplicate's
+    assert [r["error"] for r in read_jsonl(preds) if r["doc_id"] == "a" and "error" in r] == \
+        ["duplicate document id"]
+    # --on-error fail: one line naming the document, exit 2; what came before it stays
+    strict = tmp_path / "strict.jsonl"
+    proc = predict_cli(out, "--input", inputs, "--output", strict, "--on-error", "fail",
+                       expect=2)
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: document 'empty' (input item 2)") and "Traceback" \
+        not in proc.stderr
+    assert [r["doc_id"] for r in read_jsonl(strict)] in ([], ["a"])
+
+
+def test_resume_skips_what_is_written_and_repairs_a_cut_line(imdb_run, tmp_path):
+    data, out = imdb_run
+    inputs = tmp_path / "in.jsonl"
+    docs = load_reader("imdb").read(str(data), "test", {})
+    inputs.write_text("".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n"
+                              for d in docs), encoding="utf-8")
+    full = tmp_path / "full.jsonl"
+    predict_cli(out, "--input", inputs, "--output", full)
+    lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
+    part = tmp_path / "part.jsonl"
+    part.write_text("".join(lines[:3]) + lines[3][:10], encoding="utf-8")   # a cut-short line
+    assert completed_ids(str(part)) == [json.loads(x)["doc_id"] for x in lines[:3]]
+    assert part.read_text(encoding="utf-8") == "".join(lines[:3])   # repaired
+    part.write_text("".join(lines[:3]) + lines[3][:10], encoding="utf-8")
+    proc = predict_cli(out, "--input", inputs, "--output", part, "--resume")
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["skipped"] == 3
+    assert sorted(read_jsonl(part), key=lambda r: r["doc_id"]) == \
+        sorted(read_jsonl(full), key=lambda r: r["doc_id"])
+    # an existing output is never replaced without being asked
+    proc = predict_cli(out, "--input", inputs, "--output", full, expect=2)
+    assert "exists; --resume continues it, --overwrite replaces it" in proc.stderr
+    assert sorted(read_jsonl(full), key=lambda r: r["doc_id"]) == \
+        sorted(read_jsonl(part), key=lambda r: r["doc_id"])
+
+
+def test_input_formats(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "b.txt").write_text("second", encoding="utf-8")
+    (folder / "a.txt").write_text("first\nline two", encoding="utf-8")
+    (folder / "skip.md").write_text("not a document", encoding="utf-8")
+    assert list(read_inputs(str(folder))) == [{"id": "a.txt", "text": "first\nline two"},
+                                              {"id": "b.txt", "text": "second"}]
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("id\tquestion\tcontext\nq1\twho\tsomeone\nq2\tonly two\n", encoding="utf-8")
+    items = list(read_inputs(str(tsv)))
+    assert items[0] == {"id": "q1", "question": "who", "context": "someone"}
+    assert "2 columns, the header has 3" in items[1].message
+    one = tmp_path / "doc.txt"
+    one.write_text("a whole document", encoding="utf-8")
+    assert list(read_inputs(str(one))) == [{"id": "doc.txt", "text": "a whole document"}]
+
+
+def test_documents_stream_in_bounded_memory(imdb_run):
+    """Predictions come out while the input is still being read: an endless input yields its
+    first records, holding at most the batch rows' documents."""
+    _, out = imdb_run
+    pipe = Pipeline.from_pretrained(str(out), batch_size=2)
+    endless = ({"id": str(i), "text": "good movie " * (1 + i % 7)} for i in itertools.count())
+    first = list(itertools.islice(pipe.stream(endless), 20))
+    assert len({r["doc_id"] for r in first}) == 20
+
+
+def test_model_directory_errors(tmp_path, imdb_run):
+    _, out = imdb_run
+    with pytest.raises(PipelineError, match="no task.json here or in best/ or final/"):
+        Pipeline.from_pretrained(str(tmp_path))
+    proc = predict_cli(tmp_path, "--input", tmp_path / "none.jsonl", "--output",
+                       tmp_path / "p.jsonl", expect=2)
+    assert "none.jsonl: no such file or directory" in proc.stderr
