@@ -138,6 +138,38 @@ def test_choice_predict_equals_evaluation(tmp_path):
         Pipeline.from_pretrained(str(out), batch_size=6)
 
 
+def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
+    rng = np.random.default_rng(6)
+    data = tmp_path / "cail"
+    data.mkdir()
+    for split, n in (("train", 8), ("valid", 5), ("test", 2)):
+        with open(data / f"{split}.json", "w", encoding="utf-8") as f:
+            for i in range(n):
+                a, b, c = ("".join(rng.choice(ZH, size=int(rng.integers(5, 30))))
+                           for _ in range(3))
+                f.write(json.dumps({"A": a, "B": b, "C": c, "label": "BC"[i % 2]},
+                                   ensure_ascii=False) + "\n")
+    out = tmp_path / "cail-out"
+    run_task("cail2019_scm", data, out, vocab_dir(tmp_path / "zh", ZH), "stride=4",
+             "batch_size=4")
+    docs = load_reader("cail2019_scm").read(str(data), "dev", {})   # valid.json
+    inputs = [{"id": d.doc_id, **{k: d.fields[k] for k in "ABC"}} for d in docs]
+    assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"),
+                            Pipeline.from_pretrained(str(out))(inputs))
+
+    from test_openkp import fixture_docs, openkp_file
+    data = tmp_path / "openkp"
+    data.mkdir()
+    openkp_file(data / "OpenKPTrain.jsonl", fixture_docs(rng, 8, "t"))
+    openkp_file(data / "OpenKPDev.jsonl", fixture_docs(rng, 4, "d"))
+    out = tmp_path / "kp-out"
+    run_task("openkp", data, out, vocab_dir(tmp_path / "en", WORDS), "stride=8")
+    docs = load_reader("openkp").read(str(data), "dev", {})
+    records = Pipeline.from_pretrained(str(out))(
+        [{"id": d.doc_id, "text": " ".join(d.fields["words"])} for d in docs])
+    assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"), records)
+
+
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
     _, out = imdb_run
     inputs = tmp_path / "in.jsonl"
