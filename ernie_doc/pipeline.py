@@ -103,7 +103,7 @@ class _SavedReader:
         raise DataError("a saved model's task reads its documents from the predict input")
 
 
-def _to_document(index: int, item: Any) -> Union[Document, InputProblem]:
+def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
     """A str (text), a Document, or a dict of the task's fields (`id` / `doc_id`, `text`,
     `label`, `ids`, anything else into `fields`) → Document."""
     if isinstance(item, (Document, InputProblem)):
@@ -195,7 +195,7 @@ class Pipeline:
 
         def next_doc():
             for index, item in source:
-                doc = _to_document(index, item)
+                doc = to_document(index, item)
                 if doc.doc_id in skip:
                     continue
                 if doc.doc_id in seen:
