@@ -241,6 +241,70 @@ class Pipeline:
                     yield dict(record, index=index)
 
 
+class TwoStagePipeline:
+    """HotpotQA's two models in a row: the evidence model picks each question's paragraphs,
+    the answer model reads them (the paper's two stages; fine-tuned with task_options.stage
+    evidence, then answer). A question's stage-1 record sets its `evidence` field exactly as
+    the stage-2 run read stage 1's predictions_<split>.jsonl. Records: the answer model's
+    (its `evidence` lists the titles read); a question stage 1 could not read gets its error
+    record."""
+
+    def __init__(self, evidence: Pipeline, answer: Pipeline):
+        stages = (evidence.task.options.get("stage"), answer.task.options.get("stage"))
+        if stages != ("evidence", "answer"):
+            raise PipelineError(f"two stages need an evidence model then an answer model "
+                                f"(HotpotQA task_options.stage), got {stages}")
+        self.evidence, self.answer = evidence, answer
+        self.run, self.cfg, self.task = answer.run, answer.cfg, answer.task
+
+    def __call__(self, documents: Iterable[Any]) -> List[dict]:
+        return sorted(self.stream(documents), key=lambda r: r["index"])
+
+    def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
+        pending: Dict[str, tuple] = {}   # doc_id → (input index, document) while in stage 1
+        where: Dict[str, int] = {}       # doc_id → input index, for stage 2's records
+
+        def questions():
+            for index, item in enumerate(documents):
+                doc = to_document(index, item)
+                if not isinstance(doc, InputProblem):
+                    pending.setdefault(doc.doc_id, (index, doc))
+                yield doc
+
+        def with_evidence():
+            for record in self.evidence.stream(questions(), skip):
+                index, doc = pending.pop(record["doc_id"], (record["index"], None))
+                where[record["doc_id"]] = index
+                if "error" in record or doc is None:
+                    yield InputProblem(record["doc_id"], record.get("error", "no document"))
+                    continue
+                doc.fields["evidence"] = sorted(int(p["index"]) for p in record["paragraphs"])
+                yield doc
+
+        for record in self.answer.stream(with_evidence()):
+            record["index"] = where.get(record["doc_id"], record["index"])
+            yield record
+
+
+def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
+             on_error: str = "record", device: str = "cpu"):
+    """The pipeline for a saved model (a run directory, best/ or final/), whatever its kind:
+    document kinds → Pipeline; the language model → lm.predict.LMPipeline; HotpotQA's
+    evidence model with `answer_model` → TwoStagePipeline. All have `__call__(documents)` (input
+    order) and `stream(documents, skip)`."""
+    directory = model_directory(model)
+    if read_task_record(directory)["kind"] == "language_model":
+        if answer_model:
+            raise PipelineError("answer_model: only with a HotpotQA evidence model")
+        from ernie_doc.lm.predict import LMPipeline
+        return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
+    first = Pipeline.from_pretrained(directory, batch_size, on_error, device)
+    if not answer_model:
+        return first
+    return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, batch_size, on_error,
+                                                            device))
+
+
 # -- input files -------------------------------------------------------------------------------
 INPUT_FORMATS = ("auto", "txt", "dir", "tsv", "jsonl")
 

@@ -16,7 +16,7 @@ from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, squad_json, zh_questions
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
-from ernie_doc.pipeline import Pipeline, PipelineError, completed_ids, read_inputs
+from ernie_doc.pipeline import Pipeline, PipelineError, completed_ids, pipeline, read_inputs
 from ernie_doc.training.tasks import load_reader
 
 PREDICT = [sys.executable, os.path.join(ROOT, "tools", "predict.py")]
@@ -168,6 +168,34 @@ def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
     records = Pipeline.from_pretrained(str(out))(
         [{"id": d.doc_id, "text": " ".join(d.fields["words"])} for d in docs])
     assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"), records)
+
+
+def test_hotpotqa_two_stages_equal_the_two_runs(tmp_path):
+    """Stage 1's selection feeds stage 2 inside the pipeline as the stage-2 run read stage 1's
+    predictions_dev.jsonl: the answers are the stage-2 run's."""
+    from test_hotpotqa import hotpot_data, run_stage
+    from test_hotpotqa import tokenizer as hotpot_tokenizer
+    data = hotpot_data(tmp_path)
+    vocab, _ = hotpot_tokenizer(tmp_path)
+    first, second = tmp_path / "evidence", tmp_path / "answer"
+    run_stage(data, first, vocab, "test_splits=[]")
+    run_stage(data, second, vocab, stage="answer", evidence=first)
+    docs = load_reader("hotpotqa").read(str(data), "dev", {})
+    inputs = [{"id": d.doc_id, "question": d.fields["question"],
+               "paragraphs": d.fields["paragraphs"]} for d in docs]   # no answers, no facts
+    evidence = Pipeline.from_pretrained(str(first))(inputs)
+    assert_same_predictions(read_jsonl(first / "predictions_dev.jsonl"), evidence)
+    records = pipeline(str(first), answer_model=str(second))(inputs)
+    assert [r["index"] for r in records] == list(range(len(docs)))
+    assert_same_predictions(read_jsonl(second / "predictions_dev.jsonl"), records)
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in inputs), encoding="utf-8")
+    predict_cli(first, "--answer-model", second, "--input", path, "--output",
+                tmp_path / "p.jsonl")
+    assert_same_predictions(read_jsonl(second / "predictions_dev.jsonl"),
+                            read_jsonl(tmp_path / "p.jsonl"))
+    with pytest.raises(PipelineError, match="an evidence model then an answer model"):
+        pipeline(str(second), answer_model=str(first))
 
 
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):

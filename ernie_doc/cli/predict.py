@@ -30,6 +30,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--input", required=True, help="a .txt file, a directory of .txt files, a "
                                                   ".tsv file with a header row, or .jsonl")
     p.add_argument("--output", required=True, help="predictions, one JSON object per line")
+    p.add_argument("--answer-model", help="HotpotQA: the answer-stage model; MODEL is then the "
+                                          "evidence-stage model, whose selection it reads")
     p.add_argument("--format", choices=INPUT_FORMATS, default="auto",
                    help="input format (default: from the path)")
     p.add_argument("--batch-size", type=int, help="rows read at once (default: the run's "
@@ -83,12 +85,13 @@ def run(args: argparse.Namespace) -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON)."""
     from tqdm import tqdm
 
-    from ernie_doc.pipeline import Pipeline, completed_ids, count_inputs, read_inputs, to_jsonable
+    from ernie_doc.pipeline import (completed_ids, count_inputs, model_directory, pipeline,
+                                    read_inputs, read_task_record, to_jsonable)
     from ernie_doc.utils import set_paddle_threads
     check_paths(args)
     if args.threads:
         set_paddle_threads(args.threads)
-    pipe = Pipeline.from_pretrained(args.model, args.batch_size, args.on_error)
+    pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error)
     done = completed_ids(args.output) if args.resume else []
     total = count_inputs(args.input, args.format)
     counts = {"documents": 0, "errors": 0, "skipped": len(done)}
@@ -104,8 +107,9 @@ def run(args: argparse.Namespace) -> dict:
             bar.update(1)
     bar.close()
     seconds = time.perf_counter() - start
-    summary = dict(counts, model=pipe.run.cfg.init_checkpoint, task=pipe.cfg.task,
-                   kind=pipe.cfg.kind, output=args.output, seconds=round(seconds, 2),
+    record = read_task_record(model_directory(args.model))
+    summary = dict(counts, model=args.model, task=record["task"], kind=record["kind"],
+                   output=args.output, seconds=round(seconds, 2),
                    documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
     print(json.dumps(summary))
     return summary
