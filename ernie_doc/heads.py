@@ -39,6 +39,13 @@ class HeadOutput(namedtuple("HeadOutput", ["logits", "memories", "memory_mask", 
         return self.logits[:, :, 1]
 
 
+class ExportInput(namedtuple("ExportInput", ["name", "shape", "dtype", "high", "doc"])):
+    """An input a head's forward takes beyond the encoder's (a keyword argument of forward),
+    fed after them in an export: name · shape (batch -1: dynamic) · dtype ("int64",
+    "float32") · high: integer values must lie in [0, high) (None: not checked) · doc: the
+    shape in words, for error messages (e.g. "[batch, seq_len]")."""
+
+
 PretrainingOutput = namedtuple("PretrainingOutput",
                                ["mlm_logits", "reorder_logits", "memories", "memory_mask",
                                 "encoder"])
@@ -50,12 +57,13 @@ class Head(PretrainedMixin, nn.Layer):
     save_pretrained, and `official_names` ({own parameter key: official static name}).
 
     Export (ernie_doc.inference) asks the head itself: `exportable` (its forward needs the
-    encoder's inputs alone), `export_outputs` (the names and shapes of what it hands back) and
-    `rows_per_example` (rows of a batch that make one example)."""
+    encoder's inputs, and the `export_inputs` it declares), `export_outputs` (the names and
+    shapes of what it hands back) and `rows_per_example` (rows of a batch that make one
+    example)."""
     official_names = {}
     encoder_prefix = names.PREFIX   # the encoder's keys: "ernie_doc." + ErnieDocModel's
     uses_pooled = True   # False: the head reads the sequence output only
-    exportable = False   # True: export traces forward with the encoder's inputs only
+    exportable = False   # True: export traces forward (encoder's inputs + export_inputs)
 
     def __init__(self, config: Union[ErnieDocConfig, str, dict],
                  dropout: Optional[float] = None):
@@ -98,6 +106,12 @@ class Head(PretrainedMixin, nn.Layer):
         """What an export of this head returns before the memories: (name, shape) each, the
         name a field of forward's output; batch -1 marks a dynamic batch."""
         return [("logits", self.logits_shape(batch, seq_len))]
+
+    def export_inputs(self, batch: int, seq_len: int) -> List[ExportInput]:
+        """The inputs forward needs beyond the encoder's (keyword arguments of forward), in the
+        order an export feeds them after the encoder's; batch -1 marks a dynamic batch. None
+        by default: the export's signature is then the encoder's alone."""
+        return []
 
     def _grouped(self, batch: int) -> int:
         """Examples in `batch` rows (-1 stays -1: a dynamic batch)."""

@@ -1,7 +1,9 @@
 """Export an ERNIE-Doc model for `paddle.inference` and run it with explicit memory state.
 
     info = export(model, "out/ernie_doc", seq_len=512, batch_size=None)   # dynamic batch
-    pred = Predictor("out/ernie_doc", threads=4)
+    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN
+    pred = Predictor("out/ernie_doc", precision="bf16")   # CPU bf16 (AVX512-BF16 / AMX)
+    pred = Predictor("out/ernie_doc", device="gpu", precision="fp16")   # CUDA builds only
     out = pred.run(input_ids)                       # zero memories: a new document
     out = pred.run(next_ids, memories=out["memories"])
     outs = pred.stream([seg0, seg1, seg2])          # carries memories across segments
@@ -18,7 +20,10 @@ The exported program has a flat signature (no Python containers, no None):
       [, memory_mask [B,M]]
 
 A head exports when its class says `exportable` (ernie_doc.heads.Head; the registry in
-ernie_doc.auto lists them): its forward needs the encoder's inputs only.
+ernie_doc.auto lists them). Inputs its forward needs beyond the encoder's are declared by the
+head (Head.export_inputs: name, shape, dtype, value range) and come last in the signature, e.g.
+OpenKP's word_index [B,T] int64; the sidecar lists them under "head_inputs" and
+Predictor.run takes them as keyword arguments (`pred.run(ids, word_index=wi)`).
 
 Without recurrence (config.recurrence == "none") there is no memories / reset_memory input or
 output. T is fixed at export time (the relative-position layout depends on it); B is fixed or
@@ -31,7 +36,8 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import AbstractSet, Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -57,7 +63,11 @@ Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), 
 # - reshape_transpose_matmul_fuse_pass folds the head split of the position rows [n,R,d] into
 #   a fused_matmul with q [B,n,T,d]; oneDNN rejects that broadcast at run time (dnnl::error,
 #   surfacing as a bare "RuntimeError: std::exception").
-_BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_fuse_pass")
+# - conv2d_bias_fuse_pass (OpenKP's n-gram Conv1D layers; no other head has a conv): the fused
+#   oneDNN conv is right on the first run only, later runs of the same predictor return
+#   garbage (|logits| ~ 1e27).
+_BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_fuse_pass",
+                             "conv2d_bias_fuse_pass")
 
 
 class ExportError(ValueError):
@@ -68,6 +78,130 @@ class ExportError(ValueError):
 
 class PredictorInputError(ValueError):
     """An input to Predictor.run with the wrong shape, dtype or values."""
+
+
+class EngineError(ValueError):
+    """A device / precision this machine or paddle build cannot run (one line naming what is
+    missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
+    3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
+    a processor without it."""
+
+
+# ---------------------------------------------------------------------------------------------
+# engine choice
+# ---------------------------------------------------------------------------------------------
+DEVICES = ("cpu", "gpu", "auto")
+PRECISIONS = ("fp32", "bf16", "fp16")
+# CPU flags (Linux /proc/cpuinfo names) under which oneDNN runs bf16 natively; on others
+# oneDNN would emulate it (slower than fp32) or paddle falls back to fp32 on its own.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+GPU_MEMORY_POOL_MB = 256   # paddle.inference's initial GPU pool; it grows on demand
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    """How a Predictor configures paddle.inference (inference_settings decides it).
+
+    device: "cpu" or "gpu" · precision: "fp32", "bf16" or "fp16" (the compute precision;
+    inputs and outputs stay float32 / int64 either way) · onednn: oneDNN kernels (CPU) ·
+    gpu_precision: the paddle.inference.PrecisionType member handed to enable_use_gpu
+    ("Float32", "Half", "Bfloat16"), None on CPU · onednn_bf16: enable_mkldnn_bfloat16 (CPU)."""
+    device: str
+    precision: str
+    onednn: bool
+    gpu_precision: Optional[str] = None
+    onednn_bf16: bool = False
+
+    def describe(self) -> str:
+        """e.g. "cpu fp32 (oneDNN)", "gpu fp16"."""
+        engine = " (oneDNN)" if self.onednn else ""
+        return f"{self.device} {self.precision}{engine}"
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
+    """The CPU's feature flags (the `flags` line of /proc/cpuinfo). Where that file cannot be
+    read (not Linux), paddle's own check stands in: its supports_bfloat16_fast_performance()
+    tests the same AVX512-BF16 instruction set; an empty set otherwise."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    try:
+        from paddle.base import core
+        return frozenset({"avx512_bf16"}) if core.supports_bfloat16_fast_performance() \
+            else frozenset()
+    except (ImportError, AttributeError):
+        return frozenset()
+
+
+def inference_settings(device: str = "cpu", precision: str = "fp32",
+                       enable_onednn: bool = True, cuda_compiled: bool = False,
+                       gpu_count: int = 0, flags: AbstractSet[str] = frozenset(),
+                       gpu_capability: Optional[Tuple[int, int]] = None
+                       ) -> InferenceSettings:
+    """Decide the engine from what is asked and what the machine has; no paddle calls.
+
+    device: "cpu", "gpu" or "auto" (the GPU when paddle is compiled with CUDA and one is
+    visible, else the CPU). precision: "fp32", "bf16" or "fp16". cuda_compiled:
+    paddle.is_compiled_with_cuda(); gpu_count: visible CUDA devices; flags: the CPU's
+    feature flags (cpu_flags()); gpu_capability: (major, minor) of the GPU, for bf16 (≥ 8.0).
+
+    CPU fp32: oneDNN as asked. CPU bf16: oneDNN on and the CPU has avx512_bf16 or amx_bf16.
+    CPU fp16: refused (no fp16 CPU kernels in paddle.inference). GPU: only with a CUDA build
+    and a visible device; fp16 / bf16 through enable_use_gpu's precision (mixed precision:
+    paddle keeps numerically sensitive ops in fp32); bf16 needs compute capability ≥ 8.0.
+    Anything refused is an EngineError, one line naming what is missing."""
+    if device not in DEVICES:
+        raise EngineError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if precision not in PRECISIONS:
+        raise EngineError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                          f"{precision!r}")
+    if device == "auto":
+        device = "gpu" if cuda_compiled and gpu_count > 0 else "cpu"
+    if device == "gpu":
+        if not cuda_compiled:
+            raise EngineError("device 'gpu': this paddle is not compiled with CUDA "
+                              "(paddle.is_compiled_with_cuda() is False); install paddlepaddle-gpu"
+                              " or use device='cpu'")
+        if gpu_count < 1:
+            raise EngineError("device 'gpu': paddle is compiled with CUDA but sees no GPU "
+                              "(check CUDA_VISIBLE_DEVICES and the driver)")
+        if precision == "bf16" and gpu_capability is not None and tuple(gpu_capability) < (8, 0):
+            raise EngineError(f"precision 'bf16' on GPU needs compute capability 8.0 or newer "
+                              f"(Ampere), this GPU has {gpu_capability[0]}.{gpu_capability[1]}; "
+                              f"use precision='fp16'")
+        names = {"fp32": "Float32", "fp16": "Half", "bf16": "Bfloat16"}
+        return InferenceSettings("gpu", precision, onednn=False,
+                                 gpu_precision=names[precision])
+    if precision == "fp16":
+        raise EngineError("precision 'fp16' runs on GPU only (paddle.inference has no fp16 CPU "
+                          "kernels); on CPU use 'fp32' or 'bf16'")
+    if precision == "bf16":
+        if not enable_onednn:
+            raise EngineError("precision 'bf16' on CPU runs through oneDNN: "
+                              "enable_onednn must be True")
+        if not set(BF16_CPU_FLAGS) & set(flags):
+            raise EngineError(f"precision 'bf16' on CPU needs a processor with "
+                              f"{' or '.join(BF16_CPU_FLAGS)} (not among this CPU's flags); "
+                              f"use precision='fp32'")
+        return InferenceSettings("cpu", "bf16", onednn=True, onednn_bf16=True)
+    return InferenceSettings("cpu", "fp32", onednn=bool(enable_onednn))
+
+
+def machine_settings(device: str = "cpu", precision: str = "fp32",
+                     enable_onednn: bool = True) -> InferenceSettings:
+    """inference_settings for this machine and paddle build."""
+    cuda = bool(paddle.is_compiled_with_cuda())
+    count, capability = 0, None
+    if cuda and device in ("gpu", "auto"):
+        count = int(paddle.device.cuda.device_count())
+        if count and precision == "bf16":
+            capability = tuple(paddle.device.cuda.get_device_capability())
+    flags = cpu_flags() if precision == "bf16" else frozenset()
+    return inference_settings(device, precision, enable_onednn, cuda, count, flags, capability)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +241,45 @@ class _RecurrentExport(nn.Layer):
         return first + (out.memories,)
 
 
+class _HeadInputsExport(nn.Layer):
+    """Flat-signature wrapper of a head that takes inputs beyond the encoder's (recurrent or
+    not). Only such heads use it, so the programs of every other export stay as they were."""
+
+    # paddle.jit.to_static maps InputSpecs onto named positional parameters (no *args), so
+    # the slots are spelled out: input_ids + up to 9 more (5 encoder inputs + 4 of the head).
+    MAX_INPUTS = 10
+
+    def __init__(self, model, input_names, head_inputs, head_outputs, use_memory_mask):
+        """input_names: every input in signature order; head_inputs: the head's own (the
+        last ones); head_outputs: as _RecurrentExport's."""
+        super().__init__()
+        if len(input_names) > self.MAX_INPUTS:
+            raise ExportError(f"{type(model).__name__}: {len(input_names)} inputs, the export "
+                              f"takes at most {self.MAX_INPUTS}")
+        self.model = model
+        self.input_names = list(input_names)
+        self.head_inputs = list(head_inputs)
+        self.head_outputs = head_outputs
+        self.has_memory = "memories" in input_names
+        self.use_memory_mask = use_memory_mask
+
+    def forward(self, input_ids, x1, x2, x3=None, x4=None, x5=None, x6=None, x7=None,
+                x8=None, x9=None):
+        fed = dict(zip(self.input_names, [input_ids, x1, x2, x3, x4, x5, x6, x7, x8, x9]))
+        extra = {}
+        for name in self.head_inputs:
+            extra[name] = fed[name]
+        out = self.model(input_ids, fed.get("memories"), fed["token_type_ids"],
+                         fed["attention_mask"], fed.get("reset_memory"),
+                         fed.get("memory_mask"), **extra)
+        first = tuple(getattr(out, name) for name in self.head_outputs)
+        if not self.has_memory:
+            return first[0] if len(first) == 1 else first
+        if self.use_memory_mask:
+            return first + (out.memories, out.memory_mask)
+        return first + (out.memories,)
+
+
 class _StatelessExport(nn.Layer):
     """Flat-signature wrapper of a model without memory (recurrence "none")."""
 
@@ -127,7 +300,8 @@ class _StatelessExport(nn.Layer):
 def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int] = None
                  ) -> Tuple[List[Spec], List[Spec]]:
     """(inputs, outputs): lists of {"name", "shape", "dtype"}; -1 marks the dynamic batch.
-    A head's outputs are those its export_outputs names, then the memories."""
+    The encoder's inputs come first, then those the head declares (export_inputs). A head's
+    outputs are those its export_outputs names, then the memories."""
     enc = _encoder_of(model)
     c = enc.config
     b = -1 if batch_size is None else int(batch_size)
@@ -146,6 +320,7 @@ def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int]
         if c.mask_empty_memory:
             inputs.append(io("memory_mask", [b, m], "float32"))
     if is_head:
+        inputs += [io(x.name, x.shape, x.dtype) for x in model.export_inputs(b, t)]
         outputs = [io(name, shape, "float32") for name, shape in model.export_outputs(b, t)]
     else:
         outputs = [io("sequence_output", [b, t, h], "float32"),
@@ -202,7 +377,11 @@ def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
 
     inputs, outputs = io_signature(model, seq_len, batch_size)
     head_outputs = [name for name, _ in model.export_outputs(1, seq_len)] if is_head else None
-    if enc.memory_len:
+    extra = model.export_inputs(batch_size or -1, seq_len) if is_head else []
+    if extra:
+        wrapper = _HeadInputsExport(model, [i["name"] for i in inputs], [x.name for x in extra],
+                                    head_outputs, bool(c.mask_empty_memory))
+    elif enc.memory_len:
         wrapper = _RecurrentExport(model, head_outputs, bool(c.mask_empty_memory))
     else:
         wrapper = _StatelessExport(model, head_outputs)
@@ -251,6 +430,8 @@ def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
         meta.update({k: head_sizes[k] for k in ("num_labels", "num_choices") if k in head_sizes})
         if is_head and model.rows_per_example > 1 and "num_choices" not in meta:
             meta["rows_per_example"] = model.rows_per_example   # e.g. pair matching: 2
+        if extra:   # only then: the sidecars of the other exports stay as they were
+            meta["head_inputs"] = {x.name: {"high": x.high, "doc": x.doc} for x in extra}
         stale = _previous_model_file(path)
         # Every file is complete in the temporary directory before any moves (a full disk
         # fails here, with nothing of this export in place); then the model files, and the
@@ -356,7 +537,26 @@ def _read_meta(meta_path):
     for key in ("num_choices", "rows_per_example"):
         if meta.get(key) is not None and not positive(meta.get(key)):
             raise bad(key, "a positive integer")
+    extra = meta.get("head_inputs", {})
+    names = {x["name"] for x in meta["inputs"]}
+    if not isinstance(extra, dict) or not all(
+            name in names and isinstance(x, dict) and isinstance(x.get("doc", ""), str)
+            and (x.get("high") is None or positive(x.get("high")))
+            for name, x in extra.items()):
+        raise bad("head_inputs", "{input name: {high, doc}} of inputs the sidecar lists")
     return meta
+
+
+def _float32(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """An output as the sidecar's dtype. Low-precision engines keep float32 outputs by default;
+    should one come back as float16, or as bfloat16 (numpy has none: paddle hands over its raw
+    bits as uint16), it is widened here rather than returned in a dtype callers do not
+    expect."""
+    if dtype != "float32" or arr.dtype == np.float32:
+        return arr
+    if arr.dtype == np.uint16:   # bfloat16 bits: the high half of a float32
+        return (arr.astype(np.uint32) << 16).view(np.float32)
+    return arr.astype(np.float32)
 
 
 def _check_file(path, meta_path, what):
@@ -368,18 +568,62 @@ def _check_file(path, meta_path, what):
         raise ExportError(f"{path}: the {what} is empty")
 
 
+def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
+    """Apply `settings` to a paddle.inference.Config (2.6 and 3.x spell these alike)."""
+    from paddle import inference
+    if settings.device == "gpu":
+        # Mixed precision in one step (paddle ≥ 2.5): enable_use_gpu's precision_mode runs
+        # the auto_mixed_precision pass, inputs and outputs stay float32
+        # (enable_low_precision_io is off by default). Never run here: see the README.
+        precision = getattr(inference.PrecisionType, settings.gpu_precision)
+        cfg.enable_use_gpu(GPU_MEMORY_POOL_MB, 0, precision)
+    else:
+        cfg.disable_gpu()
+        cfg.set_cpu_math_library_num_threads(int(threads))
+    if settings.onednn:
+        cfg.enable_mkldnn()
+        if ir == "pir":
+            # Only for PIR programs: on a paddle 2.6 program (run by 3.x through the old
+            # pass pipeline) these deletions break a later oneDNN fuse instead.
+            for name in _BROKEN_ONEDNN_PIR_PASSES:
+                cfg.delete_pass(name)
+        if settings.onednn_bf16:
+            cfg.enable_mkldnn_bfloat16()
+    elif settings.device == "cpu":
+        cfg.disable_mkldnn()
+    cfg.disable_glog_info()
+
+
+def _check_paddle_bf16() -> None:
+    """paddle's own test before enable_mkldnn_bfloat16 (a build without oneDNN, or a CPU it
+    judges unable): where it says no, paddle would quietly run fp32 instead."""
+    from paddle.base import core
+    check = getattr(core, "supports_bfloat16", None)
+    if check is not None and not check():
+        raise EngineError("precision 'bf16': this paddle build cannot run oneDNN bf16 on this "
+                          "CPU (paddle.base.core.supports_bfloat16() is False); use 'fp32'")
+
+
 class Predictor:
-    """Runs an exported ERNIE-Doc model on CPU with paddle.inference.
+    """Runs an exported ERNIE-Doc model with paddle.inference, on CPU (oneDNN, fp32 or bf16)
+    or on a GPU (fp32, fp16 or bf16; CUDA builds of paddle only).
 
     The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
     is explicit: `run` takes it and returns the new one; the predictor itself keeps none.
     threads: CPU math library threads. enable_onednn: oneDNN kernels (on by default).
-    A path that holds no export, or an export with a damaged file, raises ExportError (one
-    line naming the file); a bad config in the sidecar raises ConfigError naming it.
+    device: "cpu" (default), "gpu" or "auto"; precision: "fp32" (default), "bf16" or "fp16"
+    (inference_settings says which combinations run where; `settings` holds the choice).
+    A combination this machine cannot run raises EngineError (one line) rather than falling
+    back. A path that holds no export, or an export with a damaged file, raises ExportError
+    (one line naming the file); a bad config in the sidecar raises ConfigError naming it.
     """
 
-    def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True):
+    def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,
+                 device: str = "cpu", precision: str = "fp32"):
         from paddle import inference
+        self.settings = machine_settings(device, precision, enable_onednn)
+        if self.settings.onednn_bf16:
+            _check_paddle_bf16()
         meta_path = _find_meta(path)
         self.meta = _read_meta(meta_path)
         directory = os.path.dirname(os.path.abspath(meta_path))
@@ -395,26 +639,16 @@ class Predictor:
         self.seq_len = int(self.meta["seq_len"])
         self.batch_size = self.meta["batch_size"]
         self.input_specs = {s["name"]: s for s in self.meta["inputs"]}
+        self.head_inputs = dict(self.meta.get("head_inputs", {}))   # {name: {high, doc}}
         self.output_names = [s["name"] for s in self.meta["outputs"]]
         self.has_memory = "memories" in self.input_specs
         self.uses_memory_mask = "memory_mask" in self.input_specs
         self.memory_len = int(self.meta["memory_shape"][2]) if self.has_memory else 0
 
         cfg = inference.Config(self.model_path, self.params_path)
-        cfg.disable_gpu()
-        if enable_onednn:
-            cfg.enable_mkldnn()
-            if self.meta["ir"] == "pir":
-                # Only for PIR programs: on a paddle 2.6 program (run by 3.x through the old
-                # pass pipeline) these deletions break a later oneDNN fuse instead.
-                for name in _BROKEN_ONEDNN_PIR_PASSES:
-                    cfg.delete_pass(name)
-        else:
-            cfg.disable_mkldnn()
-        cfg.set_cpu_math_library_num_threads(int(threads))
-        cfg.disable_glog_info()
+        _configure(cfg, self.settings, self.meta["ir"], threads)
         self.threads = int(threads)
-        self.onednn = bool(enable_onednn)
+        self.onednn = self.settings.onednn
         try:
             self._predictor = inference.create_predictor(cfg)
         except (RuntimeError, ValueError, OSError) as e:
@@ -469,6 +703,8 @@ class Predictor:
         return np.ascontiguousarray(arr, dtype=self.input_specs[name]["dtype"])
 
     def _shape_doc(self, name):
+        if name in self.head_inputs:
+            return self.head_inputs[name].get("doc") or "see the sidecar"
         return {"input_ids": "[batch, seq_len]", "token_type_ids": "[batch, seq_len]",
                 "attention_mask": "[batch, seq_len]", "reset_memory": "[batch]",
                 "memories": "[layers, batch, memory_len, hidden]",
@@ -483,12 +719,15 @@ class Predictor:
     # -- running ------------------------------------------------------------------------------
     def run(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None,
             memories: Optional[np.ndarray] = None, reset_memory: Any = None,
-            memory_mask: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+            memory_mask: Optional[np.ndarray] = None, **head_inputs: Any
+            ) -> Dict[str, np.ndarray]:
         """One segment. input_ids [B,T] (T = the exported seq_len; pad the segment yourself,
         as in training); attention_mask [B,T] 1 = token (default all ones); token_type_ids
         [B,T] (default zeros); memories [L,B,M,H] (default zeros = a new document);
         reset_memory [B] bool/int, rows that start a new document; memory_mask [B,M] under
-        mask_empty_memory (default: zeros without memories, ones with them).
+        mask_empty_memory (default: zeros without memories, ones with them); head_inputs:
+        the inputs the head declared at export (self.head_inputs, e.g. OpenKP's word_index
+        [B,T] int, values in [0, T)), each required.
         Returns {output name: np.ndarray}, e.g. sequence_output, pooled_output (or logits)
         and "memories" — pass that back as `memories` for the next segment."""
         ids = np.asarray(input_ids)
@@ -541,13 +780,28 @@ class Predictor:
         elif memories is not None or reset_memory is not None or memory_mask is not None:
             raise PredictorInputError("this model has no memory (recurrence 'none'): do not "
                                       "pass memories, reset_memory or memory_mask")
+        unknown = sorted(set(head_inputs) - set(self.head_inputs))
+        if unknown:
+            have = ", ".join(self.head_inputs) or "none"
+            raise PredictorInputError(f"unknown input(s) {', '.join(unknown)}: this export "
+                                      f"takes head inputs: {have}")
+        for name, spec in self.head_inputs.items():
+            if head_inputs.get(name) is None:
+                raise PredictorInputError(f"{name} is required by this export "
+                                          f"({self.meta.get('model_class')}): "
+                                          f"{self._shape_doc(name)}")
+            kind = "int" if self.input_specs[name]["dtype"].startswith("int") else "float"
+            feeds[name] = self._check(name, head_inputs[name], batch, kind)
+            if spec.get("high") is not None:
+                self._check_range(name, feeds[name], int(spec["high"]))
         for name, arr in feeds.items():
             handle = self._input_handles[name]
             handle.reshape(list(arr.shape))
             handle.copy_from_cpu(arr)
         self._predictor.run()
-        return {name: h.copy_to_cpu() for name, h in zip(self.output_names,
-                                                          self._output_handles)}
+        return {name: _float32(h.copy_to_cpu(), spec["dtype"])
+                for name, h, spec in zip(self.output_names, self._output_handles,
+                                         self.meta["outputs"])}
 
     def iter_stream(self, document_segments: Iterable[Any],
                     memories: Optional[np.ndarray] = None,
@@ -555,16 +809,17 @@ class Predictor:
         """Yield run()'s output for each segment, carrying the memories (and memory mask).
 
         Each segment is input_ids [B,T] or a dict of run()'s arguments (input_ids,
-        attention_mask, token_type_ids, reset_memory); the B rows are B independent
-        documents read in step. memories: the state to start from (default zeros)."""
+        attention_mask, token_type_ids, reset_memory, and the head's inputs); the B rows are
+        B independent documents read in step. memories: the state to start from (default zeros)."""
         for i, seg in enumerate(document_segments):
             kwargs = dict(seg) if isinstance(seg, dict) else {"input_ids": seg}
             unknown = set(kwargs) - {"input_ids", "attention_mask", "token_type_ids",
-                                     "reset_memory"}
+                                     "reset_memory"} - set(self.head_inputs)
             if unknown or "input_ids" not in kwargs:
+                extra = "".join(f", {name}" for name in self.head_inputs)
                 raise PredictorInputError(f"segment {i}: expected input_ids or a dict with "
                                           f"input_ids and optionally attention_mask, "
-                                          f"token_type_ids, reset_memory; got keys "
+                                          f"token_type_ids, reset_memory{extra}; got keys "
                                           f"{sorted(kwargs)}")
             if self.has_memory:
                 kwargs["memories"] = memories

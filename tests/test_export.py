@@ -298,13 +298,82 @@ def test_export_refuses_heads_that_cannot_export(tmp_path):
     from ernie_doc import auto
     from ernie_doc.heads import ErnieDocForPretraining
     from ernie_doc.inference import ExportError
+    assert set(auto.head_names(exportable=True)) == set(auto.head_names()) - {"pretraining"}
+    with pytest.raises(ExportError, match="cannot export ErnieDocForPretraining: expected "
+                                          "ErnieDocModel or one of .*ErnieDocForKeyphrase"):
+        export(ErnieDocForPretraining(tiny_config()), str(tmp_path / "x"), seq_len=SEQ_LEN)
+
+
+# -- a head with an input of its own: OpenKP's word_index ------------------------------------
+def _keyphrase_segments(config, rows, n=3, seed=13):
+    """n segments of `rows` rows with word_index [rows, T]: increasing word starts, 0 after the
+    last word (as KeyphraseSegmenter lays them out); the last segment resets row 0."""
+    segs = _rows(config, rows, n, seed)
+    rng = np.random.RandomState(seed)
+    for seg in segs:
+        index = np.zeros((rows, SEQ_LEN), "int64")
+        for r in range(rows):
+            starts = np.sort(rng.choice(np.arange(1, SEQ_LEN), rng.randint(1, SEQ_LEN),
+                                        replace=False))
+            index[r, :len(starts)] = starts
+        seg["word_index"] = index
+    return segs
+
+
+@pytest.mark.parametrize("mask_empty_memory", [False, True])
+def test_keyphrase_head_exports_with_word_index(tmp_path, mask_empty_memory):
+    """OpenKP's head declares word_index [B,T] int64 (Head.export_inputs): the export takes it
+    last, the sidecar lists it, Predictor.run needs it and matches dygraph to 1e-5."""
     from tasks.openkp.head import ErnieDocForKeyphrase
-    assert set(auto.head_names(exportable=True)) == set(auto.head_names()) - {
-        "pretraining", "keyphrase"}
-    for cls in (ErnieDocForPretraining, ErnieDocForKeyphrase):
-        with pytest.raises(ExportError, match=f"cannot export {cls.__name__}: expected "
-                                              f"ErnieDocModel or one of .*ErnieDocForHotpotQA"):
-            export(cls(tiny_config()), str(tmp_path / "x"), seq_len=SEQ_LEN)
+    paddle.seed(31)
+    model = ErnieDocForKeyphrase(tiny_config(mask_empty_memory=mask_empty_memory))
+    model.eval()
+    info = export(model, str(tmp_path / "kp"), seq_len=SEQ_LEN)
+    assert info["inputs"][-1] == {"name": "word_index", "shape": [-1, SEQ_LEN],
+                                  "dtype": "int64"}
+    assert info["head_inputs"]["word_index"]["high"] == SEQ_LEN
+    assert [o["name"] for o in info["outputs"]][:2] == ["logits", "memories"]
+    pred = Predictor(str(tmp_path / "kp"))
+    assert pred.head_inputs.keys() == {"word_index"}
+    segs = _keyphrase_segments(model.config, 2)
+    got = pred.stream(segs)
+    assert got[0]["logits"].shape == (2, SEQ_LEN, 5)
+    outs, mem, mask = [], None, None
+    with paddle.no_grad():
+        for seg in segs:
+            out = model(paddle.to_tensor(seg["input_ids"]), mem,
+                        paddle.to_tensor(seg["token_type_ids"]),
+                        paddle.to_tensor(seg["attention_mask"]),
+                        paddle.to_tensor(seg["reset_memory"]), mask,
+                        word_index=paddle.to_tensor(seg["word_index"]))
+            mem, mask = out.memories, out.memory_mask
+            outs.append({"logits": out.logits.numpy(), "memories": mem.numpy()})
+    _assert_close(got, outs)
+    # Run to run the same (paddle 3.x's fused oneDNN conv was right on the first run only).
+    again = pred.stream(segs)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(got, again) for k in a)
+
+    ids = segs[0]["input_ids"]
+    with pytest.raises(PredictorInputError, match=r"word_index is required by this export "
+                                                   r"\(ErnieDocForKeyphrase\): \[batch, seq_len\]"):
+        pred.run(ids)
+    with pytest.raises(PredictorInputError, match=r"word_index values must be in \[0, 8\)"):
+        pred.run(ids, word_index=segs[0]["word_index"] + SEQ_LEN)
+    with pytest.raises(PredictorInputError, match=r"word_index must have shape \[2, 8\]"):
+        pred.run(ids, word_index=np.zeros((2, 3), "int64"))
+    with pytest.raises(PredictorInputError, match=r"word_index must be an integer array"):
+        pred.run(ids, word_index=np.zeros((2, SEQ_LEN), "float32"))
+    with pytest.raises(PredictorInputError, match=r"unknown input\(s\) span: this export "
+                                                   r"takes head inputs: word_index"):
+        pred.run(ids, word_index=segs[0]["word_index"], span=1)
+
+
+def test_heads_without_inputs_of_their_own_refuse_them(bare):
+    _, pred, info = bare
+    assert "head_inputs" not in info and pred.head_inputs == {}
+    with pytest.raises(PredictorInputError, match=r"unknown input\(s\) word_index: this "
+                                                   r"export takes head inputs: none"):
+        pred.run(np.ones((1, SEQ_LEN), "int64"), word_index=np.zeros((1, SEQ_LEN), "int64"))
 
 
 def test_head_without_pooled_output_exports(tmp_path):
