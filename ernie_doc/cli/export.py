@@ -4,7 +4,7 @@
     ernie-doc export --config ernie-doc-base-en --output out/ernie_doc \
         [--head sequence_classification --num-labels 2 | question_answering |
          token_classification --num-labels N | multiple_choice --num-choices 4 |
-         pair_matching | hotpotqa]
+         pair_matching | hotpotqa | keyphrase]
         [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
 
 --config is a released name (ernie-doc-base-en ...: its weights, fetched once into the cache), a
@@ -15,8 +15,9 @@ ernie-doc-small). Writes
 <output>.meta.json; prints a JSON summary. A bad argument, config or checkpoint, or an output
 that cannot be written, prints one `error:` line and exits with 2, writing nothing
 (--debug: traceback). --head takes every head of the registry (ernie_doc.auto) that can be
-exported. See ernie_doc/inference.py for the exported signature and the Predictor that runs
-it.
+exported; a head that takes inputs of its own (keyphrase: word_index [B,T]) exports them after
+the encoder's, and the summary names them under "head_inputs". See ernie_doc/inference.py for
+the exported signature and the Predictor that runs it (CPU fp32 / bf16, GPU on CUDA builds).
 """
 import argparse
 import json
@@ -154,6 +155,7 @@ def _export(args):
         "batch_size": info["batch_size"],
         "memory_shape": info["memory_shape"],
         "inputs": [i["name"] for i in info["inputs"]],
+        "head_inputs": sorted(info.get("head_inputs", {})),
         "outputs": [o["name"] for o in info["outputs"]],
     }
     print(json.dumps(summary, indent=2))
