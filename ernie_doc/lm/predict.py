@@ -1,0 +1,285 @@
+"""Per-document perplexity and per-token log-probabilities from a trained language model
+(kind `language_model`): the `ernie_doc.pipeline.Pipeline` interface for Transformer-XL.
+
+    from ernie_doc.lm.predict import LMPipeline
+    pipe = LMPipeline.from_pretrained("output/wt103/best")   # the directory with task.json
+    pipe(["a document , one paragraph per line .\\nanother paragraph ."])
+    # → [{"doc_id": "0", "ppl": 312.4, "nll": 5.74, "tokens": 12, "unk": 0, "oov": 0,
+    #     "token_logprobs": [["document", -7.1], [",", -2.3], ...], "index": 0}]
+
+A document's text is encoded exactly as the training corpus was (`ernie_doc.lm.data`): lines
+end at "\\n" only (a last line without "\\n" is a line too; a leading BOM is dropped), a
+line's tokens are ``line.split()``, every line ends with `<eos>` (blank lines included),
+words outside the vocabulary become `<unk>`, and Segatron positions (when the model has
+`segment_positions`) are `to_global(sega_positions(lines))`, as `load_corpus` computes them.
+
+The tokens are then read under the run's evaluation protocol (`LanguageModelTask.
+eval_lengths`: task_options eval_tgt_len / eval_mem_len / eval_clamp_len / eval_same_length /
+eval_ext_len, None = Transformer-XL's defaults), exactly as `LMEvalStream` reads a split with
+one row: `LMStreams(ids, 1, tgt_len, ext_len)` segment by segment, starting with no memory and
+carrying the memories (and memory positions) from one segment to the next.
+
+Which tokens are predicted. As in evaluation, a token is predicted from the tokens before it,
+so the document's first token is context only and the other N − 1 are predicted (N = words +
+lines): a document that is a whole split file gets the total nll, token count and perplexity
+the run's evaluation of that split reports with eval_batch_size 1. `prepend_eos=True` reads
+the document after one `<eos>` instead (as a WikiText article follows the line before it in
+the corpus stream), so that all N tokens, the first word included, are predicted: exactly the
+reading of the text with a blank line put before it.
+
+Batching. Every batch row reads one document with its own memory (`rows` documents at once; a
+document enters a row as soon as one frees up). TransformerXLLM has no per-row "no memory"
+state (reset_memory zeroes a row's memory, and zeros are attended to), so rows are never
+mixed with a reset: each document keeps its own memory slices, and at each step the rows are
+run in groups that share (memory length, input length, target length), which is one group
+once memories are full. Rows do not interact in the model, so a document's numbers do not
+depend on the batch size or its neighbours (up to float rounding).
+"""
+import dataclasses
+import math
+import os
+from collections import defaultdict
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+import numpy as np
+import paddle
+
+from ernie_doc.config import ConfigError
+from ernie_doc.data import DataError
+from ernie_doc.data.document import Document
+from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
+from ernie_doc.lm.model import TransformerXLLM
+from ernie_doc.lm.task import load_vocabulary
+from ernie_doc.pipeline import ON_ERROR, InputProblem, PipelineError, read_task_record, to_document
+from ernie_doc.training.run_config import config_from_values
+from ernie_doc.training.state import TASK_FILE
+from ernie_doc.training.tasks import build_task
+
+__all__ = ["LMPipeline", "document_lines", "encode_document"]
+
+
+def document_lines(text: str) -> List[str]:
+    """A document's text → its lines, as `utf8_lines` reads a file: split at "\\n" only (not
+    at the "\\r", "\\x0b" ... `str.splitlines` also splits at), no empty line after a final
+    "\\n", a leading BOM dropped. ("\\r" left at a line end is whitespace to ``split``.)"""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+@dataclasses.dataclass
+class EncodedDocument:
+    """ids [N] int64 (one `<eos>` per line), words [N] (the text's words, `<eos>` at line
+    ends), positions [3, N] int32 global Segatron counters or None, unk (`<unk>` ids: the
+    text's own `<unk>` and the unknown words), oov (unknown words only: evaluation's
+    unk_in_split)."""
+    ids: np.ndarray
+    words: List[str]
+    positions: Optional[np.ndarray]
+    unk: int
+    oov: int
+
+
+def encode_document(text: str, vocab: Vocabulary, segment_positions: bool,
+                    prepend_eos: bool = False) -> EncodedDocument:
+    """Text → what LMStreams reads, encoded as `load_corpus` encodes a `.tokens` file (module
+    docstring). DataError for a text without a token."""
+    lines = document_lines(text)
+    if not any(line.split() for line in lines):
+        raise DataError("no tokens (empty or only blank lines)")
+    if prepend_eos:
+        # a blank line first: its <eos> is the context of the first word (and joins the
+        # first sentence in Segatron's positions, as a blank line at a file's start does)
+        lines = [""] + lines
+    ids, oov = vocab.encode_lines(lines, return_oov=True)
+    words = [w for line in lines for w in line.split() + [EOS]]
+    positions = to_global(sega_positions(lines)) if segment_positions else None
+    return EncodedDocument(ids, words, positions, int((ids == vocab.unk_id).sum()), int(oov))
+
+
+class _OptionsReader:
+    """The reader a saved model's LanguageModelTask is built over: its options only (the
+    documents come from the predict input, the vocabulary from the model directory)."""
+
+    @staticmethod
+    def options(given):
+        return dict(given)
+
+    def read(self, data_dir, split, options):
+        raise DataError("a saved language model reads its documents from the predict input")
+
+
+@dataclasses.dataclass
+class _Reading:
+    """A document in a batch row: its segments, the next one, its memory slices (memories
+    [n_layer, 1, M, d_model], memory_positions [3, 1, M]; None before the first segment) and
+    the per-token nll read so far."""
+    index: int
+    doc: Document
+    encoded: EncodedDocument
+    streams: LMStreams
+    step: int = 0
+    memories: Optional[paddle.Tensor] = None
+    memory_positions: Optional[paddle.Tensor] = None
+    nll: List[np.ndarray] = dataclasses.field(default_factory=list)
+
+
+class LMPipeline:
+    """A trained Transformer-XL language model ready to score documents (module docstring).
+    `lengths`: the eval protocol (tgt_len, mem_len, clamp_len, same_length, ext_len);
+    `rows`: documents read at once."""
+
+    def __init__(self, model: TransformerXLLM, vocab: Vocabulary, lengths: Dict[str, Any],
+                 rows: int = 1, on_error: str = "record", prepend_eos: bool = False,
+                 cfg=None, task=None):
+        if on_error not in ON_ERROR:
+            raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        if not isinstance(rows, int) or rows < 1:
+            raise PipelineError(f"batch size must be a positive integer, got {rows!r}")
+        if len(vocab) != model.config.vocab_size:
+            raise PipelineError(f"the vocabulary has {len(vocab)} tokens, the model's "
+                                f"vocab_size is {model.config.vocab_size}")
+        self.vocab, self.lengths, self.rows = vocab, dict(lengths), rows
+        self.on_error, self.prepend_eos, self.cfg, self.task = on_error, prepend_eos, cfg, task
+        # the eval protocol for good (LMEvalStream.protocol switches it for one reading;
+        # this model only ever reads under it)
+        model.config = dataclasses.replace(
+            model.config, **{k: v for k, v in self.lengths.items() if k != "tgt_len"})
+        self.model = model
+        self.model.eval()
+
+    @classmethod
+    def from_pretrained(cls, directory: str, batch_size: Optional[int] = None,
+                        on_error: str = "record", device: str = "cpu",
+                        prepend_eos: bool = False) -> "LMPipeline":
+        """`directory`: a saved language model with task.json (a run's best/ or final/,
+        resolved by `ernie_doc.pipeline.model_directory`). batch_size None: the run's
+        eval_batch_size, else batch_size. PipelineError (one line) for any problem."""
+        from ernie_doc.checkpoint.errors import CheckpointError
+        record = read_task_record(directory)
+        source = os.path.join(directory, TASK_FILE)
+        if record["kind"] != "language_model":
+            raise PipelineError(f"{source}: kind {record['kind']!r}, not a language model "
+                                f"(use ernie_doc.pipeline.Pipeline)")
+        given = dict(record["config"])
+        # the saved lm_config.json already holds the run's model_overrides: not re-applied
+        given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
+                     device=device, model_overrides={})
+        try:
+            cfg = config_from_values(given, source)
+            paddle.set_device("gpu" if device == "gpu" else "cpu")
+            # the task validates task_options and computes the protocol as evaluation does
+            task = build_task(cfg, _OptionsReader())
+            lengths = task.eval_lengths()
+            vocab = load_vocabulary(directory)
+            model = TransformerXLLM.from_pretrained(directory)
+        except (ConfigError, DataError, CheckpointError, ValueError) as e:
+            raise PipelineError(str(e).splitlines()[0] if str(e) else repr(e)) from None
+        rows = batch_size or cfg.eval_batch_size or cfg.batch_size
+        return cls(model, vocab, lengths, rows, on_error, prepend_eos, cfg, task)
+
+    # -- documents → records ---------------------------------------------------------------
+    def __call__(self, documents: Iterable[Any]) -> List[dict]:
+        """Score every document → one record per document, in input order."""
+        return sorted(self.stream(documents), key=lambda r: r["index"])
+
+    def _problem(self, index: int, doc_id: str, message: str) -> dict:
+        if self.on_error == "fail":
+            raise PipelineError(f"document {doc_id!r} (input item {index + 1}): {message}")
+        return {"doc_id": doc_id, "index": index, "error": message}
+
+    def _start(self, index: int, doc: Document) -> _Reading:
+        """A document → its reading (DataError: not a document this model can score)."""
+        if doc.text is None:
+            raise DataError("no 'text' (a language model scores text)")
+        encoded = encode_document(doc.text, self.vocab, self.model.config.segment_positions,
+                                  self.prepend_eos)
+        ext = self.lengths["ext_len"]
+        if ext and self.model.uses_memory and len(encoded.ids) - 1 <= ext:
+            # the model caches all but the last ext_len inputs of a segment
+            raise DataError(f"{len(encoded.ids)} tokens: too few for eval_ext_len {ext}")
+        streams = LMStreams(encoded.ids, 1, self.lengths["tgt_len"], ext, encoded.positions)
+        return _Reading(index, doc, encoded, streams)
+
+    def _record(self, r: _Reading) -> dict:
+        nll = np.concatenate(r.nll).astype(np.float64)
+        words = r.encoded.words[1:]   # targets: every token after the first (module docstring)
+        assert len(words) == len(nll), (len(words), len(nll))
+        mean = float(nll.sum()) / len(nll)
+        return {"doc_id": r.doc.doc_id, "ppl": math.exp(min(mean, 50.0)), "nll": mean,
+                "tokens": int(len(nll)), "unk": r.encoded.unk, "oov": r.encoded.oov,
+                "token_logprobs": [[w, -float(x)] for w, x in zip(words, nll)],
+                "index": r.index}
+
+    def _step(self, readings: List[_Reading]) -> None:
+        """Each reading's next segment: rows grouped by (memory length, input length, target
+        length), every group one forward pass, memories split back to their documents."""
+        groups = defaultdict(list)
+        for r in readings:
+            batch = r.streams.batch(r.step)
+            mlen = 0 if r.memories is None else int(r.memories.shape[2])
+            groups[(mlen, batch.input.shape[1], batch.target.shape[1])].append((r, batch))
+        for (mlen, _, _), members in groups.items():
+            inputs = paddle.to_tensor(np.concatenate([b.input for _, b in members]))
+            target = paddle.to_tensor(np.concatenate([b.target for _, b in members]))
+            positions = memories = memory_positions = None
+            if self.model.config.segment_positions:
+                positions = paddle.to_tensor(np.concatenate([b.positions for _, b in members],
+                                                            axis=1))
+            if mlen:
+                memories = paddle.concat([r.memories for r, _ in members], axis=1)
+                if self.model.config.segment_positions:
+                    memory_positions = paddle.concat([r.memory_positions for r, _ in members],
+                                                     axis=1)
+            with paddle.no_grad():
+                out = self.model(inputs, target, memories, None, positions, memory_positions)
+            nll = out.nll.astype("float32").numpy()       # [rows, T]
+            for row, (r, _) in enumerate(members):
+                r.nll.append(nll[row])
+                r.step += 1
+                if out.memories is not None:
+                    r.memories = out.memories[:, row:row + 1]            # [n_layer, 1, M, d]
+                if out.memory_positions is not None:
+                    r.memory_positions = out.memory_positions[:, row:row + 1]   # [3, 1, M]
+
+    def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
+        """Score documents as they come → records in the order documents finish, each with
+        `index`, its input position: {"doc_id", "ppl", "nll" (mean nats per predicted
+        token), "tokens" (predicted tokens), "unk" (`<unk>` ids in the document), "oov"
+        (words outside the vocabulary), "token_logprobs" ([word, natural log-probability]
+        per predicted token, in order; a word outside the vocabulary is scored as `<unk>`),
+        "index"}; a bad document {"doc_id", "index", "error"} (on_error "record") or
+        PipelineError ("fail"). `skip`: document ids not to score (resume)."""
+        skip, seen = set(skip), set()
+        source = enumerate(documents)
+        active: List[_Reading] = []
+        exhausted = False
+        while True:
+            while not exhausted and len(active) < self.rows:
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                    break
+                index, doc = item[0], to_document(*item)
+                if doc.doc_id in skip:
+                    continue
+                if doc.doc_id in seen:
+                    yield self._problem(index, doc.doc_id, "duplicate document id")
+                    continue
+                seen.add(doc.doc_id)
+                if isinstance(doc, InputProblem):
+                    yield self._problem(index, doc.doc_id, doc.message)
+                    continue
+                try:
+                    active.append(self._start(index, doc))
+                except DataError as e:
+                    yield self._problem(index, doc.doc_id, str(e))
+            if not active:
+                return
+            self._step(active)
+            for r in [r for r in active if r.step == len(r.streams)]:
+                active.remove(r)
+                yield self._record(r)
