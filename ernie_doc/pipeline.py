@@ -24,6 +24,7 @@ import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 import numpy as np
@@ -124,6 +125,63 @@ def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
                                     f"{type(item).__name__}")
 
 
+ENGINES = ("auto", "dygraph", "inference")
+
+
+def is_export(directory: str) -> bool:
+    """Whether `directory` holds a model exported for paddle.inference (a *.meta.json)."""
+    from ernie_doc.inference import META_SUFFIX
+    return any(name.endswith(META_SUFFIX) for name in os.listdir(directory))
+
+
+class ExportedModel:
+    """An exported model (ernie_doc.inference.Predictor: paddle.inference, oneDNN fp32 or bf16
+    on CPU, or GPU) behind the call the task kinds make of a dygraph head: (input_ids [B, T],
+    memories [L, B, M, H], token_type_ids, attention_mask, reset_memory [B], memory_mask,
+    head inputs) → an object with the head's outputs (logits ...) and the new memories as
+    tensors. The task's own forward and row_outputs then run unchanged."""
+
+    def __init__(self, predictor):
+        self.predictor = predictor
+        self.config = predictor.config
+
+    def eval(self) -> "ExportedModel":
+        return self
+
+    def __call__(self, input_ids, memories=None, token_type_ids=None, attention_mask=None,
+                 reset_memory=None, memory_mask=None, **head_inputs):
+        def host(t):
+            return None if t is None else t.numpy()
+        outputs = self.predictor.run(host(input_ids), host(attention_mask),
+                                     host(token_type_ids), host(memories), host(reset_memory),
+                                     host(memory_mask),
+                                     **{k: host(v) for k, v in head_inputs.items()})
+        fields = {k: paddle.to_tensor(v) for k, v in outputs.items()}
+        fields.setdefault("memories", None)
+        fields.setdefault("memory_mask", None)
+        return SimpleNamespace(**fields)
+
+
+def exported_model(directory: str, cfg, task, device: str, precision: str,
+                   threads: int) -> ExportedModel:
+    """The export in `directory` under paddle.inference, checked against the task: the head
+    class it was trained with, and segments of the run's max_seq_len."""
+    from ernie_doc.inference import EngineError, ExportError, Predictor
+    try:
+        predictor = Predictor(directory, threads=threads, device=device, precision=precision)
+    except (EngineError, ExportError) as e:
+        raise PipelineError(str(e)) from None
+    wanted, found = task.head_class.__name__, predictor.meta.get("model_class")
+    if found != wanted:
+        raise PipelineError(f"{directory}: the export holds {found}; task kind {cfg.kind!r} "
+                            f"reads the outputs of {wanted} (export with its --head)")
+    if predictor.seq_len != cfg.max_seq_len:
+        raise PipelineError(f"{directory}: exported with seq_len {predictor.seq_len}, but the "
+                            f"model reads segments of max_seq_len {cfg.max_seq_len}: export "
+                            f"again with --seq-len {cfg.max_seq_len}")
+    return ExportedModel(predictor)
+
+
 class Pipeline:
     """A fine-tuned ERNIE-Doc model with its task kind, ready to predict documents.
     `rows`: batch rows (memory streams) read at once, a multiple of the kind's group size."""
@@ -142,10 +200,28 @@ class Pipeline:
 
     @classmethod
     def from_pretrained(cls, path: str, batch_size: Optional[int] = None,
-                        on_error: str = "record", device: str = "cpu") -> "Pipeline":
-        """`path`: a fine-tuning run directory (its best/, else final/), or a saved model
-        directory with task.json."""
+                        on_error: str = "record", device: str = "cpu", engine: str = "auto",
+                        precision: str = "fp32", threads: int = 1) -> "Pipeline":
+        """`path`: a fine-tuning run directory (its best/, else final/), a saved model
+        directory with task.json, or an export of one (`ernie-doc export --config best/`
+        copies task.json and the tokenizer beside it). engine: dygraph, inference (the
+        export under paddle.inference: precision fp32 or bf16 on CPU, fp16 / bf16 on GPU;
+        threads: its CPU threads), or auto (inference for an export)."""
+        if engine not in ENGINES:
+            raise PipelineError(f"engine must be one of {ENGINES}, got {engine!r}")
         directory = model_directory(path)
+        exported = is_export(directory)
+        if engine == "auto":
+            engine = "inference" if exported else "dygraph"
+        if engine == "inference" and not exported:
+            raise PipelineError(f"{directory}: engine inference needs an exported model "
+                                f"(ernie-doc export --config {directory} ...)")
+        if engine == "dygraph" and exported and not os.path.isfile(
+                os.path.join(directory, "config.json")):
+            raise PipelineError(f"{directory}: an exported model runs on engine inference")
+        if engine == "dygraph" and precision != "fp32":
+            raise PipelineError(f"precision {precision}: the dygraph engine runs fp32; "
+                                f"export the model for bf16 (engine inference)")
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)
         given = dict(record["config"])
@@ -159,7 +235,10 @@ class Pipeline:
             run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device)
             pretokenized = task.id_vocabulary() is not None
             run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
-            run.model = build_model(run, run.special)
+            if engine == "inference":
+                run.model = exported_model(directory, cfg, task, device, precision, threads)
+            else:
+                run.model = build_model(run, run.special)
             setup_reading(run, run.special)
         except (ConfigError, DataError) as e:
             raise PipelineError(str(e)) from None
@@ -287,22 +366,26 @@ class TwoStagePipeline:
 
 
 def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
-             on_error: str = "record", device: str = "cpu"):
-    """The pipeline for a saved model (a run directory, best/ or final/), whatever its kind:
-    document kinds → Pipeline; the language model → lm.predict.LMPipeline; HotpotQA's
-    evidence model with `answer_model` → TwoStagePipeline. All have `__call__(documents)` (input
-    order) and `stream(documents, skip)`."""
+             on_error: str = "record", device: str = "cpu", engine: str = "auto",
+             precision: str = "fp32", threads: int = 1):
+    """The pipeline for a saved model (a run directory, best/ or final/, or an export),
+    whatever its kind: document kinds → Pipeline; the language model → lm.predict.LMPipeline
+    (dygraph); HotpotQA's evidence model with `answer_model` → TwoStagePipeline. All have
+    `__call__(documents)` (input order) and `stream(documents, skip)`."""
     directory = model_directory(model)
     if read_task_record(directory)["kind"] == "language_model":
         if answer_model:
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
+        if engine == "inference" or precision != "fp32":
+            raise PipelineError("the language model predicts on the dygraph engine in fp32")
         from ernie_doc.lm.predict import LMPipeline
         return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
-    first = Pipeline.from_pretrained(directory, batch_size, on_error, device)
+    options = dict(batch_size=batch_size, on_error=on_error, device=device, engine=engine,
+                   precision=precision, threads=threads)
+    first = Pipeline.from_pretrained(directory, **options)
     if not answer_model:
         return first
-    return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, batch_size, on_error,
-                                                            device))
+    return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, **options))
 
 
 # -- input files -------------------------------------------------------------------------------

@@ -198,6 +198,39 @@ def test_hotpotqa_two_stages_equal_the_two_runs(tmp_path):
         pipeline(str(second), answer_model=str(first))
 
 
+def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
+    """ernie-doc export of best/ carries task.json and the tokenizer; engine inference (fp32,
+    oneDNN) gives dygraph's predictions; bf16 runs where the CPU has it, else is refused."""
+    data, out = imdb_run
+    export = tmp_path / "export"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "export_model.py"),
+                           "--config", str(out / "best"), "--head", "sequence_classification",
+                           "--output", str(export / "model")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {"task.json", "vocab.txt", "model.meta.json"} <= set(os.listdir(export))
+    docs = load_reader("imdb").read(str(data), "test", {})
+    dygraph = Pipeline.from_pretrained(str(out))(docs)
+    engine = Pipeline.from_pretrained(str(export))   # auto: an export runs on inference
+    assert type(engine.model).__name__ == "ExportedModel"
+    exported = engine(docs)
+    for a, b in zip(dygraph, exported):
+        assert a["pred"] == b["pred"] and a["segments"] == b["segments"]
+        np.testing.assert_allclose(a["probs"], b["probs"], atol=1e-5)
+    from ernie_doc.inference import BF16_CPU_FLAGS, cpu_flags
+    if set(BF16_CPU_FLAGS) & cpu_flags():
+        bf16 = Pipeline.from_pretrained(str(export), precision="bf16")(docs)
+        agree = np.mean([a["pred"] == b["pred"] for a, b in zip(dygraph, bf16)])
+        assert agree >= 0.75, agree   # 8 near-tied documents of a tiny model
+    else:
+        with pytest.raises(PipelineError, match="avx512_bf16 or amx_bf16"):
+            Pipeline.from_pretrained(str(export), precision="bf16")
+    with pytest.raises(PipelineError, match="engine inference needs an exported model"):
+        Pipeline.from_pretrained(str(out), engine="inference")
+    with pytest.raises(PipelineError, match="the dygraph engine runs fp32"):
+        Pipeline.from_pretrained(str(out), precision="bf16")
+
+
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
     _, out = imdb_run
     inputs = tmp_path / "in.jsonl"

@@ -134,13 +134,50 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise
 
 
+PREDICT_FILES = ("task.json", "encoder.json", "vocab.bpe", "vocab.txt", "tokenizer_config.json")
+
+
+def predict_files(source: str) -> List[str]:
+    """A fine-tuned model directory's files that `ernie-doc predict` needs beside an export:
+    task.json (task kind, labels, reading settings) and the tokenizer's files; [] when
+    `source` is not such a directory."""
+    if not os.path.isfile(os.path.join(source, "task.json")):
+        return []
+    names = [n for n in sorted(os.listdir(source))
+             if n in PREDICT_FILES or n.endswith(".model")]   # SentencePiece
+    return [os.path.join(source, n) for n in names if os.path.isfile(os.path.join(source, n))]
+
+
+def run_seq_len(source: str) -> Optional[int]:
+    """The max_seq_len a fine-tuned model was trained with (its task.json), or None."""
+    from ernie_doc.config import ConfigError
+    from ernie_doc.utils import read_json
+    path = os.path.join(source, "task.json")
+    if not os.path.isfile(path):
+        return None
+    record = read_json(path, ConfigError)
+    value = record.get("config", {}).get("max_seq_len") if isinstance(record, dict) else None
+    return value if isinstance(value, int) else None
+
+
 def _export(args):
+    import shutil
+
     from ernie_doc.inference import ExportError, export
     model, source = build_model(args)
-    seq_len = args.seq_len or model.config.max_position_embeddings
+    directory = args.config if os.path.isdir(args.config) else ""
+    # the run's segment length T: predict reads documents in the windows training used
+    seq_len = args.seq_len or (directory and run_seq_len(directory)) or \
+        model.config.max_position_embeddings
     if seq_len > model.config.max_position_embeddings:
         raise ExportError(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
                           f"{model.config.max_position_embeddings}")
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    os.makedirs(out_dir, exist_ok=True)
+    copied = []
+    for path in predict_files(directory) if directory else []:   # before the sidecar, which
+        shutil.copy2(path, os.path.join(out_dir, os.path.basename(path)))   # completes it
+        copied.append(os.path.basename(path))
     info = export(model, args.output, seq_len=seq_len, batch_size=args.batch_size)
     if source == "random":
         print("warning: --config is a config, not a checkpoint: exported random weights",
@@ -157,6 +194,7 @@ def _export(args):
         "inputs": [i["name"] for i in info["inputs"]],
         "head_inputs": sorted(info.get("head_inputs", {})),
         "outputs": [o["name"] for o in info["outputs"]],
+        "predict_files": copied,
     }
     print(json.dumps(summary, indent=2))
     return 0

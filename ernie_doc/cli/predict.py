@@ -24,7 +24,7 @@ from typing import List, Optional
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.pipeline import INPUT_FORMATS, ON_ERROR
+    from ernie_doc.pipeline import ENGINES, INPUT_FORMATS, ON_ERROR
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/")
     p.add_argument("--input", required=True, help="a .txt file, a directory of .txt files, a "
@@ -36,13 +36,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="input format (default: from the path)")
     p.add_argument("--batch-size", type=int, help="rows read at once (default: the run's "
                                                   "eval_batch_size, else batch_size)")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="dygraph, or inference (an export under paddle.inference); default: "
+                        "inference for an exported model, else dygraph")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="engine inference: bf16 on a CPU with AVX512-BF16 / AMX, fp16 / bf16 "
+                        "on GPU")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--on-error", choices=ON_ERROR, default="record",
                    help="record: a line with an error field for a bad document (default); "
                         "fail: stop with one error line")
     p.add_argument("--resume", action="store_true",
                    help="continue --output: skip the documents already in it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
-    p.add_argument("--threads", type=int, default=0, help="CPU math threads (0: paddle's)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU math threads (0: paddle's default; engine inference: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
@@ -91,7 +99,8 @@ def run(args: argparse.Namespace) -> dict:
     check_paths(args)
     if args.threads:
         set_paddle_threads(args.threads)
-    pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error)
+    pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error, args.device,
+                    args.engine, args.precision, args.threads or 1)
     done = completed_ids(args.output) if args.resume else []
     total = count_inputs(args.input, args.format)
     counts = {"documents": 0, "errors": 0, "skipped": len(done)}
