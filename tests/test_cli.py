@@ -21,14 +21,16 @@ def test_help_version_and_unknown_command():
     proc = run_cli("--help")
     assert proc.returncode == 0
     for name in ("finetune", "pretrain", "export", "convert", "benchmark", "benchmark-model",
-                 "benchmark-train", "train-tokenizer", "run-document", "predict", "download"):
+                 "benchmark-train", "benchmark-predict", "train-tokenizer", "run-document",
+                 "predict", "download"):
         assert re.search(rf"^  {name} +\S", proc.stdout, re.M), name
     assert run_cli("--version").stdout.strip() == f"ernie-doc {ernie_doc.__version__}"
     proc = run_cli("fine-tune")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: unknown command 'fine-tune'; choose one of "
                                    "finetune, pretrain, export, convert, benchmark, "
-                                   "benchmark-model, benchmark-train, train-tokenizer, "
+                                   "benchmark-model, benchmark-train, benchmark-predict, "
+                                   "train-tokenizer, "
                                    "run-document, predict, download")
 
 

@@ -231,6 +231,29 @@ def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
         Pipeline.from_pretrained(str(out), precision="bf16")
 
 
+def test_benchmark_predict_reports_every_engine(imdb_run, tmp_path):
+    from ernie_doc.cli import benchmark_predict
+    data, out = imdb_run
+    docs = load_reader("imdb").read(str(data), "test", {})
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n"
+                              for d in docs), encoding="utf-8")
+    report = tmp_path / "bench.json"
+    assert benchmark_predict.main([str(out), "--input", str(inputs), "--limit", "6",
+                                   "--warmup", "2", "--output", str(report)]) == 0
+    engines = json.loads(report.read_text())["engines"]
+    for name in ("dygraph", "inference"):
+        e = engines[name]
+        assert e["documents"] == 6 and e["tokens"] > 0 and e["model_calls"] > 0
+        assert 0 < e["model_seconds"] <= e["seconds"]
+        assert e["end_to_end_over_forward"] == pytest.approx(e["model_seconds"] / e["seconds"],
+                                                              abs=0.02)   # rounded times
+    assert engines["inference"]["agreement_with_dygraph"]["same_prediction"] == 1.0
+    assert engines["inference"]["agreement_with_dygraph"]["max_prob_diff"] <= 1e-5
+    bf16 = engines["inference-bf16"]
+    assert "agreement_with_dygraph" in bf16 or "avx512_bf16" in bf16["skipped"]
+
+
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
     _, out = imdb_run
     inputs = tmp_path / "in.jsonl"

@@ -35,6 +35,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
                                                          "PaddleNLP, parity and streaming"),
     "benchmark-train": ("ernie_doc.cli.benchmark_train", "pretraining throughput: real runs "
                                                          "with 1..N processes"),
+    "benchmark-predict": ("ernie_doc.cli.benchmark_predict", "predict throughput per engine "
+                                                             "on real documents"),
     "train-tokenizer": ("ernie_doc.cli.train_tokenizer", "train a SentencePiece tokenizer"),
     "run-document": ("ernie_doc.cli.run_document", "read one long document segment by "
                                                    "segment"),
