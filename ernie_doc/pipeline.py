@@ -152,6 +152,8 @@ class ExportedModel:
                  reset_memory=None, memory_mask=None, **head_inputs):
         def host(t):
             return None if t is None else t.numpy()
+        if not self.predictor.has_memory:   # recurrence none: the export takes no memory
+            memories = reset_memory = memory_mask = None
         outputs = self.predictor.run(host(input_ids), host(attention_mask),
                                      host(token_type_ids), host(memories), host(reset_memory),
                                      host(memory_mask),
@@ -196,6 +198,8 @@ class Pipeline:
         self.run, self.task, self.model, self.tokenizer = run, run.task, run.model, run.tokenizer
         self.cfg, self.rows, self.group, self.on_error = run.cfg, rows, group, on_error
         self.pad_id = run.special["pad"]
+        self.amp = bool(self.cfg.amp) and run.device == "gpu" and \
+            isinstance(self.model, paddle.nn.Layer)
         self.model.eval()
 
     @classmethod
@@ -310,7 +314,8 @@ class Pipeline:
                 resets.extend([reset] * g)
             batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
             tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
-            with paddle.no_grad():
+            # as evaluation reads: under AMP when the run trained with it (dygraph on a GPU)
+            with paddle.no_grad(), paddle.amp.auto_cast(enable=self.amp):
                 out, carry = task.forward(self.model, tensors, carry)
             collect_row_outputs(task, batch, tensors, out, g, outputs)
             for key, seg, _ in step:
