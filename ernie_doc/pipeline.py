@@ -106,7 +106,8 @@ class _SavedReader:
 
 def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
     """A str (text), a Document, or a dict of the task's fields (`id` / `doc_id`, `text`,
-    `label`, `ids`, anything else into `fields`) → Document."""
+    `ids`, anything else into `fields`) → Document. A dict's `label` stays a field: predict
+    reads no gold, so a label outside the model's set is no error."""
     if isinstance(item, (Document, InputProblem)):
         return item
     if isinstance(item, str):
@@ -115,12 +116,10 @@ def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
         fields = dict(item)
         doc_id = fields.pop("doc_id", fields.pop("id", None))
         doc_id = str(index) if doc_id is None else str(doc_id)
-        text, label, ids = fields.pop("text", None), fields.pop("label", None), \
-            fields.pop("ids", None)
+        text, ids = fields.pop("text", None), fields.pop("ids", None)
         if text is not None and not isinstance(text, str):
             return InputProblem(doc_id, "'text' must be a string")
-        return Document(doc_id, text=text, label=None if label is None else str(label),
-                        ids=ids, fields=fields)
+        return Document(doc_id, text=text, ids=ids, fields=fields)
     return InputProblem(str(index), f"expected text, a Document or a dict, got "
                                     f"{type(item).__name__}")
 

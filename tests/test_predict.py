@@ -265,11 +265,14 @@ def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
         f.write(b"{not json\n")
         f.write(json.dumps({"id": "a", "text": "again"}).encode() + b"\n")   # duplicate id
         f.write(json.dumps({"id": "b", "text": "bad plot " * 50}).encode() + b"\n")
+        # a gold label, even one the model never saw, is not read
+        f.write(json.dumps({"id": "c", "text": "fine", "label": "zzz"}).encode() + b"\n")
     preds = tmp_path / "preds.jsonl"
     proc = predict_cli(out, "--input", inputs, "--output", preds)
     records = {r["doc_id"]: r for r in read_jsonl(preds)}
     assert json.loads(proc.stdout.strip().splitlines()[-1])["errors"] == 5
     assert "pred" in records["a"] and "pred" in records["b"] and records["b"]["segments"] > 3
+    assert records["c"]["pred"] in ("0", "1")
     errors = {k: r["error"] for k, r in records.items() if "error" in r}
     assert set(errors) == {"empty", f"{inputs}:3", "nofield", f"{inputs}:5"}
     assert "not UTF-8" in errors[f"{inputs}:3"] and "invalid JSON" in errors[f"{inputs}:5"]
