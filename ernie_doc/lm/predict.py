@@ -50,9 +50,9 @@ from ernie_doc.data.document import Document
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.task import load_vocabulary
-from ernie_doc.pipeline import ON_ERROR, InputProblem, PipelineError, read_task_record, to_document
+from ernie_doc.predict_io import (ON_ERROR, TASK_FILE, InputProblem, PipelineError,
+                                  read_task_record, to_document)
 from ernie_doc.training.run_config import config_from_values
-from ernie_doc.training.state import TASK_FILE
 from ernie_doc.training.tasks import build_task
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]

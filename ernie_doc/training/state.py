@@ -27,6 +27,7 @@ import zipfile
 import numpy as np
 import paddle
 
+from ernie_doc.predict_io import TASK_FILE
 from ernie_doc.training import distributed as dist
 from ernie_doc.utils import dtype_name, short_list
 
@@ -391,7 +392,6 @@ def load_training_state(path, model, optimizer):
     return state, arrays
 
 
-TASK_FILE = "task.json"   # beside a saved model: how to read documents for it (pipeline)
 
 
 def _save_model_dir(path, model, tokenizer_files, task):
