@@ -55,12 +55,13 @@ def build_optimizer(model, cfg, total_steps, num_layers):
     warmup = cfg.get("warmup_steps") or int(total_steps * cfg["warmup_proportion"])
     scheduler = paddle.optimizer.lr.LambdaDecay(
         cfg["learning_rate"], lr_lambda(cfg["lr_schedule"], warmup, total_steps))
+    weight_decay = float(cfg["weight_decay"])   # paddle 2.6's AdamW refuses an int (0)
     groups = {}
     for name, param in model.named_parameters():
         if param.stop_gradient:
             continue
         key = (layer_ratio(name, num_layers, cfg["layer_decay"]),
-               cfg["weight_decay"] if decays(param) else 0.0)
+               weight_decay if decays(param) else 0.0)
         groups.setdefault(key, []).append(param)
     param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
                     for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
@@ -69,5 +70,5 @@ def build_optimizer(model, cfg, total_steps, num_layers):
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,
                                        beta1=0.9, beta2=0.999,
                                        epsilon=cfg.get("adam_epsilon", 1e-8),
-                                       weight_decay=cfg["weight_decay"], grad_clip=clip)
+                                       weight_decay=weight_decay, grad_clip=clip)
     return optimizer, scheduler
