@@ -97,3 +97,27 @@ def assert_two_ranks_equal_one_process(dp, single):
         with open(run / "train_log.jsonl") as f:
             logs.append([json.loads(line) for line in f])
     return logs
+
+
+def write_wikitext(path, lines, seed, words=40, unseen=0, periods=0.0):
+    """WikiText-like token lines at `path`: headings and blank lines, and paragraphs of 5..30
+    words with a learnable pattern (w_i often followed by w_{i+1}); `unseen` words only this
+    file has (→ <unk>); `periods`: the chance of a "." after a word."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(lines):
+        if i % 7 == 0:
+            out += [f" = Heading {i} = ", ""]
+            continue
+        n, w = int(rng.integers(5, 30)), int(rng.integers(words))
+        toks = []
+        for _ in range(n):
+            w = (w + 1) % words if rng.random() < 0.7 else int(rng.integers(words))
+            toks.append(f"w{w}")
+            if periods and rng.random() < periods:
+                toks.append(".")
+        if unseen and rng.random() < 0.3:
+            toks.append(f"new{int(rng.integers(unseen))}")
+        out.append(" " + " ".join(toks) + " . ")
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return path

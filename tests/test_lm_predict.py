@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, write_wikitext
 
 from ernie_doc.lm.data import Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
@@ -21,28 +21,10 @@ from ernie_doc.training.trainer import run
 TINY = str(ROOT / "tasks" / "wikitext103" / "config_tiny.yaml")
 
 
-def write_tokens(path, lines, seed, words=700, unseen=0):
-    """WikiText-like lines: headings, blank lines, paragraphs of w_i mostly followed by
-    w_{i+1}; `unseen` words only this file has (→ <unk>). 700 words: a vocabulary beyond
+def write_tokens(path, lines, seed, unseen=0):
+    """WikiText-like lines (helpers.write_wikitext) over 700 words: a vocabulary beyond
     config_tiny's adaptive-softmax cutoff 500, so both clusters are read."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(lines):
-        if i % 7 == 0:
-            out += [f" = Heading {i} = ", ""]
-            continue
-        n, w = int(rng.integers(5, 30)), int(rng.integers(words))
-        toks = []
-        for _ in range(n):
-            w = (w + 1) % words if rng.random() < 0.7 else int(rng.integers(words))
-            toks.append(f"w{w}")
-            if rng.random() < 0.1:
-                toks.append(".")
-        if unseen and rng.random() < 0.3:
-            toks.append(f"new{int(rng.integers(unseen))}")
-        out.append(" " + " ".join(toks) + " . ")
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    return path
+    return write_wikitext(path, lines, seed, words=700, unseen=unseen, periods=0.1)
 
 
 def tiny(data, out, *extra):

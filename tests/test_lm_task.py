@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
+from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks, write_wikitext
 from safetensors.numpy import load_file
 
 from ernie_doc.config import ConfigError
@@ -24,26 +24,7 @@ from ernie_doc.training.trainer import run
 PY = sys.executable
 
 
-def write_tokens(path, lines, seed, words=40, unseen=0):
-    """`lines` paragraphs of 5..30 words with a learnable pattern (w_i is often followed by
-    w_{i+1}), headings and blank lines like WikiText; `unseen` words only this file has."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(lines):
-        if i % 7 == 0:
-            out.append(f" = Heading {i} = ")
-            out.append("")
-            continue
-        n, w = int(rng.integers(5, 30)), int(rng.integers(words))
-        toks = []
-        for _ in range(n):
-            w = (w + 1) % words if rng.random() < 0.7 else int(rng.integers(words))
-            toks.append(f"w{w}")
-        if unseen and rng.random() < 0.3:
-            toks.append(f"new{int(rng.integers(unseen))}")
-        out.append(" " + " ".join(toks) + " . ")
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    return path
+write_tokens = write_wikitext   # 40 words, no extra periods
 
 
 @pytest.fixture(scope="module")

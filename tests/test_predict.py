@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import ROOT
 from test_span_tasks import HANZI as ZH
-from test_span_tasks import SPAN_COMMON, squad_json, zh_questions
+from test_span_tasks import SPAN_COMMON, c3_data, squad_json, zh_questions
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
 from ernie_doc.pipeline import Pipeline, PipelineError, completed_ids, pipeline, read_inputs
@@ -113,18 +113,7 @@ def test_span_predict_equals_evaluation(tmp_path):
 
 
 def test_choice_predict_equals_evaluation(tmp_path):
-    rng = np.random.default_rng(5)
-    data = tmp_path / "c3"
-    data.mkdir()
-    for split, n in (("train", 8), ("dev", 5), ("test", 2)):
-        entries = []
-        for i in range(n):
-            ctx = "".join(rng.choice(ZH, size=int(rng.integers(10, 40))))
-            choices = ["北京", "中国", "海淀"][: 2 + i % 2]
-            entries.append([[ctx], [{"question": "在哪里", "choice": choices,
-                                     "answer": choices[i % len(choices)]}], f"{split}-{i}"])
-        (data / f"c3-m-{split}.json").write_text(json.dumps(entries, ensure_ascii=False),
-                                                 encoding="utf-8")
+    data = c3_data(tmp_path, (("train", 8), ("dev", 5), ("test", 2)))
     out = tmp_path / "out"
     run_task("c3", data, out, vocab_dir(tmp_path / "vocab", ZH), "stride=4", "batch_size=8")
     docs = load_reader("c3").read(str(data), "dev", {})

@@ -261,11 +261,12 @@ def test_triviaqa_run_sh_on_the_original_format(tmp_path):
     assert len(preds) == 4 and all(p["references"] for p in preds)
 
 
-def test_c3_run_sh_rows_per_choice(tmp_path):
+def c3_data(tmp_path, sizes=(("train", 8), ("dev", 4), ("test", 4))):
+    """C3 files in the official layout: questions with 2 or 3 choices over random contexts."""
     rng = np.random.default_rng(5)
     data = tmp_path / "c3"
     data.mkdir()
-    for split, n in (("train", 8), ("dev", 4), ("test", 4)):
+    for split, n in sizes:
         entries = []
         for i in range(n):
             ctx = "".join(rng.choice(HANZI, size=int(rng.integers(10, 40))))
@@ -274,6 +275,11 @@ def test_c3_run_sh_rows_per_choice(tmp_path):
                                      "answer": choices[i % len(choices)]}], f"{split}-{i}"])
         (data / f"c3-m-{split}.json").write_text(json.dumps(entries, ensure_ascii=False),
                                                  encoding="utf-8")
+    return data
+
+
+def test_c3_run_sh_rows_per_choice(tmp_path):
+    data = c3_data(tmp_path)
     out = tmp_path / "out"
     run_task("c3", data, out, vocab_dir(tmp_path / "vocab", HANZI), "stride=4", "batch_size=8",
              nproc=2)   # each rank holds whole groups of 4 rows
