@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import ROOT
 from test_span_tasks import HANZI as ZH
-from test_span_tasks import SPAN_COMMON, c3_data, squad_json, zh_questions
+from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
 from ernie_doc.pipeline import Pipeline, PipelineError, completed_ids, pipeline, read_inputs
@@ -128,16 +128,7 @@ def test_choice_predict_equals_evaluation(tmp_path):
 
 
 def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
-    rng = np.random.default_rng(6)
-    data = tmp_path / "cail"
-    data.mkdir()
-    for split, n in (("train", 8), ("valid", 5), ("test", 2)):
-        with open(data / f"{split}.json", "w", encoding="utf-8") as f:
-            for i in range(n):
-                a, b, c = ("".join(rng.choice(ZH, size=int(rng.integers(5, 30))))
-                           for _ in range(3))
-                f.write(json.dumps({"A": a, "B": b, "C": c, "label": "BC"[i % 2]},
-                                   ensure_ascii=False) + "\n")
+    data = cail_data(tmp_path, (("train", 8), ("valid", 5), ("test", 2)))
     out = tmp_path / "cail-out"
     run_task("cail2019_scm", data, out, vocab_dir(tmp_path / "zh", ZH), "stride=4",
              "batch_size=4")
@@ -147,6 +138,7 @@ def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
                             Pipeline.from_pretrained(str(out))(inputs))
 
     from test_openkp import fixture_docs, openkp_file
+    rng = np.random.default_rng(7)
     data = tmp_path / "openkp"
     data.mkdir()
     openkp_file(data / "OpenKPTrain.jsonl", fixture_docs(rng, 8, "t"))

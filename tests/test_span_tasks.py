@@ -294,17 +294,23 @@ def test_c3_run_sh_rows_per_choice(tmp_path):
     assert "batch_size 6 must be a multiple of 4" in proc.stdout + proc.stderr
 
 
-def test_cail_run_sh_pairs_in_lockstep(tmp_path):
+def cail_data(tmp_path, sizes=(("train", 8), ("valid", 4), ("test", 4))):
+    """CAIL2019-SCM files in the official layout: (A, B, C) triples labelled B or C."""
     rng = np.random.default_rng(6)
     data = tmp_path / "cail"
     data.mkdir()
-    for split, n in (("train", 8), ("valid", 4), ("test", 4)):
+    for split, n in sizes:
         with open(data / f"{split}.json", "w", encoding="utf-8") as f:
             for i in range(n):
                 a, b, c = ("".join(rng.choice(HANZI, size=int(rng.integers(5, 30))))
                            for _ in range(3))
                 f.write(json.dumps({"A": a, "B": b, "C": c, "label": "BC"[i % 2]},
                                    ensure_ascii=False) + "\n")
+    return data
+
+
+def test_cail_run_sh_pairs_in_lockstep(tmp_path):
+    data = cail_data(tmp_path)
     out = tmp_path / "out"
     run_task("cail2019_scm", data, out, vocab_dir(tmp_path / "vocab", HANZI), "stride=4",
              "batch_size=4")
