@@ -34,10 +34,10 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
 # re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
-from ernie_doc.predict_io import (INPUT_FORMATS, ON_ERROR, TASK_FILE, InputProblem,  # noqa: F401
-                                  PipelineError, completed_ids, count_inputs, input_format,
-                                  model_directory, read_inputs, read_task_record, to_document,
-                                  to_jsonable)
+from ernie_doc.predict_io import (INPUT_FORMATS, ON_ERROR, TASK_FILE, DocumentStream,  # noqa: F401
+                                  InputProblem, PipelineError, completed_ids, count_inputs,
+                                  input_format, model_directory, read_inputs, read_task_record,
+                                  to_document, to_jsonable)
 from ernie_doc.training.prepare import PreparedRun, build_model, choose_tokenizer, setup_reading
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.splits import collect_row_outputs
@@ -122,19 +122,18 @@ def exported_model(directory: str, cfg, task, device: str, precision: str,
     return ExportedModel(predictor)
 
 
-class Pipeline:
+class Pipeline(DocumentStream):
     """A fine-tuned ERNIE-Doc model with its task kind, ready to predict documents.
     `rows`: batch rows (memory streams) read at once, a multiple of the kind's group size."""
 
     def __init__(self, run: PreparedRun, rows: int, on_error: str = "record"):
-        if on_error not in ON_ERROR:
-            raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        self.on_error = self.check_on_error(on_error)
         group = run.task.group_size
         if rows < 1 or rows % group:
             raise PipelineError(f"batch size {rows} must be a positive multiple of {group} "
                                 f"(rows per example of task kind {run.cfg.kind!r})")
         self.run, self.task, self.model, self.tokenizer = run, run.task, run.model, run.tokenizer
-        self.cfg, self.rows, self.group, self.on_error = run.cfg, rows, group, on_error
+        self.cfg, self.rows, self.group = run.cfg, rows, group
         self.pad_id = run.special["pad"]
         self.amp = bool(self.cfg.amp) and run.device == "gpu" and \
             isinstance(self.model, paddle.nn.Layer)
@@ -187,16 +186,6 @@ class Pipeline:
         return cls(run, batch_size or cfg.eval_batch_size or cfg.batch_size, on_error)
 
     # -- documents → predictions -----------------------------------------------------------
-    def __call__(self, documents: Iterable[Any]) -> List[dict]:
-        """Predict every document → one record per document, in input order."""
-        records = list(self.stream(documents))
-        return sorted(records, key=lambda r: r["index"])
-
-    def _problem(self, index: int, doc_id: str, message: str) -> dict:
-        if self.on_error == "fail":
-            raise PipelineError(f"document {doc_id!r} (input item {index + 1}): {message}")
-        return {"doc_id": doc_id, "index": index, "error": message}
-
     def _passes(self, doc: Document, key: int) -> list:
         """The document's steps: one reading pass cut into segments, read as the run read it
         (skim pass then retrospective pass when retro_feed)."""
@@ -216,15 +205,11 @@ class Pipeline:
 
         def next_doc():
             for index, item in source:
-                doc = to_document(index, item)
-                if doc.doc_id in skip:
+                doc = self.admit(index, item, skip, seen)
+                if not isinstance(doc, Document):   # skipped, or an error record
+                    ready.extend([doc] if doc else [])
                     continue
-                if doc.doc_id in seen:
-                    ready.append(self._problem(index, doc.doc_id, "duplicate document id"))
-                    continue
-                seen.add(doc.doc_id)
-                problem = doc.message if isinstance(doc, InputProblem) else \
-                    task.check_input(doc)
+                problem = task.check_input(doc)
                 key = next(keys)
                 if problem is None:
                     try:
@@ -232,7 +217,7 @@ class Pipeline:
                     except DataError as e:
                         problem = str(e)
                 if problem is not None:
-                    ready.append(self._problem(index, doc.doc_id, problem))
+                    ready.append(self.problem(index, doc.doc_id, problem))
                     continue
                 inflight[key] = (index, doc, passes)
                 return key, len(passes)
@@ -263,7 +248,7 @@ class Pipeline:
                     yield dict(record, index=index)
 
 
-class TwoStagePipeline:
+class TwoStagePipeline(DocumentStream):
     """HotpotQA's two models in a row: the evidence model picks each question's paragraphs,
     the answer model reads them (the paper's two stages; fine-tuned with task_options.stage
     evidence, then answer). A question's stage-1 record sets its `evidence` field exactly as
@@ -278,9 +263,6 @@ class TwoStagePipeline:
                                 f"(HotpotQA task_options.stage), got {stages}")
         self.evidence, self.answer = evidence, answer
         self.run, self.cfg, self.task = answer.run, answer.cfg, answer.task
-
-    def __call__(self, documents: Iterable[Any]) -> List[dict]:
-        return sorted(self.stream(documents), key=lambda r: r["index"])
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
         pending: Dict[str, tuple] = {}   # doc_id → (input index, document) while in stage 1

@@ -28,6 +28,46 @@ class InputProblem:
     message: str
 
 
+class DocumentStream:
+    """What every predict pipeline shares: `stream(documents, skip)` (each pipeline's own)
+    yields one record per document as documents finish; `__call__` gives them in input order;
+    `admit` decides what becomes of each input item, and `problem` makes a bad one an error
+    record (on_error "record") or a PipelineError naming it ("fail")."""
+    on_error = "record"
+
+    def check_on_error(self, on_error: str) -> str:
+        if on_error not in ON_ERROR:
+            raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        return on_error
+
+    def stream(self, documents, skip=()) -> Iterator[dict]:
+        raise NotImplementedError
+
+    def __call__(self, documents) -> List[dict]:
+        """Predict every document → one record per document, in input order."""
+        return sorted(self.stream(documents), key=lambda r: r["index"])
+
+    def problem(self, index: int, doc_id: str, message: str) -> dict:
+        if self.on_error == "fail":
+            raise PipelineError(f"document {doc_id!r} (input item {index + 1}): {message}")
+        return {"doc_id": doc_id, "index": index, "error": message}
+
+    def admit(self, index: int, item: Any, skip: set, seen: set) -> Union[Document, dict,
+                                                                          None]:
+        """An input item → the Document to read, an error record (a repeated id, an item
+        that is not a document), or None (its id is in `skip`: already predicted). `seen`
+        collects the ids admitted so far."""
+        doc = to_document(index, item)
+        if doc.doc_id in skip:
+            return None
+        if doc.doc_id in seen:
+            return self.problem(index, doc.doc_id, "duplicate document id")
+        seen.add(doc.doc_id)
+        if isinstance(doc, InputProblem):
+            return self.problem(index, doc.doc_id, doc.message)
+        return doc
+
+
 def model_directory(path: str) -> str:
     """A run directory (its best/, else final/) or a saved model directory → the directory
     holding task.json."""

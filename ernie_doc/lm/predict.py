@@ -50,8 +50,7 @@ from ernie_doc.data.document import Document
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.task import load_vocabulary
-from ernie_doc.predict_io import (ON_ERROR, TASK_FILE, InputProblem, PipelineError,
-                                  read_task_record, to_document)
+from ernie_doc.predict_io import TASK_FILE, DocumentStream, PipelineError, read_task_record
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.tasks import build_task
 
@@ -127,7 +126,7 @@ class _Reading:
     nll: List[np.ndarray] = dataclasses.field(default_factory=list)
 
 
-class LMPipeline:
+class LMPipeline(DocumentStream):
     """A trained Transformer-XL language model ready to score documents (module docstring).
     `lengths`: the eval protocol (tgt_len, mem_len, clamp_len, same_length, ext_len);
     `rows`: documents read at once."""
@@ -135,15 +134,14 @@ class LMPipeline:
     def __init__(self, model: TransformerXLLM, vocab: Vocabulary, lengths: Dict[str, Any],
                  rows: int = 1, on_error: str = "record", prepend_eos: bool = False,
                  cfg=None, task=None):
-        if on_error not in ON_ERROR:
-            raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        self.on_error = self.check_on_error(on_error)
         if not isinstance(rows, int) or rows < 1:
             raise PipelineError(f"batch size must be a positive integer, got {rows!r}")
         if len(vocab) != model.config.vocab_size:
             raise PipelineError(f"the vocabulary has {len(vocab)} tokens, the model's "
                                 f"vocab_size is {model.config.vocab_size}")
         self.vocab, self.lengths, self.rows = vocab, dict(lengths), rows
-        self.on_error, self.prepend_eos, self.cfg, self.task = on_error, prepend_eos, cfg, task
+        self.prepend_eos, self.cfg, self.task = prepend_eos, cfg, task
         # the eval protocol for good (LMEvalStream.protocol switches it for one reading;
         # this model only ever reads under it)
         model.config = dataclasses.replace(
@@ -182,15 +180,6 @@ class LMPipeline:
         return cls(model, vocab, lengths, rows, on_error, prepend_eos, cfg, task)
 
     # -- documents → records ---------------------------------------------------------------
-    def __call__(self, documents: Iterable[Any]) -> List[dict]:
-        """Score every document → one record per document, in input order."""
-        return sorted(self.stream(documents), key=lambda r: r["index"])
-
-    def _problem(self, index: int, doc_id: str, message: str) -> dict:
-        if self.on_error == "fail":
-            raise PipelineError(f"document {doc_id!r} (input item {index + 1}): {message}")
-        return {"doc_id": doc_id, "index": index, "error": message}
-
     def _start(self, index: int, doc: Document) -> _Reading:
         """A document → its reading (DataError: not a document this model can score)."""
         if doc.text is None:
@@ -263,20 +252,14 @@ class LMPipeline:
                 if item is None:
                     exhausted = True
                     break
-                index, doc = item[0], to_document(*item)
-                if doc.doc_id in skip:
-                    continue
-                if doc.doc_id in seen:
-                    yield self._problem(index, doc.doc_id, "duplicate document id")
-                    continue
-                seen.add(doc.doc_id)
-                if isinstance(doc, InputProblem):
-                    yield self._problem(index, doc.doc_id, doc.message)
+                index, doc = item[0], self.admit(*item, skip, seen)
+                if not isinstance(doc, Document):   # skipped, or an error record
+                    yield from [doc] if doc else []
                     continue
                 try:
                     active.append(self._start(index, doc))
                 except DataError as e:
-                    yield self._problem(index, doc.doc_id, str(e))
+                    yield self.problem(index, doc.doc_id, str(e))
             if not active:
                 return
             self._step(active)
