@@ -93,8 +93,7 @@ def run(args: argparse.Namespace) -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON)."""
     from tqdm import tqdm
 
-    from ernie_doc.pipeline import (completed_ids, count_inputs, model_directory, pipeline,
-                                    read_inputs, read_task_record, to_jsonable)
+    from ernie_doc.pipeline import completed_ids, count_inputs, pipeline, read_inputs, to_jsonable
     from ernie_doc.utils import set_paddle_threads
     check_paths(args)
     if args.threads:
@@ -116,8 +115,7 @@ def run(args: argparse.Namespace) -> dict:
             bar.update(1)
     bar.close()
     seconds = time.perf_counter() - start
-    record = read_task_record(model_directory(args.model))
-    summary = dict(counts, model=args.model, task=record["task"], kind=record["kind"],
+    summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,
                    output=args.output, seconds=round(seconds, 2),
                    documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
     print(json.dumps(summary))
