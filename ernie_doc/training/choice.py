@@ -3,15 +3,44 @@ memory stream (Task.group_size > 1).
 
 `multiple_choice` (C3): one row per choice, `[CLS] context-window [SEP] question [SEP]
 choice [SEP]`; every choice's row reads the same context windows, so the rows advance
-together; one logit per row from [CLS], softmax over the choices (missing choices of a
-question with fewer than `num_choices` are masked out). The question is the mean of its
-segments' choice probabilities, like a classified document.
+together; one logit per row from [CLS], softmax over the choices. The question is the mean of
+its segments' choice probabilities, like a classified document.
 
 `pair_matching` (CAIL2019-SCM): rows (A,B) and (A,C), each `[CLS] A-window [SEP] X-window
 [SEP]` with windows of (T−3)/2 tokens taken at the same step in A and X (a text that has
 ended contributes nothing); the difference of the two [CLS] outputs → one logit, binary
-cross-entropy per segment ("B" is closer = 1). Unlike the official reader, no text is cut
+cross-entropy per segment ("B" is closer = 1). Unlike PaddleNLP's reader, no text is cut
 to the shortest of the three.
+
+The only public reference for these two tasks is PaddleNLP's port (model_zoo/ernie-doc/
+data.py, MCQIterator and SemanticMatchingIterator; model.py, ErnieDocForTextMatching).
+By default both kinds follow it; `task_options` give the other behaviours:
+
+  token_types      paddlenlp: type 0 for `[CLS] first-text [SEP]`, type 1 for the rest of the
+                   row (C3: question, choice and their [SEP]s; CAIL: the B / C window and
+                   its [SEP]); padding 0. The types feed the task term of the attention.
+                   zeros: type 0 everywhere (this project's earlier behaviour).
+  window           (multiple_choice) how many context tokens a row holds:
+                   paddlenlp: each (question, choice) pair is cut to max_query_len − 2
+                   tokens (the longer of the two loses a token first; on a tie the choice),
+                   and the window is T − Σ over all num_choices pairs of |question + choice|
+                   − 4, padded choices counted as empty. The sum is over every choice
+                   although a row holds one pair, so windows are shorter than they could be
+                   (at T=512 on C3 dev: 439 tokens on average against 490).
+                   longest: pairs cut to max_query_len tokens (on a tie the question loses
+                   first), window T − max over the pairs of |question + choice| − 4: the
+                   longest row just fits.
+  missing_choices  (multiple_choice) a question with fewer than num_choices choices:
+                   mask: the padded choices' rows are read but their logits are masked out of
+                   the softmax, the loss and the prediction (default; a deliberate
+                   difference: an empty choice is no answer).
+                   paddlenlp: they are empty choices that take part in the softmax, the loss
+                   and the argmax (a question can then be answered with a padded choice).
+
+The CAIL head: PaddleNLP puts a 2-way softmax (Linear(H, 2)) on the pooled difference; ours
+one logit with binary cross-entropy. softmax([l_B, l_C])[B] = sigmoid(l_B − l_C), so a
+logit w·d + b with w = W[:, B] − W[:, C], b = b_B − b_C gives the same probabilities and the
+same loss: the two heads are one model written two ways.
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,12 +57,52 @@ from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, witho
 NEG = -1e9
 
 
-def truncate_pair(first, second, budget):
-    """Drop tokens from the end of the longer of two lists until both fit `budget`."""
+TOKEN_TYPES = ("paddlenlp", "zeros")
+WINDOWS = ("paddlenlp", "longest")
+MISSING_CHOICES = ("mask", "paddlenlp")
+SPECIALS_PER_ROW = 4   # [CLS] context [SEP] question [SEP] choice [SEP]
+
+
+def truncate_pair(first, second, budget: int, tie_cuts_first: bool = True):
+    """Drop tokens from the end of the longer of two lists until both fit `budget`; on a tie
+    `first` loses a token (tie_cuts_first) or `second` does (PaddleNLP's rule)."""
     first, second = list(first), list(second)
     while len(first) + len(second) > budget:
-        (first if len(first) >= len(second) else second).pop()
+        longer_first = len(first) >= len(second) if tie_cuts_first else \
+            len(first) > len(second)
+        (first if longer_first else second).pop()
     return first, second
+
+
+def question_choice_pairs(question: Sequence[int], choices: Sequence[Sequence[int]],
+                          num_choices: int, max_query_len: int,
+                          window: str = "paddlenlp") -> List[Tuple[list, list]]:
+    """The (question tokens, choice tokens) of each of a question's num_choices rows, cut as
+    the `window` rule says (module docstring); missing choices are empty."""
+    if window == "paddlenlp":
+        budget, tie_cuts_first = max_query_len - 2, False
+    else:
+        budget, tie_cuts_first = max_query_len, True
+    padded = list(choices) + [[]] * (num_choices - len(choices))
+    return [truncate_pair(question, c, budget, tie_cuts_first) for c in padded]
+
+
+def context_window(seq_len: int, pairs: Sequence[Tuple[list, list]],
+                   window: str = "paddlenlp") -> int:
+    """Context tokens per row (may be < 1: no room). paddlenlp: T − Σ |q + c| − 4 over all
+    the pairs; longest: T − max |q + c| − 4."""
+    sizes = [len(q) + len(c) for q, c in pairs]
+    used = sum(sizes) if window == "paddlenlp" else max(sizes)
+    return seq_len - used - SPECIALS_PER_ROW
+
+
+def first_text_types(ids_len: int, first_len: int, seq_len: int) -> np.ndarray:
+    """Token types [T] int64 of a row `[CLS] first [SEP] rest…` of ids_len real tokens:
+    0 for [CLS], the first text and its [SEP]; 1 for the other real tokens; 0 for padding
+    (PaddleNLP pads the types with the pad id, 0)."""
+    types = np.zeros(seq_len, dtype=np.int64)
+    types[first_len + 2:ids_len] = 1
+    return types
 
 
 class _GroupTask(DocumentTask):
@@ -47,8 +116,12 @@ class _GroupTask(DocumentTask):
         return {"cls_token_idx": 0}
 
     def _row(self, parts):
+        """parts → (ids [T], mask [T], token types [T] or None for all zeros)."""
         sp = self.special
-        return pack_row(parts, self.seq_len, sp["cls"], sp["sep"], sp["pad"])
+        ids, mask = pack_row(parts, self.seq_len, sp["cls"], sp["sep"], sp["pad"])
+        if self.options["token_types"] == "zeros":
+            return ids, mask, None
+        return ids, mask, first_text_types(int(mask.sum()), len(parts[0]), self.seq_len)
 
     def _label(self, doc):
         if doc.label is None or doc.label not in self.label_ids:
@@ -64,20 +137,27 @@ class _GroupTask(DocumentTask):
         for k, rows in enumerate(parts_per_row):
             members = []
             for parts in rows:
-                ids, mask = self._row(parts)
-                members.append(Segment(ids, mask, doc_index, k, n, targets=dict(targets)))
+                ids, mask, types = self._row(parts)
+                members.append(Segment(ids, mask, doc_index, k, n, token_type_ids=types,
+                                       targets=dict(targets)))
             steps.append(tuple(members))
         return steps
 
 
 class MultipleChoiceTask(_GroupTask):
     head_class = ErnieDocForMultipleChoice
-    option_defaults = {"num_choices": 4, "max_query_len": 64}
+    option_defaults = {"num_choices": 4, "max_query_len": 64, "token_types": "paddlenlp",
+                       "window": "paddlenlp", "missing_choices": "mask"}
     input_fields = ("context", "question", "choices")
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
-        self.check_options(("num_choices", "max_query_len"))
+        self.check_options(("num_choices", "max_query_len"),
+                           {"token_types": TOKEN_TYPES, "window": WINDOWS,
+                            "missing_choices": MISSING_CHOICES})
+        if self.options["window"] == "paddlenlp" and self.options["max_query_len"] < 3:
+            raise self.option_error("max_query_len", "the paddlenlp window keeps "
+                                    "max_query_len − 2 question + choice tokens: at least 3")
         self.group_size = self.options["num_choices"]
         if len(self.labels) != self.group_size:
             raise ConfigError(f"{cfg.source}: task_options.num_choices "
@@ -100,17 +180,22 @@ class MultipleChoiceTask(_GroupTask):
             raise DataError(f"question {doc.doc_id!r}: the answer is choice {label}, but "
                             f"there are {len(choices)} choices")
         context = self.cap(tokenizer.encode(doc.fields["context"]), doc)
-        question = tokenizer.encode(doc.fields["question"])
-        pairs = [truncate_pair(question, tokenizer.encode(c), self.options["max_query_len"])
-                 for c in choices]
-        pairs += [(question[:self.options["max_query_len"]], [])] * \
-            (self.group_size - len(choices))
-        room = self.seq_len - max(len(q) + len(c) for q, c in pairs) - 4   # context tokens
+        window = self.options["window"]
+        pairs = question_choice_pairs(tokenizer.encode(doc.fields["question"]),
+                                      [tokenizer.encode(c) for c in choices], self.group_size,
+                                      self.options["max_query_len"], window)
+        room = context_window(self.seq_len, pairs, window)
         if room < 1:
+            # PaddleNLP's reader would loop forever here
             raise DataError(f"question {doc.doc_id!r}: max_seq_len {self.seq_len} leaves no "
-                            "room for the context")
+                            f"room for the context (task_options.window {window!r}: "
+                            f"{self.seq_len - SPECIALS_PER_ROW - room} question + choice "
+                            f"tokens); raise max_seq_len, lower max_query_len or set "
+                            f"window: longest")
         mask = np.zeros(self.group_size, dtype=np.float32)
         mask[:len(choices)] = 1.0
+        if self.options["missing_choices"] == "paddlenlp":
+            mask[:] = 1.0   # empty choices are scored like the others
         spans = windows(len(context), room, self.stride)
         rows = [[(context[a:b], q, c) for q, c in pairs] for a, b in spans]
         steps = self._steps(doc_index, rows, {"label": label, "choice_mask": mask})
@@ -127,10 +212,13 @@ class MultipleChoiceTask(_GroupTask):
         return None
 
     def _masked(self, out, batch):
+        """→ logits [B / g, g] with the masked choices at −1e9."""
         g = self.group_size
         return out.logits.astype("float32") + (1.0 - batch["target_choice_mask"][::g]) * NEG
 
     def loss(self, out, batch, weight):
+        """Cross-entropy of each group's masked softmax [B / g], mean over the groups whose
+        first row has weight 1."""
         g = self.group_size
         ce = F.cross_entropy(self._masked(out, batch), batch["target_label"][::g].unsqueeze(-1),
                              reduction="none").reshape([-1])
@@ -143,12 +231,15 @@ class MultipleChoiceTask(_GroupTask):
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: the chosen choice's index as a string (the label), choice: its
         text, probs: [n choices] (mean, or last, segment softmax over the question's own
-        choices, 6 decimals), segments}."""
+        choices, 6 decimals; with missing_choices: paddlenlp over all num_choices, a padded
+        choice's text being ""), segments}."""
         choices = doc.fields["choices"]
-        per_segment = [(s, _softmax(lg[:len(choices)])) for s, lg in rows]
+        n = self.group_size if self.options["missing_choices"] == "paddlenlp" else len(choices)
+        per_segment = [(s, _softmax(lg[:n])) for s, lg in rows]
         p = aggregate_segments(per_segment, self.cfg.doc_prediction)
         k = int(p.argmax())
-        return {"doc_id": doc.doc_id, "pred": str(k), "choice": choices[k],
+        return {"doc_id": doc.doc_id, "pred": str(k), "choice": choices[k] if k < len(choices)
+                else "",
                 "probs": [round(float(x), 6) for x in p], "segments": len(rows)}
 
     def evaluate(self, docs, rows, passes=None):
@@ -164,9 +255,11 @@ class PairMatchingTask(_GroupTask):
     group_size = 2
     positive = "B"
     input_fields = ("A", "B", "C")
+    option_defaults = {"token_types": "paddlenlp"}
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
+        self.check_options(choices={"token_types": TOKEN_TYPES})
         if self.positive not in self.label_ids or len(self.labels) != 2:
             raise ConfigError(f"{cfg.source}: pair matching needs the labels ['B', 'C'], the "
                               f"reader gives {self.labels}")
@@ -191,6 +284,8 @@ class PairMatchingTask(_GroupTask):
         return steps if doc.label is not None else without_training(steps)
 
     def loss(self, out, batch, weight):
+        """Binary cross-entropy of each pair's logit [B / 2] (target 1: B is closer), mean
+        over the pairs whose (A,B) row has weight 1."""
         bce = F.binary_cross_entropy_with_logits(out.logits.astype("float32"),
                                                  batch["target_label"][::2], reduction="none")
         return masked_mean(bce.reshape([-1]), weight[::2])
