@@ -49,6 +49,44 @@ def lr_lambda(schedule, warmup_steps, total_steps):
     return f
 
 
+class GlobalNormClip(paddle.nn.ClipGradByGlobalNorm):
+    """Clip by the norm of ALL gradients, across parameter groups.
+
+    Paddle's optimizer applies its `grad_clip` to each parameter group on its own
+    (`Optimizer.step` clips group by group), so a ClipGradByGlobalNorm there scales each
+    group by that group's norm. Our groups (layer-wise LR ratio x weight decay or not) are an
+    implementation detail, so this clip computes the norm over every group's gradients at
+    the first group of a step and scales every group by clip_norm / max(norm, clip_norm),
+    as one ClipGradByGlobalNorm over all parameters would (tests/test_gaps_optim.py)."""
+
+    def __init__(self, clip_norm: float, groups):
+        super().__init__(clip_norm)
+        self._params = [p for params in groups for p in params]
+        self._group_of = {id(p): i for i, params in enumerate(groups) for p in params}
+        self._pending = set()    # groups not clipped yet in the current step
+        self._scale = None
+
+    @paddle.no_grad()
+    def _dygraph_clip(self, params_grads):
+        if not params_grads:
+            return params_grads
+        group = self._group_of.get(id(params_grads[0][0]))
+        if group is None or group not in self._pending:   # a group seen again: a new step
+            self._scale = self._global_scale()
+            self._pending = set(self._group_of.values())
+        self._pending.discard(group)
+        return [(p, g) if g is None or getattr(p, "need_clip", True) is False
+                else (p, g * self._scale.astype(g.dtype)) for p, g in params_grads]
+
+    def _global_scale(self):
+        squares = [paddle.sum(paddle.square(p.grad.astype("float32"))) for p in self._params
+                   if p.grad is not None and getattr(p, "need_clip", True) is not False]
+        clip = paddle.full([], self.clip_norm, dtype="float32")
+        if not squares:
+            return clip / clip
+        return clip / paddle.maximum(paddle.sqrt(paddle.add_n(squares)), clip)
+
+
 def build_optimizer(model, cfg, total_steps, num_layers):
     """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion (or warmup_steps),
     lr_schedule, weight_decay, layer_decay, max_grad_norm, adam_epsilon."""
@@ -65,7 +103,7 @@ def build_optimizer(model, cfg, total_steps, num_layers):
         groups.setdefault(key, []).append(param)
     param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
                     for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
-    clip = (paddle.nn.ClipGradByGlobalNorm(cfg["max_grad_norm"])
+    clip = (GlobalNormClip(cfg["max_grad_norm"], [g["params"] for g in param_groups])
             if cfg["max_grad_norm"] else None)
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,
                                        beta1=0.9, beta2=0.999,
