@@ -62,6 +62,22 @@ def error(call, *parts):
     return message
 
 
+def tiny_longdep(*extra, train_docs=8, segments=2):
+    """Config overrides of a seconds-long fine-tuning run on the synthetic longdep task: every
+    train document has exactly `segments` segments (so all rows of a batch read in step, and
+    every step's rows train or skim together), a 1-layer H=16 model without dropout (the
+    comparisons of two runs must not depend on dropout masks), 4 rows, one epoch, no
+    warmup, no logging; `extra` overrides come last."""
+    return ["task=longdep", "kind=classification", "model=ernie-doc-small",
+            "model_overrides={num_hidden_layers: 1, hidden_size: 16, num_attention_heads: 2, "
+            "memory_len: 8, max_position_embeddings: 8, hidden_dropout_prob: 0.0, "
+            "attention_probs_dropout_prob: 0.0, relu_dropout: 0.0, classifier_dropout: 0.0}",
+            f"reader={{num_docs: {{train: {train_docs}, dev: 4, test: 4}}, segment_tokens: 6, "
+            f"min_segments: {segments}, max_segments: {segments}, key_count: 2}}",
+            "max_seq_len=8", "stride=6", "batch_size=4", "epochs=1", "learning_rate=0.01",
+            "warmup_proportion=0", "logging_steps=0", "progress=false", *extra]
+
+
 def launch_two_ranks(tmp_path, args, timeout=300):
     """`fleetrun --nproc_per_node 2 ARGS` (paddle.distributed.launch without fleetrun) from
     the repository root, worker logs in tmp_path/log → (completed process, the tail of every
@@ -77,6 +93,23 @@ def launch_two_ranks(tmp_path, args, timeout=300):
                    for name in sorted(os.listdir(log_dir)) if name.startswith("workerlog")) \
         if log_dir.exists() else ""
     return proc, logs
+
+
+def train_and_dump(out, overrides):
+    """Train the run that the config overrides describe (output_dir=out) and write this rank's
+    parameters (params-rankR.npz) and final memories (memories-rankR.npy) into out → the
+    Trainer. tests/dp_worker.py runs it under two ranks; in one process (world size 1) it is
+    the single-process side of `assert_two_ranks_equal_one_process`."""
+    from ernie_doc.training import distributed as dist
+    from ernie_doc.training.prepare import prepare
+    from ernie_doc.training.run_config import load_config
+    from ernie_doc.training.trainer import Trainer
+    trainer = Trainer(prepare(load_config(None, list(overrides) + [f"output_dir={out}"])))
+    trainer.train()
+    params = {k: v.numpy() for k, v in trainer.model.state_dict().items()}
+    np.savez(os.path.join(out, f"params-rank{dist.rank()}.npz"), **params)
+    np.save(os.path.join(out, f"memories-rank{dist.rank()}.npy"), trainer.last_memories)
+    return trainer
 
 
 def assert_two_ranks_equal_one_process(dp, single):

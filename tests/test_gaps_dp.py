@@ -1,0 +1,47 @@
+"""Fine-tuning data parallel: two `fleetrun` ranks equal one process on the union of their
+rows, as the pretraining and language-model tests check for theirs.
+
+Fine-tuning's loss is the mean over the rank's own training rows, and data parallelism
+averages the ranks' gradients: the mean of the ranks' means. That is the mean over the union
+when every rank has as many training rows at each micro-step, which holds here (documents of
+equal length, as many as the global rows, so all rows read in step). Where the counts differ
+(the padded rows of an epoch's last round, rows of documents of other lengths skimming while
+others train), a rank's row weighs 1 / (its rank's count) instead of 1 / (all ranks' count),
+like the official fleet training; pretraining and the language model normalise over all
+ranks instead.
+"""
+import json
+import os
+
+import pytest
+from helpers import (assert_two_ranks_equal_one_process, launch_two_ranks, tiny_longdep,
+                     train_and_dump)
+
+
+def test_two_ranks_equal_one_process_on_the_union_of_their_rows(tmp_path):
+    # 16 documents of 2 segments over 8 global rows: each row reads 2 documents, skim then
+    # retrospective pass, 8 micro-steps, 4 optimizer steps (the first micro-step of each
+    # skips the gradient all-reduce). A large Adam epsilon keeps the update linear in the
+    # gradient (see test_pretrain's test of the same name).
+    common = tiny_longdep("grad_accum_steps=2", "adam_epsilon=0.01", "save_steps=0",
+                          "shuffle=true", train_docs=16)
+    dp, single = tmp_path / "dp", tmp_path / "single"
+    proc, logs = launch_two_ranks(tmp_path, [os.path.join("tests", "dp_worker.py"), str(dp),
+                                             *common, "batch_size=4"])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    single.mkdir()
+    train_and_dump(single, [*common, "batch_size=8"])
+    a, b = assert_two_ranks_equal_one_process(dp, single)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
+    # steps 1 and 3 skim (no loss), 2 and 4 train: the logged loss is the union's mean
+    assert ["loss" in r for r in a] == ["loss" in r for r in b] == [False, True] * 2
+    for ra, rb in zip(a, b):
+        assert ra["lr"] == rb["lr"]
+        if "loss" in ra:
+            assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-5)
+    # the evaluation gathers the ranks' documents: the same metrics as one process
+    ea = json.loads((dp / "eval_results.json").read_text())
+    eb = json.loads((single / "eval_results.json").read_text())
+    assert ea["step"] == eb["step"] == 4
+    for key in ("accuracy", "loss"):
+        assert ea[key] == pytest.approx(eb[key], rel=1e-4, abs=1e-6)
