@@ -42,11 +42,14 @@ def tsv(rows, header=TSV_HEADER):
 def test_imdb_acl_layout(tmp_path):
     root = write(tmp_path, ACL)
     assert imdb.labels(root, {}) == ["0", "1"]
+    # only <br /><br /> becomes a space, as the official script: a lone <br /> stays
     assert imdb.read(root, "train", {}) == [
         Document("train/neg/0_2", "Bad. Really bad.", "0"),
-        Document("train/pos/10_9", "Superb acting.", "1"),
+        Document("train/pos/10_9", "Superb<br />acting.", "1"),
         Document("train/pos/1_8", "Great film. Lovedit.", "1"),
     ]
+    assert [d.text for d in imdb.read(root, "train", {"br_tags": "all"})] == [
+        "Bad. Really bad.", "Superb acting.", "Great film. Lovedit."]
     test = [Document("test/neg/3_1", "Awful.", "0"), Document("test/pos/5_10", "Fine.", "1")]
     assert imdb.read(root, "test", {}) == test
     assert imdb.read(root, "dev", {}) == test  # the official code evaluates on test
@@ -168,12 +171,17 @@ def test_hyp_split_file(tmp_path):
     # 1 is in train and test, like the leak in the public Longformer split: followed, not fixed.
     root = hyp_dir(tmp_path, split={"train": [2, 1, 10], "dev": [3], "test": [1]})
     assert hyp.labels(root, {}) == ["false", "true"]
-    hello = Document("0000001", "Hello world! Second line & more", "true")
+    # PaddleNLP's rule: ends stripped, every "\n" and "\t" deleted (words they alone
+    # separate run together), other whitespace kept as it is
+    hello = Document("0000001", "Hello world!Secondline & more", "true")
     assert hyp.read(root, "train", {}) == [
-        Document("0000002", "Plain text, two lines.", "false"), hello,
-        Document("0000010", "Ten days", "true")]
+        Document("0000002", "Plain   text,  two lines.", "false"), hello,
+        Document("0000010", "Ten \xa0days", "true")]
     assert hyp.read(root, "dev", {}) == [Document("0000003", "ab", "false")]
     assert hyp.read(root, "test", {}) == [hello]
+    collapse = {"whitespace": "collapse"}
+    assert [d.text for d in hyp.read(root, "train", collapse)] == [
+        "Plain text, two lines.", "Hello world! Second line & more", "Ten days"]
 
 
 def test_hyp_split_file_option(tmp_path):

@@ -3,8 +3,13 @@
 data_dir holds `articles-*.xml` (`<articles><article id="0000182" title=...>` HTML-ish content:
 `<p>`, `<a>`, `<q>` ... `</article>`) and `ground-truth-*.xml` (`<article id="0000182"
 hyperpartisan="true" .../>`). A document is the character data inside one <article>, markup
-dropped (as BeautifulSoup get_text in PaddleNLP; the title attribute is not part of it) and
-whitespace runs collapsed to one space. Labels "false" / "true"; doc_id = the article id.
+dropped (as BeautifulSoup get_text in PaddleNLP; the title attribute is not part of it), then
+cleaned as PaddleNLP's HYPTextPreprocessor (model_zoo/ernie-doc/data.py) does: the ends
+stripped, every "\n" and "\t" deleted (so words a bare line break separates run together).
+Option whitespace: collapse instead turns every whitespace run into one space. On the 645
+by-article training articles the two give the same tokens (their line breaks all sit next to
+a space), since the tokenizer collapses whitespace itself. Labels "false" / "true"; doc_id =
+the article id.
 
 Splits come from a split file in the Longformer format, `{"train": [182, ...], "dev": [...],
 "test": [...]}` with article ids as integers ("0000182" is 182; default `hp-splits.json` in
@@ -16,6 +21,8 @@ Options:
   dev_ratio, test_ratio    hash split of all articles instead of a split file; without
                            test_ratio there is no test split
   split_seed               integer seed of that hash (default 0)
+  whitespace               "delete_newlines" (default, PaddleNLP) or "collapse" (every run of
+                           whitespace becomes one space; this project's earlier rule)
 """
 import glob
 import os
@@ -27,7 +34,9 @@ from ernie_doc.data.document import (DataError, Document, Skips, check_label, ch
                                      require_dir, require_file, split_by_ratio, where)
 
 LABELS = ["false", "true"]
-OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed")
+OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed",
+           "whitespace")
+WHITESPACE = ("delete_newlines", "collapse")
 SPLIT_FILE = "hp-splits.json"
 
 
@@ -39,6 +48,10 @@ def labels(data_dir, options):
 def read(data_dir, split, options):
     options = check_options(options, OPTIONS)
     check_split(split)
+    whitespace = options.get("whitespace", "delete_newlines")
+    if whitespace not in WHITESPACE:
+        raise DataError(f"reader option 'whitespace': expected one of {list(WHITESPACE)}, got "
+                        f"{whitespace!r}")
     require_dir(data_dir)
     articles_path = _find(data_dir, options, "articles", "articles-*.xml")
     truth_path = _find(data_dir, options, "ground_truth", "ground-truth-*.xml")
@@ -54,6 +67,7 @@ def read(data_dir, split, options):
                             f"ground truth in {os.path.basename(truth_path)}")
         truth_line, attributes, _ = truth[article_id]
         label = check_label(attributes.get("hyperpartisan"), LABELS, truth_path, truth_line)
+        text = clean(text, whitespace)
         docs[article_id] = Document(article_id, check_text(text, articles_path, line), label)
 
     if "dev_ratio" in options:
@@ -75,8 +89,17 @@ def read(data_dir, split, options):
     return selected
 
 
+def clean(text: str, whitespace: str = "delete_newlines") -> str:
+    """An article's character data as the model reads it (see the module docstring)."""
+    if whitespace == "collapse":
+        return " ".join(text.split())
+    # strip first, then delete: the order of HYPTextPreprocessor
+    return text.strip().replace("\n", "").replace("\t", "")
+
+
 def parse_articles(path):
-    """{id: (line, attributes, text)} of the <article> elements under the <articles> root."""
+    """{id: (line, attributes, text)} of the <article> elements under the <articles> root; text
+    is the raw character data (whitespace as in the file)."""
     parser = expat.ParserCreate()
     found, parts = {}, []
     depth, current = 0, None
@@ -102,7 +125,7 @@ def parse_articles(path):
         depth -= 1
         if depth == 1:
             line, attributes = current
-            found[attributes["id"]] = (line, attributes, " ".join("".join(parts).split()))
+            found[attributes["id"]] = (line, attributes, "".join(parts))
 
     def data(text):
         if depth >= 2:
