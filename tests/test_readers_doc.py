@@ -360,14 +360,21 @@ def test_openkp_counted_skips(tmp_path, warnings):
         kp_record("u4", "blue sky", [["sky"], ["sea"]]),
     )})
     docs = openkp.read(root, "train", {})
+    # the repeated u1 keeps its last record ("pie" at word 2), at the url's first place
     assert [(d.doc_id, d.fields["keyphrase_positions"]) for d in docs] == [
-        ("u1", [[1, 1]]), ("u4", [[1, 1]])]
+        ("u1", [[2, 2]]), ("u4", [[1, 1]])]
     lines = warnings()
     assert len(lines) == 3
     assert any("skipped 1 of 5 documents: none of its keyphrases occurs in the text "
                "(first at " in line and "OpenKPTrain.jsonl:2)" in line for line in lines)
-    assert any("repeated url" in line and "OpenKPTrain.jsonl:3)" in line for line in lines)
+    assert any("repeated url (the last record is kept)" in line
+               and "OpenKPTrain.jsonl:1)" in line for line in lines)
     assert any("no words left once URLs are removed" in line for line in lines)
+    docs = openkp.read(root, "train", {"repeated_url": "first"})
+    assert [(d.doc_id, d.fields["keyphrase_positions"]) for d in docs] == [
+        ("u1", [[1, 1]]), ("u4", [[1, 1]])]
+    assert any("repeated url (the first record is kept)" in line
+               and "OpenKPTrain.jsonl:3)" in line for line in warnings())
     # dev keeps a document whose keyphrases do not occur: it is still scored
     root = write(tmp_path, {"OpenKPDev.jsonl": jsonl(kp_record("u2", "green pear", [["x"]]))})
     assert openkp.read(root, "dev", {})[0].fields["keyphrase_positions"] == []

@@ -18,12 +18,18 @@ Document: doc_id = url; text = the cleaned words joined by " "; label None; fiel
 Bad input: a malformed line, a missing or empty url, a missing or empty text, malformed
 KeyPhrases, and (train / dev) missing KeyPhrases are DataErrors "file:line: ...". Counted skips
 (one warning line per reason): a repeated url (the public files repeat some: 6 in dev, ~1,200 in
-train; the first is kept, so doc_ids stay unique), a text left without words once URLs are
-removed, and a train document none of whose keyphrases occur.
+train; one record per url is kept, so doc_ids stay unique), a text left without words once URLs
+are removed, and a train document none of whose keyphrases occur.
+
+A repeated url keeps its last record by default, as the official MS MARCO OpenKP evaluate.py
+(microsoft/OpenKP) does when it loads the reference file into a dict keyed by url; the document
+keeps the place of the url's first record (the dict's order). Every record is still checked.
 
 Options:
-  files        {split: file name} instead of the names above
-  remove_urls  drop URL words (default true)
+  files         {split: file name} instead of the names above
+  remove_urls   drop URL words (default true)
+  repeated_url  "last" (default, the official evaluator) or "first" (the first record is kept;
+                this project's earlier rule)
 """
 import re
 
@@ -33,7 +39,8 @@ from ernie_doc.data.document import (DataError, Document, Skips, check_options, 
 FILES = {"train": ["OpenKPTrain.jsonl"],
          "dev": ["OpenKPDev.jsonl"],
          "test": ["OpenKPEvalPublic.jsonl"]}
-OPTIONS = ("files", "remove_urls")
+OPTIONS = ("files", "remove_urls", "repeated_url")
+REPEATED_URL = ("last", "first")
 URL = re.compile(r"^\W*(?:https?://|www\.)", re.IGNORECASE)
 
 
@@ -44,8 +51,12 @@ def read(data_dir, split, options):
     if not isinstance(remove_urls, bool):
         raise DataError(f"reader option 'remove_urls': expected true or false, got "
                         f"{remove_urls!r}")
+    repeated = options.get("repeated_url", "last")
+    if repeated not in REPEATED_URL:
+        raise DataError(f"reader option 'repeated_url': expected one of {list(REPEATED_URL)}, "
+                        f"got {repeated!r}")
     skips = Skips(path, "documents")
-    docs, seen, total = [], set(), 0
+    kept, total = {}, 0    # url -> (line, words, keyphrases), in the order urls first appear
     for line, record in read_json_lines(path):
         total += 1
         url = record.get("url")
@@ -58,10 +69,15 @@ def read(data_dir, split, options):
         if not words:
             raise DataError(f"{where(path, line)}: empty text")
         keyphrases = _keyphrases(record, split, path, line)
-        if url in seen:
-            skips.add("repeated url (the first occurrence is kept)", where(path, line))
-            continue
-        seen.add(url)
+        if url in kept:
+            # the skip names the record that is dropped
+            dropped = kept[url][0] if repeated == "last" else line
+            skips.add(f"repeated url (the {repeated} record is kept)", where(path, dropped))
+            if repeated == "first":
+                continue
+        kept[url] = (line, words, keyphrases)
+    docs = []
+    for url, (line, words, keyphrases) in kept.items():
         if remove_urls:
             words = [w for w in words if not URL.match(w)]
             if not words:
