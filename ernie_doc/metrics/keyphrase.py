@@ -1,9 +1,13 @@
 """OpenKP keyphrase metrics P/R/F1 @1, @3, @5, reproducing the official MS MARCO OpenKP
 evaluate.py (microsoft/OpenKP, also bertkpe/evaluator/openkp_evaluator.py of thunlp/BERT-KPE).
 
-A phrase is normalised by lower-casing its words and joining them with one space (the
-official script gets phrases as word lists; a string here is split on whitespace first),
-without removing punctuation or articles; empty phrases are dropped. Predictions are
+A phrase is normalised by lower-casing its words, joining them with one space and stripping
+the right end (the official script gets phrases as word lists; a string here is split on
+whitespace first), without removing punctuation or articles. As in the official script, a
+phrase with no words, or whose first word is "", is dropped; any other phrase is kept at its
+rank even when it normalises to "" (e.g. the word list [" "]): such a prediction takes one of
+the top k places and hits only a gold "", and a gold "" counts among the distinct gold
+phrases. keep_empty=False drops those too (this project's earlier rule). Predictions are
 de-duplicated keeping rank order, gold phrases counted once. P@k = hits in the top k / k
 (k even when fewer were predicted), R@k = hits / distinct gold phrases, F1@k per document;
 all three averaged over documents, as fractions in 0..1.
@@ -13,7 +17,10 @@ scoring 0 (the official script refuses to score unless both files list the same 
 document with no gold phrase scores recall 0 (the official script divides by zero).
 """
 
+from typing import Dict, Iterable, List, Sequence, Tuple, Union
+
 DEPTHS = (1, 3, 5)
+Phrase = Union[str, Sequence[str]]   # a string (split on whitespace) or a list of words
 
 
 def normalize_phrase(phrase):
@@ -22,22 +29,27 @@ def normalize_phrase(phrase):
     return " ".join(w.lower() for w in words).rstrip()
 
 
-def _clean(phrases):
-    """Normalised, non-empty, first occurrence kept, order kept."""
+def _clean(phrases: Iterable[Phrase], keep_empty: bool = True) -> List[str]:
+    """Normalised phrases, first occurrence kept, order kept; the official remove_empty
+    rule (see the module docstring), and with keep_empty=False no "" either."""
     kept = []
     for phrase in phrases:
-        # official remove_empty: a word list whose first word is empty is dropped whole
-        if not isinstance(phrase, str) and (len(phrase) == 0 or len(phrase[0]) == 0):
+        words = phrase.split() if isinstance(phrase, str) else list(phrase)
+        # official remove_empty: a word list without words, or whose first word is empty, is
+        # dropped whole; a list such as [" "] passes and normalises to ""
+        if len(words) == 0 or len(str(words[0])) == 0:
             continue
-        norm = normalize_phrase(phrase)
-        if norm:
+        norm = normalize_phrase(words)
+        if norm or keep_empty:
             kept.append(norm)
     return list(dict.fromkeys(kept))
 
 
-def precision_recall_at(predicted, gold, depths=DEPTHS):
+def precision_recall_at(predicted: Iterable[Phrase], gold: Iterable[Phrase],
+                        depths: Sequence[int] = DEPTHS,
+                        keep_empty: bool = True) -> Dict[int, Tuple[float, float]]:
     """{k: (precision@k, recall@k)} of one document's ranked predictions."""
-    predicted, gold = _clean(predicted), set(_clean(gold))
+    predicted, gold = _clean(predicted, keep_empty), set(_clean(gold, keep_empty))
     out = {}
     for k in depths:
         hits = sum(p in gold for p in predicted[:k])
@@ -50,15 +62,18 @@ def f1(precision, recall):
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
 
-def evaluate(predictions, references, depths=DEPTHS):
+def evaluate(predictions: Dict[str, List[Phrase]], references: Dict[str, List[Phrase]],
+             depths: Sequence[int] = DEPTHS, keep_empty: bool = True) -> Dict[str, float]:
     """predictions: url -> ranked phrases; references: url -> gold phrases.
-    → {"f1@k", "p@k", "r@k"} for each k, "total" (documents), "missing" (without prediction)."""
+    → {"f1@k", "p@k", "r@k"} for each k, "total" (documents), "missing" (without prediction).
+    keep_empty: keep phrases that normalise to "" at their rank (the official rule)."""
     sums = {f"{m}@{k}": 0.0 for k in depths for m in ("f1", "p", "r")}
     missing = 0
     for url, gold in references.items():
         if url not in predictions:
             missing += 1
-        for k, (p, r) in precision_recall_at(predictions.get(url, []), gold, depths).items():
+        for k, (p, r) in precision_recall_at(predictions.get(url, []), gold, depths,
+                                             keep_empty).items():
             sums[f"f1@{k}"] += f1(p, r)
             sums[f"p@{k}"] += p
             sums[f"r@{k}"] += r

@@ -16,6 +16,10 @@ Loss: binary cross-entropy over the counted n-grams of the training rows (their 
 Ranking: a phrase (its lower-cased words) scores the max logit over its occurrences
 (JointKPE's chunk ranking); the top_k distinct phrases are the prediction, scored by the
 official OpenKP F1@1/3/5 (ernie_doc.metrics.keyphrase).
+
+task_options: top_k (phrases predicted per document, default 5); empty_phrases "keep"
+(default, the official evaluate.py: a gold or predicted phrase that normalises to "", such as
+the word list [" "], keeps its place) or "drop" (this project's earlier rule).
 """
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -152,7 +156,8 @@ class KeyphraseTask(DocumentTask):
     head_class = ErnieDocForKeyphrase
     main_metric = "f1@3"
     metric_names = tuple(f"{m}@{k}" for m in ("f1", "p", "r") for k in DEPTHS)
-    option_defaults = {"top_k": 5}   # phrases predicted per document (F1@5 needs 5)
+    # top_k: phrases predicted per document (F1@5 needs 5); empty_phrases: see the docstring
+    option_defaults = {"top_k": 5, "empty_phrases": "keep"}
     # The text, whitespace-separated words; a document read by the reader also has `words`
     # (the text's words without URLs, which the text then equals joined), which are read
     # instead when present. See _words.
@@ -160,7 +165,7 @@ class KeyphraseTask(DocumentTask):
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
-        self.check_options(("top_k",))
+        self.check_options(("top_k",), {"empty_phrases": ("keep", "drop")})
         self._word_cache = {}
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
@@ -247,7 +252,8 @@ class KeyphraseTask(DocumentTask):
         gold = [d.fields.get("keyphrases") or [] for d in docs]
         # documents without gold phrases (the unlabelled eval file) are not scored
         refs = {d.doc_id: g for d, g in zip(docs, gold) if g}
-        result = keyphrase_metrics(preds, refs) if refs else {}
+        keep_empty = self.options["empty_phrases"] == "keep"
+        result = keyphrase_metrics(preds, refs, keep_empty=keep_empty) if refs else {}
         metrics = {f"{m}@{k}": float(result.get(f"{m}@{k}", 0.0))
                    for m in ("f1", "p", "r") for k in DEPTHS}
         return metrics, [with_gold(p, references=[" ".join(x) for x in g])
