@@ -36,11 +36,24 @@ refused too, never opened.
 Reading a .tgz lists the whole archive first; for the full 2.5 GB triviaqa-rc archive unpack
 it once instead.
 
+Verified files (qa/verified-wikipedia-dev.json, whose top-level "VerifiedEval" is true) are
+read as the official TriviaQA code reads them (read_triviaqa_data in utils/dataset_utils.py of
+mandarjoshi90/triviaqa, which its evaluation script uses too): only the questions with
+"QuestionPartOfVerifiedEval" true are kept (the others are counted skips, "not part of the
+verified evaluation"), and in the Wikipedia domain only their EntityPages with
+"DocPartOfVerifiedEval" true are read. A verified question left without a page is a counted
+skip (the official code stops on an assertion). A flag that is missing or not a boolean is a
+DataError naming the question. Option verified_eval: false reads every question and page of
+such a file (this project's earlier rule). A file whose VerifiedEval is false or absent (all
+of the unverified ones) is read whole either way.
+
 Options:
   files               {split: path under data_dir} instead of qa/wikipedia-<split>.json (e.g.
                       qa/verified-wikipedia-dev.json)
   max_evidence_chars  characters kept of each evidence page (default 0 = the whole page)
   max_answer_spans    answer spans kept per question (default 64; 0 = all)
+  verified_eval       follow a verified file's QuestionPartOfVerifiedEval and
+                      DocPartOfVerifiedEval flags (default true, see above)
 """
 import functools
 import json
@@ -57,7 +70,9 @@ FILES = {"train": "qa/wikipedia-train.json", "dev": "qa/wikipedia-dev.json",
          "test": "qa/wikipedia-test-without-answers.json"}
 EVIDENCE = "evidence/wikipedia"
 SEPARATOR = "\n\n"
-OPTIONS = ("files", "max_evidence_chars", "max_answer_spans")
+OPTIONS = ("files", "max_evidence_chars", "max_answer_spans", "verified_eval")
+NOT_VERIFIED = "not part of the verified evaluation (QuestionPartOfVerifiedEval false)"
+NO_VERIFIED_PAGE = "no evidence page part of the verified evaluation"
 
 
 def read(data_dir, split, options):
@@ -69,6 +84,10 @@ def read(data_dir, split, options):
         file_name(value, f"files.{key}")
     max_chars = _count_option(options, "max_evidence_chars", 0)
     max_spans = _count_option(options, "max_answer_spans", 64)
+    follow_verified = options.get("verified_eval", True)
+    if not isinstance(follow_verified, bool):
+        raise DataError(f"reader option 'verified_eval': expected true or false, got "
+                        f"{follow_verified!r}")
     with _Source(data_dir) as source:
         name = files.get(split, FILES[split])
         table = source.json(name)
@@ -77,7 +96,13 @@ def read(data_dir, split, options):
         if not isinstance(data, list):
             raise DataError(f"{qa_at}: expected {{\"Data\": [questions]}}")
         skips, docs, seen = Skips(qa_at, "questions"), [], set()
+        verified = follow_verified and table.get("VerifiedEval") is True
+        wikipedia = table.get("Domain") == "Wikipedia"
         for i, item in enumerate(data):
+            if verified:
+                item = _verified_part(item, i, qa_at, wikipedia, skips)
+                if item is None:
+                    continue
             doc = _convert(item, i, split, source, qa_at, max_chars, max_spans, skips)
             if doc is None:
                 continue
@@ -142,6 +167,34 @@ def alias_spans(context, names, limit=0):
     if limit:
         ordered = ordered[:limit]
     return [{"text": context[s:e], "start": s} for s, e in ordered]
+
+
+def _verified_flag(entry, key, at):
+    value = entry.get(key) if isinstance(entry, dict) else None
+    if not isinstance(value, bool):
+        raise DataError(f"{at}: {key} is missing or not true/false in a verified file "
+                        f"(got {_shown(value)})")
+    return value
+
+
+def _verified_part(item, i, qa_at, wikipedia, skips):
+    """Data[i] of a verified file as the official reader keeps it: None (a counted skip) when
+    the question is not part of the verified evaluation or, in the Wikipedia domain, none of
+    its pages is; else the item, in that domain with only its verified EntityPages."""
+    qid = item.get("QuestionId") if isinstance(item, dict) else None
+    loc = f"Data[{i}] (QuestionId {qid!r})" if isinstance(qid, str) and qid else f"Data[{i}]"
+    at = f"{qa_at}: {loc}"
+    if not _verified_flag(item, "QuestionPartOfVerifiedEval", at):
+        skips.add(NOT_VERIFIED, loc)
+        return None
+    if not wikipedia or not isinstance(item.get("EntityPages"), list):
+        return item      # a missing EntityPages list is _convert's error
+    pages = [page for page in item["EntityPages"]
+             if _verified_flag(page, "DocPartOfVerifiedEval", f"{at}: EntityPages entry")]
+    if not pages:
+        skips.add(NO_VERIFIED_PAGE, loc)
+        return None
+    return dict(item, EntityPages=pages)
 
 
 def _convert(item, i, split, source, qa_at, max_chars, max_spans, skips):
