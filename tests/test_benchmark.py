@@ -44,10 +44,16 @@ def test_benchmark_quick(tmp_path):
         assert s["segments"] == length // 128
         assert s["wall_s"] > 0 and s["tokens_per_s"] > 0
         assert s["peak_rss_process_mb"] > 0
+        # what the stream retains does not grow: after 2n segments exactly what after n
+        for mode in ("eval", "train"):
+            kept = s[f"retained_{mode}"]
+            assert kept["flat"] and kept["growth_bytes"] == 0, (mode, kept)
+            assert kept["allocated_bytes"][0] > 0
+    assert streams[2048]["retained_eval"]["segments"] == [8, 16]
     summary = result["streaming_summary"]
-    assert summary["length_ratio"] == 4.0
-    # Memory does not grow with the document (4x longer: well under 1.5x the peak).
-    assert summary["peak_rss_ratio"] < 1.5
+    assert summary["length_ratio"] == 4.0 and summary["peak_rss_ratio"] > 0
+    assert result["memory_retention"] == {"flat": True, "retained_growth_bytes": {
+        "512": {"eval": 0, "train": 0}, "2048": {"eval": 0, "train": 0}}}
     assert result["environment"]["paddle"]
 
 
@@ -137,3 +143,41 @@ def test_benchmark_options_stay_with_their_tool(capsys):
     # the earlier spellings work on the new tool too
     args = benchmark_train.parse_args(["--pretrain-config", config, "--pretrain-steps", "20"])
     assert (args.pretrain_config, args.pretrain_steps, args.pretrain_warmup) == (config, 20, 10)
+
+
+def test_retained_memory_check_flags_a_leaking_loop():
+    """The streaming benchmark's memory check (benchmark_common.measure_retention: allocated
+    bytes after n and after 2n segments) passes the benchmark's own train-mode stream and
+    fails a loop that keeps one tensor per segment, by exactly what it keeps."""
+    import numpy as np
+    import paddle
+    from helpers import tiny_config
+
+    from ernie_doc import ErnieDocModel
+    from ernie_doc.cli.benchmark_common import measure_retention
+    B, T = 2, 16
+    config = tiny_config(max_position_embeddings=T)
+    model = ErnieDocModel(config)
+    ids = np.random.default_rng(0).integers(5, config.vocab_size, (B, 4 * T))
+    types = paddle.zeros([B, T], dtype="int64")
+
+    def segment(i):
+        return (paddle.to_tensor(ids[:, i * T:(i + 1) * T]),
+                paddle.ones([B, T], dtype="float32"))
+
+    model.train()
+    clean = measure_retention(benchmark_model.train_segment_step(model, segment, types, 4), 3)
+    assert clean["segments"] == [3, 6] and clean["flat"] and clean["growth_bytes"] == 0
+
+    model.eval()
+    kept, memories = [], [None]
+
+    def leaking(i):
+        with paddle.no_grad():
+            out = model(*segment(i % 4)[:1], memories[0], types, segment(i % 4)[1])
+        memories[0] = out.memories
+        kept.append(out.sequence_output)   # the leak: one [B, T, H] float32 per segment
+
+    leak = measure_retention(leaking, 3)
+    assert not leak["flat"] and leak["growth_bytes"] >= 3 * B * T * config.hidden_size * 4
+

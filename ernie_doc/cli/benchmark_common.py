@@ -11,7 +11,7 @@ import os
 import platform
 import sys
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 # paddle's import warns about a C++ compiler cache it never uses here (stderr holds progress
 # lines and, on bad input, the one error line)
@@ -67,6 +67,46 @@ def emit(result: Dict[str, Any], args: argparse.Namespace) -> None:
                 raise
             print(f"error: {message} (the results are on stdout above)", file=sys.stderr)
             sys.exit(2)
+
+
+def allocated_bytes() -> int:
+    """Bytes paddle's allocator holds for live tensors right now on the current device (host
+    memory on a CPU). Unlike the RSS, it excludes what the allocator and the libraries keep
+    cached, so it measures what a loop retains, not how big its working set once was."""
+    import paddle
+    try:
+        from paddle.base import core
+    except ImportError:   # paddle 2.4 and earlier
+        from paddle.fluid import core
+    device = paddle.get_device()
+    if device.startswith("gpu"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        return int(core.device_memory_stat_current_value("Allocated", index))
+    return int(core.host_memory_stat_current_value("Allocated", 0))
+
+
+def retention(allocated_after: List[int]) -> Dict[str, Any]:
+    """Whether a stream retains memory: allocated bytes after segment n and after segment 2n
+    of a stream of 2n (or 2n + 1) segments → {segments, allocated_bytes, growth_bytes, flat}.
+    The state a stream carries (the memories) has a fixed size, so the second half must end
+    with exactly what the first ended with; anything kept per segment (an output list, a
+    graph chained through the memories) grows by n times its size. None under 2 segments."""
+    n = len(allocated_after) // 2
+    if n < 1:
+        return {"segments": [len(allocated_after)], "flat": None}
+    first, second = int(allocated_after[n - 1]), int(allocated_after[2 * n - 1])
+    return {"segments": [n, 2 * n], "allocated_bytes": [first, second],
+            "growth_bytes": second - first, "flat": second <= first}
+
+
+def measure_retention(step: Callable[[int], Any], segments: int) -> Dict[str, Any]:
+    """Run step(0) .. step(2·segments − 1), reading `allocated_bytes` after each, →
+    `retention` of the series."""
+    allocated = []
+    for i in range(2 * segments):
+        step(i)
+        allocated.append(allocated_bytes())
+    return retention(allocated)
 
 
 def environment(args: argparse.Namespace, paddlenlp: bool = True) -> Dict[str, Any]:

@@ -16,7 +16,10 @@
 (b) streaming one document of each --stream-lengths tokens through our model segment by segment
     (eval, no_grad, carrying memories), each in a fresh subprocess so that its peak RSS is its
     own: wall time, time per segment and peak RSS, to show time linear and memory flat in
-    document length.
+    document length. Memory flat is checked directly too (`memory_retention`): the bytes
+    paddle's allocator holds for live tensors after n and after 2n segments, of the stream
+    and of a forward + backward stream of the same segments, must be equal (the RSS of a
+    small model is mostly the process itself, so its ratio could not show a leak).
 (c) --threads N sets OMP_NUM_THREADS / MKL_NUM_THREADS before paddle is imported (paddle
     reads them at import; left unset, paddle itself sets OMP_NUM_THREADS=1) and calls
     paddle's set_num_threads where the version has it; the streaming subprocesses inherit it.
@@ -36,9 +39,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments,
+from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments, allocated_bytes,
                                             apply_paddle_threads, check_output, emit, environment,
-                                            set_threads)
+                                            measure_retention, retention, set_threads)
 
 if TYPE_CHECKING:   # names for the hints only: paddle is imported after --threads is set
     import numpy as np
@@ -297,7 +300,7 @@ def stream_worker(args: argparse.Namespace) -> Dict[str, Any]:
         sl = slice(i * seg_len, (i + 1) * seg_len)
         return paddle.to_tensor(doc[:, sl]), paddle.to_tensor(valid[:, sl])
 
-    times, rss_samples = [], []
+    times, rss_samples, allocated = [], [], []
     peak_reset = False
     memories = None
     t_start = time.perf_counter()
@@ -309,6 +312,7 @@ def stream_worker(args: argparse.Namespace) -> Dict[str, Any]:
             memories = out.memories
             float(out.pooled_output.sum())
             times.append(time.perf_counter() - t0)
+            allocated.append(allocated_bytes())
             if i == 0:
                 # From here on only the steady state counts: allocator pools and oneDNN caches
                 # are warm after the first segment.
@@ -318,6 +322,11 @@ def stream_worker(args: argparse.Namespace) -> Dict[str, Any]:
                 rss_samples.append({"segment": i + 1, "rss_mb": mb(memory_kb()[0])})
     wall = time.perf_counter() - t_start
     rss_end, peak_after_first = memory_kb()
+    # training reads the same segments with gradients: forward + backward per segment, the
+    # memories carried (a memory that kept its graph would retain every segment's)
+    model.train()
+    retained_train = measure_retention(train_segment_step(model, segment, types, n_seg),
+                                       min(n_seg, TRAIN_RETENTION_SEGMENTS) // 2 or 1)
     half = max(1, len(times) // 2)
     steady = times[1:] or times
     return {
@@ -340,7 +349,29 @@ def stream_worker(args: argparse.Namespace) -> Dict[str, Any]:
         "peak_rss_process_mb": mb(max(peak_first, peak_after_first)),
         "rss_end_mb": mb(rss_end),
         "rss_samples": rss_samples,
+        # what the stream retains: allocated bytes after n and 2n segments (must not grow)
+        "retained_eval": retention(allocated),
+        "retained_train": retained_train,
     }
+
+
+TRAIN_RETENTION_SEGMENTS = 8   # the train-mode retention check reads at most this many
+
+
+def train_segment_step(model: "ErnieDocModel", segment: Callable[[int], tuple],
+                       types: "paddle.Tensor", n_seg: int) -> Callable[[int], None]:
+    """step(i): forward + backward of segment i (mod n_seg) in train mode, carrying the
+    memories from the previous call, gradients cleared after (for `measure_retention`)."""
+    state = {"memories": None}
+
+    def step(i):
+        ids, mask = segment(i % n_seg)
+        out = model(ids, state["memories"], types, mask)
+        state["memories"] = out.memories
+        out.pooled_output.sum().backward()
+        model.clear_gradients()
+
+    return step
 
 
 def run_stream_subprocess(args: argparse.Namespace, length: int) -> Dict[str, Any]:
@@ -436,6 +467,15 @@ def run(args: argparse.Namespace) -> int:
             "peak_rss_process_ratio": round(b["peak_rss_process_mb"] /
                                             a["peak_rss_process_mb"], 3),
         }
+    if streams:
+        # the direct check (the RSS ratio of a small model is dominated by the process
+        # itself): allocated bytes after n and 2n segments, eval and train, every length
+        growth = {str(s["document_tokens"]): {mode: s[f"retained_{mode}"].get("growth_bytes")
+                                              for mode in ("eval", "train")} for s in streams}
+        flags = [s[f"retained_{mode}"]["flat"] for s in streams for mode in ("eval", "train")]
+        result["memory_retention"] = {
+            "retained_growth_bytes": growth,
+            "flat": all(flags) if None not in flags else None}
     result["total_wall_s"] = round(time.perf_counter() - t_total, 2)
     emit(result, args)
     if "parity" in result and not result["parity"]["ok"]:
