@@ -22,6 +22,7 @@ Quirk kept on purpose: the official list has "……" as one two-character entry
 equals a single character, so "…" is NOT treated as punctuation (neither is "‘").
 """
 import re
+from typing import Dict, List, Sequence
 
 from ernie_doc.metrics.squad import average_scores
 
@@ -44,24 +45,37 @@ def _rules(*pairs):
 
 _OPENING = _rules(
     (r"([«“‘„]|`+)", r" \1 "),                   # opening quotes are tokens
-    (r'^"', " `` "),                              # a leading " opens a quote
+    (r'^"', "``"),                                # a leading " opens a quote
+    (r"(``)", r" \1 "),                          # `` is a token even inside ```
     (r"([ (\[{<])(\"|'')", r"\1 `` "),            # so does one after a space / bracket
-    (r"(?i)(')(?!re|ve|ll|m|t|s|d|n)(\w)\b", r"\1 \2"),  # 'quoted, but keep clitics whole
+    (r"(?i)(')(?!re|ve|ll|m|t|s|d|n)(\w)\b", r"\1 \2"),  # 'x (one letter), not a clitic
 )
 _PUNCT = _rules(
     (r"([^.])(\.)([\]\)}>\"'»”’ ]*)\s*$", r"\1 \2 \3 "),  # only the final period
     (r"([:,])([^\d])", r" \1 \2"),                # not inside numbers: 3,000 10:30
     (r"([:,])$", r" \1 "),
     (r"\.{2,}", r" \g<0> "),                      # ellipsis
-    (r"[;@#$%&?!*]", r" \g<0> "),
+    (r"[;@#$%&]", r" \g<0> "),
+    (r"([^.])(\.)([\]\)}>\"']*)\s*$", r"\1 \2\3 "),  # nltk's second final-period rule
+    (r"[?!]", r" \g<0> "),
     (r"([^'])' ", r"\1 ' "),                      # closing single quote
+    (r"[*]", r" \g<0> "),                        # after it: "b's'*" keeps "b's" whole
     (r"[\]\[(){}<>]", r" \g<0> "),                # brackets
     (r"--", r" -- "),
 )
-_CLOSING = _rules(
-    (r"([»”’])", r" \1 "),
+_CLOSING_COMMON = _rules((r"([»”’])", r" \1 "),)
+# nltk 3.6.2 (the version ERNIE-Doc pins): a remaining " closes a quote, and '' is split off
+# only after a non-space character, so a run-initial '' stays glued to its word ("''abc").
+_CLOSING_36 = _rules(
+    (r'"', " '' "),
+    (r"(\S)('')", r"\1 \2 "),
+)
+# nltk >= 3.7: every '' is a token of its own ("''abc" → '' abc).
+_CLOSING_37 = _rules(
     (r"''", " '' "),
-    (r'"', " '' "),                               # any remaining " closes a quote
+    (r'"', " '' "),
+)
+_CLITICS = _rules(
     (r"([^' ])('[sS]|'[mM]|'[dD]|') ", r"\1 \2 "),  # clitics: he 's, do n't
     (r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) ", r"\1 \2 "),
 )
@@ -72,13 +86,22 @@ _CONTRACTIONS = [re.compile(p) for p in (
     r"(?i) ('t)(is)\b", r"(?i) ('t)(was)\b")]
 
 
-def treebank_tokenize(text):
-    """Word tokens of `text` by the Treebank rules of nltk.word_tokenize (one sentence)."""
+NLTK_RULES = ("3.6", "3.7")
+_CLOSING = {"3.6": _CLOSING_COMMON + _CLOSING_36 + _CLITICS,
+            "3.7": _CLOSING_COMMON + _CLOSING_37 + _CLITICS}
+
+
+def treebank_tokenize(text: str, nltk_rules: str = "3.6") -> List[str]:
+    """Word tokens of `text` by the Treebank rules of nltk.word_tokenize (one sentence).
+    nltk_rules: "3.6" = nltk 3.6.2, which ERNIE-Doc pins (default); "3.7" = nltk 3.7 and
+    later (3.9.1 checked), which also split a run-initial '' off its word."""
+    if nltk_rules not in _CLOSING:
+        raise ValueError(f"nltk_rules {nltk_rules!r} is not one of {list(NLTK_RULES)}")
     for pattern, repl in _OPENING + _PUNCT:
         text = pattern.sub(repl, text)
     # The closing-quote rules look for a following space: pad both ends.
     text = f" {text} "
-    for pattern, repl in _CLOSING:
+    for pattern, repl in _CLOSING[nltk_rules]:
         text = pattern.sub(repl, text)
     for pattern in _CONTRACTIONS:
         text = pattern.sub(r" \1 \2 ", text)
@@ -86,20 +109,21 @@ def treebank_tokenize(text):
 
 
 # --- official metric -----------------------------------------------------------------
-def mixed_segmentation(text, rm_punc=False):
+def mixed_segmentation(text: str, rm_punc: bool = False, nltk_rules: str = "3.6") -> List[str]:
     """Segments of a Chinese/English string: one per CJK or punctuation character,
-    Treebank words for the runs in between; rm_punc drops the punctuation characters."""
+    Treebank words (`treebank_tokenize`) for the runs in between; rm_punc drops the
+    punctuation characters."""
     segments, run = [], []
     for ch in str(text).lower().strip():
         if rm_punc and ch in PUNCTUATION:
             continue
         if _is_cjk(ch) or ch in PUNCTUATION:
-            segments += treebank_tokenize("".join(run))
+            segments += treebank_tokenize("".join(run), nltk_rules)
             run = []
             segments.append(ch)
         else:
             run.append(ch)
-    segments += treebank_tokenize("".join(run))
+    segments += treebank_tokenize("".join(run), nltk_rules)
     return segments
 
 
@@ -129,12 +153,13 @@ def _as_list(answers):
     return answers or [""]
 
 
-def f1_score(prediction, answers):
-    """Max over the gold answers of the segment-LCS F1 (0..1)."""
-    pred_segs = mixed_segmentation(prediction, rm_punc=True)
+def f1_score(prediction: str, answers, nltk_rules: str = "3.6") -> float:
+    """Max over the gold answers (a string or a list; none = [""]) of the segment-LCS F1
+    (0..1)."""
+    pred_segs = mixed_segmentation(prediction, True, nltk_rules)
     best = 0.0
     for answer in _as_list(answers):
-        gold_segs = mixed_segmentation(answer, rm_punc=True)
+        gold_segs = mixed_segmentation(answer, True, nltk_rules)
         _, lcs = find_lcs(gold_segs, pred_segs)
         if lcs:
             precision, recall = lcs / len(pred_segs), lcs / len(gold_segs)
@@ -142,14 +167,18 @@ def f1_score(prediction, answers):
     return best
 
 
-def exact_match(prediction, answers):
+def exact_match(prediction: str, answers) -> float:
     """1.0 when the prediction equals a gold answer once punctuation is removed."""
     pred = remove_punctuation(prediction)
     return float(any(remove_punctuation(a) == pred for a in _as_list(answers)))
 
 
-def evaluate(predictions, references):
-    """predictions: qid -> answer string; references: qid -> gold answer strings.
-    → {"em", "f1", "avg"} ×100 over all references, "total", "skipped" (no prediction)."""
-    em, f1, total, skipped = average_scores(predictions, references, exact_match, f1_score)
+def evaluate(predictions: Dict[str, str], references: Dict[str, Sequence[str]],
+             nltk_rules: str = "3.6") -> Dict[str, float]:
+    """predictions: qid -> answer string; references: qid -> gold answer strings (an empty
+    list scores against [""]). → {"em", "f1", "avg"} ×100 over all references, "total",
+    "skipped" (no prediction). nltk_rules: see treebank_tokenize."""
+    em, f1, total, skipped = average_scores(
+        predictions, references, exact_match,
+        lambda p, ref: f1_score(p, ref, nltk_rules))
     return {"em": em, "f1": f1, "avg": (em + f1) / 2, "total": total, "skipped": skipped}
