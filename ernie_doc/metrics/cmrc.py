@@ -9,15 +9,23 @@ first; EM is string equality after `remove_punctuation`; a question takes the ma
 gold answers; scores are ×100 averages over all reference questions, an unanswered one
 scoring 0 (counted in "skipped").
 
+Word splitting: the official script (and ERNIE-Doc's copy, ernie-doc/utils/metrics.py)
+word-tokenises the non-CJK runs with `nltk.word_tokenize`, and ERNIE-Doc pins nltk 3.6.2.
+`treebank_tokenize` reimplements the Treebank stage of **nltk 3.6.2** by default; nltk 3.7
+and later also split a run-initial '' off its word ("''abc" → '' abc), which
+`nltk_rules="3.7"` gives (`evaluate(..., nltk_rules=...)`). Checked against
+NLTKWordTokenizer of nltk 3.6.2 and 3.9.1 on random strings of quotes, clitics and
+punctuation (tests/test_span_reference.py runs the check where nltk is installed). On the
+CMRC2018 dev and trial sets and the DuReader demo answers the two rule sets segment every
+answer and context alike.
+
 Deviations:
-- The official script word-tokenises the non-CJK runs with `nltk.word_tokenize` (Punkt
-  sentence splitting, then the NLTK Treebank rules). `treebank_tokenize` reimplements the
-  Treebank rules with plain regular expressions but does no sentence splitting, so a
-  period inside a run followed by more text ("end. next") stays attached to its word where
-  NLTK would usually split it off. Runs in Chinese answers are short (numbers, names,
-  units), where the two agree.
-- A reference question with an empty answer list is scored against [""] (the official
-  evaluate2 rule for unanswerable questions) instead of crashing.
+- No Punkt sentence splitting before the Treebank stage, so a period inside a run followed
+  by more text ("end. next") stays attached to its word where NLTK would usually split it
+  off. Runs in Chinese answers are short (numbers, names, units), where the two agree.
+- A reference question with an empty answer list is scored against [""] (what the official
+  code gives for an answer text "": F1 0, EM 1 only for a prediction empty once
+  punctuation is removed) where ERNIE-Doc's EM_AND_F1 would crash on max([]).
 Quirk kept on purpose: the official list has "……" as one two-character entry, which never
 equals a single character, so "…" is NOT treated as punctuation (neither is "‘").
 """
