@@ -5,9 +5,20 @@ start/end logits of all an example's segments back to a piece of the original te
 
 Token → text: the context is cut into words (CJK characters and punctuation marks are
 words of their own, as BERT's basic tokenizer splits them; other runs end at whitespace)
-and each word is tokenized alone, so every sub-token knows its word's character span and
-no tokenizer needs offsets. A character the vocabulary lacks becomes [UNK] and keeps its
-place: offsets never shift (DRCD's traditional characters).
+and each word is tokenized alone, so every sub-token knows its word's character span. A
+character the vocabulary lacks becomes [UNK] and keeps its place: offsets never shift
+(DRCD's traditional characters). Each sub-token also knows its own characters inside the
+word where the tokenizer's `encode_with_offsets` gives the same pieces for the word alone
+(WordPiece: "iPhone6s" → iphone6 = "iPhone6", ##s = "s"); where it cannot tell (an [UNK],
+byte-level BPE, whose lone-word pieces differ from its in-text pieces) a piece covers its
+whole word.
+
+Answer unit (`best_spans(unit=...)`): "token" cuts the answer at its first and last
+sub-token's own characters, which is what the official decoder's `get_final_text` gives
+when its character alignment succeeds (PaddlePaddle/ERNIE, ernie-doc/utils/
+multi_process_eval.py); "word" widens it to whole words. Where the official alignment fails
+(an [UNK], lower-casing that changes a word's length) it returns the whole original tokens,
+which are longer than our words for non-CJK runs ("iPhone 6s" is one official token).
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -38,40 +49,89 @@ def context_words(text: str) -> List[Tuple[int, int]]:
     return spans
 
 
+UNITS = ("token", "word")
+POOLS = ("all", "context")
+
+
 @dataclass
 class TokenizedText:
-    """ids [N] of a text with each token's character span: starts [N], ends [N]."""
+    """ids [N] of a text with each token's character span: starts [N], ends [N] of its word,
+    piece_starts [N], piece_ends [N] of its own characters (= the word's where unknown)."""
     ids: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
+    piece_starts: Optional[np.ndarray] = None
+    piece_ends: Optional[np.ndarray] = None
+
+    def __post_init__(self):
+        if self.piece_starts is None:
+            self.piece_starts, self.piece_ends = self.starts, self.ends
 
     def __len__(self):
         return len(self.ids)
 
-    def token_span(self, char_start: int, char_end: int) -> Optional[Tuple[int, int]]:
+    def spans(self, unit: str = "word") -> Tuple[np.ndarray, np.ndarray]:
+        """(starts [N], ends [N]) of each token's word ("word") or own characters ("token")."""
+        if unit not in UNITS:
+            raise ValueError(f"unit {unit!r} is not one of {list(UNITS)}")
+        return (self.piece_starts, self.piece_ends) if unit == "token" else (self.starts,
+                                                                             self.ends)
+
+    def token_span(self, char_start: int, char_end: int,
+                   unit: str = "word") -> Optional[Tuple[int, int]]:
         """The tokens covering characters [char_start, char_end) → (first, last) inclusive,
-        or None when no token overlaps them (e.g. whitespace only)."""
-        inside = np.nonzero((self.ends > char_start) & (self.starts < char_end))[0]
+        or None when no token overlaps them (e.g. whitespace only). unit: overlap with the
+        token's word or with its own characters (see `spans`)."""
+        starts, ends = self.spans(unit)
+        inside = np.nonzero((ends > char_start) & (starts < char_end))[0]
         if len(inside) == 0:
             return None
         return int(inside[0]), int(inside[-1])
+
+
+def _piece_offsets(tokenizer, word: str, pieces: List[int]) -> List[Tuple[int, int]]:
+    """[(start, end)] of each piece's characters inside `word`: the tokenizer's own offsets
+    when it gives the same pieces for the word alone and they are non-empty, else the whole
+    word for every piece."""
+    whole = [(0, len(word))] * len(pieces)
+    encode = getattr(tokenizer, "encode_with_offsets", None)
+    if encode is None or len(pieces) < 2:
+        return whole
+    try:
+        ids, offsets = encode(word)
+    except Exception:   # a tokenizer that cannot offset a lone word keeps whole words
+        return whole
+    if list(ids) != list(pieces):
+        return whole
+    offsets = [(max(0, int(a)), min(len(word), int(b))) for a, b in offsets]
+    if any(a >= b for a, b in offsets):
+        return whole
+    return offsets
 
 
 def tokenize_with_offsets(text: str, tokenizer, cache: Optional[Dict] = None) -> TokenizedText:
     """Tokenize `text` word by word (see the module docstring). `cache`: a dict shared across
     calls (long corpora repeat words)."""
     cache = {} if cache is None else cache
-    ids, starts, ends = [], [], []
+    ids, starts, ends, piece_starts, piece_ends = [], [], [], [], []
     for start, end in context_words(text):
         key = (text[start:end], start > 0 and text[start - 1].isspace())
-        pieces = cache.get(key)
-        if pieces is None:
-            pieces = cache[key] = list(tokenizer.encode_word(*key))
+        found = cache.get(key)
+        if found is None:
+            pieces = list(tokenizer.encode_word(*key))
+            found = cache[key] = (pieces, _piece_offsets(tokenizer, key[0], pieces))
+        pieces, offsets = found
         ids.extend(pieces)
         starts.extend([start] * len(pieces))
         ends.extend([end] * len(pieces))
-    return TokenizedText(np.asarray(ids, dtype=np.int64), np.asarray(starts, dtype=np.int64),
-                         np.asarray(ends, dtype=np.int64))
+        piece_starts.extend(start + a for a, _ in offsets)
+        piece_ends.extend(start + b for _, b in offsets)
+
+    def array(values):
+        return np.asarray(values, dtype=np.int64)
+
+    return TokenizedText(array(ids), array(starts), array(ends), array(piece_starts),
+                         array(piece_ends))
 
 
 def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
@@ -99,12 +159,19 @@ class SpanSegmenter:
     Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts /
     ends inside the window (several for distant supervision; the [CLS] at 0 when the window
     holds none, official), `allowed` marks the positions a span may use ([CLS] and the
-    context). `meta` keeps what decoding needs: the window, its token → character spans and
-    max-context flags."""
+    context). A gold character span marks the tokens it overlaps, by their own characters
+    (answer_unit "token", like the official reader's `_improve_answer_span` narrowing the
+    answer to its sub-tokens) or by their words ("word"). `meta` keeps what decoding needs:
+    the window, its tokens' word spans (starts / ends) and own spans (piece_starts /
+    piece_ends) and max-context flags."""
 
-    def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64):
+    def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
+                 answer_unit="token"):
+        if answer_unit not in UNITS:
+            raise ValueError(f"answer_unit {answer_unit!r} is not one of {list(UNITS)}")
         self.seq_len, self.stride, self.max_query_len = seq_len, stride, max_query_len
         self.cls_id, self.pad_id, self.open_id, self.close_id = cls_id, pad_id, open_id, close_id
+        self.answer_unit = answer_unit
 
     def __call__(self, context: TokenizedText, question_ids: Sequence[int],
                  gold_chars: Sequence[Tuple[int, int]], doc_index: int) -> List[Segment]:
@@ -113,7 +180,7 @@ class SpanSegmenter:
         if window < 1:
             raise ValueError(f"max_seq_len {self.seq_len} leaves no room for the context next to "
                              f"a {len(question)}-token question (max_query_len)")
-        gold = [context.token_span(s, e) for s, e in gold_chars]
+        gold = [context.token_span(s, e, self.answer_unit) for s, e in gold_chars]
         gold = sorted({g for g in gold if g is not None})
         spans = windows(len(context), window, self.stride)
         flags = max_context_flags(spans)
@@ -143,34 +210,57 @@ class SpanSegmenter:
                 ids, mask, doc_index, i, len(spans),
                 targets={"start_gold": start_gold, "end_gold": end_gold, "allowed": allowed},
                 meta={"window": (a, b), "starts": context.starts[a:b],
-                      "ends": context.ends[a:b], "max_context": max_ctx}))
+                      "ends": context.ends[a:b], "piece_starts": context.piece_starts[a:b],
+                      "piece_ends": context.piece_ends[a:b], "max_context": max_ctx}))
         return segments
 
 
-def best_spans(segments, logits, n_best=20, max_answer_len=30):
+def _top_context(logits: np.ndarray, n: int, n_best: int, pool: str) -> np.ndarray:
+    """Context indices 0..n-1 (row 1..n of a segment) of the n-best logits of one segment:
+    pool "context" ranks the context rows only; "all" ranks all T rows, as the official
+    decoder does, and then keeps those that fall in the context (so there may be fewer than
+    n_best, or none)."""
+    if pool == "context":
+        return np.argsort(-logits[1:n + 1], kind="stable")[:n_best]
+    top = np.argsort(-logits, kind="stable")[:n_best]   # stable: ties to the lower position
+    return top[(top >= 1) & (top <= n)] - 1
+
+
+def best_spans(segments, logits, n_best=20, max_answer_len=30, pool="context", unit="word"):
     """Candidate answers of one example, best first.
 
     segments: its final-pass segments' `meta` dicts; logits: the matching [T, 2] arrays of
-    start/end logits. Candidates: the top-n starts and ends of each segment inside its
-    context, start ≤ end, at most `max_answer_len` tokens, the start's window giving it its
-    maximum context; ranked by start + end logit across all segments (BERT / official).
-    → [(score, char_start, char_end)]"""
+    start/end logits. Candidates: the top-n starts and ends of each segment (`pool`: among
+    its context rows, or among all T rows keeping those in the context, official), start ≤
+    end, at most `max_answer_len` tokens, the start's window giving it its maximum context;
+    ranked by start + end logit across all segments (BERT / official); a character span
+    found in several windows keeps its best score. unit: "word" cuts the text at word
+    bounds, "token" at the sub-tokens' own characters (a meta without piece spans counts
+    as "word"). → [(score, char_start, char_end)], ties broken by character offsets."""
+    if pool not in POOLS:
+        raise ValueError(f"pool {pool!r} is not one of {list(POOLS)}")
+    if unit not in UNITS:
+        raise ValueError(f"unit {unit!r} is not one of {list(UNITS)}")
     found = {}
     for meta, lg in zip(segments, logits):
         n = meta["window"][1] - meta["window"][0]
         if n == 0:
             continue
-        start = np.asarray(lg[1:n + 1, 0], dtype=np.float64)
-        end = np.asarray(lg[1:n + 1, 1], dtype=np.float64)
-        top_s = np.argsort(-start, kind="stable")[:n_best]
-        top_e = np.argsort(-end, kind="stable")[:n_best]
+        lg = np.asarray(lg, dtype=np.float64)
+        start, end = lg[1:n + 1, 0], lg[1:n + 1, 1]
+        top_s = _top_context(lg[:, 0], n, n_best, pool)
+        top_e = _top_context(lg[:, 1], n, n_best, pool)
+        if unit == "token" and "piece_starts" in meta:
+            char_starts, char_ends = meta["piece_starts"], meta["piece_ends"]
+        else:
+            char_starts, char_ends = meta["starts"], meta["ends"]
         for i in top_s:
             if not meta["max_context"][i]:
                 continue
             for j in top_e:
                 if j < i or j - i + 1 > max_answer_len:
                     continue
-                key = (int(meta["starts"][i]), int(meta["ends"][j]))
+                key = (int(char_starts[i]), int(char_ends[j]))
                 score = float(start[i] + end[j])
                 if score > found.get(key, -np.inf):
                     found[key] = score

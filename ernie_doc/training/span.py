@@ -5,10 +5,27 @@ the head scores each token as a start and an end; the answer is the best-scoring
 all the example's predicted segments, mapped back to the original context text.
 
 Loss: the negative log of the summed probability of all gold starts (and ends) of a
-segment, softmax over [CLS] and the context tokens (Clark & Gardner 2018; with one gold
-span it is the usual cross-entropy). A segment without a gold span points at [CLS]
-(official). Unlike the official loss, question and padding positions are masked out of the
-softmax, so probability is spread over the positions a span can take.
+segment (Clark & Gardner 2018; with one gold span it is the usual cross-entropy). A segment
+without a gold span points at [CLS] (official). The softmax runs over [CLS] and the context
+tokens (`loss_positions: context`, default): unlike the official loss, question and padding
+positions are masked out, so probability is spread over the positions a span can take;
+`loss_positions: all` is the official softmax over all T positions.
+
+Decoding and scoring follow the official code (PaddlePaddle/ERNIE, branch repro,
+ernie-doc/utils/multi_process_eval.py and utils/metrics.py) by default, each with a
+task_options switch to ours:
+  n_best_pool   all: the top n_best starts / ends over all T positions of a segment, those
+                outside the context then dropped (fewer candidates, or none) · context:
+                the top n_best among the context tokens. NB: with `loss_positions: context`
+                the question and padding logits are never trained, and may crowd the pool.
+  answer_unit   token: the answer is cut at its first and last sub-token's own characters
+                (official get_final_text) · word: widened to whole words.
+  empty_answer  the text predicted when no candidate survives ("empty", official; "" was
+                ours). The n-best list holds distinct texts, best first (official).
+  unreferenced  count: a question without a non-empty reference answer is scored (0, or
+                EM 1 for an empty prediction) and counted in the mean, as the official
+                metric counts every question of the file · skip: it is left out. A split
+                without any reference (DuReader's test) is never scored.
 """
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -17,7 +34,7 @@ import paddle
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.segment import step_members
-from ernie_doc.data.span import SpanSegmenter, best_spans, tokenize_with_offsets
+from ernie_doc.data.span import POOLS, UNITS, SpanSegmenter, best_spans, tokenize_with_offsets
 from ernie_doc.heads import ErnieDocForQuestionAnswering
 from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
@@ -29,11 +46,14 @@ def _logsumexp_where(logits, mask):
     return paddle.logsumexp(logits + (1.0 - mask) * NEG, axis=-1)
 
 
-def span_nll(logits, batch):
+def span_nll(logits, batch, all_positions: bool = False):
     """logits [B, T, 2] → per-row loss [B]: mean of the start and end negative log of the
-    summed gold probability."""
+    summed gold probability; the softmax runs over batch["target_allowed"] [B, T] ([CLS] and
+    the context), or over all T positions with all_positions (official)."""
     logits = logits.astype("float32")
     allowed = batch["target_allowed"]
+    if all_positions:
+        allowed = paddle.ones_like(allowed)
     loss = 0.0
     for k, gold in enumerate((batch["target_start_gold"], batch["target_end_gold"])):
         lg = logits[:, :, k]
@@ -51,6 +71,11 @@ class SpanTask(DocumentTask):
         "max_answer_len": 30,       # tokens in a predicted answer
         "n_best": 20,               # start / end candidates per segment
         "metric": "cmrc",           # cmrc (CMRC2018 script: EM, F1 with LCS) | triviaqa
+        "n_best_pool": "all",       # all (official) | context      (module docstring)
+        "answer_unit": "token",     # token (official) | word
+        "empty_answer": "empty",    # the answer when no span qualifies (official "empty")
+        "unreferenced": "count",    # count (official) | skip
+        "loss_positions": "context",  # context | all (official softmax over all T)
     }
     METRICS = ("cmrc", "triviaqa")
     REPORTS = {"cmrc": ("em", "f1", "avg", "total", "skipped"),   # metrics.cmrc.evaluate
@@ -60,7 +85,13 @@ class SpanTask(DocumentTask):
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
         self.check_options(("max_query_len", "max_answer_len", "n_best"),
-                           {"question_format": self.FORMATS, "metric": self.METRICS})
+                           {"question_format": self.FORMATS, "metric": self.METRICS,
+                            "n_best_pool": POOLS, "answer_unit": UNITS,
+                            "unreferenced": ("count", "skip"),
+                            "loss_positions": ("context", "all")})
+        if not isinstance(self.options["empty_answer"], str):
+            raise self.option_error("empty_answer", f"must be a string, got "
+                                                    f"{self.options['empty_answer']!r}")
         self.metric_names = self.REPORTS[self.options["metric"]]
         self._word_cache = {}
 
@@ -75,7 +106,8 @@ class SpanTask(DocumentTask):
                               f"{open_tok} / {close_tok} token")
         self.segmenter = SpanSegmenter(max_seq_len, stride, special_ids["cls"],
                                        special_ids["pad"], ids[0], ids[1],
-                                       self.options["max_query_len"])
+                                       self.options["max_query_len"],
+                                       self.options["answer_unit"])
 
     def model_config_overrides(self):
         return {"cls_token_idx": 0}
@@ -101,26 +133,35 @@ class SpanTask(DocumentTask):
         return segments if "answers" in doc.fields else without_training(segments)
 
     def loss(self, out, batch, weight):
-        return masked_mean(span_nll(out.logits, batch), weight)
+        return masked_mean(span_nll(out.logits, batch,
+                                    self.options["loss_positions"] == "all"), weight)
 
     def row_outputs(self, out, batch=None):
         return out.logits.astype("float32").numpy()
 
     def predict_document(self, doc, rows: List[Tuple[int, Any]],
                          steps: Sequence) -> Dict[str, Any]:
-        """→ {doc_id, question, pred: the best span's text ("" when no span qualifies),
-        score: its start + end logit (4 decimals; None without a span), start / end: its
-        character offsets into the context (context[start:end] == pred; None without a
-        span), n_best: up to task_options.n_best [{text, score, start, end}] best first,
-        segments}."""
+        """→ {doc_id, question, pred: the best span's text (task_options.empty_answer when
+        no span qualifies), score: its start + end logit (4 decimals; None without a span),
+        start / end: its character offsets into the context (context[start:end] == pred;
+        None without a span), n_best: up to task_options.n_best [{text, score, start, end}]
+        with distinct texts, best first, segments}."""
         metas = {m.seg_index: m.meta for step in steps for m in step_members(step) if m.final}
         got = sorted(rows, key=lambda x: x[0])
         cands = best_spans([metas[s] for s, _ in got], [lg for _, lg in got],
-                           self.options["n_best"], self.options["max_answer_len"])
+                           self.options["n_best"], self.options["max_answer_len"],
+                           self.options["n_best_pool"], self.options["answer_unit"])
         context = doc.fields["context"]
-        n_best = [{"text": context[a:b], "score": round(score, 4), "start": a, "end": b}
-                  for score, a, b in cands[:self.options["n_best"]]]
-        best = n_best[0] if n_best else {"text": "", "score": None, "start": None, "end": None}
+        n_best, seen = [], set()
+        for score, a, b in cands:
+            if len(n_best) == self.options["n_best"]:
+                break
+            if context[a:b] in seen:   # the official n-best keeps each text once
+                continue
+            seen.add(context[a:b])
+            n_best.append({"text": context[a:b], "score": round(score, 4), "start": a, "end": b})
+        best = n_best[0] if n_best else {"text": self.options["empty_answer"], "score": None,
+                                         "start": None, "end": None}
         return {"doc_id": doc.doc_id, "question": doc.fields["question"], "pred": best["text"],
                 "score": best["score"], "start": best["start"], "end": best["end"],
                 "n_best": n_best, "segments": len(rows)}
@@ -135,6 +176,8 @@ class SpanTask(DocumentTask):
         predictions = self.predict(docs, rows, passes)
         refs = {d.doc_id: self.references(d) for d in docs}
         scored = {k: v for k, v in refs.items() if v}
+        if scored and self.options["unreferenced"] == "count":
+            scored = refs   # the official metric's denominator: every question
         answers = {p["doc_id"]: p["pred"] for p in predictions}
         if self.options["metric"] == "triviaqa":
             from ernie_doc.metrics.triviaqa import evaluate
