@@ -140,6 +140,10 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         # Activation recompute (gradient checkpointing) of each encoder layer in training;
         # a runtime switch, not a config field: saved configs and state_dict are unchanged.
         self.recompute = False
+        # Whether every row has one task type, decided by the caller instead of from the
+        # values: a compiled step (training/compiled.py) cannot look at them while tracing,
+        # and sets this so its program takes the same branch as dygraph. None = look.
+        self.uniform_task_types: Optional[bool] = None
 
     @property
     def memory_len(self) -> int:
@@ -236,9 +240,14 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         x = self.embeddings.words(input_ids)
         pos_emb = self.embeddings.positions(pos_ids, batch)
         task_emb, task_ids = self.embeddings.tasks(key_task_ids)
-        if task_ids is not None and paddle.in_dynamic_mode() and \
-                bool((token_type_ids == token_type_ids[:, :1]).all()):
-            task_emb = None  # one task type per row: the term cancels in the softmax
+        uniform = self.uniform_task_types
+        if uniform is None:
+            uniform = paddle.in_dynamic_mode() and \
+                bool((token_type_ids == token_type_ids[:, :1]).all())
+        if task_ids is not None and uniform:
+            # One task type per row: the term cancels in the softmax. Skipping it also keeps
+            # the task parameters without a gradient, so Adam and weight decay leave them be.
+            task_emb = None
 
         new_memories = []
         for i, layer in enumerate(self.encoder.layers):

@@ -68,6 +68,7 @@ DEFAULTS = {
     "grad_accum_steps": 1,
     "amp": False,                 # GPU only
     "recompute": False,           # recompute each layer's activations in backward (memory)
+    "compile": False,             # training forward as a captured program (paddle.jit.to_static)
     "seed": 1,
     "shuffle": True,
     # evaluation, checkpoints, logging
@@ -302,9 +303,13 @@ def validate(cfg):
         if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
     for key in ("retro_feed", "train_skim", "amp", "shuffle", "eval_every_epoch", "progress",
-                "overwrite_output_dir", "recompute", "eval_only", "allow_partial_checkpoint"):
+                "overwrite_output_dir", "recompute", "compile", "eval_only",
+                "allow_partial_checkpoint"):
         if not isinstance(cfg[key], bool):
             fail(key, f"must be true or false, got {cfg[key]!r}")
+    if cfg.compile and cfg.recompute:   # recompute hooks into dygraph's autograd only
+        fail("compile", "cannot be combined with recompute: true (recompute runs in dygraph "
+                        "only); turn one of them off")
     if cfg.train_skim and not cfg.retro_feed:
         fail("train_skim", "trains the skim pass of the retrospective feed; with "
                            "retro_feed: false there is none")

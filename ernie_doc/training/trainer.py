@@ -25,6 +25,7 @@ import paddle
 from ernie_doc.config import ConfigError
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import state as ckpt
+from ernie_doc.training.compiled import compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
@@ -64,6 +65,7 @@ class Trainer:
         self.out = run.out
         self.state = None          # the trainer state a checkpoint saves (see train())
         self.last_memories = None  # numpy [L, B, M, H] after training (tests compare ranks)
+        self.compiled = None       # the compiled training forward (compile: true)
 
     # -- training ------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -76,6 +78,7 @@ class Trainer:
         layers = self.model.config.num_hidden_layers if cfg.layer_decay != 1.0 else 0
         optimizer, scheduler = build_optimizer(self.wrapped, cfg, total_steps, layers)
         self.optimizer = optimizer
+        self.compiled = compiled_or_none(self.model, cfg.compile, self.world)
         scaler = paddle.amp.GradScaler(init_loss_scaling=32768) if cfg.amp else None
         state, carry = self._start(optimizer)   # trainer state, the rows' memory state
         log = RunLog(self.out, self.is_main, resume_step=state["step"])
@@ -92,9 +95,13 @@ class Trainer:
         self._since_log = (0.0, 0.0)   # loss sum and rows since the last log line
         stop = False
         for epoch, micro, batch, boundary, epoch_end in self._micro_batches(train, state):
-            paddle.seed(step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum))
-            value, rows, carry = self._forward_backward(batch, carry, scaler, sync=boundary,
-                                                        metrics=metrics)
+            seed = step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum)
+            paddle.seed(seed)
+            value, rows, carry, step_metrics = self._micro_step(batch, carry, scaler, boundary,
+                                                                seed)
+            for name, (total, count) in step_metrics.items():
+                metrics[name][0] += total
+                metrics[name][1] += count
             if not math.isfinite(value):
                 raise TrainingError(
                     f"step {state['step'] + 1} (epoch {epoch + 1}): the loss is {value}; "
@@ -197,19 +204,34 @@ class Trainer:
                 end = steps is not None and micro + 1 == steps
                 yield label, micro, batch, (micro + 1) % accum == 0 or end, end
 
-    def _forward_backward(self, batch, carry, scaler, sync, metrics):
-        """One micro-step → (loss value, rows that trained, new memory state); adds the
-        task's metric sums to `metrics`. Gradients are all-reduced across ranks only when
-        `sync` (the last micro-step of an optimizer step)."""
+    def _micro_step(self, batch, carry, scaler, sync, seed):
+        """One micro-step through the compiled forward when `compile` is on (falling back
+        to dygraph, with a log line, if its first step cannot be captured), else dygraph."""
+        if self.compiled is None:
+            return self._forward_backward(batch, carry, scaler, sync, self.wrapped)
+
+        def undo():   # the failed attempt's gradients and random draws
+            self.optimizer.clear_grad()
+            paddle.seed(seed)
+
+        result, used = try_compiled(
+            lambda model: self._forward_backward(batch, carry, scaler, sync, model),
+            self.compiled, self.wrapped, undo)
+        if used is self.wrapped:
+            self.compiled = None
+        return result
+
+    def _forward_backward(self, batch, carry, scaler, sync, model):
+        """One micro-step of `model` (the wrapped model or its compiled forward) → (loss
+        value, rows that trained, new memory state, the task's metric sums). Gradients are
+        all-reduced across ranks only when `sync` (the last micro-step of an optimizer
+        step)."""
         cfg = self.cfg
         t = _to_tensors(batch)
         weight = paddle.to_tensor(self.task.train_weight(batch).astype("float32"))
         with paddle.amp.auto_cast(enable=cfg.amp):
-            out, carry = self.task.forward(self.wrapped, t, carry)
+            out, carry = self.task.forward(model, t, carry)
             loss, step_metrics = self.task.train_loss(out, t, weight)
-        for name, (total, count) in step_metrics.items():
-            metrics[name][0] += total
-            metrics[name][1] += count
         value = float(loss)
         if math.isfinite(value):
             scaled = loss / cfg.grad_accum_steps
@@ -220,7 +242,7 @@ class Trainer:
                     scaled.backward()
             else:
                 scaled.backward()
-        return value, float(weight.sum()), carry
+        return value, float(weight.sum()), carry, step_metrics
 
     def _save_state(self, carry):
         arrays = {k: v.numpy() for k, v in carry.items() if v is not None}

@@ -1,0 +1,137 @@
+"""A compiled training forward (`compile: true`): the model's training call captured once as a
+static program with `paddle.jit.to_static`, then replayed every micro-step.
+
+Why: in dygraph every operator of the forward is dispatched from Python, and for the small
+configs (the README demo, the tests) that dispatch costs more than the arithmetic. The captured
+program runs the same operators from one call; paddle builds its backward as one node, so
+`loss.backward()` and the optimizer are unchanged.
+
+What stays the same: the weights are the model's own parameters (evaluation, checkpoints and
+export see every update), memories go in and come out as tensors exactly as in dygraph, and the
+task's loss is computed from the program's outputs in dygraph. The program's operators run in
+program order, so its dropout operators draw the same masks from the seeded generator as
+dygraph's: the loss curve equals dygraph's to float rounding, with dropout on or off, and a
+resumed run equals an uninterrupted one.
+
+Input checks on shapes and ids, which need the values in Python, are skipped inside the
+program (the readers build these batches). The "one task type per row" shortcut is skipped too:
+the program always computes the task term, which is equal to float rounding. Recompute only
+works in dygraph, so the config refuses `compile` with `recompute`.
+"""
+import inspect
+from typing import Any, Callable, Optional
+
+import paddle
+
+from ernie_doc.training.runlog import logger
+
+
+class _FlatForward(paddle.nn.Layer):
+    """The model's call with the inputs as one list and one dict, returning a flat list: a
+    captured program returns nested tuples only, so the output's own types (HeadOutput and
+    the like) are recorded while tracing (`template`) and rebuilt around the results."""
+
+    def __init__(self, model: paddle.nn.Layer):
+        super().__init__()
+        self.model = model
+        self.template = None
+
+    def forward(self, args, kwargs, uniform_task_types):
+        # The lines below run while tracing only. `uniform_task_types` is a Python bool, so
+        # each value gets its own program.
+        encoder = getattr(self.model, "ernie_doc", None)
+        if encoder is not None:
+            encoder.uniform_task_types = uniform_task_types
+        try:
+            out = self.model(*args, **kwargs)
+        finally:
+            if encoder is not None:
+                encoder.uniform_task_types = None
+        self.template = paddle.utils.map_structure(lambda _: None, out)
+        return paddle.utils.flatten(out)
+
+
+class CompiledForward:
+    """Called like `model`; the first call for each input signature (shapes, which inputs are
+    None) traces a program, and later calls replay it. Evaluation keeps calling the model
+    itself: this object is used only for training micro-steps."""
+
+    def __init__(self, model: paddle.nn.Layer):
+        self.model = model
+        # A wrapper converted, not the model: converting the model would replace its
+        # forward for evaluation and export too.
+        self._flat = _FlatForward(model)
+        self._program = paddle.jit.to_static(self._flat.forward, full_graph=True)
+        self._signature = inspect.signature(model.forward)
+        self.proven = False   # set by the trainer once a whole micro-step ran compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inputs = (list(args), dict(kwargs), self._uniform_task_types(args, kwargs))
+        # Tracing a new program draws from the random generator; restoring its state keeps
+        # the step's dropout masks independent of when the trace happened (so a resumed run
+        # equals an uninterrupted one).
+        state = paddle.get_rng_state()
+        self._program.get_concrete_program(*inputs)
+        paddle.set_rng_state(state)
+        flat = self._program(*inputs)
+        return paddle.utils.pack_sequence_as(self._flat.template, list(flat))
+
+    def _uniform_task_types(self, args, kwargs) -> bool:
+        """Whether each row has one task type (ErnieDocModel.uniform_task_types), from the
+        token_type_ids argument of the model's forward; no such argument → True."""
+        bound = self._signature.bind(*args, **kwargs).arguments
+        types = bound.get("token_type_ids")
+        if types is None:
+            return True
+        return bool((types == types[:, :1]).all())
+
+
+def compiled_or_none(model: paddle.nn.Layer, enabled: bool,
+                     world: int = 1) -> Optional[CompiledForward]:
+    """The compiled forward of `model` (the unwrapped network) when `enabled`, else None (the
+    trainer then calls the model itself)."""
+    if not enabled:
+        return None
+    if world > 1:
+        # DataParallel finds unused parameters by walking the graph of its own forward's
+        # outputs; a program called beside it would leave its gradient all-reduce waiting.
+        logger.warning(f"compile: not supported with {world} data-parallel ranks yet; "
+                       f"training in dygraph")
+        return None
+    # The executor's multi-thread mode runs independent operators concurrently, and the
+    # dropout operators then take their draws from the shared generator in a varying order:
+    # the masks would change from run to run. Run in program order: the masks are then
+    # dygraph's, and a seed reproduces a run.
+    paddle.set_flags({"FLAGS_new_executor_serial_run": True})
+    logger.info("compile: the training forward runs as a captured program "
+                "(paddle.jit.to_static); evaluation stays dygraph")
+    return CompiledForward(model)
+
+
+def first_line(error: BaseException) -> str:
+    """A one-line reason from a paddle error, whose messages run over many lines."""
+    for line in str(error).splitlines():
+        line = line.strip()
+        if line and not line.startswith(("In user code", "File ", "---")):
+            return f"{type(error).__name__}: {line}"[:300]
+    return type(error).__name__
+
+
+def try_compiled(step: Callable[[Any], Any], compiled: CompiledForward, fallback: Any,
+                 undo: Callable[[], None]) -> Any:
+    """Run `step(compiled)`; if the very first compiled micro-step fails, log why, call `undo`
+    (clear gradients, reseed) and run `step(fallback)` (dygraph) instead. Returns
+    (result, the model callable to keep using)."""
+    if compiled.proven:
+        return step(compiled), compiled
+    try:
+        result = step(compiled)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as error:   # a capture or program error: dygraph can still train
+        logger.warning(f"compile: the training step could not be captured on paddle "
+                       f"{paddle.__version__} ({first_line(error)}); falling back to dygraph")
+        undo()
+        return step(fallback), fallback
+    compiled.proven = True
+    return result, compiled

@@ -1,0 +1,172 @@
+"""`compile: true`: the training forward as a captured program (ernie_doc.training.compiled).
+
+Every head's compiled forward and its gradients equal dygraph's on two segments with memory
+carried and a row reset; a trainer run with compile equals the dygraph run to float rounding
+(dropout off); with dropout on, a resumed compiled run equals an uninterrupted one; a step that
+cannot be captured falls back to dygraph with one log line."""
+import json
+import logging
+
+import numpy as np
+import paddle
+import pytest
+from helpers import tiny_config, tiny_longdep
+
+from ernie_doc import auto
+from ernie_doc.config import ConfigError
+from ernie_doc.training.compiled import CompiledForward, compiled_or_none, try_compiled
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relu_dropout=0.0,
+                  classifier_dropout=0.0)
+HEAD_ARGS = {"sequence_classification": {"num_labels": 3}, "token_classification":
+             {"num_labels": 3}, "multiple_choice": {"num_choices": 2}}
+
+
+def two_segments(model, call, rows=4, seg=16, extra=None):
+    """Segments 1 and 2 through `call` (the model or its compiled forward), the memory of the
+    first carried into the second, whose row 1 starts a new document → (the outputs' tensors,
+    flattened, and every parameter's gradient of a loss on each segment's head outputs, summed
+    over the segments). Each segment's backward runs before the next forward, as in the
+    trainer: paddle 2.6.2's captured program keeps one call's activations, so two calls before
+    one backward would give the first call the second's."""
+    rng = np.random.default_rng(0)
+    memories = model.ernie_doc.init_memories(rows)
+    outputs = []
+    for step in range(2):
+        ids = paddle.to_tensor(rng.integers(4, 60, (rows, seg)))
+        types = paddle.to_tensor(rng.integers(0, 2, (rows, seg)))   # mixed task types
+        mask = paddle.to_tensor((np.arange(seg) < seg - step * 3).astype("float32")
+                                [None].repeat(rows, 0))
+        reset = paddle.to_tensor(np.array([False, step == 1, False, False]))
+        out = call(ids, memories, types, mask, reset, None, **(extra or {}))
+        memories = out.memories
+        leaves = [t for t in paddle.utils.flatten(out) if isinstance(t, paddle.Tensor)]
+        outputs += [t.numpy() for t in leaves]
+        # The loss is on the head's outputs, as every task's, not on the encoder's: on paddle
+        # 2.6.2 a gradient sent into an output the program also uses inside (pooled_output,
+        # under the logits) is dropped.
+        heads = paddle.utils.flatten([v for k, v in out._asdict().items() if k != "encoder"])
+        sum((t.astype("float32") ** 2).mean() for t in heads
+            if isinstance(t, paddle.Tensor) and not t.stop_gradient).backward()
+    grads = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
+    model.clear_gradients()
+    return outputs, grads
+
+
+@pytest.mark.parametrize("name", ["sequence_classification", "question_answering",
+                                  "token_classification", "multiple_choice", "pair_matching",
+                                  "pretraining", "keyphrase", "hotpotqa"])
+def test_every_head_compiled_equals_dygraph(name):
+    paddle.seed(3)
+    model = auto.head_class(name)(tiny_config(**NO_DROPOUT), **HEAD_ARGS.get(name, {}))
+    model.train()
+    extra = None
+    if name == "keyphrase":   # word positions: word w of row b starts at token 2w
+        extra = {"word_index": paddle.to_tensor(np.tile(np.arange(16) // 2, (4, 1)))}
+    eager, eager_grads = two_segments(model, model, extra=extra)
+    compiled, compiled_grads = two_segments(model, CompiledForward(model), extra=extra)
+    assert len(eager) == len(compiled) >= 3
+    for a, b in zip(eager, compiled):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert sorted(eager_grads) == sorted(compiled_grads) and len(eager_grads) > 10
+    for n in eager_grads:
+        np.testing.assert_allclose(compiled_grads[n], eager_grads[n], rtol=1e-4, atol=1e-6,
+                                   err_msg=n)
+
+
+def test_compiled_output_keeps_its_type():
+    model = auto.head_class("question_answering")(tiny_config(**NO_DROPOUT))
+    model.train()
+    out = CompiledForward(model)(paddle.randint(4, 60, [2, 16]),
+                                 model.ernie_doc.init_memories(2))
+    assert type(out).__name__ == "HeadOutput" and out.memory_mask is None
+    assert list(out.start_logits.shape) == [2, 16]
+    assert list(out.encoder.sequence_output.shape) == [2, 16, 32]
+
+
+def train_log(out):
+    with open(out / "train_log.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def run(tmp_path, name, *extra):
+    from helpers import train_and_dump
+    out = tmp_path / name
+    trainer = train_and_dump(out, tiny_longdep(*extra, train_docs=24))
+    return out, trainer
+
+
+def test_trainer_compiled_run_equals_dygraph(tmp_path):
+    eager, _ = run(tmp_path, "eager")
+    compiled, trainer = run(tmp_path, "compiled", "compile=true")
+    assert trainer.compiled is not None and trainer.compiled.proven
+    a, b = train_log(eager), train_log(compiled)
+    assert len(a) == len(b) == 24
+    assert sum("loss" in x for x in a) == 12   # the skim steps of the retro feed have none
+    for x, y in zip(a, b):
+        assert ("loss" in x) == ("loss" in y)
+        assert abs(x.get("loss", 0) - y.get("loss", 0)) < 1e-5, (x, y)
+    pa, pb = np.load(eager / "params-rank0.npz"), np.load(compiled / "params-rank0.npz")
+    for k in pa.files:   # (r_proj.bias has a zero gradient: Adam moves it by rounding noise)
+        np.testing.assert_allclose(pb[k], pa[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    np.testing.assert_allclose(np.load(compiled / "memories-rank0.npy"),
+                               np.load(eager / "memories-rank0.npy"), rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_run_with_dropout_resumes_exactly(tmp_path):
+    dropout = ("model_overrides.hidden_dropout_prob=0.1",
+               "model_overrides.attention_probs_dropout_prob=0.1", "compile=true")
+    whole, _ = run(tmp_path, "whole", *dropout)
+    cut, _ = run(tmp_path, "cut", *dropout, "stop_at_step=5")
+    from ernie_doc.training.prepare import prepare
+    from ernie_doc.training.run_config import load_config
+    from ernie_doc.training.trainer import Trainer
+    config = load_config(str(cut / "run_config.yaml"), ["stop_at_step=0", f"output_dir={cut}"])
+    Trainer(prepare(config, resume=True)).train()
+    a, b = train_log(whole), train_log(cut)
+    assert [r["step"] for r in b] == list(range(1, 25))
+    assert [r.get("loss") for r in a] == pytest.approx([r.get("loss") for r in b], abs=1e-6)
+    # the masks are dygraph's (the executor runs in program order), and dropout does act
+    eager = train_log(run(tmp_path, "eager", *dropout[:2])[0])
+    assert [r.get("loss") for r in eager] == pytest.approx([r.get("loss") for r in a],
+                                                            abs=1e-4)
+    plain = train_log(run(tmp_path, "no-dropout", "compile=true")[0])
+    assert abs(plain[-1]["loss"] - a[-1]["loss"]) > 1e-3
+
+
+def test_a_step_that_cannot_be_captured_falls_back_to_dygraph(caplog):
+    calls = []
+
+    class Broken:
+        proven = False
+
+        def __call__(self):
+            raise ValueError("In user code:\n\n    cannot capture this op\n  more")
+
+    def step(model):
+        calls.append(model)
+        return "dygraph" if model == "eager" else model()
+
+    undone = []
+    with caplog.at_level(logging.WARNING, logger="ernie_doc.train"):
+        result, used = try_compiled(step, Broken(), "eager", lambda: undone.append(1))
+    assert (result, used, undone) == ("dygraph", "eager", [1])
+    assert "falling back to dygraph" in caplog.text
+    assert "ValueError: cannot capture this op" in caplog.text
+    # once a compiled step has run, a later failure is the run's error, not a fallback
+    proven = Broken()
+    proven.proven = True
+    with pytest.raises(ValueError):
+        try_compiled(step, proven, "eager", lambda: None)
+
+
+def test_compile_settings(caplog):
+    model = auto.head_class("sequence_classification")(tiny_config(), num_labels=2)
+    assert compiled_or_none(model, False) is None
+    with caplog.at_level(logging.WARNING, logger="ernie_doc.train"):
+        assert compiled_or_none(model, True, world=2) is None
+    assert "not supported with 2 data-parallel ranks" in caplog.text
+    assert isinstance(compiled_or_none(model, True), CompiledForward)
+    from ernie_doc.training.run_config import load_config
+    with pytest.raises(ConfigError, match="compile: cannot be combined with recompute"):
+        load_config(None, tiny_longdep("compile=true", "recompute=true"))
