@@ -137,7 +137,7 @@ def two_hd(_):
 
 def test_n_best_keeps_each_text_once(tmp_path):
     tok = tokenizer(tmp_path)
-    task = span_task()
+    task = span_task(", n_best_pool: all")
     setup(task, tok)
     docs, rows, passes = docs_and_rows(task, tok, two_hd)
     record = task.predict(docs, rows, passes)[0]
@@ -155,8 +155,10 @@ def outside(_):
     return lg
 
 
-@pytest.mark.parametrize("options, expected", [("", "empty"), (", empty_answer: ''", ""),
-                                               (", n_best_pool: context", "海")])
+@pytest.mark.parametrize("options, expected", [
+    (", n_best_pool: all", "empty"), (", n_best_pool: all, empty_answer: ''", ""),
+    (", loss_positions: all", "empty"),   # auto follows the official loss: the official pool
+    ("", "海"), (", n_best_pool: context", "海")])   # auto follows our loss: the context
 def test_no_candidate_answers_empty(tmp_path, options, expected):
     tok = tokenizer(tmp_path)
     task = span_task(options)

@@ -16,8 +16,10 @@ ernie-doc/utils/multi_process_eval.py and utils/metrics.py) by default, each wit
 task_options switch to ours:
   n_best_pool   all: the top n_best starts / ends over all T positions of a segment, those
                 outside the context then dropped (fewer candidates, or none) · context:
-                the top n_best among the context tokens. NB: with `loss_positions: context`
-                the question and padding logits are never trained, and may crowd the pool.
+                the top n_best among the context tokens · auto (default): the positions
+                the loss trains, i.e. `all` with `loss_positions: all` (the official pair)
+                and `context` with our default loss, whose question and padding logits are
+                never trained and would crowd an all-positions pool.
   answer_unit   token: the answer is cut at its first and last sub-token's own characters
                 (official get_final_text) · word: widened to whole words.
   empty_answer  the text predicted when no candidate survives ("empty", official; "" was
@@ -71,7 +73,7 @@ class SpanTask(DocumentTask):
         "max_answer_len": 30,       # tokens in a predicted answer
         "n_best": 20,               # start / end candidates per segment
         "metric": "cmrc",           # cmrc (CMRC2018 script: EM, F1 with LCS) | triviaqa
-        "n_best_pool": "all",       # all (official) | context      (module docstring)
+        "n_best_pool": "auto",      # auto (= loss_positions) | all (official) | context
         "answer_unit": "token",     # token (official) | word
         "empty_answer": "empty",    # the answer when no span qualifies (official "empty")
         "unreferenced": "count",    # count (official) | skip
@@ -86,13 +88,15 @@ class SpanTask(DocumentTask):
         super().__init__(cfg, reader)
         self.check_options(("max_query_len", "max_answer_len", "n_best"),
                            {"question_format": self.FORMATS, "metric": self.METRICS,
-                            "n_best_pool": POOLS, "answer_unit": UNITS,
+                            "n_best_pool": POOLS + ("auto",), "answer_unit": UNITS,
                             "unreferenced": ("count", "skip"),
                             "loss_positions": ("context", "all")})
         if not isinstance(self.options["empty_answer"], str):
             raise self.option_error("empty_answer", f"must be a string, got "
                                                     f"{self.options['empty_answer']!r}")
         self.metric_names = self.REPORTS[self.options["metric"]]
+        if self.options["n_best_pool"] == "auto":   # decode where the loss trained
+            self.options["n_best_pool"] = self.options["loss_positions"]
         self._word_cache = {}
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
