@@ -32,6 +32,10 @@ def test_benchmark_quick(tmp_path):
         assert tp[model]["forward_tokens_per_s"] > 0
         assert tp[model]["forward_backward_tokens_per_s"] > 0
     assert tp["ratio_ours_over_paddlenlp"]["forward_tokens_per_s"] > 0
+    # the compiled training step (compile: true) is measured beside them, backward included
+    assert tp["ours_compiled"]["forward_backward_tokens_per_s"] > 0
+    assert "forward_tokens_per_s" not in tp["ours_compiled"]
+    assert tp["ratio_compiled_over_dygraph"]["forward_backward_tokens_per_s"] > 0
 
     parity = result["parity"]
     assert parity["ok"] and parity["max"] <= 1e-5
@@ -55,6 +59,43 @@ def test_benchmark_quick(tmp_path):
     assert result["memory_retention"] == {"flat": True, "retained_growth_bytes": {
         "512": {"eval": 0, "train": 0}, "2048": {"eval": 0, "train": 0}}}
     assert result["environment"]["paddle"]
+
+
+def test_throughput_is_the_median_of_alternating_rounds(capsys):
+    import argparse
+    order = []
+
+    def timed(name, per_step):
+        def run(call, memories):
+            order.append(name)
+            return per_step
+        return run
+
+    args = argparse.Namespace(batch_size=2, seq_len=8, steps=2, warmup=0, repeats=3)
+    summary = benchmark_model.summarize(
+        [{"forward": [1.0, 1.0]}, {"forward": [4.0, 4.0]}, {"forward": [2.0, 2.0]}], tokens=16)
+    assert summary["forward_tokens_per_s_rounds"] == [16.0, 4.0, 8.0]
+    assert summary["forward_tokens_per_s"] == 8.0          # the median, not the mean
+    assert summary["forward_step_s"] == [1.0, 1.0, 4.0, 4.0, 2.0, 2.0]
+
+    class Model:
+        def eval(self):
+            pass
+
+        train = eval
+
+        def clear_gradients(self):
+            pass
+
+    import paddle
+    out = (paddle.ones([1]), paddle.ones([1]), None)
+    tp = benchmark_model.throughput({"a": dict(name="a", model=Model(), run=timed("a", out),
+                                               forward=False),
+                                     "b": dict(name="b", model=Model(), run=timed("b", out),
+                                               forward=False)}, None, args)
+    # the models take turns round by round: a a b b | a a b b | a a b b
+    assert order == (["a"] * 2 + ["b"] * 2) * 3
+    assert set(tp) == {"a", "b"} and len(tp["a"]["forward_backward_tokens_per_s_rounds"]) == 3
 
 
 @pytest.mark.slow

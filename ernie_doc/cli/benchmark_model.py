@@ -51,7 +51,7 @@ if TYPE_CHECKING:   # names for the hints only: paddle is imported after --threa
     from ernie_doc.reference import PaddleNLPReference
 
 QUICK = dict(preset="ernie-doc-small", batch_size=2, seq_len=128, memory_len=32, steps=1,
-             warmup=1, stream_lengths=[512, 2048])
+             warmup=1, repeats=1, stream_lengths=[512, 2048])
 PARITY_TOL = 1e-5
 
 
@@ -63,6 +63,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-len", type=int, default=128)
     p.add_argument("--steps", type=int, default=3, help="timed steps per measurement")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="rounds of measurements, the models taking turns in each; the "
+                        "reported tokens/s are the medians over the rounds")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip our compiled training step (compile: true)")
     p.add_argument("--no-paddlenlp", action="store_true", help="skip the PaddleNLP baseline")
     p.add_argument("--stream-lengths", type=int, nargs="*", default=[2048, 32768],
                    help="document lengths (tokens) to stream; none to skip")
@@ -244,34 +249,61 @@ def time_steps(fn: Callable[[], Any], steps: int, warmup: int) -> List[float]:
     return times
 
 
-def throughput(name: str, model: Any, run: Callable[..., tuple], inputs: Inputs,
-               memories: Optional["paddle.Tensor"], args: argparse.Namespace
-               ) -> Dict[str, Any]:
-    """forward (eval, no_grad) and forward+backward (train) tokens/s of one model."""
+def measure(name: str, model: Any, run: Callable[..., tuple], memories: Optional["paddle.Tensor"],
+            args: argparse.Namespace, forward: bool = True, call: Any = None
+            ) -> Dict[str, List[float]]:
+    """One round for one model → the step times of forward (eval, no_grad; skipped when not
+    `forward`) and of forward+backward (train mode, through `call`, default the model)."""
     import paddle
-    tokens = args.batch_size * args.seq_len
+    call = call or model
 
-    def forward():
+    def forward_only():
         with paddle.no_grad():
-            out = run(model, memories)
+            out = run(call, memories)
         float(out[1].sum())  # make sure the work is done
 
     def forward_backward():
-        seq, pooled, _ = run(model, memories)
+        seq, pooled, _ = run(call, memories)
+        # the head's outputs, not the encoder's (see training/compiled.py on paddle 2.6.2)
         (seq.mean() + pooled.mean()).backward()
         model.clear_gradients()
 
-    print(f"[benchmark] {name}: forward", file=sys.stderr, flush=True)
-    model.eval()
-    fwd = time_steps(forward, args.steps, args.warmup)
+    times = {}
+    if forward:
+        print(f"[benchmark] {name}: forward", file=sys.stderr, flush=True)
+        model.eval()
+        times["forward"] = time_steps(forward_only, args.steps, args.warmup)
     print(f"[benchmark] {name}: forward+backward", file=sys.stderr, flush=True)
     model.train()
-    fb = time_steps(forward_backward, args.steps, args.warmup)
+    times["forward_backward"] = time_steps(forward_backward, args.steps, args.warmup)
     model.eval()
-    return {"forward_tokens_per_s": round(tokens * len(fwd) / sum(fwd), 2),
-            "forward_step_s": [round(t, 4) for t in fwd],
-            "forward_backward_tokens_per_s": round(tokens * len(fb) / sum(fb), 2),
-            "forward_backward_step_s": [round(t, 4) for t in fb]}
+    return times
+
+
+def summarize(rounds: List[Dict[str, List[float]]], tokens: int) -> Dict[str, Any]:
+    """Per-round tokens/s and their median, for forward and forward+backward."""
+    import statistics
+    out = {}
+    for key in rounds[0]:
+        per_round = [round(tokens * len(t) / sum(t), 2) for t in (r[key] for r in rounds)]
+        out[f"{key}_tokens_per_s"] = round(statistics.median(per_round), 2)
+        out[f"{key}_tokens_per_s_rounds"] = per_round
+        out[f"{key}_step_s"] = [round(t, 4) for r in rounds for t in r[key]]
+    return out
+
+
+def throughput(contenders: Dict[str, dict], memories: Optional["paddle.Tensor"],
+               args: argparse.Namespace) -> Dict[str, Any]:
+    """`args.repeats` rounds; in each, every contender (name → measure's keyword arguments)
+    is measured in turn, so that a slow spell of a shared machine falls on all of them →
+    {name: summarize(...)}."""
+    rounds = {name: [] for name in contenders}
+    for r in range(args.repeats):
+        for name, kw in contenders.items():
+            print(f"[benchmark] round {r + 1}/{args.repeats}", file=sys.stderr, flush=True)
+            rounds[name].append(measure(memories=memories, args=args, **kw))
+    tokens = args.batch_size * args.seq_len
+    return {name: summarize(rs, tokens) for name, rs in rounds.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,13 +469,26 @@ def run(args: argparse.Namespace) -> int:
     with paddle.no_grad():
         ours.eval()
         memories = inputs.run_ours(ours, ours.init_memories(args.batch_size))[2]
-    tp = {"ours": throughput("ours", ours, inputs.run_ours, inputs, memories, args)}
+    contenders = {"ours": dict(name="ours", model=ours, run=inputs.run_ours)}
+    if not args.no_compile:
+        from ernie_doc.training.compiled import CompiledForward
+        contenders["ours_compiled"] = dict(name="ours compiled (compile: true)", model=ours,
+                                           run=inputs.run_ours, forward=False,
+                                           call=CompiledForward(ours))
     if pn is not None:
-        tp["paddlenlp"] = throughput("paddlenlp", pn, inputs.run_paddlenlp, inputs, memories,
-                                     args)
+        contenders["paddlenlp"] = dict(name="paddlenlp", model=pn, run=inputs.run_paddlenlp)
+    tp = throughput(contenders, memories, args)
+    if pn is not None:
         tp["ratio_ours_over_paddlenlp"] = {
             key: round(tp["ours"][key] / tp["paddlenlp"][key], 3)
             for key in ("forward_tokens_per_s", "forward_backward_tokens_per_s")}
+    if "ours_compiled" in tp:
+        key = "forward_backward_tokens_per_s"
+        tp["ratio_compiled_over_dygraph"] = {
+            key: round(tp["ours_compiled"][key] / tp["ours"][key], 3)}
+        if pn is not None:
+            tp["ratio_ours_over_paddlenlp"]["compiled_forward_backward_tokens_per_s"] = round(
+                tp["ours_compiled"][key] / tp["paddlenlp"][key], 3)
     result["throughput"] = tp
     result["main_process_peak_rss_mb"] = mb(memory_kb()[1])
     del ours, pn, inputs, memories

@@ -39,7 +39,8 @@ class _FlatForward(paddle.nn.Layer):
     def forward(self, args, kwargs, uniform_task_types):
         # The lines below run while tracing only. `uniform_task_types` is a Python bool, so
         # each value gets its own program.
-        encoder = getattr(self.model, "ernie_doc", None)
+        encoder = self.model if hasattr(self.model, "uniform_task_types") else \
+            getattr(self.model, "ernie_doc", None)
         if encoder is not None:
             encoder.uniform_task_types = uniform_task_types
         try:
@@ -58,6 +59,11 @@ class CompiledForward:
 
     def __init__(self, model: paddle.nn.Layer):
         self.model = model
+        # The executor's multi-thread mode runs independent operators concurrently, and the
+        # dropout operators then take their draws from the shared generator in a varying
+        # order: the masks would change from run to run. In program order they are dygraph's,
+        # and a seed reproduces a run. (A process-wide flag; programs are only made here.)
+        paddle.set_flags({"FLAGS_new_executor_serial_run": True})
         # A wrapper converted, not the model: converting the model would replace its
         # forward for evaluation and export too.
         self._flat = _FlatForward(model)
@@ -66,6 +72,11 @@ class CompiledForward:
         self.proven = False   # set by the trainer once a whole micro-step ran compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.model.training:
+            # the program is traced once per input signature, not per mode: an evaluation
+            # call would replay the training program (dropout on)
+            raise RuntimeError("CompiledForward runs training steps; call the model itself "
+                               "in eval mode")
         inputs = (list(args), dict(kwargs), self._uniform_task_types(args, kwargs))
         # Tracing a new program draws from the random generator; restoring its state keeps
         # the step's dropout masks independent of when the trace happened (so a resumed run
@@ -98,11 +109,6 @@ def compiled_or_none(model: paddle.nn.Layer, enabled: bool,
         logger.warning(f"compile: not supported with {world} data-parallel ranks yet; "
                        f"training in dygraph")
         return None
-    # The executor's multi-thread mode runs independent operators concurrently, and the
-    # dropout operators then take their draws from the shared generator in a varying order:
-    # the masks would change from run to run. Run in program order: the masks are then
-    # dygraph's, and a seed reproduces a run.
-    paddle.set_flags({"FLAGS_new_executor_serial_run": True})
     logger.info("compile: the training forward runs as a captured program "
                 "(paddle.jit.to_static); evaluation stays dygraph")
     return CompiledForward(model)
