@@ -118,6 +118,11 @@ def test_choice_predict_equals_evaluation(tmp_path):
     # T=32: the default (PaddleNLP's) C3 window leaves no context at T=16
     run_task("c3", data, out, vocab_dir(tmp_path / "vocab", ZH), "stride=4", "batch_size=8",
              "max_seq_len=32", "model_overrides.max_position_embeddings=32")
+    # task.json holds every task option as the run resolved it, defaults included, so a
+    # later change of a default does not change how this model reads
+    from ernie_doc.training.choice import MultipleChoiceTask
+    saved = json.loads((out / "best" / "task.json").read_text())["config"]["task_options"]
+    assert saved == MultipleChoiceTask.option_defaults
     docs = load_reader("c3").read(str(data), "dev", {})
     inputs = [{"id": d.doc_id, "context": d.fields["context"], "question": d.fields["question"],
                "choices": d.fields["choices"]} for d in docs]

@@ -260,8 +260,14 @@ def task_record(run: PreparedRun) -> dict:
     """What a saved model needs besides its weights and tokenizer to read new documents as
     this run did (ernie_doc.pipeline): the config as written and the label names. Saved as
     task.json in best/ and final/."""
+    config = dict(run.given)
+    options = getattr(run.task, "options", None)
+    if options:
+        # every task option as this run resolved it, defaults included: a later release that
+        # changes a default (e.g. C3's token types) must not change how this model reads
+        config["task_options"] = dict(options)
     return {"format": 1, "task": run.cfg.task, "kind": run.cfg.kind,
-            "labels": list(getattr(run.task, "labels", [])), "config": dict(run.given)}
+            "labels": list(getattr(run.task, "labels", [])), "config": config}
 
 
 LONG_DOCUMENT_READS = 100   # below this, one long document is no concern
