@@ -37,6 +37,8 @@ setup(
     python_requires=">=3.8",
     # Versions are pinned in requirements*.txt; paddle itself is left to the user (CPU or GPU).
     install_requires=["numpy", "regex", "safetensors", "pyyaml", "tqdm", "sentencepiece"],
-    extras_require={"plot": ["matplotlib"], "visualdl": ["visualdl"]},
+    # nltk: the version ERNIE-Doc pins, for the CMRC metric's agreement test and for Punkt
+    # sentence splitting of BPE text (whose data, `punkt`, is a separate download)
+    extras_require={"plot": ["matplotlib"], "visualdl": ["visualdl"], "nltk": ["nltk==3.6.2"]},
     entry_points={"console_scripts": ["ernie-doc=ernie_doc.cli:main"]},
 )
