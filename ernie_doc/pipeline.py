@@ -38,6 +38,7 @@ from ernie_doc.predict_io import (INPUT_FORMATS, ON_ERROR, TASK_FILE, DocumentSt
                                   InputProblem, PipelineError, completed_ids, count_inputs,
                                   input_format, model_directory, read_inputs, read_task_record,
                                   to_document, to_jsonable)
+from ernie_doc.training.amp import AmpSettings, amp_settings
 from ernie_doc.training.prepare import PreparedRun, build_model, choose_tokenizer, setup_reading
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.splits import collect_row_outputs
@@ -135,8 +136,8 @@ class Pipeline(DocumentStream):
         self.run, self.task, self.model, self.tokenizer = run, run.task, run.model, run.tokenizer
         self.cfg, self.rows, self.group = run.cfg, rows, group
         self.pad_id = run.special["pad"]
-        self.amp = bool(self.cfg.amp) and run.device == "gpu" and \
-            isinstance(self.model, paddle.nn.Layer)
+        # the run's autocast (GPU only) for a dygraph model; an export has its own precision
+        self.amp = run.amp if isinstance(self.model, paddle.nn.Layer) else AmpSettings()
         self.model.eval()
 
     @classmethod
@@ -173,7 +174,9 @@ class Pipeline(DocumentStream):
             cfg = config_from_values(given, source)
             paddle.set_device("gpu" if device == "gpu" else "cpu")
             task = build_task(cfg, _SavedReader(record["labels"], cfg.task))
-            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device)
+            # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
+            amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()
+            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device, amp=amp)
             pretokenized = task.id_vocabulary() is not None
             run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
             if engine == "inference":
@@ -238,7 +241,7 @@ class Pipeline(DocumentStream):
             batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
             tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
             # as evaluation reads: under AMP when the run trained with it (dygraph on a GPU)
-            with paddle.no_grad(), paddle.amp.auto_cast(enable=self.amp):
+            with paddle.no_grad(), self.amp.autocast():
                 out, carry = task.forward(self.model, tensors, carry)
             collect_row_outputs(task, batch, tensors, out, g, outputs)
             for key, seg, _ in step:

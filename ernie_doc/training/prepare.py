@@ -30,6 +30,7 @@ from ernie_doc.data.segment import reading_passes
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
+from ernie_doc.training.amp import AmpSettings, amp_settings, gpu_capability
 from ernie_doc.training.run_config import TrainConfig, missing_key
 from ernie_doc.training.runlog import logger, setup_logging
 from ernie_doc.training.splits import DocumentSplit, Split
@@ -57,6 +58,7 @@ class PreparedRun:
     tokenizer: object = None
     special: Dict[str, int] = field(default_factory=dict)   # cls / sep / pad ids (documents)
     device: str = "cpu"
+    amp: AmpSettings = AmpSettings()   # the run's autocast (fp32: off)
     rank: int = 0
     world: int = 1
     summary: List[str] = field(default_factory=list)
@@ -86,8 +88,10 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if task.streaming:   # before any collective call: bad data fails on every rank
         task.check_data(world)
     device = dist.init(cfg.device)
-    if cfg.amp and device != "gpu":
-        raise ConfigError(f"{cfg.source}: amp: needs a GPU (device is {device})")
+    try:
+        amp = amp_settings(cfg.amp, device, gpu_capability() if device == "gpu" else None)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.source}: amp: {e}") from None
     if cfg.threads:
         from ernie_doc.utils import set_paddle_threads
         set_paddle_threads(cfg.threads)
@@ -96,7 +100,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
                             marker=RUN_CONFIG, source=cfg.source)
     setup_logging(None, rank == 0)   # console now; the file once OUTPUT_DIR exists
     run = PreparedRun(cfg=cfg, given=given, task=task, resume=resume, device=device,
-                      rank=rank, world=world)   # model and splits: built below
+                      rank=rank, world=world, amp=amp)   # model and splits: built below
     spm_dir = None
     if task.builds_model:   # the language model: its own model and token streams
         check_memory(run, *task.memory_plan())

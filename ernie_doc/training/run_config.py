@@ -12,6 +12,7 @@ import os
 import yaml
 
 from ernie_doc.config import ConfigError
+from ernie_doc.training.amp import check_amp_value
 
 DEFAULTS = {
     # what to run
@@ -66,7 +67,7 @@ DEFAULTS = {
     "max_grad_norm": 0.0,         # 0 = no clipping (official)
     "adam_epsilon": 1e-8,
     "grad_accum_steps": 1,
-    "amp": False,                 # GPU only
+    "amp": False,                 # false | true (= fp16) | fp16 | bf16: GPU only (amp.py)
     "recompute": False,           # recompute each layer's activations in backward (memory)
     "compile": False,             # training forward as a captured program (paddle.jit.to_static)
     "seed": 1,
@@ -302,7 +303,10 @@ def validate(cfg):
     for key in ("stride", "eval_batch_size"):
         if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
-    for key in ("retro_feed", "train_skim", "amp", "shuffle", "eval_every_epoch", "progress",
+    amp_problem = check_amp_value(cfg.amp)
+    if amp_problem:
+        fail("amp", amp_problem)
+    for key in ("retro_feed", "train_skim", "shuffle", "eval_every_epoch", "progress",
                 "overwrite_output_dir", "recompute", "compile", "eval_only",
                 "allow_partial_checkpoint"):
         if not isinstance(cfg[key], bool):

@@ -79,7 +79,7 @@ class Trainer:
         optimizer, scheduler = build_optimizer(self.wrapped, cfg, total_steps, layers)
         self.optimizer = optimizer
         self.compiled = compiled_or_none(self.model, cfg.compile, self.world)
-        scaler = paddle.amp.GradScaler(init_loss_scaling=32768) if cfg.amp else None
+        scaler = run.amp.scaler()   # fp16 only
         state, carry = self._start(optimizer)   # trainer state, the rows' memory state
         log = RunLog(self.out, self.is_main, resume_step=state["step"])
         from tqdm import tqdm
@@ -229,7 +229,7 @@ class Trainer:
         cfg = self.cfg
         t = _to_tensors(batch)
         weight = paddle.to_tensor(self.task.train_weight(batch).astype("float32"))
-        with paddle.amp.auto_cast(enable=cfg.amp):
+        with self.run.amp.autocast():
             out, carry = self.task.forward(model, t, carry)
             loss, step_metrics = self.task.train_loss(out, t, weight)
         value = float(loss)
@@ -281,7 +281,7 @@ class Trainer:
                                  disable=not (self.is_main and self.cfg.progress),
                                  mininterval=1.0):
                 t = _to_tensors(batch)
-                with paddle.amp.auto_cast(enable=self.cfg.amp):
+                with self.run.amp.autocast():
                     out, carry = self.task.forward(self.wrapped, t, carry)
                 evaluation.add(batch, t, out)
         self.wrapped.train()
