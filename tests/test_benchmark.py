@@ -136,6 +136,7 @@ def test_benchmark_pretraining_throughput(tmp_path):
         for key in ("tokens_per_sec_per_rank_median", "tokens_per_sec_per_rank_mean",
                     "tokens_per_sec_median", "wall_s", "scaling_efficiency"):
             assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert 0 <= r["input_share"] < 1   # the run's timing.json (tests/test_timing.py)
     assert runs[1]["scaling_efficiency"] == 1.0
 
 

@@ -25,6 +25,7 @@ the tail of its worker log, and exits with 1. Prints one JSON object (also writt
 to --output).
 """
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -217,6 +218,8 @@ def run_pretraining(args: argparse.Namespace, nproc: int) -> Dict[str, Any]:
                                f"kept in {work}); the tail of {name}:\n{tail}")
     with open(os.path.join(out, "run_config.yaml"), encoding="utf-8") as f:
         run_config = yaml.safe_load(f)
+    with open(os.path.join(out, "timing.json"), encoding="utf-8") as f:
+        timing = json.load(f)   # rank 0's share of step time spent waiting for batches
     shutil.rmtree(work, ignore_errors=True)
     per_rank = [float(r["tokens_per_sec_per_rank"]) for r in measured]
     aggregate = [float(r["tokens_per_sec"]) for r in measured]
@@ -232,6 +235,7 @@ def run_pretraining(args: argparse.Namespace, nproc: int) -> Dict[str, Any]:
         "tokens_per_sec_per_rank_median": round(statistics.median(per_rank), 1),
         "tokens_per_sec_per_rank_mean": round(statistics.fmean(per_rank), 1),
         "tokens_per_sec_median": round(statistics.median(aggregate), 1),
+        "input_share": timing["input_share"],
         "wall_s": round(wall, 2),
     }
 

@@ -19,7 +19,7 @@ from ernie_doc.utils import path_within
 # fine-tuning, pretraining and language modelling check that a run writes nothing else.
 RUN_ENTRIES = (
     "run_config.yaml", "train.log", "train_log.jsonl", "eval_history.jsonl",
-    "eval_results.json", "results.json", "*_results.json", "predictions_*.jsonl",
+    "eval_results.json", "results.json", "*_results.json", "predictions_*.jsonl", "timing.json",
     "curves.png", "vdl", "checkpoints", "best", "final", "final.tmp", "tokenizer",
     "vocab.txt",
     ".tmp-*",            # atomic writes (ernie_doc.utils.atomic_path) cut short by a kill

@@ -48,6 +48,20 @@ def _format(metrics):
     return " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
 
 
+def _timed(items, timing):
+    """`items`, adding the seconds each next() takes to timing["input_s"]."""
+    items = iter(items)
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        finally:
+            timing["input_s"] += time.perf_counter() - start
+        yield item
+
+
 def _to_tensors(batch):
     return {k: paddle.to_tensor(v) for k, v in batch.items()}
 
@@ -93,8 +107,12 @@ class Trainer:
         # per micro-step since the last optimizer step: (mean loss, rows), task metric sums
         losses, metrics, tokens, t0 = [], defaultdict(lambda: [0.0, 0.0]), 0, time.perf_counter()
         self._since_log = (0.0, 0.0)   # loss sum and rows since the last log line
+        # wall time of the optimizer steps, and the part of it spent waiting for the next batch
+        # (reading, tokenizing, segmenting, collating): timing.json
+        timing = {"steps": 0, "train_s": 0.0, "input_s": 0.0}
         stop = False
-        for epoch, micro, batch, boundary, epoch_end in self._micro_batches(train, state):
+        for epoch, micro, batch, boundary, epoch_end in _timed(
+                self._micro_batches(train, state), timing):
             seed = step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum)
             paddle.seed(seed)
             value, rows, carry, step_metrics = self._micro_step(batch, carry, scaler, boundary,
@@ -120,7 +138,10 @@ class Trainer:
             scheduler.step()
             state["step"] += 1
             state["epoch"], state["micro"] = epoch, micro + 1
-            self._report(log, bar, epoch, lr, tokens, time.perf_counter() - t0, losses, metrics)
+            elapsed = time.perf_counter() - t0
+            timing["steps"] += 1
+            timing["train_s"] += elapsed
+            self._report(log, bar, epoch, lr, tokens, elapsed, losses, metrics)
             losses, metrics, tokens = [], defaultdict(lambda: [0.0, 0.0]), 0
             t0 = time.perf_counter()
             last = state["step"] == total_steps
@@ -139,6 +160,7 @@ class Trainer:
             if stop or last:
                 break
         bar.close()
+        self._write_timing(timing)
         self.last_memories = None if carry.get("memories") is None else \
             carry["memories"].numpy()
         results = None
@@ -146,6 +168,19 @@ class Trainer:
             results = self._finish(log)
         log.close()
         return results
+
+    def _write_timing(self, timing):
+        """timing.json: this process's optimizer steps, their wall time (evaluation and
+        checkpoints excluded) and the share spent waiting for batches; logged too."""
+        if not (self.is_main and timing["steps"]):
+            return
+        share = timing["input_s"] / max(timing["train_s"], 1e-9)
+        record = {"steps": timing["steps"], "train_s": round(timing["train_s"], 6),
+                  "input_s": round(timing["input_s"], 6), "input_share": round(share, 4)}
+        atomic_write_text(os.path.join(self.out, "timing.json"),
+                          json.dumps(record, indent=1, sort_keys=True) + "\n")
+        logger.info(f"input pipeline: {share:.1%} of {timing['train_s']:.1f} s of training "
+                    f"steps spent waiting for batches (reading, tokenizing, collating)")
 
     def _start(self, optimizer):
         """→ (trainer state, memory state) at the start: fresh, or restored from the checkpoint
