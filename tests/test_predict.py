@@ -238,8 +238,18 @@ def test_benchmark_predict_reports_every_engine(imdb_run, tmp_path):
                                                               abs=0.02)   # rounded times
     assert engines["inference"]["agreement_with_dygraph"]["same_prediction"] == 1.0
     assert engines["inference"]["agreement_with_dygraph"]["max_prob_diff"] <= 1e-5
+    speedup = engines["inference"]["speedup_over_dygraph"]
+    for key in ("tokens_per_sec", "forward_tokens_per_sec"):
+        assert speedup[key] == pytest.approx(
+            engines["inference"][key] / engines["dygraph"][key], rel=0.01)
     bf16 = engines["inference-bf16"]
-    assert "agreement_with_dygraph" in bf16 or "avx512_bf16" in bf16["skipped"]
+    if "skipped" in bf16:
+        assert "avx512_bf16" in bf16["skipped"]
+    else:   # compared with both earlier engines, inference fp32 included
+        assert set(bf16) >= {"agreement_with_dygraph", "agreement_with_inference",
+                             "speedup_over_dygraph", "speedup_over_inference"}
+        assert bf16["agreement_with_inference"]["documents"] == 6
+        assert 0 < bf16["agreement_with_inference"]["max_prob_diff"] < 0.1   # bf16 ran, close
 
 
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):

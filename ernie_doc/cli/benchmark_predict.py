@@ -7,10 +7,10 @@ segmenting, scheduling, the model, the predictions) against the engine's own for
 MODEL is a fine-tuned run (its best/). The inference engines run an export of it that the tool
 writes into a temporary directory (`ernie-doc export --config best/ --head <its head>`). For
 each engine: documents/s and tokens/s end to end, tokens/s inside the model calls alone (the
-engine's forward throughput, timed around each call of the same run), their ratio, and how
-often its predictions agree with the first engine's (the largest probability difference too,
-for kinds that report probabilities). Engines a machine cannot run (bf16 without AVX512-BF16
-or AMX) are reported as skipped with the reason.
+engine's forward throughput, timed around each call of the same run), their ratio, and, against
+each engine measured before it, its speed-up and how often its predictions agree (the largest
+probability difference too, for kinds that report probabilities). Engines a machine cannot run
+(bf16 without AVX512-BF16 or AMX) are reported as skipped with the reason.
 """
 import argparse
 import itertools
@@ -108,6 +108,12 @@ def measure(pipe, args: argparse.Namespace) -> Dict[str, Any]:
         {r["doc_id"]: r for r in done}
 
 
+def speedup(reference: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, float]:
+    """`other`'s throughput over `reference`'s, end to end and inside the model calls."""
+    return {key: round(other[key] / max(reference[key], 1e-9), 3)
+            for key in ("tokens_per_sec", "forward_tokens_per_sec")}
+
+
 def agreement(reference: Dict[str, dict], other: Dict[str, dict]) -> Dict[str, Any]:
     """How often two engines predict the same, and the largest probability difference."""
     common = [k for k in reference if k in other]
@@ -125,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     result = {"tool": "benchmark-predict", "model": directory, "input": args.input,
               "environment": environment(args, paddlenlp=False), "engines": {}}
     work = tempfile.mkdtemp(prefix="ernie-doc-bench-")
-    reference, exported = None, None
+    measured, exported = {}, None   # engine name → (numbers, records by doc_id)
     try:
         for name in args.engines:
             engine, precision = ENGINES[name]
@@ -140,10 +146,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[benchmark-predict] {name}: skipped: {e}", file=sys.stderr)
                 continue
             numbers, records = measure(pipe, args)
-            if reference is None:
-                reference = (name, records)
-            else:
-                numbers["agreement_with_" + reference[0]] = agreement(reference[1], records)
+            # against every engine measured before it: bf16's agreement and speed-up are
+            # wanted against inference fp32, not only against dygraph
+            for earlier, (earlier_numbers, earlier_records) in measured.items():
+                numbers["agreement_with_" + earlier] = agreement(earlier_records, records)
+                numbers["speedup_over_" + earlier] = speedup(earlier_numbers, numbers)
+            measured[name] = (numbers, records)
             result["engines"][name] = numbers
             print(f"[benchmark-predict] {name}: {numbers['documents_per_sec']} docs/s, "
                   f"{numbers['tokens_per_sec']} tok/s end to end, "
