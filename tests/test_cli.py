@@ -30,7 +30,7 @@ def test_help_version_and_unknown_command():
     assert proc.stderr.strip() == ("error: unknown command 'fine-tune'; choose one of "
                                    "finetune, pretrain, export, convert, benchmark, "
                                    "benchmark-model, benchmark-train, benchmark-predict, "
-                                   "train-tokenizer, "
+                                   "benchmark-finetune, train-tokenizer, "
                                    "run-document, predict, download")
 
 

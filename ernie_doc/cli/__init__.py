@@ -3,8 +3,8 @@
     ernie-doc finetune CONFIG|TASK [--set key=value ...] [--nproc N]
     ernie-doc pretrain --config CONFIG [--set ...] [--nproc N]
     ernie-doc predict MODEL --input FILE|DIR --output preds.jsonl
-    ernie-doc export | convert | benchmark-model | benchmark-train | train-tokenizer |
-              run-document | download ...
+    ernie-doc export | convert | benchmark-model | benchmark-train | benchmark-finetune |
+              train-tokenizer | run-document | download ...
     ernie-doc benchmark ...   (the earlier command line of both benchmarks, routed by its
                                options)
 
@@ -37,6 +37,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
                                                          "with 1..N processes"),
     "benchmark-predict": ("ernie_doc.cli.benchmark_predict", "predict throughput per engine "
                                                              "on real documents"),
+    "benchmark-finetune": ("ernie_doc.cli.benchmark_finetune", "fine-tuning side by side with "
+                                                               "PaddleNLP's ERNIE-Doc script"),
     "train-tokenizer": ("ernie_doc.cli.train_tokenizer", "train a SentencePiece tokenizer"),
     "run-document": ("ernie_doc.cli.run_document", "read one long document segment by "
                                                    "segment"),
