@@ -43,6 +43,7 @@ from ernie_doc.training.prepare import PreparedRun, build_model, choose_tokenize
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.splits import collect_row_outputs
 from ernie_doc.training.tasks import build_task, load_reader
+from ernie_doc.utils import flush_denormals
 
 
 class _SavedReader:
@@ -172,6 +173,7 @@ class Pipeline(DocumentStream):
                      eval_only=True, device=device)
         try:
             cfg = config_from_values(given, source)
+            flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
             paddle.set_device("gpu" if device == "gpu" else "cpu")
             task = build_task(cfg, _SavedReader(record["labels"], cfg.task))
             # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32

@@ -186,6 +186,60 @@ def set_paddle_threads(threads):
 
 
 # ---------------------------------------------------------------------------------------------
+# denormal floats
+# ---------------------------------------------------------------------------------------------
+# x86-64 MXCSR bits: flush-to-zero (denormal results become 0) and denormals-are-zero
+# (denormal inputs read as 0). Without them a CPU computes each denormal operand in microcode,
+# tens of times slower: once a fine-tuning loss nears 0, backward's products fall below
+# 1.2e-38 and a base-en step took 4x its time (an L=2 backward of denormal gradients: 30 s
+# instead of 1.2 s). GPUs' kernels flush by default.
+_MXCSR_FTZ_DAZ = 0x8040
+_FENV_SIZE, _MXCSR_OFFSET = 32, 28   # glibc's x86-64 fenv_t: the x87 state, then mxcsr
+
+
+def _fenv():
+    """(libm, a fenv_t buffer read by fegetenv) on x86-64 Linux with glibc, else None."""
+    import ctypes
+    import platform
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    try:
+        libm = ctypes.CDLL("libm.so.6")
+    except OSError:   # not glibc
+        return None
+    env = (ctypes.c_ubyte * _FENV_SIZE)()
+    if libm.fegetenv(ctypes.byref(env)) != 0:
+        return None
+    return libm, env
+
+
+def denormals_flushed() -> Optional[bool]:
+    """Whether this thread flushes denormal floats to zero (None where it cannot be read)."""
+    got = _fenv()
+    if got is None:
+        return None
+    mxcsr = int.from_bytes(bytes(got[1][_MXCSR_OFFSET:_MXCSR_OFFSET + 4]), "little")
+    return mxcsr & _MXCSR_FTZ_DAZ == _MXCSR_FTZ_DAZ
+
+
+def flush_denormals(enable: bool = True) -> bool:
+    """Flush denormal floats to zero (FTZ and DAZ) in this thread, and so in the threads it
+    starts after (paddle's math threads took it up in practice even when they already
+    existed); `enable=False` restores IEEE denormals → whether the setting was applied (False
+    off x86-64 Linux/glibc, where nothing changes). Values below 1.2e-38 become 0: nothing a
+    float32 model's outputs show, and a denormal-heavy backward runs at full speed."""
+    import ctypes
+    got = _fenv()
+    if got is None:
+        return False
+    libm, env = got
+    mxcsr = int.from_bytes(bytes(env[_MXCSR_OFFSET:_MXCSR_OFFSET + 4]), "little")
+    mxcsr = mxcsr | _MXCSR_FTZ_DAZ if enable else mxcsr & ~_MXCSR_FTZ_DAZ
+    env[_MXCSR_OFFSET:_MXCSR_OFFSET + 4] = (ctypes.c_ubyte * 4)(*mxcsr.to_bytes(4, "little"))
+    return libm.fesetenv(ctypes.byref(env)) == 0
+
+
+# ---------------------------------------------------------------------------------------------
 # failed writes, for the command-line tools
 # ---------------------------------------------------------------------------------------------
 def path_within(path: str, root: str) -> bool:

@@ -35,7 +35,7 @@ from ernie_doc.training.run_config import TrainConfig, missing_key
 from ernie_doc.training.runlog import logger, setup_logging
 from ernie_doc.training.splits import DocumentSplit, Split
 from ernie_doc.training.tasks import Task, build_task
-from ernie_doc.utils import atomic_write_text
+from ernie_doc.utils import atomic_write_text, flush_denormals
 
 RUN_CONFIG = "run_config.yaml"
 
@@ -95,6 +95,8 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if cfg.threads:
         from ernie_doc.utils import set_paddle_threads
         set_paddle_threads(cfg.threads)
+    # before any compute: a saturating loss's denormal gradients slow a CPU step several-fold
+    flush_denormals(cfg.flush_denormals)
     outdir.check_output_dir(cfg.output_dir, input_paths(cfg), resume=resume,
                             overwrite=bool(cfg.get("overwrite_output_dir")),
                             marker=RUN_CONFIG, source=cfg.source)

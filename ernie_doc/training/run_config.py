@@ -70,6 +70,7 @@ DEFAULTS = {
     "amp": False,                 # false | true (= fp16) | fp16 | bf16: GPU only (amp.py)
     "recompute": False,           # recompute each layer's activations in backward (memory)
     "compile": False,             # training forward as a captured program (paddle.jit.to_static)
+    "flush_denormals": True,      # CPU: denormal floats (< 1.2e-38) as 0 (utils.flush_denormals)
     "seed": 1,
     "shuffle": True,
     # evaluation, checkpoints, logging
@@ -307,7 +308,7 @@ def validate(cfg):
     if amp_problem:
         fail("amp", amp_problem)
     for key in ("retro_feed", "train_skim", "shuffle", "eval_every_epoch", "progress",
-                "overwrite_output_dir", "recompute", "compile", "eval_only",
+                "overwrite_output_dir", "recompute", "compile", "flush_denormals", "eval_only",
                 "allow_partial_checkpoint"):
         if not isinstance(cfg[key], bool):
             fail(key, f"must be true or false, got {cfg[key]!r}")
