@@ -53,6 +53,9 @@ assert os.environ["OMP_NUM_THREADS"] == "1"
 paddle.optimizer.AdamW(parameters=model.parameters(), lr_ratio=lambda p: 1.0)
 correct = paddle.metric.Accuracy().compute(paddle.randn([2, 2]), paddle.to_tensor([[0], [1]]))
 correct * paddle.to_tensor([1], dtype="int64")
+from ernie_doc.utils import denormals_flushed
+# --flush-denormals both flushes for the reference too; by default it runs as it is
+assert denormals_flushed() in (None, os.environ.get("EXPECT_FLUSHED") == "1")
 ballast = b"x" * ({BALLAST_MIB} << 20)
 for step in range(1, args.max_steps + 1):
     time.sleep(0.2)
@@ -186,3 +189,18 @@ def test_memory_len_is_not_a_model_override(tmp_path, capsys):
     assert info.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "memory_len is --memory-len" in errors[0]
+
+
+@pytest.mark.parametrize("mode, theirs, ours", [("ours", False, True), ("both", True, True),
+                                                ("none", False, False)])
+def test_flush_denormals_modes(tmp_path, capsys, monkeypatch, mode, theirs, ours):
+    reference = tmp_path / "ernie-doc"
+    reference.mkdir()
+    (reference / "run_classifier.py").write_text(FAKE_SCRIPT, encoding="utf-8")
+    monkeypatch.setenv("EXPECT_FLUSHED", "1" if theirs else "0")   # the stand-in asserts it
+    code, printed, err = run_benchmark(tiny_args(reference, tmp_path / "r.json", "--steps", "2",
+                                                 "--warmup", "1", "--flush-denormals", mode),
+                                       capsys)
+    assert code == 0, err[-3000:]
+    assert printed["setup"]["flush_denormals"] == {"ours": ours, "paddlenlp": theirs}
+    assert f"flush_denormals={str(ours).lower()}" in printed["contenders"]["ours"]["command"]

@@ -58,6 +58,7 @@ from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments
                                             emit, environment, set_threads)
 
 CONTENDERS = ("paddlenlp", "ours")
+FLUSH_MODES = ("ours", "both", "none")
 MODEL = "ernie-doc-base-en"
 TOKENIZER_FILES = ("vocab.txt", "encoder.json", "vocab.bpe")
 REFERENCE_FILES = ("run_classifier.py", "data.py", "metrics.py")
@@ -98,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "tiny shape: {num_hidden_layers: 1, hidden_size: 32, "
                         "num_attention_heads: 2})")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="default cpu")
+    p.add_argument("--flush-denormals", choices=FLUSH_MODES, default="ours",
+                   help="which contender flushes denormal floats to zero: ours (each as it "
+                        "runs by default: ours flushes, PaddleNLP's script does not; the "
+                        "default), both (the driver flushes for PaddleNLP too: the same "
+                        "numerics), none (ours with flush_denormals=false)")
     add_common_arguments(p)
     for action in p._actions:   # both contenders get the same count, so never paddle's own
         if action.dest == "threads":
@@ -225,10 +231,11 @@ def stride(args: argparse.Namespace) -> int:
 def paddlenlp_command(args: argparse.Namespace, data_dir: str, out: str) -> List[str]:
     """The argv that runs PaddleNLP's script through the driver."""
     config = dict(args.model_overrides, memory_len=args.memory_len)
+    flush = ["--flush-denormals"] if args.flush_denormals == "both" else []
     return [sys.executable, "-m", "ernie_doc.cli.paddlenlp_driver",
             "--script", os.path.abspath(os.path.join(args.paddlenlp_dir, REFERENCE_FILES[0])),
             "--data-dir", data_dir, "--tokenizer", os.path.abspath(args.tokenizer),
-            "--model-config", json.dumps(config), "--threads", str(args.threads), "--",
+            "--model-config", json.dumps(config), "--threads", str(args.threads), *flush, "--",
             "--device", args.device, "--model_name_or_path", MODEL, "--dataset", "imdb",
             "--batch_size", str(args.batch_size), "--max_seq_length", str(args.seq_len),
             "--memory_length", str(args.memory_len), "--learning_rate", repr(args.learning_rate),
@@ -244,7 +251,8 @@ def ours_command(args: argparse.Namespace, data_dir: str, out: str) -> List[str]
             f"stride={stride(args)}", "retro_feed=false", f"batch_size={args.batch_size}",
             f"learning_rate={args.learning_rate!r}", "epochs=1", f"max_steps={args.steps}",
             f"threads={args.threads}", "logging_steps=1", "progress=false",
-            f"device={args.device}", f"model_overrides.memory_len={args.memory_len}"]
+            f"device={args.device}", f"model_overrides.memory_len={args.memory_len}",
+            f"flush_denormals={str(args.flush_denormals != 'none').lower()}"]
     sets += [f"model_overrides.{k}={json.dumps(v)}" for k, v in args.model_overrides.items()]
     return [sys.executable, launch_script(), "finetune", "imdb", "--set", *sets]
 
@@ -262,10 +270,11 @@ def child_env(threads: int) -> Dict[str, str]:
 
 
 def run_process(cmd: List[str], env: Dict[str, str], cwd: str,
-                step_line: "re.Pattern[str]") -> Dict[str, Any]:
+                step_line: "re.Pattern[str]", name: str = "") -> Dict[str, Any]:
     """Run one contender, reading its output (stdout and stderr together) as it comes →
     {returncode, step_s: {k: seconds from launch to the line of step k}, wall_s,
-    peak_rss_kib (ru_maxrss of the child, from os.wait4), tail: its last lines}."""
+    peak_rss_kib (ru_maxrss of the child, from os.wait4), tail: its last lines}. Each step
+    is reported on stderr as it is seen (a base-en step takes tens of seconds on a CPU)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             cwd=cwd, text=True, errors="replace", bufsize=1)
@@ -275,8 +284,10 @@ def run_process(cmd: List[str], env: Dict[str, str], cwd: str,
         for line in proc.stdout:
             now = time.perf_counter() - start
             match = step_line.search(line)
-            if match:
-                step_s.setdefault(int(match.group(1)), now)
+            if match and int(match.group(1)) not in step_s:
+                step_s[int(match.group(1))] = now
+                print(f"[benchmark-finetune] {name}: step {match.group(1)} at {now:.1f} s",
+                      file=sys.stderr, flush=True)
             tail.append(line.rstrip("\n"))
     except BaseException:   # Ctrl-C: no contender left training behind the benchmark
         proc.kill()
@@ -313,7 +324,7 @@ def run_contender(name: str, args: argparse.Namespace, data_dir: str,
     cmd = (paddlenlp_command if name == "paddlenlp" else ours_command)(args, data_dir, out)
     print(f"[benchmark-finetune] {name}: {LABELS[name]}, {args.steps} steps", file=sys.stderr,
           flush=True)
-    run = run_process(cmd, child_env(args.threads), folder, STEP_LINES[name])
+    run = run_process(cmd, child_env(args.threads), folder, STEP_LINES[name], name)
     missing = [k for k in (1, args.warmup, args.steps) if k not in run["step_s"]]
     if run["returncode"] != 0 or missing:
         why = (f"exit {run['returncode']}" if run["returncode"] != 0 else
@@ -352,6 +363,8 @@ def setup(args: argparse.Namespace) -> Dict[str, Any]:
         "memory_len": args.memory_len, "stride_ours": stride(args),
         "learning_rate": args.learning_rate, "steps": args.steps,
         "warmup_steps": args.warmup, "repeats": args.repeats, "device": args.device,
+        "flush_denormals": {"ours": args.flush_denormals != "none",
+                            "paddlenlp": args.flush_denormals == "both"},
         "threads": args.threads, "paddlenlp_script": os.path.abspath(
             os.path.join(args.paddlenlp_dir, REFERENCE_FILES[0])),
         "tokens_per_step": args.batch_size * args.seq_len,

@@ -70,6 +70,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--model-config", default="{}",
                    help="JSON object over the released configuration (tiny shapes in tests)")
     p.add_argument("--threads", type=int, default=None, help="paddle's CPU math threads")
+    p.add_argument("--flush-denormals", action="store_true",
+                   help="flush denormal floats to zero first (ernie_doc.utils.flush_denormals, "
+                        "what our runs do by default), for a comparison at equal numerics")
     args = p.parse_args(argv)
     try:
         args.model_config = json.loads(args.model_config)
@@ -244,6 +247,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.threads is not None:
         from ernie_doc.utils import set_paddle_threads
         set_paddle_threads(args.threads)
+    if args.flush_denormals:
+        from ernie_doc.utils import flush_denormals
+        flush_denormals()
     install(args.data_dir, args.tokenizer, args.model_config)
     script = os.path.abspath(args.script)
     sys.argv = [script, *script_args]
