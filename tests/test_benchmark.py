@@ -21,11 +21,21 @@ def test_benchmark_quick(tmp_path):
     out = tmp_path / "tmp.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark_model.py"), "--quick",
-                           "--output", str(out)], capture_output=True, text=True, env=env,
-                          timeout=300)
+                           "--profile", "--output", str(out)], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result == json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert sorted(os.listdir(tmp_path)) == ["tmp.json"]   # the profiler wrote no trace file
+
+    # --profile: where one forward+backward step's time goes, by operator family
+    profile = result["profile"]
+    families = [name for name, _ in benchmark_model.PROFILE_FAMILIES]
+    assert list(profile["seconds"]) == families + ["other operators", "outside operators"]
+    assert profile["seconds"]["matmul"] > 0 and profile["seconds"]["softmax"] > 0
+    assert profile["seconds"]["other operators"] < 0.1 * profile["wall_s"]   # names matched
+    total = sum(profile["seconds"].values())
+    assert total == pytest.approx(max(total, profile["wall_s"]), rel=0.01)
 
     tp = result["throughput"]
     for model in ("ours", "paddlenlp"):

@@ -69,6 +69,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compile", action="store_true",
                    help="skip our compiled training step (compile: true)")
     p.add_argument("--no-paddlenlp", action="store_true", help="skip the PaddleNLP baseline")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one forward+backward step of ours: time per operator "
+                        "family (matmul, softmax, layer norm, gather ...) and outside them")
     p.add_argument("--stream-lengths", type=int, nargs="*", default=[2048, 32768],
                    help="document lengths (tokens) to stream; none to skip")
     p.add_argument("--stream-batch-size", type=int, default=1,
@@ -306,6 +309,54 @@ def throughput(contenders: Dict[str, dict], memories: Optional["paddle.Tensor"],
     return {name: summarize(rs, tokens) for name, rs in rounds.items()}
 
 
+# Operator families of the profile, matched against paddle's lower-cased operator names
+# (forward "matmul dygraph" and backward "Global_MatmulGradNode" alike); the first pattern
+# that matches names the family.
+PROFILE_FAMILIES = (
+    ("matmul", r"matmul|linear|gemm|bmm|einsum"),
+    ("softmax", r"softmax"),
+    ("layer norm", r"layer_?norm"),
+    ("embedding", r"embedding"),
+    ("gather / slice / concat", r"gather|index_select|take_along|slice|strided|split|concat|"
+                                r"stack|pad"),
+    ("reshape / transpose / expand", r"reshape|transpose|expand|squeeze|flatten|contiguous|"
+                                     r"assign|copy"),
+    ("dropout", r"dropout"),
+    ("elementwise", r"add|subtract|multiply|divide|scale|gelu|relu|tanh|exp|where|cast|full|"
+                    r"fill|mean|sum|sqrt|pow|accumulation"),
+)
+
+
+def profile_step(fn: Callable[[], Any]) -> Dict[str, Any]:
+    """One call of `fn` (a forward+backward step, run once before for warm caches) under
+    paddle's CPU profiler → seconds per operator family (PROFILE_FAMILIES, "other operators")
+    and "outside operators" (the step's wall time minus its operators' time: Python, dispatch
+    and autograd bookkeeping), with each one's share of the wall time."""
+    import re
+
+    import paddle.profiler as profiler
+    from paddle.profiler.profiler_statistic import EventSummary
+    fn()
+    # on_trace_ready: no trace file (paddle would write ./profiler_log into the cwd)
+    with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
+                           on_trace_ready=lambda p: None) as prof:
+        start = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - start
+    summary = EventSummary()
+    summary.parse(prof.profiler_result.get_data())
+    seconds = {name: 0.0 for name, _ in PROFILE_FAMILIES}
+    seconds["other operators"] = 0.0
+    for name, item in summary.items.items():
+        family = next((f for f, pattern in PROFILE_FAMILIES
+                       if re.search(pattern, name.lower())), "other operators")
+        seconds[family] += item.cpu_time / 1e9
+    seconds["outside operators"] = max(0.0, wall - sum(seconds.values()))
+    return {"wall_s": round(wall, 4),
+            "seconds": {k: round(v, 4) for k, v in seconds.items()},
+            "share": {k: round(v / wall, 4) for k, v in seconds.items()}}
+
+
 # ---------------------------------------------------------------------------------------------
 # streaming (one subprocess per document length)
 # ---------------------------------------------------------------------------------------------
@@ -490,6 +541,18 @@ def run(args: argparse.Namespace) -> int:
             tp["ratio_ours_over_paddlenlp"]["compiled_forward_backward_tokens_per_s"] = round(
                 tp["ours_compiled"][key] / tp["paddlenlp"][key], 3)
     result["throughput"] = tp
+    if args.profile:
+        print("[benchmark] profiling one forward+backward step of ours", file=sys.stderr,
+              flush=True)
+        ours.train()
+
+        def step(model=ours, inputs=inputs, memories=memories):   # bound now: del below
+            seq, pooled, _ = inputs.run_ours(model, memories)
+            (seq.mean() + pooled.mean()).backward()
+            model.clear_gradients()
+
+        result["profile"] = profile_step(step)
+        ours.eval()
     result["main_process_peak_rss_mb"] = mb(memory_kb()[1])
     del ours, pn, inputs, memories
 
