@@ -14,7 +14,7 @@ import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # file_kind and mode_kind are re-exported: readers import them from here
 from ernie_doc.utils import file_kind, mode_kind  # noqa: F401
@@ -141,6 +141,30 @@ def read_lines(path):
     if lines and lines[-1] == "":
         lines.pop()
     return [(i + 1, line.rstrip("\r")) for i, line in enumerate(lines)]
+
+
+def read_tsv(path, required=()) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]]]:
+    """A tab-separated UTF-8 file with a header row → (its column names, [(line number,
+    {column: value})] for every non-blank row). DataError naming the file and line for an
+    empty file, a header without a `required` column, or a row with another number of
+    columns."""
+    lines = read_lines(path)
+    if not lines:
+        raise DataError(f"{where(path)}: empty file (expected a header row)")
+    header = lines[0][1].split("\t")
+    for column in required:
+        if column not in header:
+            raise DataError(f"{where(path, 1)}: header has no {column!r} column (got {header})")
+    records = []
+    for line, row in lines[1:]:
+        if not row.strip():
+            continue
+        values = row.split("\t")
+        if len(values) != len(header):
+            raise DataError(f"{where(path, line)}: {len(values)} columns, the header has "
+                            f"{len(header)}")
+        records.append((line, dict(zip(header, values))))
+    return header, records
 
 
 def parse_json_line(raw, path, line):

@@ -30,7 +30,7 @@ import os
 
 from ernie_doc.data.document import (DataError, Document, Skips, check_label, check_options,
                                      check_split, check_text, file_name, is_candidate_file,
-                                     read_lines, read_text, regular_files, require_dir,
+                                     read_text, read_tsv, regular_files, require_dir,
                                      split_by_ratio, where)
 
 LABELS = ["0", "1"]
@@ -114,22 +114,8 @@ def _read_folder(folder, name, br_tags):
 
 
 def _read_tsv(path, br_tags):
-    lines = read_lines(path)
-    if not lines:
-        raise DataError(f"{where(path)}: empty file (expected a header row)")
-    header = lines[0][1].split("\t")
-    for column in ("label", "text_a"):
-        if column not in header:
-            raise DataError(f"{where(path, 1)}: header has no {column!r} column (got {header})")
     docs, seen = [], set()
-    for line, row in lines[1:]:
-        if not row.strip():
-            continue
-        values = row.split("\t")
-        if len(values) != len(header):
-            raise DataError(f"{where(path, line)}: {len(values)} columns, the header has "
-                            f"{len(header)}")
-        record = dict(zip(header, values))
+    for line, record in read_tsv(path, ("label", "text_a"))[1]:
         doc_id = record.pop("qid", str(line))
         if doc_id in seen:
             raise DataError(f"{where(path, line)}: duplicate qid {doc_id!r}")
