@@ -229,9 +229,13 @@ def flush_denormals(enable: bool = True) -> bool:
     off x86-64 Linux/glibc, where nothing changes). Values below 1.2e-38 become 0: nothing a
     float32 model's outputs show, and a denormal-heavy backward runs at full speed."""
     import ctypes
+    import warnings
     got = _fenv()
     if got is None:
         return False
+    if enable:   # numpy's finfo then finds float32's smallest subnormal to be 0 and says so
+        warnings.filterwarnings("ignore", message="The value of the smallest subnormal",
+                                category=UserWarning)
     libm, env = got
     mxcsr = int.from_bytes(bytes(env[_MXCSR_OFFSET:_MXCSR_OFFSET + 4]), "little")
     mxcsr = mxcsr | _MXCSR_FTZ_DAZ if enable else mxcsr & ~_MXCSR_FTZ_DAZ

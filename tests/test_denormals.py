@@ -20,6 +20,17 @@ def restore():
     flush_denormals(before)
 
 
+def test_flushing_leaves_numpy_quiet():
+    """numpy's finfo warns when float32's smallest subnormal reads as 0: the run's stderr
+    must stay one error line (tests/test_safety_cli.py), so the setting silences it."""
+    import subprocess
+    import sys
+    code = ("import numpy as np; from ernie_doc.utils import flush_denormals; "
+            "flush_denormals(); np.finfo(np.float32); np.finfo(np.float64)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
 def test_flush_and_restore():
     assert flush_denormals(False) and not denormals_flushed()
     assert DENORMAL * np.float32(1) == DENORMAL                       # IEEE: kept
