@@ -38,3 +38,19 @@ def test_timing_counts_the_wait_for_batches(tmp_path):
     assert slow["input_s"] >= 0.05 * micro
     assert slow["train_s"] >= slow["input_s"]
     assert slow["input_share"] > fast["input_share"]
+
+
+def test_evaluation_is_not_counted_in_the_next_step(tmp_path, monkeypatch):
+    """A step after an evaluation is timed from the evaluation's end: tokens/s and
+    timing.json measure training steps only."""
+    from ernie_doc.training.trainer import Trainer
+    evaluate = Trainer.evaluate
+
+    def slow_evaluate(self, split_name):
+        time.sleep(0.5)
+        return evaluate(self, split_name)
+
+    monkeypatch.setattr(Trainer, "evaluate", slow_evaluate)
+    timing, micro = run(tmp_path / "run", 0.0, "eval_steps=1")
+    assert micro >= 2 and timing["steps"] == micro
+    assert timing["train_s"] < 0.5 * (micro - 1)   # no step carries an evaluation's 0.5 s

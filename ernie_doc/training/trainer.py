@@ -143,7 +143,6 @@ class Trainer:
             timing["train_s"] += elapsed
             self._report(log, bar, epoch, lr, tokens, elapsed, losses, metrics)
             losses, metrics, tokens = [], defaultdict(lambda: [0.0, 0.0]), 0
-            t0 = time.perf_counter()
             last = state["step"] == total_steps
             if epoch_end:
                 state["epoch"], state["micro"] = epoch + 1, 0
@@ -159,6 +158,9 @@ class Trainer:
                             f"--resume {self.out}")
             if stop or last:
                 break
+            # after evaluation and checkpoints: the next step's time (tokens/s, timing.json)
+            # is its own
+            t0 = time.perf_counter()
         bar.close()
         self._write_timing(timing)
         self.last_memories = None if carry.get("memories") is None else \
