@@ -48,6 +48,7 @@ from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.heads import Head
 from ernie_doc.modeling.model import ErnieDocModel
+from ernie_doc.training.amp import MIN_CAPABILITY, gpu_capability
 from ernie_doc.utils import atomic_write_text
 
 META_SUFFIX = ".meta.json"
@@ -169,10 +170,11 @@ def inference_settings(device: str = "cpu", precision: str = "fp32",
         if gpu_count < 1:
             raise EngineError("device 'gpu': paddle is compiled with CUDA but sees no GPU "
                               "(check CUDA_VISIBLE_DEVICES and the driver)")
-        if precision == "bf16" and gpu_capability is not None and tuple(gpu_capability) < (8, 0):
-            raise EngineError(f"precision 'bf16' on GPU needs compute capability 8.0 or newer "
-                              f"(Ampere), this GPU has {gpu_capability[0]}.{gpu_capability[1]}; "
-                              f"use precision='fp16'")
+        needed = MIN_CAPABILITY["bf16"]   # the rule training's amp follows too
+        if precision == "bf16" and gpu_capability is not None and tuple(gpu_capability) < needed:
+            raise EngineError(f"precision 'bf16' on GPU needs compute capability "
+                              f"{needed[0]}.{needed[1]} or newer (Ampere), this GPU has "
+                              f"{gpu_capability[0]}.{gpu_capability[1]}; use precision='fp16'")
         names = {"fp32": "Float32", "fp16": "Half", "bf16": "Bfloat16"}
         return InferenceSettings("gpu", precision, onednn=False,
                                  gpu_precision=names[precision])
@@ -199,7 +201,7 @@ def machine_settings(device: str = "cpu", precision: str = "fp32",
     if cuda and device in ("gpu", "auto"):
         count = int(paddle.device.cuda.device_count())
         if count and precision == "bf16":
-            capability = tuple(paddle.device.cuda.get_device_capability())
+            capability = gpu_capability()
     flags = cpu_flags() if precision == "bf16" else frozenset()
     return inference_settings(device, precision, enable_onednn, cuda, count, flags, capability)
 

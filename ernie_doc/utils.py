@@ -213,13 +213,17 @@ def _fenv():
     return libm, env
 
 
+def _mxcsr(env) -> int:
+    """The mxcsr word of a fenv_t buffer."""
+    return int.from_bytes(bytes(env[_MXCSR_OFFSET:_MXCSR_OFFSET + 4]), "little")
+
+
 def denormals_flushed() -> Optional[bool]:
     """Whether this thread flushes denormal floats to zero (None where it cannot be read)."""
     got = _fenv()
     if got is None:
         return None
-    mxcsr = int.from_bytes(bytes(got[1][_MXCSR_OFFSET:_MXCSR_OFFSET + 4]), "little")
-    return mxcsr & _MXCSR_FTZ_DAZ == _MXCSR_FTZ_DAZ
+    return _mxcsr(got[1]) & _MXCSR_FTZ_DAZ == _MXCSR_FTZ_DAZ
 
 
 def flush_denormals(enable: bool = True) -> bool:
@@ -237,7 +241,7 @@ def flush_denormals(enable: bool = True) -> bool:
         warnings.filterwarnings("ignore", message="The value of the smallest subnormal",
                                 category=UserWarning)
     libm, env = got
-    mxcsr = int.from_bytes(bytes(env[_MXCSR_OFFSET:_MXCSR_OFFSET + 4]), "little")
+    mxcsr = _mxcsr(env)
     mxcsr = mxcsr | _MXCSR_FTZ_DAZ if enable else mxcsr & ~_MXCSR_FTZ_DAZ
     env[_MXCSR_OFFSET:_MXCSR_OFFSET + 4] = (ctypes.c_ubyte * 4)(*mxcsr.to_bytes(4, "little"))
     return libm.fesetenv(ctypes.byref(env)) == 0

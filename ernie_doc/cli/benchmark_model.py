@@ -30,6 +30,7 @@ both. Prints one JSON object (also written atomically to --output); exits with 1
 parity check fails.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -252,6 +253,16 @@ def time_steps(fn: Callable[[], Any], steps: int, warmup: int) -> List[float]:
     return times
 
 
+def train_step(model: Any, run: Callable[..., tuple], memories: Optional["paddle.Tensor"],
+               call: Any = None) -> None:
+    """One forward+backward of `model` (through `call`, default the model) on the batch
+    `run` feeds it, gradients cleared after: what the throughput and the profile time."""
+    seq, pooled, _ = run(call or model, memories)
+    # the head's outputs, not the encoder's (see training/compiled.py on paddle 2.6.2)
+    (seq.mean() + pooled.mean()).backward()
+    model.clear_gradients()
+
+
 def measure(name: str, model: Any, run: Callable[..., tuple], memories: Optional["paddle.Tensor"],
             args: argparse.Namespace, forward: bool = True, call: Any = None
             ) -> Dict[str, List[float]]:
@@ -266,10 +277,7 @@ def measure(name: str, model: Any, run: Callable[..., tuple], memories: Optional
         float(out[1].sum())  # make sure the work is done
 
     def forward_backward():
-        seq, pooled, _ = run(call, memories)
-        # the head's outputs, not the encoder's (see training/compiled.py on paddle 2.6.2)
-        (seq.mean() + pooled.mean()).backward()
-        model.clear_gradients()
+        train_step(model, run, memories, call)
 
     times = {}
     if forward:
@@ -546,12 +554,8 @@ def run(args: argparse.Namespace) -> int:
               flush=True)
         ours.train()
 
-        def step(model=ours, inputs=inputs, memories=memories):   # bound now: del below
-            seq, pooled, _ = inputs.run_ours(model, memories)
-            (seq.mean() + pooled.mean()).backward()
-            model.clear_gradients()
-
-        result["profile"] = profile_step(step)
+        result["profile"] = profile_step(
+            functools.partial(train_step, ours, inputs.run_ours, memories))
         ours.eval()
     result["main_process_peak_rss_mb"] = mb(memory_kb()[1])
     del ours, pn, inputs, memories
