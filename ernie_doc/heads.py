@@ -18,6 +18,7 @@ from ernie_doc.checkpoint import names
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.modeling.attention import truncated_normal
 from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
+from ernie_doc.modeling.linear import Linear
 from ernie_doc.modeling.model import ErnieDocModel, activation
 from ernie_doc.modeling.pretrained import PretrainedMixin
 
@@ -76,7 +77,7 @@ class Head(PretrainedMixin, nn.Layer):
                                   mode="upscale_in_train")
 
     def _linear(self, out_features):
-        return nn.Linear(self.config.hidden_size, out_features,
+        return Linear(self.config.hidden_size, out_features,
                          weight_attr=truncated_normal(self.config.initializer_range))
 
     def _set_num_labels(self, num_labels):
@@ -264,7 +265,7 @@ class MaskedLMHead(nn.Layer):
 
     def __init__(self, config: ErnieDocConfig, word_embedding: nn.Embedding):
         super().__init__()
-        self.transform = nn.Linear(config.hidden_size, config.hidden_size,
+        self.transform = Linear(config.hidden_size, config.hidden_size,
                                    weight_attr=truncated_normal(config.initializer_range))
         self.act = activation(config.hidden_act)
         self.layer_norm = nn.LayerNorm(

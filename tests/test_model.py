@@ -273,3 +273,29 @@ def test_bad_inputs(call, message):
     with pytest.raises(ValueError) as err:
         call(model)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("shape", [[2, 5, 6], [7, 6], [2, 3, 4, 6]])
+def test_linear_training_path_equals_the_plain_layer(shape):
+    """modeling.linear.Linear multiplies as one 2-D matrix and adds the bias through an expand
+    while gradients are recorded: the same outputs and gradients as paddle's Linear."""
+    from ernie_doc.modeling.linear import Linear
+    paddle.seed(0)
+    ours, plain = Linear(6, 4), paddle.nn.Linear(6, 4)
+    plain.set_state_dict(ours.state_dict())
+    assert list(ours.state_dict()) == ["weight", "bias"]
+    x = paddle.randn(shape)
+    for layer in (ours, plain):
+        layer.train()
+        xi = x.detach()
+        xi.stop_gradient = False
+        out = layer(xi)
+        ((out * out).sum() + out.sum()).backward()
+        layer.result = (out.numpy(), xi.grad.numpy(), layer.weight.grad.numpy(),
+                        layer.bias.grad.numpy())
+    assert list(ours.result[0].shape) == shape[:-1] + [4]
+    for a, b in zip(ours.result, plain.result):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    ours.eval()   # evaluation: the plain form (what Paddle Inference fuses into fc)
+    with paddle.no_grad():
+        np.testing.assert_array_equal(ours(x).numpy(), plain(x).numpy())

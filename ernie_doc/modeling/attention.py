@@ -18,6 +18,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ernie_doc.config import ErnieDocConfig
+from ernie_doc.modeling.linear import Linear
 
 MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
 # Queries are processed in blocks of this many rows: a block of s queries needs only K+s−1
@@ -76,7 +77,7 @@ class RelativeMultiHeadAttention(nn.Layer):
         self.head_dim = config.head_dim
         self.hidden_size = hidden
         for name in ("q_proj", "k_proj", "v_proj", "r_proj", "t_proj", "out_proj"):
-            setattr(self, name, nn.Linear(hidden, hidden, weight_attr=truncated_normal(std)))
+            setattr(self, name, Linear(hidden, hidden, weight_attr=truncated_normal(std)))
         if shared_biases is None:
             self.r_w_bias = self.create_parameter([hidden], attr=truncated_normal(std))
             self.r_r_bias = self.create_parameter([hidden], attr=truncated_normal(std))

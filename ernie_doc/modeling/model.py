@@ -24,6 +24,7 @@ from ernie_doc.config import ErnieDocConfig
 from ernie_doc.modeling.attention import (RelativeMultiHeadAttention, relative_position_ids,
                                           truncated_normal)
 from ernie_doc.modeling.embeddings import ErnieDocEmbeddings
+from ernie_doc.modeling.linear import Linear
 from ernie_doc.modeling.masks import encoder_attention_bias
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.modeling.pretrained import PretrainedMixin
@@ -48,9 +49,9 @@ class FeedForward(nn.Layer):
     def __init__(self, config: ErnieDocConfig):
         super().__init__()
         std = config.initializer_range
-        self.linear1 = nn.Linear(config.hidden_size, config.intermediate_size,
+        self.linear1 = Linear(config.hidden_size, config.intermediate_size,
                                  weight_attr=truncated_normal(std))
-        self.linear2 = nn.Linear(config.intermediate_size, config.hidden_size,
+        self.linear2 = Linear(config.intermediate_size, config.hidden_size,
                                  weight_attr=truncated_normal(std))
         self.act = activation(config.hidden_act)
         # 0 in the official code (hard-coded); PaddleNLP configs may set it.
@@ -104,7 +105,7 @@ class ErnieDocPooler(nn.Layer):
 
     def __init__(self, config: ErnieDocConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size,
+        self.dense = Linear(config.hidden_size, config.hidden_size,
                                weight_attr=truncated_normal(config.initializer_range))
         self.cls_token_idx = config.cls_token_idx
 
