@@ -1,5 +1,7 @@
-"""`amp:` (ernie_doc.training.amp): the decision over every value and device, its refusal on
-CPU through a real run's preparation, and the paddle behaviour that refusal rests on."""
+"""`amp:` (ernie_doc.training.amp): the decision over every value, device and `compile`, its
+refusals through a real run's preparation, and the paddle behaviour they rest on. CPU bf16
+training itself is tested in test_bf16_training.py."""
+import contextlib
 import warnings
 
 import numpy as np
@@ -29,7 +31,6 @@ def test_amp_settings(value, device, want):
 @pytest.mark.parametrize("value, device, message", [
     (True, "cpu", "fp16 training needs a GPU (device is cpu)"),
     ("fp16", "cpu", "fp16 training needs a GPU (device is cpu)"),
-    ("bf16", "cpu", "bf16 training needs a GPU (device is cpu)"),
     ("bf16", "xpu", "bf16 training needs a GPU (device is xpu)"),
     ("int8", "gpu", "must be false, true, fp16 or bf16, got 'int8'"),
     (1, "gpu", "must be false, true, fp16 or bf16, got 1"),
@@ -55,9 +56,30 @@ def test_amp_settings_checks_the_gpu(value, capability, refused):
         assert amp_settings(value, "gpu", capability).enabled
 
 
-def test_bf16_refusal_points_to_bf16_prediction():
-    with pytest.raises(ValueError, match=r"ernie-doc predict --precision bf16"):
-        amp_settings("bf16", "cpu")
+@pytest.mark.parametrize("pir, fast, compiled, refused", [
+    (True, True, True, None),
+    (True, True, False, "bf16 training on CPU runs inside the compiled training step: set "
+                        "compile: true"),
+    (False, True, True, "captures legacy programs, where autocast leaves CPU matmuls in fp32"),
+    (True, False, True, "this processor has no AVX512-BF16 instructions"),
+])
+def test_cpu_bf16_needs_compile_pir_and_the_instructions(monkeypatch, pir, fast, compiled,
+                                                         refused):
+    monkeypatch.setattr(paddle.framework, "use_pir_api", lambda: pir)
+    monkeypatch.setattr(paddle.base.core, "supports_bfloat16_fast_performance", lambda: fast)
+    if refused:
+        with pytest.raises(ValueError, match=refused):
+            amp_settings("bf16", "cpu", compiled=compiled)
+        with pytest.raises(ValueError, match=r"bf16 prediction: ernie-doc predict --precision"):
+            amp_settings("bf16", "cpu", compiled=compiled)
+        return
+    got = amp_settings("bf16", "cpu", compiled=compiled)
+    assert got == AmpSettings(True, "bfloat16", loss_scaling=False, in_program=True)
+    assert got.scaler() is None
+    # dygraph calls get no autocast (it would warn and stay fp32); the compiled step's does
+    assert isinstance(got.autocast(), contextlib.nullcontext)
+    assert not isinstance(got.program_autocast(), contextlib.nullcontext)
+    assert isinstance(AmpSettings(True, "bfloat16").program_autocast(), contextlib.nullcontext)
 
 
 def test_config_checks_the_value_and_prepare_the_device(tmp_path):
@@ -65,16 +87,20 @@ def test_config_checks_the_value_and_prepare_the_device(tmp_path):
         load_config(None, tiny_longdep("amp=int8"))
     for value in ("false", "true", "fp16", "bf16"):   # each value passes the config check
         load_config(None, tiny_longdep(f"amp={value}", f"output_dir={tmp_path / value}"))
-    cfg = load_config(None, tiny_longdep("amp=bf16", f"output_dir={tmp_path / 'run'}"))
-    with pytest.raises(ConfigError, match=r"amp: bf16 training needs a GPU \(device is cpu\)"):
-        prepare(cfg)
-    assert not (tmp_path / "run").exists()   # refused before anything is written
+    for value, refused in (("fp16", r"amp: fp16 training needs a GPU \(device is cpu\)"),
+                           ("bf16", r"amp: (.*)bf16 training on CPU runs inside the compiled "
+                                    r"training step|amp: paddle 2")):
+        cfg = load_config(None, tiny_longdep(f"amp={value}", f"output_dir={tmp_path / 'run'}"))
+        with pytest.raises(ConfigError, match=refused):
+            prepare(cfg)
+        assert not (tmp_path / "run").exists()   # refused before anything is written
 
 
 def test_paddle_does_not_autocast_on_cpu():
-    """Why amp is refused on CPU: paddle's autocast leaves a CPU matmul in fp32 (with a
-    warning), and paddle has no CPU bfloat16 matmul kernel to call by hand. When a paddle
-    release changes either, this test fails: then CPU bf16 training can be enabled."""
+    """Why CPU bf16 trains only in the compiled step: paddle's dygraph autocast leaves a CPU
+    matmul in fp32 (with a warning), and paddle has no dygraph CPU bfloat16 matmul kernel to
+    call by hand. When a paddle release changes either, this test fails: then dygraph CPU bf16
+    training can be enabled."""
     paddle.set_device("cpu")
     layer = paddle.nn.Linear(8, 8)
     x = paddle.to_tensor(np.ones((2, 8), "float32"))

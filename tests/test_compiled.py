@@ -14,7 +14,9 @@ from helpers import tiny_config, tiny_longdep
 
 from ernie_doc import auto
 from ernie_doc.config import ConfigError
-from ernie_doc.training.compiled import CompiledForward, compiled_or_none, try_compiled
+from ernie_doc.training.amp import AmpSettings
+from ernie_doc.training.compiled import (Bf16ProgramError, CompiledForward, compiled_or_none,
+                                         try_compiled)
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relu_dropout=0.0,
                   classifier_dropout=0.0)
@@ -139,6 +141,7 @@ def test_a_step_that_cannot_be_captured_falls_back_to_dygraph(caplog):
 
     class Broken:
         proven = False
+        amp = AmpSettings()
 
         def __call__(self):
             raise ValueError("In user code:\n\n    cannot capture this op\n  more")
@@ -158,6 +161,14 @@ def test_a_step_that_cannot_be_captured_falls_back_to_dygraph(caplog):
     proven.proven = True
     with pytest.raises(ValueError):
         try_compiled(step, proven, "eager", lambda: None)
+    # a CPU bf16 step has no dygraph equivalent: its failure is the run's error
+    bf16 = Broken()
+    bf16.amp = AmpSettings(True, "bfloat16", in_program=True)
+    undone.clear()
+    with pytest.raises(Bf16ProgramError, match=r"amp: bf16 on CPU: the compiled step failed "
+                                               r"on paddle .*cannot capture this op"):
+        try_compiled(step, bf16, "eager", lambda: undone.append(1))
+    assert not undone
 
 
 def test_compile_settings(caplog):

@@ -12,7 +12,9 @@
 (a) forward tokens/s (eval, no_grad) and forward+backward tokens/s (train mode) of ours and of
     PaddleNLP 2.8.1's ErnieDocModel built with the same config and the SAME weights, the
     ratios, and the parity of the two (max abs diff of sequence, pooled and memories over two
-    segments, the second one carrying each model's own memories).
+    segments, the second one carrying each model's own memories). Our compiled training step
+    (compile: true) is timed beside them, and in bf16 (amp: bf16) where the CPU and paddle
+    can (amp.cpu_bf16_problem), with the ratios of each.
 (b) streaming one document of each --stream-lengths tokens through our model segment by segment
     (eval, no_grad, carrying memories), each in a fresh subprocess so that its peak RSS is its
     own: wall time, time per segment and peak RSS, to show time linear and memory flat in
@@ -69,6 +71,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                         "reported tokens/s are the medians over the rounds")
     p.add_argument("--no-compile", action="store_true",
                    help="skip our compiled training step (compile: true)")
+    p.add_argument("--no-bf16", action="store_true",
+                   help="skip our compiled bf16 training step (amp: bf16, compile: true; run "
+                        "only where the CPU and paddle can)")
     p.add_argument("--no-paddlenlp", action="store_true", help="skip the PaddleNLP baseline")
     p.add_argument("--profile", action="store_true",
                    help="also profile one forward+backward step of ours: time per operator "
@@ -529,11 +534,19 @@ def run(args: argparse.Namespace) -> int:
         ours.eval()
         memories = inputs.run_ours(ours, ours.init_memories(args.batch_size))[2]
     contenders = {"ours": dict(name="ours", model=ours, run=inputs.run_ours)}
+    bf16_skipped = None
     if not args.no_compile:
+        from ernie_doc.training.amp import amp_settings, cpu_bf16_problem
         from ernie_doc.training.compiled import CompiledForward
         contenders["ours_compiled"] = dict(name="ours compiled (compile: true)", model=ours,
                                            run=inputs.run_ours, forward=False,
                                            call=CompiledForward(ours))
+        bf16_skipped = "--no-bf16" if args.no_bf16 else cpu_bf16_problem()
+        if bf16_skipped is None:
+            contenders["ours_compiled_bf16"] = dict(
+                name="ours compiled bf16 (amp: bf16)", model=ours, run=inputs.run_ours,
+                forward=False,
+                call=CompiledForward(ours, amp_settings("bf16", "cpu", compiled=True)))
     if pn is not None:
         contenders["paddlenlp"] = dict(name="paddlenlp", model=pn, run=inputs.run_paddlenlp)
     tp = throughput(contenders, memories, args)
@@ -548,6 +561,12 @@ def run(args: argparse.Namespace) -> int:
         if pn is not None:
             tp["ratio_ours_over_paddlenlp"]["compiled_forward_backward_tokens_per_s"] = round(
                 tp["ours_compiled"][key] / tp["paddlenlp"][key], 3)
+    if "ours_compiled_bf16" in tp:
+        key = "forward_backward_tokens_per_s"
+        tp["ratio_bf16_over_fp32_compiled"] = {
+            key: round(tp["ours_compiled_bf16"][key] / tp["ours_compiled"][key], 3)}
+    elif bf16_skipped is not None:
+        tp["bf16_skipped"] = bf16_skipped
     result["throughput"] = tp
     if args.profile:
         print("[benchmark] profiling one forward+backward step of ours", file=sys.stderr,

@@ -1,18 +1,22 @@
-"""Mixed precision (`amp:`): which autocast a run uses, decided once from the config value and
-the device.
+"""Mixed precision (`amp:`): which autocast a run uses, decided once from the config value,
+the device and `compile`.
 
     amp: false   fp32 everywhere (the default)
     amp: true    the same as fp16 (the released pretraining configs' setting)
     amp: fp16    GPU: float16 autocast (paddle's O1 lists) with dynamic loss scaling
     amp: bf16    GPU: bfloat16 autocast, no loss scaling (bf16 has fp32's exponent range)
+                 CPU: bfloat16 matmuls inside the compiled training step (needs compile: true)
 
-On CPU neither trains: paddle's dygraph autocast runs on GPU, XPU and custom devices only (on
-CPU it warns and stays fp32), and paddle has no CPU bfloat16 kernel for matmul outside oneDNN
-inference programs. So `amp` on CPU is refused with the reason, rather than run as an fp32 run
-that calls itself bf16. bf16 on CPU is for prediction: `ernie-doc predict --precision bf16`
-(oneDNN, on a processor with AVX512-BF16 or AMX). `test_amp.py` checks that paddle still
-behaves so on CPU; when a paddle release trains bf16 there, that test says so.
+On CPU, paddle's dygraph autocast does nothing (it warns and stays fp32) and paddle has no
+dygraph CPU bfloat16 matmul kernel. Its captured programs (paddle >= 3, PIR) do run bf16
+autocast on CPU, through oneDNN's matmul kernels (AVX512-BF16 / AMX). So CPU bf16 training is
+the compiled step with autocast entered inside the traced forward (`program_autocast`); the
+backward is that program's gradient, and the optimizer keeps fp32 weights. Evaluation stays
+fp32 dygraph on CPU (`ernie-doc predict --precision bf16` is the bf16 inference path). fp16 on
+CPU, and bf16 where paddle or the processor cannot, are refused with the reason rather than run
+as an fp32 run that calls itself reduced-precision.
 """
+import contextlib
 from typing import NamedTuple, Optional, Tuple, Union
 
 import paddle
@@ -22,14 +26,24 @@ AMP_VALUES = (False, True, "fp16", "bf16")
 
 class AmpSettings(NamedTuple):
     """enabled: autocast on · dtype: "float16" / "bfloat16" (paddle's names) · loss_scaling:
-    dynamic loss scaling (fp16 only)."""
+    dynamic loss scaling (fp16 only) · in_program: the autocast is entered inside the
+    compiled training step only (CPU bf16), not around dygraph calls."""
     enabled: bool = False
     dtype: str = "float16"
     loss_scaling: bool = False
+    in_program: bool = False
 
     def autocast(self):
-        """The context every forward of the run enters."""
+        """The context every dygraph forward of the run enters (training and evaluation)."""
+        if self.in_program:
+            return contextlib.nullcontext()
         return paddle.amp.auto_cast(enable=self.enabled, dtype=self.dtype)
+
+    def program_autocast(self):
+        """The context the compiled training step's traced forward enters."""
+        if not self.in_program:
+            return contextlib.nullcontext()
+        return paddle.amp.auto_cast(enable=True, dtype=self.dtype, level="O1")
 
     def scaler(self):
         """A GradScaler for fp16, else None."""
@@ -55,24 +69,43 @@ def gpu_capability() -> Optional[Tuple[int, int]]:
         return None
 
 
+def cpu_bf16_problem() -> Optional[str]:
+    """None when this paddle and processor can train bf16 on CPU (compiled), else why not."""
+    if not paddle.framework.use_pir_api():
+        return (f"paddle {paddle.__version__} captures legacy programs, where autocast leaves "
+                f"CPU matmuls in fp32 (CPU bf16 training needs paddle >= 3)")
+    if not paddle.base.core.supports_bfloat16_fast_performance():
+        # oneDNN would emulate bf16 there, slower than fp32
+        return "this processor has no AVX512-BF16 instructions"
+    return None
+
+
 def amp_settings(value: Union[bool, str], device: str,
-                 capability: Optional[Tuple[int, int]] = None) -> AmpSettings:
+                 capability: Optional[Tuple[int, int]] = None,
+                 compiled: bool = False) -> AmpSettings:
     """The autocast for config value `value` on `device` ("cpu" or "gpu"; `capability`: the
-    GPU's compute capability where known) → AmpSettings. Raises ValueError (the reason,
-    without the key) for amp on CPU, on a GPU too old for the precision, or a value not in
-    AMP_VALUES."""
+    GPU's compute capability where known; `compiled`: the config's `compile`) →
+    AmpSettings. Raises ValueError (the reason, without the key) for fp16 on CPU, bf16 on CPU
+    without compile or where cpu_bf16_problem says no, a GPU too old for the precision, or a
+    value not in AMP_VALUES."""
     problem = check_amp_value(value)
     if problem:
         raise ValueError(problem)
     if value is False:
         return AmpSettings()
     precision = "fp16" if value is True else value
+    if device == "cpu" and precision == "bf16":
+        problem = cpu_bf16_problem() or (
+            None if compiled else "bf16 training on CPU runs inside the compiled training "
+                                  "step: set compile: true (paddle's dygraph autocast does "
+                                  "nothing on CPU)")
+        if problem:
+            raise ValueError(f"{problem}; bf16 prediction: ernie-doc predict --precision bf16")
+        return AmpSettings(True, "bfloat16", loss_scaling=False, in_program=True)
     if device != "gpu":
-        hint = (" (bf16 on this CPU serves prediction: ernie-doc predict --precision bf16)"
-                if precision == "bf16" else "")
         raise ValueError(f"{precision} training needs a GPU (device is {device}): paddle's "
                          f"autocast runs on GPU only and it has no CPU {precision} matmul "
-                         f"kernels for training{hint}")
+                         f"kernels for training")
     needed = MIN_CAPABILITY[precision]
     if capability is not None and tuple(capability) < needed:
         raise ValueError(f"{precision} training needs a GPU of compute capability "

@@ -17,12 +17,20 @@ Input checks on shapes and ids, which need the values in Python, are skipped ins
 program (the readers build these batches). The "one task type per row" shortcut is skipped too:
 the program always computes the task term, which is equal to float rounding. Recompute only
 works in dygraph, so the config refuses `compile` with `recompute`.
+
+CPU bf16 (`amp: bf16`, see amp.py) enters its autocast inside the traced forward, so the
+program's matmuls run in bfloat16 through oneDNN. Every new program is checked before it runs
+(`bf16_program_problem`): it must hold bfloat16 matmuls (else paddle ignored the autocast), and
+none of them may have one input that takes a gradient and one that does not (paddle 3.3.1's
+oneDNN matmul gradient kernel crashes the process on that).
 """
+import contextlib
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import paddle
 
+from ernie_doc.training.amp import AmpSettings
 from ernie_doc.training.runlog import logger
 
 
@@ -31,9 +39,11 @@ class _FlatForward(paddle.nn.Layer):
     captured program returns nested tuples only, so the output's own types (HeadOutput and
     the like) are recorded while tracing (`template`) and rebuilt around the results."""
 
-    def __init__(self, model: paddle.nn.Layer):
+    def __init__(self, model: paddle.nn.Layer,
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext):
         super().__init__()
         self.model = model
+        self.autocast = autocast
         self.template = None
 
     def forward(self, args, kwargs, uniform_task_types):
@@ -44,7 +54,8 @@ class _FlatForward(paddle.nn.Layer):
         if encoder is not None:
             encoder.uniform_task_types = uniform_task_types
         try:
-            out = self.model(*args, **kwargs)
+            with self.autocast():
+                out = self.model(*args, **kwargs)
         finally:
             if encoder is not None:
                 encoder.uniform_task_types = None
@@ -57,8 +68,9 @@ class CompiledForward:
     None) traces a program, and later calls replay it. Evaluation keeps calling the model
     itself: this object is used only for training micro-steps."""
 
-    def __init__(self, model: paddle.nn.Layer):
+    def __init__(self, model: paddle.nn.Layer, amp: Optional[AmpSettings] = None):
         self.model = model
+        self.amp = amp or AmpSettings()
         # The executor's multi-thread mode runs independent operators concurrently, and the
         # dropout operators then take their draws from the shared generator in a varying
         # order: the masks would change from run to run. In program order they are dygraph's,
@@ -66,9 +78,10 @@ class CompiledForward:
         paddle.set_flags({"FLAGS_new_executor_serial_run": True})
         # A wrapper converted, not the model: converting the model would replace its
         # forward for evaluation and export too.
-        self._flat = _FlatForward(model)
+        self._flat = _FlatForward(model, self.amp.program_autocast)
         self._program = paddle.jit.to_static(self._flat.forward, full_graph=True)
         self._signature = inspect.signature(model.forward)
+        self._checked = set()   # ids of the programs bf16_program_problem passed
         self.proven = False   # set by the trainer once a whole micro-step ran compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -82,8 +95,13 @@ class CompiledForward:
         # the step's dropout masks independent of when the trace happened (so a resumed run
         # equals an uninterrupted one).
         state = paddle.get_rng_state()
-        self._program.get_concrete_program(*inputs)
+        concrete, _ = self._program.get_concrete_program(*inputs)
         paddle.set_rng_state(state)
+        if self.amp.in_program and id(concrete) not in self._checked:
+            problem = bf16_program_problem(concrete.main_program)
+            if problem:
+                raise Bf16ProgramError(f"amp: bf16 on CPU: {problem}")
+            self._checked.add(id(concrete))
         flat = self._program(*inputs)
         return paddle.utils.pack_sequence_as(self._flat.template, list(flat))
 
@@ -97,10 +115,39 @@ class CompiledForward:
         return bool((types == types[:, :1]).all())
 
 
-def compiled_or_none(model: paddle.nn.Layer, enabled: bool,
-                     world: int = 1) -> Optional[CompiledForward]:
+class Bf16ProgramError(RuntimeError):
+    """A captured CPU bf16 program that must not run (see bf16_program_problem)."""
+
+
+def bf16_program_problem(program: Any) -> Optional[str]:
+    """Why a captured (PIR) training program must not run as CPU bf16, or None: it holds no
+    bfloat16 matmul, or a bfloat16 matmul has one input that takes a gradient and one that
+    does not (paddle 3.3.1's oneDNN matmul_grad then crashes with a segmentation fault)."""
+    found, one_sided = 0, 0
+    for op in program.global_block().ops:
+        if op.name() not in ("pd_op.matmul", "onednn_op.matmul"):
+            continue
+        inputs = op.operands_source()
+        if not any(v.dtype == paddle.bfloat16 for v in inputs):
+            continue
+        found += 1
+        frozen = [v.stop_gradient for v in inputs]
+        one_sided += any(frozen) and not all(frozen)
+    if not found:
+        return (f"paddle {paddle.__version__} left every matmul of the compiled step in "
+                f"float32")
+    if one_sided:
+        return (f"{one_sided} of the {found} bfloat16 matmuls of the compiled step multiply a "
+                f"tensor that takes a gradient by one that does not (a frozen weight or a "
+                f"fixed table); paddle's oneDNN bf16 matmul gradient crashes on those")
+    return None
+
+
+def compiled_or_none(model: paddle.nn.Layer, enabled: bool, world: int = 1,
+                     amp: Optional[AmpSettings] = None) -> Optional[CompiledForward]:
     """The compiled forward of `model` (the unwrapped network) when `enabled`, else None (the
-    trainer then calls the model itself)."""
+    trainer then calls the model itself). `amp`: the run's AmpSettings (prepare refuses CPU
+    bf16 with several ranks)."""
     if not enabled:
         return None
     if world > 1:
@@ -111,7 +158,10 @@ def compiled_or_none(model: paddle.nn.Layer, enabled: bool,
         return None
     logger.info("compile: the training forward runs as a captured program "
                 "(paddle.jit.to_static); evaluation stays dygraph")
-    return CompiledForward(model)
+    if amp is not None and amp.in_program:
+        logger.info("amp: bf16 on CPU: the compiled step's matmuls run in bfloat16 (oneDNN), "
+                    "weights and optimizer stay float32; evaluation runs in float32")
+    return CompiledForward(model, amp)
 
 
 def first_line(error: BaseException) -> str:
@@ -127,14 +177,18 @@ def try_compiled(step: Callable[[Any], Any], compiled: CompiledForward, fallback
                  undo: Callable[[], None]) -> Any:
     """Run `step(compiled)`; if the very first compiled micro-step fails, log why, call `undo`
     (clear gradients, reseed) and run `step(fallback)` (dygraph) instead. Returns
-    (result, the model callable to keep using)."""
+    (result, the model callable to keep using). A CPU bf16 step has no dygraph equivalent:
+    its failure raises Bf16ProgramError instead of training fp32 under a bf16 name."""
     if compiled.proven:
         return step(compiled), compiled
     try:
         result = step(compiled)
-    except (KeyboardInterrupt, MemoryError):
+    except (KeyboardInterrupt, MemoryError, Bf16ProgramError):
         raise
     except Exception as error:   # a capture or program error: dygraph can still train
+        if compiled.amp.in_program:
+            raise Bf16ProgramError(f"amp: bf16 on CPU: the compiled step failed on paddle "
+                                   f"{paddle.__version__} ({first_line(error)})") from error
         logger.warning(f"compile: the training step could not be captured on paddle "
                        f"{paddle.__version__} ({first_line(error)}); falling back to dygraph")
         undo()

@@ -89,9 +89,13 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         task.check_data(world)
     device = dist.init(cfg.device)
     try:
-        amp = amp_settings(cfg.amp, device, gpu_capability() if device == "gpu" else None)
+        amp = amp_settings(cfg.amp, device, gpu_capability() if device == "gpu" else None,
+                           compiled=bool(cfg.compile))
     except ValueError as e:
         raise ConfigError(f"{cfg.source}: amp: {e}") from None
+    if amp.in_program and world > 1:   # compiled_or_none trains dygraph with several ranks
+        raise ConfigError(f"{cfg.source}: amp: bf16 on CPU runs in the compiled step, which "
+                          f"does not run with {world} data-parallel ranks yet")
     if cfg.threads:
         from ernie_doc.utils import set_paddle_threads
         set_paddle_threads(cfg.threads)

@@ -25,7 +25,7 @@ import paddle
 from ernie_doc.config import ConfigError
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import state as ckpt
-from ernie_doc.training.compiled import compiled_or_none, try_compiled
+from ernie_doc.training.compiled import Bf16ProgramError, compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
@@ -92,7 +92,7 @@ class Trainer:
         layers = self.model.config.num_hidden_layers if cfg.layer_decay != 1.0 else 0
         optimizer, scheduler = build_optimizer(self.wrapped, cfg, total_steps, layers)
         self.optimizer = optimizer
-        self.compiled = compiled_or_none(self.model, cfg.compile, self.world)
+        self.compiled = compiled_or_none(self.model, cfg.compile, self.world, run.amp)
         scaler = run.amp.scaler()   # fp16 only
         state, carry = self._start(optimizer)   # trainer state, the rows' memory state
         log = RunLog(self.out, self.is_main, resume_step=state["step"])
@@ -251,9 +251,12 @@ class Trainer:
             self.optimizer.clear_grad()
             paddle.seed(seed)
 
-        result, used = try_compiled(
-            lambda model: self._forward_backward(batch, carry, scaler, sync, model),
-            self.compiled, self.wrapped, undo)
+        try:
+            result, used = try_compiled(
+                lambda model: self._forward_backward(batch, carry, scaler, sync, model),
+                self.compiled, self.wrapped, undo)
+        except Bf16ProgramError as e:
+            raise TrainingError(str(e)) from e
         if used is self.wrapped:
             self.compiled = None
         return result
