@@ -46,6 +46,25 @@ def test_benchmark_quick(tmp_path):
     assert tp["ours_compiled"]["forward_backward_tokens_per_s"] > 0
     assert "forward_tokens_per_s" not in tp["ours_compiled"]
     assert tp["ratio_compiled_over_dygraph"]["forward_backward_tokens_per_s"] > 0
+    # and in bf16 where this paddle and CPU can (amp: bf16), else the reason it was not
+    from ernie_doc.training.amp import cpu_bf16_problem
+    if cpu_bf16_problem() is None:
+        assert tp["ours_compiled_bf16"]["forward_backward_tokens_per_s"] > 0
+        assert tp["ratio_bf16_over_fp32_compiled"]["forward_backward_tokens_per_s"] == \
+            pytest.approx(tp["ours_compiled_bf16"]["forward_backward_tokens_per_s"]
+                          / tp["ours_compiled"]["forward_backward_tokens_per_s"], abs=2e-3)
+    else:
+        assert tp["bf16_skipped"] == cpu_bf16_problem()
+
+    # the share of this CPU's matmul limit: sgemm rate over the necessary matmul work
+    limit = result["matmul_limit"]
+    assert limit["sgemm_2048_gflops"] > 1
+    assert limit["training_mflop_per_token"] == pytest.approx(
+        3 * limit["forward_mflop_per_token"], abs=0.2)
+    for key, tokens in limit["limit_tokens_per_s"].items():
+        share = limit["share_of_limit"]["ours"][key]
+        assert share == pytest.approx(tp["ours"][key] / tokens, abs=2e-3)
+    assert "forward_tokens_per_s" not in limit["share_of_limit"]["ours_compiled"]
 
     parity = result["parity"]
     assert parity["ok"] and parity["max"] <= 1e-5
@@ -69,6 +88,20 @@ def test_benchmark_quick(tmp_path):
     assert result["memory_retention"] == {"flat": True, "retained_growth_bytes": {
         "512": {"eval": 0, "train": 0}, "2048": {"eval": 0, "train": 0}}}
     assert result["environment"]["paddle"]
+
+
+def test_forward_matmul_flops_counts_each_product():
+    """Hand count for a 1-layer H=4 (I=4H=16) model, B=1, T=3, M=2 (one query block): q and
+    out 2·(2·3·4·4), k and v 2·(2·5·4·4), feed-forward 2·(2·3·4·16), scores and the weighted sum
+    2·(2·3·5·4), position scores 2·3·(5+2)·4, position rows 2·8·4·4."""
+    from ernie_doc import ErnieDocConfig
+    config = ErnieDocConfig(vocab_size=10, hidden_size=4, num_hidden_layers=1,
+                            num_attention_heads=1, memory_len=2, max_position_embeddings=8)
+    assert config.intermediate_size == 16
+    want = 192 + 320 + 768 + 240 + 168 + 256
+    assert benchmark_model.forward_matmul_flops(config, 1, 3) == want
+    assert benchmark_model.forward_matmul_flops(config.replace(num_hidden_layers=3), 2, 3) == \
+        3 * (2 * (want - 256) + 256)
 
 
 def test_throughput_is_the_median_of_alternating_rounds(capsys):

@@ -247,6 +247,63 @@ def parity(config: "ErnieDocConfig", ours: "ErnieDocModel", pn: "PaddleNLPRefere
             "position_ids_equal_paddlenlp_recipe": inputs.pn_pos_equals_official}
 
 
+def forward_matmul_flops(config: "ErnieDocConfig", batch: int, seq_len: int) -> float:
+    """The matmul work one forward of a [batch, seq_len] segment needs (memory_len from the
+    config), in FLOPs: per layer and row, the q and output projections over T tokens, k and v
+    over the K = M + T keys, the feed-forward, the content scores and the weighted sum (T x K
+    each) and the position scores, which each query block of s rows takes against K + s − 1
+    position rows (attention.QUERY_BLOCK); and per layer once, the projection of the 2T + M
+    position rows. The pooler and heads are left out (under 0.1 % at base size)."""
+    from ernie_doc.modeling.attention import QUERY_BLOCK
+    t, m, h = seq_len, config.memory_len, config.hidden_size
+    k, inner = m + t, config.intermediate_size
+    blocks = [min(QUERY_BLOCK, t - start) for start in range(0, t, QUERY_BLOCK)]
+    per_row = (2 * t * h * h * 2            # q and output projections
+               + 2 * k * h * h * 2          # k and v
+               + 2 * t * h * inner * 2      # feed-forward
+               + 2 * t * k * h * 2          # content scores and the weighted sum of values
+               + sum(2 * s * (k + s - 1) * h for s in blocks))   # position scores
+    positions = 2 * (2 * t + m) * h * h
+    return float(config.num_hidden_layers * (batch * per_row + positions))
+
+
+def sgemm_gflops(size: int = 2048, repeats: int = 3) -> float:
+    """This CPU's fp32 matrix multiply rate: numpy (OpenBLAS) float32 size³, best of
+    `repeats`, in GFLOP/s, with the threads the benchmark set."""
+    import numpy as np
+    a = np.random.RandomState(0).standard_normal((size, size)).astype("float32")
+    a @ a   # warm up the library's threads
+    best = min(_timed_call(lambda: a @ a) for _ in range(repeats))
+    return 2 * size ** 3 / best / 1e9
+
+
+def _timed_call(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def matmul_limit(config: "ErnieDocConfig", args: argparse.Namespace,
+                 tp: Dict[str, Any]) -> Dict[str, Any]:
+    """The tokens/s this CPU's sgemm rate would allow if the model did only its necessary
+    matmul work (forward: forward_matmul_flops; training: 3x, the backward needing two
+    products per forward one), and each contender's share of that limit."""
+    rate = sgemm_gflops()
+    per_token = forward_matmul_flops(config, args.batch_size, args.seq_len) / (
+        args.batch_size * args.seq_len)
+    limits = {"forward_tokens_per_s": rate * 1e9 / per_token,
+              "forward_backward_tokens_per_s": rate * 1e9 / (3 * per_token)}
+    shares = {name: {key: round(tp[name][key] / limit, 3)
+                     for key, limit in limits.items() if key in tp[name]}
+              for name in tp if isinstance(tp[name], dict) and any(k in tp[name] for k in limits)
+              and not name.startswith(("ratio", "bf16"))}
+    return {"sgemm_2048_gflops": round(rate, 1),
+            "forward_mflop_per_token": round(per_token / 1e6, 1),
+            "training_mflop_per_token": round(3 * per_token / 1e6, 1),
+            "limit_tokens_per_s": {k: round(v, 1) for k, v in limits.items()},
+            "share_of_limit": shares}
+
+
 def time_steps(fn: Callable[[], Any], steps: int, warmup: int) -> List[float]:
     for _ in range(warmup):
         fn()
@@ -568,6 +625,7 @@ def run(args: argparse.Namespace) -> int:
     elif bf16_skipped is not None:
         tp["bf16_skipped"] = bf16_skipped
     result["throughput"] = tp
+    result["matmul_limit"] = matmul_limit(config, args, tp)
     if args.profile:
         print("[benchmark] profiling one forward+backward step of ours", file=sys.stderr,
               flush=True)
