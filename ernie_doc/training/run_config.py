@@ -67,7 +67,7 @@ DEFAULTS = {
     "max_grad_norm": 0.0,         # 0 = no clipping (official)
     "adam_epsilon": 1e-8,
     "grad_accum_steps": 1,
-    "amp": False,                 # false | true (= fp16) | fp16 | bf16: GPU only (amp.py)
+    "amp": False,                 # false | true (= fp16) | fp16 | bf16 (GPU; CPU bf16: compile)
     "recompute": False,           # recompute each layer's activations in backward (memory)
     "compile": False,             # training forward as a captured program (paddle.jit.to_static)
     "flush_denormals": True,      # CPU: denormal floats (< 1.2e-38) as 0 (utils.flush_denormals)
