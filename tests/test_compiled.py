@@ -181,3 +181,15 @@ def test_compile_settings(caplog):
     from ernie_doc.training.run_config import load_config
     with pytest.raises(ConfigError, match="compile: cannot be combined with recompute"):
         load_config(None, tiny_longdep("compile=true", "recompute=true"))
+
+
+def test_first_line_finds_the_error_paddle_wrapped():
+    from ernie_doc.training.compiled import first_line
+    wrapped = TypeError("In transformed code:\n\n    File \"lm/model.py\", line 3, in forward\n"
+                        "\tout = paddle.take_along_axis(x, i, 1)\n\n"
+                        "    TypeError: (InvalidType) Check data type error for op: "
+                        "take_along_axis, input: arr, arr.dtype: bfloat16\n")
+    assert first_line(wrapped) == ("TypeError: (InvalidType) Check data type error for op: "
+                                   "take_along_axis, input: arr, arr.dtype: bfloat16")
+    assert first_line(ValueError("In user code:\n\n    cannot capture this op\n")) == \
+        "ValueError: cannot capture this op"

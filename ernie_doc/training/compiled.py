@@ -26,6 +26,7 @@ oneDNN matmul gradient kernel crashes the process on that).
 """
 import contextlib
 import inspect
+import re
 from typing import Any, Callable, ContextManager, Optional
 
 import paddle
@@ -165,9 +166,15 @@ def compiled_or_none(model: paddle.nn.Layer, enabled: bool, world: int = 1,
 
 
 def first_line(error: BaseException) -> str:
-    """A one-line reason from a paddle error, whose messages run over many lines."""
-    for line in str(error).splitlines():
-        line = line.strip()
+    """A one-line reason from a paddle error, whose messages run over many lines: the error
+    paddle's conversion wrapped ("In transformed code: ... TypeError: (InvalidType) ..."), else
+    the first line that is not a code location."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    if lines and lines[0].startswith("In transformed code"):
+        inner = [line for line in lines[1:] if re.match(r"[A-Za-z]+(Error|Exception): ", line)]
+        if inner:
+            return inner[-1][:300]
+    for line in lines:
         if line and not line.startswith(("In user code", "File ", "---")):
             return f"{type(error).__name__}: {line}"[:300]
     return type(error).__name__
