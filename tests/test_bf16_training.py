@@ -12,10 +12,9 @@ import re
 import numpy as np
 import paddle
 import pytest
-from helpers import tiny_config, tiny_longdep
-from test_compiled import HEAD_ARGS, NO_DROPOUT, two_segments
+from helpers import tiny_longdep
+from test_compiled import HEADS, head_in_training, two_segments
 
-from ernie_doc import auto
 from ernie_doc.config import ConfigError
 from ernie_doc.training.amp import amp_settings, cpu_bf16_problem
 from ernie_doc.training.compiled import Bf16ProgramError, CompiledForward
@@ -36,16 +35,9 @@ def bf16():
 
 
 @needs_cpu_bf16
-@pytest.mark.parametrize("name", ["sequence_classification", "question_answering",
-                                  "token_classification", "multiple_choice", "pair_matching",
-                                  "pretraining", "keyphrase", "hotpotqa"])
+@pytest.mark.parametrize("name", HEADS)
 def test_every_head_bf16_compiled_is_close_to_fp32(name):
-    paddle.seed(3)
-    model = auto.head_class(name)(tiny_config(**NO_DROPOUT), **HEAD_ARGS.get(name, {}))
-    model.train()
-    extra = None
-    if name == "keyphrase":
-        extra = {"word_index": paddle.to_tensor(np.tile(np.arange(16) // 2, (4, 1)))}
+    model, extra = head_in_training(name)
     fp32, fp32_grads = two_segments(model, model, extra=extra)
     low, low_grads = two_segments(model, CompiledForward(model, bf16()), extra=extra)
     assert len(fp32) == len(low) >= 3

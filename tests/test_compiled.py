@@ -55,16 +55,25 @@ def two_segments(model, call, rows=4, seg=16, extra=None):
     return outputs, grads
 
 
-@pytest.mark.parametrize("name", ["sequence_classification", "question_answering",
-                                  "token_classification", "multiple_choice", "pair_matching",
-                                  "pretraining", "keyphrase", "hotpotqa"])
-def test_every_head_compiled_equals_dygraph(name):
+HEADS = ["sequence_classification", "question_answering", "token_classification",
+         "multiple_choice", "pair_matching", "pretraining", "keyphrase", "hotpotqa"]
+
+
+def head_in_training(name):
+    """A tiny head model `name` without dropout (seed 3, train mode) → (model, the extra
+    inputs two_segments passes it: None, or the keyphrase head's word positions)."""
     paddle.seed(3)
     model = auto.head_class(name)(tiny_config(**NO_DROPOUT), **HEAD_ARGS.get(name, {}))
     model.train()
     extra = None
     if name == "keyphrase":   # word positions: word w of row b starts at token 2w
         extra = {"word_index": paddle.to_tensor(np.tile(np.arange(16) // 2, (4, 1)))}
+    return model, extra
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_every_head_compiled_equals_dygraph(name):
+    model, extra = head_in_training(name)
     eager, eager_grads = two_segments(model, model, extra=extra)
     compiled, compiled_grads = two_segments(model, CompiledForward(model), extra=extra)
     assert len(eager) == len(compiled) >= 3

@@ -40,7 +40,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments, allocated_bytes,
                                             apply_paddle_threads, check_output, emit, environment,
@@ -272,22 +272,17 @@ def sgemm_gflops(size: int = 2048, repeats: int = 3) -> float:
     `repeats`, in GFLOP/s, with the threads the benchmark set."""
     import numpy as np
     a = np.random.RandomState(0).standard_normal((size, size)).astype("float32")
-    a @ a   # warm up the library's threads
-    best = min(_timed_call(lambda: a @ a) for _ in range(repeats))
+    # one untimed product first: it warms up the library's threads
+    best = min(time_steps(lambda: a @ a, repeats, warmup=1))
     return 2 * size ** 3 / best / 1e9
 
 
-def _timed_call(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def matmul_limit(config: "ErnieDocConfig", args: argparse.Namespace,
-                 tp: Dict[str, Any]) -> Dict[str, Any]:
+def matmul_limit(config: "ErnieDocConfig", args: argparse.Namespace, tp: Dict[str, Any],
+                 contenders: Iterable[str]) -> Dict[str, Any]:
     """The tokens/s this CPU's sgemm rate would allow if the model did only its necessary
     matmul work (forward: forward_matmul_flops; training: 3x, the backward needing two
-    products per forward one), and each contender's share of that limit."""
+    products per forward one), and the share of that limit of each of `contenders` (names
+    in `tp`, throughput's result)."""
     rate = sgemm_gflops()
     per_token = forward_matmul_flops(config, args.batch_size, args.seq_len) / (
         args.batch_size * args.seq_len)
@@ -295,8 +290,7 @@ def matmul_limit(config: "ErnieDocConfig", args: argparse.Namespace,
               "forward_backward_tokens_per_s": rate * 1e9 / (3 * per_token)}
     shares = {name: {key: round(tp[name][key] / limit, 3)
                      for key, limit in limits.items() if key in tp[name]}
-              for name in tp if isinstance(tp[name], dict) and any(k in tp[name] for k in limits)
-              and not name.startswith(("ratio", "bf16"))}
+              for name in contenders}
     return {"sgemm_2048_gflops": round(rate, 1),
             "forward_mflop_per_token": round(per_token / 1e6, 1),
             "training_mflop_per_token": round(3 * per_token / 1e6, 1),
@@ -625,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
     elif bf16_skipped is not None:
         tp["bf16_skipped"] = bf16_skipped
     result["throughput"] = tp
-    result["matmul_limit"] = matmul_limit(config, args, tp)
+    result["matmul_limit"] = matmul_limit(config, args, tp, contenders)
     if args.profile:
         print("[benchmark] profiling one forward+backward step of ours", file=sys.stderr,
               flush=True)
