@@ -37,11 +37,14 @@ VOCAB_TEXT = "\n".join(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
 class Server:
     """A local HTTP server: `files` {path: bytes}; `cut` {path: bytes sent before the
     connection is dropped (the full Content-Length is announced)}; `delay` seconds between
-    64 KiB chunks. It counts GET requests per path, answers at most `max_requests`, and stops
-    after `lifetime` seconds whatever happens."""
+    64 KiB chunks; `routes` {path: fn(handler, n)} answering a path by hand (n: the how-many-th
+    request of it). It counts GET requests per path, answers at most `max_requests`, and
+    stops after `lifetime` seconds whatever happens."""
 
-    def __init__(self, files, cut=None, delay=0.0, max_requests=20, lifetime=60.0):
+    def __init__(self, files, cut=None, delay=0.0, max_requests=20, lifetime=60.0,
+                 routes=None):
         self.files, self.cut, self.delay = dict(files), dict(cut or {}), delay
+        self.routes = dict(routes or {})
         self.requests = {}
         self.max_requests = max_requests
         owner = self
@@ -49,6 +52,9 @@ class Server:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
                 owner.requests[self.path] = owner.requests.get(self.path, 0) + 1
+                if self.path in owner.routes:
+                    owner.routes[self.path](self, owner.requests[self.path])
+                    return
                 body = owner.files.get(self.path)
                 if body is None:
                     self.send_error(404)
@@ -186,7 +192,10 @@ def test_first_download_then_cache_without_server(hub, model_files, tmp_path):
     assert not any(f.startswith("downloads/") for f in files)   # moved into the entries
     assert not any(".part" in f or ".tmp-" in f for f in files)
     checksums = json.loads((cache / "checksums.json").read_text())
-    assert checksums[TARBALL]["sha256"] == hashlib.sha256(model_files["tarball"]).hexdigest()
+    # trusted by the full URL the registry names (not the mirror's, not the path alone)
+    assert list(checksums) == ["https://example.invalid" + TARBALL]
+    assert checksums["https://example.invalid" + TARBALL]["sha256"] == \
+        hashlib.sha256(model_files["tarball"]).hexdigest()
 
     model = ErnieDocModel.from_pretrained(NAME)
     _assert_state(model, model_files["state"])
@@ -232,7 +241,7 @@ def test_checksum_mismatch_leaves_nothing(hub, tmp_path):
 
     # weights: the first fetch's hash is trusted, a different file later is refused
     (tmp_path / "cache").mkdir(exist_ok=True)
-    key = TARBALL
+    key = "https://example.invalid" + TARBALL
     (tmp_path / "cache" / "checksums.json").write_text(json.dumps(
         {key: {"sha256": "0" * 64, "size": 1, "first_seen": "2026-01-01"}}))
     server = hub()

@@ -72,5 +72,6 @@ def extract(archive: str, dest: str) -> None:
         if isinstance(e, OSError) and not isinstance(e, tarfile.TarError) \
                 and getattr(e, "filename", None) is not None:
             raise   # a write failure in the cache (full disk ...): the caller reports it
-        raise HubError(f"{archive}: not a readable tar archive ({type(e).__name__}: {e})") \
-            from None
+        reason = " ".join(str(e).split())   # tarfile's "r:*" error spans several lines
+        raise HubError(f"{archive}: not a readable tar archive ({type(e).__name__}: "
+                       f"{reason})") from None

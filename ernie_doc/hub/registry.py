@@ -26,9 +26,12 @@ _PADDLENLP = "https://bj.bcebos.com/paddlenlp/models/transformers"
 
 @dataclass(frozen=True)
 class Remote:
-    """One file to fetch: its URL and, when known, its sha256 (hex)."""
+    """One file to fetch: its URL, when known its sha256 (hex), and the most bytes a body
+    sent without a Content-Length may hold (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB;
+    an announced length is the cap whatever this says)."""
     url: str
     sha256: Optional[str] = None
+    max_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -54,17 +57,26 @@ class Release:
         return self.weights[source]
 
 
+# Caps on a body sent without a Content-Length (the files are about 1 MB, 0.5 GB and 1.6 GB)
+_TOKENIZER_CAP = 64 << 20
+_BASE_CAP = 2 << 30
+_LARGE_CAP = 5 << 30
+
 _BASE_EN_TOKENIZER = {
     "vocab.txt": Remote(f"{_PADDLENLP}/ernie-doc-base-en/vocab.txt",
-                        "63b7e28c9cd3a0d9d13fd03f00899058b25a47af9d1e379162b1a2608c1236f7"),
+                        "63b7e28c9cd3a0d9d13fd03f00899058b25a47af9d1e379162b1a2608c1236f7",
+                        _TOKENIZER_CAP),
     "encoder.json": Remote(f"{_PADDLENLP}/ernie-doc-base-en/encoder.json",
-                           "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
+                           "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+                           _TOKENIZER_CAP),
     "vocab.bpe": Remote(f"{_PADDLENLP}/ernie-doc-base-en/vocab.bpe",
-                        "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"),
+                        "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+                        _TOKENIZER_CAP),
 }
 _BASE_ZH_TOKENIZER = {
     "vocab.txt": Remote(f"{_PADDLENLP}/ernie-doc-base-zh/vocab.txt",
-                        "fdd969002e54cde4b20bd20d0871905017f1d07b9a21ee5d0d561a1d6a949061"),
+                        "fdd969002e54cde4b20bd20d0871905017f1d07b9a21ee5d0d561a1d6a949061",
+                        _TOKENIZER_CAP),
 }
 
 RELEASES: Dict[str, Release] = {}
@@ -83,19 +95,24 @@ def unregister(name: str) -> None:
 
 register(Release(
     "ernie-doc-base-en", "ernie-doc-base-en",
-    weights={"official": Remote(f"{_OFFICIAL}/model-ernie-doc-base-en.tar.gz"),
-             "paddlenlp": Remote(f"{_PADDLENLP}/ernie-doc-base-en/ernie-doc-base-en.pdparams")},
+    weights={"official": Remote(f"{_OFFICIAL}/model-ernie-doc-base-en.tar.gz",
+                                max_bytes=_BASE_CAP),
+             "paddlenlp": Remote(f"{_PADDLENLP}/ernie-doc-base-en/ernie-doc-base-en.pdparams",
+                                 max_bytes=_BASE_CAP)},
     tokenizer=_BASE_EN_TOKENIZER,
     description="English, 12 layers, hidden 768, 12 heads; byte-level BPE (50,265 tokens)"))
 register(Release(
     "ernie-doc-base-zh", "ernie-doc-base-zh",
-    weights={"official": Remote(f"{_OFFICIAL}/model-ernie-doc-base-zh.tar.gz"),
-             "paddlenlp": Remote(f"{_PADDLENLP}/ernie-doc-base-zh/ernie-doc-base-zh.pdparams")},
+    weights={"official": Remote(f"{_OFFICIAL}/model-ernie-doc-base-zh.tar.gz",
+                                max_bytes=_BASE_CAP),
+             "paddlenlp": Remote(f"{_PADDLENLP}/ernie-doc-base-zh/ernie-doc-base-zh.pdparams",
+                                 max_bytes=_BASE_CAP)},
     tokenizer=_BASE_ZH_TOKENIZER,
     description="Chinese, 12 layers, hidden 768, 12 heads; WordPiece (28,000 tokens)"))
 register(Release(
     "ernie-doc-large-en", "ernie-doc-large-en",
-    weights={"official": Remote(f"{_OFFICIAL}/model-ernie-doc-large-en.tar.gz")},
+    weights={"official": Remote(f"{_OFFICIAL}/model-ernie-doc-large-en.tar.gz",
+                                max_bytes=_LARGE_CAP)},
     tokenizer=_BASE_EN_TOKENIZER,
     description="English, 24 layers, hidden 1024, 16 heads; the base-en BPE files"))
 
