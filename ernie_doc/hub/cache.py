@@ -3,7 +3,7 @@
     resolve("ernie-doc-base-en")                     released weights + config + tokenizer files
     resolve("ernie-doc-base-en", source="paddlenlp") PaddleNLP's .pdparams copy instead
     resolve("ernie-doc-base-zh", kind="tokenizer")   the tokenizer files only (no weights)
-    resolve("https://host/path/model.tar.gz")        any URL: fetched, unpacked, cached
+    resolve("https://host/path/model.tar.gz")        a URL: fetched, unpacked, cached
     resolve("model.tar.gz")                          a local archive: unpacked once, cached
     resolve("some/dir"), resolve("w.pdparams")       returned as given
 
@@ -12,44 +12,56 @@ The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc):
     downloads/<URL path>     files put there by hand (offline use); never written to
     models/<name>/<source>/  a released model, ready for from_pretrained and load_tokenizer
     tokenizers/<name>/       a released tokenizer
-    urls/<key>/              a URL given directly        archives/<key>/  a local archive
-    checksums.json           sha256 of weights first fetched, by full URL (trust on first use)
+    urls/<key>/              a URL given directly (keyed by the URL normalised)
+    archives/<key>/          a local archive (keyed by its content's sha256)
+    checksums.json           sha256 of weights first fetched, by URL (trust on first use)
     locks/                   one lock per entry: N processes fetch an entry once
 
-Every entry is built in a fresh private temporary folder beside its final place
-(`.tmp-<entry>-XXXXXXXX`, mode 0700): the download is streamed into a new file there (O_EXCL,
-O_NOFOLLOW), unpacked and checked there, and the entry renamed into place with a
-`.manifest.json` (each file's size and sha256). A folder left by a process that was killed
-is removed by the next process that takes the entry's lock. Every later load checks the
-entry against its manifest: a file that changed, is missing, or is there without being
-listed is an error, never silently used.
+Every folder below the root is checked to be a real folder (a link planted in a shared cache
+is refused, never followed). Every entry is built in a fresh private temporary folder beside
+its final place (`.tmp-<entry>-XXXXXXXX`, mode 0700): the download is streamed into a new
+file there (O_EXCL, O_NOFOLLOW), unpacked (regular files and folders only, see archive.py)
+and checked there, and the entry renamed into place with a `.manifest.json` (each file's
+size and sha256). A folder left by a process that was killed is removed by the next process
+that takes the entry's lock, reached and removed through descriptors opened with O_NOFOLLOW;
+nothing else is ever deleted (a `.part` file in downloads/ is the user's). Every later load
+checks the entry against its manifest: a file that changed, is missing, is a link, or is
+there without being listed is an error, never silently used.
 
 The weights have no published checksum: once the first fetch of a URL has been unpacked and
-read as a checkpoint, its sha256 is recorded in checksums.json under the full URL (scheme,
-host, port, path, query), and every later fetch of that URL (another cache, a re-download, a
-file put there by hand, the same path through ERNIE_DOC_MIRROR) must match it, unless the
-registry pins a value, which wins. A fetch that fails (a short body, an HTML page, a file that
-does not unpack or load) records nothing and leaves nothing. Tokenizer files are pinned. A
-file put in downloads/ by hand is read (copied or unpacked) and left where it is.
+read as a checkpoint holding every encoder tensor, its sha256 is recorded in checksums.json
+under the URL normalised (scheme and host lower-cased, an IP address in canonical form, a
+default port dropped, `//`, `.` and `..` segments and %-escaped unreserved characters
+resolved; the query kept), and every later fetch of that URL (another cache, a re-download,
+a file put there by hand, the same path through ERNIE_DOC_MIRROR) must match it, unless the
+registry pins a value, which wins. A first fetch is trusted only when its body was framed (a
+Content-Length it matched, or a chunked body that ended properly): a body ended by a closed
+connection could be cut short, and is accepted only against a known sha256. A URL given
+directly must name an archive, a checkpoint file or a tokenizer file, and what arrives must
+read as one. A fetch that fails (a short or unframed body, an HTML page, a file that does
+not unpack or load, a checkpoint missing encoder tensors) records nothing and leaves
+nothing. Tokenizer files are pinned. A file put in downloads/ by hand is read (copied or
+unpacked) and left where it is.
 """
 import contextlib
 import datetime
 import hashlib
+import ipaddress
 import json
 import logging
 import os
 import re
-import shutil
 import stat
 import tempfile
+import types
 import urllib.parse
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from ernie_doc.hub import archive, registry
-from ernie_doc.hub.fetch import (HubError, check_url, download, file_lock, looks_like_html, offline,
-                                 sha256_file)
-from ernie_doc.utils import atomic_write_text, open_regular
+from ernie_doc.hub.fetch import (CHUNK, HubError, check_url, download, file_lock, looks_like_html,
+                                 offline, open_own, sha256_file, sha256_of, shown)
+from ernie_doc.utils import atomic_write_text, open_regular, parse_json
 
 logger = logging.getLogger("ernie_doc.hub")
 
@@ -58,6 +70,16 @@ CHECKSUMS = "checksums.json"
 KINDS = ("model", "tokenizer")
 # mkdtemp's random part: what `_building` names its folders, and all `_clean_stale` removes
 _TMP_RANDOM = re.compile(r"[a-z0-9_]{8}")
+# Single files a URL may name: what the entry is for (anything else is refused before it is
+# fetched: a login page saved as login.txt is no model).
+CHECKPOINT_FILES = (".pdparams", ".safetensors")
+TOKENIZER_FILES = ("vocab.txt", "encoder.json", "vocab.bpe", "spm.model", "sentencepiece.model",
+                   "tokenizer_config.json")
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_UNRESERVED = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
 def home() -> str:
@@ -86,16 +108,134 @@ def download_path(url: str) -> str:
     return os.path.join(home(), "downloads", *parts)
 
 
+def _normal_path(path: str) -> str:
+    """A URL path in one spelling: %-escapes of unreserved characters decoded and the others
+    upper-cased, empty and `.` segments dropped, `..` segments applied (RFC 3986 6.2.2; the
+    empty segments of `//` as well, which static servers read as one `/`)."""
+    def escape(match):
+        char = chr(int(match.group(1), 16))
+        return char if re.fullmatch(r"[A-Za-z0-9._~-]", char) else "%" + match.group(1).upper()
+
+    out: List[str] = []
+    for segment in _UNRESERVED.sub(escape, path).split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(segment)
+    return "/" + "/".join(out) + ("/" if path.endswith("/") and out else "")
+
+
 def _checksum_key(url: str) -> str:
-    """What a trusted checksum is recorded under: the full URL (scheme and host lower-cased,
-    a default port dropped, no fragment), so the same path on two hosts is two records."""
+    """What a trusted checksum (and a URL entry) is keyed by: the full URL normalised, so one
+    file has one record whatever the spelling, and the same path on two hosts is two records.
+    Scheme and host lower-cased (a trailing dot dropped), an IP address in its canonical form
+    (`[0:0::1]` is `[::1]`), a default port dropped, the path as `_normal_path` spells it, the
+    query kept as given, no fragment."""
     parts = check_url(url)
-    scheme, host = parts.scheme.lower(), parts.hostname.lower()
+    scheme, host = parts.scheme.lower(), parts.hostname.lower().rstrip(".")
+    with contextlib.suppress(ValueError):
+        host = ipaddress.ip_address(host).compressed
     if ":" in host:
         host = f"[{host}]"
     if parts.port is not None and parts.port != {"http": 80, "https": 443}[scheme]:
         host += f":{parts.port}"
-    return urllib.parse.urlunsplit((scheme, host, parts.path or "/", parts.query, ""))
+    return urllib.parse.urlunsplit((scheme, host, _normal_path(parts.path), parts.query, ""))
+
+
+# -- the cache's own folders ----------------------------------------------------------------
+def _cache_dir(path: str) -> str:
+    """`path`, a folder under the cache root, made if needed, after checking that every
+    component below the root is a real folder (lstat): a link planted in the cache (a shared
+    one) is never followed to write elsewhere. HubError naming the component otherwise."""
+    root = home()
+    os.makedirs(root, exist_ok=True)
+    current = root
+    for part in os.path.relpath(path, root).split(os.sep):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            raise HubError(f"{shown(path)}: not inside the cache {root}")
+        current = os.path.join(current, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(current)
+        mode = os.lstat(current).st_mode
+        if not stat.S_ISDIR(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
+            raise HubError(f"{shown(current)}: is {what}, where the cache keeps a folder; "
+                           f"refused (a link there could send files elsewhere): remove it")
+    return path
+
+
+@contextlib.contextmanager
+def _cache_dir_fd(path: str):
+    """A descriptor of the folder `path` under the cache root, opened one component at a time
+    with O_NOFOLLOW (a link anywhere below the root is never entered), or None when it does
+    not exist (or is not a real folder)."""
+    root = home()
+    try:
+        fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        yield None
+        return
+    try:
+        for part in os.path.relpath(path, root).split(os.sep):
+            if part in ("", "."):
+                continue
+            try:
+                sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError:   # missing, a link (ELOOP) or a file
+                os.close(fd)
+                fd = None
+                break
+            os.close(fd)
+            fd = sub
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _remove_tree_at(parent_fd: int, name: str) -> None:
+    """Remove the folder `name` of `parent_fd` and everything in it, through descriptors
+    opened with O_NOFOLLOW: a link inside is removed as a link, never followed."""
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        for entry in list(os.scandir(fd)):
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree_at(fd, entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+@contextlib.contextmanager
+def _stale_names(parent: str, prefix: str, kind: int):
+    """(descriptor of `parent`, names) of what a killed process of ours left in `parent`:
+    names `prefix` + mkstemp's 8 random characters, of type `kind` (stat.S_IFDIR or S_IFREG,
+    by lstat), owned by this user. Yields (None, []) when `parent` is not a real folder of the
+    cache."""
+    with _cache_dir_fd(parent) as fd:
+        if fd is None:
+            yield None, []
+            return
+        names = []
+        for name in os.listdir(fd):
+            if not (name.startswith(prefix) and _TMP_RANDOM.fullmatch(name[len(prefix):])):
+                continue
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except OSError:
+                continue
+            if stat.S_IFMT(st.st_mode) == kind and st.st_uid == os.geteuid():
+                names.append(name)
+        yield fd, names
+
 
 
 # -- manifests ----------------------------------------------------------------------------------
@@ -115,13 +255,12 @@ def _tree_files(root: str) -> List[str]:
 
 
 def _write_manifest(root: str, origin: Dict) -> None:
+    """Record every file of the entry being built (all regular files: archive.py unpacks no
+    link, and open_own refuses one)."""
     files = {}
     for rel in _tree_files(root):
-        path = os.path.join(root, rel)
-        if os.path.islink(path):   # a link inside the archive (archive.py checked its target)
-            files[rel] = {"link": os.readlink(path)}
-        else:
-            files[rel] = {"size": os.path.getsize(path), "sha256": sha256_file(path)}
+        with open_own(os.path.join(root, rel)) as f:
+            files[rel] = {"size": os.fstat(f.fileno()).st_size, "sha256": sha256_of(f)}
     manifest = dict(origin, files=files,
                     created=datetime.datetime.now(datetime.timezone.utc).isoformat(
                         timespec="seconds"))
@@ -131,8 +270,8 @@ def _write_manifest(root: str, origin: Dict) -> None:
 def _read_manifest(root: str) -> Dict:
     path = os.path.join(root, MANIFEST)
     try:
-        with open_regular(path, "cache manifest", HubError) as f:
-            manifest = json.loads(f.read().decode("utf-8"))
+        with open_own(path) as f:
+            manifest = parse_json(f.read().decode("utf-8"), path, HubError)
         files = manifest["files"]
         if not isinstance(files, dict):
             raise ValueError("'files' is not an object")
@@ -141,37 +280,33 @@ def _read_manifest(root: str) -> Dict:
             if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
                 raise ValueError(f"the file name {rel!r} leaves the entry")
             if not isinstance(want, dict) or not (
-                    isinstance(want.get("link"), str) or (
-                        isinstance(want.get("size"), int)
-                        and isinstance(want.get("sha256"), str))):
+                    isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)):
                 raise ValueError(f"the record of {rel!r} holds no size and sha256")
     except HubError as e:
-        raise HubError(f"{e}; remove {root} to fetch it again") from None
+        raise HubError(f"{e}; remove {shown(root)} to fetch it again") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise HubError(f"{path}: unreadable cache manifest ({e}); remove {root} to fetch it "
-                       f"again") from None
+        raise HubError(f"{shown(path)}: unreadable cache manifest ({shown(e)}); remove "
+                       f"{shown(root)} to fetch it again") from None
     return manifest
 
 
-def _file_problem(root: str, file: str, want: Dict) -> Optional[str]:
-    """How the entry's file `file` differs from its manifest record `want`, or None."""
-    if "link" in want:
-        if not os.path.islink(file):
-            return "was a link and is not one any more"
-        if os.readlink(file) != want["link"]:
-            return "is a link that now points elsewhere"
-        return None
-    if os.path.islink(file):
-        real, top = os.path.realpath(file), os.path.realpath(root)
-        if os.path.commonpath([real, top]) != top:
-            return "is a link to a file outside the entry"
-    if not os.path.isfile(file):   # a FIFO or device is no file (and is never opened)
-        return "is missing" if not os.path.lexists(file) else "is not a regular file"
-    size = os.path.getsize(file)
-    if size != want["size"]:
-        return f"has {size:,} bytes, {want['size']:,} were recorded"
-    if sha256_file(file) != want["sha256"]:
-        return "has changed (its sha256 differs from the one recorded when it was fetched)"
+def _file_problem(file: str, want: Dict) -> Optional[str]:
+    """How the entry's file `file` differs from its manifest record `want`, or None. Only a
+    regular file is read: a link (to anywhere), FIFO or device there is a problem."""
+    try:
+        mode = os.lstat(file).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "is missing"
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link (never followed)"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file"
+    with open_own(file) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != want["size"]:
+            return f"has {size:,} bytes, {want['size']:,} were recorded"
+        if sha256_of(f) != want["sha256"]:
+            return "has changed (its sha256 differs from the one recorded when it was fetched)"
     return None
 
 
@@ -184,15 +319,15 @@ def verify_entry(root: str) -> Dict:
     files = manifest["files"]
     for rel, want in files.items():
         file = os.path.join(root, *rel.split("/"))
-        problem = _file_problem(root, file, want)
+        problem = _file_problem(file, want)
         if problem:
-            raise HubError(f"{file}: cache entry {root} is damaged: the file {problem}; remove "
-                           f"{root} to fetch it again")
+            raise HubError(f"{shown(file)}: cache entry {root} is damaged: the file {problem}; "
+                           f"remove {root} to fetch it again")
     for rel in _tree_files(root):
         if rel not in files:
             file = os.path.join(root, *rel.split("/"))
-            raise HubError(f"{file}: cache entry {root} holds a file its manifest does not "
-                           f"list (added after the entry was fetched; it is never loaded): "
+            raise HubError(f"{shown(file)}: cache entry {root} holds a file its manifest does "
+                           f"not list (added after the entry was fetched; it is never loaded): "
                            f"remove it, or remove {root} to fetch the entry again")
     return manifest
 
@@ -228,7 +363,11 @@ def _read_checksums() -> Dict:
         return {}
     try:
         with open_regular(path, "file", HubError) as f:
-            data = json.loads(f.read().decode("utf-8"))
+            text = f.read().decode("utf-8")
+        try:
+            data = json.loads(text)
+        except RecursionError:   # "[[[[..." thousands deep
+            raise ValueError("JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return data
@@ -236,8 +375,8 @@ def _read_checksums() -> Dict:
         raise HubError(f"{e}; remove it (it records the sha256 of weights first fetched)") \
             from None
     except (OSError, ValueError) as e:
-        raise HubError(f"{path}: unreadable ({e}); fix or remove it (it records the sha256 of "
-                       f"weights first fetched)") from None
+        raise HubError(f"{path}: unreadable ({shown(e)}); fix or remove it (it records the "
+                       f"sha256 of weights first fetched)") from None
 
 
 def _trusted(url: str) -> Optional[Dict]:
@@ -263,14 +402,15 @@ def _trusted(url: str) -> Optional[Dict]:
     if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha)):
         what = "holds no 64-hex-digit 'sha256'" if isinstance(record, dict) else \
             f"is a {type(record).__name__}, not an object"
-        raise HubError(f"{os.path.join(home(), CHECKSUMS)}: the record {key!r} {what}; fix "
-                       f"or remove it (it is the trusted checksum of {url})")
+        raise HubError(f"{os.path.join(home(), CHECKSUMS)}: the record {key!r} "
+                       f"{what}; fix or remove it (it is the trusted checksum of {url})")
     return record
 
 
 def _record_checksum(fetched: Fetched) -> None:
     """Trust `fetched` from now on: called only once the entry it built has been checked."""
-    with file_lock(os.path.join(home(), "locks", "checksums.lock"), CHECKSUMS):
+    locks = _cache_dir(os.path.join(home(), "locks"))
+    with file_lock(os.path.join(locks, "checksums.lock"), CHECKSUMS):
         data = _read_checksums()
         key = _checksum_key(fetched.url)
         if key in data:   # recorded meanwhile (the same URL as a name and as a URL)
@@ -282,24 +422,15 @@ def _record_checksum(fetched: Fetched) -> None:
             return
         data[key] = {"sha256": fetched.sha256, "size": fetched.size, "url": fetched.url,
                      "first_seen": datetime.date.today().isoformat()}
+        # the temporary files of a write that a kill interrupted (named by atomic_path; none
+        # is in use: this process holds the lock)
+        with _stale_names(home(), f".tmp-{CHECKSUMS}.", stat.S_IFREG) as (fd, names):
+            for name in names:
+                os.unlink(name, dir_fd=fd)
         atomic_write_text(os.path.join(home(), CHECKSUMS),
                           json.dumps(data, indent=1, sort_keys=True) + "\n")
         logger.info("%s: no published checksum; recorded sha256 %s (trust on first use: "
                     "every later fetch must match it)", fetched.url, fetched.sha256)
-
-
-def _clean_stale_part(manual: str) -> None:
-    """Remove `<manual>.part`, which versions before this one streamed downloads into and a
-    kill left behind: only a regular file of this user (a link is never followed nor
-    removed). The caller holds the entry's lock, so no process is writing it."""
-    part = manual + ".part"
-    try:
-        st = os.lstat(part)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-        os.remove(part)
-        logger.info("removed %s, left by an interrupted download", part)
 
 
 def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetched:
@@ -310,13 +441,13 @@ def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetch
     lock of the entry the file is for."""
     manual = download_path(remote.url)
     want, origin = _expected_sha256(remote)
-    _clean_stale_part(manual)
     if os.path.isfile(manual):   # put there by hand (a FIFO or device is not a file)
         with open_regular(manual, "file", HubError) as f:
-            if looks_like_html(f.read(512)) and not manual.lower().endswith((".html", ".htm")):
+            if looks_like_html(f.read(4096)) and not manual.lower().endswith((".html", ".htm")):
                 raise HubError(f"{manual}: an HTML page, not the file of {remote.url} (it was "
                                f"put there by hand): replace it with that file")
-        got, size = sha256_file(manual), os.path.getsize(manual)
+            f.seek(0)
+            got, size = sha256_of(f), os.fstat(f.fileno()).st_size
         if want is not None and got != want:
             raise HubError(f"{manual}: sha256 {got} differs from {want} ({origin}): not the "
                            f"file of {remote.url}; replace it with that file")
@@ -332,40 +463,33 @@ def _building(final: str):
     """A fresh private (0700) temporary directory beside `final`, `.tmp-<name>-XXXXXXXX`;
     removed unless the block renamed it. The block builds the entry in a subfolder (named by
     the block) and downloads into `<tmp>/.fetch`, so nothing fetched lands in the entry."""
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
+    parent = _cache_dir(os.path.dirname(final))
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(final)}-", dir=parent)
     try:
         os.mkdir(os.path.join(tmp, ".fetch"), 0o700)
         yield tmp
     finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+        with _cache_dir_fd(parent) as fd, contextlib.suppress(OSError):
+            if fd is not None:
+                _remove_tree_at(fd, os.path.basename(tmp))
 
 
 def _clean_stale(final: str) -> None:
     """Remove the temporary folders of `final` that a killed process left (the caller holds
     the entry's lock, so none is in use): only real folders of this user named exactly as
-    `_building` names them; a link is never followed nor removed."""
-    parent = os.path.dirname(final)
+    `_building` names them, reached from the cache root without following a link, and
+    removed without following one."""
     prefix = f".tmp-{os.path.basename(final)}-"
-    try:
-        names = os.listdir(parent)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for name in names:
-        if not (name.startswith(prefix) and _TMP_RANDOM.fullmatch(name[len(prefix):])):
-            continue
-        path = os.path.join(parent, name)
-        st = os.lstat(path)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-            shutil.rmtree(path, ignore_errors=True)   # rmtree never follows links inside
-            logger.info("removed %s, left by an interrupted download", path)
+    with _stale_names(os.path.dirname(final), prefix, stat.S_IFDIR) as (fd, names):
+        for name in names:
+            _remove_tree_at(fd, name)
+            logger.info("removed %s, left by an interrupted download",
+                        os.path.join(os.path.dirname(final), name))
 
 
 def _lock(entry: str) -> str:
     rel = os.path.relpath(entry, home()).replace(os.sep, "--")
-    return os.path.join(home(), "locks", rel + ".lock")
+    return os.path.join(_cache_dir(os.path.join(home(), "locks")), rel + ".lock")
 
 
 def _ready(entry: str) -> bool:
@@ -412,11 +536,25 @@ def _offline_check(name: str, entry: str, remotes: List[registry.Remote]) -> Non
                        f"with network and copy {home()} here)")
 
 
+def _copy_new(source: BinaryIO, dst: str) -> None:
+    """Copy the open binary file `source` into the new file `dst` (O_EXCL | O_NOFOLLOW: never
+    onto or through something already there)."""
+    fd = os.open(dst, _NEW_FILE, 0o644)
+    try:
+        for block in iter(lambda: source.read(CHUNK), b""):
+            view = memoryview(block)
+            while view:
+                view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def _place(item: Fetched, dst: str) -> None:
     """Put a fetched file into an entry being built: moved from the temporary folder, or
     (put in downloads/ by hand) copied, so the user's file stays."""
     if item.by_hand:
-        shutil.copyfile(item.path, dst)
+        with open_regular(item.path, "file", HubError) as source:
+            _copy_new(source, dst)
     else:
         os.replace(item.path, dst)
 
@@ -435,7 +573,7 @@ def _unpacked_or_placed(tmp: str, item: Fetched, folder: str) -> str:
         unpacked = os.path.join(tmp, "unpacked")
         os.mkdir(unpacked)
         try:
-            archive.extract(item.path, unpacked)
+            archive.extract(item.path, unpacked, what=item.path if item.by_hand else item.url)
         except HubError as e:
             if item.by_hand:
                 raise HubError(f"{e}; it was put there by hand: replace it with the file of "
@@ -478,34 +616,96 @@ def _checkpoint_root(tmp: str) -> str:
             return root
 
 
-def _check_checkpoint(root: str, origin: str, required: bool) -> None:
+def _relative(message: str, root: str) -> str:
+    """`message` of a reader, the entry's temporary folder dropped from the paths it names
+    (it is gone by the time the message is read): they read relative to the fetched file."""
+    return shown(message.replace(root + os.sep, "").replace(root, "."))
+
+
+def _encoder_gaps(ckpt) -> List[str]:
+    """The official names of the encoder tensors (embeddings, every layer, pooler) that the
+    read checkpoint `ckpt` lacks: its config says how many layers and which bias layout it
+    has; without a config, its own highest layer and bias names do."""
+    from ernie_doc.checkpoint import names
+    from ernie_doc.config import ErnieDocConfig
+    present = set()
+    for name in ckpt.tensors:
+        official = name if ckpt.format == "official" else \
+            names.backbone_to_official(names.strip_prefix(name))
+        if official:
+            present.add(official)
+    if ckpt.config is not None:
+        layout = ErnieDocConfig.from_any(ckpt.config)
+    else:
+        layers = [int(m.group(1)) for m in map(re.compile(r"encoder_layer_(\d+)_").match,
+                                                present) if m]
+        layout = types.SimpleNamespace(
+            num_hidden_layers=max(layers, default=0) + 1,
+            rel_pos_params_sharing=any(n in present for n in names.SHARED_BIAS_NAMES.values()))
+    return [n for n in names.expected_backbone_names(layout) if n not in present]
+
+
+def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
     """Read the checkpoint in `root` once (through the restricted readers) before its
-    checksum is trusted: a file that is not the weights (an HTML page saved as .pdparams, a
-    truncated tensor) is a HubError naming `origin`. `required`: a folder with no checkpoint
-    at all is an error too (a released model; a URL may hold only tokenizer files)."""
+    checksum is trusted → whether there is one. A file that is not the weights (an HTML page
+    saved as .pdparams, a truncated tensor) or a checkpoint missing any encoder tensor (an
+    archive cut short at a member boundary) is a HubError naming `origin`. `required`: a
+    folder with no checkpoint at all is an error too (a released model; a URL may hold only
+    tokenizer files)."""
     from ernie_doc.checkpoint import io
     try:
         io.detect_format(root)
     except io.CheckpointError as e:
         if required:
-            raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint ({e})") from None
-        return
+            raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint "
+                           f"({_relative(str(e), root)})") from None
+        return False
     try:
-        io.read_checkpoint(root, upcast=False)
-    except io.CheckpointError as e:
-        raise HubError(f"{origin}: the fetched checkpoint does not load ({e}); nothing was "
-                       f"kept") from None
+        ckpt = io.read_checkpoint(root, upcast=False)
+        gaps = _encoder_gaps(ckpt)
+    except (io.CheckpointError, ValueError, TypeError) as e:
+        raise HubError(f"{origin}: the fetched checkpoint does not load "
+                       f"({_relative(str(e), root)}); nothing was kept") from None
+    if gaps:
+        from ernie_doc.utils import short_list
+        raise HubError(f"{origin}: the fetched checkpoint lacks {len(gaps)} encoder tensors "
+                       f"({short_list(gaps, 3)}): incomplete, not trusted; nothing was kept")
+    return True
+
+
+def _check_tokenizer_files(root: str, origin: str) -> None:
+    """A URL entry without a checkpoint must hold tokenizer files, each what its name says:
+    UTF-8 text (a JSON object for .json), never an HTML page. HubError naming `origin`."""
+    from ernie_doc.utils import decode_utf8
+    found = [n for n in TOKENIZER_FILES if os.path.lexists(os.path.join(root, n))]
+    if not found:
+        raise HubError(f"{origin}: holds neither an ERNIE-Doc checkpoint nor tokenizer files "
+                       f"({', '.join(TOKENIZER_FILES)}); refused, nothing was kept")
+    for name in found:
+        with open_own(os.path.join(root, name)) as f:
+            data = f.read()
+        where = f"{origin}: {name}"
+        if looks_like_html(data):
+            raise HubError(f"{where}: an HTML page, not a tokenizer file (a login or captive "
+                           f"portal?); nothing was kept")
+        if name.endswith(".model"):
+            continue
+        text = decode_utf8(data, where, HubError)
+        if name.endswith(".json") and not isinstance(parse_json(text, where, HubError), dict):
+            raise HubError(f"{where}: not a JSON object; nothing was kept")
 
 
 def _complete_model_dir(root: str, release: registry.Release, origin: str) -> None:
     """Add what a released archive or file may lack: a config (from the release's preset)
-    and the tokenizer files (the release's, pinned)."""
+    and the tokenizer files (the release's, pinned). Only regular files are read or written
+    (archive.py unpacks no link, and a new file is created with O_EXCL | O_NOFOLLOW)."""
     from ernie_doc.checkpoint import io
     from ernie_doc.config import ErnieDocConfig
     try:
         fmt, _, config_path = io.detect_format(root)
     except io.CheckpointError as e:
-        raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint ({e})") from None
+        raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint ({_relative(str(e), root)})") \
+            from None
     if config_path is None:
         config = ErnieDocConfig.from_any(release.preset)
         if fmt == "official":
@@ -521,9 +721,10 @@ def _complete_model_dir(root: str, release: registry.Release, origin: str) -> No
     tokenizer_dir = _tokenizer_entry(release)
     for filename, remote in release.tokenizer.items():
         dst = os.path.join(root, filename)
-        if not os.path.exists(dst):
-            shutil.copyfile(os.path.join(tokenizer_dir, filename), dst)
-        elif sha256_file(dst) != remote.sha256:
+        if not os.path.lexists(dst):
+            with open_own(os.path.join(tokenizer_dir, filename)) as source:
+                _copy_new(source, dst)
+        elif sha256_file(dst) != remote.sha256:   # a link or FIFO there: HubError
             logger.warning("%s: its own %s differs from the released tokenizer file; keeping "
                            "the archive's", origin, filename)
 
@@ -548,9 +749,27 @@ def _model_entry(release: registry.Release, source: str) -> str:
     return _entry(final, build, f"{release.name} ({source} weights)")
 
 
+def _url_file_problem(url: str) -> Optional[str]:
+    """Why the file a URL names is none an entry can be built from, or None: an archive, a
+    checkpoint file or a tokenizer file (by its name; the content is checked once fetched)."""
+    name = os.path.basename(download_path(url)).lower()
+    if archive.is_archive(name) or name.endswith(CHECKPOINT_FILES) or name in TOKENIZER_FILES \
+            or name.endswith(".model"):
+        return None
+    return (f"names {shown(repr(os.path.basename(download_path(url))))}, which is not an "
+            f"archive ({', '.join(archive.ARCHIVE_SUFFIXES)}), a checkpoint file "
+            f"({', '.join(CHECKPOINT_FILES)}) or a tokenizer file "
+            f"({', '.join(TOKENIZER_FILES)}); refused")
+
+
 def _url_entry(url: str) -> str:
-    check_url(url)
-    key = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    """The entry of a URL given directly, keyed by the URL normalised (one entry however it
+    is spelt). Its file must be an archive holding a checkpoint or tokenizer files, a
+    checkpoint file, or a tokenizer file, and must read as one before it is trusted."""
+    key = hashlib.sha256(_checksum_key(url).encode("utf-8")).hexdigest()[:16]
+    problem = _url_file_problem(url)
+    if problem:
+        raise HubError(f"{url}: {problem}")
     final = os.path.join(home(), "urls", key)
     remote = registry.Remote(url)
 
@@ -558,7 +777,8 @@ def _url_entry(url: str) -> str:
         item = _fetch_into(tmp, remote, fetched,
                            room_factor=2.2 if archive.is_archive(url) else 1.1)
         root = _unpacked_or_placed(tmp, item, "file")
-        _check_checkpoint(root, url, required=False)
+        if not _check_checkpoint(root, url, required=False):
+            _check_tokenizer_files(root, url)
         _write_manifest(root, {"kind": "url", "url": url})
         return root
 
@@ -567,18 +787,22 @@ def _url_entry(url: str) -> str:
 
 
 def _archive_entry(path: str) -> str:
+    """The entry of a local archive, keyed by its content (sha256): an archive edited in
+    place, whatever its size and time stamp, is another entry, never the stale one."""
     real = os.path.realpath(path)
-    st = os.stat(real)
-    key = hashlib.sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    final = os.path.join(home(), "archives", key)
+    with open_regular(real, "archive", HubError) as f:
+        digest = sha256_of(f)
+    final = os.path.join(home(), "archives", digest[:16])
 
     def build(tmp, fetched):
         unpacked = os.path.join(tmp, "unpacked")
         os.mkdir(unpacked)
         archive.extract(real, unpacked)
+        with open_regular(real, "archive", HubError) as f:
+            if sha256_of(f) != digest:
+                raise HubError(f"{real}: changed while it was being unpacked; try again")
         root = _checkpoint_root(unpacked)
-        _write_manifest(root, {"kind": "archive", "path": real, "size": st.st_size,
-                               "mtime_ns": st.st_mtime_ns})
+        _write_manifest(root, {"kind": "archive", "path": real, "sha256": digest})
         return root
 
     return _entry(final, build, real)

@@ -5,45 +5,60 @@ A file is streamed into a new file of a private temporary folder (created with O
 O_NOFOLLOW, so a link planted there is never written through) while its sha256 is computed,
 and checked against the length the server announced and the expected hash before the caller
 uses it. Every download is bounded: in time (a total deadline, not only a per-read timeout, so
-a server that drips one byte at a time stops) and in size (the announced Content-Length, or,
-when none is announced, the entry's cap). Only identity-encoded bodies are accepted, an HTML
-page is never taken for a file, and a redirect to another host is refused unless a mirror is
-configured. Environment (a malformed value is a one-line HubError):
+a server that drips one byte at a time stops; the deadline covers connecting, the headers,
+chunk-size lines, the body and redirects) and in size (the entry's cap; an announced
+Content-Length above it is refused before the body is read, and the body must match the
+announced length). A body that is neither announced by length nor chunked (ended by a closed
+connection) cannot be told from one cut short: it is accepted only when a sha256 is expected
+for it. Only identity-encoded bodies are accepted, an HTML page is never taken for a file, and
+a redirect to another scheme, host or port is refused unless a mirror is configured.
+Environment (a malformed or absurd value is a one-line HubError naming the variable):
 
     ERNIE_DOC_OFFLINE=1           never open a socket; a file not in the cache is an error
-                                  naming its URL and the path to put it at by hand
+                                  naming its URL and the path to put it at by hand (1, true,
+                                  yes, on; 0, false, no, off or empty: online; anything else
+                                  is an error)
     ERNIE_DOC_MIRROR=http://h:p   replace the scheme and host of every URL (the path is kept),
                                   for an internal mirror or a test server
-    ERNIE_DOC_TIMEOUT=SECONDS     socket timeout of each read (default 60)
-    ERNIE_DOC_DOWNLOAD_DEADLINE=SECONDS   the longest one download may take (default 3 h)
-    ERNIE_DOC_DOWNLOAD_MAX_BYTES=N        the largest body accepted without a Content-Length
-                                  when the registry sets no cap for the file (default 8 GiB;
-                                  K, M, G suffixes are binary)
+    ERNIE_DOC_TIMEOUT=SECONDS     socket timeout of each read (default 60, at most 30 days)
+    ERNIE_DOC_DOWNLOAD_DEADLINE=SECONDS   the longest one download, or the wait for another
+                                  process fetching the same entry, may take (default 3 h, at
+                                  most 30 days)
+    ERNIE_DOC_DOWNLOAD_MAX_BYTES=N        the largest body accepted when the registry sets no
+                                  cap for the file (default 8 GiB, at most 1 PiB; K, M, G, T
+                                  suffixes are binary)
 """
 import contextlib
 import hashlib
 import http.client
+import io
 import logging
 import math
 import os
 import re
 import shutil
+import socket
+import stat
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Iterator, Optional, Tuple
+from typing import BinaryIO, Iterator, Optional, Tuple
 
 from ernie_doc.checkpoint.io import CheckpointError
+from ernie_doc.utils import mode_kind
 
 logger = logging.getLogger("ernie_doc.hub")
 
 CHUNK = 1 << 20
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_DEADLINE = 3 * 3600.0
 DEFAULT_MAX_BYTES = 8 << 30
+MAX_SECONDS = 30 * 24 * 3600.0   # the largest timeout or deadline a variable may set
+MAX_BYTES = 1 << 50              # ... and the largest byte cap (1 PiB)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # Opened for writing: created here, never an existing file and never through a link.
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
@@ -56,37 +71,66 @@ class HubError(CheckpointError):
     put the file by hand)."""
 
 
+def shown(text: str) -> str:
+    """`text` (a name from an archive, a server or the file system) as it may appear in a
+    one-line message: as is when printable, else its repr (a newline cannot start a forged
+    second line)."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)
+
+
+def _env(name: str) -> str:
+    """The environment variable `name`, stripped, for parsing (bounded: a value of megabytes
+    is shown clipped in the error)."""
+    return os.environ.get(name, "").strip()
+
+
+def _quoted(raw: str) -> str:
+    return repr(raw if len(raw) <= 40 else raw[:30] + "..." + raw[-6:])
+
+
 def offline() -> bool:
-    """ERNIE_DOC_OFFLINE is set to 1/true/yes/on."""
-    return os.environ.get("ERNIE_DOC_OFFLINE", "").strip().lower() in _TRUE
+    """ERNIE_DOC_OFFLINE is 1/true/yes/on (False for 0/false/no/off/unset); HubError, one line,
+    for any other value (a typo must not silently go online)."""
+    raw = _env("ERNIE_DOC_OFFLINE").lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise HubError(f"ERNIE_DOC_OFFLINE={_quoted(raw)}: expected 1, true, yes or on (offline), "
+                   f"or 0, false, no, off or nothing (online)")
 
 
 def seconds_env(name: str, default: float) -> float:
-    """The environment variable `name` as a positive, finite number of seconds (`default`
-    when unset or empty); HubError, one line naming the variable, otherwise."""
-    raw = os.environ.get(name, "").strip()
+    """The environment variable `name` as a number of seconds above 0 and at most 30 days
+    (`default` when unset or empty); HubError, one line naming the variable, otherwise."""
+    raw = _env(name)
     if not raw:
         return default
     try:
-        value = float(raw)
+        value = float(raw) if len(raw) <= 40 else math.nan
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise HubError(f"{name}={raw!r}: expected a number of seconds above 0")
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise HubError(f"{name}={_quoted(raw)}: expected a number of seconds above 0 and at "
+                       f"most {MAX_SECONDS:.0f} (30 days)")
     return value
 
 
 def bytes_env(name: str, default: int) -> int:
-    """The environment variable `name` as a positive byte count (`default` when unset):
-    `N`, or `N` followed by K, M, G or T (binary units; `KiB`, `MB` ... also read as binary)."""
-    raw = os.environ.get(name, "").strip()
+    """The environment variable `name` as a byte count above 0 and at most 1 PiB (`default`
+    when unset): `N`, or `N` followed by K, M, G or T (binary units; `KiB`, `MB` ... also read
+    as binary). HubError, one line naming the variable, otherwise."""
+    raw = _env(name)
     if not raw:
         return default
-    match = re.fullmatch(r"(\d+)\s*([KMGT]?)(?:I?B)?", raw.upper())
-    if not match or int(match.group(1)) <= 0:
-        raise HubError(f"{name}={raw!r}: expected a number of bytes above 0 (e.g. 4294967296 "
-                       f"or 4G)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    match = re.fullmatch(r"(\d{1,20})\s*([KMGT]?)(?:I?B)?", raw.upper()) \
+        if len(raw) <= 40 else None
+    value = int(match.group(1)) * _UNITS[match.group(2)] if match else 0
+    if not 0 < value <= MAX_BYTES:
+        raise HubError(f"{name}={_quoted(raw)}: expected a number of bytes above 0 and at "
+                       f"most 1 PiB (e.g. 4294967296 or 4G)")
+    return value
 
 
 def check_url(url: str, what: str = "URL") -> urllib.parse.SplitResult:
@@ -137,36 +181,101 @@ def mirrored(url: str) -> str:
     return urllib.parse.urlunsplit((m.scheme, m.netloc, prefix + u.path, u.query, ""))
 
 
-def sha256_file(path: str) -> str:
+# Opened for reading: a regular file reached without following a final link, never blocking on
+# a FIFO planted under its name.
+_READ_NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def open_own(path: str) -> BinaryIO:
+    """A binary file object of the regular file `path` inside the cache: a link, FIFO, device
+    or folder there (planted, or left by an archive) is a HubError naming it, never followed,
+    opened or read."""
+    try:
+        fd = os.open(path, _READ_NOFOLLOW)
+    except OSError as e:
+        try:
+            kind = _kind(os.lstat(path).st_mode)
+        except OSError:
+            kind = None
+        if kind:
+            raise HubError(f"{shown(path)}: is {kind}, not a regular file; refused") from None
+        raise HubError(f"{shown(path)}: cannot read ({e.strerror})") from None
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind:
+        os.close(fd)
+        raise HubError(f"{shown(path)}: is {kind}, not a regular file; refused")
+    return os.fdopen(fd, "rb")
+
+
+def _kind(mode: int) -> Optional[str]:
+    """None for a regular file, else what is there instead (a link is never taken for its
+    target)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return mode_kind(mode)
+
+
+def sha256_of(f: BinaryIO) -> str:
+    """The sha256 (hex) of an open binary file, read from where it stands to its end."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            digest.update(block)
+    for block in iter(lambda: f.read(CHUNK), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 
+def sha256_file(path: str) -> str:
+    """The sha256 of the regular file `path` (a link, FIFO or device: HubError, never read)."""
+    with open_own(path) as f:
+        return sha256_of(f)
+
+
 @contextlib.contextmanager
-def file_lock(path: str, what: str) -> Iterator[bool]:
+def file_lock(path: str, what: str, wait: Optional[float] = None) -> Iterator[bool]:
     """Hold an exclusive lock on `path` (created if needed) for the block: N processes (e.g.
     the ranks of a fleetrun job) that want the same cache entry fetch it once, the others
     wait and then find it there. The lock dies with its process, so a killed download never
-    leaves the entry locked. Yields True when the lock is held (False on a system without
-    flock: then nothing left by another process may be taken as stale)."""
+    leaves the entry locked. `wait`: the longest wait for another holder in seconds (default
+    ERNIE_DOC_DOWNLOAD_DEADLINE), then a HubError naming the lock. Yields True when the lock
+    is held (False on a system without flock: then nothing left by another process may be
+    taken as stale)."""
     try:
         import fcntl
     except ImportError:   # Windows: no flock; concurrent downloads then race (still atomic)
         yield False
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if wait is None:
+        wait = seconds_env("ERNIE_DOC_DOWNLOAD_DEADLINE", DEFAULT_DEADLINE)
     # never through a link, and never blocking on a FIFO planted under the lock's name
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
-                 | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as e:
+        raise HubError(f"{shown(path)}: cannot open the lock ({e.strerror}); remove it") \
+            from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HubError(f"{shown(path)}: the lock is not a regular file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            logger.info("waiting for another process that is fetching %s", what)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            logger.info("waiting for another process that is fetching %s", shown(what))
+            end, pause = time.monotonic() + wait, 0.02
+            while True:
+                time.sleep(min(pause, max(0.0, end - time.monotonic())))
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= end:
+                        raise HubError(
+                            f"{shown(path)}: another process has been fetching {shown(what)} "
+                            f"for longer than {wait:g} s (ERNIE_DOC_DOWNLOAD_DEADLINE) and "
+                            f"still holds this lock; try again later, or stop that "
+                            f"process") from None
+                pause = min(pause * 2, 0.25)
         try:
             yield True
         finally:
@@ -197,9 +306,17 @@ def _progress(total: Optional[int], desc: str):
                 disable=os.environ.get("ERNIE_DOC_PROGRESS", "1") in ("0", "false"))
 
 
+def _origin(parts: urllib.parse.SplitResult) -> Tuple[str, str, int]:
+    """(scheme, host, port) of a URL, the port made explicit."""
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), \
+        parts.port or {"http": 80, "https": 443}.get(scheme, 0)
+
+
 class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follow a redirect only to the same host (http → https allowed, never back), or
-    anywhere http(s) when a mirror is configured (the user chose that server)."""
+    """Follow a redirect only to the same scheme, host and port (or from http on the default
+    port to https on the default port of the same host, never back), or anywhere http(s) when
+    a mirror is configured (the user chose that server)."""
 
     def __init__(self, by_hand: str):
         self.by_hand = by_hand
@@ -213,23 +330,122 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
             fp.close()
             raise HubError(f"{req.full_url}: {e}; {self.by_hand}") from None
         problem = None
-        if old.scheme == "https" and new.scheme.lower() == "http":
+        (old_scheme, old_host, old_port), (scheme, host, port) = _origin(old), _origin(new)
+        upgrade = (old_scheme, old_port, scheme, port) == ("http", 80, "https", 443)
+        if old_scheme == "https" and scheme == "http":
             problem = "from https to http"
-        elif not self.anywhere and (new.hostname or "") != (old.hostname or ""):
-            problem = (f"to another host (set ERNIE_DOC_MIRROR={new.scheme}://{new.netloc} "
-                       f"to fetch from it)")
+        elif not self.anywhere and (host != old_host or (
+                (scheme, port) != (old_scheme, old_port) and not upgrade)):
+            problem = (f"to another host or port (set ERNIE_DOC_MIRROR={new.scheme}://"
+                       f"{new.netloc} to fetch from it)")
         if problem:
             fp.close()
-            raise HubError(f"{req.full_url}: refused a redirect {problem}: {newurl}; "
+            raise HubError(f"{req.full_url}: refused a redirect {problem}: {shown(newurl)}; "
                            f"{self.by_hand}")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def looks_like_html(head: bytes) -> bool:
     """The first bytes of a file are an HTML page's (a login or captive portal answering in
-    place of the file)."""
-    return head[:512].lstrip()[:64].lower().startswith((b"<!doctype html", b"<html",
-                                                         b"<head", b"<body"))
+    place of the file), also after a byte-order mark, white space or `<!-- comments -->`."""
+    text = head[:4096].lstrip()
+    for bom in (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"):
+        if text.startswith(bom):
+            text = text[len(bom):].replace(b"\0", b"").lstrip()
+    while text.startswith(b"<!--"):
+        end = text.find(b"-->")
+        if end < 0:
+            return True   # a page opening with a comment longer than what was read
+        text = text[end + 3:].lstrip()
+    return text[:64].lower().startswith((b"<!doctype html", b"<html", b"<head", b"<body",
+                                         b"<?xml", b"<meta", b"<script", b"<title"))
+
+
+class _Late(Exception):
+    """The download's deadline passed (not an OSError nor ValueError: http.client turns those
+    into other errors on the way)."""
+
+
+class _Clock:
+    """The deadline of one download: every socket operation waits at most the per-read
+    timeout and never past the deadline."""
+
+    def __init__(self, timeout: float, deadline: float):
+        self.timeout = timeout
+        self.end = time.monotonic() + deadline
+
+    def remaining(self) -> float:
+        """Seconds left for the next socket operation; _Late once the deadline passed."""
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise _Late()
+        return min(self.timeout, left)
+
+
+class _TimedReader(io.RawIOBase):
+    """The socket's raw reader, its timeout set from the clock before every read (headers,
+    chunk-size lines and body all come through here), so a server sending a byte now and
+    then stops at the deadline."""
+
+    def __init__(self, sock, clock: _Clock):
+        super().__init__()
+        self.sock, self.clock = sock, clock
+        self.raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.sock.settimeout(self.clock.remaining())
+        try:
+            return self.raw.readinto(buffer)
+        except socket.timeout:
+            self.clock.remaining()   # _Late when the deadline is what stopped it
+            raise
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _TimedSocket:
+    """What an HTTPResponse is given as its socket: makefile() reads through _TimedReader."""
+
+    def __init__(self, sock, clock: _Clock):
+        self.sock, self.clock = sock, clock
+
+    def makefile(self, mode, *args, **kwargs):
+        return io.BufferedReader(_TimedReader(self.sock, self.clock))
+
+
+def _timed_handlers(clock: _Clock) -> list:
+    """urllib handlers whose connections connect within the clock's time and read through
+    _TimedReader (redirects go through them as well)."""
+    def timed(base):
+        class Response(http.client.HTTPResponse):
+            def __init__(self, sock, *args, **kwargs):
+                super().__init__(_TimedSocket(sock, clock), *args, **kwargs)
+
+        class Connection(base):
+            response_class = Response
+
+            def connect(self):
+                self.timeout = clock.remaining()
+                super().connect()
+        return Connection
+
+    http_connection = timed(http.client.HTTPConnection)
+    https_connection = timed(http.client.HTTPSConnection)
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(http_connection, req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(https_connection, req, context=self._context)
+
+    return [Http(), Https()]
 
 
 def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
@@ -240,11 +456,14 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     with O_EXCL | O_NOFOLLOW, so nothing already there (a planted link) is written through.
     `manual`: where the user can put the file by hand (named in every error). `sha256`: the
     expected hash; a mismatch is a HubError. `room_factor`: how many times the announced size
-    must be free (an archive also needs room to unpack). `max_bytes`: the cap of a body sent
-    without a Content-Length (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB). HubError,
-    one line naming the URL and `manual`, on ERNIE_DOC_OFFLINE, any network error, a body
-    that is short, too long, encoded, an HTML page, late (ERNIE_DOC_DOWNLOAD_DEADLINE) or
-    has a wrong hash, and a redirect to another host; `dest` then does not exist.
+    must be free (an archive also needs room to unpack). `max_bytes`: the cap of the body
+    (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB); an announced Content-Length above it
+    is refused before the body is read. HubError, one line naming the URL and `manual`, on
+    ERNIE_DOC_OFFLINE, any network error, a body that is short, too long, encoded, an HTML
+    page, late (ERNIE_DOC_DOWNLOAD_DEADLINE, which covers connecting, headers, every read and
+    redirects) or has a wrong hash, a body ended only by a closed connection when no sha256
+    is expected (it cannot be told from one cut short), and a redirect to another scheme,
+    host or port; `dest` then does not exist.
     """
     fetched = mirrored(url)
     check_url(fetched)
@@ -254,18 +473,20 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     timeout = seconds_env("ERNIE_DOC_TIMEOUT", DEFAULT_TIMEOUT)
     deadline = seconds_env("ERNIE_DOC_DOWNLOAD_DEADLINE", DEFAULT_DEADLINE)
     cap = max_bytes or bytes_env("ERNIE_DOC_DOWNLOAD_MAX_BYTES", DEFAULT_MAX_BYTES)
+    said = "the registry's cap for this file" if max_bytes else \
+        "the cap of ERNIE_DOC_DOWNLOAD_MAX_BYTES"
     directory = os.path.dirname(dest)
     request = urllib.request.Request(fetched, headers={"User-Agent": "ernie-doc-paddle",
                                                        "Accept-Encoding": "identity"})
-    opener = urllib.request.build_opener(_Redirects(by_hand))
+    clock = _Clock(timeout, deadline)
+    opener = urllib.request.build_opener(_Redirects(by_hand), *_timed_handlers(clock))
     digest, size, fd = hashlib.sha256(), 0, None
     started = time.monotonic()
     try:
-        # the socket never waits past the deadline either
-        with opener.open(request, timeout=min(timeout, deadline)) as response:
+        with opener.open(request, timeout=clock.remaining()) as response:
             encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
             if encoding != "identity":
-                raise HubError(f"{fetched}: the server sent the file {encoding}-encoded "
+                raise HubError(f"{fetched}: the server sent the file {shown(encoding)}-encoded "
                                f"although identity was asked for; refused (nothing was "
                                f"kept); {by_hand}")
             kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -274,17 +495,21 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
                 raise HubError(f"{fetched}: the server sent an HTML page, not the file (a "
                                f"login or captive portal?); nothing was kept; {by_hand}")
             length = (response.headers.get("Content-Length") or "").strip()
-            total = int(length) if length.isdigit() else None
+            total = int(length) if length.isdigit() and len(length) <= 20 else None
+            if total is not None and total > cap:
+                raise HubError(f"{fetched}: the server announces {total:,} bytes, more than "
+                               f"{cap:,}, {said}; refused (nothing was kept); {by_hand}")
+            if total is None and not getattr(response, "chunked", False) and sha256 is None:
+                raise HubError(f"{fetched}: the server announced no length (no Content-Length, "
+                               f"not chunked), so a body cut short could not be told from the "
+                               f"whole file, and no sha256 is known for it; refused (nothing "
+                               f"was kept); {by_hand}")
             limit = total if total is not None else cap
-            if total is not None:
-                check_space(directory, int(total * room_factor), fetched)
+            check_space(directory, int((total or 0) * room_factor), fetched)
             fd = os.open(dest, _NEW_FILE, 0o600)
             with _progress(total, os.path.basename(manual)) as bar:
                 while True:
-                    if time.monotonic() - started > deadline:
-                        raise HubError(f"{fetched}: not finished after {deadline:g} s "
-                                       f"({size:,} bytes received; ERNIE_DOC_DOWNLOAD_DEADLINE "
-                                       f"sets the limit); nothing was kept; {by_hand}")
+                    clock.remaining()
                     # read1: whatever has arrived, so a slow drip cannot hold a read forever
                     block = response.read1(min(CHUNK, limit + 1 - size))
                     if not block:
@@ -295,12 +520,9 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
                                        f"{by_hand}")
                     size += len(block)
                     if size > limit:
-                        said = "the announced Content-Length" if total is not None else \
-                            "the registry's cap for this file" if max_bytes else \
-                            "the cap of a body without a Content-Length " \
-                            "(ERNIE_DOC_DOWNLOAD_MAX_BYTES)"
+                        why = "the announced Content-Length" if total is not None else said
                         raise HubError(f"{fetched}: the body is longer than {limit:,} bytes, "
-                                       f"{said}; nothing was kept; {by_hand}")
+                                       f"{why}; nothing was kept; {by_hand}")
                     _write_all(fd, block, dest)
                     digest.update(block)
                     bar.update(len(block))
@@ -314,6 +536,11 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     except HubError:
         _discard(fd, dest)
         raise
+    except _Late:
+        _discard(fd, dest)
+        raise HubError(f"{fetched}: not finished after {deadline:g} s ({size:,} bytes "
+                       f"received; ERNIE_DOC_DOWNLOAD_DEADLINE sets the limit); nothing was "
+                       f"kept; {by_hand}") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
         # HTTP errors, timeouts, resets, a body cut short (IncompleteRead)
         _discard(fd, dest)
@@ -321,8 +548,11 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
                 and e.filename is not None:
             raise   # a local write failure (full disk, permissions): the caller reports it
         reason = getattr(e, "reason", None) or e
+        if isinstance(reason, _Late):   # wrapped by urllib on the way
+            raise HubError(f"{fetched}: not finished after {deadline:g} s (ERNIE_DOC_DOWNLOAD_"
+                           f"DEADLINE sets the limit); nothing was kept; {by_hand}") from None
         code = getattr(e, "code", None)
-        what = f"HTTP {code}" if code else f"{type(reason).__name__}: {reason}"
+        what = f"HTTP {code}" if code else f"{type(reason).__name__}: {shown(reason)}"
         if time.monotonic() - started > deadline:
             what += f", after the {deadline:g} s of ERNIE_DOC_DOWNLOAD_DEADLINE"
         raise HubError(f"{fetched}: cannot download ({what}); {by_hand}") from None

@@ -26,9 +26,9 @@ _PADDLENLP = "https://bj.bcebos.com/paddlenlp/models/transformers"
 
 @dataclass(frozen=True)
 class Remote:
-    """One file to fetch: its URL, when known its sha256 (hex), and the most bytes a body
-    sent without a Content-Length may hold (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB;
-    an announced length is the cap whatever this says)."""
+    """One file to fetch: its URL, when known its sha256 (hex), and the most bytes its body
+    may hold (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB; a Content-Length announcing
+    more is refused before the body is read)."""
     url: str
     sha256: Optional[str] = None
     max_bytes: Optional[int] = None
@@ -57,7 +57,7 @@ class Release:
         return self.weights[source]
 
 
-# Caps on a body sent without a Content-Length (the files are about 1 MB, 0.5 GB and 1.6 GB)
+# Caps on a body (the files are about 1 MB, 0.5 GB and 1.6 GB)
 _TOKENIZER_CAP = 64 << 20
 _BASE_CAP = 2 << 30
 _LARGE_CAP = 5 << 30
