@@ -75,7 +75,7 @@ def test_a_task_name_is_its_config(capsys):
 
 def test_the_installed_package_brings_the_task_folders(tmp_path):
     """setup.py's layout, built into a folder (what pip installs), imported from elsewhere:
-    the task readers, configs and `module:Class` kinds come from there, not the checkout."""
+    the task readers, configs and registered kinds come from there, not the checkout."""
     target = tmp_path / "site"
     proc = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
                            str(target)], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -40,7 +40,7 @@ YES = record("q2", [["gamma", ["the sky is blue ."]], ["delta", ["the tree is gr
 
 
 def make_task(tmp_path, data, stage="evidence", seq_len=32, stride=8, **options):
-    cfg = load_config(None, ["task=hotpotqa", "kind=tasks.hotpotqa.task:HotpotTask",
+    cfg = load_config(None, ["task=hotpotqa", "kind=hotpotqa",
                              f"data_dir={data}", f"max_seq_len={seq_len}",
                              "task_options=" + json.dumps(dict(stage=stage, max_query_len=6,
                                                                **options))])

@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
 
 from ernie_doc.tokenization import split_sentences  # noqa: E402
 from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer,  # noqa: E402
-                                    WordPieceTokenizer, load_tokenizer)
+                                    TokenizerError, WordPieceTokenizer, load_tokenizer)
 from ernie_doc.tokenization import sentences as sentences_mod  # noqa: E402
 from ernie_doc.tokenization.bpe import OFFICIAL_SPECIAL_TOKENS, bytes_to_unicode  # noqa: E402
 from ernie_doc.tokenization.sentences import rule_split_sentences  # noqa: E402
@@ -459,3 +459,61 @@ def test_load_tokenizer_real_dirs():
     zh = need_shared("assets", "ernie-doc", "base-zh")
     assert isinstance(load_tokenizer(en), BPETokenizer)
     assert isinstance(load_tokenizer(zh), WordPieceTokenizer)
+
+
+# ------------------------------------------------- a folder's recorded type decides
+def _one_line(call, *parts):
+    with pytest.raises(TokenizerError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 300, message
+    for part in parts:
+        assert part in message, (part, message)
+    return message
+
+
+def test_recorded_bpe_folder_without_encoder_json_is_refused(tmp_path):
+    """A saved BPE folder loses encoder.json: one line naming the folder and the file, never
+    WordPiece over the BPE vocab.txt (every word [UNK])."""
+    tok = BPETokenizer.from_dir(write_tiny_bpe_dir(tmp_path / "src"))
+    saved = tmp_path / "saved"
+    tok.save_pretrained(saved)
+    assert json.loads((saved / "tokenizer_config.json").read_text()) == {
+        "tokenizer_class": "BPETokenizer"}
+    assert isinstance(load_tokenizer(saved), BPETokenizer)
+    (saved / "encoder.json").unlink()
+    _one_line(lambda: load_tokenizer(saved), str(saved), "records BPETokenizer", "encoder.json")
+    # a recorded WordPiece folder needs its vocab.txt, even with BPE files beside it
+    wp = tmp_path / "wp"
+    write_tiny_bpe_dir(wp)
+    (wp / "vocab.txt").unlink()
+    (wp / "tokenizer_config.json").write_text('{"tokenizer_class": "WordPieceTokenizer"}')
+    _one_line(lambda: load_tokenizer(wp), str(wp), "records WordPieceTokenizer", "vocab.txt")
+    (wp / "tokenizer_config.json").write_text('{"tokenizer_class": "SentencePieceTokenizer"}')
+    _one_line(lambda: load_tokenizer(wp), str(wp), "records SentencePieceTokenizer", "*.model")
+
+
+@pytest.mark.parametrize("left", [("vocab.bpe", "vocab.txt"), ("encoder.json", "vocab.txt")])
+def test_part_of_a_bpe_folder_without_a_record_is_refused(tmp_path, left):
+    """No tokenizer_config.json (a folder written before the type was recorded): BPE files
+    without the rest are an error naming the missing one, not a WordPiece tokenizer."""
+    write_tiny_bpe_dir(tmp_path)
+    missing = ({"encoder.json", "vocab.bpe"} - set(left)).pop()
+    (tmp_path / missing).unlink()
+    _one_line(lambda: load_tokenizer(tmp_path), str(tmp_path), f"but not {missing}")
+    # a plain vocab.txt folder is still WordPiece, a full BPE folder still BPE
+    (tmp_path / {"vocab.bpe": "encoder.json", "encoder.json": "vocab.bpe"}[missing]).unlink()
+    assert isinstance(load_tokenizer(tmp_path), WordPieceTokenizer)
+
+
+@pytest.mark.parametrize("name", ["encoder.json", "tokenizer_config.json"])
+def test_deeply_nested_tokenizer_json_is_one_line(tmp_path, name):
+    write_tiny_bpe_dir(tmp_path)
+    (tmp_path / name).write_text("[" * 100_000 + "]" * 100_000)
+    _one_line(lambda: load_tokenizer(tmp_path), str(tmp_path / name), "nested too deeply")
+
+
+def write_tiny_bpe_dir(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_tiny_bpe(directory)
+    return directory

@@ -174,5 +174,6 @@ def test_bad_tokenizer_config_is_one_line(wordpiece, tmp_path):
     with pytest.raises(TokenizerError, match="do_lower_case must be true or false"):
         load_tokenizer(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "BPETokenizer"}')
-    with pytest.raises(TokenizerError, match="names BPETokenizer but its files are not there"):
+    with pytest.raises(TokenizerError, match="records BPETokenizer, which needs encoder.json, "
+                                             "vocab.bpe: not there"):
         load_tokenizer(tmp_path)

@@ -1,4 +1,12 @@
-"""Pick the tokenizer that matches the files of a checkpoint/vocab directory.
+"""Pick the tokenizer of a checkpoint/vocab directory.
+
+A directory that records its tokenizer's type (tokenizer_config.json's `tokenizer_class`, which
+save_pretrained and every saved model folder write) loads as that type, and must hold the files
+that type needs: a missing one is a TokenizerError naming the directory and the file, never a
+fall back to another type over the files that are left (a BPE folder without encoder.json
+would otherwise read its vocab.txt as WordPiece, every word [UNK]). A directory without a
+record (a released model's files, a plain vocab.txt) is recognised by its files; there too a
+BPE file (encoder.json, vocab.bpe) without the others is an error, not WordPiece.
 
 Only regular files count: a FIFO, socket or device under one of the names looked for is
 passed over with a logged warning (opening it would block or never end), and one given as the
@@ -64,13 +72,8 @@ def _saved_config(directory: Path) -> dict:
     path = directory / CONFIG_FILE
     if not _regular(path):
         return {}
-    import json
-
-    from .vocab import read_tokenizer_text
-    try:
-        config = json.loads(read_tokenizer_text(path, "tokenizer config"))
-    except ValueError as e:
-        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
+    from .vocab import read_tokenizer_json
+    config = read_tokenizer_json(path, "tokenizer config")
     if not isinstance(config, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
     known = {"tokenizer_class", *_WORDPIECE_OPTIONS}
@@ -85,11 +88,33 @@ def _saved_config(directory: Path) -> dict:
     return config
 
 
+def _missing(directory: Path, names) -> List[str]:
+    return [name for name in names if not _regular(directory / name)]
+
+
 def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[Tokenizer]:
+    """The tokenizer of `directory`: the type its tokenizer_config.json records (its files
+    required), else the one its files show; None when it holds no tokenizer."""
+    from .base import CONFIG_FILE
     config = _saved_config(directory)
     wanted = config.get("tokenizer_class")
-    if wanted in (None, "BPETokenizer") and \
-            all([_regular(directory / name) for name in _BPE_FILES]):
+    if wanted is not None:   # the record decides: its files must be there
+        needs = {"BPETokenizer": _BPE_FILES, "WordPieceTokenizer": ("vocab.txt",),
+                 "SentencePieceTokenizer": ()}[wanted]
+        missing = _missing(directory, needs)
+        if wanted == "SentencePieceTokenizer" and _find_spm(directory) is None:
+            missing = ["a *.model file"]
+        if missing:
+            raise TokenizerError(f"{directory}: {CONFIG_FILE} records {wanted}, which needs "
+                                 f"{', '.join(missing)}: not there (or not a regular file)")
+    else:
+        present = [name for name in _BPE_FILES[:2] if _regular(directory / name)]
+        missing = _missing(directory, _BPE_FILES)
+        if present and missing:   # part of a BPE tokenizer: never another type over the rest
+            raise TokenizerError(f"{directory}: holds {', '.join(present)} of a BPE tokenizer "
+                                 f"but not {', '.join(missing)}")
+        wanted = "BPETokenizer" if not missing else None
+    if wanted == "BPETokenizer":
         return _with_files(BPETokenizer.from_dir(directory), [directory / n for n in _BPE_FILES])
     spm_file = _find_spm(directory) if wanted in (None, "SentencePieceTokenizer") else None
     if spm_file is not None:
@@ -100,9 +125,6 @@ def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[
             kwargs["do_lower_case"] = do_lower_case
         return _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
                            [directory / "vocab.txt"])
-    if wanted is not None:
-        raise TokenizerError(f"{directory}: tokenizer_config.json names {wanted} but its files "
-                             f"are not there")
     return None
 
 

@@ -196,6 +196,12 @@ class TokenizerCallMixin:
         return array
 
     # -- saving -------------------------------------------------------------------------------
+    def saved_config(self) -> Dict:
+        """What tokenizer_config.json records: the class, which decides how the folder loads
+        (load_tokenizer; not the files that happen to be there), and the options that change
+        ids."""
+        return dict(self._config(), tokenizer_class=type(self).__name__)
+
     def save_pretrained(self, directory) -> List[str]:
         """Write the tokenizer's files (byte-for-byte copies of those it was loaded from) and
         tokenizer_config.json into `directory` (created if needed); all appear together or
@@ -203,7 +209,7 @@ class TokenizerCallMixin:
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         files = dict(self._files())
-        config = dict(self._config(), tokenizer_class=type(self).__name__)
+        config = self.saved_config()
         stage = tempfile.mkdtemp(prefix=".tmp-tokenizer-", dir=directory)
         try:
             for name, source in files.items():

@@ -19,7 +19,6 @@ directly. Nothing is lower-cased.
 
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -28,7 +27,8 @@ import regex
 
 from .base import TokenizerCallMixin
 from .sentences import split_sentences
-from .vocab import PathLike, SpecialTokensMixin, TokenizerError, Vocab, read_tokenizer_text
+from .vocab import (PathLike, SpecialTokensMixin, TokenizerError, Vocab, read_tokenizer_json,
+                    read_tokenizer_text)
 
 __all__ = ["BPETokenizer", "GPT2_PATTERN", "OFFICIAL_SPECIAL_TOKENS", "bytes_to_unicode"]
 
@@ -87,10 +87,7 @@ def load_encoder(path: PathLike) -> Dict[str, int]:
     """GPT-2 ``encoder.json``: a JSON object {byte-mapped piece: GPT-2 id}; anything else is a
     TokenizerError naming the file."""
     path = os.fspath(path)
-    try:
-        encoder = json.loads(read_tokenizer_text(path, "BPE encoder file"))
-    except json.JSONDecodeError as e:
-        raise TokenizerError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    encoder = read_tokenizer_json(path, "BPE encoder file")
     if not isinstance(encoder, dict):
         raise TokenizerError(f"{path}: expected a JSON object {{piece: id}}, got "
                              f"{type(encoder).__name__}")

@@ -51,6 +51,13 @@ def read_tokenizer_text(path: PathLike, what: str = "tokenizer file") -> str:
     return decode_utf8(read_tokenizer_bytes(path, what), f"{os.fspath(path)}", TokenizerError)
 
 
+def read_tokenizer_json(path: PathLike, what: str = "tokenizer file"):
+    """`read_tokenizer_text` parsed as JSON; invalid or too deeply nested JSON is a
+    TokenizerError naming the file (and the line)."""
+    from ernie_doc.utils import parse_json
+    return parse_json(read_tokenizer_text(path, what), os.fspath(path), TokenizerError)
+
+
 def load_vocab(path: PathLike) -> Dict[str, int]:
     """Read ``path`` with the official rule and return ``{token: id}``, ids 0..N-1 (module
     docstring; TokenizerError naming path:line otherwise)."""

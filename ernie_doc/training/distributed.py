@@ -1,9 +1,12 @@
 """Data parallelism through paddle.distributed (launched by `fleetrun` / paddle.distributed.launch;
 gloo on CPU, NCCL on GPU). A plain `python` run is world size 1 and touches nothing here."""
 import os
+from typing import Optional
 
 import paddle
 import paddle.distributed as dist
+
+from ernie_doc.config import ConfigError
 
 
 def world_size():
@@ -14,12 +17,27 @@ def rank():
     return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 
 
+def gpu_problem() -> Optional[str]:
+    """Why this process cannot run on a GPU (no CUDA in this paddle build, or no GPU visible),
+    or None when it can."""
+    if not paddle.device.is_compiled_with_cuda():
+        return "this paddle build has no CUDA (install paddlepaddle-gpu, or use device cpu)"
+    try:
+        count = paddle.device.cuda.device_count()
+    except Exception as e:   # a CUDA build without a driver  # noqa: BLE001
+        return f"no GPU is usable ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    if count < 1:
+        return "no GPU is visible (CUDA_VISIBLE_DEVICES, the driver); use device cpu"
+    return None
+
+
 def init(device="auto"):
-    """Pick the device and join the process group when launched with several ranks."""
-    use_gpu = device == "gpu" or (device == "auto" and paddle.device.is_compiled_with_cuda()
-                                  and paddle.device.cuda.device_count() > 0)
-    if device == "gpu" and not paddle.device.is_compiled_with_cuda():
-        raise RuntimeError("device: gpu requested but this paddle build has no CUDA")
+    """Pick the device and join the process group when launched with several ranks. device
+    gpu without a usable GPU is a ConfigError (run_config.validate reports it first)."""
+    problem = gpu_problem() if device in ("gpu", "auto") else None
+    if device == "gpu" and problem:
+        raise ConfigError(f"device: gpu: {problem}")
+    use_gpu = device == "gpu" or (device == "auto" and problem is None)
     if use_gpu:
         local = int(os.environ.get("PADDLE_LOCAL_RANK", os.environ.get("FLAGS_selected_gpus",
                                                                         "0").split(",")[0]))

@@ -1,20 +1,22 @@
 """What differs between fine-tuning tasks, behind one interface the trainer drives.
 
-A task = a reader (tasks/<name>/reader.py: `labels`, `read`) + a kind (this module, or a
-task's own class named "module:Class" in its config). The kind says how a document becomes
-segments with targets, which head to build, the loss over the rows that train, what each
-predicted row contributes, and how a document's rows become a prediction and metrics.
+A task = a reader (tasks/<name>/reader.py: `labels`, `read`) + a kind, named in its config
+(`kind: span`) and looked up in the closed registry of ernie_doc.auto: the built-in kinds, and
+those the task folders register (`hotpotqa`, `keyphrase`); a config never names code to import.
+The kind says how a document becomes segments with targets, which head to build, the loss over
+the rows that train, what each predicted row contributes, and how a document's rows become a
+prediction and metrics.
 """
 import contextlib
 import dataclasses
 import importlib
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from ernie_doc.auto import kind_class, kind_name
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import NotSet
@@ -22,6 +24,10 @@ from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, step_memb
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 from ernie_doc.training.run_config import missing_key
+# task_config and task_module are used by the callers that import them from here
+from ernie_doc.training.task_folders import (task_config, task_module, task_names,  # noqa: F401
+                                             task_package)
+from ernie_doc.utils import clip
 
 
 def truncate_tokens(tokens, limit: int):
@@ -68,45 +74,13 @@ def data_dir_required(cfg):
                                            f"README.md)") from None
 
 
-def task_package() -> str:
-    """Where the task folders are imported from: `tasks` when a source checkout is on
-    sys.path (its tasks/__init__.py carries the ERNIE_DOC_TASKS marker; tests and tools/*.py
-    import it so), else the installed copy `ernie_doc_tasks` (setup.py installs tasks/ under
-    that name, never as a generic top-level `tasks`)."""
-    try:
-        if getattr(importlib.import_module("tasks"), "ERNIE_DOC_TASKS", False):
-            return "tasks"
-    except ImportError:
-        pass
-    return "ernie_doc_tasks"
-
-
-def task_module(name: str) -> str:
-    """A module path written against the checkout (`tasks.hotpotqa.task`) → the one to import."""
-    if name == "tasks" or name.startswith("tasks."):
-        return task_package() + name[len("tasks"):]
-    return name
-
-
-def task_names() -> List[str]:
-    """The task folders (those with a config.yaml), sorted."""
-    folder = os.path.dirname(importlib.import_module(task_package()).__file__)
-    return sorted(n for n in os.listdir(folder)
-                  if os.path.isfile(os.path.join(folder, n, "config.yaml")))
-
-
-def task_config(name: str) -> Optional[str]:
-    """The config.yaml of the task folder `name`, or None when there is no such task."""
-    if not name.isidentifier():
-        return None
-    folder = os.path.dirname(importlib.import_module(task_package()).__file__)
-    path = os.path.join(folder, name, "config.yaml")
-    return path if os.path.isfile(path) else None
-
-
 def load_reader(task):
-    """tasks/<task>/reader.py as a module (from the checkout or the installed copy)."""
+    """tasks/<task>/reader.py as a module (from the checkout or the installed copy). `task`
+    must name one of the task folders (task_names): a name read from a config or a saved
+    task.json is never imported otherwise."""
     package = task_package()
+    if not isinstance(task, str) or task not in task_names():
+        raise DataError(f"task {clip(repr(task), 80)}: no tasks/{clip(task, 80)}/reader.py")
     try:
         module = importlib.import_module(f"{package}.{task}.reader")
     except ModuleNotFoundError as e:
@@ -514,28 +488,15 @@ class ClassificationTask(DocumentTask):
         return metrics, [with_gold(p, label=d.label) for p, d in zip(predictions, docs)]
 
 
-# kinds in other modules are named "module:Class" (they import this one)
-TASK_KINDS = {"classification": ClassificationTask,
-              "span": "ernie_doc.training.span:SpanTask",
-              "multiple_choice": "ernie_doc.training.choice:MultipleChoiceTask",
-              "pair_matching": "ernie_doc.training.choice:PairMatchingTask",
-              "pretraining": "ernie_doc.pretraining.task:PretrainingTask",
-              "language_model": "ernie_doc.lm.task:LanguageModelTask"}
-
-
 def build_task(cfg, reader=None):
-    """The task kind of `cfg` over its reader: tasks/<cfg.task>/reader.py, or `reader` when
-    given (predict: a saved model's labels instead of a data directory)."""
+    """The task kind of `cfg` (a registered name: ernie_doc.auto.kind_class) over its reader:
+    tasks/<cfg.task>/reader.py, or `reader` when given (predict: a saved model's labels
+    instead of a data directory)."""
+    try:
+        kind = kind_name(cfg.kind)
+    except ValueError as e:   # validate() has said so already, for a config it checked
+        raise ConfigError(f"{cfg.source}: kind: {e}") from None
     # pretraining streams a corpus (data_dir) itself: no tasks/<name>/reader.py
-    if reader is None and cfg.kind != "pretraining":
+    if reader is None and kind != "pretraining":
         reader = load_reader(cfg.task)
-    kind = TASK_KINDS.get(cfg.kind, cfg.kind)
-    if not isinstance(kind, str):
-        cls = kind
-    elif ":" in kind:
-        module, name = kind.split(":", 1)
-        cls = getattr(importlib.import_module(task_module(module)), name)
-    else:
-        raise DataError(f"kind {kind!r}: expected one of {sorted(TASK_KINDS)} or "
-                        "'module:Class'")
-    return cls(cfg, reader)
+    return kind_class(kind)(cfg, reader)

@@ -1,4 +1,4 @@
-"""HotpotQA, distractor setting (kind `tasks.hotpotqa.task:HotpotTask`): the two-stage
+"""HotpotQA, distractor setting (kind `hotpotqa`): the two-stage
 pipeline of Groeneveld et al. (2020) on ERNIE-Doc (paper §4.3 and appendix), one stage per run
 (`task_options.stage`). Every segment reads, with the retrospective feed,
 
@@ -44,6 +44,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from ernie_doc.auto import register_kind
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import read_lines, require_file
@@ -296,6 +297,7 @@ EVIDENCE_METRICS = ("para_ap", "para_recall", "para_prec", "para_em", "para_sele
                     "sp_f1", "sp_prec", "sp_recall")
 
 
+@register_kind("hotpotqa")   # ernie_doc.auto lists this module in TASK_KIND_MODULES
 class HotpotTask(DocumentTask):
     head_class = ErnieDocForHotpotQA
     main_metric = "para_ap"

@@ -1,4 +1,4 @@
-"""Keyphrase extraction as n-gram classification (`kind: tasks.openkp.task:KeyphraseTask`),
+"""Keyphrase extraction as n-gram classification (`kind: keyphrase`),
 the JointKPE / ETC setting the ERNIE-Doc paper follows on OpenKP.
 
 Reading: the document's words are tokenized one by one, the token sequence is cut into
@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle.nn.functional as F
 
+from ernie_doc.auto import register_kind
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.segment import Segment, pack_row, step_members, windows
@@ -152,6 +153,7 @@ def rank_phrases(words, windows_scores, top_k=5):
     return ranked
 
 
+@register_kind("keyphrase")   # ernie_doc.auto lists this module in TASK_KIND_MODULES
 class KeyphraseTask(DocumentTask):
     head_class = ErnieDocForKeyphrase
     main_metric = "f1@3"

@@ -1,0 +1,262 @@
+"""A task kind is a name in a closed registry (ernie_doc.auto), never code to import.
+
+A saved model folder is downloaded and shared: its task.json's `config.kind` (and a run's
+run_config.yaml `kind`, and `--set kind=...`) once went to importlib as "module:Class", so a
+folder holding `payload.py` with `kind: mdl.payload:Evil` ran the payload. Each case here plants
+that payload (it writes a canary file when imported or called) and checks that the canary never
+appears, that the refusal is one line listing the known kinds and, for the commands, exit 2
+with nothing written. One tiny classifier (helpers.tiny_classifier) serves every case."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from helpers import ROOT, tiny_classifier, tiny_export
+
+from ernie_doc import auto
+from ernie_doc.config import ConfigError
+from ernie_doc.pipeline import Pipeline, PipelineError, pipeline
+from ernie_doc.training.run_config import config_from_values, load_config, load_yaml
+from ernie_doc.training.tasks import build_task
+
+KNOWN = ("classification", "hotpotqa", "keyphrase", "language_model", "multiple_choice",
+         "pair_matching", "pretraining", "span")
+HOSTILE = ("{folder}.payload:Evil", "this:x", "builtins:print", "os:system",
+           "no_such_module_here:Task", "payload")
+
+
+def payload(folder, canary):
+    """`folder/payload.py`: writes `canary` when imported and when its Evil is called."""
+    (folder / "payload.py").write_text(
+        "import pathlib\n"
+        f"pathlib.Path({str(canary)!r}).write_text('imported')\n"
+        "class Evil:\n"
+        "    def __init__(self, *args):\n"
+        f"        pathlib.Path({str(canary)!r}).write_text('called')\n", encoding="utf-8")
+
+
+def tree_digest(root):
+    """{relative path: sha256} of every file under root."""
+    out = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def assert_refused(message, value):
+    """One line naming the kind and listing every known kind."""
+    assert "\n" not in message, message
+    assert repr(value) in message and "is not a task kind" in message, message
+    assert ", ".join(KNOWN) in message, message
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The tiny classifier's run folder and an export of its best/."""
+    root = tmp_path_factory.mktemp("kinds")
+    run = tiny_classifier(root)
+    export = tiny_export(run / "best", root / "export" / "model")
+    return run, export
+
+
+def hostile_copy(source, folder, kind):
+    """A copy of a saved model folder at `folder`, with payload.py and task.json's kind (the
+    record's and its config's) set to `kind` → the canary path (absent)."""
+    shutil.copytree(source, folder)
+    canary = folder.parent / f"canary-{folder.name}"
+    payload(folder, canary)
+    record = json.loads((folder / "task.json").read_text())
+    record["kind"] = record["config"]["kind"] = kind
+    (folder / "task.json").write_text(json.dumps(record))
+    return canary
+
+
+def test_the_shipped_configs_name_registered_kinds():
+    configs = sorted((ROOT / "tasks").glob("*/config*.yaml"))
+    assert len(configs) >= 17
+    for path in configs:
+        kind = load_yaml(str(path))["kind"]
+        assert auto.kind_name(kind) == kind, path
+    assert auto.kind_names() == list(KNOWN)
+    assert auto.kind_class("hotpotqa").__name__ == "HotpotTask"
+    assert auto.kind_class("keyphrase").__name__ == "KeyphraseTask"
+    assert auto.kind_class("span").__name__ == "SpanTask"
+
+
+@pytest.mark.parametrize("legacy, name, cls", [
+    ("tasks.hotpotqa.task:HotpotTask", "hotpotqa", "HotpotTask"),
+    ("tasks.openkp.task:KeyphraseTask", "keyphrase", "KeyphraseTask")])
+def test_legacy_kind_strings_of_saved_folders_still_load(tmp_path, legacy, name, cls):
+    """task.json written by an earlier version holds "module:Class" for HotpotQA and OpenKP:
+    the fixed table reads it as the registered name (nothing imported from the string)."""
+    task = name if name == "hotpotqa" else "openkp"
+    given = load_yaml(str(ROOT / "tasks" / task / "config.yaml"))
+    given.update(kind=legacy, data_dir="", output_dir=str(tmp_path / "out"))
+    cfg = config_from_values(given, "best/task.json")
+    assert cfg.kind == name
+
+    class Saved:   # what predict builds a saved model's task over: its label names
+        @staticmethod
+        def labels(data_dir, options):
+            return []
+    assert type(build_task(cfg, Saved)).__name__ == cls
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_model_folder_kind_is_never_imported(saved, tmp_path, monkeypatch, capsys, kind):
+    """Pipeline.from_pretrained('mdl') from the folder that holds mdl/ (so `mdl.payload` is
+    importable, as in an interactive session): refused in one line, no canary, no output."""
+    run, _ = saved
+    kind = kind.format(folder="mdl")
+    canary = hostile_copy(run / "best", tmp_path / "mdl", kind)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    had_this = "this" in sys.modules
+    with pytest.raises(PipelineError) as info:
+        Pipeline.from_pretrained("mdl")
+    assert_refused(str(info.value), kind)
+    assert not canary.exists()
+    assert ("this" in sys.modules) == had_this   # import this prints the Zen of Python
+    assert capsys.readouterr().out == ""         # builtins:print would print the config
+
+
+def test_an_export_folder_kind_is_never_imported(saved, tmp_path, monkeypatch):
+    _, export = saved
+    canary = hostile_copy(export, tmp_path / "exp", "exp.payload:Evil")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PipelineError) as info:
+        pipeline("exp")
+    assert_refused(str(info.value), "exp.payload:Evil")
+    assert not canary.exists()
+
+
+def run_cli(args, cwd):
+    """`python -m ernie_doc.cli ...` in `cwd` (which -m puts first on sys.path)."""
+    return subprocess.run([sys.executable, "-m", "ernie_doc.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_predict_refuses_a_model_folder_kind(saved, tmp_path):
+    run, _ = saved
+    canary = hostile_copy(run / "best", tmp_path / "mdl", "mdl.payload:Evil")
+    (tmp_path / "in.txt").write_text("good movie\n", encoding="utf-8")
+    before = tree_digest(tmp_path)
+    proc = run_cli(["predict", "mdl", "--input", "in.txt", "--output", "out.jsonl",
+                    "--no-progress"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
+    assert_refused(lines[0], "mdl.payload:Evil")
+    assert not canary.exists()
+    assert tree_digest(tmp_path) == before   # no output, nothing changed
+
+
+def test_finetune_resume_refuses_a_run_config_kind(saved, tmp_path):
+    run, _ = saved
+    shutil.copytree(run, tmp_path / "run", symlinks=True)
+    canary = tmp_path / "canary"
+    payload(tmp_path / "run", canary)
+    config = tmp_path / "run" / "run_config.yaml"
+    values = yaml.safe_load(config.read_text())
+    values["kind"] = "run.payload:Evil"
+    config.write_text(yaml.safe_dump(values, sort_keys=False))
+    before = tree_digest(tmp_path)
+    proc = run_cli(["finetune", "--resume", "run"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "run_config.yaml: kind: " in lines[0], proc.stderr[-3000:]
+    assert_refused(lines[0], "run.payload:Evil")
+    assert not canary.exists()
+    assert tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", HOSTILE + ("spam",))
+def test_set_kind_is_checked_before_anything_is_written(tmp_path, monkeypatch, capsys, kind):
+    from ernie_doc.cli import finetune
+    kind = kind.format(folder="here")
+    (tmp_path / "here").mkdir()
+    canary = tmp_path / "canary"
+    payload(tmp_path / "here", canary)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as info:
+        finetune.main(["imdb", "--set", f"kind={kind}", "output_dir=out", "data_dir=."])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "kind: " in err[0], err
+    assert_refused(err[0], kind)
+    if kind == "spam":
+        assert "(did you mean 'span'?)" in err[0]
+    assert not canary.exists() and not (tmp_path / "out").exists()
+
+
+def test_kind_names_are_looked_up_not_imported(tmp_path, monkeypatch):
+    """The registry itself: a "module:Class" string is a name like any other."""
+    (tmp_path / "pkg").mkdir()
+    canary = tmp_path / "canary"
+    payload(tmp_path / "pkg", canary)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for value in ("pkg.payload:Evil", "pkg.payload", ["span"], None, ""):
+        with pytest.raises(ValueError, match="is not a task kind"):
+            auto.kind_class(value)
+    with pytest.raises(ConfigError, match=r"^overrides: kind: 'pkg.payload:Evil' is not"):
+        load_config(None, ["task=imdb", "kind=pkg.payload:Evil"])
+    assert not canary.exists()
+    with pytest.raises(ValueError, match="is a built-in kind"):
+        auto.register_kind("span")(type("Other", (), {}))
+
+
+def gpu_usable():
+    import paddle
+    return paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+@pytest.mark.skipif(gpu_usable(), reason="a GPU is usable here")
+def test_device_gpu_without_a_gpu_is_one_line(saved, tmp_path, monkeypatch, capsys):
+    from ernie_doc.cli import finetune
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        finetune.main(["imdb", "--set", "device=gpu", "output_dir=out", "data_dir=."])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "device: gpu: " in err[0], err
+    assert not (tmp_path / "out").exists()
+    run, _ = saved
+    with pytest.raises(PipelineError) as error:
+        Pipeline.from_pretrained(str(run / "best"), device="gpu")
+    assert "gpu" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_saved_models_record_their_tokenizer_type(saved):
+    """best/ holds tokenizer_config.json: the folder loads as the run's tokenizer type, or
+    not at all (ernie_doc.tokenization.auto)."""
+    run, export = saved
+    for folder in (run / "best", export):
+        record = json.loads((folder / "tokenizer_config.json").read_text())
+        assert record["tokenizer_class"] == "WordPieceTokenizer", folder
+
+
+def test_a_tasks_package_in_the_current_directory_is_never_imported(tmp_path):
+    """`python -m` puts the current directory on sys.path: a `tasks/` package there, even one
+    carrying our marker, is neither imported nor taken for the task folders."""
+    canary = tmp_path / "canary"
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "__init__.py").write_text(
+        f"ERNIE_DOC_TASKS = True\nopen({str(canary)!r}, 'w').write('imported')\n")
+    code = ("from ernie_doc.training.task_folders import task_names, task_package\n"
+            "from ernie_doc.auto import head_names\n"
+            "print(task_package(), 'imdb' in task_names(), len(head_names()) > 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ernie_doc_tasks", "True", "True"]
+    assert not canary.exists()
