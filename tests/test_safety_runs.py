@@ -44,21 +44,22 @@ def refused(capsys, out, *overrides, message, config=None):
 
 # -- output directories ----------------------------------------------------------------------
 def test_a_run_writes_only_its_own_names_and_a_rerun_removes_only_those(tmp_path, capsys):
-    from ernie_doc.training.outdir import clear_previous_run, foreign_entries
+    from ernie_doc.training.outdir import MANIFEST, clear_previous_run, foreign_entries
     out = tmp_path / "run"
     assert run(capsys, out)[0] == 0
-    assert foreign_entries(out) == []            # every name the run wrote is in RUN_ENTRIES
+    assert foreign_entries(out) == []            # the manifest lists every entry the run wrote
     before = sorted(os.listdir(out))
-    assert {"run_config.yaml", "best", "checkpoints", "train_log.jsonl"} <= set(before)
+    assert {"run_config.yaml", "best", "checkpoints", "train_log.jsonl", MANIFEST} <= \
+        set(before)
     assert run(capsys, out, "overwrite_output_dir=true")[0] == 0
     assert sorted(os.listdir(out)) == before
-    # the library call itself never touches a name a run does not write
+    # the library call itself never touches an entry the manifest does not list
     (out / "notes.txt").write_text("mine")
     (out / "analysis").mkdir()
     (out / "analysis" / "plot.py").write_text("mine")
     removed = clear_previous_run(str(out))
-    assert set(removed) == set(before)
-    assert sorted(os.listdir(out)) == ["analysis", "notes.txt"]
+    assert set(removed) == set(before) - {MANIFEST}
+    assert sorted(os.listdir(out)) == [MANIFEST, "analysis", "notes.txt"]
     assert (out / "analysis" / "plot.py").read_text() == "mine"
 
 
@@ -177,7 +178,8 @@ def test_memory_estimate_parts_and_refusal():
     from ernie_doc import resources
     parts = resources.training_parts(params=1000, layers=2, rows=3, tokens=4, memory_len=5,
                                      hidden=8, heads=2)
-    assert parts == {"weights": 4000, "gradients + Adam moments": 12000,
+    assert parts == {"weights": 4000, "layer objects": 2 * resources.LAYER_OVERHEAD,
+                     "gradients + Adam moments": 12000,
                      "activations": 2 * 3 * 4 * (68 * 8 + 10 * 2 * 9),
                      "memories": 4 * 2 * 3 * 5 * 8}
     eval_parts = resources.training_parts(1000, 2, 3, 4, 5, 8, 2, training=False)
@@ -230,14 +232,16 @@ def test_parameter_count_is_exact_and_allocates_nothing():
     from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
     config = tiny_config()
     real = ErnieDocForSequenceClassification(config, num_labels=3)
-    assert resources.parameter_count(lambda: ErnieDocForSequenceClassification(
-        config, num_labels=3)) == sum(int(np.prod(p.shape)) for p in real.parameters())
+    assert resources.parameter_count(lambda n: ErnieDocForSequenceClassification(
+        config.replace(num_hidden_layers=n), num_labels=3), config.num_hidden_layers) == \
+        sum(int(np.prod(p.shape)) for p in real.parameters())
     assert config.min_parameters <= sum(int(np.prod(p.shape))
                                         for p in real.ernie_doc.parameters())
     # 2.2 billion parameters (8.8 GB of weights) counted without allocating them
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     big = ErnieDocConfig(hidden_size=2048, num_attention_heads=16, num_hidden_layers=40)
-    n = resources.parameter_count(lambda: ErnieDocForSequenceClassification(big))
+    n = resources.parameter_count(lambda n: ErnieDocForSequenceClassification(
+        big.replace(num_hidden_layers=n)), big.num_hidden_layers)
     assert n > 2_000_000_000
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200 * 1024   # KB
 
@@ -415,3 +419,282 @@ def test_truncate_tokens_cuts_every_kind_of_tokenized_text_alike():
     words = truncate_tokens(WordTokens(a + 20, np.asarray([0, 2, 3, 5])), 4)   # OpenKP
     assert words.ids.tolist() == [20, 21, 22, 23] and words.word_starts.tolist() == [0, 2, 3]
     assert truncate_tokens(a, 3).tolist() == [0, 1, 2]
+
+
+# -- a run deletes only what its manifest lists ----------------------------------------------
+def _finetune(argv):
+    """tools/finetune.py ARGV in this process → (exit code, stderr)."""
+    import contextlib
+    import io
+
+    from tools.finetune import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()
+
+
+def _train(out, *overrides):
+    from helpers import tiny_longdep
+    code, err = _finetune(["--set", *tiny_longdep(f"output_dir={out}", *overrides)])
+    assert code == 0, err
+    return out
+
+
+def _resume(out, *overrides):
+    return _finetune(["--resume", str(out)] + (["--set", *overrides] if overrides else []))
+
+
+def _one_line(code, err, message):
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and \
+        message in lines[0], (code, err)
+    return lines[0]
+
+
+def _hashes(root):
+    """{relative path: sha256} of every file under root, and every link with its target."""
+    import hashlib
+    out = {}
+    for directory, dirs, files in os.walk(root):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
+            path = os.path.join(directory, name)
+            rel = os.path.relpath(path, root)
+            out[rel] = ("-> " + os.readlink(path)) if os.path.islink(path) else \
+                hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return out
+
+
+MANIFEST = ".ernie-doc-run.json"
+
+
+def _listed(out):
+    """The entries the run's manifest lists ([] without one)."""
+    import json
+    path = os.path.join(out, MANIFEST)
+    return json.load(open(path))["entries"] if os.path.exists(path) else []
+
+
+def _copy(src, dst):
+    import shutil
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """A run stopped at step 2 of 8 (checkpoints at every step, one kept): copy it to change it."""
+    return _train(tmp_path_factory.mktemp("stopped") / "run", "stop_at_step=2", "save_steps=1")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A run that finished at max_steps=3 (linear schedule, no warmup, lr 0.01)."""
+    return _train(tmp_path_factory.mktemp("finished") / "run", "max_steps=3")
+
+
+LOOK_ALIKES = {"results.json": '{"mine": 1}\n', "vocab.txt": "my\nwords\n",
+               "predictions_mine.jsonl": '{"id": 1}\n', "final/report.txt": "my report\n",
+               "checkpoints/epoch-9/model.pt": b"\x80\x04another tool's weights"}
+
+
+@pytest.mark.parametrize("overwrite", [[], ["overwrite_output_dir=true"]])
+def test_a_new_run_never_deletes_look_alike_files(tmp_path, overwrite):
+    """A folder of someone else's files named like a run's, without a manifest: refused in
+    one line naming them, with or without overwrite_output_dir; every file as it was."""
+    from helpers import tiny_longdep, write
+    out = write(tmp_path / "mine", LOOK_ALIKES)
+    before = _hashes(out)
+    code, err = _finetune(["--set", *tiny_longdep(f"output_dir={out}", *overwrite)])
+    _one_line(code, err, f"output_dir {out} holds files that are not a previous run's "
+                         "(checkpoints/, final/, predictions_mine.jsonl, results.json, "
+                         "vocab.txt): choose an empty or new directory, or move them")
+    assert _hashes(out) == before
+
+
+def test_every_entry_is_listed_in_the_manifest_before_it_is_created(tmp_path):
+    """Whatever a run creates in OUTPUT_DIR (or in checkpoints/) through Python (open for
+    writing, mkdir, rename, symlink), the manifest lists it already: a kill at any moment
+    leaves nothing unlisted. Seen through an audit hook on every such call of a whole run
+    with evaluation, best model, test split and checkpoint rotation."""
+    out = tmp_path / "run"
+    root = str(out) + os.sep
+    unlisted, busy, seen = [], [], set()
+
+    def check(path):
+        path = os.path.abspath(os.fsdecode(path))
+        if busy or not path.startswith(root):
+            return
+        parts = os.path.relpath(path, out).split(os.sep)
+        if parts[0] in (MANIFEST, MANIFEST + ".tmp"):
+            return
+        busy.append(1)
+        try:
+            listed = _listed(out)
+        finally:
+            busy.pop()
+        entry = parts[0] if parts[0] + "/" not in listed else "/".join(parts[:2])
+        seen.add(entry)
+        if entry not in listed and entry + "/" not in listed:
+            unlisted.append(os.path.relpath(path, out))
+
+    def hook(event, args):
+        if not _AUDIT:
+            return
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)) and \
+                (args[2] or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):   # (path, mode, flags)
+            check(args[0])
+        elif event in ("os.mkdir", "os.symlink"):
+            check(args[0] if event == "os.mkdir" else args[1])
+        elif event == "os.rename":
+            check(args[1])
+
+    _install_audit_hook(hook)
+    _AUDIT.append(1)
+    try:
+        _train(out, "test_splits=[test]", "eval_steps=2", "save_steps=1")
+    finally:
+        _AUDIT.clear()
+    assert unlisted == []
+    assert {"run_config.yaml", "train.log", "train_log.jsonl", "eval_results.json",
+            "checkpoints/step-1.tmp", "checkpoints/latest", "best", ".ernie-doc-tmp"} <= seen
+    from ernie_doc.training.outdir import foreign_entries
+    assert foreign_entries(out) == []
+    listed = _listed(out)
+    assert {"run_config.yaml", "train.log", "best", "checkpoints/", "test_results.json",
+            "predictions_test.jsonl"} <= set(listed)
+    # rotated checkpoints are unlisted once removed: only the last one remains
+    assert [e for e in listed if e.startswith("checkpoints/step-")] == \
+        [f"checkpoints/{os.readlink(out / 'checkpoints' / 'latest')}"]
+
+
+_AUDIT = []          # non-empty while a test watches the run's file operations
+_HOOKS = []
+
+
+def _install_audit_hook(hook):
+    """sys.addaudithook is for the life of the process: install one dispatcher, once."""
+    if not _HOOKS:
+        sys.addaudithook(lambda event, args: [h(event, args) for h in _HOOKS])
+    _HOOKS[:] = [hook]
+
+
+def test_checkpoint_rotation_and_overwrite_spare_another_tools_checkpoints(stopped, tmp_path):
+    """Another tool's checkpoints/epoch-9/ and a step-1/ the run did not write, added to a run's
+    folder: the resumed run rotates its own step-N away (keep_checkpoints 1) and leaves
+    them; overwriting the folder is refused, naming them; nothing of theirs changes."""
+    from helpers import write
+    out = _copy(stopped, tmp_path / "run")
+    write(out, {"checkpoints/epoch-9/model.pt": b"another tool's weights",
+                "checkpoints/step-1/model.pt": b"not this run's step 1",
+                ".ernie-doc-tmp/.tmp-results.json.x1y2z3": "left by a killed write"})
+    theirs = {k: v for k, v in _hashes(out).items()
+              if k.startswith(("checkpoints/epoch-9", "checkpoints/step-1"))}
+    code, err = _resume(out)
+    assert code == 0, err
+    assert os.listdir(out / ".ernie-doc-tmp") == []   # the run's own leftovers go
+    names = sorted(os.listdir(out / "checkpoints"))
+    assert "step-2" not in names and names == sorted(
+        ["best-step-" + os.readlink(out / "best").split("-")[-1], "epoch-9", "latest",
+         os.readlink(out / "checkpoints" / "latest"), "step-1"])
+    before = _hashes(out)
+    assert {k: before[k] for k in theirs} == theirs
+    from helpers import tiny_longdep
+    code, err = _finetune(["--set", *tiny_longdep(f"output_dir={out}",
+                                                  "overwrite_output_dir=true")])
+    _one_line(code, err, "holds files that are not a previous run's (checkpoints/epoch-9/, "
+                         "checkpoints/step-1/)")
+    assert _hashes(out) == before
+
+
+def test_overwrite_removes_the_manifests_entries_and_refuses_a_look_alike_added_later(
+        stopped, tmp_path):
+    """A user's test_results.json (a name a run writes, but this one did not) in a run's
+    folder: overwrite is refused naming it. Without it, overwrite removes exactly the listed
+    entries: the new run's folder holds only its own."""
+    from helpers import tiny_longdep
+
+    from ernie_doc.training import outdir
+    out = _copy(stopped, tmp_path / "run")
+    (out / "test_results.json").write_text('{"mine": true}\n')
+    before = _hashes(out)
+    argv = ["--set", *tiny_longdep(f"output_dir={out}", "overwrite_output_dir=true")]
+    _one_line(*_finetune(argv), "holds files that are not a previous run's "
+                                "(test_results.json)")
+    assert _hashes(out) == before
+    os.remove(out / "test_results.json")
+    code, err = _finetune(argv + ["max_steps=1"])
+    assert code == 0, err
+    assert outdir.foreign_entries(out) == []
+    assert sorted(os.listdir(out / "checkpoints")) == ["best-step-1", "latest", "step-1"]
+
+
+def test_a_run_of_an_earlier_version_is_resumed_but_never_cleared(stopped, tmp_path):
+    """A run folder without a manifest (written by an earlier version): overwrite is refused
+    in one line and deletes nothing; --resume works and lists only what it creates."""
+    from helpers import tiny_longdep
+    out = _copy(stopped, tmp_path / "run")
+    (out / MANIFEST).unlink(missing_ok=True)
+    before = _hashes(out)
+    for overwrite, message in ((["overwrite_output_dir=true"],
+                                "holds a run written by an earlier version, which did not "
+                                "list the files it wrote (.ernie-doc-run.json): "
+                                "overwrite_output_dir removes only listed files"),
+                               ([], "already holds a run (written by an earlier version): "
+                                    f"resume it with --resume {out}, or remove it")):
+        _one_line(*_finetune(["--set", *tiny_longdep(f"output_dir={out}", *overwrite)]),
+                  message)
+        assert _hashes(out) == before
+    code, err = _resume(out)
+    assert code == 0, err
+    listed = _listed(out)
+    assert "run_config.yaml" not in listed and "checkpoints/step-2" not in listed
+    assert (out / "checkpoints" / "step-2").is_dir()   # the earlier run's: not rotated away
+    assert {"train_log.jsonl", "best", "checkpoints/latest"} <= set(listed)
+
+
+def test_a_damaged_manifest_never_deletes_outside_the_folder(stopped, tmp_path):
+    import json
+    out = _copy(stopped, tmp_path / "run")
+    (tmp_path / "outside.txt").write_text("mine")
+    manifest = out / MANIFEST
+    manifest.write_text(json.dumps({"format": 1, "entries": ["../outside.txt"]}))
+    from helpers import tiny_longdep
+    _one_line(*_finetune(["--set", *tiny_longdep(f"output_dir={out}",
+                                                 "overwrite_output_dir=true")]),
+              f"{manifest}: entry '../outside.txt' is not a name inside the directory")
+    assert (tmp_path / "outside.txt").read_text() == "mine"
+
+
+# -- a finished run ------------------------------------------------------------------------
+def test_a_finished_run_refuses_resume_unless_max_steps_or_epochs_is_raised(finished,
+                                                                           tmp_path):
+    import json
+
+    from ernie_doc.training.optim import lr_lambda
+    before = _hashes(finished)
+    message = (f"--resume {finished}: the run finished at step 3 (max_steps 3): raise "
+               "max_steps or epochs to continue")
+    _one_line(*_resume(finished), message)
+    # epochs raised, but max_steps still ends the run at step 3
+    _one_line(*_resume(finished, "epochs=2"), message)
+    assert _hashes(finished) == before
+    out = _copy(finished, tmp_path / "run")
+    code, err = _resume(out, "max_steps=6")
+    assert code == 0, err
+    log = [json.loads(line) for line in open(out / "train_log.jsonl")]
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
+    # steps 4..6 follow the schedule of a 6-step run (linear to 0, no warmup), not lr 0
+    schedule = lr_lambda("linear", 0, 6)
+    assert [r["lr"] for r in log[3:]] == pytest.approx([0.01 * schedule(g) for g in (3, 4, 5)])
+    assert all(r["lr"] > 0 for r in log[3:])
+    assert "the learning rate follows the linear schedule of a 6-step run" in \
+        (out / "train.log").read_text()
+    state = json.loads((out / "checkpoints" / "latest" / "trainer_state.json").read_text())
+    assert state["step"] == 6 and state["total_steps"] == 6
+    # run_config.yaml now says max_steps 6: a later --resume finds the run finished at 6
+    _one_line(*_resume(out), "the run finished at step 6 (max_steps 6)")

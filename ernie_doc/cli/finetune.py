@@ -8,7 +8,9 @@
     ernie-doc finetune CONFIG --set eval_only=true init_checkpoint=DIR [test_splits=[test]]
 
 Writes OUTPUT_DIR/{run_config.yaml, train.log, train_log.jsonl, eval_history.jsonl,
-eval_results.json, predictions_<split>.jsonl, curves.png, vdl/, checkpoints/, best/}.
+eval_results.json, predictions_<split>.jsonl, curves.png, vdl/, checkpoints/, best/}, each
+listed in OUTPUT_DIR/.ernie-doc-run.json before it is created: overwrite_output_dir removes only
+what that manifest lists. A finished run resumes only with max_steps or epochs raised.
 Bad input or configuration prints one `error:` line and exits with 2 (--debug: traceback).
 """
 import argparse

@@ -6,9 +6,10 @@
     ernie-doc pretrain --resume OUTPUT_DIR
 
 The same trainer as tools/finetune.py (kind: pretraining). Writes OUTPUT_DIR/{run_config.yaml,
-train.log, train_log.jsonl, results.json, curves.png, vdl/, checkpoints/, final/} (final/ and
-best/ load with from_pretrained and fine-tune with tools/finetune.py). Bad input or
-configuration prints one `error:` line and exits with 2 (--debug: traceback).
+train.log, train_log.jsonl, results.json, curves.png, vdl/, checkpoints/, final/}, listed in
+its manifest .ernie-doc-run.json (final/ and best/ load with from_pretrained and fine-tune
+with tools/finetune.py). Bad input or configuration prints one `error:` line and exits with 2
+(--debug: traceback).
 """
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)

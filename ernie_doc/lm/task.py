@@ -280,7 +280,27 @@ class LanguageModelTask(Task):
         length): what the memory estimate (training.prepare.check_memory) needs, before
         build_model."""
         c = self.config
-        return lambda: TransformerXLLM(c), c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
+        return self._build_layers, c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
+
+    def _build_layers(self, n: int) -> TransformerXLLM:
+        """The model with `n` layers (resources.parameter_count builds 1 and 2)."""
+        return TransformerXLLM(dataclasses.replace(self.config, n_layer=n))
+
+    def check_eval_memory(self, rows: int, device: Optional[str] = None) -> None:
+        """Refuse (ConfigError naming the eval protocol's keys) an evaluation whose memory
+        estimate (ernie_doc.resources, no gradients) exceeds what `device` has: `rows` rows
+        reading eval_tgt_len tokens each with eval_mem_len memories. Checked before the
+        evaluation streams or a predict batch are made: eval_mem_len is not bounded by the
+        training memory_plan, and memories grow to it as a document is read."""
+        from ernie_doc import resources
+        c, lengths = self.config, self.eval_lengths()
+        params = resources.parameter_count(self._build_layers, c.n_layer)
+        parts = resources.training_parts(params, c.n_layer, rows, lengths["tgt_len"],
+                                         lengths["mem_len"], c.d_model, c.n_head,
+                                         training=False)
+        resources.check_fits(parts, f"{self.cfg.source}: task_options eval_mem_len "
+                                    f"{lengths['mem_len']}, eval_tgt_len {lengths['tgt_len']}, "
+                                    f"{rows} rows of {params:,} parameters", device)
 
     def build_model(self) -> TransformerXLLM:
         """The Transformer-XL from init_checkpoint, or new from the config."""
@@ -303,6 +323,8 @@ class LanguageModelTask(Task):
             train = LMTrainStream(data["train"], pos.get("train"), cfg.batch_size, rank, world,
                                   c.tgt_len, c.ext_len)
         rows = cfg.eval_batch_size or cfg.batch_size
+        if cfg.eval_splits or cfg.test_splits:
+            self.check_eval_memory(rows)
         evaluated = {split: LMEvalStream(split, data[split], pos.get(split), rows, rank, world,
                                          self.lengths, self.corpus.oov[split])
                      for split in list(cfg.eval_splits) + list(cfg.test_splits)}
@@ -360,8 +382,10 @@ class LanguageModelTask(Task):
 
     def model_files(self):
         if self.vocab_file is None:   # no cache: keep a copy in the run's folder
+            from ernie_doc.training import outdir
+            with outdir.atomic_entry(self.cfg.output_dir, VOCAB_FILE) as tmp:
+                self.corpus.vocab.save(tmp)   # listed in the run's manifest first
             self.vocab_file = os.path.join(self.cfg.output_dir, VOCAB_FILE)
-            self.corpus.vocab.save(self.vocab_file)
         return [self.vocab_file]
 
 

@@ -149,10 +149,10 @@ def _truncate_after(path, step):
     line cut short; the file is replaced atomically, never left half-written."""
     if not os.path.lexists(path):
         return
-    from ernie_doc.utils import atomic_write_text
+    from ernie_doc.training import outdir
     keep = [raw.decode("utf-8") + "\n" for _, record, raw in _records(path)
             if record["step"] <= step]
-    atomic_write_text(path, "".join(keep))
+    outdir.write_text(os.path.dirname(path), os.path.basename(path), "".join(keep))
 
 
 def read_jsonl(path):
@@ -186,7 +186,7 @@ def plot_curves(output_dir, metric):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ernie_doc.utils import atomic_path
+    from ernie_doc.training import outdir
 
     train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval_history.jsonl"))
@@ -217,6 +217,6 @@ def plot_curves(output_dir, metric):
     if evals or accuracies:
         ax2.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(os.path.join(output_dir, "curves.png")) as tmp:
+    with outdir.atomic_entry(output_dir, "curves.png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)

@@ -10,6 +10,9 @@
 
 Every rank writes into `step-N.tmp/`; rank 0 renames it to `step-N/` and only then moves the
 `latest` link, so a process killed mid-save leaves the previous checkpoint and link intact.
+Each of these is listed in the run's manifest (training.outdir) before it is created, and the
+rotation of old checkpoints removes only listed ones: another tool's checkpoints/epoch-9/, or
+a step-N the run did not write, stays.
 
 Resuming checks everything before using it: every model tensor present with the model's
 shape and dtype and nothing else, every optimizer tensor the list names present as listed and
@@ -28,7 +31,9 @@ import numpy as np
 import paddle
 
 from ernie_doc.predict_io import TASK_FILE
+from ernie_doc.tokenization.base import CONFIG_FILE as TOKENIZER_CONFIG
 from ernie_doc.training import distributed as dist
+from ernie_doc.training import outdir
 from ernie_doc.utils import dtype_name, short_list
 
 CHECKPOINTS = "checkpoints"
@@ -45,21 +50,39 @@ class CheckpointStateError(RuntimeError):
     """A resume directory without a usable checkpoint (the message names the file)."""
 
 
-def _point(link, target):
-    """Atomically make `link` a symlink to `target` (relative to the link's directory)."""
-    tmp = f"{link}.tmp-{os.getpid()}"
-    if os.path.lexists(tmp):
+def _point(output_dir, entry, target):
+    """Atomically make OUTPUT_DIR/entry a symlink to `target` (relative to the link's
+    directory), listed in the run's manifest first."""
+    link = os.path.join(output_dir, entry)
+    relative = os.path.relpath(target, os.path.dirname(os.path.abspath(link)))
+    with outdir.atomic_entry(output_dir, entry) as tmp:
         os.remove(tmp)
-    os.symlink(os.path.relpath(target, os.path.dirname(os.path.abspath(link))), tmp)
-    os.replace(tmp, link)
+        os.symlink(relative, tmp)
 
 
-def _steps(root, prefix):
+def _steps(output_dir, prefix):
+    """The N of the checkpoint folders `prefix`N the run's manifest lists in checkpoints/,
+    sorted (folders it does not list are never rotated away)."""
     out = []
-    for name in os.listdir(root) if os.path.isdir(root) else []:
+    for name in outdir.listed_in(output_dir, CHECKPOINTS):
         if name.startswith(prefix) and name[len(prefix):].isdigit():
             out.append(int(name[len(prefix):]))
     return sorted(out)
+
+
+def _fresh(output_dir, entry):
+    """Make way for checkpoint folder `entry` (and its .tmp): both listed in the manifest,
+    a leftover of this run removed, anything else in the way refused (ConfigError)."""
+    outdir.make_room(output_dir, entry + ".tmp")
+    outdir.claim(output_dir, entry + ".tmp", entry)
+    return os.path.join(output_dir, entry + ".tmp")
+
+
+def _into_place(output_dir, entry):
+    """Rename the finished `entry`.tmp to `entry` (a listed leftover at `entry` removed)."""
+    outdir.make_room(output_dir, entry)
+    outdir.rename_entry(output_dir, entry + ".tmp", entry)
+    return os.path.join(output_dir, entry)
 
 
 STRUCTURED = "__keys_by_structured_name__"
@@ -186,12 +209,10 @@ def _write_optimizer(directory, model, optimizer):
 
 def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_arrays, keep=1):
     """Collective: every rank calls it. rank_arrays: this rank's numpy arrays (memories)."""
-    root = os.path.join(output_dir, CHECKPOINTS)
-    final = os.path.join(root, f"step-{step}")
-    tmp = final + ".tmp"
+    entry = f"{CHECKPOINTS}/step-{step}"
+    tmp = os.path.join(output_dir, entry + ".tmp")
     if dist.rank() == 0:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
+        _fresh(output_dir, entry)
         os.makedirs(tmp)
     dist.barrier()
     np.savez(os.path.join(tmp, f"rank-{dist.rank()}.npz"), **rank_arrays)
@@ -201,14 +222,13 @@ def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_
         with open(os.path.join(tmp, TRAINER_STATE), "w", encoding="utf-8") as f:
             json.dump(trainer_state, f, indent=1, sort_keys=True)
     dist.barrier()
+    final = os.path.join(output_dir, entry)
     if dist.rank() == 0:
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _point(os.path.join(root, "latest"), final)
-        for old in _steps(root, "step-")[:-keep or None]:
+        _into_place(output_dir, entry)
+        _point(output_dir, f"{CHECKPOINTS}/latest", final)
+        for old in _steps(output_dir, "step-")[:-keep or None]:
             if old != step:
-                shutil.rmtree(os.path.join(root, f"step-{old}"), ignore_errors=True)
+                outdir.remove_entry(output_dir, f"{CHECKPOINTS}/step-{old}")
     dist.barrier()
     return final
 
@@ -394,47 +414,42 @@ def load_training_state(path, model, optimizer):
 
 
 
-def _save_model_dir(path, model, tokenizer_files, task):
-    """A from_pretrained directory at `path`: weights and config, the tokenizer's files and
+def _save_model_dir(path, model, tokenizer_files, task, tokenizer_config=None):
+    """A from_pretrained directory at `path`: weights and config, the tokenizer's files (and
+    tokenizer_config.json recording its type: the folder loads as that type or not at all) and
     task.json (the task kind, label names and reading settings of the run)."""
     model.save_pretrained(path)
     for src in tokenizer_files:
         shutil.copy2(src, os.path.join(path, os.path.basename(src)))
+    if tokenizer_config is not None:
+        with open(os.path.join(path, TOKENIZER_CONFIG), "w", encoding="utf-8") as f:
+            json.dump(tokenizer_config, f, indent=2, sort_keys=True)
     if task is not None:
         with open(os.path.join(path, TASK_FILE), "w", encoding="utf-8") as f:
             json.dump(task, f, indent=1, default=str)
 
 
-def save_best(output_dir, step, model, tokenizer_files=(), extra=None, task=None):
+def save_best(output_dir, step, model, tokenizer_files=(), extra=None, task=None,
+              tokenizer_config=None):
     """Rank 0: write the best model (from_pretrained layout, `task`: task.json's content) and
     move OUTPUT_DIR/best to it."""
-    root = os.path.join(output_dir, CHECKPOINTS)
-    final = os.path.join(root, f"best-step-{step}")
-    tmp = final + ".tmp"
-    for path in (tmp, final):
-        if os.path.exists(path):
-            shutil.rmtree(path)
-    _save_model_dir(tmp, model, tokenizer_files, task)
+    entry = f"{CHECKPOINTS}/best-step-{step}"
+    tmp = _fresh(output_dir, entry)
+    _save_model_dir(tmp, model, tokenizer_files, task, tokenizer_config)
     if extra:
         with open(os.path.join(tmp, "eval.json"), "w", encoding="utf-8") as f:
             json.dump(extra, f, indent=1, sort_keys=True)
-    os.rename(tmp, final)
-    _point(os.path.join(output_dir, "best"), final)
-    for old in _steps(root, "best-step-"):
+    final = _into_place(output_dir, entry)
+    _point(output_dir, "best", final)
+    for old in _steps(output_dir, "best-step-"):
         if old != step:
-            shutil.rmtree(os.path.join(root, f"best-step-{old}"), ignore_errors=True)
+            outdir.remove_entry(output_dir, f"{CHECKPOINTS}/best-step-{old}")
     return final
 
 
-def save_final(output_dir, model, tokenizer_files=(), task=None):
+def save_final(output_dir, model, tokenizer_files=(), task=None, tokenizer_config=None):
     """Rank 0: OUTPUT_DIR/final, the model at the end of the run (from_pretrained layout,
     `task`: task.json's content), written next to it and renamed into place."""
-    final = os.path.join(output_dir, "final")
-    tmp = final + ".tmp"
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    _save_model_dir(tmp, model, tokenizer_files, task)
-    if os.path.exists(final):
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    return final
+    tmp = _fresh(output_dir, "final")
+    _save_model_dir(tmp, model, tokenizer_files, task, tokenizer_config)
+    return _into_place(output_dir, "final")

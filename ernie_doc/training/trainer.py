@@ -24,12 +24,12 @@ import paddle
 
 from ernie_doc.config import ConfigError
 from ernie_doc.training import distributed as dist
+from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import Bf16ProgramError, compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
-from ernie_doc.utils import atomic_write_text
 
 __all__ = ["RUN_CONFIG", "Trainer", "TrainingError", "run", "step_seed"]
 
@@ -94,8 +94,8 @@ class Trainer:
         self.optimizer = optimizer
         self.compiled = compiled_or_none(self.model, cfg.compile, self.world, run.amp)
         scaler = run.amp.scaler()   # fp16 only
-        state, carry = self._start(optimizer)   # trainer state, the rows' memory state
-        log = RunLog(self.out, self.is_main, resume_step=state["step"])
+        state, carry = self._start(optimizer, scheduler)   # trainer state, rows' memories
+        log = self._run_log(state["step"])
         from tqdm import tqdm
         bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {cfg.task}",
                    disable=not (self.is_main and cfg.progress), dynamic_ncols=True,
@@ -179,12 +179,18 @@ class Trainer:
         share = timing["input_s"] / max(timing["train_s"], 1e-9)
         record = {"steps": timing["steps"], "train_s": round(timing["train_s"], 6),
                   "input_s": round(timing["input_s"], 6), "input_share": round(share, 4)}
-        atomic_write_text(os.path.join(self.out, "timing.json"),
+        outdir.write_text(self.out, "timing.json",
                           json.dumps(record, indent=1, sort_keys=True) + "\n")
         logger.info(f"input pipeline: {share:.1%} of {timing['train_s']:.1f} s of training "
                     f"steps spent waiting for batches (reading, tokenizing, collating)")
 
-    def _start(self, optimizer):
+    def _run_log(self, resume_step=0):
+        """The run's logs (runlog.RunLog), their names listed in the run's manifest first."""
+        if self.is_main:
+            outdir.claim(self.out, "train_log.jsonl", "eval_history.jsonl", "vdl")
+        return RunLog(self.out, self.is_main, resume_step=resume_step)
+
+    def _start(self, optimizer, scheduler):
         """→ (trainer state, memory state) at the start: fresh, or restored from the checkpoint
         prepare read for --resume (the optimizer's state too)."""
         run = self.run
@@ -199,8 +205,30 @@ class Trainer:
             if run.train.endless:   # the stream's position beyond the micro-step index
                 run.train.load_state_array(arrays["stream"])
             logger.info(f"resumed from {path}: step {state['step']}, epoch {state['epoch']}")
+            if run.extends is not None:
+                self._extend_schedule(state, scheduler)
         self.state = state
         return state, carry
+
+    def _extend_schedule(self, state, scheduler):
+        """A finished run resumed with max_steps or epochs raised: the LR schedule becomes the
+        one of a run planned for the new total from the start, evaluated at the step reached
+        (the saved scheduler holds the old schedule's end, 0 for a decay to 0). It cannot be
+        faithful to the steps already taken, which followed the old, shorter schedule: said
+        in one log line."""
+        cfg, old, new, step = self.cfg, self.run.extends, self.run.total_steps, state["step"]
+        before = scheduler.last_lr
+        scheduler.step(step)   # last_lr = base lr x the new schedule's factor at `step`
+        state["total_steps"] = new   # what later checkpoints record
+        warmup = cfg.get("warmup_steps") or int(new * cfg["warmup_proportion"])
+        logger.info(f"max_steps / epochs raised: continuing the run that finished at step "
+                    f"{step} to step {new}; the learning rate follows the {cfg.lr_schedule} "
+                    f"schedule of a {new}-step run (warmup {warmup}) from step {step} on, "
+                    f"now {scheduler.last_lr:.3e} (the {old}-step schedule the first {step} "
+                    f"steps followed had reached {before:.3e})")
+        if scheduler.last_lr <= 0 < cfg.learning_rate:   # never train at lr 0 silently
+            logger.warning(f"WARNING the learning rate at step {step} of {new} is 0: the "
+                           "resumed steps will not change the model")
 
     def _report(self, log, bar, epoch, lr, tokens, elapsed, losses, metrics):
         """One optimizer step's record (loss and task scalars over ranks, throughput) into
@@ -346,10 +374,17 @@ class Trainer:
                     self._write_results("eval_results.json", split, step, metrics, predictions)
                     ckpt.save_best(self.out, step, self.model, self._tokenizer_files(),
                                    dict(metrics, step=step, split=split),
-                                   task=task_record(self.run))
+                                   task=task_record(self.run),
+                                   tokenizer_config=self._tokenizer_config())
                 dist.barrier()
         if self.is_main:
             plot_curves(self.out, main)
+
+    def _tokenizer_config(self):
+        """tokenizer_config.json of every saved model (the tokenizer's recorded type), or None
+        without a tokenizer."""
+        saved_config = getattr(self.tokenizer, "saved_config", None)
+        return saved_config() if saved_config else None
 
     def _tokenizer_files(self):
         """Files saved beside every exported model (tokenizer or vocabulary)."""
@@ -363,11 +398,10 @@ class Trainer:
 
     def _write_results(self, name, split, step, metrics, predictions):
         results = self._record(split, step, metrics)
-        atomic_write_text(os.path.join(self.out, name),
-                          json.dumps(results, indent=1, sort_keys=True) + "\n")
+        outdir.write_text(self.out, name, json.dumps(results, indent=1, sort_keys=True) + "\n")
         if predictions is None:   # a stream split: no per-document predictions
             return
-        atomic_write_text(os.path.join(self.out, f"predictions_{split}.jsonl"),
+        outdir.write_text(self.out, f"predictions_{split}.jsonl",
                           "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
 
     def _finish_streamed(self):
@@ -385,8 +419,8 @@ class Trainer:
                    "final_model": os.path.join(self.out, "final")}
         if self.is_main:
             ckpt.save_final(self.out, self.model, self._tokenizer_files(),
-                            task=task_record(self.run))
-            atomic_write_text(os.path.join(self.out, "results.json"),
+                            task=task_record(self.run), tokenizer_config=self._tokenizer_config())
+            outdir.write_text(self.out, "results.json",
                               json.dumps(results, indent=1, sort_keys=True) + "\n")
             plot_curves(self.out, self._main_metric())
         dist.barrier()
@@ -434,7 +468,7 @@ class Trainer:
         {split}_results.json (+ predictions), the first also into eval_results.json → its
         metrics."""
         cfg = self.cfg
-        log = RunLog(self.out, self.is_main)
+        log = self._run_log()
         splits = list(dict.fromkeys(list(cfg.eval_splits) + list(cfg.test_splits)))
         first = None
         for split in splits:
