@@ -8,12 +8,16 @@ numbers, not a MemoryError (or the OOM killer) minutes into a run. The estimate 
     + activations kept for the backward pass, per layer and token, about
       68·H + 10·heads·K bytes (K = T + M keys; Korthikanti et al. 2022's 34·H + 5·heads·K for
       16-bit activations and 1-byte dropout masks, doubled for float32)
-    + the memories carried between segments, L·B·M·H floats.
+    + the memories carried between segments, L·B·M·H floats
+    + 128 KiB per layer for its objects (LAYER_OVERHEAD).
 
-It is refused only when it exceeds the memory available now (host memory on CPU, the device's
-memory on GPU). The parameter count is exact: the model is built under paddle.LazyGuard, which
-creates parameters without allocating them.
+It is refused only when it exceeds the memory available now (host memory on CPU, lowered by a
+cgroup limit and by the process's own RLIMIT_AS / RLIMIT_DATA; the device's memory on GPU).
+The parameter count is exact and takes milliseconds for any size: the model is built under
+paddle.LazyGuard, which creates parameters without allocating them, with one and two layers
+only (parameter_count).
 """
+import math
 import os
 from typing import Callable, Optional
 
@@ -54,6 +58,42 @@ def _cgroup_available() -> Optional[int]:
     return None
 
 
+def _status_bytes(field: str) -> Optional[int]:
+    """A `VmSize:`-style field of /proc/self/status in bytes, or None."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _rlimit_available() -> Optional[int]:
+    """What this process's own limits leave (`ulimit -v`, `prlimit --as`, a batch system's
+    RLIMIT_DATA): the soft RLIMIT_AS less the address space mapped now (VmSize), and the
+    soft RLIMIT_DATA less the data segment now (VmData); None when neither is set. Past
+    them an allocation fails however much memory the machine has free."""
+    try:
+        import resource
+    except ImportError:   # not on a POSIX system
+        return None
+    values = []
+    for name, field in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            soft = resource.getrlimit(which)[0]
+        except (OSError, ValueError):
+            continue
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        values.append(max(0, soft - (_status_bytes(field) or 0)))
+    return min(values) if values else None
+
+
 def current_device() -> str:
     """"gpu" when paddle places new tensors on a GPU, else "cpu"."""
     import paddle
@@ -62,7 +102,8 @@ def current_device() -> str:
 
 def available_memory(device: Optional[str] = None) -> Optional[int]:
     """Bytes this process can still allocate on `device` ("cpu" or "gpu"; None: paddle's
-    current device), or None when unknown. CPU: MemAvailable, lowered by a cgroup limit. GPU:
+    current device), or None when unknown. CPU: MemAvailable, lowered by a cgroup limit and
+    by the process's RLIMIT_AS / RLIMIT_DATA (what they leave beyond its mappings now). GPU:
     the device's total memory (paddle reserves and caches as it goes, so what is free now
     says little)."""
     device = device or current_device()
@@ -72,18 +113,31 @@ def available_memory(device: Optional[str] = None) -> Optional[int]:
             return int(paddle.device.cuda.get_device_properties(0).total_memory)
         except Exception:   # no CUDA build or no device: nothing to say  # noqa: BLE001
             return None
-    values = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
+    values = [v for v in (_meminfo_available(), _cgroup_available(), _rlimit_available())
+              if v is not None]
     return min(values) if values else None
 
 
-def parameter_count(build: Callable[[], object]) -> int:
-    """Parameters of the layer `build()` returns, built under paddle.LazyGuard so that no
-    parameter memory is allocated (exact, and instant even for absurd sizes)."""
-    import numpy as np
+def parameter_count(build: Callable[[int], object], layers: int) -> int:
+    """Parameters of the model `build(layers)` returns (`build(n)`: the same model with n
+    Transformer layers), exact and in milliseconds whatever its size. No parameter memory is
+    allocated (the model is built under paddle.LazyGuard), and only the models of one and two
+    layers are built: every further layer adds what the second one added, since the layers
+    are alike and tensors stacked per layer (untied biases [L, heads, d_head]) grow by one
+    slice per layer. Building all the layers, even lazily, takes minutes for a mistyped
+    num_hidden_layers of 100000."""
     import paddle
-    with paddle.LazyGuard():
-        layer = build()
-    return sum(int(np.prod(p.shape)) for p in layer.parameters())
+
+    def count(n: int) -> int:
+        with paddle.LazyGuard():
+            layer = build(n)
+        # Python integers: numpy's int64 product wraps around for absurd shapes
+        return sum(math.prod(int(d) for d in p.shape) for p in layer.parameters())
+
+    if layers <= 2:
+        return count(layers)
+    one, two = count(1), count(2)
+    return one + (layers - 1) * (two - one)
 
 
 def activation_bytes(layers: int, rows: int, tokens: int, keys: int, hidden: int,
@@ -113,9 +167,18 @@ def check_fits(parts: dict, what: str, device: Optional[str] = None,
     return total
 
 
+# What a layer costs beyond its tensors' data: its Python objects, each parameter's tensor and
+# allocator block. Measured at about 150 KiB for a dygraph layer of hidden size 16 (paddle
+# 3.3, 400 layers); counted low, so that no real model is refused for it. It is what makes a
+# mistyped num_hidden_layers of 10**6 with a tiny hidden size (weights of a few GiB, and
+# hours of building) one line instead of a MemoryError an hour later.
+LAYER_OVERHEAD = 128 << 10
+
+
 def training_parts(params: int, layers: int, rows: int, tokens: int, memory_len: int,
                    hidden: int, heads: int, training: bool = True) -> dict:
-    """The estimate of the module docstring, by part ({label: bytes})."""
+    """The estimate of the module docstring, by part ({label: bytes}), with LAYER_OVERHEAD
+    per layer."""
     weights = 4 * params
     parts = {"weights": weights}
     if training:
@@ -126,4 +189,5 @@ def training_parts(params: int, layers: int, rows: int, tokens: int, memory_len:
         parts["activations"] = activation_bytes(1, rows, tokens, tokens + memory_len, hidden,
                                                 heads)
     parts["memories"] = 4 * layers * rows * memory_len * hidden
+    parts["layer objects"] = LAYER_OVERHEAD * layers
     return parts

@@ -30,15 +30,18 @@ def _named(error: OSError, path: str) -> OSError:
 
 
 @contextlib.contextmanager
-def atomic_path(path):
-    """Yield a temporary path next to `path`; move it into place only if the block succeeds.
-    An OSError without a file name (a write cut short by a full disk) or naming the temporary
-    file is raised again naming `path`, the file the caller meant to write."""
+def atomic_path(path, tmp_dir=None):
+    """Yield a temporary path next to `path` (or in `tmp_dir`, a folder on the same
+    filesystem); move it into place only if the block succeeds. An OSError without a file
+    name (a write cut short by a full disk) or naming the temporary file is raised again
+    naming `path`, the file the caller meant to write."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
+        # the name's head only: a name near the length limit must not make this one too long
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path)[:64] + ".",
+                                   dir=tmp_dir or directory)
     except OSError as e:
         raise _named(e, path) from None
     os.close(fd)
@@ -150,13 +153,18 @@ def read_utf8(path, error=ValueError, what: str = "file"):
 
 def read_json(path, error=ValueError):
     """Parse a JSON file; a bad file raises `error` naming the file (and line)."""
-    text = read_utf8(path, error)
+    return parse_json(read_utf8(path, error), os.fspath(path), error)
+
+
+def parse_json(text: str, where: str, error=ValueError):
+    """`text` (the content of the file `where`) parsed as JSON; invalid or too deeply nested
+    JSON raises `error` naming `where` (and the line)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise error(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
+        raise error(f"{where}:{e.lineno}: invalid JSON ({e.msg})") from None
     except RecursionError:   # "[[[[..." thousands deep: no config or sidecar is like that
-        raise error(f"{os.fspath(path)}: JSON nested too deeply") from None
+        raise error(f"{where}: JSON nested too deeply") from None
 
 
 def dtype_name(dtype) -> str:
@@ -173,9 +181,44 @@ def short_list(items, limit: int = 5, sep: str = ", ") -> str:
     return shown + (f"{sep}... ({len(items)} in all)" if len(items) > limit else "")
 
 
-def set_paddle_threads(threads):
+def clip(text: str, limit: int = 200) -> str:
+    """`text` for an error line: at most about `limit` characters, its start and end kept
+    around what was cut (a value quoted from a file or the command line can be megabytes)."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[:limit - tail]}...({len(text) - limit} characters)...{text[-tail:]}"
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_problem(threads) -> Optional[str]:
+    """Why `threads` cannot be the number of CPU math threads, or None (0: the library's
+    default). More threads than the CPUs this process may use are refused: paddle's OpenMP
+    aborts the whole process (signal 6) when it cannot start them."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        return f"must be a non-negative integer, got {clip(repr(threads))}"
+    cpus = available_cpus()
+    if threads > cpus:
+        return f"{threads} exceeds the {cpus} CPUs this process may use"
+    return None
+
+
+def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueError) -> None:
     """CPU math threads for paddle (set OMP_NUM_THREADS before importing paddle as well for
-    the OpenMP parts)."""
+    the OpenMP parts). `error` (the caller's one-line error class) naming `what` (the key or
+    option that gave them) for a count threads_problem refuses, before paddle's OpenMP sees
+    it (too many threads abort the process)."""
+    problem = threads_problem(threads)
+    if problem:
+        raise error(f"{what}: {problem}")
     import paddle
     setter = getattr(paddle, "set_num_threads", None)
     if setter is None:  # 2.6.2 and 3.3.1 have it only in the core module
@@ -393,5 +436,6 @@ def exit_on_user_error(error: BaseException, expected: tuple, debug: bool,
         if message is None:
             return
         quiet_failed_closes()
-    print(f"error: {message}", file=sys.stderr)
+    # bounded: a message that quotes a value from a file whole must not be megabytes
+    print(f"error: {clip(message, 1000)}", file=sys.stderr)
     sys.exit(status)

@@ -117,14 +117,17 @@ def parse_model_overrides(p: argparse.ArgumentParser, text: Optional[str]) -> Di
     if text is None:
         return {}
     import yaml
+
+    from ernie_doc.training.run_config import parse_yaml
+    from ernie_doc.utils import clip
     try:
-        value = yaml.safe_load(text)
+        value = parse_yaml(text)
     except yaml.YAMLError as e:
-        p.error(f"--model-overrides: not JSON or YAML ({str(e).splitlines()[0]})")
+        p.error(f"--model-overrides: not JSON or YAML ({clip(str(e).splitlines()[0])})")
     if value is None:
         return {}
     if not isinstance(value, dict):
-        p.error(f"--model-overrides: expected a mapping, got {text!r}")
+        p.error(f"--model-overrides: expected a mapping, got {clip(repr(text))}")
     if "memory_len" in value:
         p.error("--model-overrides: memory_len is --memory-len")
     from paddlenlp.transformers import ErnieDocModel
@@ -174,7 +177,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--data {args.data}: not UTF-8 text ({e.reason} at byte {e.start})")
     except ValueError as e:
         p.error(str(e))
-    check_output(p, args)
+    check_output(p, args, [args.data, args.tokenizer, args.paddlenlp_dir])
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:

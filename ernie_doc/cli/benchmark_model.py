@@ -120,6 +120,11 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.memory_len < 0 or args.warmup < 0 or (args.threads is not None and args.threads < 1):
         p.error("--memory-len and --warmup must be >= 0, --threads >= 1")
+    # before paddle is imported: more OpenMP threads than CPUs abort the process
+    from ernie_doc.utils import threads_problem
+    problem = None if args.threads is None else threads_problem(args.threads)
+    if problem:
+        p.error(f"--threads {problem}")
     if any(n < 1 for n in args.stream_lengths):
         p.error("--stream-lengths must be positive")
     check_output(p, args)
@@ -175,6 +180,34 @@ def build_config(args: argparse.Namespace) -> "ErnieDocConfig":
         raise ConfigError(f"--seq-len {args.seq_len} > max_position_embeddings "
                           f"{config.max_position_embeddings} of {args.preset}")
     return config
+
+
+def check_memory(config: "ErnieDocConfig", args: argparse.Namespace) -> None:
+    """Refuse (ConfigError naming the options) a benchmark whose memory estimate
+    (ernie_doc.resources) exceeds what this machine has, before any tensor is made. The
+    throughput rounds: forward + backward of --batch-size rows, with our model and
+    PaddleNLP's copy of its weights (counted as training's weights, gradients and Adam
+    moments: four copies of the weights). The stream: --stream-batch-size rows, no
+    gradients, beside the whole document's ids and mask (12 bytes a token)."""
+    from ernie_doc import ErnieDocModel, resources
+    c = config
+    params = resources.parameter_count(
+        lambda n: ErnieDocModel(c.replace(num_hidden_layers=n)), c.num_hidden_layers)
+    where = f"--preset {args.preset} ({params:,} parameters)"
+
+    def parts(rows: int, training: bool) -> dict:
+        return resources.training_parts(params, c.num_hidden_layers, rows, args.seq_len,
+                                        args.memory_len, c.hidden_size,
+                                        c.num_attention_heads, training=training)
+    resources.check_fits(parts(args.batch_size, True),
+                         f"{where}, --batch-size {args.batch_size}, --seq-len {args.seq_len}, "
+                         f"--memory-len {args.memory_len}", "cpu")
+    if args.stream_lengths:
+        longest = max(math.ceil(n / args.seq_len) * args.seq_len for n in args.stream_lengths)
+        stream = parts(args.stream_batch_size, False)
+        stream["document"] = 12 * args.stream_batch_size * longest
+        resources.check_fits(stream, f"{where}, --stream-batch-size {args.stream_batch_size}, "
+                                     f"--stream-lengths up to {longest}", "cpu")
 
 
 def build_ours(config: "ErnieDocConfig", seed: int) -> "ErnieDocModel":
@@ -559,6 +592,7 @@ def run(args: argparse.Namespace) -> int:
     from ernie_doc.config import ConfigError
     try:
         config = build_config(args)
+        check_memory(config, args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -106,7 +106,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         if key in ("max_steps", "output_dir"):
             p.error(f"--set {key}: the benchmark sets it (use {opt['pretrain_steps']})")
     args.pretrain_nproc = list(dict.fromkeys(args.pretrain_nproc))  # each N once, in order
-    check_output(p, args)
+    check_output(p, args, [args.pretrain_config])
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -190,8 +190,7 @@ def worker_log_tail(log_dir: str, launcher_log: str, lines: int = 25) -> Tuple[s
 
 def run_pretraining(args: argparse.Namespace, nproc: int) -> Dict[str, Any]:
     """One tools/pretrain.py run with `nproc` processes → its throughput dict."""
-    import yaml
-
+    from ernie_doc.training.run_config import parse_yaml
     from ernie_doc.training.runlog import read_jsonl
     work = tempfile.mkdtemp(prefix=f"ernie-doc-bench-pretrain-n{nproc}-")
     cmd, env, log_dir, threads = pretrain_command(args, nproc, work)
@@ -217,7 +216,7 @@ def run_pretraining(args: argparse.Namespace, nproc: int) -> Dict[str, Any]:
         raise PretrainRunError(f"pretraining with N={nproc} process(es) failed ({why}; logs "
                                f"kept in {work}); the tail of {name}:\n{tail}")
     with open(os.path.join(out, "run_config.yaml"), encoding="utf-8") as f:
-        run_config = yaml.safe_load(f)
+        run_config = parse_yaml(f)
     with open(os.path.join(out, "timing.json"), encoding="utf-8") as f:
         timing = json.load(f)   # rank 0's share of step time spent waiting for batches
     shutil.rmtree(work, ignore_errors=True)

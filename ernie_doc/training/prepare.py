@@ -35,7 +35,7 @@ from ernie_doc.training.run_config import TrainConfig, missing_key
 from ernie_doc.training.runlog import logger, setup_logging
 from ernie_doc.training.splits import DocumentSplit, Split
 from ernie_doc.training.tasks import Task, build_task
-from ernie_doc.utils import atomic_write_text, flush_denormals
+from ernie_doc.utils import flush_denormals
 
 RUN_CONFIG = "run_config.yaml"
 
@@ -55,6 +55,7 @@ class PreparedRun:
     total_steps: Optional[int] = None   # optimizer steps of the whole run (None: eval_only)
     resume: bool = False
     resumed: Optional[tuple] = None   # (path, trainer state, arrays, optimizer state)
+    extends: Optional[int] = None   # --resume of a finished run: its total_steps then
     tokenizer: object = None
     special: Dict[str, int] = field(default_factory=dict)   # cls / sep / pad ids (documents)
     device: str = "cpu"
@@ -62,6 +63,9 @@ class PreparedRun:
     rank: int = 0
     world: int = 1
     summary: List[str] = field(default_factory=list)
+    # rows read at once without gradients (predict's batch size): what the memory estimate
+    # counts for eval_only; None: eval_batch_size, else batch_size
+    eval_rows: Optional[int] = None
 
     @property
     def is_main(self) -> bool:
@@ -98,7 +102,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
                           f"does not run with {world} data-parallel ranks yet")
     if cfg.threads:
         from ernie_doc.utils import set_paddle_threads
-        set_paddle_threads(cfg.threads)
+        set_paddle_threads(cfg.threads, f"{cfg.source}: threads", ConfigError)
     # before any compute: a saturating loss's denormal gradients slow a CPU step several-fold
     flush_denormals(cfg.flush_denormals)
     outdir.check_output_dir(cfg.output_dir, input_paths(cfg), resume=resume,
@@ -412,16 +416,35 @@ def vocabulary_overrides(run: PreparedRun, special: Dict[str, int]) -> Dict[str,
 def check_memory(run: PreparedRun, build, layers: int, hidden: int, heads: int, tokens: int,
                  memory_len: int) -> None:
     """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds
-    what this device has, before the model is built: `build()` makes the model, here
-    under paddle.LazyGuard, which allocates nothing."""
+    what this device has, before the model is built: `build(n)` makes the model with n
+    layers, for resources.parameter_count (under paddle.LazyGuard, which allocates nothing).
+    An eval_only run (and predict) counts no gradients and rows of eval_batch_size; a
+    training run's evaluations, eval_batch_size rows beside the training state."""
     from ernie_doc import resources
     cfg = run.cfg
-    rows = (cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only else cfg.batch_size
-    params = resources.parameter_count(build)
+    rows = ((run.eval_rows or cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only
+            else cfg.batch_size)
+    params = resources.parameter_count(build, layers)
     parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
                                      heads, training=not cfg.eval_only)
     resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, batch_size {rows}, "
                                 f"{tokens} tokens per row", run.device)
+    if not cfg.eval_only and (cfg.eval_batch_size or 0) > rows:
+        parts = resources.training_parts(params, layers, cfg.eval_batch_size, tokens,
+                                         memory_len, hidden, heads, training=False)
+        parts["gradients + Adam moments"] = 3 * parts["weights"]   # kept while evaluating
+        resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, eval_batch_size "
+                                    f"{cfg.eval_batch_size}, {tokens} tokens per row",
+                             run.device)
+
+
+def check_head_memory(run: PreparedRun, config: ErnieDocConfig) -> None:
+    """check_memory for the task's ERNIE-Doc head over `config` (its encoder's layers)."""
+    head, task = run.task.head_class, run.task
+    memory = 0 if config.recurrence == "none" else config.memory_len
+    check_memory(run, lambda n: head(config.replace(num_hidden_layers=n), **task.model_kwargs()),
+                 config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+                 run.cfg.max_seq_len, memory)
 
 
 def checkpoint_config(cfg: TrainConfig, overrides) -> Optional[ErnieDocConfig]:
@@ -452,16 +475,18 @@ def build_model(run: PreparedRun, special: Dict[str, int]) -> paddle.nn.Layer:
         keys = "init_checkpoint" if cfg.init_checkpoint else f"model {cfg.model!r}"
         raise ConfigError(f"{cfg.source}: {keys} with model_overrides: {e}") from None
     if config is not None:
-        memory = 0 if config.recurrence == "none" else config.memory_len
-        check_memory(run, lambda: head(config, **task.model_kwargs()),
-                     config.num_hidden_layers, config.hidden_size,
-                     config.num_attention_heads, cfg.max_seq_len, memory)
+        check_head_memory(run, config)
     paddle.seed(cfg.seed)   # the same initial weights on every rank
     if cfg.init_checkpoint:
         model = head.from_pretrained(cfg.init_checkpoint, **task.model_kwargs(),
                                      allow_partial=cfg.allow_partial_checkpoint,
                                      **overrides)
-        logger.info(model.load_report.summary())
+        # the loader logged the report's first line itself (ernie_doc.checkpoint); a run's
+        # own log (setup_logging: console and train.log) repeats it, a log that reaches the
+        # same place as the loader's (predict's notes) only adds the rest
+        lines = model.load_report.summary().splitlines()
+        for line in lines if logger.handlers else lines[1:]:
+            logger.info(line)
         missing = model.load_report.missing
         if cfg.eval_only and missing:   # a fresh head's predictions would be noise
             raise ConfigError(f"{cfg.source}: eval_only: {cfg.init_checkpoint} lacks "
@@ -488,7 +513,9 @@ def read_resume_state(run: PreparedRun) -> tuple:
     if path is None:
         raise ConfigError(f"--resume {run.out}: no checkpoint saved yet")
     state, arrays, optimizer_state = ckpt.read_training_state(path, run.model)
-    if state["total_steps"] != run.total_steps:
+    if state["step"] >= state["total_steps"]:   # its last checkpoint is at its last step
+        run.extends = check_extension(run, state)
+    elif state["total_steps"] != run.total_steps:
         raise ConfigError(f"--resume {run.out}: the data or config changed "
                           f"({state['total_steps']} steps then, {run.total_steps} now)")
     if run.is_main:
@@ -496,23 +523,53 @@ def read_resume_state(run: PreparedRun) -> tuple:
     return path, state, arrays, optimizer_state
 
 
+LIMITS = ("max_steps", "epochs")   # what --resume may raise to continue a finished run
+
+
+def check_extension(run: PreparedRun, state: dict) -> int:
+    """--resume of a run that finished (trainer state at its last step): allowed only when
+    --set raised max_steps or epochs (run_config.yaml holds the values it ran with) so that
+    it has steps left; else ConfigError naming the keys → its total_steps then."""
+    from ernie_doc.training.run_config import load_yaml
+    cfg, step = run.cfg, state["step"]
+    saved = load_yaml(os.path.join(run.out, RUN_CONFIG))
+    changed = [k for k in LIMITS if k in saved and saved[k] != cfg[k]]
+    if changed and run.total_steps > step:
+        return state["total_steps"]
+    if run.train.endless:
+        raise ConfigError(f"--resume {run.out}: the run finished at step {step} (max_steps "
+                          f"{cfg.max_steps}): raise max_steps to continue (--set "
+                          "max_steps=N)")
+    limit = f"max_steps {cfg.max_steps}" if cfg.max_steps and run.total_steps == \
+        cfg.max_steps else f"epochs {cfg.epochs}"
+    raise ConfigError(f"--resume {run.out}: the run finished at step {step} ({limit}): "
+                      "raise max_steps or epochs to continue (--set max_steps=N or epochs=N)")
+
+
 def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
-    """OUTPUT_DIR with run_config.yaml (and a freshly trained tokenizer); with
-    overwrite_output_dir, a previous run's files (only the names a run writes) go first."""
+    """OUTPUT_DIR with its manifest (training.outdir: every entry listed before it is
+    created), run_config.yaml and a freshly trained tokenizer; with overwrite_output_dir, the
+    entries a previous run's manifest lists go first (nothing else). A resumed run that
+    raised max_steps or epochs records them in run_config.yaml."""
     if run.is_main:
         if not run.resume:
             removed = outdir.clear_previous_run(run.out)
             if removed:
                 logger.info(f"overwrite_output_dir: removed the previous run in {run.out} "
                             f"({', '.join(removed)})")
-        os.makedirs(run.out, exist_ok=True)
+        outdir.open_run(run.out)
         if spm_dir:
+            outdir.claim(run.out, "tokenizer")
             os.makedirs(os.path.join(run.out, "tokenizer"), exist_ok=True)
             dst = os.path.join(run.out, "tokenizer", "spm.model")
             shutil.copy2(os.path.join(spm_dir, "spm.model"), dst)
             run.tokenizer.source_files = [dst]
+        from ernie_doc.training.run_config import dump_yaml, load_yaml
         if not run.resume:
-            import yaml
-            atomic_write_text(os.path.join(run.out, RUN_CONFIG),
-                              yaml.safe_dump(dict(run.given), sort_keys=False))
+            outdir.write_text(run.out, RUN_CONFIG, dump_yaml(dict(run.given)))
+        elif run.extends is not None:
+            values = load_yaml(os.path.join(run.out, RUN_CONFIG))
+            values.update({k: run.given[k] for k in LIMITS})
+            outdir.write_text(run.out, RUN_CONFIG, dump_yaml(values))
+        outdir.claim(run.out, "train.log")   # setup_logging opens it next
     dist.barrier()

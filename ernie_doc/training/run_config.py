@@ -8,16 +8,18 @@ reader) are free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
 import copy
 import math
 import os
+from typing import Any, TextIO, Union
 
 import yaml
 
 from ernie_doc.config import ConfigError
 from ernie_doc.training.amp import check_amp_value
+from ernie_doc.utils import clip, threads_problem
 
 DEFAULTS = {
     # what to run
     "task": None,                 # tasks/<task>/reader.py
-    "kind": "classification",     # ernie_doc.training.tasks.TASK_KINDS, or "module:Class"
+    "kind": "classification",     # a registered kind name (ernie_doc.auto.kind_names)
     "data_dir": "",
     "output_dir": "",
     "overwrite_output_dir": False,  # replace a previous run in output_dir
@@ -145,9 +147,36 @@ def _key_lines(path):
     return lines
 
 
+MAX_YAML_DEPTH = 100
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key given twice in one mapping is an error (PyYAML keeps
-    the last one silently, so a duplicated key would hide the value the user meant)."""
+    """yaml.safe_load (plain data, no tags that build objects), except that these are errors
+    at their file:line:
+    - a key given twice in one mapping (PyYAML keeps the last one silently, so a duplicated
+      key would hide the value the user meant);
+    - an anchor or alias (`&name`, `*name`, and the `<<` merges built on them): an alias
+      repeats a value without repeating its text, so a few hundred bytes can stand for
+      gigabytes once printed or copied (the "billion laughs"), and a config needs none;
+    - nesting deeper than MAX_YAML_DEPTH (PyYAML recurses per level: a RecursionError)."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            raise yaml.composer.ComposerError(
+                None, None, f"{sign}{clip(anchor, 40)}: anchors and aliases are not read "
+                            f"(write the value out)", event.start_mark)
+        self.depth = getattr(self, "depth", 0) + 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                    event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -159,10 +188,30 @@ class _StrictLoader(yaml.SafeLoader):
                 break
             if first is not None:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {first})",
+                    None, None, f"duplicate key {clip(repr(key), 80)} (first on line {first})",
                     key_node.start_mark)
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """yaml.safe_dump, except that a value met twice is written out twice, not as an alias
+    (which parse_yaml would refuse when the file is read back)."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def parse_yaml(stream: Union[str, TextIO]) -> Any:
+    """YAML text (or a text stream) → its value, read by _StrictLoader: every YAML the package
+    reads goes through here. yaml.YAMLError for what it refuses, with problem_mark at the
+    place."""
+    return yaml.load(stream, Loader=_StrictLoader)
+
+
+def dump_yaml(values) -> str:
+    """`values` as YAML text that parse_yaml reads back (keys in their order, no aliases)."""
+    return yaml.dump(values, Dumper=_PlainDumper, sort_keys=False)
 
 
 def load_yaml(path):
@@ -172,31 +221,33 @@ def load_yaml(path):
         raise ConfigError(problem)
     try:
         with open(path, encoding="utf-8") as f:
-            values = yaml.load(f, Loader=_StrictLoader) or {}
+            values = parse_yaml(f) or {}
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{line}: invalid YAML ({getattr(e, 'problem', e)})") from None
+        raise ConfigError(f"{path}{line}: invalid YAML ({clip(getattr(e, 'problem', e))})") \
+            from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of keys to values")
     lines = _key_lines(path)
     for key in values:
         if key not in DEFAULTS:
-            raise ConfigError(f"{path}:{lines.get(key, '?')}: unknown key {key!r}")
+            raise ConfigError(f"{path}:{lines.get(key, '?')}: unknown key {clip(repr(key))}")
     return values
 
 
 def parse_override(text):
     """'a.b=value' → (['a', 'b'], value parsed as YAML)."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected key=value")
+        raise ConfigError(f"override {clip(repr(text))}: expected key=value")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else ""
-    except yaml.constructor.ConstructorError as e:   # e.g. a key given twice
-        raise ConfigError(f"override {text!r}: {e.problem}") from None
+        value = parse_yaml(raw) if raw.strip() else ""
+    except (yaml.constructor.ConstructorError, yaml.composer.ComposerError) as e:
+        # what _StrictLoader refuses (a key given twice, an alias ...), not a plain string
+        raise ConfigError(f"override {clip(repr(text))}: {e.problem}") from None
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
@@ -205,24 +256,16 @@ def parse_override(text):
 def apply_override(values, text):
     path, value = parse_override(text)
     if path[0] not in DEFAULTS:
-        raise ConfigError(f"override {text!r}: unknown key {path[0]!r}")
+        raise ConfigError(f"override {clip(repr(text))}: unknown key {clip(repr(path[0]))}")
     if len(path) > 1:
         if path[0] not in FREE_DICTS:
-            raise ConfigError(f"override {text!r}: {path[0]!r} is not a mapping")
+            raise ConfigError(f"override {clip(repr(text))}: {path[0]!r} is not a mapping")
         target = values.setdefault(path[0], {})
         for part in path[1:-1]:
             target = target.setdefault(part, {})
         target[path[-1]] = value
     else:
         values[path[0]] = value
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):   # not on Linux
-        return os.cpu_count() or 1
 
 
 def load_config(path=None, overrides=()) -> TrainConfig:
@@ -236,7 +279,7 @@ def config_from_values(given: dict, source: str, overrides=()) -> TrainConfig:
     values = copy.deepcopy(DEFAULTS)
     for key, value in given.items():
         if key not in DEFAULTS:   # load_yaml checked a file's keys; a mapping's are checked here
-            raise ConfigError(f"{source}: unknown key {key!r}")
+            raise ConfigError(f"{source}: unknown key {clip(repr(key))}")
         values[key] = copy.deepcopy(value)
     for text in overrides:
         apply_override(values, text)
@@ -249,15 +292,19 @@ def config_from_values(given: dict, source: str, overrides=()) -> TrainConfig:
 def validate(cfg):
     where = cfg.source
 
-    def fail(key, message):
-        raise ConfigError(f"{where}: {key}: {message}")
+    def fail(key, message):   # the message quotes the value given: at most a few lines' worth
+        raise ConfigError(f"{where}: {clip(key)}: {clip(message, 300)}")
 
     if not cfg.task:
         raise missing_key(cfg, "task", "the name of a folder in tasks/")
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
         fail("task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
-    if not isinstance(cfg.kind, str) or not cfg.kind:
-        fail("kind", f"must be a task kind name or 'module:Class', got {cfg.kind!r}")
+    # the closed registry of kinds: a name is looked up, never imported
+    from ernie_doc.auto import kind_name
+    try:
+        cfg["kind"] = kind_name(cfg.kind)   # an earlier version's "module:Class" → its name
+    except ValueError as e:
+        fail("kind", str(e))
     for key in ("output_dir", "model", "init_checkpoint", "tokenizer"):
         if not isinstance(cfg[key], str):
             fail(key, f"must be a string (a name or a path), got {cfg[key]!r}")
@@ -269,6 +316,11 @@ def validate(cfg):
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
             fail(key, f"{cfg[key]!r} is not one of {list(choices)}")
+    if cfg.device == "gpu":
+        from ernie_doc.training.distributed import gpu_problem
+        problem = gpu_problem()
+        if problem:
+            fail("device", f"gpu: {problem}")
     for key in ("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
                 "tokenizer_vocab_size"):
         if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
@@ -296,9 +348,9 @@ def validate(cfg):
     seed = cfg.seed
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
         fail("seed", f"must be an integer in [0, 2^32), got {seed!r}")
-    cpus = available_cpus()
-    if cfg.threads > cpus:
-        fail("threads", f"{cfg.threads} exceeds the {cpus} CPUs this process may use")
+    threads = threads_problem(cfg.threads)
+    if threads:
+        fail("threads", threads)
     if cfg.max_doc_tokens and cfg.kind == "language_model":
         fail("max_doc_tokens", "does not apply to language_model (it reads token streams)")
     for key in ("stride", "eval_batch_size"):

@@ -1,0 +1,300 @@
+"""Every size is bounded before it is used: batch sizes, threads, layer counts and memory
+lengths from the command line, `--set`, a saved model's task.json or the Python API are
+checked against the memory estimate (ernie_doc.resources) before anything is allocated, the
+estimate decides in milliseconds whatever the size, and YAML cannot expand (no anchors or
+aliases). Error lines quote at most a bounded part of a value.
+
+Each command runs under an address-space limit (3 GiB above what the process holds) and an
+alarm: on code without the bounds it dies of a MemoryError or the alarm, a clean test failure
+rather than a machine out of memory or a hung run. They run in-process (main(argv), stderr
+through capsys), except --threads, whose OpenMP abort (signal 6) would take pytest with it:
+that one runs in a subprocess. The models are tiny, written directly (weights and task.json,
+no training run) once per module."""
+import contextlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import ROOT, tiny_config
+
+from ernie_doc.config import ConfigError
+from ernie_doc.pipeline import Pipeline, PipelineError, pipeline
+
+HEADROOM = 3 << 30   # bytes of address space a command may add to what the process holds
+SECONDS = 30         # far above a decision (milliseconds; ~2 s with a subprocess's imports)
+HUGE = 10 ** 9
+
+
+def address_space() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+
+
+@contextlib.contextmanager
+def bounded(seconds: int = SECONDS):
+    """The block runs with HEADROOM more address space than the process holds and must end
+    within `seconds` (TimeoutError otherwise); the limits are restored after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = address_space() + HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+
+    def alarm(signum, frame):
+        raise TimeoutError(f"no decision in {seconds} s")
+    previous = signal.signal(signal.SIGALRM, alarm)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def refused(capsys, tool, *args, parts=()):
+    """`ernie-doc TOOL ARGS` in-process, bounded: exit status 2 with exactly one `error:`
+    line on stderr holding every part → that line."""
+    import importlib
+    main = importlib.import_module(f"ernie_doc.cli.{tool.replace('-', '_')}").main
+    capsys.readouterr()
+    with bounded():
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), (code, err[-5:])
+    for part in parts:
+        assert part in err[0], (part, err[0])
+    return err[0]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A tiny classification model of longdep (pre-tokenized ids: no tokenizer files), a
+    language model, and one input document → {name: path}."""
+    from ernie_doc import ErnieDocForSequenceClassification
+    from ernie_doc.lm.data import Vocabulary
+    from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM
+    root = tmp_path_factory.mktemp("bounds")
+    classifier = root / "classifier"
+    ErnieDocForSequenceClassification(tiny_config(), num_labels=2).save_pretrained(
+        str(classifier))
+    (classifier / "task.json").write_text(json.dumps({
+        "format": 1, "task": "longdep", "kind": "classification", "labels": ["0", "1"],
+        "config": {"task": "longdep", "kind": "classification", "max_seq_len": 16,
+                   "stride": 12, "batch_size": 2}}))
+    lm = root / "lm"
+    words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(30)]
+    TransformerXLLM(TransformerXLConfig(
+        n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, vocab_size=len(words),
+        cutoffs=[], tgt_len=8, mem_len=8)).save_pretrained(str(lm))
+    Vocabulary(words).save(lm / "vocab.txt")
+    (lm / "task.json").write_text(json.dumps({
+        "format": 1, "task": "wikitext103", "kind": "language_model", "labels": [],
+        "config": {"task": "wikitext103", "kind": "language_model", "max_steps": 1,
+                   "batch_size": 2, "eval_splits": ["valid"],
+                   "task_options": {"eval_mem_len": HUGE}}}))
+    document = root / "in.jsonl"
+    document.write_text(json.dumps({"id": "a", "ids": [5, 6, 7, 8, 9, 10]}) + "\n")
+    return {"classifier": classifier, "lm": lm, "input": document, "root": root}
+
+
+# -- the estimate: exact, and fast whatever the size ------------------------------------------
+def test_parameter_count_is_exact_for_any_layer_count():
+    """resources.parameter_count builds one and two layers and extrapolates: it equals the
+    real model's count for heads with per-layer and shared relative biases, and for the
+    language model with untied biases."""
+    import paddle
+
+    from ernie_doc import (ErnieDocForQuestionAnswering, ErnieDocForSequenceClassification,
+                           ErnieDocModel, resources)
+    from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM
+
+    def real(model):
+        return sum(int(np.prod(p.shape)) for p in model.parameters())
+
+    paddle.seed(0)
+    for layers, sharing in ((3, False), (5, True)):
+        config = tiny_config(num_hidden_layers=layers, rel_pos_params_sharing=sharing)
+        for head, kwargs in ((ErnieDocModel, {}), (ErnieDocForSequenceClassification,
+                                                   {"num_labels": 3}),
+                             (ErnieDocForQuestionAnswering, {})):
+            count = resources.parameter_count(
+                lambda n: head(config.replace(num_hidden_layers=n), **kwargs), layers)
+            assert count == real(head(config, **kwargs)), (head.__name__, layers, sharing)
+    for untie in (False, True):
+        lm = TransformerXLConfig(n_layer=4, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                 vocab_size=40, cutoffs=[20], div_val=2, untie_r=untie)
+        count = resources.parameter_count(
+            lambda n: TransformerXLLM(TransformerXLConfig(**dict(lm.to_dict(), n_layer=n))), 4)
+        assert count == real(TransformerXLLM(lm)), untie
+
+
+def test_the_estimate_decides_in_well_under_a_second():
+    """num_hidden_layers 100000 (a model of 1.2 billion parameters whose weights alone would
+    fit): the count and the refusal take milliseconds, not the minutes building 100000 layers
+    lazily took."""
+    from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
+    config = ErnieDocConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=100_000)
+    start = time.perf_counter()
+    params = resources.parameter_count(lambda n: ErnieDocForSequenceClassification(
+        config.replace(num_hidden_layers=n)), config.num_hidden_layers)
+    parts = resources.training_parts(params, config.num_hidden_layers, 16, 512, 128, 32, 2)
+    with pytest.raises(ConfigError, match="needs about"):
+        resources.check_fits(parts, "x", available=8 << 30)
+    assert time.perf_counter() - start < 1.0
+    per_layer = 12 * 32 * 32 + 13 * 32 + 3 * 2 * 16   # matrices, biases + norms, r_* biases
+    assert params > 100_000 * per_layer
+
+
+TINY_RUN = ["task=longdep", "progress=false", "max_seq_len=16",
+            "reader={num_docs: {train: 8, dev: 4}, segment_tokens: 14}",
+            "model_overrides={hidden_size: 16, num_attention_heads: 2, "
+            "max_position_embeddings: 16}"]
+
+
+@pytest.mark.parametrize("given, parts", [
+    ("model_overrides.num_hidden_layers=100000", ("387,203,522 parameters", "batch_size 16")),
+    (f"eval_batch_size={HUGE}", ("parameters, eval_batch_size 1000000000", "activations")),
+], ids=["layers", "eval_batch_size"])
+def test_set_sizes_are_refused_before_the_run(capsys, tmp_path, given, parts):
+    """A 100000-layer model (built lazily layer by layer, no decision in minutes), and an
+    eval_batch_size only the first evaluation allocated: refused at once."""
+    refused(capsys, "finetune", "--set", *TINY_RUN, given, f"output_dir={tmp_path / 'run'}",
+            parts=("needs about",) + parts)
+    assert not (tmp_path / "run").exists()
+
+
+# -- predict: batch size and threads ----------------------------------------------------------
+def test_predict_batch_size_is_checked_against_the_estimate(saved, tmp_path, capsys):
+    out = tmp_path / "preds.jsonl"
+    refused(capsys, "predict", saved["classifier"], "--input", saved["input"], "--output", out,
+            "--no-progress", "--batch-size", HUGE,
+            parts=(f"batch_size {HUGE}", "needs about", "task.json"))
+    assert not out.exists()
+
+
+def test_predict_threads_above_the_cpu_count_are_refused(saved, tmp_path):
+    """paddle's OpenMP aborted the process (signal 6) on --threads 100000: a subprocess."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    out = tmp_path / "preds.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ernie_doc.cli", "predict", str(saved["classifier"]), "--input",
+         str(saved["input"]), "--output", str(out), "--no-progress", "--threads", "100000"],
+        cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"), preexec_fn=limit,
+        capture_output=True, text=True, timeout=SECONDS)
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(err) == 1, (proc.returncode, err[-5:])
+    assert err[0] == (f"error: --threads: 100000 exceeds the {len(os.sched_getaffinity(0))} "
+                      f"CPUs this process may use")
+    assert not out.exists()
+
+
+def test_language_model_eval_mem_len_is_checked(saved, tmp_path, capsys):
+    """task_options.eval_mem_len 10^9 in a language model's task.json: memories grow to it
+    as a document is read; refused before the model loads, naming the key and the file."""
+    document = tmp_path / "doc.txt"
+    document.write_text("w1 w2 w3\n" * 40)
+    out = tmp_path / "preds.jsonl"
+    refused(capsys, "predict", saved["lm"], "--input", document, "--output", out, "--no-progress",
+            parts=(f"eval_mem_len {HUGE}", str(saved["lm"] / "task.json"), "needs about"))
+    assert not out.exists()
+
+
+def test_benchmark_model_batch_size_is_checked_against_the_estimate(capsys):
+    refused(capsys, "benchmark-model", "--quick", "--no-paddlenlp", "--batch-size", 100_000,
+            parts=("--batch-size 100000", "needs about"))
+
+
+# -- the Python API -----------------------------------------------------------------------------
+@pytest.mark.parametrize("call, message", [
+    (lambda d: pipeline(str(d["classifier"]), batch_size=0), "batch_size must be a positive"),
+    (lambda d: pipeline(str(d["lm"]), batch_size=0), "batch_size must be a positive"),
+    (lambda d: Pipeline.from_pretrained(str(d["classifier"]), batch_size=True),
+     "batch_size must be a positive"),
+    (lambda d: Pipeline.from_pretrained(str(d["classifier"]), batch_size=HUGE),
+     f"batch_size {HUGE}"),
+    (lambda d: pipeline(str(d["classifier"]), threads=100_000), "threads: 100000 exceeds"),
+], ids=["zero", "lm-zero", "bool", "huge", "threads"])
+def test_python_api_sizes_are_checked(saved, call, message):
+    """batch_size 0 is not "the default"; a batch that cannot fit is refused when the
+    pipeline is made, not when its rows are."""
+    with pytest.raises(PipelineError, match=message):
+        call(saved)
+
+
+def test_task_json_batch_size_is_checked(saved, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in os.listdir(saved["classifier"]):
+        (model / name).write_bytes((saved["classifier"] / name).read_bytes())
+    record = json.loads((model / "task.json").read_text())
+    record["config"]["eval_batch_size"] = HUGE
+    (model / "task.json").write_text(json.dumps(record))
+    with pytest.raises(PipelineError, match=f"task.json: .*batch_size {HUGE}.*needs about"):
+        pipeline(str(model))
+
+
+# -- YAML ------------------------------------------------------------------------------------------
+LAUGHS = "task: longdep\nreader:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + \
+    "".join(f"  {b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh")) + \
+    "model: *h\n"
+
+
+def test_yaml_aliases_are_refused_in_one_short_line(tmp_path, capsys):
+    """A few hundred bytes of aliases ("billion laughs") stood for 9^8 strings, and the error
+    line that quoted them (model must be a string) was 380 MB: anchors and aliases are
+    refused at their line."""
+    config = tmp_path / "config.yaml"
+    config.write_text(LAUGHS)
+    assert len(LAUGHS) < 500
+    line = refused(capsys, "finetune", config, "--set", f"output_dir={tmp_path / 'run'}",
+                   parts=(f"{config}:3: invalid YAML", "&a: anchors and aliases"))
+    assert len(line) < 300
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_yaml_read_goes_through_the_strict_loader():
+    """The config file, --set, run_config.yaml read back by benchmark-train, and
+    benchmark-finetune's --model-overrides share one loader: aliases, merges and deep nesting
+    are errors with a line; what the package writes has no alias."""
+    import yaml
+
+    from ernie_doc.training.run_config import dump_yaml, load_config, parse_yaml
+    for text, problem in (("a: &x 1\nb: *x\n", "&x: anchors and aliases are not read"),
+                          ("a: {x: 1}\nb:\n  <<: *y\n", "*y: anchors and aliases"),
+                          ("a: " + "[" * 150 + "]" * 150, "nested deeper than 100")):
+        with pytest.raises(yaml.YAMLError, match=problem.replace("*", r"\*")):
+            parse_yaml(text)
+    with pytest.raises(ConfigError, match=r"override 'reader=\{a: &x \[1\], b: \*x\}': &x"):
+        load_config(None, ["task=longdep", "reader={a: &x [1], b: *x}"])
+    shared = [1, 2]
+    text = dump_yaml({"eval_splits": shared, "test_splits": shared})
+    assert "&" not in text and parse_yaml(text) == {"eval_splits": [1, 2], "test_splits": [1, 2]}
+    sources = {name: (ROOT / "ernie_doc" / "cli" / name).read_text()
+               for name in ("benchmark_train.py", "benchmark_finetune.py")}
+    for name, source in sources.items():
+        assert "parse_yaml(" in source and "safe_load" not in source, name
+
+
+def test_error_lines_quote_a_bounded_part_of_a_value():
+    """A 100,000-element list where a string belongs: the line names the key and quotes the
+    start and end of the value, not all of it."""
+    from ernie_doc.training.run_config import config_from_values
+    with pytest.raises(ConfigError) as info:
+        config_from_values({"task": "longdep", "model": list(range(100_000))}, "big.yaml")
+    line = str(info.value)
+    assert line.startswith("big.yaml: model: must be a string") and len(line) < 450
+    assert "99999]" in line and "characters)" in line
+    with pytest.raises(ConfigError) as info:
+        config_from_values({"task": "longdep", "x" * 100_000: 1}, "big.yaml")
+    assert len(str(info.value)) < 300
