@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -44,7 +45,7 @@ import paddle
 import paddle.nn as nn
 
 from ernie_doc import auto
-from ernie_doc.checkpoint.lodtensor import PathLike
+from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError, PathLike, combined_shapes
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.heads import Head
 from ernie_doc.modeling.model import ErnieDocModel
@@ -497,7 +498,8 @@ def _read_meta(meta_path):
     meta = read_json(meta_path, ExportError)
     if not isinstance(meta, dict):
         raise ExportError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
-    if meta.get("format_version") != FORMAT_VERSION:
+    version = meta.get("format_version")
+    if type(version) is not int or version != FORMAT_VERSION:   # true == 1 in Python
         raise ExportError(f"{meta_path}: unsupported export format "
                           f"{meta.get('format_version')!r} (this version reads "
                           f"{FORMAT_VERSION})")
@@ -547,6 +549,61 @@ def _read_meta(meta_path):
             for name, x in extra.items()):
         raise bad("head_inputs", "{input name: {high, doc}} of inputs the sidecar lists")
     return meta
+
+
+def _check_sidecar(meta: Dict[str, Any], config: ErnieDocConfig, meta_path: str,
+                   params_path: str) -> None:
+    """The sidecar's sizes checked against each other and against the parameters file,
+    before paddle.inference is asked to run anything: a hand-edited `config.hidden_size`,
+    `config.vocab_size` or `memory_shape` would otherwise feed the program memories of
+    the wrong shape (a C++ error deep in a run) or let token ids past the embedding table
+    through run()'s range check. ExportError naming the sidecar and the key."""
+    def disagree(key, value, what):
+        return ExportError(f"{meta_path}: {key} {value} disagrees with {what} (was the "
+                           f"sidecar edited? export again)")
+
+    try:
+        shapes = combined_shapes(params_path)
+    except LoDTensorFormatError as e:
+        raise ExportError(str(e)) from None
+    params = os.path.basename(params_path)
+    sizes = Counter(d[0] for d in shapes if len(d) == 1)   # biases, LayerNorm: mostly [H]
+    hidden, vocab = config.hidden_size, config.vocab_size
+    if not sizes or sizes.most_common(1)[0][0] != hidden:
+        found = sizes.most_common(1)[0][0] if sizes else None
+        raise disagree("config.hidden_size", hidden, f"{params} (its parameters are "
+                                                     f"{found} wide)")
+    for key, rows in (("config.vocab_size", vocab),
+                      ("config.task_type_vocab_size", config.task_type_vocab_size)):
+        if [rows, hidden] not in shapes:
+            raise disagree(key, rows, f"{params} (no embedding table [{rows}, {hidden}])")
+    # one [H, 4H] feed-forward matrix per layer (modeling.model's linear1): the layer count
+    # the parameters file holds, before a memory of config.num_hidden_layers is allocated
+    layers = sum(d == [hidden, config.intermediate_size] for d in shapes)
+    if layers != config.num_hidden_layers:
+        raise disagree("config.num_hidden_layers", config.num_hidden_layers,
+                       f"{params} (it holds {layers} layers)")
+    specs = {s["name"]: s["shape"] for s in meta["inputs"]}
+    batch = -1 if meta["batch_size"] is None else meta["batch_size"]
+    ids = specs.get("input_ids")
+    if not isinstance(ids, list) or len(ids) != 2:
+        raise disagree("inputs", "input_ids", f"[batch, seq_len] (the sidecar gives {ids})")
+    for key, value, found in (("batch_size", meta["batch_size"], ids[0]),
+                              ("seq_len", meta["seq_len"], ids[1])):
+        if found != (-1 if value is None else value):
+            raise disagree(key, value, f"the input_ids input {ids} [batch, seq_len]")
+    if "memories" not in specs:
+        return
+    memories = specs["memories"]
+    if meta["memory_shape"] != memories:
+        raise disagree("memory_shape", meta["memory_shape"], f"the memories input {memories}")
+    want = {0: ("config.num_hidden_layers", config.num_hidden_layers),
+            1: ("batch_size", batch), 2: ("config.memory_len", config.memory_len),
+            3: ("config.hidden_size", hidden)}
+    for axis, (key, value) in want.items():
+        if memories[axis] != value:
+            raise disagree(key, value, f"the memories input {memories} "
+                                       f"[layers, batch, memory_len, hidden]")
 
 
 def _float32(arr: np.ndarray, dtype: str) -> np.ndarray:
@@ -638,6 +695,8 @@ class Predictor:
                               f"{self.meta.get('paddle_version')}; paddle {paddle.__version__} "
                               f"cannot read it: re-export with this paddle version")
         self.config = ErnieDocConfig.from_dict(self.meta["config"], source=meta_path)
+        _check_sidecar(self.meta, self.config, meta_path, self.params_path)
+        self.meta_path = meta_path
         self.seq_len = int(self.meta["seq_len"])
         self.batch_size = self.meta["batch_size"]
         self.input_specs = {s["name"]: s for s in self.meta["inputs"]}
@@ -800,7 +859,17 @@ class Predictor:
             handle = self._input_handles[name]
             handle.reshape(list(arr.shape))
             handle.copy_from_cpu(arr)
-        self._predictor.run()
+        try:
+            self._predictor.run()
+        except (RuntimeError, ValueError, OSError) as e:
+            # the program and the sidecar disagree in a way _check_sidecar cannot see (an
+            # edited input shape): paddle's message is many lines of C++ context
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            first = next((line for line in lines if "Error" in line),
+                         lines[0] if lines else type(e).__name__)
+            raise ExportError(f"{self.model_path}: paddle.inference cannot run the export "
+                              f"({first[:200]}); does {self.meta_path} still describe it?") \
+                from None
         return {name: _float32(h.copy_to_cpu(), spec["dtype"])
                 for name, h, spec in zip(self.output_names, self._output_handles,
                                          self.meta["outputs"])}

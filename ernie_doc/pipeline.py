@@ -22,6 +22,7 @@ kind, label names and the run's config), which fine-tuning writes into best/ and
 """
 import os
 from collections import defaultdict
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
@@ -35,15 +36,16 @@ from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
 # re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
 from ernie_doc.predict_io import (INPUT_FORMATS, ON_ERROR, TASK_FILE, DocumentStream,  # noqa: F401
-                                  InputProblem, PipelineError, completed_ids, count_inputs,
-                                  input_format, model_directory, read_inputs, read_task_record,
-                                  to_document, to_jsonable)
+                                  InputProblem, PipelineError, check_batch_size, completed_ids,
+                                  count_inputs, input_format, model_directory, read_inputs,
+                                  read_task_record, to_document, to_jsonable)
 from ernie_doc.training.amp import AmpSettings, amp_settings
-from ernie_doc.training.prepare import PreparedRun, build_model, choose_tokenizer, setup_reading
+from ernie_doc.training.prepare import (PreparedRun, build_model, check_head_memory,
+                                        choose_tokenizer, setup_reading)
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.splits import collect_row_outputs
 from ernie_doc.training.tasks import build_task, load_reader
-from ernie_doc.utils import flush_denormals
+from ernie_doc.utils import flush_denormals, threads_problem
 
 
 class _SavedReader:
@@ -66,6 +68,30 @@ class _SavedReader:
 
 
 ENGINES = ("auto", "dygraph", "inference")
+DEVICES = ("cpu", "gpu")
+
+
+def check_device(device: str) -> str:
+    """`device` when this machine and paddle build can run it; else PipelineError, one line
+    naming what is missing (a paddle without CUDA, no visible GPU). The decision is
+    ernie_doc.inference.inference_settings's, which the export engine also follows."""
+    from ernie_doc.inference import EngineError, machine_settings
+    if device not in DEVICES:
+        raise PipelineError(f"device must be one of {DEVICES}, got {device!r}")
+    try:
+        machine_settings(device)
+    except EngineError as e:
+        raise PipelineError(str(e)) from None
+    return device
+
+
+def reads_token_ids(task) -> bool:
+    """Whether documents of `task` may be given as token ids (`ids`): its kind cuts documents
+    with DocumentTask's own document_segments (the token ids of doc.text, or doc.ids). Kinds
+    that read named text fields their own way (span, choice, keyphrase, HotpotQA) read no
+    ids."""
+    from ernie_doc.training.tasks import DocumentTask
+    return getattr(type(task), "document_segments", None) is DocumentTask.document_segments
 
 
 def is_export(directory: str) -> bool:
@@ -94,10 +120,16 @@ class ExportedModel:
             return None if t is None else t.numpy()
         if not self.predictor.has_memory:   # recurrence none: the export takes no memory
             memories = reset_memory = memory_mask = None
-        outputs = self.predictor.run(host(input_ids), host(attention_mask),
-                                     host(token_type_ids), host(memories), host(reset_memory),
-                                     host(memory_mask),
-                                     **{k: host(v) for k, v in head_inputs.items()})
+        from ernie_doc.inference import ExportError, PredictorInputError
+        try:
+            outputs = self.predictor.run(host(input_ids), host(attention_mask),
+                                         host(token_type_ids), host(memories),
+                                         host(reset_memory), host(memory_mask),
+                                         **{k: host(v) for k, v in head_inputs.items()})
+        except (ExportError, PredictorInputError) as e:
+            # the documents were checked: what the export refuses now is the export's own
+            # sizes (its sidecar edited so the program no longer matches it)
+            raise PipelineError(str(e)) from None
         fields = {k: paddle.to_tensor(v) for k, v in outputs.items()}
         fields.setdefault("memories", None)
         fields.setdefault("memory_mask", None)
@@ -105,9 +137,10 @@ class ExportedModel:
 
 
 def exported_model(directory: str, cfg, task, device: str, precision: str,
-                   threads: int) -> ExportedModel:
+                   threads: int, tokenizer=None) -> ExportedModel:
     """The export in `directory` under paddle.inference, checked against the task: the head
-    class it was trained with, and segments of the run's max_seq_len."""
+    class it was trained with, segments of the run's max_seq_len, and a vocabulary that holds
+    every id the tokenizer beside it produces."""
     from ernie_doc.inference import EngineError, ExportError, Predictor
     try:
         predictor = Predictor(directory, threads=threads, device=device, precision=precision)
@@ -121,6 +154,10 @@ def exported_model(directory: str, cfg, task, device: str, precision: str,
         raise PipelineError(f"{directory}: exported with seq_len {predictor.seq_len}, but the "
                             f"model reads segments of max_seq_len {cfg.max_seq_len}: export "
                             f"again with --seq-len {cfg.max_seq_len}")
+    vocab = predictor.config.vocab_size
+    if tokenizer is not None and len(tokenizer) > vocab:
+        raise PipelineError(f"{directory}: the tokenizer has {len(tokenizer)} tokens but the "
+                            f"export's vocab_size is {vocab}")
     return ExportedModel(predictor)
 
 
@@ -137,6 +174,10 @@ class Pipeline(DocumentStream):
         self.run, self.task, self.model, self.tokenizer = run, run.task, run.model, run.tokenizer
         self.cfg, self.rows, self.group = run.cfg, rows, group
         self.pad_id = run.special["pad"]
+        # what documents may give: ids of the model's embedding table (checked before any
+        # is read), text only with a tokenizer
+        self.vocab_size = self.model.config.vocab_size if reads_token_ids(self.task) else None
+        self.reads_text = self.tokenizer is not None
         # the run's autocast (GPU only) for a dygraph model; an export has its own precision
         self.amp = run.amp if isinstance(self.model, paddle.nn.Layer) else AmpSettings()
         self.model.eval()
@@ -152,6 +193,11 @@ class Pipeline(DocumentStream):
         threads: its CPU threads), or auto (inference for an export)."""
         if engine not in ENGINES:
             raise PipelineError(f"engine must be one of {ENGINES}, got {engine!r}")
+        check_batch_size(batch_size)
+        problem = threads_problem(threads)   # paddle's OpenMP aborts the process on too many
+        if problem:
+            raise PipelineError(f"threads: {problem}")
+        check_device(device)
         directory = model_directory(path)
         exported = is_export(directory)
         if engine == "auto":
@@ -178,11 +224,14 @@ class Pipeline(DocumentStream):
             task = build_task(cfg, _SavedReader(record["labels"], cfg.task))
             # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
             amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()
-            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device, amp=amp)
+            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device, amp=amp,
+                              eval_rows=batch_size)   # the rows the memory estimate counts
             pretokenized = task.id_vocabulary() is not None
             run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
             if engine == "inference":
-                run.model = exported_model(directory, cfg, task, device, precision, threads)
+                run.model = exported_model(directory, cfg, task, device, precision, threads,
+                                           run.tokenizer)
+                check_head_memory(run, run.model.config)   # the rows an export will read
             else:
                 run.model = build_model(run, run.special)
             setup_reading(run, run.special)
@@ -199,10 +248,11 @@ class Pipeline(DocumentStream):
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
         """Predict documents as they come → records in the order documents finish, each with
-        `index`, its position in the input. `skip`: document ids not to predict (resume)."""
+        `index`, its position in the input. `skip`: document ids not to predict (resume).
+        A single str, dict or Document is one document."""
         task, g = self.task, self.group
-        skip, seen = set(skip), set()
-        source = enumerate(documents)
+        skip, seen = self.skip_ids(skip), {}
+        source = enumerate(self.items(documents))
         inflight: Dict[int, tuple] = {}     # key → (input index, document, passes)
         outputs = defaultdict(list)         # key → [(segment index, row output)]
         ready: List[dict] = []              # problems met while filling rows
@@ -270,23 +320,25 @@ class TwoStagePipeline(DocumentStream):
         self.run, self.cfg, self.task = answer.run, answer.cfg, answer.task
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        pending: Dict[str, tuple] = {}   # doc_id → (input index, document) while in stage 1
-        where: Dict[str, int] = {}       # doc_id → input index, for stage 2's records
+        pending: Dict[int, Document] = {}   # input index → document while in stage 1
+        where: Dict[str, int] = {}          # doc_id → input index, for stage 2's records
 
         def questions():
-            for index, item in enumerate(documents):
+            for index, item in enumerate(self.items(documents)):
                 doc = to_document(index, item)
                 if not isinstance(doc, InputProblem):
-                    pending.setdefault(doc.doc_id, (index, doc))
+                    pending[index] = doc
                 yield doc
 
         def with_evidence():
+            # stage 1 names every question (DocumentStream.admit); stage 2 reads that name
             for record in self.evidence.stream(questions(), skip):
-                index, doc = pending.pop(record["doc_id"], (record["index"], None))
-                where[record["doc_id"]] = index
+                doc = pending.pop(record["index"], None)
+                where[record["doc_id"]] = record["index"]
                 if "error" in record or doc is None:
                     yield InputProblem(record["doc_id"], record.get("error", "no document"))
                     continue
+                doc = replace(doc, doc_id=record["doc_id"], fields=dict(doc.fields))
                 doc.fields["evidence"] = sorted(int(p["index"]) for p in record["paragraphs"])
                 yield doc
 
@@ -302,6 +354,7 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
     whatever its kind: document kinds → Pipeline; the language model → lm.predict.LMPipeline
     (dygraph); HotpotQA's evidence model with `answer_model` → TwoStagePipeline. All have
     `__call__(documents)` (input order) and `stream(documents, skip)`."""
+    check_device(device)
     directory = model_directory(model)
     if read_task_record(directory)["kind"] == "language_model":
         if answer_model:

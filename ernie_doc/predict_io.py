@@ -5,12 +5,13 @@ resuming a predictions file. No model code: both pipelines import it.
 """
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Union
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Iterator, List, Optional, Set, Union
 
 import numpy as np
 
-from ernie_doc.data.document import Document
+from ernie_doc.data.document import TOO_DEEP, Document, without_bom
+from ernie_doc.utils import clip
 
 TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 ON_ERROR = ("record", "fail")
@@ -23,9 +24,66 @@ class PipelineError(ValueError):
 @dataclass
 class InputProblem:
     """An input item that is not a document (undecodable bytes, a bad JSON line ...): with
-    on_error "record" it becomes an output line with an `error` field."""
-    doc_id: str
+    on_error "record" it becomes an output line with an `error` field. `doc_id` None: the
+    item has no usable id, and its record is named `#<input index>` (DocumentStream.admit)."""
+    doc_id: Optional[str]
     message: str
+
+
+# What one input item may hold, checked before it is read whole: a document (a .txt file, a
+# JSONL or TSV line) of more is an error record, task.json of more is refused. 64 MiB of text
+# is some 15 million words, far beyond any document a model reads; the cap keeps a 3 GB line
+# or a link to a 3 GB file from being read into memory at all.
+MAX_ITEM_BYTES = 64 << 20
+MAX_TASK_FILE_BYTES = 16 << 20
+
+
+def shown(text: str) -> str:
+    """`text` as it can be printed and written as UTF-8: a file name's undecodable bytes
+    (Python's surrogate escapes) as \\xNN, any other lone surrogate as \\uNNNN."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _not_unicode(value: Any, key: str = "") -> Optional[str]:
+    """The key path of the first string (or dict key) in `value` that UTF-8 cannot encode (a
+    lone surrogate, which JSON's \\ud800 escape gives), or None. Such a string cannot be
+    written to the predictions file; nested lists and dicts are walked without recursion."""
+    stack = [(key, value)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    return key or "text"
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                name = f"{key}.{k}" if key else str(k)
+                stack.extend([(name, k), (name, v)])
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+    return None
+
+
+def record_line(record: dict) -> str:
+    """One predictions-file line (JSON, UTF-8, non-ASCII kept as it is). A record that still
+    holds a lone surrogate (a document checked by nothing else) is written with JSON's
+    \\uXXXX escapes instead, so the writer never fails on it."""
+    line = json.dumps(to_jsonable(record), ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(to_jsonable(record))
+    return line + "\n"
 
 
 class DocumentStream:
@@ -40,6 +98,11 @@ class DocumentStream:
             raise PipelineError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         return on_error
 
+    # token ids a document may give (`ids`) lie in [0, vocab_size): the model's embedding
+    # table; None: the model reads no ids (a language model, a span or choice kind: text)
+    vocab_size: Optional[int] = None
+    reads_text = True   # False: a pre-tokenized task's model, with no tokenizer
+
     def stream(self, documents, skip=()) -> Iterator[dict]:
         raise NotImplementedError
 
@@ -47,25 +110,87 @@ class DocumentStream:
         """Predict every document → one record per document, in input order."""
         return sorted(self.stream(documents), key=lambda r: r["index"])
 
+    @staticmethod
+    def skip_ids(skip: Optional[Iterable[Any]]) -> Set[str]:
+        """`stream`'s `skip` → the set of document ids (strings, as documents are named) not
+        to predict; None skips nothing. A single string is refused: it would be read as a
+        set of one-character ids."""
+        if skip is None:
+            return set()
+        if isinstance(skip, (str, bytes)):
+            raise PipelineError(f"skip: expected a collection of document ids, got a string "
+                                f"({skip[:40]!r})")
+        try:
+            return {str(doc_id) for doc_id in skip}
+        except TypeError:
+            raise PipelineError(f"skip: expected a collection of document ids, got "
+                                f"{type(skip).__name__}") from None
+
     def problem(self, index: int, doc_id: str, message: str) -> dict:
         if self.on_error == "fail":
             raise PipelineError(f"document {doc_id!r} (input item {index + 1}): {message}")
         return {"doc_id": doc_id, "index": index, "error": message}
 
-    def admit(self, index: int, item: Any, skip: set, seen: set) -> Union[Document, dict,
-                                                                          None]:
+    @staticmethod
+    def items(documents: Any) -> Iterable[Any]:
+        """`documents` as an iterable of input items: a single str, dict or Document is one
+        document (as a Hugging Face pipeline reads a bare string), never its characters or
+        keys."""
+        if isinstance(documents, (str, dict, Document, InputProblem)):
+            return [documents]
+        if isinstance(documents, bytes):
+            raise PipelineError("documents: expected text or an iterable of documents, got "
+                                "bytes (decode them first)")
+        return documents
+
+    def admit(self, index: int, item: Any, skip: set, seen: dict) -> Union[Document, dict,
+                                                                           None]:
         """An input item → the Document to read, an error record (a repeated id, an item
-        that is not a document), or None (its id is in `skip`: already predicted). `seen`
-        collects the ids admitted so far."""
+        that is not a document, token ids that are not ids of this model), or None (its
+        name is in `skip`: already predicted). Every check runs before the document is read,
+        so no bad value reaches a tensor.
+
+        Naming, decided in input order alone (so a resumed run names every item as an
+        uninterrupted one did, whatever order records were written in): an item is named by
+        its `id`, else by its position ("3"); an item without a usable id that is an error
+        record by "#3". `seen` ({name: (given, input index)}) holds every name handed out.
+        The first item to give an id owns it: a later item giving the same id is an error
+        record named "<id>#<its index>". A name that was not given (a position, "#3") or a
+        given id that a position took first is made unique the same way ("3#7") and read;
+        no two records ever share a doc_id."""
         doc = to_document(index, item)
-        if doc.doc_id in skip:
-            return None
-        if doc.doc_id in seen:
-            return self.problem(index, doc.doc_id, "duplicate document id")
-        seen.add(doc.doc_id)
         if isinstance(doc, InputProblem):
-            return self.problem(index, doc.doc_id, doc.message)
+            given = doc.doc_id is not None
+            name = doc.doc_id if given else f"#{index}"
+        else:
+            given, name = not _positional(item), doc.doc_id
+        taken = seen.get(name)
+        while name in seen:
+            name = f"{name}#{index}"
+        seen[name] = (given and taken is None, index)
+        if name in skip:
+            return None
+        if given and taken is not None and taken[0]:
+            return self.problem(index, name, f"duplicate document id (first given by input "
+                                             f"item {taken[1] + 1})")
+        if isinstance(doc, InputProblem):
+            return self.problem(index, name, doc.message)
+        if name != doc.doc_id:
+            doc = replace(doc, doc_id=name)
+        problem = document_problem(doc, self.vocab_size, self.reads_text)
+        if problem:
+            return self.problem(index, name, problem)
         return doc
+
+
+def check_batch_size(batch_size: Optional[int]) -> None:
+    """PipelineError unless `batch_size` is None (the run's eval_batch_size, else batch_size)
+    or a positive integer: 0 is not "the default". Whether it fits is the memory estimate's
+    to say (training.prepare.check_memory), before any row is allocated."""
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                   or batch_size < 1):
+        raise PipelineError(f"batch_size must be a positive integer or None, got "
+                            f"{clip(repr(batch_size))}")
 
 
 def model_directory(path: str) -> str:
@@ -83,37 +208,127 @@ def model_directory(path: str) -> str:
 
 
 def read_task_record(directory: str) -> dict:
-    """task.json of a saved model, checked."""
+    """task.json of a saved model, checked: an object with `task`, `kind` (which must be
+    its config's `kind`, the one the model is built for), `labels` and `config`; at most
+    MAX_TASK_FILE_BYTES (never read whole when larger)."""
+    from ernie_doc.utils import open_regular, parse_json
     path = os.path.join(directory, TASK_FILE)
-    from ernie_doc.utils import read_json
     try:
-        record = read_json(path)
-    except (OSError, ValueError) as e:
-        raise PipelineError(f"{path}: {e}") from None
+        with open_regular(path, TASK_FILE, PipelineError) as f:
+            data = f.read(MAX_TASK_FILE_BYTES + 1)
+    except OSError as e:
+        raise PipelineError(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > MAX_TASK_FILE_BYTES:
+        raise PipelineError(f"{path}: over {MAX_TASK_FILE_BYTES >> 20} MiB; a task.json "
+                            f"holds a task, its kind, labels and config")
+    try:
+        record = parse_json(data.decode("utf-8"), path, PipelineError)
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{path}: invalid UTF-8 (byte {e.start})") from None
+    if not isinstance(record, dict):
+        raise PipelineError(f"{path}: expected a JSON object (task, kind, labels, config), "
+                            f"got {type(record).__name__}")
     for key, kind in (("task", str), ("kind", str), ("labels", list), ("config", dict)):
         if not isinstance(record.get(key), kind):
             raise PipelineError(f"{path}: {key!r} must be a {kind.__name__}")
+    if not all(isinstance(label, str) for label in record["labels"]):
+        raise PipelineError(f"{path}: 'labels' must be a list of strings")
+    inner = record["config"].get("kind", record["kind"])
+    if inner != record["kind"]:
+        raise PipelineError(f"{path}: 'kind' {clip(repr(record['kind']))} disagrees with "
+                            f"config.kind {clip(repr(inner))}")
     return record
+
+
+def _positional(item: Any) -> bool:
+    """Whether an input item gives no id (to_document names it by its position)."""
+    return isinstance(item, str) or \
+        (isinstance(item, dict) and item.get("doc_id", item.get("id")) is None)
 
 
 def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
     """A str (text), a Document, or a dict of the task's fields (`id` / `doc_id`, `text`,
-    `ids`, anything else into `fields`) → Document. A dict's `label` stays a field: predict
-    reads no gold, so a label outside the model's set is no error."""
-    if isinstance(item, (Document, InputProblem)):
+    `ids`, anything else into `fields`) → Document, named by its id, else by its position
+    (str(index)). A dict's `label` stays a field: predict reads no gold, so a label outside
+    the model's set is no error. InputProblem: a dict giving both `text` and `ids` (which of
+    the two the model should read is not ours to guess), an id that is not a string or an
+    integer, a string that is not valid Unicode (a lone surrogate: it could never be written
+    out)."""
+    if isinstance(item, InputProblem):
         return item
-    if isinstance(item, str):
-        return Document(str(index), text=item)
-    if isinstance(item, dict):
+    if isinstance(item, Document):
+        doc_id, values = item.doc_id, {"text": item.text, "fields": item.fields}
+    elif isinstance(item, str):
+        doc_id, values = str(index), item
+    elif isinstance(item, dict):
         fields = dict(item)
         doc_id = fields.pop("doc_id", fields.pop("id", None))
-        doc_id = str(index) if doc_id is None else str(doc_id)
-        text, ids = fields.pop("text", None), fields.pop("ids", None)
-        if text is not None and not isinstance(text, str):
-            return InputProblem(doc_id, "'text' must be a string")
-        return Document(doc_id, text=text, ids=ids, fields=fields)
-    return InputProblem(str(index), f"expected text, a Document or a dict, got "
-                                    f"{type(item).__name__}")
+        if doc_id is None:
+            doc_id = str(index)
+        elif isinstance(doc_id, (str, int)) and not isinstance(doc_id, bool):
+            doc_id = str(doc_id)
+        else:
+            return InputProblem(None, f"'id' must be a string or an integer, got "
+                                      f"{type(doc_id).__name__}")
+        values = fields
+    else:
+        return InputProblem(None, f"expected text, a Document or a dict, got "
+                                  f"{type(item).__name__}")
+    if _not_unicode(doc_id) is not None:
+        return InputProblem(None, f"'id' {clip(repr(doc_id))} is not valid Unicode (a lone "
+                                  f"surrogate)")
+    bad = _not_unicode(values)
+    if bad is not None:
+        return InputProblem(doc_id, f"{clip(repr(bad))} holds a string that is not valid "
+                                    f"Unicode (a lone surrogate)")
+    if isinstance(item, (Document, str)):
+        return item if isinstance(item, Document) else Document(doc_id, text=item)
+    text, ids = fields.pop("text", None), fields.pop("ids", None)
+    if text is not None and ids is not None:
+        return InputProblem(doc_id, "give either ids or text, not both")
+    if text is not None and not isinstance(text, str):
+        return InputProblem(doc_id, "'text' must be a string")
+    return Document(doc_id, text=text, ids=ids, fields=fields)
+
+
+def ids_problem(ids: Any, vocab_size: int) -> Optional[str]:
+    """What is wrong with a document's token ids (`ids`), in one line, or None: they must be
+    a flat list of integers (not bools, floats or strings) in [0, vocab_size), the rows of
+    the model's embedding table."""
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            return f"'ids' must be a flat list of integers, got an array of {ids.dtype} " \
+                   f"with shape {list(ids.shape)}"
+        values = ids.tolist()
+    elif isinstance(ids, (list, tuple)):
+        values = ids
+    else:
+        return f"'ids' must be a list of token ids, got {type(ids).__name__}"
+    for position, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            return f"'ids' item {position} must be an integer token id, got " \
+                   f"{type(value).__name__}"
+        if not 0 <= value < vocab_size:
+            shown = int(value) if -2 ** 63 <= value < 2 ** 63 else "beyond int64"
+            return f"'ids' item {position} is {shown}: token ids lie in " \
+                   f"[0, {vocab_size}) (the model's vocab_size)"
+    return None
+
+
+def document_problem(doc: Document, vocab_size: Optional[int],
+                     reads_text: bool = True) -> Optional[str]:
+    """What makes a Document unreadable by a model before any of it is tokenized, or None:
+    text and ids together; ids for a model that reads none (vocab_size None) or that are not
+    its token ids (ids_problem); no ids for a model without a tokenizer (reads_text False).
+    Documents given directly (the Python API) are checked as those read from a file."""
+    if doc.ids is None:
+        return None if reads_text or doc.text is None else \
+            "this model reads token ids ('ids'), not text"
+    if doc.text is not None:
+        return "give either ids or text, not both"
+    if vocab_size is None:
+        return "this model reads text, not token ids ('ids')"
+    return ids_problem(doc.ids, vocab_size)
 
 
 # -- input files -------------------------------------------------------------------------------
@@ -123,6 +338,14 @@ INPUT_FORMATS = ("auto", "txt", "dir", "tsv", "jsonl")
 def input_format(path: str, fmt: str = "auto") -> str:
     """The format of an input path: a directory of .txt files, one .txt document, TSV with a
     header row, or JSON lines."""
+    if fmt not in INPUT_FORMATS:
+        raise PipelineError(f"input format must be one of {INPUT_FORMATS}, got {fmt!r}")
+    if fmt == "dir" and not os.path.isdir(path):
+        raise PipelineError(f"--format dir: {path} is not a directory (a directory of .txt "
+                            f"files is)")
+    if fmt not in ("auto", "dir") and os.path.isdir(path):
+        raise PipelineError(f"--format {fmt}: {path} is a directory (--format dir reads its "
+                            f".txt files)")
     if fmt != "auto":
         return fmt
     if os.path.isdir(path):
@@ -135,97 +358,316 @@ def input_format(path: str, fmt: str = "auto") -> str:
     return "txt"
 
 
-def _decode(data: bytes, where: str) -> Union[str, InputProblem]:
+def _decode(data: bytes, where: str, first: bool = True,
+            doc_id: Optional[str] = None) -> Union[str, InputProblem]:
+    """UTF-8 bytes → text, a BOM dropped from the start of a file (`first`: data is a whole
+    file or its first line), or an InputProblem (named `doc_id`) whose message names
+    `where`."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return InputProblem(where, f"not UTF-8 text (byte {e.start})")
+        return InputProblem(doc_id, f"{where}: not UTF-8 text (byte {e.start})")
+    return without_bom(text) if first else text
+
+
+def _too_big(what: str) -> str:
+    return f"{what}, over the {MAX_ITEM_BYTES >> 20} MiB one document may hold"
+
+
+def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
+    """A .txt document → {"id": name, "text"}; an InputProblem (named `name`) when it is not
+    a readable regular file (a FIFO, a device, a folder, a link loop: refused before it is
+    opened, never blocking), holds more than MAX_ITEM_BYTES (never read whole) or is not
+    UTF-8."""
+    from ernie_doc.utils import open_regular
+    where = shown(path)
+    try:
+        with open_regular(path, "input document", PipelineError) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(MAX_ITEM_BYTES + 1) if size <= MAX_ITEM_BYTES else b""
+    except PipelineError as e:
+        return InputProblem(name, shown(str(e)))
+    except OSError as e:
+        return InputProblem(name, f"{where}: cannot read ({e.strerror})")
+    if size > MAX_ITEM_BYTES or len(data) > MAX_ITEM_BYTES:
+        return InputProblem(name, f"{where}: {_too_big(f'{max(size, len(data)):,} bytes')}")
+    text = _decode(data, where, doc_id=name)
+    return text if isinstance(text, InputProblem) else {"id": name, "text": text}
+
+
+def _directory_entries(path: str) -> List[str]:
+    """The entries of a directory input that are read, sorted: every `.txt` entry, and every
+    folder not hidden (a folder is an error record: only the .txt files directly in --input
+    are read, and a folder of documents left out would otherwise pass unnoticed). Other
+    files (a README, .DS_Store) are not documents and are passed over."""
+    names = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            try:
+                folder = entry.is_dir()   # links followed
+            except OSError:   # a link loop: read (and refused) as a .txt entry, if named so
+                folder = False
+            if entry.name.endswith(".txt") or (folder and not entry.name.startswith(".")):
+                names.append(entry.name)
+    return sorted(names)
+
+
+def _lines(f) -> Iterator[tuple]:
+    """(line number, the line's bytes without its newline, or None for a line longer than
+    MAX_ITEM_BYTES, which is passed over without being held) of an open binary file."""
+    number = 0
+    while True:
+        raw = f.readline(MAX_ITEM_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_ITEM_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):   # the rest of it, 1 MiB at a time
+                raw = f.readline(1 << 20)
+            yield number, None
+            continue
+        yield number, raw.rstrip(b"\r\n")
+
+
+def _tsv_header(line: str, where: str) -> List[str]:
+    """A TSV input's header row (at `where`, path:line) → its column names; a column named
+    twice is refused (PipelineError naming where and the column): one of the two values
+    would be dropped."""
+    header = line.split("\t")
+    repeated = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if repeated is not None:
+        raise PipelineError(f"{where}: the header names column {shown(repeated)!r} twice")
+    return header
+
+
+def _open_input(path: str):
+    from ernie_doc.utils import open_regular
+    return open_regular(path, "--input", PipelineError)
 
 
 def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProblem]]:
-    """Documents from an input path, one at a time (never the whole file in memory), as dicts
-    of the task's fields; an item that cannot be read is an InputProblem naming it."""
-    from ernie_doc.data.document import open_regular, regular_files
+    """Documents from an input path, one at a time (never the whole file in memory, and
+    never more than MAX_ITEM_BYTES of one document), as dicts of the task's fields; an item
+    that cannot be read is an InputProblem whose message names it (file:line). A directory
+    input: one item per `.txt` entry (named by its file name) and per folder
+    (_directory_entries); an entry that is not a readable regular file, or whose name is
+    not UTF-8, is an error record."""
     fmt = input_format(path, fmt)
     if fmt == "dir":
-        names = sorted(n for n in os.listdir(path) if n.endswith(".txt"))
-        for full in regular_files([os.path.join(path, n) for n in names]):
-            name = os.path.basename(full)
-            with open_regular(full) as f:
-                text = _decode(f.read(), name)
-            yield text if isinstance(text, InputProblem) else {"id": name, "text": text}
+        for name in _directory_entries(path):
+            full = os.path.join(path, name)
+            if shown(name) != name:
+                yield InputProblem(None, f"{shown(full)}: the file name is not UTF-8")
+            elif os.path.isdir(full):
+                yield InputProblem(name, f"{shown(full)}: a folder (only the .txt files "
+                                         f"directly in the input folder are read)")
+            else:
+                yield _read_document(full, name)
         return
     if fmt == "txt":
-        with open_regular(path) as f:
-            text = _decode(f.read(), os.path.basename(path))
-        yield text if isinstance(text, InputProblem) else \
-            {"id": os.path.basename(path), "text": text}
+        name = os.path.basename(path)
+        yield _read_document(path, name if shown(name) == name else None)
         return
-    with open_regular(path) as f:
+    with _open_input(path) as f:
         header = None
-        for number, raw in enumerate(f, 1):
-            where = f"{path}:{number}"
-            line = _decode(raw.rstrip(b"\r\n"), where)
+        for number, raw in _lines(f):
+            where = f"{shown(path)}:{number}"
+            if raw is None:
+                yield InputProblem(None, f"{where}: a line longer than the "
+                                         f"{MAX_ITEM_BYTES >> 20} MiB one document may hold "
+                                         f"(not read)")
+                if fmt == "tsv" and header is None:
+                    return   # no header: no row can be read
+                continue
+            line = _decode(raw, where, first=number == 1)
             if isinstance(line, InputProblem):
                 yield line
                 continue
             if not line.strip():
                 continue
             if fmt == "tsv":
-                cells = line.split("\t")
                 if header is None:
-                    header = cells
+                    header = _tsv_header(line, where)
                     continue
+                cells = line.split("\t")
                 if len(cells) != len(header):
-                    yield InputProblem(where, f"{len(cells)} columns, the header has "
-                                              f"{len(header)}")
+                    yield InputProblem(None, f"{where}: {len(cells)} columns, the header has "
+                                             f"{len(header)}")
                     continue
                 yield dict(zip(header, cells))
                 continue
             try:
                 item = json.loads(line)
             except ValueError as e:
-                yield InputProblem(where, f"invalid JSON ({e})")
+                yield InputProblem(None, f"{where}: invalid JSON ({e})")
+                continue
+            except RecursionError:
+                yield InputProblem(None, f"{where}: {TOO_DEEP}")
                 continue
             yield item if isinstance(item, dict) else \
-                InputProblem(where, "expected a JSON object")
+                InputProblem(None, f"{where}: expected a JSON object")
 
 
 def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
-    """How many items read_inputs will yield, at most (for the progress bar), or None."""
+    """How many items read_inputs will yield, at most (for the progress bar), or None. The
+    input is opened as read_inputs opens it (a regular file only, never blocking), and a
+    TSV header is checked here, before any output is written."""
     fmt = input_format(path, fmt)
     if fmt == "txt":
         return 1
     if fmt == "dir":
-        return sum(name.endswith(".txt") for name in os.listdir(path))
+        return len(_directory_entries(path))
     lines = 0
-    with open(path, "rb") as f:
+    with _open_input(path) as f:
+        if fmt == "tsv":   # the header: the first line that is not blank, as read_inputs
+            for number, raw in _lines(f):
+                line = _decode(raw or b"", path, first=number == 1)
+                if not isinstance(line, str) or line.strip():
+                    if isinstance(line, str) and raw is not None:
+                        _tsv_header(line, f"{shown(path)}:{number}")
+                    break
+            f.seek(0)
         for block in iter(lambda: f.read(1 << 20), b""):
             lines += block.count(b"\n")
     return lines
 
 
-def completed_ids(output: str) -> List[str]:
-    """Document ids already in a predictions file (resume); a last line cut short by an
-    interrupted run is removed from the file."""
-    ids, good = [], 0
-    with open(output, "rb") as f:
-        data = f.read()
-    for line in data.splitlines(keepends=True):
+# -- the predictions file and its provenance ---------------------------------------------------
+# A predictions file holds one record per line, as users parse it; what wrote it lives beside
+# it, in `<output>.meta.json`, written (atomically) before the first record. --resume
+# continues only a file whose sidecar names this model: anything else (a user's notes, the
+# predictions of another model) is refused and left exactly as it is.
+PROVENANCE_SUFFIX = ".meta.json"
+WRITTEN_BY = "ernie-doc predict"
+_WHOLE_FILE = 16 << 20      # files up to this size are hashed whole
+_SAMPLES, _BLOCK = 16, 1 << 20
+
+
+def provenance_path(output: str) -> str:
+    """The sidecar of a predictions file."""
+    return os.fspath(output) + PROVENANCE_SUFFIX
+
+
+def _file_digest(path: str, size: int, digest) -> None:
+    """Feed a file's identity to `digest`: its size, then its bytes when it is at most 16 MiB,
+    else 16 blocks of 1 MiB spread evenly from its start to its end (weights: two trainings
+    differ in every block, and a 1.3 GB model costs 16 MiB of reading, not 1.3 GB)."""
+    from ernie_doc.utils import open_regular
+    digest.update(str(size).encode() + b"\0")
+    with open_regular(path, "model file", PipelineError) as f:
+        if size <= _WHOLE_FILE:
+            for block in iter(lambda: f.read(_BLOCK), b""):
+                digest.update(block)
+            return
+        for i in range(_SAMPLES):
+            f.seek((size - _BLOCK) * i // (_SAMPLES - 1))
+            digest.update(f.read(_BLOCK))
+
+
+def model_fingerprint(directory: str) -> str:
+    """sha256 (hex) of a saved model folder: the names and contents of the regular files
+    directly in it (task.json, config, weights, tokenizer; hidden files and folders aside),
+    large files by a sample (_file_digest). The same model copied elsewhere has the same
+    fingerprint; another training, other labels or another tokenizer have another."""
+    import hashlib
+    digest = hashlib.sha256()
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.name.startswith(".") or not entry.is_file():   # links followed
+            continue
+        digest.update(entry.name.encode("utf-8", "surrogateescape") + b"\0")
+        _file_digest(entry.path, entry.stat().st_size, digest)
+    return digest.hexdigest()
+
+
+def provenance(model_dir: str, answer_dir: Optional[str] = None) -> dict:
+    """The sidecar record of predictions by the model in `model_dir` (and, for HotpotQA's two
+    stages, the answer model in `answer_dir`)."""
+    return {"written_by": WRITTEN_BY, "format": 1, "model": model_fingerprint(model_dir),
+            "answer_model": model_fingerprint(answer_dir) if answer_dir else None}
+
+
+def provenance_bytes(record: dict) -> bytes:
+    """The sidecar's content for `record` (provenance)."""
+    return (json.dumps(record, indent=1) + "\n").encode("utf-8")
+
+
+# A sidecar is a few hundred bytes; anything far larger is not one (and is not read whole). A
+# prediction record is one line; --resume reads the file a line at a time, none longer than
+# this (a longer one is no record of ours).
+MAX_SIDECAR = 64 << 10
+MAX_RECORD_LINE = 64 << 20
+
+
+def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> None:
+    """PipelineError (one line) unless `sidecar` (the bytes of `output`'s sidecar, None when
+    there is none) says this tool wrote `output` with the model(s) of `record`."""
+    from ernie_doc.utils import decode_utf8, parse_json
+    side = provenance_path(output)
+    if sidecar is None:
+        raise PipelineError(f"--resume: {output} has no {os.path.basename(side)} beside it, so "
+                            f"ernie-doc predict did not write it (or an earlier version did): "
+                            f"nothing changed; --overwrite replaces it")
+    found = parse_json(decode_utf8(sidecar, side, PipelineError), side, PipelineError)
+    if not isinstance(found, dict) or found.get("written_by") != WRITTEN_BY:
+        raise PipelineError(f"--resume: {side}: not a record of ernie-doc predict; nothing "
+                            f"changed")
+    for key, name in (("model", "MODEL"), ("answer_model", "--answer-model")):
+        if found.get(key) != record[key]:
+            raise PipelineError(f"--resume: {output} was written by a different model (its "
+                                f"{key} fingerprint {str(found.get(key))[:12]}, {name}'s "
+                                f"{str(record[key])[:12]}): nothing changed; --overwrite "
+                                f"replaces it")
+
+
+def completed_ids(output: str, record: dict, folder=None) -> List[str]:
+    """Document ids already in a predictions file that this tool wrote for the model(s) of
+    `record` (its sidecar checked first: anything else is refused unchanged). A last line
+    cut short by an interrupted run (no final newline) is removed from the file; any other
+    line that is not a prediction record is refused, with the file unchanged. The file is
+    read a line at a time (none over MAX_RECORD_LINE bytes), never whole.
+
+    folder: the run's ernie_doc.outputs.OutputFolder of `output`, whose `file` (opened with
+    open_append: locked, checked) is read and left at its end for appending; None opens
+    `output` here for this call alone."""
+    from ernie_doc.outputs import InputSet, OutputFolder
+    own = folder is None
+    if own:
+        folder = OutputFolder(output, InputSet(), error=PipelineError)
+    try:
+        if own:
+            folder.open_append()
+        side = os.path.basename(provenance_path(output))
+        check_provenance(output, record, folder.read(side, MAX_SIDECAR))
+        ids = _read_ids(output, folder.file)
+    finally:
+        if own:
+            folder.close()
+    return ids
+
+
+def _read_ids(output: str, f) -> List[str]:
+    """completed_ids' reading of the open predictions file `f` (binary, read-write)."""
+    ids, good, number = [], 0, 0
+    while True:
+        line = f.readline(MAX_RECORD_LINE + 1)
+        if not line:
+            break
+        number += 1
+        if not line.endswith(b"\n"):
+            if len(line) > MAX_RECORD_LINE:
+                raise PipelineError(f"{output}:{number}: a line over {MAX_RECORD_LINE >> 20} "
+                                    f"MiB, not a prediction record; nothing changed")
+            f.truncate(good)   # the last line, cut short by an interrupted run
+            break
         try:
-            record = json.loads(line)
-        except ValueError:
-            break
-        if not line.endswith(b"\n") or not isinstance(record, dict) or "doc_id" not in record:
-            break
-        ids.append(str(record["doc_id"]))
+            item = json.loads(line)
+        except (ValueError, RecursionError):
+            item = None
+        if not isinstance(item, dict) or "doc_id" not in item:
+            raise PipelineError(f"{output}:{number}: not a prediction record; nothing changed")
+        ids.append(str(item["doc_id"]))
         good += len(line)
-    if good != len(data):
-        if data[good:].count(b"\n") > 1:
-            raise PipelineError(f"{output}: line {len(ids) + 1} is not a prediction record; "
-                                f"the file was not written by ernie-doc predict")
-        with open(output, "r+b") as f:
-            f.truncate(good)
+    f.seek(0, os.SEEK_END)
     return ids
 
 

@@ -154,3 +154,31 @@ def write_wikitext(path, lines, seed, words=40, unseen=0, periods=0.0):
         out.append(" " + " ".join(toks) + " . ")
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return path
+
+
+def tiny_classifier(root):
+    """A saved IMDB classifier trained for one step in-process (about 2 s): a tiny model
+    (1 layer, H=16, max_seq_len 16) over a 20-token WordPiece vocabulary, → the run's
+    OUTPUT_DIR (its best/ holds task.json, config, weights and vocab.txt). For tests of
+    predict and the pipeline that need a real saved model, not a good one; share it through
+    a module-scoped fixture."""
+    from test_tasks import COMMON, WORDS, imdb_tsv, vocab_dir
+
+    from ernie_doc.cli import finetune
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / "run"
+    finetune.main(["imdb", "--set", f"data_dir={imdb_tsv(root)}", f"output_dir={out}",
+                   f"tokenizer={vocab_dir(root / 'vocab', WORDS)}", *COMMON, "max_steps=1",
+                   "eval_splits=[test]"])
+    assert (out / "best" / "task.json").is_file()
+    return out
+
+
+def tiny_export(best, prefix):
+    """`ernie-doc export` of a saved classifier's best/ (sequence classification head,
+    dynamic batch) at `prefix`, in-process → the export's folder (its sidecar
+    <prefix>.meta.json, task.json and the tokenizer beside it)."""
+    from ernie_doc.cli import export
+    assert export.main(["--config", str(best), "--head", "sequence_classification",
+                        "--output", str(prefix)]) == 0
+    return prefix.parent

@@ -128,9 +128,10 @@ def test_bad_documents_follow_on_error(trained, pipe):
     records = pipe(documents)
     assert [(r["doc_id"], r.get("error")) for r in records] == [
         ("0", None), ("1", "no tokens (empty or only blank lines)"), ("x", None),
-        ("x", "duplicate document id"), ("y", "no 'text' (a language model scores text)"),
+        ("x#3", "duplicate document id (first given by input item 3)"),
+        ("y", "no 'text' (a language model scores text)"),
         ("5", "no tokens (empty or only blank lines)"),
-        ("6", "expected text, a Document or a dict, got int"), ("z", "'text' must be a string"),
+        ("#6", "expected text, a Document or a dict, got int"), ("z", "'text' must be a string"),
         ("8", None)]
     assert [r["index"] for r in records] == list(range(9))
     assert set(records[1]) == {"doc_id", "index", "error"}
@@ -154,6 +155,11 @@ def test_bad_model_directories_are_one_line(trained, tmp_path):
         LMPipeline.from_pretrained(str(copy))
     record = json.loads((copy / "task.json").read_text())
     (copy / "task.json").write_text(json.dumps(dict(record, kind="classification")))
+    with pytest.raises(PipelineError, match="'kind' 'classification' disagrees with "
+                                            "config.kind 'language_model'"):
+        LMPipeline.from_pretrained(str(copy))
+    (copy / "task.json").write_text(json.dumps(dict(
+        record, kind="classification", config=dict(record["config"], kind="classification"))))
     with pytest.raises(PipelineError, match="not a language model"):
         LMPipeline.from_pretrained(str(copy))
 

@@ -6,6 +6,7 @@ wrote for the same documents."""
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,8 @@ from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
-from ernie_doc.pipeline import Pipeline, PipelineError, completed_ids, pipeline, read_inputs
+from ernie_doc.pipeline import Pipeline, PipelineError, pipeline, read_inputs
+from ernie_doc.predict_io import completed_ids, model_directory, provenance
 from ernie_doc.training.tasks import load_reader
 
 PREDICT = [sys.executable, os.path.join(ROOT, "tools", "predict.py")]
@@ -272,12 +274,12 @@ def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
     assert "pred" in records["a"] and "pred" in records["b"] and records["b"]["segments"] > 3
     assert records["c"]["pred"] in ("0", "1")
     errors = {k: r["error"] for k, r in records.items() if "error" in r}
-    assert set(errors) == {"empty", f"{inputs}:3", "nofield", f"{inputs}:5"}
-    assert "not UTF-8" in errors[f"{inputs}:3"] and "invalid JSON" in errors[f"{inputs}:5"]
+    # an item without a usable id is named "#<input index>", a repeated id "<id>#<index>"
+    assert set(errors) == {"empty", "#2", "nofield", "#4", "a#5"}
+    assert errors["#2"].startswith(f"{inputs}:3: not UTF-8")
+    assert errors["#4"].startswith(f"{inputs}:5: invalid JSON")
     assert "text" in errors["nofield"]
-    assert sum(1 for r in read_jsonl(preds) if r["doc_id"] == "a") == 2   # the duplicate's
-    assert [r["error"] for r in read_jsonl(preds) if r["doc_id"] == "a" and "error" in r] == \
-        ["duplicate document id"]
+    assert errors["a#5"] == "duplicate document id (first given by input item 1)"
     # --on-error fail: one line naming the document, exit 2; what came before it stays
     strict = tmp_path / "strict.jsonl"
     proc = predict_cli(out, "--input", inputs, "--output", strict, "--on-error", "fail",
@@ -299,7 +301,10 @@ def test_resume_skips_what_is_written_and_repairs_a_cut_line(imdb_run, tmp_path)
     lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
     part = tmp_path / "part.jsonl"
     part.write_text("".join(lines[:3]) + lines[3][:10], encoding="utf-8")   # a cut-short line
-    assert completed_ids(str(part)) == [json.loads(x)["doc_id"] for x in lines[:3]]
+    # the sidecar says which model wrote it: --resume continues only that model's file
+    shutil.copy(str(full) + ".meta.json", str(part) + ".meta.json")
+    origin = provenance(model_directory(str(out)))
+    assert completed_ids(str(part), origin) == [json.loads(x)["doc_id"] for x in lines[:3]]
     assert part.read_text(encoding="utf-8") == "".join(lines[:3])   # repaired
     part.write_text("".join(lines[:3]) + lines[3][:10], encoding="utf-8")
     proc = predict_cli(out, "--input", inputs, "--output", part, "--resume")

@@ -150,6 +150,55 @@ def bf16_to_fp32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype="<u2").astype("<u4") << 16).view("<f4")
 
 
+def _read_header(f, path: str, size: int) -> Tuple[int, List[int], int]:
+    """The header of the LoDTensor at `f`'s position (a file of `size` bytes) → (data_type,
+    dims, data bytes), `f` left at the data. Every size the header declares (LoD levels, the
+    data) is checked against what the file holds before anything is read."""
+    (version,) = struct.unpack("<I", _read_exact(f, 4, path, "the version"))
+    if version != 0:
+        raise LoDTensorFormatError(f"{path}: not a LoDTensor file (version {version}, "
+                                   f"expected 0)")
+    (lod_level,) = struct.unpack("<Q", _read_exact(f, 8, path, "the LoD level"))
+    if lod_level > _MAX_LOD_LEVELS:
+        raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (lod_level {lod_level})")
+    for level in range(lod_level):
+        (nbytes,) = struct.unpack("<Q", _read_exact(f, 8, path, f"LoD level {level} size"))
+        if nbytes % 8:
+            raise LoDTensorFormatError(
+                f"{path}: corrupt LoDTensor file (LoD level {level} has {nbytes} bytes, "
+                f"not a multiple of 8)")
+        if nbytes > size - f.tell():
+            raise LoDTensorFormatError(
+                f"{path}: truncated or corrupt LoDTensor file: LoD level {level} declares "
+                f"{nbytes} bytes, the file has {size - f.tell()} left")
+        f.seek(nbytes, os.SEEK_CUR)   # the offsets are not needed
+    (tversion,) = struct.unpack("<I", _read_exact(f, 4, path, "the tensor version"))
+    if tversion != 0:
+        raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (tensor version "
+                                   f"{tversion}, expected 0)")
+    (desc_len,) = struct.unpack("<i", _read_exact(f, 4, path, "the TensorDesc length"))
+    if not 0 < desc_len <= _MAX_DESC_BYTES:
+        raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (TensorDesc length "
+                                   f"{desc_len})")
+    desc = _read_exact(f, desc_len, path, "the TensorDesc")
+    try:
+        data_type, dims = decode_tensor_desc(desc)
+    except ValueError as e:
+        raise LoDTensorFormatError(f"{path}: corrupt TensorDesc: {e}") from None
+    if data_type not in _NUMPY_OF:
+        raise LoDTensorFormatError(f"{path}: unsupported data_type {data_type} in "
+                                   f"TensorDesc")
+    if any(d < 0 for d in dims):
+        raise LoDTensorFormatError(f"{path}: corrupt TensorDesc (negative dim in {dims})")
+    nbytes = math.prod(dims) * _NUMPY_OF[data_type].itemsize   # Python ints: no overflow
+    available = size - f.tell()
+    if available < nbytes:
+        raise LoDTensorFormatError(
+            f"{path}: truncated LoDTensor file: {_ENUM_NAMES[data_type]} {dims} needs "
+            f"{nbytes} data bytes, found {available}")
+    return data_type, dims, nbytes
+
+
 def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
     """One LoDTensor file → np.ndarray with the stored shape (LoD offsets are discarded).
 
@@ -163,60 +212,34 @@ def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise LoDTensorFormatError(f"{path}: empty file (0 bytes), not a LoDTensor file")
-        (version,) = struct.unpack("<I", _read_exact(f, 4, path, "the version"))
-        if version != 0:
-            raise LoDTensorFormatError(f"{path}: not a LoDTensor file (version {version}, "
-                                       f"expected 0)")
-        (lod_level,) = struct.unpack("<Q", _read_exact(f, 8, path, "the LoD level"))
-        if lod_level > _MAX_LOD_LEVELS:
-            raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (lod_level {lod_level})")
-        for level in range(lod_level):
-            (nbytes,) = struct.unpack("<Q", _read_exact(f, 8, path, f"LoD level {level} size"))
-            if nbytes % 8:
-                raise LoDTensorFormatError(
-                    f"{path}: corrupt LoDTensor file (LoD level {level} has {nbytes} bytes, "
-                    f"not a multiple of 8)")
-            if nbytes > size - f.tell():
-                raise LoDTensorFormatError(
-                    f"{path}: truncated or corrupt LoDTensor file: LoD level {level} declares "
-                    f"{nbytes} bytes, the file has {size - f.tell()} left")
-            f.seek(nbytes, os.SEEK_CUR)   # the offsets are not needed
-        (tversion,) = struct.unpack("<I", _read_exact(f, 4, path, "the tensor version"))
-        if tversion != 0:
-            raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (tensor version "
-                                       f"{tversion}, expected 0)")
-        (desc_len,) = struct.unpack("<i", _read_exact(f, 4, path, "the TensorDesc length"))
-        if not 0 < desc_len <= _MAX_DESC_BYTES:
-            raise LoDTensorFormatError(f"{path}: corrupt LoDTensor file (TensorDesc length "
-                                       f"{desc_len})")
-        desc = _read_exact(f, desc_len, path, "the TensorDesc")
-        try:
-            data_type, dims = decode_tensor_desc(desc)
-        except ValueError as e:
-            raise LoDTensorFormatError(f"{path}: corrupt TensorDesc: {e}") from None
-        if data_type not in _NUMPY_OF:
-            raise LoDTensorFormatError(f"{path}: unsupported data_type {data_type} in "
-                                       f"TensorDesc")
-        if any(d < 0 for d in dims):
-            raise LoDTensorFormatError(f"{path}: corrupt TensorDesc (negative dim in {dims})")
-        dtype = _NUMPY_OF[data_type]
-        count = math.prod(dims)  # Python ints: a corrupt dim cannot overflow
-        nbytes = count * dtype.itemsize
+        data_type, dims, nbytes = _read_header(f, path, size)
         available = size - f.tell()
-        if available < nbytes:
-            raise LoDTensorFormatError(
-                f"{path}: truncated LoDTensor file: {_ENUM_NAMES[data_type]} {dims} needs "
-                f"{nbytes} data bytes, found {available}")
         if available > nbytes:
             raise LoDTensorFormatError(
                 f"{path}: corrupt LoDTensor file: {available - nbytes} bytes after the "
                 f"{_ENUM_NAMES[data_type]} {dims} data (a combined multi-tensor file?)")
-        array = np.fromfile(f, dtype=dtype, count=count).reshape(dims)
+        dtype = _NUMPY_OF[data_type]
+        array = np.fromfile(f, dtype=dtype, count=math.prod(dims)).reshape(dims)
     if upcast and data_type == FP16:
         array = array.astype(np.float32)
     elif upcast and data_type == BF16:
         array = bf16_to_fp32(array)
     return array
+
+
+def combined_shapes(path: PathLike) -> List[List[int]]:
+    """The shapes of the tensors in a combined parameters file (paddle.jit.save's
+    `.pdiparams`: LoDTensors one after another, names in the program), in file order, read
+    from their headers alone (the data is skipped, never loaded)."""
+    path = os.fspath(path)
+    shapes = []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        while f.tell() < size:
+            _, dims, nbytes = _read_header(f, path, size)
+            f.seek(nbytes, os.SEEK_CUR)
+            shapes.append(dims)
+    return shapes
 
 
 def lodtensor_bytes_header(array: np.ndarray, data_type: Optional[int] = None) -> bytes:

@@ -11,7 +11,7 @@ import os
 import platform
 import sys
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 # paddle's import warns about a C++ compiler cache it never uses here (stderr holds progress
 # lines and, on bad input, the one error line)
@@ -25,12 +25,26 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: paddle's)")
     p.add_argument("--output", default=None, help="also write the JSON here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
 
 
-def check_output(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--output must be writable: checked before minutes of measuring, not after."""
+def check_output(p: argparse.ArgumentParser, args: argparse.Namespace,
+                 inputs: Sequence[Optional[str]] = ()) -> None:
+    """--output must be writable and follow ernie_doc.outputs' rule against `inputs` (the
+    files and folders the tool reads): never one of them or inside them, a regular file or
+    nothing, an existing file only with --overwrite. Checked before minutes of measuring,
+    not after; the report is then renamed into place (a link there is replaced, never
+    written through)."""
     if args.output is not None:
-        from ernie_doc.utils import unwritable_file  # no paddle import: threads are not set
+        # no paddle import: threads are not set
+        from ernie_doc.outputs import OutputError
+        from ernie_doc.outputs import check_output as check_path
+        from ernie_doc.utils import unwritable_file
+        try:
+            check_path(args.output, [path for path in inputs if path],
+                       exists_ok=args.overwrite)
+        except OutputError as e:
+            p.error(str(e))
         problem = unwritable_file(args.output)
         if problem:
             p.error(f"--output {problem}")

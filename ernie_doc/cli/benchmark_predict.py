@@ -45,7 +45,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     if args.warmup < 0:
         p.error(f"--warmup must be >= 0, got {args.warmup}")
-    check_output(p, args)
+    check_output(p, args, [args.input, args.model])
     return args
 
 
@@ -125,7 +125,9 @@ def agreement(reference: Dict[str, dict], other: Dict[str, dict]) -> Dict[str, A
 
 
 def run(args: argparse.Namespace) -> int:
+    from ernie_doc.cli.predict import check_input
     from ernie_doc.pipeline import Pipeline, PipelineError, model_directory
+    check_input(args.input, PipelineError)
     apply_paddle_threads(args.threads)
     directory = model_directory(args.model)
     result = {"tool": "benchmark-predict", "model": directory, "input": args.input,
@@ -163,14 +165,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Exit 2 with one `error:` line for a bad model folder (a refused pickle ...), input or
+    --output, as `ernie-doc predict` reports them."""
     args = parse_args(argv)
     set_threads(args.threads)
+    from ernie_doc.checkpoint.errors import CheckpointError
+    from ernie_doc.config import ConfigError
+    from ernie_doc.data import DataError
     from ernie_doc.pipeline import PipelineError
+    from ernie_doc.tokenization import TokenizerError
+    from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (PipelineError, ConfigError, DataError, CheckpointError, TokenizerError)
     try:
         return run(args)
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except expected + write_error_types() as e:
+        exit_on_user_error(e, expected, False, args.output, what="--output",
+                           target_is_dir=False)
+        raise
 
 
 def command(argv: Optional[List[str]] = None) -> int:

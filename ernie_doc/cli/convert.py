@@ -10,7 +10,10 @@ official static directory (or its parent with params/), a PaddleNLP directory
 config.json). The model class is the bare encoder unless --head is given (any head of the
 registry, ernie_doc.auto: the built-in ones and those of the task folders) or the checkpoint
 holds a head (config architecture or head tensors). DST files appear all together or not at
-all; other files in DST are kept. Expected errors print one line and exit with status 2.
+all; other files in DST are kept. A file DST already holds that the conversion would write
+(config.json, the weights ...) is replaced only with --overwrite (renamed onto: a link there
+is replaced, never written through), and DST is never the source folder or inside it (see
+ernie_doc.outputs). Expected errors print one line and exit with status 2.
 
 .pdparams files are read by the restricted unpickler (ernie_doc.checkpoint.safe_pickle): a
 pickle that calls anything a paddle state dict does not contain is refused, never run. A
@@ -49,8 +52,37 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "head); what is missing keeps its fresh initialisation")
     p.add_argument("--source", choices=("official", "paddlenlp"),
                    help="a released name's weights (default $ERNIE_DOC_SOURCE, else official)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files DST already holds that the conversion writes")
     p.add_argument("--quiet", action="store_true", help="print only errors")
     return p.parse_args(argv)
+
+
+def written_names(dst: str, fmt: str) -> List[str]:
+    """The files of DST that converting to `fmt` writes (for "official", the tensor files
+    DST already holds stand for the ones it writes: their names come from the model)."""
+    from ernie_doc.checkpoint import io, lodtensor
+    if fmt == "official":
+        tensors = lodtensor.list_tensor_files(dst) if os.path.isdir(dst) else []
+        return [io.OFFICIAL_CONFIG_FILE] + tensors
+    return [io.SAFETENSORS_FILE if fmt == "safetensors" else io.PDPARAMS_FILE, io.CONFIG_FILE]
+
+
+def check_destination(args: argparse.Namespace, source: str) -> None:
+    """Refuse (OutputError, one line) a DST file that is, aliases or lies inside the source
+    `source` (a folder, or a file and its folder), a FIFO or device, or that exists without
+    --overwrite."""
+    from ernie_doc.outputs import InputSet, check_output
+    if os.path.exists(args.dst) and not os.path.isdir(args.dst):
+        from ernie_doc.outputs import OutputError
+        raise OutputError(f"{args.dst}: is a file, not a directory")
+    # a weights file is read with the config beside it: its folder is an input too
+    # (every file of the folder, links followed, is an input: see ernie_doc.outputs)
+    inputs = InputSet([source] if os.path.isdir(source) else [source, os.path.dirname(
+        os.path.abspath(source))])
+    for name in written_names(args.dst, TARGETS[args.to]):
+        check_output(os.path.join(args.dst, name), inputs, what="DST", exists_ok=args.overwrite,
+                     hint="--overwrite replaces it")
 
 
 def convert(args: argparse.Namespace):
@@ -61,7 +93,9 @@ def convert(args: argparse.Namespace):
     if os.path.abspath(args.src) == os.path.abspath(args.dst):
         raise io.CheckpointError(f"{args.dst}: the destination must differ from the source")
     from ernie_doc.hub import resolve
-    ckpt = auto.read_checkpoint(resolve(args.src, kind="model", source=args.source))
+    source = resolve(args.src, kind="model", source=args.source)
+    check_destination(args, os.fspath(source))
+    ckpt = auto.read_checkpoint(source)
     cls = auto.head_class(args.head) if args.head else auto.model_class_for(ckpt)
     kwargs = {}
     if args.num_labels is not None:

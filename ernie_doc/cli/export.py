@@ -12,12 +12,14 @@ checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP,
 .tar.gz, or a preset name / config JSON (random weights, for trying the pipeline offline, e.g.
 ernie-doc-small). Writes
 <output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
-<output>.meta.json; prints a JSON summary. A bad argument, config or checkpoint, or an output
-that cannot be written, prints one `error:` line and exits with 2, writing nothing
-(--debug: traceback). --head takes every head of the registry (ernie_doc.auto) that can be
-exported; a head that takes inputs of its own (keyphrase: word_index [B,T]) exports them after
-the encoder's, and the summary names them under "head_inputs". See ernie_doc/inference.py for
-the exported signature and the Predictor that runs it (CPU fp32 / bf16, GPU on CUDA builds).
+<output>.meta.json; prints a JSON summary. Files of an earlier export there are replaced only
+with --overwrite, and --output never lies in the --config folder (ernie_doc.outputs). A bad
+argument, config or checkpoint, or an output that cannot be written, prints one `error:` line
+and exits with 2, writing nothing (--debug: traceback). --head takes every head of the
+registry (ernie_doc.auto) that can be exported; a head that takes inputs of its own
+(keyphrase: word_index [B,T]) exports them after the encoder's, and the summary names them
+under "head_inputs". See ernie_doc/inference.py for the exported signature and the Predictor
+that runs it (CPU fp32 / bf16, GPU on CUDA builds).
 """
 import argparse
 import json
@@ -57,6 +59,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="fixed batch size, or 'dynamic' (default)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="segment length T (default: max_position_embeddings)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files of an earlier export at --output")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
     if args.batch_size == "dynamic":
@@ -160,12 +164,73 @@ def run_seq_len(source: str) -> Optional[int]:
     return value if isinstance(value, int) else None
 
 
-def _export(args):
-    import shutil
+EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.json")
 
+
+def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
+    """Every file the export writes (its model, parameters and sidecar under either paddle
+    version's names, and the predict files copied from `directory`), checked by
+    ernie_doc.outputs' rule against --config and every file in its folder (ExportError, one
+    line): never the checkpoint, a file of its folder (links followed) or inside it, a
+    regular file or nothing, a name that fits, an existing one only with --overwrite. All are
+    checked before anything is written. → the paths of the predict files to write."""
+    from ernie_doc.inference import ExportError
+    from ernie_doc.outputs import InputSet, check_output
+    inputs = InputSet([args.config] if os.path.exists(args.config) else [])
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    copies = [os.path.join(out_dir, os.path.basename(path))
+              for path in (predict_files(directory) if directory else [])]
+    for path in [args.output + suffix for suffix in EXPORT_SUFFIXES] + copies:
+        check_output(path, inputs, exists_ok=args.overwrite, error=ExportError,
+                     hint="--overwrite replaces it")
+    return copies
+
+
+def stage_copies(sources: List[str], out_dir: str) -> List[str]:
+    """Copy each file of `sources` into `out_dir` under a new temporary name (O_EXCL: never
+    through a link) → those names; they are renamed into place once the export is done. A
+    source that cannot be read is an ExportError (one line), with the copies made so far
+    removed."""
+    from ernie_doc.inference import ExportError
+    from ernie_doc.outputs import temp_name
+    from ernie_doc.utils import open_regular
+    staged = []
+    try:
+        for source in sources:
+            with open_regular(source, "predict file", ExportError) as src:
+                staged.append(os.path.join(out_dir, temp_name()))
+                fd = os.open(staged[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                             getattr(os, "O_NOFOLLOW", 0), 0o666)
+                with os.fdopen(fd, "wb") as dst:
+                    while True:
+                        try:
+                            block = src.read(1 << 20)
+                        except OSError as e:
+                            raise ExportError(f"{source}: cannot read ({e.strerror})") \
+                                from None
+                        if not block:
+                            break
+                        dst.write(block)   # a full disk: the caller's one line
+    except BaseException:
+        remove_files(staged)
+        raise
+    return staged
+
+
+def remove_files(paths: List[str]) -> None:
+    """Remove the files this run created (`paths`), those still there."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _export(args):
     from ernie_doc.inference import ExportError, export
-    model, source = build_model(args)
     directory = args.config if os.path.isdir(args.config) else ""
+    copies = check_outputs(args, directory)
+    model, source = build_model(args)
     # the run's segment length T: predict reads documents in the windows training used
     seq_len = args.seq_len or (directory and run_seq_len(directory)) or \
         model.config.max_position_embeddings
@@ -173,12 +238,26 @@ def _export(args):
         raise ExportError(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
                           f"{model.config.max_position_embeddings}")
     out_dir = os.path.dirname(os.path.abspath(args.output))
+    made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    copied = []
-    for path in predict_files(directory) if directory else []:   # before the sidecar, which
-        shutil.copy2(path, os.path.join(out_dir, os.path.basename(path)))   # completes it
-        copied.append(os.path.basename(path))
-    info = export(model, args.output, seq_len=seq_len, batch_size=args.batch_size)
+    # the predict files are complete under temporary names before the export writes, and
+    # renamed into place right after it: a failed export leaves none of them (nor a folder
+    # it created), and an existing file is replaced (never written through) only on success
+    staged = []
+    try:
+        staged = stage_copies(predict_files(directory) if directory else [], out_dir)
+        info = export(model, args.output, seq_len=seq_len, batch_size=args.batch_size)
+        for tmp, target in zip(staged, copies):
+            os.replace(tmp, target)
+    except BaseException:
+        remove_files(staged)
+        if made:
+            try:
+                os.rmdir(out_dir)
+            except OSError:
+                pass
+        raise
+    copied = [os.path.basename(path) for path in copies]
     if source == "random":
         print("warning: --config is a config, not a checkpoint: exported random weights",
               file=sys.stderr)

@@ -12,15 +12,26 @@ with a header row (columns are the task's fields: `text` for classification; `co
 it (ernie_doc.pipeline). A document that cannot be predicted (empty, not UTF-8, a missing
 field) gets a line with an `error` field, or with --on-error fail stops the run with one
 line naming it. The last line of --output is a complete record at every moment but the one
-being written; --resume drops a line cut short and skips the documents already there.
+being written. Beside it, `<output>.meta.json` records the model's fingerprint (written before
+the first record): --resume continues only a file this tool wrote for this model, drops a
+last line cut short and skips the documents already there; any other file is refused and left
+as it is. --output never replaces or lands inside an input or the model folder (nor a file
+they link to), and is locked while a run writes it: a second predict on it stops with one
+line (ernie_doc.outputs).
 """
 import argparse
+import io
 import json
 import os
 import sys
 import time
+import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import List, Optional
+
+# paddle's import warns about a C++ compiler cache it never uses here: stderr holds the
+# progress bar and, on bad input, the one error line
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -63,56 +74,96 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def check_paths(args: argparse.Namespace) -> None:
-    """Input and output checked before the model is loaded (PipelineError: one line)."""
-    from ernie_doc.pipeline import PipelineError
+def check_input(path: str, error: type) -> None:
+    """--input must be a directory or a regular file (a FIFO or a device is refused without
+    being opened): error(one line) otherwise."""
     from ernie_doc.utils import regular_file_problem
-    if not os.path.exists(args.input):
-        raise PipelineError(f"--input {args.input}: no such file or directory")
-    if not os.path.isdir(args.input):
-        problem = regular_file_problem(args.input, "--input")
+    if not os.path.exists(path):
+        raise error(f"--input {path}: no such file or directory")
+    if not os.path.isdir(path):
+        problem = regular_file_problem(path, "--input")
         if problem:
-            raise PipelineError(problem)
+            raise error(problem)
+
+
+def model_directories(args: argparse.Namespace) -> List[str]:
+    """The model folder(s) predict reads: MODEL's, and --answer-model's when given."""
+    from ernie_doc.predict_io import model_directory
+    return [model_directory(args.model)] + \
+        ([model_directory(args.answer_model)] if args.answer_model else [])
+
+
+def check_paths(args: argparse.Namespace):
+    """Input and output checked before the model is loaded (PipelineError: one line) →
+    (the inputs, an ernie_doc.outputs.InputSet; the file id of an existing --output, or
+    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.outputs' rule
+    against --input and the model folders: never one of them or a file inside them (links
+    followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
+    regular file or nothing; an existing output only with --resume (a file with no other name
+    or link) or --overwrite."""
+    from ernie_doc.outputs import InputSet, check_appendable, check_output
+    from ernie_doc.predict_io import PipelineError, provenance_path
+    check_input(args.input, PipelineError)
+    inputs = InputSet([args.input] + model_directories(args))
     output = args.output
-    if os.path.isdir(output):
-        raise PipelineError(f"--output {output}: is a directory; give a file name")
-    if os.path.abspath(output) == os.path.abspath(args.input):
-        raise PipelineError(f"--output {output}: is the input")
-    exists = os.path.exists(output)
-    if exists and not (args.resume or args.overwrite):
-        raise PipelineError(f"--output {output}: exists; --resume continues it, --overwrite "
-                            f"replaces it")
-    if args.resume and not exists:
-        raise PipelineError(f"--resume: {output} does not exist yet")
+    options = dict(inputs=inputs, exists_ok=args.resume or args.overwrite, error=PipelineError,
+                   hint="--resume continues it, --overwrite replaces it")
+    exists = check_output(output, what="--output", **options)
+    check_output(provenance_path(output), what="--output's record", **options)
+    if args.resume:
+        if not exists:
+            raise PipelineError(f"--resume: {output} does not exist yet")
+        check_appendable(output, error=PipelineError)
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise PipelineError(f"--output {output}: directory {parent} does not exist")
+    return inputs, exists
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Predict --input into --output → the run's summary (also printed as JSON)."""
+    """Predict --input into --output → the run's summary (also printed as JSON).
+
+    --output's folder is opened once, right after the checks (ernie_doc.outputs.OutputFolder):
+    the file and its sidecar are opened, created and renamed through it, and the file is
+    locked for the run (a second predict on it stops with one line). --resume: the checked
+    file itself is opened, locked, and its records read before the model loads. Otherwise
+    the sidecar and a new file are complete beside the old output before they replace it."""
     from tqdm import tqdm
 
-    from ernie_doc.pipeline import completed_ids, count_inputs, pipeline, read_inputs, to_jsonable
+    from ernie_doc.outputs import OutputFolder
+    from ernie_doc.pipeline import count_inputs, pipeline, read_inputs
+    from ernie_doc.predict_io import (PipelineError, completed_ids, provenance, provenance_bytes,
+                                      provenance_path, record_line)
     from ernie_doc.utils import set_paddle_threads
-    check_paths(args)
-    if args.threads:
-        set_paddle_threads(args.threads)
-    pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error, args.device,
-                    args.engine, args.precision, args.threads or 1)
-    done = completed_ids(args.output) if args.resume else []
-    total = count_inputs(args.input, args.format)
-    counts = {"documents": 0, "errors": 0, "skipped": len(done)}
-    start = time.perf_counter()
-    bar = tqdm(total=None if total is None else max(0, total - len(done)), unit="doc",
-               desc="predict", disable=args.no_progress, dynamic_ncols=True, mininterval=1.0)
-    # append: what an earlier (resumed) run wrote stays; each line is flushed when complete
-    with open(args.output, "a" if args.resume else "w", encoding="utf-8") as out:
+    inputs, checked = check_paths(args)
+    origin = provenance(*model_directories(args))
+    with OutputFolder(args.output, inputs, error=PipelineError,
+                      writer="another ernie-doc predict") as folder:
+        done = []
+        if args.resume:
+            folder.open_append(checked)
+            done = completed_ids(args.output, origin, folder)
+        if args.threads:
+            set_paddle_threads(args.threads, "--threads", PipelineError)
+        pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error,
+                        args.device, args.engine, args.precision, args.threads or 1)
+        total = count_inputs(args.input, args.format)
+        counts = {"documents": 0, "errors": 0, "skipped": len(done)}
+        start = time.perf_counter()
+        bar = tqdm(total=None if total is None else max(0, total - len(done)), unit="doc",
+                   desc="predict", disable=args.no_progress, dynamic_ncols=True,
+                   mininterval=1.0)
+        if not args.resume:
+            folder.create({os.path.basename(provenance_path(args.output)):
+                           provenance_bytes(origin)}, replace=args.overwrite)
+        # each line is flushed when complete: after a stop, --resume continues from it
+        out = io.TextIOWrapper(folder.file, encoding="utf-8", newline="\n")
         for record in pipe.stream(read_inputs(args.input, args.format), skip=done):
-            out.write(json.dumps(to_jsonable(record), ensure_ascii=False) + "\n")
+            out.write(record_line(record))   # UTF-8; never fails on a record
             out.flush()
             counts["errors" if "error" in record else "documents"] += 1
             bar.update(1)
+        out.detach()
     bar.close()
     seconds = time.perf_counter() - start
     summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,

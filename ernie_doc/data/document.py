@@ -21,6 +21,10 @@ from ernie_doc.utils import file_kind, mode_kind  # noqa: F401
 from ernie_doc.utils import open_regular as _open_regular
 from ernie_doc.utils import read_utf8, regular_file_problem
 
+# json.loads recurses once per nesting level: "[[[[..." thousands deep raises RecursionError.
+# No input of ours nests more than a few levels, so such a value is bad data, said so.
+TOO_DEEP = "JSON nested too deeply"
+
 # The reason every directory listing counts its non-regular entries under.
 NOT_REGULAR = "not a regular file (a FIFO, device, socket, directory or broken link)"
 
@@ -39,6 +43,16 @@ class Document:
     label: Optional[str] = None
     ids: Optional[List[int]] = None
     fields: Dict[str, Any] = field(default_factory=dict)
+
+
+BOM = "\ufeff"
+
+
+def without_bom(text: str) -> str:
+    """`text` without a leading UTF-8 byte-order mark. Editors on Windows write one before the
+    first line; left in, it would become part of the first TSV column's name (`\\ufeffid`
+    for `id`), of a JSON line (invalid JSON) or of a document's first word."""
+    return text[1:] if text.startswith(BOM) else text
 
 
 def where(path, line=None):
@@ -64,8 +78,8 @@ def utf8_lines(path):
             except UnicodeDecodeError as e:
                 raise DataError(f"{where(path, number)}: invalid UTF-8 (byte {e.start} of "
                                 f"the line)") from None
-            if number == 1 and line.startswith("\ufeff"):  # tolerate a UTF-8 BOM
-                line = line[1:]
+            if number == 1:
+                line = without_bom(line)
             yield number, line.rstrip("\n").rstrip("\r")
 
 
@@ -120,8 +134,9 @@ def require_dir(path, what="data directory"):
 
 
 def read_text(path) -> str:
-    """A whole UTF-8 regular file; invalid UTF-8 raises DataError naming the file and line."""
-    return read_utf8(path, DataError)
+    """A whole UTF-8 regular file, a leading BOM dropped; invalid UTF-8 raises DataError
+    naming the file and line."""
+    return without_bom(read_utf8(path, DataError))
 
 
 def read_json_file(path) -> Any:
@@ -132,6 +147,8 @@ def read_json_file(path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+        raise DataError(f"{os.fspath(path)}: {TOO_DEEP}") from None
 
 
 def read_lines(path):
@@ -174,6 +191,8 @@ def parse_json_line(raw, path, line):
         record = json.loads(raw)
     except json.JSONDecodeError as e:
         raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+        raise DataError(f"{where(path, line)}: {TOO_DEEP}") from None
     if not isinstance(record, dict):
         raise DataError(f"{where(path, line)}: expected a JSON object, got "
                         f"{type(record).__name__}")

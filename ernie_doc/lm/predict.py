@@ -155,8 +155,12 @@ class LMPipeline(DocumentStream):
                         prepend_eos: bool = False) -> "LMPipeline":
         """`directory`: a saved language model with task.json (a run's best/ or final/,
         resolved by `ernie_doc.pipeline.model_directory`). batch_size None: the run's
-        eval_batch_size, else batch_size. PipelineError (one line) for any problem."""
+        eval_batch_size, else batch_size. PipelineError (one line) for any problem, among
+        them a batch or eval protocol (task_options eval_mem_len ...) whose memory estimate
+        cannot fit, refused before the model is loaded."""
         from ernie_doc.checkpoint.errors import CheckpointError
+        from ernie_doc.predict_io import check_batch_size
+        check_batch_size(batch_size)
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)
         if record["kind"] != "language_model":
@@ -172,11 +176,12 @@ class LMPipeline(DocumentStream):
             # the task validates task_options and computes the protocol as evaluation does
             task = build_task(cfg, _OptionsReader())
             lengths = task.eval_lengths()
+            rows = batch_size or cfg.eval_batch_size or cfg.batch_size
+            task.check_eval_memory(rows, "gpu" if device == "gpu" else "cpu")
             vocab = load_vocabulary(directory)
             model = TransformerXLLM.from_pretrained(directory)
         except (ConfigError, DataError, CheckpointError, ValueError) as e:
             raise PipelineError(str(e).splitlines()[0] if str(e) else repr(e)) from None
-        rows = batch_size or cfg.eval_batch_size or cfg.batch_size
         return cls(model, vocab, lengths, rows, on_error, prepend_eos, cfg, task)
 
     # -- documents → records ---------------------------------------------------------------
@@ -242,8 +247,8 @@ class LMPipeline(DocumentStream):
         per predicted token, in order; a word outside the vocabulary is scored as `<unk>`),
         "index"}; a bad document {"doc_id", "index", "error"} (on_error "record") or
         PipelineError ("fail"). `skip`: document ids not to score (resume)."""
-        skip, seen = set(skip), set()
-        source = enumerate(documents)
+        skip, seen = self.skip_ids(skip), {}
+        source = enumerate(self.items(documents))
         active: List[_Reading] = []
         exhausted = False
         while True:
