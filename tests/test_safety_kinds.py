@@ -245,15 +245,19 @@ def test_saved_models_record_their_tokenizer_type(saved):
         assert record["tokenizer_class"] == "WordPieceTokenizer", folder
 
 
-def test_a_tasks_package_in_the_current_directory_is_never_imported(tmp_path):
-    """`python -m` puts the current directory on sys.path: a `tasks/` package there, even one
-    carrying our marker, is neither imported nor taken for the task folders."""
+@pytest.mark.parametrize("package", ["tasks", "ernie_doc_tasks"])
+def test_a_tasks_package_in_the_current_directory_is_never_imported(tmp_path, package):
+    """`python -m` puts the current directory on sys.path: a `tasks/` or `ernie_doc_tasks/`
+    package there, even one carrying our marker, is neither imported nor taken for the task
+    folders."""
     canary = tmp_path / "canary"
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "__init__.py").write_text(
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text(
         f"ERNIE_DOC_TASKS = True\nopen({str(canary)!r}, 'w').write('imported')\n")
     code = ("from ernie_doc.training.task_folders import task_names, task_package\n"
             "from ernie_doc.auto import head_names\n"
+            "from ernie_doc.training.tasks import load_reader\n"
+            "load_reader('imdb')\n"
             "print(task_package(), 'imdb' in task_names(), len(head_names()) > 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
