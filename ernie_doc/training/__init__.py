@@ -1,0 +1,1 @@
+"""Fine-tuning, pretraining and language-model runs: config, preparation, the loop, checkpoints."""
