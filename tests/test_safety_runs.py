@@ -248,10 +248,10 @@ def test_parameter_count_is_exact_and_allocates_nothing():
 
 def test_absurd_model_sizes_are_refused_before_allocation(tmp_path, capsys):
     from ernie_doc import ErnieDocConfig, ErnieDocModel
-    with pytest.raises(ConfigError, match=r"ErnieDocModel\(hidden_size=1000000000, "
+    with pytest.raises(ConfigError, match=r"ErnieDocModel\(hidden_size=500000000, "
                                           r"num_hidden_layers=12, vocab_size=50265\): needs "
                                           r"about \d+\.\d GiB \(weights"):
-        ErnieDocModel(ErnieDocConfig(hidden_size=1_000_000_000, num_attention_heads=1))
+        ErnieDocModel(ErnieDocConfig(hidden_size=500_000_000, num_attention_heads=1))
     # the trainer counts gradients, Adam's moments and activations too, before building: a
     # model whose weights alone would fit is refused when training it cannot
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -530,7 +530,8 @@ def test_every_entry_is_listed_in_the_manifest_before_it_is_created(tmp_path):
         if busy or not path.startswith(root):
             return
         parts = os.path.relpath(path, out).split(os.sep)
-        if parts[0] in (MANIFEST, MANIFEST + ".tmp"):
+        if parts[0] == MANIFEST or (parts[0].startswith(MANIFEST + ".") and
+                                    parts[0].endswith(".tmp")):   # its own fresh temp file
             return
         busy.append(1)
         try:
@@ -635,10 +636,13 @@ def test_overwrite_removes_the_manifests_entries_and_refuses_a_look_alike_added_
 
 def test_a_run_of_an_earlier_version_is_resumed_but_never_cleared(stopped, tmp_path):
     """A run folder without a manifest (written by an earlier version): overwrite is refused
-    in one line and deletes nothing; --resume works and lists only what it creates."""
-    from helpers import tiny_longdep
+    in one line and deletes nothing; --resume works, its manifest seeded with the names that
+    version wrote (its run_config.yaml, its checkpoints, rotated as the run's own), and
+    another tool's checkpoints/epoch-9/ stays unlisted and untouched."""
+    from helpers import tiny_longdep, write
     out = _copy(stopped, tmp_path / "run")
     (out / MANIFEST).unlink(missing_ok=True)
+    write(out, {"checkpoints/epoch-9/model.pt": b"another tool's weights"})
     before = _hashes(out)
     for overwrite, message in ((["overwrite_output_dir=true"],
                                 "holds a run written by an earlier version, which did not "
@@ -652,9 +656,11 @@ def test_a_run_of_an_earlier_version_is_resumed_but_never_cleared(stopped, tmp_p
     code, err = _resume(out)
     assert code == 0, err
     listed = _listed(out)
-    assert "run_config.yaml" not in listed and "checkpoints/step-2" not in listed
-    assert (out / "checkpoints" / "step-2").is_dir()   # the earlier run's: not rotated away
-    assert {"train_log.jsonl", "best", "checkpoints/latest"} <= set(listed)
+    assert {"run_config.yaml", "train_log.jsonl", "best", "checkpoints/latest"} <= set(listed)
+    assert not (out / "checkpoints" / "step-2").exists()   # the earlier run's: rotated
+    assert "checkpoints/epoch-9/" not in listed and "checkpoints/epoch-9" not in listed
+    assert (out / "checkpoints" / "epoch-9" / "model.pt").read_bytes() == \
+        b"another tool's weights"
 
 
 def test_a_damaged_manifest_never_deletes_outside_the_folder(stopped, tmp_path):
@@ -698,3 +704,173 @@ def test_a_finished_run_refuses_resume_unless_max_steps_or_epochs_is_raised(fini
     assert state["step"] == 6 and state["total_steps"] == 6
     # run_config.yaml now says max_steps 6: a later --resume finds the run finished at 6
     _one_line(*_resume(out), "the run finished at step 6 (max_steps 6)")
+
+
+# -- the run folder: paths, names, links, manifests, one run at a time -------------------------
+def test_a_tilde_in_output_dir_means_home_for_the_checks_and_the_writes(stopped, tmp_path,
+                                                                        monkeypatch):
+    """output_dir=~/x (a config's value, unexpanded by any shell) is $HOME/x for the checks
+    and for every write: a run folder at ./~/x is not cleared as if it were the checked
+    $HOME/x; nothing of it changes."""
+    from helpers import tiny_longdep
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    _copy(stopped, work / "~" / "x")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    before = _hashes(work)
+    code, err = _finetune(["--set", *tiny_longdep("output_dir=~/x", "max_steps=1")])
+    assert code == 0, err
+    assert _hashes(work) == before
+    assert (home / "x" / "run_config.yaml").is_file()
+    assert "output_dir: ~/x" in (home / "x" / "run_config.yaml").read_text()
+
+
+def test_resume_never_replaces_a_users_file_named_like_a_run_output(stopped, tmp_path):
+    """Files of the user's in a run folder, named like outputs the run writes but not listed
+    in its manifest: --resume is refused in one line naming the first, nothing changes; an
+    atomic write of the run's onto such a name is refused too (a new run's files appearing
+    between its checks and its writes)."""
+    from helpers import write
+
+    from ernie_doc.training import outdir
+    out = _copy(stopped, tmp_path / "run")
+    write(out, {"eval_results.json": '{"mine": 1}\n', "predictions_dev.jsonl": '{"id": 1}\n',
+                "curves.png": b"my plot", "best": "my notes on the best run\n"})
+    before = _hashes(out)
+    _one_line(*_resume(out), f"--resume {out}: {out / 'best'}: exists and was not written by "
+                             f"this run (not listed in {MANIFEST}): move it away")
+    assert _hashes(out) == before
+    with pytest.raises(ConfigError, match="test_results.json: exists and was not written"):
+        (out / "test_results.json").write_text("mine")
+        outdir.write_text(str(out), "test_results.json", "the run's")
+    assert (out / "test_results.json").read_text() == "mine"
+    assert "test_results.json" not in _listed(out)
+
+
+@pytest.mark.parametrize("entry, target", [
+    ("train.log", "file"), ("vdl", "dir"), ("checkpoints", "dir"),
+    ("checkpoints/latest", "dir"), ("best", "file")])
+def test_resume_never_writes_through_a_link_planted_in_a_run_folder(stopped, tmp_path, entry,
+                                                                    target):
+    """A listed entry replaced by a symbolic link to someone else's file or folder: --resume
+    is refused in one line naming it; the victim is unchanged. `best` and
+    `checkpoints/latest`, the run's own links, must point into OUTPUT_DIR/checkpoints."""
+    import shutil
+
+    from helpers import write
+    out = _copy(stopped, tmp_path / "run")
+    victim = tmp_path / "victim"
+    if target == "file":
+        write(tmp_path, {"victim": "someone's log\n"})
+    else:
+        shutil.copytree(out / "checkpoints" if entry.startswith("checkpoints") else
+                        out / entry if (out / entry).is_dir() else out, victim, symlinks=True)
+    link = out / entry
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    else:
+        link.unlink(missing_ok=True)
+    link.symlink_to(victim)
+    if entry == "best":   # a link the run did not list: its name is in the run's way
+        message = f"{link}: exists and was not written by this run"
+    elif entry in ("checkpoints/latest",):
+        message = f"{link} points to {victim}, not to a checkpoint of this run"
+    else:
+        message = f"{link} is a symbolic link, not the file or folder this run wrote"
+    before, theirs = _hashes(out), _hashes(tmp_path / "victim") if victim.is_dir() else \
+        victim.read_text()
+    _one_line(*_resume(out), message)
+    assert _hashes(out) == before
+    assert (_hashes(victim) if victim.is_dir() else victim.read_text()) == theirs
+
+
+def test_appended_logs_are_never_opened_through_a_link(tmp_path):
+    from ernie_doc.training import outdir
+    (tmp_path / "victim").write_text("someone's\n")
+    (tmp_path / "train.log").symlink_to(tmp_path / "victim")
+    with pytest.raises(ConfigError, match="train.log: is a symbolic link"):
+        outdir.open_append(str(tmp_path / "train.log"))
+    assert (tmp_path / "victim").read_text() == "someone's\n"
+
+
+@pytest.mark.parametrize("entries, files, message", [
+    (["notes.txt", "analysis"], {"notes.txt": "mine", "analysis/plot.py": "mine"},
+     "entry 'notes.txt' is not a name a run writes"),
+    (["checkpoints"], {"checkpoints/epoch-9/model.pt": b"weights"},
+     "entry 'checkpoints' is not a name a run writes"),
+    (["vdl", "results.json"], {"vdl/events.out": b"another tool's", "results.json": "mine"},
+     "lists vdl, results.json but not the run's run_config.yaml beside them"),
+])
+def test_a_planted_manifest_makes_overwrite_delete_nothing(tmp_path, entries, files, message):
+    """A manifest that is not a run's (naming what no run writes, checkpoints/ whole, or a
+    run's names without the run's run_config.yaml): overwrite_output_dir is refused in one
+    line and every file stays."""
+    import json
+
+    from helpers import tiny_longdep, write
+    out = write(tmp_path / "f", files)
+    (out / MANIFEST).write_text(json.dumps({"format": 1, "entries": entries}))
+    before = _hashes(out)
+    _one_line(*_finetune(["--set", *tiny_longdep(f"output_dir={out}",
+                                                 "overwrite_output_dir=true")]), message)
+    assert _hashes(out) == before
+
+
+def test_a_run_folder_in_use_is_refused_before_anything_changes(stopped, tmp_path):
+    """While a process holds the run folder's lock (here: this test), another run into it
+    (--resume in a second process; a new run with overwrite_output_dir in this one) is one
+    line naming the holder's pid, exit 2, and nothing in the folder changes."""
+    import fcntl
+
+    from helpers import tiny_longdep
+    out = _copy(stopped, tmp_path / "run")
+    before = _hashes(out)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        message = f"output_dir {out} is in use by another run (pid {os.getpid()})"
+        proc = subprocess.run([sys.executable, str(ROOT / "tools" / "finetune.py"),
+                               "--resume", str(out), "--set", "threads=1"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        _one_line(proc.returncode, proc.stderr, message)
+        _one_line(*_finetune(["--set", *tiny_longdep(f"output_dir={out}",
+                                                     "overwrite_output_dir=true")]), message)
+        assert _hashes(out) == before
+    finally:
+        os.close(fd)
+    code, err = _resume(out)   # once released, the run continues
+    assert code == 0, err
+
+
+def test_the_manifest_is_bounded_kept_in_memory_and_never_written_through_a_link(
+        stopped, tmp_path):
+    """A link planted at the manifest's old fixed temporary name is never followed (the run
+    resumes, the link's target is unchanged); a resumed run reads its manifest once, not at
+    every claim; a manifest of more than MAX_ENTRIES entries is refused in one line."""
+    import json
+
+    from ernie_doc.training import outdir
+    out = _copy(stopped, tmp_path / "run")
+    (tmp_path / "victim").write_text("mine")
+    (out / (MANIFEST + ".tmp")).symlink_to(tmp_path / "victim")
+    reads, manifest = [], str(out / MANIFEST)
+
+    def hook(event, args):
+        if _AUDIT and event == "open" and isinstance(args[0], str) and \
+                args[0] == manifest and not (args[2] or 0) & (os.O_WRONLY | os.O_RDWR):
+            reads.append(1)
+    _install_audit_hook(hook)
+    _AUDIT.append(1)
+    try:
+        code, err = _resume(out)
+    finally:
+        _AUDIT.clear()
+    assert code == 0, err
+    assert (tmp_path / "victim").read_text() == "mine"
+    assert len(reads) <= 2, len(reads)
+    big = _copy(stopped, tmp_path / "big")
+    entries = _listed(big) + [f"predictions_{i}.jsonl" for i in range(outdir.MAX_ENTRIES)]
+    (big / MANIFEST).write_text(json.dumps({"format": 1, "entries": entries}))
+    _one_line(*_resume(big), f"{big / MANIFEST}: {len(entries):,} entries (a run lists at "
+                             "most 100,000)")

@@ -2,42 +2,104 @@
 
 A run lists every entry it creates in OUTPUT_DIR in a manifest, `.ernie-doc-run.json`,
 before creating it, so a kill at any moment leaves nothing the manifest does not list (at
-worst a listed name that was never created). Deleting is decided by the manifest alone, never
-by a name: a re-run into the same directory (`overwrite_output_dir`) removes the manifest's
-entries, and only after checking that the directory holds nothing else; the rotation of
-checkpoints removes only checkpoint folders the manifest lists. A user's notes, a dataset or
-another tool's files are never touched, even when they are named like a run's. A directory
-without a manifest is never cleaned: a new run goes only into an empty or new one.
+worst a listed name that was never created). Deleting is decided by the manifest, never by a
+name alone: a re-run into the same directory (`overwrite_output_dir`) removes the manifest's
+entries, and only after checking that the directory holds nothing else and that the
+manifest lists the run's own run_config.yaml, there as a regular file (a manifest alone, e.g.
+one copied or planted into a folder of notes, deletes nothing); the rotation of checkpoints
+removes only checkpoint folders the manifest lists. A user's notes, a dataset or another
+tool's files are never touched, even when they are named like a run's. A directory without a
+manifest is never cleaned: a new run goes only into an empty or new one.
 
-The manifest's entries are relative paths: "name" is a file, link or folder the run owns
-whole; "name/" is a folder the run created whose contents are listed one by one
-("name/child", e.g. checkpoints/step-3), so that another tool's checkpoints/epoch-9/ in it
-stays someone else's. The run's temporary files (atomic writes) live in its own listed folder,
-`.ernie-doc-tmp/`, and the manifest is itself replaced atomically through
-`.ernie-doc-run.json.tmp`.
+The manifest's entries are relative paths from a closed set (RUN_NAMES: the names a run
+writes; a manifest listing anything else is refused as not a run's): "name" is a file, link
+or folder the run owns whole (vdl, final, tokenizer ...); "checkpoints/" is the one folder
+whose contents are listed one by one ("checkpoints/step-3"), so that another tool's
+checkpoints/epoch-9/ in it stays someone else's; it is never listed whole. The run's
+temporary files (atomic writes) live in its own listed folder, `.ernie-doc-tmp/`; the
+manifest is replaced atomically through a temporary file of a fresh name (O_EXCL), never
+through a fixed name a link could be planted at. A process keeps the manifest it wrote in
+memory (a set) and rewrites it only when it lists something new; a manifest of more than
+MAX_ENTRIES entries is not a run's.
+
+A name becomes the run's only while nothing is there: `claim` refuses (one line) an existing
+entry the manifest does not list, so neither a new run (between its checks and its writes)
+nor --resume ever replaces or appends to a file of the user's named like a run's. --resume
+checks up front that every name the run writes is either absent or listed, and that every
+listed entry is what the run created: a real file or folder, not a symbolic link, except
+`best` and `checkpoints/latest`, the run's own links, which must point into
+OUTPUT_DIR/checkpoints; appended logs are opened with O_NOFOLLOW. A run folder of an earlier
+version (run_config.yaml, no manifest) is resumed with a manifest seeded from the names that
+version wrote (its fixed list, EARLIER_VERSION_NAMES): those entries are that run's.
+
+One run at a time: the main process holds an exclusive flock on OUTPUT_DIR itself
+(`lock_output_dir`) from its checks to its end; a second run (new, overwrite or --resume)
+is refused in one line naming the holder's pid before it changes anything. Other ranks of a
+data-parallel run do not lock (only rank 0 writes OUTPUT_DIR).
 
 A directory that is, contains or lies inside one of the run's inputs (data, checkpoint,
 tokenizer), or that is or contains the current directory, the repository or $HOME, is
 refused before anything is written. Every deletion in OUTPUT_DIR goes through `remove_entry`
-(or `clear_previous_run`, which removes every listed entry).
+(or `clear_previous_run`, which removes every listed entry). Paths are used as given: a `~`
+in a config's output_dir is expanded once, where the config is resolved (training.prepare),
+so the checks and the writes see the same directory.
+
+None of this authenticates a manifest against a co-user who can write the folder: such a
+user can delete its files directly. The rules make sure that a stray or planted manifest, or
+a link or file put in a run's place, never makes the run delete or write anything else.
 """
 import contextlib
+import errno
+import fnmatch
 import json
 import os
 import shutil
 import stat
-from typing import Iterable, Iterator, List, Optional, Tuple
+import tempfile
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ernie_doc.config import ConfigError
 from ernie_doc.utils import atomic_path, path_within
 
 MANIFEST = ".ernie-doc-run.json"
-_MANIFEST_TMP = MANIFEST + ".tmp"
+_MANIFEST_TMP = MANIFEST + ".tmp"   # what an earlier version named its temporary manifest
 TEMP = ".ernie-doc-tmp"        # the run's temporary files: a folder it owns whole
+CHECKPOINTS = "checkpoints"    # the one folder listed item by item
 _FORMAT = 1
-_MAX_MANIFEST_BYTES = 16 << 20   # a run lists a few dozen names; anything this large is not ours
+MAX_ENTRIES = 100_000            # a run lists a few dozen names; anything this large is not ours
+_MAX_MANIFEST_BYTES = 16 << 20
+
+# The closed set of top-level names a run writes (glob patterns), each owned whole; and what
+# it writes inside checkpoints/. A manifest listing another name is not a run's.
+RUN_NAMES = (
+    "run_config.yaml", "train.log", "train_log.jsonl", "eval_history.jsonl",
+    "eval_results.json", "results.json", "*_results.json", "predictions_*.jsonl",
+    "timing.json", "curves.png", "vdl", "best", "final", "final.tmp", "tokenizer",
+    "vocab.txt", TEMP,
+)
+CHECKPOINT_NAMES = ("step-[0-9]*", "best-step-[0-9]*", "latest")   # and each with .tmp
+LINKS = ("best", f"{CHECKPOINTS}/latest")   # the run's own symlinks, into checkpoints/
+# What a run of an earlier version (before the manifest) wrote in OUTPUT_DIR (its fixed list,
+# checkpoints/ as a folder of its checkpoints): seeds the manifest when it is resumed.
+EARLIER_VERSION_NAMES = RUN_NAMES
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def is_run_entry(entry: str) -> bool:
+    """Whether `entry` is a name a run writes: one of RUN_NAMES, "checkpoints/", or a
+    checkpoint ("checkpoints/step-3", "checkpoints/latest", ... and their .tmp)."""
+    if entry == CHECKPOINTS + "/":
+        return True
+    if entry.startswith(CHECKPOINTS + "/"):
+        name = entry[len(CHECKPOINTS) + 1:]
+        name = name[:-4] if name.endswith(".tmp") else name
+        return "/" not in name and _matches(name, CHECKPOINT_NAMES)
+    return "/" not in entry and _matches(entry, RUN_NAMES)
 
 
 # -- the manifest ----------------------------------------------------------------------------
@@ -53,18 +115,33 @@ def _parts(entry: str) -> Optional[List[str]]:
     return parts
 
 
-def read_manifest(output_dir: str) -> Optional[List[str]]:
-    """The entries the manifest in `output_dir` lists, or None when there is none.
-    ConfigError (one line naming the file) for a manifest that is not one a run wrote: not a
-    regular file, unreadable, or an entry that is not a plain relative path inside the
-    directory (a damaged or planted manifest never makes a run delete outside its folder)."""
+# this process's view of each manifest it read or wrote: {abspath: (the file's lstat
+# signature, entries in order, the same as a set)}; re-read when the file changed
+_CACHE: Dict[str, Tuple[tuple, List[str], Set[str]]] = {}
+
+
+def _signature(info: os.stat_result) -> tuple:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _load(output_dir: str) -> Optional[Tuple[List[str], Set[str]]]:
+    """(entries, the same as a set) of the manifest in `output_dir`, or None when there is
+    none: from memory while the file is the one this process last read or wrote, so that
+    each claim costs one lstat, not a read of the whole list. ConfigError (one line naming
+    the file) for a manifest that is not one a run wrote: not a regular file, unreadable,
+    more than MAX_ENTRIES entries, or an entry outside the closed set of a run's names
+    (is_run_entry; a damaged or planted manifest never makes a run delete anything else)."""
     path = os.path.join(output_dir, MANIFEST)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
+        _CACHE.pop(os.path.abspath(output_dir), None)
         return None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    cached = _CACHE.get(os.path.abspath(output_dir))
+    if cached is not None and cached[0] == _signature(info):
+        return cached[1], cached[2]
 
     def damaged(why: str) -> ConfigError:
         return ConfigError(f"{path}: {why}, not the list of files a run wrote: remove "
@@ -74,7 +151,8 @@ def read_manifest(output_dir: str) -> Optional[List[str]]:
     if info.st_size > _MAX_MANIFEST_BYTES:
         raise damaged(f"{info.st_size} bytes")
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
             value = json.loads(f.read(_MAX_MANIFEST_BYTES + 1).decode("utf-8"))
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
@@ -84,54 +162,112 @@ def read_manifest(output_dir: str) -> Optional[List[str]]:
     if not isinstance(value, dict) or value.get("format") != _FORMAT or \
             not isinstance(entries, list):
         raise damaged(f"no format {_FORMAT} object with an 'entries' list")
+    if len(entries) > MAX_ENTRIES:
+        raise damaged(f"{len(entries):,} entries (a run lists at most {MAX_ENTRIES:,})")
     folders = {e for e in entries if isinstance(e, str) and e.endswith("/")}
     for entry in entries:
         parts = _parts(entry)
         if parts is None or (len(parts) == 2 and parts[0] + "/" not in folders):
             raise damaged(f"entry {str(entry)[:80]!r} is not a name inside the directory")
-    return list(dict.fromkeys(entries))
+        if not is_run_entry(entry):
+            raise damaged(f"entry {entry[:80]!r} is not a name a run writes")
+    entries = list(dict.fromkeys(entries))
+    _CACHE[os.path.abspath(output_dir)] = (_signature(info), entries, set(entries))
+    return entries, set(entries)
+
+
+def read_manifest(output_dir: str) -> Optional[List[str]]:
+    """The entries the manifest in `output_dir` lists, or None when there is none (ConfigError
+    for one that is not a run's: see _load)."""
+    loaded = _load(output_dir)
+    return None if loaded is None else list(loaded[0])
+
+
+def _is_manifest_temp(name: str) -> bool:
+    return name == _MANIFEST_TMP or (name.startswith(MANIFEST + ".") and name.endswith(".tmp"))
 
 
 def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
-    """Replace the manifest atomically (its temporary file is its own, never followed)."""
-    text = json.dumps({"format": _FORMAT, "written_by": "ernie-doc",
-                       "entries": sorted(set(entries))}, indent=1) + "\n"
-    tmp, path = os.path.join(output_dir, _MANIFEST_TMP), os.path.join(output_dir, MANIFEST)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
-                 0o666)
+    """Replace the manifest atomically, through a temporary file of a fresh name created
+    with O_EXCL (a link planted at any name is never followed or reused)."""
+    entries = sorted(set(entries))
+    if len(entries) > MAX_ENTRIES:
+        raise ConfigError(f"{os.path.join(output_dir, MANIFEST)}: a run lists at most "
+                          f"{MAX_ENTRIES:,} entries")
+    text = json.dumps({"format": _FORMAT, "written_by": "ernie-doc", "entries": entries},
+                      indent=1) + "\n"
+    path = os.path.join(output_dir, MANIFEST)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".tmp", dir=output_dir)
     except OSError as e:
         raise OSError(e.errno, e.strerror, path) from e
-    os.replace(tmp, path)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)   # what a plain open() would give, not mkstemp's 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise OSError(e.errno, e.strerror, path) from e
+    _CACHE[os.path.abspath(output_dir)] = (_signature(os.lstat(path)), entries, set(entries))
 
 
-def open_run(output_dir: str) -> None:
-    """Create `output_dir` if needed and start its manifest when it has none (a new run, or
-    the resume of a run written by an earlier version: the manifest then lists only what
-    this run creates). Temporary files a killed run left in TEMP go."""
+def earlier_version_entries(output_dir: str) -> List[str]:
+    """What a run folder of an earlier version (run_config.yaml, no manifest) holds of the
+    names that version wrote (EARLIER_VERSION_NAMES, checkpoints/ item by item): that run's
+    own entries, which seed the manifest when it is resumed."""
+    out = []
+    for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
+        if entry.name == CHECKPOINTS and entry.is_dir(follow_symlinks=False):
+            out.append(CHECKPOINTS + "/")
+            out += [f"{CHECKPOINTS}/{c.name}" for c in os.scandir(entry.path)
+                    if is_run_entry(f"{CHECKPOINTS}/{c.name}")]
+        elif entry.name == CHECKPOINTS:
+            out.append(CHECKPOINTS + "/")   # not a folder: check_resumable names it
+        elif _matches(entry.name, EARLIER_VERSION_NAMES):
+            out.append(entry.name)
+    return sorted(out)
+
+
+def open_run(output_dir: str, resume: bool = False) -> None:
+    """Create `output_dir` if needed and start its manifest when it has none: empty for a
+    new run; for the resume of a run written by an earlier version, the entries that run
+    wrote (earlier_version_entries). Temporary files a killed run left in TEMP go."""
     os.makedirs(output_dir, exist_ok=True)
     if read_manifest(output_dir) is None:
-        _write_manifest(output_dir, [])
+        _write_manifest(output_dir, earlier_version_entries(output_dir) if resume else [])
     remove_entry(output_dir, TEMP)
+
+
+def _not_ours(output_dir: str, entry: str) -> ConfigError:
+    return ConfigError(f"{os.path.join(output_dir, entry.rstrip('/'))}: exists and was not "
+                       f"written by this run (not listed in {MANIFEST}): move it away")
 
 
 def claim(output_dir: str, *entries: str) -> None:
     """List `entries` in the manifest before they are created ("name/child" lists its folder
-    "name/" too). Nothing happens in a directory without a manifest (a function of the run
-    called on its own, outside a run): such a directory is never cleaned either."""
-    listed = read_manifest(output_dir)
-    if listed is None:
+    "name/" too). A name becomes the run's only while nothing is there: an existing entry the
+    manifest does not list is refused (ConfigError naming it), never replaced or appended to.
+    Nothing happens in a directory without a manifest (a function of the run called on its
+    own, outside a run): such a directory is never cleaned either."""
+    loaded = _load(output_dir)
+    if loaded is None:
         return
-    new = []
+    listed, names = loaded
+    new: List[str] = []
     for entry in entries:
         parts = _parts(entry)
-        if parts is None:
+        if parts is None or not is_run_entry(entry):
             raise ValueError(f"not a manifest entry: {entry!r}")
         for item in ([parts[0] + "/"] if len(parts) == 2 else []) + [entry]:
-            if item not in listed and item not in new:
-                new.append(item)
+            if item in names or item in new:
+                continue
+            if os.path.lexists(os.path.join(output_dir, item.rstrip("/"))):
+                raise _not_ours(output_dir, item)
+            new.append(item)
     if new:
         _write_manifest(output_dir, listed + new)
 
@@ -139,7 +275,8 @@ def claim(output_dir: str, *entries: str) -> None:
 def listed_in(output_dir: str, folder: str) -> List[str]:
     """The names the manifest lists inside `folder` (a folder listed as "folder/")."""
     prefix = folder.rstrip("/") + "/"
-    return [e[len(prefix):] for e in read_manifest(output_dir) or []
+    loaded = _load(output_dir)
+    return [e[len(prefix):] for e in (loaded[0] if loaded else [])
             if e.startswith(prefix) and e != prefix]
 
 
@@ -161,15 +298,17 @@ def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
     listed folder ("name/") only once its listed contents are gone and nothing else is in
     it."""
     removed, kept = [], []
+    gone: Set[str] = set()
     for entry in sorted(entries, key=lambda e: (-len(_parts(e)), e.endswith("/"), e)):
         path = _path(output_dir, entry)
         if path is None or not os.path.lexists(path):
             removed.append(entry)   # nothing there: no longer listed
+            gone.add(entry)
             continue
         if entry.endswith("/"):
             inside = [e for e in listed if e.startswith(entry) and e != entry]
             if os.path.islink(path) or not os.path.isdir(path) or os.listdir(path) or \
-                    any(e not in removed for e in inside):
+                    any(e not in gone for e in inside):
                 kept.append(entry)
                 continue
             os.rmdir(path)
@@ -178,51 +317,67 @@ def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
         else:
             os.remove(path)
         removed.append(entry)
+        gone.add(entry)
     return removed, kept
+
+
+def remove_entries(output_dir: str, entries: Iterable[str]) -> bool:
+    """Delete each of `entries` that the manifest lists (then unlist them, in one rewrite of
+    the manifest) → whether every one of them is gone. With remove_entry, the one way a run
+    deletes anything in OUTPUT_DIR besides clear_previous_run."""
+    entries = list(entries)
+    loaded = _load(output_dir)
+    names = set() if loaded is None else loaded[1]
+    gone = all(not os.path.lexists(os.path.join(output_dir, e))
+               for e in entries if e not in names)
+    mine = [e for e in entries if e in names]
+    if not mine:
+        return gone
+    removed, _ = _remove_listed(output_dir, loaded[0], mine)
+    if removed:
+        dropped = set(removed)
+        _write_manifest(output_dir, [e for e in loaded[0] if e not in dropped])
+    return gone and len(removed) == len(set(mine))
 
 
 def remove_entry(output_dir: str, entry: str) -> bool:
     """Delete `entry` if, and only if, the manifest lists it (then unlist it) → whether it
-    is gone. The one way a run deletes anything in OUTPUT_DIR besides clear_previous_run."""
-    listed = read_manifest(output_dir)
-    if listed is None or entry not in listed:
-        return not os.path.lexists(os.path.join(output_dir, entry))
-    removed, _ = _remove_listed(output_dir, listed, [entry])
-    if removed:
-        _write_manifest(output_dir, [e for e in listed if e not in removed])
-    return bool(removed)
+    is gone."""
+    return remove_entries(output_dir, [entry])
 
 
 def make_room(output_dir: str, entry: str) -> None:
     """Before `entry` is created afresh: remove what is there if the manifest lists it;
     ConfigError (one line) when something the run did not write is in the way."""
     if not remove_entry(output_dir, entry):
-        raise ConfigError(f"{os.path.join(output_dir, entry)}: exists and was not written by "
-                          f"this run (not listed in {MANIFEST}): move it away")
+        raise _not_ours(output_dir, entry)
 
 
 def rename_entry(output_dir: str, src: str, dst: str) -> None:
     """Rename `src` to `dst` (both entries; `dst` listed before it appears)."""
     claim(output_dir, dst)
     os.rename(os.path.join(output_dir, src), os.path.join(output_dir, dst))
-    listed = read_manifest(output_dir)
-    if listed is not None and src in listed:
-        _write_manifest(output_dir, [e for e in listed if e != src])
+    loaded = _load(output_dir)
+    if loaded is not None and src in loaded[1]:
+        _write_manifest(output_dir, [e for e in loaded[0] if e != src])
 
 
 @contextlib.contextmanager
 def atomic_entry(output_dir: str, entry: str) -> Iterator[str]:
     """ernie_doc.utils.atomic_path for OUTPUT_DIR/entry: a temporary path moved into place
-    when the block succeeds. In a run's folder, `entry` is listed first and the temporary
-    file lives in the run's own folder TEMP, so a kill leaves nothing unlisted."""
+    when the block succeeds. In a run's folder, `entry` is listed first (claim: an existing
+    entry the run did not write is refused, never replaced) and the temporary file lives in
+    the run's own folder TEMP, so a kill leaves nothing unlisted."""
     path = os.path.join(output_dir, *entry.split("/"))
-    if read_manifest(output_dir) is None:
+    if _load(output_dir) is None:
         with atomic_path(path) as tmp:
             yield tmp
         return
     claim(output_dir, TEMP, entry)
     temp = os.path.join(output_dir, TEMP)
     os.makedirs(temp, exist_ok=True)
+    if os.path.islink(temp):
+        raise _not_ours(output_dir, TEMP)
     with atomic_path(path, tmp_dir=temp) as tmp:
         yield tmp
 
@@ -234,19 +389,92 @@ def write_text(output_dir: str, entry: str, text: str) -> None:
             f.write(text)
 
 
+def open_append(path: str):
+    """A run's log file opened for appending (text, UTF-8), never through a symbolic link
+    (O_NOFOLLOW): a link put in place of the run's train.log is refused, not written
+    through."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ConfigError(f"{path}: is a symbolic link, not the log this run "
+                              "writes: move it away") from None
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+# -- one run at a time -------------------------------------------------------------------------
+_LOCKS: Dict[str, int] = {}   # abspath → descriptor of the directory this process has locked
+
+
+def _holder(info: os.stat_result) -> str:
+    """The pid holding a flock on the file of `info`, from /proc/locks ('unknown' without)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/locks", encoding="ascii") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 6 or "->" in parts or parts[1] != "FLOCK":
+                    continue
+                major, minor, inode = parts[5].split(":")
+                if int(inode) == info.st_ino and (int(major, 16), int(minor, 16)) == \
+                        (os.major(info.st_dev), os.minor(info.st_dev)):
+                    return parts[4]
+    return "unknown"
+
+
+def lock_output_dir(output_dir: str) -> bool:
+    """Hold an exclusive lock on the directory `output_dir` (flock on a descriptor of the
+    directory itself, so nothing is written for it) until release_output_dir or the
+    process's end; the directory is created if missing → whether this call created it.
+    Re-entrant within a process. ConfigError (one line, the holder's pid) when another run
+    holds it. Only a run's main process calls this."""
+    import fcntl
+    key = os.path.abspath(output_dir)
+    fd = _LOCKS.get(key)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(fd), os.stat(output_dir)):
+                return False
+        release_output_dir(output_dir)   # a directory since removed and made again
+    created = not os.path.lexists(output_dir)
+    if created:
+        os.makedirs(output_dir)
+    fd = os.open(output_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        info = os.fstat(fd)
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ConfigError(f"output_dir {output_dir} is in use by another run (pid "
+                              f"{_holder(info)})") from None
+        raise
+    _LOCKS[key] = fd
+    return created
+
+
+def release_output_dir(output_dir: str) -> None:
+    """Give up the lock lock_output_dir took (nothing when this process holds none)."""
+    fd = _LOCKS.pop(os.path.abspath(output_dir), None)
+    if fd is not None:
+        os.close(fd)   # closing the only descriptor releases the flock
+
+
 # -- what is in a directory ------------------------------------------------------------------
 def foreign_entries(directory: str) -> List[str]:
     """What in `directory` its manifest does not list (sorted; folders end in '/'): every
     name when there is no manifest; inside a listed folder ("checkpoints/"), what is not
     listed there either (checkpoints/epoch-9/)."""
-    listed = read_manifest(directory)
-    listed = set() if listed is None else set(listed) | {MANIFEST, _MANIFEST_TMP}
+    loaded = _load(directory)
+    listed = set() if loaded is None else loaded[1] | {MANIFEST}
     top = {e.split("/")[0] for e in listed}
     out = []
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         is_dir = entry.is_dir(follow_symlinks=False)
         if entry.name not in top:
-            out.append(entry.name + ("/" if is_dir else ""))
+            if loaded is None or not _is_manifest_temp(entry.name):
+                out.append(entry.name + ("/" if is_dir else ""))
         elif is_dir and entry.name + "/" in listed:
             for child in sorted(os.scandir(entry.path), key=lambda e: e.name):
                 if f"{entry.name}/{child.name}" not in listed:
@@ -256,11 +484,47 @@ def foreign_entries(directory: str) -> List[str]:
 
 
 def _real(path: str) -> str:
-    return os.path.realpath(os.path.expanduser(os.fspath(path)))
+    return os.path.realpath(os.fspath(path))
 
 
 def _shown(names: List[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def check_resumable(output_dir: str, listed: Optional[List[str]]) -> None:
+    """--resume: ConfigError (one line naming the entry) unless every name the run writes is
+    absent or listed (`listed`: the manifest's entries; None, a run of an earlier version:
+    earlier_version_entries), and every listed entry is what the run created: a real file
+    or folder, not a symbolic link, except `best` and `checkpoints/latest`, which must point
+    to a folder in OUTPUT_DIR/checkpoints. Reads only."""
+    where = f"--resume {output_dir}"
+    names = set(earlier_version_entries(output_dir) if listed is None else listed)
+    for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
+        name = entry.name + ("/" if entry.name == CHECKPOINTS else "")
+        if _matches(entry.name, RUN_NAMES + (CHECKPOINTS,)) and name not in names:
+            raise ConfigError(f"{where}: {_not_ours(output_dir, name)}")
+    latest = f"{CHECKPOINTS}/latest"
+    if latest not in names and os.path.lexists(os.path.join(output_dir, latest)):
+        raise ConfigError(f"{where}: {_not_ours(output_dir, latest)}")
+    home = _real(os.path.join(output_dir, CHECKPOINTS))
+    for entry in sorted(names):
+        path = os.path.join(output_dir, entry.rstrip("/"))
+        try:
+            info = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISLNK(info.st_mode) and entry in LINKS:
+            target = _real(path)
+            if not (path_within(target, home) and target != home and os.path.isdir(target)):
+                raise ConfigError(f"{where}: {path} points to {os.readlink(path)}, not to a "
+                                  f"checkpoint of this run in {home}")
+        elif stat.S_ISLNK(info.st_mode):
+            raise ConfigError(f"{where}: {path} is a symbolic link, not the file or folder "
+                              "this run wrote: put the run's own back or move the link away")
+        elif entry.endswith("/") and not stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{where}: {path} is not a folder")
+        elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            raise ConfigError(f"{where}: {path} is not a regular file or folder")
 
 
 def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool = False,
@@ -270,19 +534,24 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
 
     inputs: paths the run reads (data directory, checkpoint, tokenizer ...); output_dir may
     not be, contain or lie inside any of them. A new run goes into a new or empty directory,
-    or (overwrite) into one holding only what its manifest lists; --resume into a run's
-    directory (`marker` there). Nothing is created or changed here."""
+    or (overwrite) into one holding only what its manifest lists, run's `marker` among them;
+    --resume into a run's directory (`marker` there) where nothing is in the run's way
+    (check_resumable). Paths are taken as given (no `~` expansion: the caller resolves the
+    config's paths once, and writes to what was checked). Nothing is created or changed
+    here."""
     out = _real(output_dir)
     where = f"output_dir {output_dir}"
     for path in inputs:
-        if not path or not os.path.exists(os.path.expanduser(os.fspath(path))):
-            continue
-        real = _real(path)
-        if path_within(out, real) or path_within(real, out):
-            relation = ("is" if out == real else "lies inside" if path_within(out, real)
-                        else "contains")
-            raise ConfigError(f"{source}: {where} {relation} {path}, an input of this run: "
-                              "choose a directory of its own")
+        for given in dict.fromkeys([os.fspath(path or ""),
+                                    os.path.expanduser(os.fspath(path or ""))]):
+            if not given or not os.path.exists(given):
+                continue
+            real = _real(given)
+            if path_within(out, real) or path_within(real, out):
+                relation = ("is" if out == real else "lies inside" if path_within(out, real)
+                            else "contains")
+                raise ConfigError(f"{source}: {where} {relation} {path}, an input of this "
+                                  "run: choose a directory of its own")
     protected = [("the current directory", os.getcwd()), ("the repository", REPOSITORY),
                  ("$HOME", os.path.expanduser("~")), ("the root directory", os.sep)]
     for what, path in protected:
@@ -296,10 +565,14 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
     if not os.path.isdir(out):
         raise ConfigError(f"{source}: {where} exists and is not a directory")
     listed = read_manifest(out)
-    has_run = os.path.isfile(os.path.join(out, marker))
+    marker_info = None
+    with contextlib.suppress(OSError):
+        marker_info = os.lstat(os.path.join(out, marker))
+    has_run = marker_info is not None and stat.S_ISREG(marker_info.st_mode)
     if resume:
         if not has_run:
             raise ConfigError(f"--resume {output_dir}: no run there ({marker} missing)")
+        check_resumable(out, listed)
         return
     foreign = foreign_entries(out)
     if listed is None and has_run:   # an earlier version's run: nothing says what it wrote
@@ -319,6 +592,11 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
         raise ConfigError(f"{source}: {where} holds files that are not a previous run's "
                           f"({_shown(foreign)}): choose an empty or new directory, or move "
                           "them")
+    if owned and not (has_run and marker in (listed or [])):
+        raise ConfigError(f"{source}: {where}: its {MANIFEST} lists {_shown(owned)} but not "
+                          f"the run's {marker} beside them: overwrite_output_dir removes a "
+                          "run's files only with its run_config.yaml; remove them yourself "
+                          "or choose another directory")
 
 
 def clear_previous_run(output_dir: str) -> Optional[List[str]]:

@@ -3,7 +3,8 @@ checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 
     prepare(cfg)
       resolve released names / URLs (hub)  → build_task (the kind)  → check the streamed data
-      → device, threads  → check OUTPUT_DIR (it may hold only a previous run; never an input)
+      → device, threads  → check OUTPUT_DIR (it may hold only a previous run; never an input;
+        the main process locks it for the whole run: one run at a time)
       → documents: read the splits, choose or train the tokenizer, build the model (memory
         estimate first), cut every document into reading passes, build the splits
         (or, for a task that builds its own model: memory estimate, model, splits)
@@ -13,6 +14,7 @@ checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 Nothing here trains; the trainer receives the objects and never asks what kind of task
 it runs.
 """
+import contextlib
 import copy
 import math
 import os
@@ -105,9 +107,43 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         set_paddle_threads(cfg.threads, f"{cfg.source}: threads", ConfigError)
     # before any compute: a saturating loss's denormal gradients slow a CPU step several-fold
     flush_denormals(cfg.flush_denormals)
-    outdir.check_output_dir(cfg.output_dir, input_paths(cfg), resume=resume,
-                            overwrite=bool(cfg.get("overwrite_output_dir")),
-                            marker=RUN_CONFIG, source=cfg.source)
+    check = dict(inputs=input_paths(cfg), resume=resume, marker=RUN_CONFIG,
+                 overwrite=bool(cfg.get("overwrite_output_dir")), source=cfg.source)
+    # one run at a time in OUTPUT_DIR: the main process locks it (training.outdir) before
+    # looking into it, or, when it does not exist yet, once it is checked (then again)
+    locked, created = rank == 0 and os.path.isdir(cfg.output_dir), False
+    try:
+        if locked:
+            outdir.lock_output_dir(cfg.output_dir)
+        outdir.check_output_dir(cfg.output_dir, **check)
+        if rank == 0 and not locked:
+            created = outdir.lock_output_dir(cfg.output_dir)
+            if not created:   # made by another process since it was checked
+                outdir.check_output_dir(cfg.output_dir, **check)
+    except BaseException:
+        if rank == 0:
+            _abandon(cfg.output_dir, created)
+        raise
+    try:
+        return _prepare_locked(cfg, given, task, resume, rank, world, device, amp)
+    except BaseException:
+        if rank == 0:
+            _abandon(cfg.output_dir, created)
+        raise
+
+
+def _abandon(output_dir: str, created: bool) -> None:
+    """A run refused or failed before it started: its lock goes, and so does OUTPUT_DIR if
+    this run created it and it is still empty."""
+    outdir.release_output_dir(output_dir)
+    if created:
+        with contextlib.suppress(OSError):
+            os.rmdir(output_dir)
+
+
+def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bool,
+                    rank: int, world: int, device: str, amp: AmpSettings) -> PreparedRun:
+    """prepare, once OUTPUT_DIR is checked (and locked by the main process)."""
     setup_logging(None, rank == 0)   # console now; the file once OUTPUT_DIR exists
     run = PreparedRun(cfg=cfg, given=given, task=task, resume=resume, device=device,
                       rank=rank, world=world, amp=amp)   # model and splits: built below
@@ -153,6 +189,10 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     from ernie_doc.hub import HubError, is_url, resolve
     from ernie_doc.hub.archive import is_archive
     resolved = copy.copy(cfg)
+    # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
+    # OUTPUT_DIR and every write into it see the same directory
+    if isinstance(cfg.output_dir, str):
+        resolved["output_dir"] = os.path.expanduser(cfg.output_dir)
     try:
         if cfg.init_checkpoint:
             resolved["init_checkpoint"] = resolve(cfg.init_checkpoint, "model",
@@ -557,7 +597,7 @@ def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
             if removed:
                 logger.info(f"overwrite_output_dir: removed the previous run in {run.out} "
                             f"({', '.join(removed)})")
-        outdir.open_run(run.out)
+        outdir.open_run(run.out, resume=run.resume)
         if spm_dir:
             outdir.claim(run.out, "tokenizer")
             os.makedirs(os.path.join(run.out, "tokenizer"), exist_ok=True)

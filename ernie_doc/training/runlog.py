@@ -40,6 +40,10 @@ class _RunFileHandler(logging.FileHandler):
             raise error
         super().handleError(record)
 
+    def _open(self):
+        from ernie_doc.training import outdir
+        return outdir.open_append(self.baseFilename)   # never through a link
+
 
 class RunLog:
     """train_log.jsonl (one line per optimizer step), eval_history.jsonl, VisualDL scalars
@@ -85,8 +89,9 @@ class RunLog:
 
 
 def _append(path, record):
+    from ernie_doc.training import outdir
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        with outdir.open_append(path) as f:   # never through a link
             f.write(json.dumps(record, sort_keys=True) + "\n")
     except OSError as e:   # a full disk fails the write or the close, without a file name
         if e.filename is None:

@@ -226,9 +226,9 @@ def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_
     if dist.rank() == 0:
         _into_place(output_dir, entry)
         _point(output_dir, f"{CHECKPOINTS}/latest", final)
-        for old in _steps(output_dir, "step-")[:-keep or None]:
-            if old != step:
-                outdir.remove_entry(output_dir, f"{CHECKPOINTS}/step-{old}")
+        outdir.remove_entries(output_dir, [f"{CHECKPOINTS}/step-{old}" for old in
+                                           _steps(output_dir, "step-")[:-keep or None]
+                                           if old != step])
     dist.barrier()
     return final
 
@@ -441,9 +441,8 @@ def save_best(output_dir, step, model, tokenizer_files=(), extra=None, task=None
             json.dump(extra, f, indent=1, sort_keys=True)
     final = _into_place(output_dir, entry)
     _point(output_dir, "best", final)
-    for old in _steps(output_dir, "best-step-"):
-        if old != step:
-            outdir.remove_entry(output_dir, f"{CHECKPOINTS}/best-step-{old}")
+    outdir.remove_entries(output_dir, [f"{CHECKPOINTS}/best-step-{old}"
+                                       for old in _steps(output_dir, "best-step-") if old != step])
     return final
 
 

@@ -488,5 +488,9 @@ class Trainer:
 
 def run(cfg, resume: bool = False):
     """Prepare the run described by `cfg` and train it (or only evaluate, eval_only)."""
-    trainer = Trainer(prepare(cfg, resume))
-    return trainer.evaluate_only() if cfg.eval_only else trainer.train()
+    prepared = prepare(cfg, resume)
+    try:
+        trainer = Trainer(prepared)
+        return trainer.evaluate_only() if cfg.eval_only else trainer.train()
+    finally:
+        outdir.release_output_dir(prepared.out)   # the lock prepare took (main process)
