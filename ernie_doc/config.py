@@ -8,8 +8,13 @@ import copy
 import json
 import math
 import os
+from typing import Optional
 
 RECURRENCE_MODES = ("enhanced", "xl", "none")
+# Paddle hands tensor shapes to its kernels as 32-bit integers: a larger dimension is an
+# IndexError deep inside paddle, raised even under paddle.LazyGuard (the memory estimate
+# builds the model there), so no size may pass this before a tensor is made of it.
+MAX_DIM = 2 ** 31 - 1
 POSITION_MAPPINGS = ("pretrained", "official")
 
 # Official / PaddleNLP spellings of the same hyper-parameter.
@@ -83,6 +88,24 @@ class ConfigError(ValueError):
     """A config key or value that the model cannot use."""
 
 
+def integer_problem(value: object, low: int = 0, high: int = MAX_DIM,
+                    nullable: bool = False) -> Optional[str]:
+    """Why `value` cannot be an integer setting in [low, high] (or None, when `nullable`):
+    "must be a positive integer, got True", or None when it can. A bool is never an integer
+    here (YAML's `true` would read as 1); `high` defaults to MAX_DIM, the largest tensor
+    dimension paddle takes."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        from ernie_doc.utils import clip
+        what = {0: "a non-negative integer", 1: "a positive integer"}.get(
+            low, f"an integer >= {low}")
+        return f"must be {what}{' or null' if nullable else ''}, got {clip(repr(value), 80)}"
+    if value > high:
+        return f"must be at most {high}, got {value}"
+    return None
+
+
 class ErnieDocConfig:
     """Hyper-parameters of ERNIE-Doc. Unknown keys and impossible values raise ConfigError."""
 
@@ -101,17 +124,24 @@ class ErnieDocConfig:
 
     # -- checks ------------------------------------------------------------------------------
     def validate(self):
-        def positive_int(name):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        def integer(name, low, high=MAX_DIM):
+            problem = integer_problem(getattr(self, name), low, high)
+            if problem:
+                raise ConfigError(f"{name} {problem}")
 
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings", "task_type_vocab_size"):
-            positive_int(name)
-        if isinstance(self.memory_len, bool) or not isinstance(self.memory_len, int) \
-                or self.memory_len < 0:
-            raise ConfigError(f"memory_len must be an integer >= 0, got {self.memory_len!r}")
+                     "max_position_embeddings", "task_type_vocab_size", "num_labels"):
+            integer(name, 1)
+        integer("memory_len", 0)
+        integer("pad_token_id", 0)
+        integer("cls_token_idx", -MAX_DIM)
+        # the largest tensors' dimensions: the feed-forward's 4·H and the position table's
+        # 2·max_position_embeddings + memory_len rows
+        integer("hidden_size", 1, MAX_DIM // 4)
+        if self.num_position_rows > MAX_DIM:
+            raise ConfigError(
+                f"2 * max_position_embeddings + memory_len (the position table's rows) must be "
+                f"at most {MAX_DIM}, got {self.num_position_rows}")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -139,10 +169,6 @@ class ErnieDocConfig:
         if self.normalize_before:
             raise ConfigError("normalize_before=True (pre-LN) is not part of ERNIE-Doc; "
                               "the released models are post-LN")
-        if not isinstance(self.cls_token_idx, int) or isinstance(self.cls_token_idx, bool):
-            raise ConfigError(f"cls_token_idx must be an integer, got {self.cls_token_idx!r}")
-        if not isinstance(self.num_labels, int) or self.num_labels <= 0:
-            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
 
     # -- derived -----------------------------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ import re
 import stat
 import sys
 import tempfile
+import unicodedata
 from typing import Optional
 
 # errno values that mean "this write cannot succeed here": a full disk or quota, a read-only
@@ -156,15 +157,43 @@ def read_json(path, error=ValueError):
     return parse_json(read_utf8(path, error), os.fspath(path), error)
 
 
+# The most digits an integer read from a config or data file may have: far beyond any count,
+# size or id (2**64 has 20), far below Python's 4300-digit limit on int() (a ValueError), and
+# cheap to convert (int() of n digits takes time quadratic in n).
+MAX_INT_DIGITS = 30
+
+
+class _LongInteger(ValueError):
+    """An integer literal of more than MAX_INT_DIGITS digits (its text is the argument)."""
+
+
+def _bounded_int(text: str) -> int:
+    """json's parse_int: int(text), refusing more than MAX_INT_DIGITS digits."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _LongInteger(text)
+    return int(text)
+
+
+def long_integer_problem(digits: int) -> str:
+    """The message for an integer literal of `digits` digits (more than MAX_INT_DIGITS)."""
+    return f"an integer of {digits} digits (at most {MAX_INT_DIGITS})"
+
+
 def parse_json(text: str, where: str, error=ValueError):
     """`text` (the content of the file `where`) parsed as JSON; invalid or too deeply nested
-    JSON raises `error` naming `where` (and the line)."""
+    JSON, and an integer of more than MAX_INT_DIGITS digits, raise `error` naming `where`
+    (and the line)."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as e:
         raise error(f"{where}:{e.lineno}: invalid JSON ({e.msg})") from None
     except RecursionError:   # "[[[[..." thousands deep: no config or sidecar is like that
         raise error(f"{where}: JSON nested too deeply") from None
+    except _LongInteger as e:
+        digits = str(e.args[0])
+        line = text.count("\n", 0, max(text.find(digits), 0)) + 1
+        raise error(f"{where}:{line}: {long_integer_problem(len(digits.lstrip('-')))}") \
+            from None
 
 
 def dtype_name(dtype) -> str:
@@ -189,6 +218,17 @@ def clip(text: str, limit: int = 200) -> str:
         return text
     tail = limit // 4
     return f"{text[:limit - tail]}...({len(text) - limit} characters)...{text[-tail:]}"
+
+
+def control_character(text: str) -> Optional[str]:
+    """The first control character (Unicode category Cc: NUL, tab, newline, CR, DEL ...) in
+    `text` as "U+000A", or None. No name or path the package reads holds one: a NUL cannot
+    reach the OS, and a newline or CR is a pasted line end (YAML folds or drops it, and it
+    would split a log line)."""
+    for char in text:
+        if unicodedata.category(char) == "Cc":
+            return f"U+{ord(char):04X}"
+    return None
 
 
 def available_cpus() -> int:

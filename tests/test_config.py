@@ -58,8 +58,16 @@ def test_json_round_trip(tmp_path):
     ({"recurrence": "lstm"}, "recurrence must be one of"),
     ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob must be in [0, 1)"),
     ({"num_hidden_layers": 0}, "num_hidden_layers must be a positive integer"),
-    ({"memory_len": -1}, "memory_len must be an integer >= 0"),
+    ({"memory_len": -1}, "memory_len must be a non-negative integer"),
     ({"relative_position_mapping": "x"}, "relative_position_mapping must be one of"),
+    # sizes paddle would take as an int32 tensor dimension (an IndexError deep inside it)
+    ({"memory_len": 10 ** 11}, "memory_len must be at most 2147483647, got 100000000000"),
+    ({"max_position_embeddings": 10 ** 10}, "max_position_embeddings must be at most"),
+    ({"max_position_embeddings": 2 ** 30}, "(the position table's rows) must be at most"),
+    ({"hidden_size": 2 ** 30, "num_attention_heads": 1}, "hidden_size must be at most 536870911"),
+    ({"vocab_size": 10 ** 12}, "vocab_size must be at most 2147483647"),
+    ({"num_labels": True}, "num_labels must be a positive integer, got True"),
+    ({"pad_token_id": -1}, "pad_token_id must be a non-negative integer"),
 ])
 def test_bad_values(values, message):
     with pytest.raises(ConfigError) as err:

@@ -173,6 +173,40 @@ def test_set_sizes_are_refused_before_the_run(capsys, tmp_path, given, parts):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("given, part", [
+    ("model_overrides.memory_len=100000000000", "memory_len must be at most 2147483647"),
+    ("model_overrides.max_position_embeddings=10000000000",
+     "max_position_embeddings must be at most 2147483647"),
+], ids=["memory_len", "max_position_embeddings"])
+def test_set_sizes_past_int32_are_one_line(capsys, tmp_path, given, part):
+    """Paddle takes tensor dimensions as int32: the memory estimate's lazy build raised a
+    78-line IndexError ("exceeds int32") before it could decide."""
+    refused(capsys, "finetune", "--set", *TINY_RUN, given, f"output_dir={tmp_path / 'run'}",
+            parts=("model_overrides:", part))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("key", ["model", "init_checkpoint"])
+def test_saved_model_config_sizes_past_int32_are_one_line(saved, capsys, tmp_path, key):
+    """The same memory_len in a saved model's config.json, and 5000 digits (a ValueError from
+    int())."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in os.listdir(saved["classifier"]):
+        (model / name).write_bytes((saved["classifier"] / name).read_bytes())
+    config = json.loads((model / "config.json").read_text())
+    config["memory_len"] = 10 ** 11
+    (model / "config.json").write_text(json.dumps(config))
+    refused(capsys, "finetune", "--set", *TINY_RUN, f"{key}={model}",
+            f"output_dir={tmp_path / 'run'}",
+            parts=(f"{model / 'config.json'}: memory_len must be at most 2147483647",))
+    (model / "config.json").write_text(json.dumps(config).replace(str(10 ** 11), "9" * 5000))
+    refused(capsys, "finetune", "--set", *TINY_RUN, f"{key}={model}",
+            f"output_dir={tmp_path / 'run'}",
+            parts=(f"{model / 'config.json'}:1: an integer of 5000 digits",))
+    assert not (tmp_path / "run").exists()
+
+
 # -- predict: batch size and threads ----------------------------------------------------------
 def test_predict_batch_size_is_checked_against_the_estimate(saved, tmp_path, capsys):
     out = tmp_path / "preds.jsonl"
@@ -260,6 +294,21 @@ def test_yaml_aliases_are_refused_in_one_short_line(tmp_path, capsys):
     line = refused(capsys, "finetune", config, "--set", f"output_dir={tmp_path / 'run'}",
                    parts=(f"{config}:3: invalid YAML", "&a: anchors and aliases"))
     assert len(line) < 300
+    assert not (tmp_path / "run").exists()
+
+
+def test_yaml_nul_and_long_integers_are_one_line(tmp_path, capsys):
+    """A NUL character in the config file was PyYAML's two-line message; 5000 digits, in the
+    file or in --set, a ValueError traceback from int()."""
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"task: longdep\nmodel: a\0b\n")
+    refused(capsys, "finetune", config, "--set", f"output_dir={tmp_path / 'run'}",
+            parts=(f"{config}:2: invalid YAML (character U+0000",))
+    config.write_text("task: longdep\nwarmup_steps: " + "9" * 5000 + "\n")
+    refused(capsys, "finetune", config, "--set", f"output_dir={tmp_path / 'run'}",
+            parts=(f"{config}:2: invalid YAML (an integer of 5000 digits (at most 30))",))
+    refused(capsys, "finetune", "--set", "task=longdep", "warmup_steps=" + "9" * 5000,
+            parts=("an integer of 5000 digits (at most 30)",))
     assert not (tmp_path / "run").exists()
 
 

@@ -77,7 +77,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from ernie_doc.config import ConfigError
+from ernie_doc.config import MAX_DIM, ConfigError
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
@@ -149,7 +149,9 @@ class TransformerXLConfig:
 
     # -- checks ------------------------------------------------------------------------------
     @staticmethod
-    def _int(key, value, low):
+    def _int(key, value, low, high=MAX_DIM):
+        """`value` as an int in [low, high]; high: the largest tensor dimension paddle takes
+        (config.MAX_DIM)."""
         if isinstance(value, bool):
             raise ValueError(f"{key} must be an integer, got {value!r}")
         try:
@@ -158,6 +160,8 @@ class TransformerXLConfig:
             raise ValueError(f"{key} must be an integer, got {value!r}") from None
         if value < low:
             raise ValueError(f"{key} must be >= {low}, got {value}")
+        if value > high:
+            raise ValueError(f"{key} must be at most {high}, got {value}")
         return value
 
     @staticmethod
@@ -184,6 +188,12 @@ class TransformerXLConfig:
         for key in ("mem_len", "ext_len"):
             setattr(self, key, self._int(key, getattr(self, key), 0))
         self.clamp_len = self._int("clamp_len", self.clamp_len, -1)
+        # the largest tensors' dimensions: the attention's n_head·d_head projections and the
+        # tgt_len + ext_len + mem_len keys a query sees
+        for key, value in (("n_head * d_head", self.n_head * self.d_head),
+                           ("tgt_len + ext_len + mem_len",
+                            self.tgt_len + self.ext_len + self.mem_len)):
+            self._int(key, value, 1)
         for key in ("dropout", "dropatt"):
             setattr(self, key, self._float(key, getattr(self, key), 0.0, 1.0, True))
         for key in ("init_std", "proj_init_std"):

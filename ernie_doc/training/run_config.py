@@ -8,13 +8,14 @@ reader) are free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
 import copy
 import math
 import os
-from typing import Any, TextIO, Union
+from typing import Any, Iterator, TextIO, Tuple, Union
 
 import yaml
 
-from ernie_doc.config import ConfigError
+from ernie_doc.config import ConfigError, integer_problem
 from ernie_doc.training.amp import check_amp_value
-from ernie_doc.utils import clip, threads_problem
+from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
+                             threads_problem)
 
 DEFAULTS = {
     # what to run
@@ -103,6 +104,20 @@ CHOICES = {
 # kinds that stream their training data for max_steps (eval_splits may be empty)
 STREAMED_KINDS = ("pretraining", "language_model")
 FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
+# Integer keys → the least value each takes (the greatest is MAX_DIM, the largest tensor
+# dimension paddle takes: far above any real count, step or size). seed and threads have
+# their own checks below. null stands for the default in stride and eval_batch_size.
+INTEGER_KEYS = {
+    **dict.fromkeys(("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
+                     "tokenizer_vocab_size", "stride", "eval_batch_size"), 1),
+    **dict.fromkeys(("eval_steps", "save_steps", "logging_steps", "stop_at_step",
+                     "keep_checkpoints", "max_steps", "warmup_steps", "max_doc_tokens"), 0),
+}
+NULLABLE_KEYS = ("stride", "eval_batch_size")
+# Lists of names: each name at most once, and at most this many (a task has a few splits and
+# metrics; each one listed is a full evaluation pass).
+NAME_LISTS = ("eval_splits", "test_splits", "metrics")
+MAX_NAMES = 64
 
 
 _TASKS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -148,6 +163,7 @@ def _key_lines(path):
 
 
 MAX_YAML_DEPTH = 100
+MAX_CONFIG_CHARS = 1 << 18   # a config file's size (the task configs are about 2 KB)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -178,6 +194,17 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_yaml_int(self, node):
+        """An integer of at most MAX_INT_DIGITS digits, else a ConstructorError at its line
+        (int() refuses 4300 digits with a bare ValueError, and takes quadratic time below)."""
+        digits = sum(c.isalnum() for c in node.value)   # 0x.., 0b.. and 1:30 forms too
+        value = super().construct_yaml_int(node) if digits <= MAX_INT_DIGITS else None
+        if value is None or abs(value) >= 10 ** MAX_INT_DIGITS:
+            size = digits if value is None else len(str(abs(value)))
+            raise yaml.constructor.ConstructorError(
+                None, None, long_integer_problem(size), node.start_mark)
+        return value
+
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
@@ -192,6 +219,9 @@ class _StrictLoader(yaml.SafeLoader):
                     key_node.start_mark)
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -221,14 +251,24 @@ def load_yaml(path):
         raise ConfigError(problem)
     try:
         with open(path, encoding="utf-8") as f:
-            values = parse_yaml(f) or {}
+            text = f.read(MAX_CONFIG_CHARS + 1)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    if len(text) > MAX_CONFIG_CHARS:   # PyYAML reads ~100 KB/s: refused before it starts
+        raise ConfigError(f"{path}: more than {MAX_CONFIG_CHARS:,} characters; a config file "
+                          "is a page of settings")
+    try:
+        values = parse_yaml(text) or {}
+    except yaml.reader.ReaderError as e:   # a character YAML refuses (NUL, other controls)
+        line = text.count("\n", 0, e.position) + 1
+        char = e.character if isinstance(e.character, int) else ord(e.character)
+        raise ConfigError(f"{path}:{line}: invalid YAML (character U+{char:04X}: {e.reason})") \
+            from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{line}: invalid YAML ({clip(getattr(e, 'problem', e))})") \
-            from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())   # one line
+        raise ConfigError(f"{path}{line}: invalid YAML ({clip(problem)})") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of keys to values")
     lines = _key_lines(path)
@@ -239,7 +279,10 @@ def load_yaml(path):
 
 
 def parse_override(text):
-    """'a.b=value' → (['a', 'b'], value parsed as YAML)."""
+    """'a.b=value' → (['a', 'b'], value parsed as YAML). A value that YAML reads as a plain
+    string is refused when it holds a control character: YAML would fold a newline into a
+    space and drop a final CR, and the run would quietly use another name than the one
+    given."""
     if "=" not in text:
         raise ConfigError(f"override {clip(repr(text))}: expected key=value")
     key, raw = text.split("=", 1)
@@ -250,6 +293,10 @@ def parse_override(text):
         raise ConfigError(f"override {clip(repr(text))}: {e.problem}") from None
     except yaml.YAMLError:
         value = raw
+    control = control_character(raw)
+    if control and not isinstance(value, (dict, list)):
+        raise ConfigError(f"override {clip(repr(text))}: the value holds a control character "
+                          f"({control})")
     return key.strip().split("."), value
 
 
@@ -289,12 +336,37 @@ def config_from_values(given: dict, source: str, overrides=()) -> TrainConfig:
     return cfg
 
 
+def _strings(values: dict) -> Iterator[Tuple[str, str]]:
+    """(key path, string) for every string in `values`, its nested mappings' keys and values
+    and its lists' items: ("data_dir[1]", "/data/b"), ("reader.files", "files")."""
+    stack = [("", values)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            yield path, value
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str):
+                    yield name, key
+                stack.append((name, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+
+
 def validate(cfg):
     where = cfg.source
 
     def fail(key, message):   # the message quotes the value given: at most a few lines' worth
         raise ConfigError(f"{where}: {clip(key)}: {clip(message, 300)}")
 
+    # names and paths: a NUL cannot reach the OS; a newline, CR or tab in a name or path is
+    # a slip (a pasted line end), never meant
+    for key, text in _strings(cfg):
+        control = control_character(text)
+        if control:
+            fail(repr(key) if control_character(key) else key,
+                 f"holds a control character ({control}): {text!r}")
     if not cfg.task:
         raise missing_key(cfg, "task", "the name of a folder in tasks/")
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
@@ -321,16 +393,12 @@ def validate(cfg):
         problem = gpu_problem()
         if problem:
             fail("device", f"gpu: {problem}")
-    for key in ("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
-                "tokenizer_vocab_size"):
-        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
-            fail(key, f"must be a positive integer, got {cfg[key]!r}")
     if cfg.max_doc_tokens is None:   # null = no limit, as 0
         cfg["max_doc_tokens"] = 0
-    for key in ("eval_steps", "save_steps", "logging_steps", "stop_at_step", "threads",
-                "keep_checkpoints", "max_steps", "warmup_steps", "max_doc_tokens"):
-        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 0:
-            fail(key, f"must be a non-negative integer, got {cfg[key]!r}")
+    for key, low in INTEGER_KEYS.items():   # true and false are not integers here
+        problem = integer_problem(cfg[key], low, nullable=key in NULLABLE_KEYS)
+        if problem:
+            fail(key, problem)
     for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
                 "max_grad_norm", "adam_epsilon"):
         if isinstance(cfg[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
@@ -353,9 +421,6 @@ def validate(cfg):
         fail("threads", threads)
     if cfg.max_doc_tokens and cfg.kind == "language_model":
         fail("max_doc_tokens", "does not apply to language_model (it reads token streams)")
-    for key in ("stride", "eval_batch_size"):
-        if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
-            fail(key, f"must be a positive integer or null, got {cfg[key]!r}")
     amp_problem = check_amp_value(cfg.amp)
     if amp_problem:
         fail("amp", amp_problem)
@@ -373,18 +438,26 @@ def validate(cfg):
     for key in FREE_DICTS:
         if not isinstance(cfg[key], dict):
             fail(key, f"must be a mapping, got {cfg[key]!r}")
-    for key in ("eval_splits", "test_splits", "metrics"):
+    for key in NAME_LISTS:
         if isinstance(cfg[key], str):
             cfg[key] = [cfg[key]]
         if not isinstance(cfg[key], list) or not all(isinstance(x, str) for x in cfg[key]):
             fail(key, f"must be a list of names, got {cfg[key]!r}")
+        if len(cfg[key]) > MAX_NAMES:
+            fail(key, f"lists {len(cfg[key])} names; at most {MAX_NAMES}")
+        seen = set()
+        for name in cfg[key]:
+            if name in seen:
+                fail(key, f"names {name!r} twice")
+            seen.add(name)
     splits = ["train"] + list(cfg.eval_splits) + list(cfg.test_splits)
     for split, n in cfg.max_examples.items():
         if split not in splits:
             fail(f"max_examples.{split}", f"{split!r} is not a split of this run "
                                           f"({', '.join(dict.fromkeys(splits))})")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            fail(f"max_examples.{split}", f"must be a positive integer, got {n!r}")
+        problem = integer_problem(n, 1)
+        if problem:
+            fail(f"max_examples.{split}", problem)
     if cfg.main_metric is not None and not isinstance(cfg.main_metric, str):
         fail("main_metric", f"must be a metric name, got {cfg.main_metric!r}")
     if cfg.eval_only:
