@@ -867,6 +867,10 @@ class Predictor:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             first = next((line for line in lines if "Error" in line),
                          lines[0] if lines else type(e).__name__)
+            if any("resourceexhausted" in line.lower() or "out of memory" in line.lower()
+                   for line in lines):   # not the sidecar's fault: say what it is
+                raise ExportError(f"{self.model_path}: paddle.inference ran out of memory "
+                                  f"({first[:200]}); try a smaller batch") from None
             raise ExportError(f"{self.model_path}: paddle.inference cannot run the export "
                               f"({first[:200]}); does {self.meta_path} still describe it?") \
                 from None

@@ -6,7 +6,7 @@ it already reports as one `error:` line and exit status 2).
 The rule:
 - An output is never an input. Paths are compared by what they are, not how they are spelled:
   device and inode (links followed). The inputs are every file the command is given and every
-  entry of every folder it is given (walked; each entry's link followed), so a symbolic link to
+  file directly in every folder it is given (each entry's link followed), so a symbolic link to
   an input, the input reached through a linked folder, a hard link to it, and the real file a
   link inside an input folder points to are all the input.
 - An output never lies inside an input folder (by the folder's real location): a folder of
@@ -82,8 +82,8 @@ def _file_id(st: os.stat_result) -> FileId:
 
 class InputSet:
     """What a command reads, by file id (see the module's rule): the files it is given, the
-    folders it is given, and every entry of those folders (walked through real subfolders; a
-    linked entry by what it points to, a linked folder counted as an input folder too)."""
+    folders it is given, and every file directly in those folders (a linked entry by what it
+    points to)."""
 
     def __init__(self, paths: Iterable[Optional[str]] = ()):
         self.files: Dict[FileId, str] = {}
@@ -99,25 +99,21 @@ class InputSet:
             self._walk(folder)
 
     def _walk(self, top: str) -> None:
-        pending = [top]
-        while pending:
-            try:
-                with os.scandir(pending.pop()) as entries:
-                    for entry in entries:
-                        if len(self.entries) >= MAX_SCANNED:
-                            self.complete = False
-                            return
-                        st = _stat(entry.path)   # links followed: what reading it reads
-                        if st is None:
-                            continue
+        """The entries directly in `top`, by what they are (links followed): what a command
+        reads of a folder it is given (predict's .txt documents, a model's files). Subfolders
+        are not walked: none of them is read, and a link inside to an ancestor (`up -> ..`)
+        must not make the whole tree an input."""
+        try:
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    if len(self.entries) >= MAX_SCANNED:
+                        self.complete = False
+                        return
+                    st = _stat(entry.path)   # links followed: what reading it reads
+                    if st is not None and not stat.S_ISDIR(st.st_mode):
                         self.entries.setdefault(_file_id(st), (entry.path, top))
-                        if stat.S_ISDIR(st.st_mode):
-                            if entry.is_symlink():
-                                self.folders.setdefault(_file_id(st), entry.path)
-                            else:
-                                pending.append(entry.path)
-            except OSError:   # unreadable: its files cannot be read as inputs either
-                continue
+        except OSError:   # unreadable: its files cannot be read as inputs either
+            return
 
     def which(self, file_id: FileId) -> Optional[str]:
         """The one-line phrase naming the input `file_id` is ("the input X", "X of the input

@@ -550,8 +550,8 @@ def provenance_path(output: str) -> str:
 
 def _file_digest(path: str, size: int, digest) -> None:
     """Feed a file's identity to `digest`: its size, then its bytes when it is at most 16 MiB,
-    else 16 blocks of 1 MiB spread evenly from its start to its end (weights: two trainings
-    differ in every block, and a 1.3 GB model costs 16 MiB of reading, not 1.3 GB)."""
+    else 16 blocks of 1 MiB spread evenly from its start to its end (two trainings' weights
+    differ in every block, so a large model is told apart by reading 16 MiB of it)."""
     from ernie_doc.utils import open_regular
     digest.update(str(size).encode() + b"\0")
     with open_regular(path, "model file", PipelineError) as f:

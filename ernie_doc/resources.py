@@ -167,11 +167,10 @@ def check_fits(parts: dict, what: str, device: Optional[str] = None,
     return total
 
 
-# What a layer costs beyond its tensors' data: its Python objects, each parameter's tensor and
-# allocator block. Measured at about 150 KiB for a dygraph layer of hidden size 16 (paddle
-# 3.3, 400 layers); counted low, so that no real model is refused for it. It is what makes a
-# mistyped num_hidden_layers of 10**6 with a tiny hidden size (weights of a few GiB, and
-# hours of building) one line instead of a MemoryError an hour later.
+# What a layer costs beyond its tensors' data (its Python objects, each parameter's tensor and
+# allocator block), counted low so that no real model is refused for it: it makes a mistyped
+# num_hidden_layers of 10**6 with a tiny hidden size one line instead of hours of building and
+# a MemoryError.
 LAYER_OVERHEAD = 128 << 10
 
 

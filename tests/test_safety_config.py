@@ -169,4 +169,4 @@ def test_a_config_file_of_megabytes_is_refused_before_parsing(tmp_path):
     config.write_text("task: longdep\neval_splits: [" + ",".join(["dev"] * 100_000) + "]\n")
     start = time.perf_counter()
     refused([], f"{config}: more than 262,144 characters", path=config)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10, "PyYAML reading it first took 16 s"

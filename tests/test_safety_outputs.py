@@ -479,3 +479,17 @@ def test_resume_reads_a_huge_sidecar_or_line_in_bounded_memory(models, work, cap
     expected = f"--output {out}: out.jsonl.meta.json is over 65,536 bytes" if huge == \
         "sidecar" else f"{out}:3: a line over 64 MiB, not a prediction record"
     assert proc.stdout.startswith(expected), proc.stdout
+
+
+def test_a_link_to_an_ancestor_inside_an_input_folder_is_not_an_input(models, work, capsys):
+    """docs/up -> .. inside the documents folder: predict never reads subfolders, so their
+    tree is not an input (before, every output under the parent was refused)."""
+    docs = work / "docs-up"
+    docs.mkdir()
+    (docs / "a.txt").write_text("a good movie", encoding="utf-8")
+    os.symlink("..", docs / "up")
+    (work / "elsewhere").mkdir(exist_ok=True)
+    out = work / "elsewhere" / "preds.jsonl"
+    predict(capsys, models[0], "--input", docs, "--output", out)
+    assert [json.loads(line)["doc_id"] for line in out.read_text().splitlines()
+            if "error" not in json.loads(line)] == ["a.txt"]

@@ -874,3 +874,22 @@ def test_the_manifest_is_bounded_kept_in_memory_and_never_written_through_a_link
     (big / MANIFEST).write_text(json.dumps({"format": 1, "entries": entries}))
     _one_line(*_resume(big), f"{big / MANIFEST}: {len(entries):,} entries (a run lists at "
                              "most 100,000)")
+
+
+def test_a_file_system_without_flock_runs_unlocked_with_a_warning(tmp_path, monkeypatch, caplog):
+    """NFS without lockd or Lustre without -o flock: the lock cannot be taken, and the run goes
+    on with a warning instead of a traceback (a held lock is still refused)."""
+    import errno
+    import fcntl
+    import logging
+
+    from ernie_doc.training import outdir
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="ernie_doc.train"):
+        assert outdir.lock_output_dir(str(tmp_path / "out")) is True
+    assert "cannot lock it (No locks available)" in caplog.text
+    assert (tmp_path / "out").is_dir()
+    outdir.release_output_dir(str(tmp_path / "out"))

@@ -109,7 +109,10 @@ def check_paths(args: argparse.Namespace):
     options = dict(inputs=inputs, exists_ok=args.resume or args.overwrite, error=PipelineError,
                    hint="--resume continues it, --overwrite replaces it")
     exists = check_output(output, what="--output", **options)
-    check_output(provenance_path(output), what="--output's record", **options)
+    record = dict(options)
+    if not exists:   # a record left without its predictions file (removed by hand)
+        record["hint"] = "its predictions file is gone: --overwrite starts afresh"
+    check_output(provenance_path(output), what="--output's record", **record)
     if args.resume:
         if not exists:
             raise PipelineError(f"--resume: {output} does not exist yet")

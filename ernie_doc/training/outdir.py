@@ -52,6 +52,7 @@ import contextlib
 import errno
 import fnmatch
 import json
+import logging
 import os
 import shutil
 import stat
@@ -60,6 +61,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ernie_doc.config import ConfigError
 from ernie_doc.utils import atomic_path, path_within
+
+logger = logging.getLogger("ernie_doc.train")   # the run's log (training.runlog)
 
 MANIFEST = ".ernie-doc-run.json"
 _MANIFEST_TMP = MANIFEST + ".tmp"   # what an earlier version named its temporary manifest
@@ -449,7 +452,11 @@ def lock_output_dir(output_dir: str) -> bool:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise ConfigError(f"output_dir {output_dir} is in use by another run (pid "
                               f"{_holder(info)})") from None
-        raise
+        # a file system without flock (NFS without lockd, Lustre without -o flock): the run
+        # goes on unlocked, as predict's output lock does, and says so
+        logger.warning(f"WARNING output_dir {output_dir}: cannot lock it ({e.strerror}); "
+                       f"make sure no other run writes into it")
+        return created
     _LOCKS[key] = fd
     return created
 
