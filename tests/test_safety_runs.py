@@ -521,12 +521,15 @@ def test_every_entry_is_listed_in_the_manifest_before_it_is_created(tmp_path):
     writing, mkdir, rename, symlink), the manifest lists it already: a kill at any moment
     leaves nothing unlisted. Seen through an audit hook on every such call of a whole run
     with evaluation, best model, test split and checkpoint rotation."""
+    import threading
     out = tmp_path / "run"
     root = str(out) + os.sep
-    unlisted, busy, seen = [], [], set()
+    unlisted, seen = [], set()
+    local = threading.local()   # the guard is per thread: VisualDL writes from its own
 
     def check(path):
         path = os.path.abspath(os.fsdecode(path))
+        busy = local.__dict__.setdefault("busy", [])
         if busy or not path.startswith(root):
             return
         parts = os.path.relpath(path, out).split(os.sep)
