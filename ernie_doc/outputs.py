@@ -36,12 +36,14 @@ after the check redirects nothing. The file is locked (flock) for the run, so tw
 write one file at once. What remains: a user who may write the output folder itself can still
 rename things inside it during the run; the input files are not theirs to reach through it.
 
-A leaf module: os and stat only, so that every command can check its paths before it
-imports paddle.
+Imports os, stat and ernie_doc.utils (the standard library only), so that every command can
+check its paths before it imports paddle.
 """
 import os
 import stat
 from typing import BinaryIO, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
+
+from ernie_doc.utils import mode_kind
 
 FileId = Tuple[int, int]   # (st_dev, st_ino): what a path is, whatever its spelling
 # The most entries of the input folders walked to learn what an existing output may not be:
@@ -56,17 +58,6 @@ _OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
 
 class OutputError(ValueError):
     """An output path that would overwrite, alias or block on something; one line."""
-
-
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def _kind(mode: int) -> Optional[str]:
-    """None for a regular file, else what it is ("a FIFO" ...)."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
 def _stat(path: str, follow: bool = True) -> Optional[os.stat_result]:
@@ -179,8 +170,8 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
     link = _stat(path, follow=False)
     target = _stat(path) if link is not None else None
     for st in (link, target):
-        if st is not None and not stat.S_ISLNK(st.st_mode) and _kind(st.st_mode):
-            raise error(f"{where}: is {_kind(st.st_mode)}, not a regular file")
+        if st is not None and not stat.S_ISLNK(st.st_mode) and mode_kind(st.st_mode):
+            raise error(f"{where}: is {mode_kind(st.st_mode)}, not a regular file")
     folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
     for system in ("/proc", "/sys"):
         if folder == system or folder.startswith(system + os.sep):
@@ -229,8 +220,8 @@ def check_appendable(path: str, *, what: str = "--output",
     if stat.S_ISLNK(st.st_mode):
         raise error(f"{where}: is a symbolic link (to {os.path.realpath(path)}); appending "
                     f"goes to a file itself: give its own path")
-    if _kind(st.st_mode):
-        raise error(f"{where}: is {_kind(st.st_mode)}, not a regular file")
+    if mode_kind(st.st_mode):
+        raise error(f"{where}: is {mode_kind(st.st_mode)}, not a regular file")
     if st.st_nlink > 1:
         raise error(f"{where}: has {st.st_nlink} names (hard links); appending would change "
                     f"the others too")
@@ -330,16 +321,16 @@ class OutputFolder:
         st = _stat_at(name, self.fd)
         if st is None:
             return None
-        if _kind(st.st_mode):   # a device or FIFO is never opened (opening may act)
-            raise self.error(f"{self.where}: {name} is {_kind(st.st_mode)}, not a regular file")
+        if mode_kind(st.st_mode):   # a device or FIFO is never opened (opening may act)
+            raise self.error(f"{self.where}: {name} is {mode_kind(st.st_mode)}, not a regular file")
         try:
             fd = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=self.fd)
         except OSError as e:
             raise self.error(f"{self.where}: cannot read {name} ({e.strerror})") from None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(fd)
-            if _kind(st.st_mode):
-                raise self.error(f"{self.where}: {name} is {_kind(st.st_mode)}, not a regular "
+            if mode_kind(st.st_mode):
+                raise self.error(f"{self.where}: {name} is {mode_kind(st.st_mode)}, not a regular "
                                  f"file")
             data = f.read(limit + 1)
         if len(data) > limit:
@@ -352,7 +343,7 @@ class OutputFolder:
         locked for the run: a regular file with one name, no input, and (when given) the file
         `expected` that was checked; anything else is refused without being read."""
         st = _stat_at(self.name, self.fd)
-        if st is None or _kind(st.st_mode):
+        if st is None or mode_kind(st.st_mode):
             raise self.error(f"{self.where}: changed since it was checked; run again")
         try:
             fd = os.open(self.name, os.O_RDWR | _OPEN_FLAGS, dir_fd=self.fd)
@@ -361,7 +352,7 @@ class OutputFolder:
                              f"file of its own") from None
         try:
             st = os.fstat(fd)
-            if _kind(st.st_mode) or st.st_nlink > 1 or \
+            if mode_kind(st.st_mode) or st.st_nlink > 1 or \
                     (expected is not None and _file_id(st) != expected):
                 raise self.error(f"{self.where}: changed since it was checked; run again")
             found = self.inputs.which(_file_id(st))
@@ -426,7 +417,7 @@ class OutputFolder:
         """The file that `create(replace=True)` replaces: when it is a regular file, its lock
         (another run writing it refuses this one) and no input."""
         st = _stat_at(self.name, self.fd)
-        if st is None or _kind(st.st_mode):   # missing, a link (replaced, never followed)
+        if st is None or mode_kind(st.st_mode):   # missing, a link (replaced, never followed)
             return
         try:
             fd = os.open(self.name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=self.fd)
@@ -434,7 +425,7 @@ class OutputFolder:
             return
         self._held.append(fd)
         st = os.fstat(fd)
-        if _kind(st.st_mode):
+        if mode_kind(st.st_mode):
             return
         found = self.inputs.which(_file_id(st))
         if found:
