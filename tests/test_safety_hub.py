@@ -650,31 +650,28 @@ def test_errors_after_the_download_name_the_url(hub, tmp_path):
 
 
 # -- the deadline covers the whole fetch ---------------------------------------------------------
-def _drip_headers(handler, n):
-    handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
-    try:
-        for _ in range(30):   # 9 s in all: bounds the old code
-            handler.wfile.write(b"X-A: ")
-            handler.wfile.flush()
-            time.sleep(0.3)
-            handler.wfile.write(b"b\r\n")
-        handler.wfile.write(b"Content-Length: 0\r\n\r\n")
-    except OSError:
-        pass
-    handler.close_connection = True
+def _drip(head: bytes, piece: bytes, after: bytes, tail: bytes):
+    """A route that sends `head`, then 30 times `piece`, a 0.3 s pause and `after` (9 s in
+    all: bounds the old code), then `tail`."""
+    def route(handler, n):
+        handler.wfile.write(head)
+        try:
+            for _ in range(30):
+                handler.wfile.write(piece)
+                handler.wfile.flush()
+                time.sleep(0.3)
+                handler.wfile.write(after)
+            handler.wfile.write(tail)
+        except OSError:
+            pass
+        handler.close_connection = True
+    return route
 
 
-def _drip_chunk_size(handler, n):
-    handler.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n")
-    try:
-        for _ in range(30):   # 9 s in all: bounds the old code
-            handler.wfile.write(b"0")
-            handler.wfile.flush()
-            time.sleep(0.3)
-        handler.wfile.write(b"\r\n\r\n")
-    except OSError:
-        pass
-    handler.close_connection = True
+_drip_headers = _drip(b"HTTP/1.1 200 OK\r\n", b"X-A: ", b"b\r\n",
+                      b"Content-Length: 0\r\n\r\n")
+_drip_chunk_size = _drip(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n",
+                         b"0", b"", b"\r\n\r\n")
 
 
 @pytest.mark.parametrize("route", [_drip_headers, _drip_chunk_size], ids=["headers", "chunk"])
