@@ -1,5 +1,12 @@
 """pytest's fixtures for every test: seeded paddle and numpy. Shared helpers are imported from
-tests/helpers.py (which also puts the repository on sys.path)."""
+tests/helpers.py (which also puts the repository on sys.path).
+
+Under pytest-xdist (`-n 2`) pytest.ini sets `--dist loadscope`: a module's tests run on one
+worker, so a module-scoped fixture (a tiny training run, an export) is built once, not once per
+worker. The modules with a multi-minute or two-process test (marked slow or two_ranks) start
+first, so that none of them starts last while the other worker idles."""
+import os
+
 import helpers  # noqa: F401  the repository on sys.path before any test module imports
 import numpy as np
 import pytest
@@ -11,3 +18,12 @@ def _seed():
     paddle.seed(1234)
     np.random.seed(1234)
     yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    first = {item.nodeid.split("::")[0] for item in items
+             if item.get_closest_marker("slow") or item.get_closest_marker("two_ranks")}
+    # xdist hands modules out in the order of their first test (--no-loadscope-reorder)
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in first)

@@ -107,9 +107,16 @@ def run(tmp_path, name, *extra):
     return out, trainer
 
 
-def test_trainer_compiled_run_equals_dygraph(tmp_path):
+@pytest.fixture(scope="module")
+def compiled_run(tmp_path_factory):
+    """(output folder, Trainer) of the compiled run without dropout: compared with dygraph
+    below, and with the run with dropout (which must differ from it)."""
+    return run(tmp_path_factory.mktemp("compiled"), "compiled", "compile=true")
+
+
+def test_trainer_compiled_run_equals_dygraph(tmp_path, compiled_run):
     eager, _ = run(tmp_path, "eager")
-    compiled, trainer = run(tmp_path, "compiled", "compile=true")
+    compiled, trainer = compiled_run
     assert trainer.compiled is not None and trainer.compiled.proven
     a, b = train_log(eager), train_log(compiled)
     assert len(a) == len(b) == 24
@@ -124,7 +131,7 @@ def test_trainer_compiled_run_equals_dygraph(tmp_path):
                                np.load(eager / "memories-rank0.npy"), rtol=1e-4, atol=1e-5)
 
 
-def test_compiled_run_with_dropout_resumes_exactly(tmp_path):
+def test_compiled_run_with_dropout_resumes_exactly(tmp_path, compiled_run):
     dropout = ("model_overrides.hidden_dropout_prob=0.1",
                "model_overrides.attention_probs_dropout_prob=0.1", "compile=true")
     whole, _ = run(tmp_path, "whole", *dropout)
@@ -141,7 +148,7 @@ def test_compiled_run_with_dropout_resumes_exactly(tmp_path):
     eager = train_log(run(tmp_path, "eager", *dropout[:2])[0])
     assert [r.get("loss") for r in eager] == pytest.approx([r.get("loss") for r in a],
                                                             abs=1e-4)
-    plain = train_log(run(tmp_path, "no-dropout", "compile=true")[0])
+    plain = train_log(compiled_run[0])   # the same run without dropout
     assert abs(plain[-1]["loss"] - a[-1]["loss"]) > 1e-3
 
 
