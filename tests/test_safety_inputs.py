@@ -370,7 +370,7 @@ def tokenizer_error(path, *parts):
 
 def test_broken_bpe_files_are_one_line_errors(tmp_path):
     good = bpe_dir(tmp_path / "good")
-    assert load_tokenizer(good).tokenize("he", sentence_split=False) == ["2"]
+    assert load_tokenizer(good).encode("he", sentence_split=False) == [6]   # merged: GPT-2 id 2
     cases = [
         ({"encoder": ["h", "e"]}, "encoder.json", "expected a JSON object {piece: id}, got list"),
         ({"encoder": "[1, 2"}, "encoder.json:1", "invalid JSON"),

@@ -109,20 +109,22 @@ def test_bpe_tiny_exact_tokens_and_ids(tiny_bpe):
     # the word after [SEP] keeps its leading space (official encoder).
     assert (enc["hello"], enc["Ġworld"], enc["."], enc["Ġhello"]) == (20, 25, 7, 26)
     text = "hello   world. hello [SEP] world"
-    assert tok.tokenize(text) == ["20", "25", "7", "20", "[SEP]", "25"]
+    assert tok.tokenize(text) == ["hello", "Ġworld", ".", "hello", "[SEP]", "Ġworld"]
     # vocab.txt lists GPT-2 ids 26..0 from line 4 on (7 missing -> [UNK]=3).
     assert tok.encode(text) == [10, 5, 3, 10, 2, 5]
     # Without sentence splitting the second "hello" gets the space marker.
-    assert tok.tokenize("hello world. hello", sentence_split=False) == ["20", "25", "7", "26"]
+    assert tok.tokenize("hello world. hello", sentence_split=False) == ["hello", "Ġworld", ".",
+                                                                         "Ġhello"]
     assert tok.encode("hello world. hello", sentence_split=False) == [10, 5, 3, 4]
 
 
 def test_bpe_tiny_special_tokens_and_ids(tiny_bpe):
     tok, _ = tiny_bpe
-    assert tok.tokenize("[p] hello [q] world [/q] [PAD]") == ["[p]", "26", "[q]", "25", "[/q]", "[PAD]"]
+    assert tok.tokenize("[p] hello [q] world [/q] [PAD]") == ["[p]", "Ġhello", "[q]", "Ġworld",
+                                                              "[/q]", "[PAD]"]
     assert tok.encode("[p] hello [q] world [/q] [PAD]") == [30, 4, 31, 5, 32, 1]
     # Glued to other characters a special token is ordinary text.
-    assert tok.tokenize("hello [SEP]!") == ["20", "8", "10", "12", "13", "14", "11", "9"]
+    assert tok.tokenize("hello [SEP]!") == ["hello", "Ġ", "[", "S", "E", "P", "]", "!"]
     assert (tok.cls_token_id, tok.pad_token_id, tok.sep_token_id, tok.unk_token_id, tok.mask_token_id) == (
         0, 1, 2, 3, 33)
     assert tok.vocab_size == 34 == len(tok)
@@ -133,7 +135,7 @@ def test_bpe_tiny_official_special_set(tmp_path):
     tok = BPETokenizer.from_dir(tmp_path, special_tokens=OFFICIAL_SPECIAL_TOKENS,
                                 sentence_splitter=rule_split_sentences)
     # The official encoder keeps only [SEP] [p] [q] [/q] whole; "[PAD]" is BPE'd.
-    assert tok.tokenize("hello [SEP] [PAD]") == ["20", "[SEP]", "8", "10", "14", "15", "16", "11"]
+    assert tok.tokenize("hello [SEP] [PAD]") == ["hello", "[SEP]", "Ġ", "[", "P", "A", "D", "]"]
 
 
 def test_bpe_tiny_decode(tiny_bpe):
@@ -169,9 +171,13 @@ def test_bpe_real_known_ids(en_bpe):
     # encodes to the same id.
     ids = en_bpe.encode("This is it. This is it.")
     assert ids[0] == ids[len(ids) // 2] == 713
-    # Decoding is byte-exact except that sentences touch (no space marker).
+    # Decoding is byte-exact; the space between sentences (not in the ids) is put back.
     text = "Hello world. It's 3.14, isn't it? Ünïcödé 😀"
-    assert en_bpe.decode(en_bpe.encode(text)) == "Hello world.It's 3.14, isn't it?Ünïcödé 😀"
+    assert en_bpe.decode(en_bpe.encode(text)) == text
+    text = 'The U.S. Army won. It cost $3.14 per item. "Great!" She said (really).'
+    assert en_bpe.decode(en_bpe.encode(text)) == text
+    assert en_bpe.convert_ids_to_tokens(en_bpe.encode("Hello world. This")) == [
+        "Hello", "Ġworld", ".", "This"]
 
 
 def _imdb_texts(n):
@@ -479,7 +485,7 @@ def test_recorded_bpe_folder_without_encoder_json_is_refused(tmp_path):
     saved = tmp_path / "saved"
     tok.save_pretrained(saved)
     assert json.loads((saved / "tokenizer_config.json").read_text()) == {
-        "tokenizer_class": "BPETokenizer"}
+        "tokenizer_class": "BPETokenizer", "model_max_length": 512}
     assert isinstance(load_tokenizer(saved), BPETokenizer)
     (saved / "encoder.json").unlink()
     _one_line(lambda: load_tokenizer(saved), str(saved), "records BPETokenizer", "encoder.json")

@@ -70,8 +70,9 @@ def test_wordpiece_call_layout_truncation_padding(wordpiece):
         tok(["hello", "好 坏 新"], return_tensors="np")
     with pytest.raises(ValueError, match="text_pair must match text"):
         tok(["a", "b"], ["c"])
-    tensors = tok("hello", return_tensors="pd")
-    assert tensors["input_ids"].shape == [3] and str(tensors["input_ids"].dtype).endswith("int64")
+    tensors = tok("hello", return_tensors="pd")   # one text: a batch of one, as HF and PaddleNLP
+    assert tensors["input_ids"].shape == [1, 3]
+    assert str(tensors["input_ids"].dtype).endswith("int64")
 
 
 def test_wordpiece_offsets_point_into_the_original_text(wordpiece):
@@ -154,7 +155,7 @@ def test_save_pretrained_round_trip(wordpiece, sentencepiece, tmp_path):
         assert not [p for p in out.iterdir() if p.name.startswith(".tmp")]
     config = json.loads((tmp_path / "WordPieceTokenizer" / "tokenizer_config.json").read_text())
     assert config == {"do_lower_case": False, "split_symbols": False,
-                      "tokenizer_class": "WordPieceTokenizer"}
+                      "tokenizer_class": "WordPieceTokenizer", "model_max_length": 512}
     assert load_tokenizer(tmp_path / "WordPieceTokenizer").encode("Hello") == [4]   # [UNK]
     base = need_shared("assets", "ernie-doc", "base-en")
     bpe = BPETokenizer.from_dir(base)

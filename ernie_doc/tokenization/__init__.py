@@ -4,11 +4,12 @@
   per-sentence encoding and vocab.txt id mapping.
 * ``WordPieceTokenizer``: Chinese, BERT basic tokenization + WordPiece.
 * ``SentencePieceTokenizer``: trained with ``train_sentencepiece``.
-* ``load_tokenizer``: choose one from the files in a directory.
+* ``load_tokenizer`` / ``AutoTokenizer.from_pretrained``: choose one from the files in a
+  directory (or a released name); ``<Class>.from_pretrained`` loads that class only.
 * ``split_sentences``: NLTK Punkt when available, else a rule-based fallback.
 """
 
-from .auto import load_tokenizer
+from .auto import AutoTokenizer, load_tokenizer
 from .base import BatchEncoding
 from .bpe import BPETokenizer
 from .sentences import split_sentences
@@ -18,6 +19,7 @@ from .vocab import TokenizerError, Vocab, load_vocab
 from .wordpiece import WordPieceTokenizer
 
 __all__ = [
+    "AutoTokenizer",
     "BatchEncoding",
     "BPETokenizer",
     "WordPieceTokenizer",

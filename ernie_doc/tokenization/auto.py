@@ -8,6 +8,10 @@ would otherwise read its vocab.txt as WordPiece, every word [UNK]). A directory 
 record (a released model's files, a plain vocab.txt) is recognised by its files; there too a
 BPE file (encoder.json, vocab.bpe) without the others is an error, not WordPiece.
 
+`model_max_length`: tokenizer_config.json's, else the `max_position_embeddings` of the model
+config beside the tokenizer (config.json or ernie_config.json: a saved model folder; one that
+cannot be read is left to the model's loader to report), else the default (base.py).
+
 Only regular files count: a FIFO, socket or device under one of the names looked for is
 passed over with a logged warning (opening it would block or never end), and one given as the
 tokenizer path itself is a TokenizerError.
@@ -20,12 +24,14 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
+from . import base
+from .base import check_model_max_length
 from .bpe import BPETokenizer
 from .spm import SentencePieceTokenizer
 from .vocab import PathLike, TokenizerError
 from .wordpiece import WordPieceTokenizer
 
-__all__ = ["load_tokenizer"]
+__all__ = ["load_tokenizer", "AutoTokenizer"]
 
 log = logging.getLogger("ernie_doc.tokenization")
 
@@ -76,7 +82,7 @@ def _saved_config(directory: Path) -> dict:
     config = read_tokenizer_json(path, "tokenizer config")
     if not isinstance(config, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
-    known = {"tokenizer_class", *_WORDPIECE_OPTIONS}
+    known = {"tokenizer_class", "model_max_length", *_WORDPIECE_OPTIONS}
     for key, value in config.items():
         if key not in known:
             raise TokenizerError(f"{path}: unknown key {key!r} (known: {sorted(known)})")
@@ -85,7 +91,27 @@ def _saved_config(directory: Path) -> dict:
                                  f"{sorted(_CLASSES)}")
         if key in _WORDPIECE_OPTIONS and not isinstance(value, bool):
             raise TokenizerError(f"{path}: {key} must be true or false, got {value!r}")
+        if key == "model_max_length":
+            check_model_max_length(value, str(path))
     return config
+
+
+def _model_positions(directory: Path) -> Optional[int]:
+    """max_position_embeddings of the model config in `directory`, or None (no config, or one
+    this cannot read: loading the model reports that, the tokenizer does not need it)."""
+    from .vocab import read_tokenizer_json
+    for name in ("config.json", "ernie_config.json"):
+        if _regular(directory / name):
+            try:
+                config = read_tokenizer_json(directory / name, "model config")
+            except (TokenizerError, OSError):
+                return None
+            value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+            try:
+                return check_model_max_length(value, str(directory / name))
+            except TokenizerError:
+                return None
+    return None
 
 
 def _missing(directory: Path, names) -> List[str]:
@@ -114,18 +140,25 @@ def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[
             raise TokenizerError(f"{directory}: holds {', '.join(present)} of a BPE tokenizer "
                                  f"but not {', '.join(missing)}")
         wanted = "BPETokenizer" if not missing else None
+    tokenizer = None
     if wanted == "BPETokenizer":
-        return _with_files(BPETokenizer.from_dir(directory), [directory / n for n in _BPE_FILES])
+        tokenizer = _with_files(BPETokenizer.from_dir(directory),
+                                [directory / n for n in _BPE_FILES])
     spm_file = _find_spm(directory) if wanted in (None, "SentencePieceTokenizer") else None
-    if spm_file is not None:
-        return _with_files(SentencePieceTokenizer(spm_file), [spm_file])
-    if wanted in (None, "WordPieceTokenizer") and _regular(directory / "vocab.txt"):
+    if tokenizer is None and spm_file is not None:
+        tokenizer = _with_files(SentencePieceTokenizer(spm_file), [spm_file])
+    if tokenizer is None and wanted in (None, "WordPieceTokenizer") and \
+            _regular(directory / "vocab.txt"):
         kwargs = {k: config[k] for k in _WORDPIECE_OPTIONS if k in config}
         if do_lower_case is not None:
             kwargs["do_lower_case"] = do_lower_case
-        return _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
-                           [directory / "vocab.txt"])
-    return None
+        tokenizer = _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
+                                [directory / "vocab.txt"])
+    if tokenizer is not None:
+        limit = config.get("model_max_length") or _model_positions(directory)
+        if limit is not None:
+            tokenizer.model_max_length = limit
+    return tokenizer
 
 
 def _with_files(tokenizer, files):
@@ -134,7 +167,8 @@ def _with_files(tokenizer, files):
     return tokenizer
 
 
-def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Tokenizer:
+def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
+                   model_max_length: Optional[int] = None) -> Tokenizer:
     """Load the tokenizer described by the files at ``path``.
 
     ``path`` is a released model name (``ernie-doc-base-en`` ...: its tokenizer files are
@@ -144,7 +178,8 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Toke
     ``.model`` file loads SentencePiece, any other file stands for its
     directory. Priority: encoder.json + vocab.bpe + vocab.txt -> BPE (English
     ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
-    (Chinese; ``do_lower_case`` is passed to it, default True).
+    (Chinese; ``do_lower_case`` is passed to it, default True). ``model_max_length``
+    overrides the one the folder gives (module docstring).
     """
     from ernie_doc.hub import is_released, is_url, resolve
     from ernie_doc.hub.archive import is_archive
@@ -158,6 +193,13 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Toke
     if kind not in (None, "missing", "a directory"):
         raise TokenizerError(f"{path}: tokenizer path is {kind}, not a regular file or a "
                              f"directory")
+    tokenizer = _load(path, do_lower_case)
+    if model_max_length is not None:
+        tokenizer.model_max_length = model_max_length
+    return tokenizer
+
+
+def _load(path: Path, do_lower_case: Optional[bool]) -> Tokenizer:
     if path.is_file():
         if path.suffix == ".model":
             return _with_files(SentencePieceTokenizer(path), [path])
@@ -177,3 +219,23 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None) -> Toke
     raise FileNotFoundError(
         f"no tokenizer files in {' or '.join(str(d) for d in searched)}; looked for {_LOOKED_FOR}"
     )
+
+
+class AutoTokenizer:
+    """`AutoTokenizer.from_pretrained(dir_or_name)`: the tokenizer a folder, released name,
+    URL or archive holds, whichever kind it is (load_tokenizer), as in PaddleNLP and Hugging
+    Face. Not instantiated."""
+
+    def __init__(self):
+        raise TypeError("AutoTokenizer is not instantiated: use "
+                        "AutoTokenizer.from_pretrained(dir_or_name)")
+
+    @staticmethod
+    def from_pretrained(path: PathLike, *, do_lower_case: Optional[bool] = None,
+                        model_max_length: Optional[int] = None) -> Tokenizer:
+        """load_tokenizer(path, do_lower_case, model_max_length)."""
+        return load_tokenizer(path, do_lower_case=do_lower_case,
+                              model_max_length=model_max_length)
+
+
+base._loader = load_tokenizer   # for <Class>.from_pretrained (see base._loader)

@@ -1,9 +1,13 @@
 """The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
 
-    tok = load_tokenizer("ernie-doc-base-zh")
+    tok = AutoTokenizer.from_pretrained("ernie-doc-base-zh")   (or load_tokenizer, or
+                                            WordPieceTokenizer.from_pretrained: that type only)
     tok("一段文本")     → {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
+    tok("一段文本", return_tensors="pd")    → tensors [1, T]: a batch of one, model(**enc) takes it
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
+    tok(["q1", "q2"], ["c1", "c2"], truncation=True)        pairs: one text_pair per text
     tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True)
+    tok.decode(ids, skip_special_tokens=True), tok.batch_decode(rows)
     tok.save_pretrained("dir")             the tokenizer's files + tokenizer_config.json
 
 Layout (as PaddleNLP's ErnieDocTokenizer and BERT): `[CLS] A [SEP]`, `[CLS] A [SEP] B [SEP]`,
@@ -12,6 +16,14 @@ token types 0 for [CLS], A and its [SEP], 1 for B and its [SEP]. The ids of A an
 is for users' own pipelines. Differences from PaddleNLP: `attention_mask` is returned by
 default (PaddleNLP returns it only when asked; a padded batch without it is a trap), and
 there is no `stride` / overflow (long documents are ERNIE-Doc's business: segments and memory).
+As in both, one str gives flat lists, and a batch axis of 1 once tensors are asked for; a batch
+of texts takes a list of pairs (one str for a whole batch is a TypeError there too).
+
+`model_max_length` is the longest input one forward takes (the model's max_position_embeddings):
+tokenizer_config.json's `model_max_length` when the folder records one, else the
+`max_position_embeddings` of the model config beside the tokenizer (a saved model folder), else
+DEFAULT_MODEL_MAX_LENGTH (512, that of every released ERNIE-Doc model). As in Hugging Face,
+`truncation=True` without `max_length` truncates to it and `padding="max_length"` pads to it.
 
 A tokenizer class supplies `encode(text)` and `encode_with_offsets(text)` → (ids, [(start,
 end)] character offsets into `text`), and `_files()` → {file name: source path}.
@@ -23,13 +35,24 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 Offsets = List[Tuple[int, int]]
+# max_position_embeddings of every released ERNIE-Doc model: the segment one forward takes
+DEFAULT_MODEL_MAX_LENGTH = 512
+MAX_MODEL_MAX_LENGTH = 1 << 20   # far above any segment a model takes in one forward
+# Hugging Face call options these tokenizers do not implement: named in the TypeError.
+_HF_ONLY = {"is_split_into_words", "return_length", "stride", "pad_to_multiple_of",
+            "return_special_tokens_mask", "return_overflowing_tokens", "verbose",
+            "padding_side", "split_special_tokens"}
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PADDINGS = ("longest", "max_length")
 CONFIG_FILE = "tokenizer_config.json"
 logger = logging.getLogger("ernie_doc.tokenization")
+# load_tokenizer, which lives in auto.py (it imports every tokenizer class) and registers itself
+# here when imported (the package always imports it): <Class>.from_pretrained calls it without
+# this module importing auto (no import cycle)
+_loader: Optional[Callable[..., Any]] = None
 
 
 class BatchEncoding(dict):
@@ -81,6 +104,47 @@ class TokenizerCallMixin:
         """Constructor options that change ids, for tokenizer_config.json."""
         return {}
 
+    # -- loading, limits ------------------------------------------------------------------------
+    # None: nothing recorded it (see model_max_length)
+    _model_max_length: Optional[int] = None
+
+    @property
+    def model_max_length(self) -> int:
+        """The longest input (special tokens included) one forward of the model takes: what
+        the folder recorded (module docstring), else DEFAULT_MODEL_MAX_LENGTH."""
+        return self._model_max_length or DEFAULT_MODEL_MAX_LENGTH
+
+    @model_max_length.setter
+    def model_max_length(self, value: int) -> None:
+        self._model_max_length = check_model_max_length(value, "model_max_length")
+
+    @classmethod
+    def from_pretrained(cls, path, *, do_lower_case: Optional[bool] = None,
+                        model_max_length: Optional[int] = None):
+        """Load the tokenizer of `path` (anything load_tokenizer reads: a released name, a
+        directory written by save_pretrained or a trainer, a URL, an archive) and check it is
+        this class: a folder holding another kind is a TokenizerError naming it (use
+        AutoTokenizer.from_pretrained to take whichever it holds)."""
+        from .vocab import TokenizerError
+        tokenizer = _loader(path, do_lower_case=do_lower_case,
+                            model_max_length=model_max_length)
+        if not isinstance(tokenizer, cls):
+            raise TokenizerError(f"{os.fspath(path)}: holds a {type(tokenizer).__name__}, not a "
+                                 f"{cls.__name__} (AutoTokenizer.from_pretrained loads "
+                                 f"whichever it holds)")
+        return tokenizer
+
+    # -- decoding -----------------------------------------------------------------------------
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = False) -> List[str]:
+        """decode() of every row of `sequences` (lists of ids, a [B, T] numpy array or paddle
+        tensor, a call's input_ids)."""
+        if hasattr(sequences, "numpy"):
+            sequences = sequences.numpy()
+        return [self.decode(row, skip_special_tokens=skip_special_tokens) for row in sequences]
+
     # -- one example ------------------------------------------------------------------------
     def _one(self, text: str, pair: Optional[str], add_special_tokens: bool,
              max_length: Optional[int], truncation, offsets: bool) -> Dict[str, list]:
@@ -120,20 +184,58 @@ class TokenizerCallMixin:
                  return_offsets_mapping: bool = False,
                  return_attention_mask: Optional[bool] = None,
                  return_token_type_ids: bool = True,
-                 return_tensors: Optional[str] = None) -> BatchEncoding:
+                 return_tensors: Optional[str] = None, **unsupported: Any) -> BatchEncoding:
         """Encode one text (or pair), or a batch of them.
 
         text / text_pair: a str, or a list of str (a batch: every value is then a list per
-            example). max_length counts the special tokens. truncation: True or
-            "longest_first", "only_first", "only_second", False (no-op without max_length).
+            example). max_length counts the special tokens (default: model_max_length, used
+            by truncation=True and padding="max_length" only, as in Hugging Face). truncation:
+            True or "longest_first", "only_first", "only_second", False.
         padding: True / "longest" (to the batch's longest), "max_length" (to max_length), False;
             right padding with [PAD], attention_mask 0, token_type 0 and offset (0, 0) there.
         return_offsets_mapping: (start, end) character offsets into the original text per
             token; (0, 0) for special tokens and padding.
-        return_attention_mask: default True. return_tensors: None (lists), "np" (int64 arrays
-            [B, T], or [T] for one text) or "pd" (paddle int64 tensors); a ragged batch needs
-            padding.
+        return_attention_mask: default True. return_tensors: None (lists: per example for a
+            batch, flat for one str), "np" (int64 arrays [B, T]; [1, T] for one str, as Hugging
+            Face and PaddleNLP) or "pd" (paddle int64 tensors, the same shapes); a ragged batch
+            needs padding.
         """
+        if unsupported:
+            name = sorted(unsupported)[0]
+            known = "a Hugging Face option" if name in _HF_ONLY else "an option"
+            raise TypeError(f"{type(self).__name__}(): {name}= is {known} this tokenizer does "
+                            f"not support; it takes max_length, truncation, padding, "
+                            f"add_special_tokens, return_offsets_mapping, "
+                            f"return_attention_mask, return_token_type_ids, return_tensors")
+        if text is None or isinstance(text, (bytes, bytearray)) or \
+                not hasattr(text, "__iter__"):
+            raise TypeError(f"text: expected a str or a list of str, got {type(text).__name__}"
+                            + (" (decode bytes first: text.decode('utf-8'))"
+                               if isinstance(text, (bytes, bytearray)) else ""))
+        if max_length is not None and (isinstance(max_length, bool)
+                                       or not isinstance(max_length, int)
+                                       or not 1 <= max_length <= MAX_MODEL_MAX_LENGTH):
+            from .vocab import TokenizerError
+            raise TokenizerError(f"max_length must be an integer from 1 to "
+                                 f"{MAX_MODEL_MAX_LENGTH}, got {max_length!r}")
+        batched = not isinstance(text, str)
+        texts = list(text) if batched else [text]
+        if text_pair is None:
+            pairs = [None] * len(texts)
+        elif batched and isinstance(text_pair, str):
+            raise TypeError(f"text is a batch of {len(texts)} texts and text_pair one str: pass "
+                            f"one pair per text, a list of {len(texts)} str (as Hugging Face and "
+                            f"PaddleNLP)")
+        elif not batched and not isinstance(text_pair, str):
+            raise TypeError(f"text is one str and text_pair a {type(text_pair).__name__}: pass a "
+                            f"str, or a list of texts with a list of pairs")
+        else:
+            pairs = list(text_pair) if batched else [text_pair]
+            if len(pairs) != len(texts):
+                raise ValueError(f"text_pair must match text: {len(texts)} text(s), "
+                                 f"{len(pairs)} pair(s)")
+        if max_length is None and (truncation not in (False, None) or padding == "max_length"):
+            max_length = self.model_max_length
         if truncation is True:
             truncation = "longest_first"
         if truncation not in (False, None) and truncation not in TRUNCATIONS:
@@ -144,19 +246,8 @@ class TokenizerCallMixin:
         if padding not in (False, None) and padding not in PADDINGS:
             raise ValueError(f"padding={padding!r}: choose True, False, 'longest' or "
                              f"'max_length'")
-        if padding == "max_length" and max_length is None:
-            raise ValueError("padding='max_length' needs max_length")
         if return_tensors not in (None, "np", "pd"):
             raise ValueError(f"return_tensors={return_tensors!r}: choose None, 'np' or 'pd'")
-        batched = not isinstance(text, str)
-        texts = list(text) if batched else [text]
-        if text_pair is None:
-            pairs = [None] * len(texts)
-        else:
-            pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
-            if isinstance(text_pair, str) == batched or len(pairs) != len(texts):
-                raise ValueError(f"text_pair must match text: {len(texts)} text(s), "
-                                 f"{len(pairs)} pair(s)")
         rows = [self._one(t, p, add_special_tokens, max_length, truncation or False,
                           return_offsets_mapping) for t, p in zip(texts, pairs)]
         mask = return_attention_mask is not False
@@ -181,7 +272,8 @@ class TokenizerCallMixin:
             if len(lengths) > 1:
                 raise ValueError(f"return_tensors={return_tensors!r}: the texts have "
                                  f"{len(lengths)} different lengths; pass padding=True")
-            out = BatchEncoding({k: self._tensor(v, return_tensors) for k, v in out.items()})
+            # one str keeps its batch axis of 1 here: tensors go to a model, which takes [B, T]
+            return BatchEncoding({k: self._tensor(v, return_tensors) for k, v in out.items()})
         if not batched:
             out = BatchEncoding({k: v[0] for k, v in out.items()})
         return out
@@ -198,9 +290,14 @@ class TokenizerCallMixin:
     # -- saving -------------------------------------------------------------------------------
     def saved_config(self) -> Dict:
         """What tokenizer_config.json records: the class, which decides how the folder loads
-        (load_tokenizer; not the files that happen to be there), and the options that change
-        ids."""
-        return dict(self._config(), tokenizer_class=type(self).__name__)
+        (load_tokenizer; not the files that happen to be there), the options that change
+        ids, and model_max_length when the tokenizer has one of its own (recorded in its
+        folder or set): a model folder saved by training then keeps its config.json's
+        max_position_embeddings as the limit, not the default."""
+        config = dict(self._config(), tokenizer_class=type(self).__name__)
+        if self._model_max_length is not None:
+            config["model_max_length"] = self._model_max_length
+        return config
 
     def save_pretrained(self, directory) -> List[str]:
         """Write the tokenizer's files (byte-for-byte copies of those it was loaded from) and
@@ -209,7 +306,7 @@ class TokenizerCallMixin:
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         files = dict(self._files())
-        config = self.saved_config()
+        config = dict(self.saved_config(), model_max_length=self.model_max_length)
         stage = tempfile.mkdtemp(prefix=".tmp-tokenizer-", dir=directory)
         try:
             for name, source in files.items():
@@ -223,6 +320,38 @@ class TokenizerCallMixin:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return [os.path.join(directory, name) for name in names]
+
+
+def check_model_max_length(value: Any, where: str) -> int:
+    """`value` as a model_max_length: an int from 1 to MAX_MODEL_MAX_LENGTH (not a bool), else
+    a TokenizerError naming `where` (a downloaded folder's 10**12 would have
+    padding="max_length" ask for that many ids per text)."""
+    from .vocab import TokenizerError
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 1 <= value <= MAX_MODEL_MAX_LENGTH:
+        raise TokenizerError(f"{where}: model_max_length must be an integer from 1 to "
+                             f"{MAX_MODEL_MAX_LENGTH}, got {value!r}")
+    return value
+
+
+def as_ids(ids: Any) -> List[int]:
+    """One sequence of ids as ints: a list, a 1-D numpy array or paddle tensor, or one id; a
+    [1, T] array or tensor (a call's input_ids for one text) is its row. Several rows are a
+    TypeError pointing at batch_decode."""
+    if hasattr(ids, "numpy"):
+        ids = ids.numpy()
+    shape = getattr(ids, "shape", None)
+    if shape is not None and len(shape) > 1:
+        if len(shape) == 2 and shape[0] == 1:
+            ids = ids[0]
+        else:
+            raise TypeError(f"expected one sequence of ids, got shape {list(shape)}: use "
+                            f"batch_decode for a batch")
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if isinstance(ids, int):
+        return [ids]
+    return [int(i) for i in ids]
 
 
 def char_offsets_of_bytes(text: str) -> List[int]:

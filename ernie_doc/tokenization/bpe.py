@@ -15,6 +15,11 @@ Behaviour of the official reader (``BPETokenizer.tokenize``), reproduced:
 Special-token words ("[SEP]", "[p]", "[q]", "[/q]" officially; by default
 also "[CLS]", "[MASK]", "[PAD]", "[UNK]") are not BPE-encoded but looked up
 directly. Nothing is lower-cased.
+
+Tokens (``tokenize``, ``convert_ids_to_tokens``, ``convert_tokens_to_ids``) are shown as
+Hugging Face shows byte-level BPE: the byte-mapped piece ("Ġworld", "Ġ" standing for the space
+before the word) and the special words; vocab.txt's own strings (GPT-2 ids in decimal, what
+PaddleNLP's ``tokenize`` returns) stay inside. ``decode`` turns the pieces back into bytes.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import regex
 
 from .base import TokenizerCallMixin
-from .sentences import split_sentences
+from .sentences import rule_split_sentences, split_sentences
 from .vocab import (PathLike, SpecialTokensMixin, TokenizerError, Vocab, read_tokenizer_json,
                     read_tokenizer_text)
 
@@ -98,6 +103,31 @@ def load_encoder(path: PathLike) -> Dict[str, int]:
             raise TokenizerError(f"{path}: piece {piece!r} has the id {idx!r}, not an "
                                  f"integer >= 0")
     return encoder
+
+
+def _is_gpt2_id(string: str) -> bool:
+    return string.isascii() and string.isdigit()
+
+
+# decode: a piece ending a sentence, and the first byte of a piece that may start the next one
+# (an upper-case letter, a quote or bracket, the lead byte of a non-ASCII character)
+_SENTENCE_END = regex.compile(rb"[.!?][\"')\]]*$")
+_SENTENCE_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ\"'([`") | frozenset(range(0xC2, 0xF5))
+
+
+def _keep_sentence_spaces(text: str, tentative: List[int]) -> str:
+    """`text` without the spaces at `tentative` positions after which the rule-based
+    splitter does not start a sentence."""
+    if not tentative:
+        return text
+    starts, position = set(), 0
+    for sentence in rule_split_sentences(text):
+        found = text.find(sentence, position)
+        if found >= 0:
+            starts.add(found)
+            position = found + len(sentence)
+    drop = {i for i in tentative if i + 1 not in starts}
+    return "".join(ch for i, ch in enumerate(text) if i not in drop)
 
 
 class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
@@ -189,35 +219,45 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
                 pieces.extend(self.pattern.findall(word if i == 0 else " " + word))
         return pieces
 
-    def encode_sentence_gpt2(self, sentence: str) -> List[str]:
-        """GPT-2 ids (as decimal strings) and special tokens of one sentence."""
-        out: List[str] = []
+    def _pieces(self, sentence: str) -> List[Tuple[str, bool]]:
+        """(byte-mapped BPE piece, False) and (special word, True) of one sentence."""
+        out: List[Tuple[str, bool]] = []
         for piece in self.pretokenize(sentence):
             if piece in self.special_tokens:
-                out.append(piece)
+                out.append((piece, True))
                 continue
             mapped = "".join(self.byte_encoder[b] for b in piece.encode("utf-8"))
-            # A piece the encoder lacks (never with GPT-2's, which covers all 256 bytes) has no
-            # GPT-2 id: it becomes [UNK], like a GPT-2 id that vocab.txt lacks.
-            out.extend(str(self.encoder[sub]) if sub in self.encoder else self.unk_token
-                       for sub in self.bpe(mapped))
+            out.extend((sub, False) for sub in self.bpe(mapped))
         return out
 
+    def _vocab_string(self, piece: str) -> str:
+        # A piece the encoder lacks (never with GPT-2's, which covers all 256 bytes) has no
+        # GPT-2 id: it becomes [UNK], like a GPT-2 id that vocab.txt lacks.
+        return str(self.encoder[piece]) if piece in self.encoder else self.unk_token
+
+    def encode_sentence_gpt2(self, sentence: str) -> List[str]:
+        """vocab.txt strings of one sentence: GPT-2 ids (as decimal strings) and special
+        words."""
+        return [token if special else self._vocab_string(token)
+                for token, special in self._pieces(sentence)]
+
     # --- public API ----------------------------------------------------------------
-    def tokenize(self, text: str, sentence_split: bool = True) -> List[str]:
-        """Tokens as vocab strings (decimal GPT-2 ids or special tokens)."""
+    def _sentences(self, text: str, sentence_split: bool) -> List[str]:
         text = " ".join(text.split())
         if not text:
             return []
-        sentences = self.sentence_splitter(text) if sentence_split else [text]
-        tokens: List[str] = []
-        for sentence in sentences:
-            tokens.extend(self.encode_sentence_gpt2(sentence))
-        return tokens
+        return self.sentence_splitter(text) if sentence_split else [text]
+
+    def tokenize(self, text: str, sentence_split: bool = True) -> List[str]:
+        """Tokens as Hugging Face shows byte-level BPE ("Ġworld") and special words;
+        convert_tokens_to_ids(tokenize(text)) == encode(text)."""
+        return [token for sentence in self._sentences(text, sentence_split)
+                for token, _ in self._pieces(sentence)]
 
     def encode(self, text: str, sentence_split: bool = True) -> List[int]:
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""
-        return self.convert_tokens_to_ids(self.tokenize(text, sentence_split=sentence_split))
+        return self.vocab.to_ids([token for sentence in self._sentences(text, sentence_split)
+                                  for token in self.encode_sentence_gpt2(sentence)])
 
     def encode_with_offsets(self, text: str,
                             sentence_split: bool = True) -> Tuple[List[int], List[Tuple[int, int]]]:
@@ -259,7 +299,7 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
                 offsets.append((index[found + a], index[found + b - 1] + 1) if b > a
                                else (index[found + a], index[found + a]))
             position = found + len(sentence)
-        return self.convert_tokens_to_ids(tokens), offsets
+        return self.vocab.to_ids(tokens), offsets
 
     def _sentence_offsets(self, sentence: str) -> List[Tuple[str, Tuple[int, int]]]:
         """encode_sentence_gpt2's tokens with their character spans in `sentence`."""
@@ -286,7 +326,7 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
                     byte += len(sub)
                     a = start + match.start() + first - lead
                     b = start + match.start() + last + 1 - lead
-                    token = str(self.encoder[sub]) if sub in self.encoder else self.unk_token
+                    token = self._vocab_string(sub)
                     out.append((token, (max(a, start), max(b, start))))
             start = end
         return out
@@ -298,42 +338,71 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
         # a word after whitespace carries GPT-2's leading-space marker, as it would inside
         # a sentence; a special token ([q], [SEP] ...) stays whole
         if word in self.special_tokens:
-            return self.convert_tokens_to_ids([word])
-        return self.convert_tokens_to_ids(self.encode_sentence_gpt2((" " if after_space else "")
-                                                                    + word))
+            return self.vocab.to_ids([word])
+        return self.vocab.to_ids(self.encode_sentence_gpt2((" " if after_space else "") + word))
 
     def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
-        return self.vocab.to_ids(list(tokens))
+        """Ids of tokens as `tokenize` gives them: special words and byte-mapped pieces
+        ("Ġworld"); anything else is [UNK]."""
+        strings = []
+        for token in tokens:
+            if token in self.special_tokens or (token in self.vocab and not _is_gpt2_id(token)):
+                strings.append(token)
+            else:
+                strings.append(self._vocab_string(token))
+        return self.vocab.to_ids(strings)
+
+    def _piece_of(self, string: str) -> Optional[str]:
+        """The byte-mapped piece of a vocab.txt string, None for a special word."""
+        return self.decoder.get(int(string)) if _is_gpt2_id(string) else None
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
-        return self.vocab.to_tokens(list(ids))
+        """Readable tokens: byte-mapped pieces ("Ġworld") and special words."""
+        from .base import as_ids
+        strings = self.vocab.to_tokens(as_ids(ids))
+        return [piece if piece is not None else string
+                for string, piece in zip(strings, map(self._piece_of, strings))]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text for ``ids``.
+        """Best-effort text for ``ids`` (a list, a 1-D array or tensor): the pieces' bytes
+        as UTF-8; a special word is set apart by spaces (skipped, by one space).
 
-        Sentences were encoded without a leading space on their first word, so
-        decoded sentences touch ("end.Next"); special tokens get a space before
-        them unless they come first.
-        """
-        parts: List[str] = []
-        pending: List[str] = []
+        The official encoding gives a sentence's first word no leading space, so the
+        space between sentences is not in the ids: it is put back where a sentence end
+        (. ! ? and closing quotes) meets a capitalised word, a quote or a non-ASCII
+        character and the rule-based splitter (sentences.py) starts a sentence there
+        ("end.Next" → "end. Next", not "U.S." or "3.14")."""
+        from .base import as_ids
+        text = ""
+        tentative: List[int] = []   # where a space was put back between two sentences
+        run: List[str] = []         # byte-mapped pieces not yet decoded
 
-        def flush():
-            if pending:
-                raw = bytearray(self.byte_decoder[ch] for ch in "".join(pending))
-                parts.append(raw.decode("utf-8", errors="replace"))
-                pending.clear()
+        def flush() -> str:
+            raw = bytes(self.byte_decoder[ch] for ch in "".join(run))
+            run.clear()
+            return raw.decode("utf-8", errors="replace")
 
-        for tok in self.convert_ids_to_tokens(ids):
-            if tok.isascii() and tok.isdigit() and int(tok) in self.decoder:
-                pending.append(self.decoder[int(tok)])
+        after_special = False
+        for string in self.vocab.to_tokens(as_ids(ids)):
+            piece = self._piece_of(string)
+            if piece is None:   # a special word
+                text += flush()
+                if not skip_special_tokens:
+                    text += (" " if text else "") + string
+                after_special = True
                 continue
-            flush()
-            if skip_special_tokens:
-                continue
-            parts.append(tok if not parts else " " + tok)
-        flush()
-        return "".join(parts)
+            first = self.byte_decoder[piece[0]]
+            if after_special and text and first != ord(" "):
+                text += " "   # the text after a special word (a pair's second text ...)
+            elif run and first in _SENTENCE_START and \
+                    _SENTENCE_END.search(bytes(self.byte_decoder[c] for c in "".join(run[-2:]))):
+                text += flush()
+                tentative.append(len(text))
+                text += " "
+            after_special = False
+            run.append(piece)
+        text += flush()
+        return _keep_sentence_spaces(text, tentative)
 
     # --- vocabulary facts ---------------------------------------------------------
     @property

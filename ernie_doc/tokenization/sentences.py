@@ -7,12 +7,15 @@ is encoded without the leading-space marker.
 
 ``split_sentences`` uses NLTK when both the package and its ``punkt`` /
 ``punkt_tab`` data can be loaded. Otherwise it falls back to a built-in
-rule-based splitter and warns once. The fallback mimics Punkt's decision
-procedure (candidate ends ``. ? !`` followed by whitespace or punctuation;
-the period-final word classified as abbreviation, initial, number, ellipsis
-or ordinary word; closing quotes/brackets moved back to the sentence they
-close), but with small hand-written tables instead of the statistics Punkt
-learned from its training corpus. Differences to expect:
+rule-based splitter and warns once per process, the first time a text has a
+place where a sentence could end (". ", "? ", "!\"" ...): a text without one
+is one sentence to both, so nothing differs and nothing is said. The
+fallback mimics Punkt's decision procedure (candidate ends ``. ? !``
+followed by whitespace or punctuation; the period-final word classified as
+abbreviation, initial, number, ellipsis or ordinary word; closing
+quotes/brackets moved back to the sentence they close), but with small
+hand-written tables instead of the statistics Punkt learned from its
+training corpus. Differences to expect:
 
 * Punkt's abbreviation list and its per-word capitalisation statistics are
   not available, so decisions after abbreviations, initials, numbers and
@@ -249,7 +252,8 @@ def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
     """Split English ``text`` into sentences.
 
     ``use_nltk=None`` (default): NLTK Punkt when available, else the rule-based
-    fallback (warning once per process). ``False``: always the fallback.
+    fallback (warning once per process, when a text first has a candidate sentence end:
+    only there can the two differ). ``False``: always the fallback.
     ``True``: NLTK or a RuntimeError.
     """
     global _fallback_warned
@@ -259,7 +263,7 @@ def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
         return list(_nltk_splitter(text))
     if use_nltk:
         raise RuntimeError("nltk with punkt data is required but not available")
-    if not _fallback_warned:
+    if not _fallback_warned and _CANDIDATE_RE.search(text):
         _fallback_warned = True
         warnings.warn(
             "nltk/punkt not available: using the built-in rule-based sentence "

@@ -165,13 +165,19 @@ class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return [self.sp.piece_to_id(t) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        from .base import as_ids
         size = self.sp.get_piece_size()
-        return [self.sp.id_to_piece(int(i)) if 0 <= int(i) < size else self.unk_token for i in ids]
+        return [self.sp.id_to_piece(i) if 0 <= i < size else self.unk_token for i in as_ids(ids)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        ids = [int(i) for i in ids]
+        """sentencepiece's own decoding ("▁" is the space before a word); `ids`: a list, a
+        1-D array or tensor. skip_special_tokens drops [PAD] [CLS] [SEP] [MASK] [UNK]."""
+        from .base import as_ids
+        size = self.sp.get_piece_size()
+        ids = [i if 0 <= i < size else self.sp.unk_id() for i in as_ids(ids)]
         if skip_special_tokens:
-            drop = {self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id}
+            drop = {self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id,
+                    self.unk_token_id}
             ids = [i for i in ids if i not in drop]
         return self.sp.decode(ids)
 

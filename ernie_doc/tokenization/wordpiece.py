@@ -44,6 +44,15 @@ _CJK_RANGES = (
 )
 
 
+# A space that basic_tokenize put next to a CJK character or CJK / full-width punctuation.
+_CJK_CLASS = "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _CJK_RANGES) + \
+    "\u3000-\u303f\uff00-\uffef"
+_CJK_SPACE = re.compile(f"(?<=[{_CJK_CLASS}]) | (?=[{_CJK_CLASS}])")
+# Hugging Face's clean_up_tokenization: the spaces decode() would put before punctuation.
+_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+            (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
 def is_cjk_char(ch: str) -> bool:
     cp = ord(ch)
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
@@ -244,22 +253,30 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return self.vocab.to_ids(list(tokens))
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
-        return self.vocab.to_tokens(list(ids))
+        """Tokens of `ids` (a list, a 1-D array or tensor, or one id)."""
+        from .base import as_ids
+        return self.vocab.to_tokens(as_ids(ids))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text: glue "##" pieces, drop spaces next to non-ASCII (CJK) text.
-        Case and accents removed by tokenization are not restored."""
+        """Best-effort text, as Hugging Face's BERT decode: words joined by spaces, "##"
+        pieces glued to the word before, no space before . , ! ? and the English
+        contractions ('s n't ...); and no space next to a CJK character or CJK punctuation
+        (tokenization put those spaces there). Case and accents removed by tokenization are
+        not restored. `ids`: a list, a 1-D array or tensor."""
+        from .base import as_ids
         specials = {self.pad_token, self.cls_token, self.sep_token, self.mask_token, self.unk_token}
         text = ""
-        for tok in self.convert_ids_to_tokens(ids):
+        for tok in self.convert_ids_to_tokens(as_ids(ids)):
             if skip_special_tokens and tok in specials:
                 continue
             if tok.startswith("##") and text:
                 text += tok[2:]
             else:
                 text += (" " if text else "") + tok
-        # Tokenization added the spaces around CJK characters; take them away.
-        return re.sub(r"(?<=[^\x00-\x7f]) | (?=[^\x00-\x7f])", "", text)
+        text = _CJK_SPACE.sub("", text)
+        for spaced, tight in _CLEANUP:
+            text = text.replace(spaced, tight)
+        return text
 
     @property
     def vocab_size(self) -> int:
