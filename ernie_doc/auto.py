@@ -4,6 +4,7 @@ checkpoint holds.
     head_class("sequence_classification")   → ErnieDocForSequenceClassification
     head_names()                            → every registered head name, sorted
     model_class_for(checkpoint)             → the class a checkpoint was saved from
+    AutoModel.from_pretrained(path)         → an instance of that class, loaded
     read_checkpoint(path)                   → checkpoint.io.read_checkpoint, every head known
     kind_class("span")                      → ernie_doc.training.span.SpanTask
     kind_name(value), kind_names()          → a config's kind checked / every known kind
@@ -33,7 +34,7 @@ folders' kinds is read through the fixed table LEGACY_KINDS.
 import difflib
 import importlib
 import logging
-from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Type, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Type, Union
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.errors import CheckpointError
@@ -190,13 +191,13 @@ def model_class_for(ckpt: Checkpoint) -> ModelClass:
     """The model class a checkpoint was saved from: its config's architecture when that names
     a known class, else the head tensors present (official names, or `lm_head.` keys), else
     the bare ErnieDocModel. CheckpointError when several heads or an ambiguous `linear.` head
-    leave the choice open."""
-    if ckpt.architecture:
-        cls = model_class(ckpt.architecture["class"])
-        if cls is not None:
+    leave the choice open (naming the recorded class, when it is an unknown one, and the
+    known classes)."""
+    recorded = (ckpt.architecture or {}).get("class")
+    if recorded:
+        cls = model_class(recorded)
+        if cls is not None and cls is not Head:
             return cls
-        logger.warning("%s: unknown architecture %r; guessing from the tensor names", ckpt.path,
-                       ckpt.architecture["class"])
     found = set()
     if ckpt.format == "official":
         found = _official_heads_present(ckpt.tensors)
@@ -206,12 +207,69 @@ def model_class_for(ckpt: Checkpoint) -> ModelClass:
         if any(n.startswith(("lm_head.", "reorder_head.")) for n in heads):
             found.add("pretraining")
         if any(n.startswith("linear.") for n in heads):
-            raise CheckpointError(f"{ckpt.path}: holds a 'linear' head but no config names its "
-                                  f"class; say which head it is")
+            if not recorded:
+                raise CheckpointError(f"{ckpt.path}: holds a 'linear' head but no config names "
+                                      f"its class; say which head it is")
+            known = sorted(model_class_names())
+            close = difflib.get_close_matches(recorded, known, n=1) \
+                if isinstance(recorded, str) else []
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise CheckpointError(f"{ckpt.path}: records an unknown model class "
+                                  f"{clip(repr(recorded), 80)}{hint}; known classes: "
+                                  f"{', '.join(known)}")
     if len(found) > 1:
         raise CheckpointError(f"{ckpt.path}: holds several heads ({', '.join(sorted(found))}); "
                               f"say which one to load")
+    if recorded:
+        logger.warning("%s: unknown architecture %s; the tensor names say %s", ckpt.path,
+                       clip(repr(recorded), 80), next(iter(found), "ErnieDocModel"))
     return head_class(found.pop()) if found else ErnieDocModel
+
+
+def model_class_names() -> List[str]:
+    """The class names a checkpoint's architecture may record: ErnieDocModel and every
+    registered head class."""
+    return [ErnieDocModel.__name__, *(cls.__name__ for cls in head_classes().values())]
+
+
+class AutoModel:
+    """The model class a checkpoint records, loaded: one door for every head.
+
+        model = AutoModel.from_pretrained("output/imdb/best")   # ErnieDocForSequenceClassification
+        model = AutoModel.from_pretrained("ernie-doc-base-en")  # ErnieDocModel (the encoder)
+
+    The class is model_class_for's: the class the checkpoint's config.json records, else the
+    official head tensors present, else the bare ErnieDocModel. The pretraining heads alone,
+    with no class recorded (the released checkpoints hold them), are a pretrained encoder:
+    ErnieDocModel, as Hugging Face's AutoModel; ErnieDocForPretraining.from_pretrained loads
+    them with their heads. Not instantiable itself."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise TypeError("AutoModel is not instantiated: use AutoModel.from_pretrained(path), "
+                        "or a model class (ErnieDocModel, ErnieDocFor...) with a config")
+
+    @staticmethod
+    def from_pretrained(path: Any, source: Optional[str] = None, **kwargs: Any) -> Any:
+        """path, source: as for ErnieDocModel.from_pretrained (a released name, URL, .tar.gz,
+        checkpoint directory or file; source picks a released name's weights). kwargs go to
+        the chosen class's from_pretrained (config=, strict=, allow_partial=, config keys,
+        constructor arguments). Returns the model with `.load_report`; CheckpointError /
+        HubError as from_pretrained, and when the checkpoint leaves the class open (several
+        heads: load it with the head class instead)."""
+        ckpt = _read_any(path, source)
+        cls = model_class_for(ckpt)
+        if cls is head_class("pretraining") and not ckpt.architecture:
+            cls = ErnieDocModel
+        return cls.from_pretrained(ckpt, **kwargs)
+
+
+def _read_any(path: Any, source: Optional[str]) -> Checkpoint:
+    """`path` (anything ernie_doc.hub.resolve takes, or a Checkpoint) read with every
+    registered head's official names."""
+    if isinstance(path, Checkpoint):
+        return path
+    from ernie_doc.hub import resolve
+    return read_checkpoint(resolve(path, kind="model", source=source))
 
 
 # -- task kinds --------------------------------------------------------------------------------

@@ -5,16 +5,32 @@ options of this project (`recurrence`, `mask_empty_memory`, `rel_pos_params_shar
 `relative_position_mapping`, `cls_token_idx`).
 """
 import copy
+import difflib
 import json
+import logging
 import math
 import os
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple, Type
+
+# Config files: ours and PaddleNLP's, PaddleNLP's older name, the official one.
+CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json")
+# Warnings about configs other tools wrote go to the checkpoint loader's log.
+logger = logging.getLogger("ernie_doc.checkpoint")
 
 RECURRENCE_MODES = ("enhanced", "xl", "none")
 # Paddle hands tensor shapes to its kernels as 32-bit integers: a larger dimension is an
 # IndexError deep inside paddle, raised even under paddle.LazyGuard (the memory estimate
 # builds the model there), so no size may pass this before a tensor is made of it.
 MAX_DIM = 2 ** 31 - 1
+# The most classes (num_labels) or choices (num_choices) a head takes: far beyond any task,
+# and a [hidden, classes] head of this size still fits; a config asking for more is refused
+# before anything is allocated.
+MAX_HEAD_SIZE = 1 << 16
+# The head arguments a saved "architecture" may carry as sizes, each bounded by MAX_HEAD_SIZE.
+HEAD_SIZE_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes")
+# The config keys that size a model's tensors: weights saved with other values do not load.
+_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "max_position_embeddings", "task_type_vocab_size", "num_labels")
 POSITION_MAPPINGS = ("pretrained", "official")
 
 # Official / PaddleNLP spellings of the same hyper-parameter.
@@ -88,6 +104,108 @@ class ConfigError(ValueError):
     """A config key or value that the model cannot use."""
 
 
+# -- config files as other tools spell them ------------------------------------------------------
+def _flatten_legacy(raw):
+    """Old PaddleNLP (≤2.4) model_config.json nests the encoder's arguments in "init_args"
+    (a list whose dict entries may nest again); top-level keys win."""
+    flat = {k: v for k, v in raw.items() if k != "init_args"}
+    args = raw.get("init_args")
+    if isinstance(args, dict):
+        args = [args]
+    for arg in args if isinstance(args, (list, tuple)) else []:
+        if isinstance(arg, dict):
+            for key, value in _flatten_legacy(arg).items():
+                flat.setdefault(key, value)
+    return flat
+
+
+def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] = ValueError
+                      ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
+
+    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
+    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
+    does not know: they are dropped with a warning rather than blocking the load. A file that
+    cannot be read this way raises `error` (checkpoint.io: CheckpointError) naming `source`.
+    """
+    if not isinstance(raw, dict):
+        raise error(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    ours = "architecture" in raw and "model_type" not in raw
+    flat = _flatten_legacy(raw) if "init_args" in raw else dict(raw)
+
+    architecture = raw.get("architecture")
+    if architecture is not None and not (isinstance(architecture, dict)
+                                         and isinstance(architecture.get("class"), str)):
+        raise error(f"{source}: 'architecture' must be an object with a 'class'")
+    if architecture is None:
+        cls_name = flat.get("init_class")
+        archs = flat.get("architectures")
+        if isinstance(archs, (list, tuple)) and archs and isinstance(archs[0], str):
+            cls_name = archs[0]
+        if isinstance(cls_name, str):
+            architecture = {"class": cls_name, "kwargs": {}}
+    if architecture is not None:
+        kwargs = architecture.get("kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise error(f"{source}: 'architecture.kwargs' must be an object (argument: value), "
+                        f"got {type(kwargs).__name__}")
+        for key in HEAD_SIZE_ARGUMENTS:
+            problem = (integer_problem(kwargs[key], 1, MAX_HEAD_SIZE)
+                       if kwargs and key in kwargs else None)
+            if problem:
+                raise error(f"{source}: 'architecture.kwargs.{key}' {problem}")
+        architecture = {"class": architecture["class"], "kwargs": dict(kwargs or {})}
+
+    # PaddleNLP: num_labels lives in id2label; old API: num_classes.
+    if flat.get("num_labels") is None:
+        if isinstance(flat.get("num_classes"), int):
+            flat["num_labels"] = flat["num_classes"]
+        elif isinstance(flat.get("id2label"), dict) and flat["id2label"]:
+            flat["num_labels"] = len(flat["id2label"])
+    if architecture is not None and not ours:
+        for key in ("num_choices", "dropout"):
+            if flat.get(key) is not None:
+                architecture["kwargs"].setdefault(key, flat[key])
+
+    values = {}
+    unknown = []
+    known = known_keys(ignored=True)
+    for key, value in flat.items():
+        if key == "architecture" or value is None:
+            continue  # PaddleNLP writes null for "use the default"
+        if key not in known:
+            unknown.append(key)
+            continue
+        values[key] = value
+    if unknown:
+        if ours:
+            raise error(f"{source}: unknown config keys {', '.join(sorted(unknown))}")
+        logger.warning("%s: ignoring config keys this model does not use: %s", source,
+                       ", ".join(sorted(unknown)))
+    return values, architecture
+
+
+def read_config_file(path: "str | os.PathLike[str]", error: Type[Exception] = ValueError
+                     ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """JSON config file → (ErnieDocConfig kwargs, architecture or None); `error` names it."""
+    from ernie_doc.utils import read_json
+    return parse_config_dict(read_json(path, error), os.fspath(path), error)
+
+
+def _config_file(path: str) -> Optional[str]:
+    """The config file of a local model path: the path itself when it is a file ending in
+    .json, else the first of CONFIG_FILES in its folder (a weights file's folder), and for an
+    official `params/` folder in the one above; None when there is none."""
+    if os.path.isfile(path) and path.endswith(".json"):
+        return path
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    folders = [folder]
+    if os.path.basename(os.path.normpath(os.path.abspath(folder))) == "params":
+        folders.append(os.path.dirname(os.path.normpath(os.path.abspath(folder))))
+    return next((os.path.join(f, n) for f in folders for n in CONFIG_FILES
+                 if os.path.isfile(os.path.join(f, n))), None)
+
+
 def integer_problem(value: object, low: int = 0, high: int = MAX_DIM,
                     nullable: bool = False) -> Optional[str]:
     """Why `value` cannot be an integer setting in [low, high] (or None, when `nullable`):
@@ -116,8 +234,12 @@ class ErnieDocConfig:
             if key in _IGNORED:
                 continue
             if key not in _DEFAULTS:
+                close = difflib.get_close_matches(key, sorted(_DEFAULTS), n=1) \
+                    if isinstance(key, str) else []
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigError(
-                    f"unknown config key {key!r}; known keys: {', '.join(sorted(_DEFAULTS))}")
+                    f"unknown config key {key!r}{hint}; known keys: "
+                    f"{', '.join(sorted(_DEFAULTS))}")
             values[key] = value
         self.__dict__.update(values)
         self.validate()
@@ -130,8 +252,9 @@ class ErnieDocConfig:
                 raise ConfigError(f"{name} {problem}")
 
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings", "task_type_vocab_size", "num_labels"):
+                     "max_position_embeddings", "task_type_vocab_size"):
             integer(name, 1)
+        integer("num_labels", 1, MAX_HEAD_SIZE)
         integer("memory_len", 0)
         integer("pad_token_id", 0)
         integer("cls_token_idx", -MAX_DIM)
@@ -253,6 +376,72 @@ class ErnieDocConfig:
             return cfg.replace(**overrides) if overrides else cfg
         raise ConfigError(f"not a preset name or a config file: {spec!r} "
                           f"(presets: {', '.join(PRESETS)})")
+
+    @classmethod
+    def from_pretrained(cls, path: "str | os.PathLike[str]", **overrides) -> "ErnieDocConfig":
+        """The config of a saved or released model, as the model's from_pretrained reads it.
+
+        path: a directory written by save_pretrained (the model's or the config's), a
+            PaddleNLP or official checkpoint directory or weights file (its config.json /
+            model_config.json / ernie_config.json, in any spelling those tools write), a
+            config JSON file, or a released name or preset ("ernie-doc-base-en",
+            "ernie-doc-small"): the preset, which is the released files' config (nothing is
+            downloaded). A URL or archive: load the model, its `.config` is this.
+            overrides: config keys.
+
+        ConfigError, one line naming the path, or the file and the key.
+        """
+        spec = os.fspath(path)
+        if os.path.exists(spec):
+            found = _config_file(spec)
+            if found is None:
+                raise ConfigError(f"{spec}: no config file ({', '.join(CONFIG_FILES)})")
+            values, _ = read_config_file(found, ConfigError)
+            return cls.from_dict({**values, **overrides}, source=found)
+        from ernie_doc.hub import registry
+        if spec not in PRESETS and registry.release(spec) is None:
+            raise ConfigError(f"{spec}: no such file or directory, and not a released name or "
+                              f"preset ({', '.join(PRESETS)})")
+        try:   # a preset or a released name: what fails now is the overrides'
+            return cls.from_any(spec, **overrides)
+        except ConfigError as e:
+            raise ConfigError(f"{spec}: {e}") from None
+
+    def save_pretrained(self, directory: "str | os.PathLike[str]") -> "str | os.PathLike[str]":
+        """Write config.json into `directory` (created if needed; written whole or not at all,
+        other files kept), readable by from_pretrained and by the models' from_pretrained.
+        A config.json already there (a saved model's, PaddleNLP's) keeps every key this config
+        does not own: the head class it records ("architecture", "architectures"),
+        "model_type", and "id2label" / "label2id" while they still count num_labels classes;
+        so the folder still loads as that head, in this project and in PaddleNLP. A warning
+        line says so when the sizes written differ from those of the config replaced (the
+        weights beside it were saved with those). Returns `directory`."""
+        os.makedirs(directory, exist_ok=True)
+        target = os.path.join(directory, CONFIG_FILES[0])
+        values = self.to_dict()
+        if os.path.isfile(target):
+            from ernie_doc.utils import read_json
+            old_values, _ = read_config_file(target, ConfigError)   # refuses a broken file
+            raw = read_json(target, ConfigError)
+            owned = set(_DEFAULTS) | set(_ALIASES) | {"num_classes", "init_args"}
+            kept = {k: v for k, v in raw.items() if k not in owned}
+            for key in ("id2label", "label2id"):
+                if isinstance(kept.get(key), dict) and len(kept[key]) != self.num_labels:
+                    del kept[key]   # another count of classes: it would contradict num_labels
+            changed = [k for k in _SIZE_KEYS
+                       if k in old_values and old_values[k] != values[k]]
+            if changed:
+                logger.warning("%s: the config written differs from the one replaced in %s; "
+                               "weights saved beside it no longer fit", target,
+                               ", ".join(f"{k} ({old_values[k]} -> {values[k]})"
+                                         for k in changed))
+            values = {**kept, **values}
+            for alias, key in _ALIASES.items():   # a PaddleNLP spelling stays, up to date
+                if alias in raw:
+                    values[alias] = values[key]
+        from ernie_doc.utils import atomic_write_text
+        atomic_write_text(target, json.dumps(values, indent=2, sort_keys=True) + "\n")
+        return directory
 
     def __eq__(self, other):
         return isinstance(other, ErnieDocConfig) and self.to_dict() == other.to_dict()

@@ -62,6 +62,7 @@ class Head(PretrainedMixin, nn.Layer):
     shapes of what it hands back) and `rows_per_example` (rows of a batch that make one
     example)."""
     official_names = {}
+    abstract_base = True   # not a head itself: a config naming it names no head
     encoder_prefix = names.PREFIX   # the encoder's keys: "ernie_doc." + ErnieDocModel's
     uses_pooled = True   # False: the head reads the sequence output only
     exportable = False   # True: export traces forward (encoder's inputs + export_inputs)

@@ -398,7 +398,10 @@ def test_official_load_and_every_conversion_path(tmp_path, head):
         assert (tmp_path / "back" / name).read_bytes() == \
             (tmp_path / "official" / "params" / name).read_bytes(), name
     with open(tmp_path / "back" / "ernie_config.json") as f:
-        assert json.load(f) == official_config_json(cfg)
+        written = json.load(f)
+    # + the class saved (a key the official code never reads): it tells cls_out_* heads apart
+    assert written.pop("architecture")["class"] == type(b).__name__
+    assert written == official_config_json(cfg)
 
     # official → PaddleNLP (keys: PaddleNLP's, heads prefixed), then PaddleNLP → ours.
     a.save_pretrained(tmp_path / "pn", format="paddlenlp")
@@ -711,7 +714,12 @@ def test_convert_pair_matching_every_layout(tmp_path):
     assert convert.main([str(tmp_path / "pn"), str(tmp_path / "off"), "--to", "official",
                          "--quiet"]) == 0
     assert {"cls_out_w", "cls_out_b"} <= set(os.listdir(tmp_path / "off"))
-    # Without --head the shared official names read as classification, as before the registry.
+    # The official files record the class beside them (ernie_config.json's "architecture");
+    # without it the shared official names read as classification, as before the registry.
+    assert auto.model_class_for(io.read_checkpoint(tmp_path / "off")) is ErnieDocForPairMatching
+    config = tmp_path / "off" / "ernie_config.json"
+    config.write_text(json.dumps({k: v for k, v in json.loads(config.read_text()).items()
+                                  if k != "architecture"}))
     assert auto.model_class_for(io.read_checkpoint(tmp_path / "off")) is \
         ErnieDocForSequenceClassification
     assert convert.main([str(tmp_path / "off"), str(tmp_path / "back"), "--to", "ours",

@@ -34,7 +34,6 @@ from ernie_doc import config as config_module
 from ernie_doc.checkpoint import lodtensor, names, safe_pickle
 from ernie_doc.checkpoint.errors import CheckpointError  # also io.CheckpointError, as before
 from ernie_doc.checkpoint.lodtensor import PathLike
-from ernie_doc.utils import read_json
 
 if TYPE_CHECKING:   # for the annotations only
     from ernie_doc.config import ErnieDocConfig
@@ -47,9 +46,7 @@ FORMAT_ALIASES = {"ours": "safetensors", "safetensor": "safetensors", "pdparams"
 
 SAFETENSORS_FILE = "model.safetensors"
 PDPARAMS_FILE = "model_state.pdparams"
-CONFIG_FILE = "config.json"
-LEGACY_CONFIG_FILE = "model_config.json"
-OFFICIAL_CONFIG_FILE = "ernie_config.json"
+CONFIG_FILE, LEGACY_CONFIG_FILE, OFFICIAL_CONFIG_FILE = config_module.CONFIG_FILES
 
 # The keys of the official ernie_config.json, in its order; sent_type_vocab_size is unused.
 OFFICIAL_CONFIG_KEYS = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob",
@@ -82,80 +79,18 @@ def normalize_format(fmt: str) -> str:
 
 
 # -- config files -------------------------------------------------------------------------------
-def _flatten_legacy(raw):
-    """Old PaddleNLP (≤2.4) model_config.json nests the encoder's arguments in "init_args"
-    (a list whose dict entries may nest again); top-level keys win."""
-    flat = {k: v for k, v in raw.items() if k != "init_args"}
-    args = raw.get("init_args")
-    if isinstance(args, dict):
-        args = [args]
-    for arg in args if isinstance(args, (list, tuple)) else []:
-        if isinstance(arg, dict):
-            for key, value in _flatten_legacy(arg).items():
-                flat.setdefault(key, value)
-    return flat
-
-
+# The spellings of config files (ours, PaddleNLP's, the official one) are read in
+# ernie_doc.config, which ErnieDocConfig.from_pretrained shares; here their errors are
+# CheckpointErrors, as every error of a checkpoint's files.
 def parse_config_dict(raw: Any, source: str = "config"
                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
-
-    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
-    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
-    does not know: they are dropped with a warning rather than blocking the load.
-    """
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{source}: expected a JSON object, got {type(raw).__name__}")
-    ours = "architecture" in raw and "model_type" not in raw
-    flat = _flatten_legacy(raw) if "init_args" in raw else dict(raw)
-
-    architecture = raw.get("architecture")
-    if architecture is not None and not (isinstance(architecture, dict)
-                                         and isinstance(architecture.get("class"), str)):
-        raise CheckpointError(f"{source}: 'architecture' must be an object with a 'class'")
-    if architecture is None:
-        cls_name = flat.get("init_class")
-        archs = flat.get("architectures")
-        if isinstance(archs, (list, tuple)) and archs and isinstance(archs[0], str):
-            cls_name = archs[0]
-        if isinstance(cls_name, str):
-            architecture = {"class": cls_name, "kwargs": {}}
-    if architecture is not None:
-        architecture = {"class": architecture["class"],
-                        "kwargs": dict(architecture.get("kwargs") or {})}
-
-    # PaddleNLP: num_labels lives in id2label; old API: num_classes.
-    if flat.get("num_labels") is None:
-        if isinstance(flat.get("num_classes"), int):
-            flat["num_labels"] = flat["num_classes"]
-        elif isinstance(flat.get("id2label"), dict) and flat["id2label"]:
-            flat["num_labels"] = len(flat["id2label"])
-    if architecture is not None and not ours:
-        for key in ("num_choices", "dropout"):
-            if flat.get(key) is not None:
-                architecture["kwargs"].setdefault(key, flat[key])
-
-    values = {}
-    unknown = []
-    known = config_module.known_keys(ignored=True)
-    for key, value in flat.items():
-        if key == "architecture" or value is None:
-            continue  # PaddleNLP writes null for "use the default"
-        if key not in known:
-            unknown.append(key)
-            continue
-        values[key] = value
-    if unknown:
-        if ours:
-            raise CheckpointError(f"{source}: unknown config keys {', '.join(sorted(unknown))}")
-        logger.warning("%s: ignoring config keys this model does not use: %s", source,
-                       ", ".join(sorted(unknown)))
-    return values, architecture
+    """config.parse_config_dict: (ErnieDocConfig kwargs, architecture); CheckpointError."""
+    return config_module.parse_config_dict(raw, source, CheckpointError)
 
 
 def read_config_file(path: PathLike) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """JSON config file → (ErnieDocConfig kwargs, architecture or None)."""
-    return parse_config_dict(read_json(path, CheckpointError), source=os.fspath(path))
+    """JSON config file → (ErnieDocConfig kwargs, architecture or None); CheckpointError."""
+    return config_module.read_config_file(path, CheckpointError)
 
 
 # -- detection ----------------------------------------------------------------------------------
@@ -347,12 +282,20 @@ def _json_writer(obj):
     return write
 
 
-def official_config_dict(config: "ErnieDocConfig") -> Dict[str, Any]:
-    """ErnieDocConfig → the official ernie_config.json keys."""
+def official_config_dict(config: "ErnieDocConfig",
+                         architecture: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """ErnieDocConfig → the official ernie_config.json keys, + our "architecture" (the head
+    class and its arguments) when given: the official code's ErnieConfig reads the file as a
+    dict and looks keys up by name, so an extra key is never read there, while the head
+    classes that share the official names (cls_out_*: classification, multiple choice, pair
+    matching) are told apart on our side."""
     values = config.to_dict()
     out = {k: values[k] for k in OFFICIAL_CONFIG_KEYS if k in values}
     out["sent_type_vocab_size"] = 4  # present in every official config, read by nothing
-    return {k: out[k] for k in OFFICIAL_CONFIG_KEYS}
+    out = {k: out[k] for k in OFFICIAL_CONFIG_KEYS}
+    if architecture is not None:
+        out["architecture"] = architecture
+    return out
 
 
 def paddlenlp_config_dict(config: "ErnieDocConfig", architecture: Dict[str, Any]
@@ -396,7 +339,8 @@ def write_checkpoint(directory: PathLike, fmt: str, tensors: Dict[str, Any],
                 raise CheckpointError(f"{name!r} cannot be a parameter file name")
         writers = {name: (lambda p, a=array: lodtensor.write_lodtensor(p, a))
                    for name, array in tensors.items()}
-        writers[OFFICIAL_CONFIG_FILE] = _json_writer(official_config_dict(config))
+        writers[OFFICIAL_CONFIG_FILE] = _json_writer(official_config_dict(config,
+                                                                            architecture))
         stale = [n for n in (lodtensor.list_tensor_files(directory)
                              if os.path.isdir(directory) else [])
                  if n not in tensors and not names.is_ignored_official(n)]

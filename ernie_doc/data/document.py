@@ -8,6 +8,7 @@ Only regular files are read: a FIFO, a device or a socket named as a data file i
 one line (`require_file`, `open_regular`) instead of blocking or reading forever, and one met
 while listing a directory is skipped and counted (`regular_files`, reason NOT_REGULAR).
 """
+import difflib
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # file_kind and mode_kind are re-exported: readers import them from here
-from ernie_doc.utils import file_kind, mode_kind  # noqa: F401
+from ernie_doc.utils import clip, file_kind, mode_kind  # noqa: F401
 from ernie_doc.utils import open_regular as _open_regular
 from ernie_doc.utils import read_utf8, regular_file_problem
 
@@ -283,7 +284,13 @@ def check_options(options, known, what="reader options"):
     options = dict(options or {})
     for key in options:
         if key not in known:
-            raise DataError(f"{what}: unknown key {key!r} (known: {sorted(known)})")
+            close = difflib.get_close_matches(key, list(known), n=1) \
+                if isinstance(key, str) else []
+            near = (f"reader.{close[0]}" if what == "reader options" else repr(close[0])) \
+                if close else ""
+            hint = f" (did you mean {near}?)" if close else ""
+            raise DataError(f"{what}: unknown key {clip(repr(key), 80)}{hint} "
+                            f"(known: {sorted(known)})")
     return options
 
 

@@ -10,7 +10,9 @@ keys are PaddleNLP's (heads keep the encoder under `ernie_doc.`).
 
 What loads without a word beyond the load report: the whole model, or the encoder with this
 class's head absent (a new head, fresh initialisation, in `.missing`), with tensors of other
-known heads and optimizer / LR state left aside (`.unexpected`, `.ignored`). Anything else
+known heads and optimizer / LR state left aside (`.unexpected`, `.ignored`). A checkpoint whose
+config records another head class (other_head) is such a load: its head is never reused, even
+where the names and shapes agree (every head's parameters are `linear.*`). Anything else
 partial is a CheckpointError unless allow_partial=True; a checkpoint sharing no encoder tensor
 with the model, a shape that differs or a dtype that cannot be cast always is.
 """
@@ -24,7 +26,7 @@ import numpy as np
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.lodtensor import PathLike, bf16_to_fp32
 from ernie_doc.config import ErnieDocConfig, known_keys
-from ernie_doc.utils import dtype_name, short_list
+from ernie_doc.utils import clip, dtype_name, short_list
 
 if TYPE_CHECKING:   # for the annotations only (paddle is imported where it is used)
     import paddle
@@ -43,8 +45,12 @@ class LoadReport:
     keys (missing); also usable as a dict (report["missing"])."""
 
     def __init__(self, format: str, path: str, config_source: str, loaded: List[str],
-                 missing: List[str], unexpected: List[str], ignored: List[str]):
+                 missing: List[str], unexpected: List[str], ignored: List[str],
+                 other_head: Optional[str] = None):
         self.format = format
+        # the head class the checkpoint records when it is another class's (its tensors are
+        # then in `unexpected`, this model's head in `missing`), else None
+        self.other_head = other_head
         self.path = path
         self.config_source = config_source
         self.loaded = loaded
@@ -54,6 +60,7 @@ class LoadReport:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"format": self.format, "path": self.path, "config_source": self.config_source,
+                "other_head": self.other_head,
                 "loaded": list(self.loaded), "missing": list(self.missing),
                 "unexpected": list(self.unexpected), "ignored": list(self.ignored)}
 
@@ -64,10 +71,12 @@ class LoadReport:
         lines = [f"loaded {len(self.loaded)} tensors from {self.path} ({self.format} format; "
                  f"config from {self.config_source})"]
         if self.missing:
-            lines.append(f"missing {len(self.missing)} (kept their fresh initialisation): "
+            lines.append(f"missing {len(self.missing)} (newly initialized): "
                          + ", ".join(self.missing))
         if self.unexpected:
-            lines.append(f"unexpected {len(self.unexpected)} (not used): "
+            whose = f" (the {self.other_head} head, not used)" if self.other_head else \
+                " (not used)"
+            lines.append(f"unexpected {len(self.unexpected)}{whose}: "
                          + ", ".join(self.unexpected))
         if self.ignored:
             lines.append(f"ignored {len(self.ignored)} optimizer/LR-state entries")
@@ -187,6 +196,67 @@ def _official_head_names(cls: type) -> Set[str]:
     return names.official_head_names(cls.official_names.values())
 
 
+def model_class_names() -> Set[str]:
+    """__name__ of every concrete model class defined so far: ErnieDocModel and every head
+    class (imported: the built-in heads, a task's own once its module ran). Base classes
+    (heads.Head) mark themselves `abstract_base = True` and are left out: a config that
+    records one names no head."""
+    out, todo = set(), list(PretrainedMixin.__subclasses__())
+    while todo:
+        c = todo.pop()
+        todo.extend(c.__subclasses__())
+        if not c.__dict__.get("abstract_base", False):
+            out.add(c.__name__)
+    return out
+
+
+def recorded_class(ckpt: io.Checkpoint) -> Optional[str]:
+    """The model class the checkpoint's config records when it is a known one
+    (model_class_names), else None: no config, no class, or a name no class has (an empty
+    string, a base class, anything hand-written)."""
+    recorded = (ckpt.architecture or {}).get("class")
+    return recorded if isinstance(recorded, str) and recorded in model_class_names() else None
+
+
+def describe_class(name: Any) -> str:
+    """A recorded class name for a message: quoted, control characters escaped, clipped."""
+    return clip(repr(name), 80)
+
+
+def other_head(cls: type, ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]]
+               ) -> Optional[str]:
+    """Why the checkpoint's head tensors must not load into `cls`'s head, as the class they
+    belong to (for the report), else None (they are this head's, or there are none).
+
+    The recorded class decides what "the same head" means: every head keeps its parameters
+    under the same names (`linear.weight` ...), so names alone would load a classification
+    head into a span head. The same class, or a class `cls` derives from (a subclass keeps
+    its base's head), is the same head; another known class is another head. With no known
+    class recorded (none, an unknown or base class name, a PaddleNLP folder without
+    init_class) our own names cannot tell the heads apart: they are not reused either. Only
+    official names identify a head by name (cls_mrc_out is a span head's), so an official
+    checkpoint without a known class is matched by name, as the official code does."""
+    if _is_bare(cls):
+        return None
+    recorded = recorded_class(ckpt)
+    if recorded is not None:
+        return None if recorded in {c.__name__ for c in cls.__mro__} else recorded
+    if ckpt.format == "official":
+        return None
+    if not any(key is not None and not key.startswith(names.PREFIX)
+               for key in key_map.values()):
+        return None    # no head tensor would load: nothing to tell apart
+    raw = (ckpt.architecture or {}).get("class")
+    return (f"{describe_class(raw)} (an unknown class)" if raw
+            else "unnamed (no class recorded)")
+
+
+def _without_head(key_map: Dict[str, Optional[str]]) -> Dict[str, Optional[str]]:
+    """key_map with every head tensor unassigned (None): only the encoder loads."""
+    return {name: key if key is not None and key.startswith(names.PREFIX) else None
+            for name, key in key_map.items()}
+
+
 # -- the steps of from_pretrained ------------------------------------------------------------
 def _read(cls: type, path: Any, source: Optional[str]) -> io.Checkpoint:
     """`path` (anything ernie_doc.hub.resolve takes, or a Checkpoint already read) → the
@@ -248,17 +318,19 @@ def _apply_overrides(cfg: ErnieDocConfig, overrides: Dict[str, Any],
 
 
 def _head_arguments(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
-                    ctor_params: List[str], given: Dict[str, Any]) -> Dict[str, Any]:
+                    ctor_params: List[str], given: Dict[str, Any],
+                    same_head: bool = True) -> Dict[str, Any]:
     """The constructor arguments: given > the checkpoint's head tensors (num_labels from
     linear.bias [num_labels], num_reorder_classes from reorder_head.bias [classes]) > the
-    "architecture" kwargs of our config."""
+    "architecture" kwargs of our config (only when it records this class: another head's
+    sizes are not this one's)."""
     ctor_kwargs = dict(given)
     for arg, (head_key, axis) in _SIZE_FROM_CHECKPOINT.items():
         if arg in ctor_params and arg not in ctor_kwargs:
             for name, key in key_map.items():
                 if key == head_key and ckpt.tensors[name].ndim > axis:
                     ctor_kwargs[arg] = int(ckpt.tensors[name].shape[axis])
-    if ckpt.architecture:
+    if ckpt.architecture and same_head:
         for key, value in ckpt.architecture.get("kwargs", {}).items():
             if key in ctor_params and key not in ctor_kwargs:
                 ctor_kwargs[key] = value
@@ -359,19 +431,27 @@ def _assign(target: Dict[str, Any], match: TensorMatch, tensors: Dict[str, np.nd
 
 
 def _report(cls: type, ckpt: io.Checkpoint, config_source: str, match: TensorMatch,
-            problems: List[str]) -> "LoadReport":
+            problems: List[str], other: Optional[str] = None) -> "LoadReport":
     """The LoadReport of a finished load, logged: a summary line, then warnings for a partial
-    load, missing and unused tensors."""
+    load, missing and unused tensors (one line when the checkpoint holds `other`, another
+    class's head: this head is new, that one is not used)."""
     where = ckpt.path
     report = LoadReport(ckpt.format, where, config_source, sorted(match.assigned),
-                        match.missing, match.unexpected, list(ckpt.ignored))
+                        match.missing, match.unexpected, list(ckpt.ignored), other)
     logger.info("%s", report.summary().splitlines()[0])
     if problems:
         logger.warning("%s: partial checkpoint loaded (allow_partial): %s", where,
                        "; ".join(problems))
+    if other is not None:
+        logger.warning("Some weights of %s were not initialized from the checkpoint at %s and "
+                       "are newly initialized: [%s]; the checkpoint's %s head is not used: "
+                       "[%s]", cls.__name__, where,
+                       ", ".join(match.missing), other, ", ".join(match.unexpected))
+        return report
     if match.missing:
-        logger.warning("%s: %d model tensors not in the checkpoint keep their fresh "
-                       "initialisation: %s", where, len(match.missing), ", ".join(match.missing))
+        logger.warning("Some weights of %s were not initialized from the checkpoint at %s and "
+                       "are newly initialized: [%s]", cls.__name__, where,
+                       ", ".join(match.missing))
     if match.unexpected:
         logger.warning("%s: %d checkpoint tensors not used by %s: %s", where,
                        len(match.unexpected), cls.__name__, ", ".join(match.unexpected))
@@ -408,7 +488,10 @@ class PretrainedMixin:
             missing, this class's head only partly there, tensors of no known head), with a
             warning listing what was not loaded. Without it these raise. Expected and loaded
             either way: this class's head wholly absent (a new head: `.missing`), tensors of
-            other known heads (`.unexpected`), optimizer / LR state (`.ignored`).
+            other known heads (`.unexpected`), optimizer / LR state (`.ignored`). A checkpoint
+            whose config.json records another head class counts as holding no head of this
+            class: its head tensors are `.unexpected` (`.other_head` names that class) and one
+            warning line says so.
         kwargs: config keys (e.g. recurrence="xl") override the config; constructor arguments
             (num_labels, num_choices, dropout, ...) go to the constructor. A head size that is
             not given (num_labels, num_reorder_classes) is taken from the checkpoint's tensor.
@@ -425,8 +508,12 @@ class PretrainedMixin:
         ctor_kwargs, overrides = _split_arguments(cls, ctor_params, kwargs)
         cfg, config_source = _resolve_config(ckpt, config)
         key_map = checkpoint_key_map(ckpt.tensors, ckpt.format, cls)
+        other = other_head(cls, ckpt, key_map)
+        if other is not None:   # another class's head: never reused, this one starts fresh
+            key_map = _without_head(key_map)
         cfg = _apply_overrides(cfg, overrides, key_map, ckpt.path)
-        model = cls(cfg, **_head_arguments(ckpt, key_map, ctor_params, ctor_kwargs))
+        model = cls(cfg, **_head_arguments(ckpt, key_map, ctor_params, ctor_kwargs,
+                                           same_head=other is None))
         target = model.state_dict()
 
         match = _match_tensors(ckpt, key_map, target)
@@ -439,7 +526,7 @@ class PretrainedMixin:
                 + " (allow_partial=True, or allow_partial_checkpoint: true in a run config, "
                   "loads it anyway)")
         _assign(target, match, ckpt.tensors)
-        model.load_report = _report(cls, ckpt, config_source, match, problems)
+        model.load_report = _report(cls, ckpt, config_source, match, problems, other)
         return model
 
     def architecture(self) -> Dict[str, Any]:

@@ -1,0 +1,172 @@
+"""Cut documents into the batches of segments the model reads, for your own loop.
+
+    from ernie_doc.data import segment_batches
+    for ids, mask, new_doc in segment_batches(docs, seq_len=512, batch_size=2,
+                                              tokenizer=tok, return_tensors="pd"):
+        out = model(ids, memories, attention_mask=mask, reset_memory=new_doc)
+        memories = out.memories
+
+The pieces are the trainer's: the segmenter (data.segment: the official windows and layout),
+the row scheduler (data.schedule.RowScheduler: each batch row reads one document from its
+first to its last segment, then takes the next; §4.4 of the paper) and the collation
+(data.collate). Documents are read as a stream: only those in the batch rows are held.
+"""
+from collections import namedtuple
+from typing import Any, Iterable, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from ernie_doc.data.collate import collate
+from ernie_doc.data.schedule import RowScheduler
+from ernie_doc.data.segment import ClassificationSegmenter, Segment, windows
+from ernie_doc.utils import clip
+
+# The largest segment and batch segment_batches cuts: a segment's [batch_size, seq_len] arrays
+# are allocated per step (the tokenizers' MAX_MODEL_MAX_LENGTH bounds seq_len likewise).
+MAX_SEQ_LEN = 1 << 20
+MAX_BATCH_SIZE = 1 << 16
+
+
+class SegmentBatch(namedtuple("SegmentBatch", ["input_ids", "attention_mask", "new_doc"])):
+    """One step of the batch rows: input_ids [B, T] int64, attention_mask [B, T] float32,
+    new_doc [B] bool (the row starts a document, or is padding: pass it as reset_memory).
+    Unpacks as (ids, mask, new_doc); `doc_index` [B] int64 (which document each row reads,
+    in input order; −1: a padding row) and `is_last` [B] bool (its last segment: the row's
+    output for the whole document) say whose output each row is."""
+    doc_index: np.ndarray
+    is_last: np.ndarray
+
+
+def raw_segments(ids: Sequence[int], doc_index: int, seq_len: int, pad_id: int,
+                 stride: Optional[int] = None) -> List[Segment]:
+    """ids → consecutive windows of `seq_len` tokens (the next starting `stride` later,
+    default seq_len: no overlap), padded with pad_id, no special tokens: the encoder reads
+    the text as it is (run-document's cut)."""
+    out = []
+    spans = windows(len(ids), seq_len, stride or seq_len)
+    for i, (start, end) in enumerate(spans):
+        row = np.full(seq_len, pad_id, dtype=np.int64)
+        mask = np.zeros(seq_len, dtype=np.float32)
+        row[:end - start], mask[:end - start] = ids[start:end], 1.0
+        out.append(Segment(row, mask, doc_index, i, len(spans)))
+    return out
+
+
+def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
+                    tokenizer: Any = None, *, stride: Optional[int] = None,
+                    pad_id: Optional[int] = None, special_tokens: bool = True,
+                    return_tensors: Optional[str] = None) -> Iterator[SegmentBatch]:
+    """Yield the SegmentBatch of each step that reads `documents` in `batch_size` parallel
+    rows.
+
+    documents: token ids per document (e.g. tokenizer.encode(text), no special tokens); any
+        iterable, read lazily. seq_len: T, at most the model's max_position_embeddings.
+    tokenizer: gives the [CLS] / [SEP] / [PAD] ids; with it (special_tokens=True) each
+        segment is laid out as the official reader does: T−2 tokens, [SEP], padding, [CLS]
+        last (the pooler's cls_token_idx −1), windows advancing by `stride` (default T−2: no
+        overlap; the trainer's default is memory_len). Without a tokenizer, or with
+        special_tokens=False: windows of T tokens as they are, padded with pad_id.
+    pad_id: the padding id (default the tokenizer's; required without one).
+    return_tensors: None (numpy arrays) or "pd" (paddle tensors, on the default device).
+
+    Each row reads one document start to end, so its memory carries the document; a row whose
+    document ended takes the next one with new_doc set. Once the documents run out, finished
+    rows are padding (new_doc True, doc_index −1) until the longest row ends.
+    documents may also be str when a tokenizer is given (read with tokenizer.encode).
+    ValueError, naming the argument or the document: a seq_len (1..2^20), batch_size
+    (1..2^16) or stride out of range, a bad return_tensors, a missing pad_id, a str document
+    without a tokenizer, ids that are not integers in [0, vocab_size).
+    """
+    _check_size("seq_len", seq_len, MAX_SEQ_LEN)
+    _check_size("batch_size", batch_size, MAX_BATCH_SIZE)
+    if stride is not None:
+        _check_size("stride", stride, MAX_SEQ_LEN)
+    if tokenizer is not None and special_tokens and seq_len < 3:
+        raise ValueError(f"seq_len must be at least 3 with special tokens ([SEP], [CLS] and a "
+                         f"token), got {seq_len}")
+    if return_tensors not in (None, "np", "pd"):
+        raise ValueError(f"return_tensors must be None, 'np' or 'pd', got {return_tensors!r}")
+    if pad_id is None:
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        if pad_id is None:
+            raise ValueError("pad_id: give it, or a tokenizer that has one")
+    if tokenizer is not None and special_tokens:
+        segmenter = ClassificationSegmenter(seq_len, stride or seq_len - 2,
+                                            tokenizer.cls_token_id, tokenizer.sep_token_id,
+                                            pad_id)
+
+        def cut(ids, index):
+            return segmenter(ids, index)
+    else:
+        def cut(ids, index):
+            return raw_segments(np.asarray(ids, dtype=np.int64), index, seq_len, pad_id, stride)
+
+    vocab = getattr(tokenizer, "vocab_size", None)
+    source = ((index, _document_ids(doc, index, tokenizer, vocab))
+              for index, doc in enumerate(documents))
+    held = {}   # doc index → its segments, while a row reads it
+
+    def next_doc():
+        item = next(source, None)
+        if item is None:
+            return None
+        index, ids = item
+        held[index] = cut(ids, index)
+        return index, len(held[index])
+
+    scheduler = RowScheduler(batch_size)
+    while True:
+        step = scheduler.step(next_doc)
+        if all(key is None for key, _, _ in step):
+            return
+        rows = [None if key is None else held[key][seg] for key, seg, _ in step]
+        arrays = collate(rows, [reset for _, _, reset in step], seq_len, pad_id)
+        for key, seg, _ in step:
+            if key is not None and seg == len(held[key]) - 1:
+                del held[key]
+        yield _batch(arrays, return_tensors)
+
+
+def _check_size(name: str, value: Any, high: int) -> None:
+    """ValueError naming `name` unless value is an int from 1 to `high` (checked before a
+    [batch_size, seq_len] array is allocated)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValueError(f"{name} must be an integer from 1 to {high}, got {clip(repr(value), 80)}")
+
+
+def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) -> np.ndarray:
+    """Document `index` as int64 ids [n]: token ids as they are, a str through
+    tokenizer.encode; ValueError naming the document for a str without a tokenizer, or ids
+    that are not integers in [0, vocab)."""
+    if isinstance(doc, str):
+        if tokenizer is None:
+            raise ValueError(f"document {index}: documents are token ids: pass a tokenizer or "
+                             f"tok.encode(text)")
+        doc = tokenizer.encode(doc)
+    elif isinstance(doc, (bytes, bytearray)):
+        raise ValueError(f"document {index}: documents are token ids (or str with a "
+                         f"tokenizer), got {type(doc).__name__}")
+    if hasattr(doc, "numpy"):
+        doc = doc.numpy()
+    ids = np.asarray(doc)
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise ValueError(f"document {index}: expected a sequence of integer token ids, got "
+                         f"{'shape ' + str(list(ids.shape)) if ids.ndim != 1 else ids.dtype}")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or (vocab is not None and high >= vocab):
+        bad = low if low < 0 else high
+        raise ValueError(f"document {index}: token id {bad} is outside the vocabulary "
+                         f"[0, {vocab if vocab is not None else 'inf'})")
+    return ids.astype(np.int64, copy=False)
+
+
+def _batch(arrays, return_tensors: Optional[str]) -> SegmentBatch:
+    fields = [arrays["input_ids"], arrays["attention_mask"], arrays["reset_memory"]]
+    if return_tensors == "pd":
+        import paddle
+        fields = [paddle.to_tensor(a) for a in fields]
+    batch = SegmentBatch(*fields)
+    batch.doc_index, batch.is_last = arrays["doc_index"], arrays["is_last"]
+    return batch
