@@ -3,6 +3,7 @@ and the one-line report of a failed write (full disk, read-only filesystem) for 
 import contextlib
 import errno
 import json
+import logging
 import os
 import re
 import stat
@@ -412,13 +413,50 @@ def unwritable_file(path: str) -> Optional[str]:
     return None
 
 
+# The values of ERNIE_DOC_PROGRESS that turn bars off (any other value, or none, leaves them on).
+_PROGRESS_OFF = ("0", "false", "no", "off")
+
+
+def show_progress(requested: bool = True) -> bool:
+    """Whether to draw a progress bar: every tqdm bar of the package asks here. One switch,
+    spelled three ways: the environment variable ERNIE_DOC_PROGRESS=0 turns every bar of the
+    process off (downloads too; for scripts and CI); the run key `progress: false` (finetune,
+    pretrain) and predict's `--no-progress` are the same switch for one run, passed in as
+    `requested`."""
+    return bool(requested) and os.environ.get("ERNIE_DOC_PROGRESS", "1").strip().lower() \
+        not in _PROGRESS_OFF
+
+
+def _bars_drawn() -> bool:
+    """True while a tqdm bar is on screen (a bar made with disable=True is never listed)."""
+    tqdm = sys.modules.get("tqdm")   # no bar can exist before tqdm is imported
+    return bool(tqdm and getattr(tqdm.tqdm, "_instances", None))
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """A console log handler that writes through tqdm.write while a progress bar is drawn, so
+    that a log line clears the bar and the bar is redrawn below it (a plain write leaves a
+    stale copy of the bar above each line); otherwise a StreamHandler."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not _bars_drawn():
+            super().emit(record)
+            return
+        try:
+            from tqdm import tqdm
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except RecursionError:   # as logging.StreamHandler.emit
+            raise
+        except Exception:
+            self.handleError(record)
+
+
 def notes_to_stdout(name: str = "ernie_doc") -> None:
     """Send the `name` logger's records (the checkpoint loader's "loaded 34 tensors ...") to
     stdout with the rest of a tool's report, so that stderr holds only an error line. For a
     tool's `__main__`: it changes process-wide logging."""
-    import logging
-
-    class CurrentStdout(logging.StreamHandler):
+    class CurrentStdout(BarSafeHandler):
         """Writes to sys.stdout as it is when a record comes (it may have been replaced,
         e.g. captured, since the handler was made)."""
 

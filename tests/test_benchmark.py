@@ -142,6 +142,7 @@ def test_throughput_is_the_median_of_alternating_rounds(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.two_ranks
 def test_benchmark_pretraining_throughput(tmp_path):
     # a tiny corpus: 6 documents of 100 words (about 50 distinct ones: enough text for a
     # 60-piece SentencePiece vocabulary), separated by blank lines

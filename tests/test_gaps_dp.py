@@ -18,6 +18,7 @@ from helpers import (assert_two_ranks_equal_one_process, launch_two_ranks, tiny_
                      train_and_dump)
 
 
+@pytest.mark.two_ranks
 def test_two_ranks_equal_one_process_on_the_union_of_their_rows(tmp_path):
     # 16 documents of 2 segments over 8 global rows: each row reads 2 documents, skim then
     # retrospective pass, 8 micro-steps, 4 optimizer steps (the first micro-step of each

@@ -294,6 +294,7 @@ def lines(path):
     return [json.loads(x) for x in open(path, encoding="utf-8")]
 
 
+@pytest.mark.two_ranks
 def test_both_stages_run_sh_stage_one_feeds_stage_two(tmp_path):
     data = hotpot_data(tmp_path, bad_fact=True)
     vocab, _ = tokenizer(tmp_path)

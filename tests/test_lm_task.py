@@ -207,6 +207,7 @@ def test_train_stream_rows_and_passes():
         LMTrainStream(data, None, 4, 0, 1, 12, 0).load_state_array(one.state_array())
 
 
+@pytest.mark.two_ranks
 def test_two_ranks_equal_one_process_on_the_union_of_their_rows(data, tmp_path):
     common = ("max_steps=6", "save_steps=0", "eval_steps=0", "test_splits=[]",
               "eval_splits=[]", "adam_epsilon=0.01", "model_overrides.dropout=0.0")

@@ -236,6 +236,7 @@ def test_head_scores_words_and_round_trips_through_save_pretrained(tmp_path):
 
 # -- run.sh --------------------------------------------------------------------------------
 
+@pytest.mark.two_ranks
 @pytest.mark.parametrize("nproc", [1, 2])   # 2: the n-gram layers run inside forward, as
 def test_openkp_run_sh_end_to_end(tmp_path, nproc):  # data parallelism requires
     rng = np.random.default_rng(7)

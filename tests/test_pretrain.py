@@ -152,6 +152,7 @@ def test_resume_reproduces_the_uninterrupted_run(corpus, tmp_path):
         np.testing.assert_array_equal(pa[k].numpy(), pb[k].numpy(), err_msg=k)
 
 
+@pytest.mark.two_ranks
 def test_two_ranks_equal_one_process_on_the_union_of_their_rows(corpus, tmp_path):
     # no dropout: the ranks draw their own dropout masks, one process draws others. A large
     # Adam epsilon: with the usual 1e-6, Adam turns the rounding differences of near-zero
@@ -196,6 +197,7 @@ def test_bad_config_is_one_error_line(corpus, tmp_path, extra, message):
     assert not out.exists()
 
 
+@pytest.mark.two_ranks
 def test_bad_corpus_fails_on_every_rank_without_a_hang(corpus, tmp_path):
     bad = tmp_path / "bad_corpus"
     bad.mkdir()

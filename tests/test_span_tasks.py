@@ -150,6 +150,7 @@ def zh_questions(n, seed):
     return out
 
 
+@pytest.mark.two_ranks
 @pytest.mark.parametrize("task,files,nproc", [
     ("cmrc2018", {"train": "cmrc2018_train.json", "dev": "cmrc2018_dev.json"}, 1),
     ("cmrc2018", {"train": "cmrc2018_train.json", "dev": "cmrc2018_dev.json"}, 2),

@@ -2,6 +2,7 @@
 the command line's behaviour on bad data."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -146,6 +147,18 @@ def test_longdep_run_sh_prints_the_ablation_table(tmp_path):
         assert name in proc.stdout
     assert json.loads((out / "eval_results.json").read_text())["accuracy"] == \
         results["enhanced+retro"]
+    # live progress: each variant's evaluations reach the screen while it runs (before its
+    # `finished` line), and with two variants at once every line is whole: one variant's
+    lines = proc.stdout.splitlines()
+    table = lines.index("")   # the table follows the progress lines
+    for name in results:
+        finished = next(i for i, line in enumerate(lines) if line.startswith(f"[{name}] fin"))
+        evals = [i for i, line in enumerate(lines) if re.fullmatch(
+            rf"\[{re.escape(name)}\] step \d+/\d+ dev accuracy \d\.\d{{4}}", line)]
+        assert evals and max(evals) < finished, proc.stdout
+    assert all(re.fullmatch(r"\[(none|xl|enhanced|enhanced\+retro)\] .+", line)
+               for line in lines[:table]), proc.stdout
+    assert lines[table + 1].split() == ["variant", "accuracy", "best", "step", "seconds"]
 
 
 @pytest.mark.parametrize("content, message", [

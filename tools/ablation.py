@@ -5,16 +5,22 @@
         --variant enhanced+retro retro_feed=true [--jobs 2] [--set key=value ...]
 
 Each variant is a `tools/finetune.py` run in OUT/<variant>/ (`--set` overrides apply to all;
-`recurrence=...` is short for `model_overrides.recurrence=...`). Prints a table of the main
-metric per variant and writes OUT/results.json ({variant: metric}). --jobs N runs N variants
-at once, one CPU thread each; --nproc N launches each variant data-parallel instead.
+`recurrence=...` is short for `model_overrides.recurrence=...`), its output in OUT/<variant>.log.
+While they run, the screen gets one line per evaluation (`[xl] step 624/1872 dev accuracy
+0.6140`) and, every --progress-seconds, one line per running variant with its step; this
+process alone prints them, a whole line at a time, so variants run at once never mix. At the
+end it prints a table of the main metric per variant and writes OUT/results.json ({variant:
+metric}). --jobs N runs N variants at once, one CPU thread each; --nproc N launches each
+variant data-parallel instead.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from typing import List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -35,12 +41,17 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=1, help="ranks per variant (fleetrun)")
     p.add_argument("--primary", help="variant whose eval_results.json is copied to "
                                      "OUTPUT_DIR (the run.sh contract)")
+    p.add_argument("--progress-seconds", type=float, default=30.0, metavar="S",
+                   help="a line with each running variant's step every S seconds (0: none; "
+                        "evaluations are always shown)")
     args = p.parse_args(argv)
     names = [v[0] for v in args.variant]
     if len(set(names)) != len(names):
         p.error(f"variant names must be unique: {names}")
     if args.jobs < 1 or args.nproc < 1:
         p.error("--jobs and --nproc must be >= 1")
+    if not args.progress_seconds >= 0:   # NaN too
+        p.error("--progress-seconds must be >= 0")
     if args.primary and args.primary not in names:
         p.error(f"--primary {args.primary}: not a variant ({names})")
     if not os.path.isfile(args.config):
@@ -59,6 +70,81 @@ def variant_error(log_path):
     except OSError:
         return None
     return lines[-1][len("error: "):] if lines else None
+
+
+class Progress:
+    """What a running variant has done so far, read from the files its run writes in
+    OUT/<variant>/ (the trainer's train_log.jsonl: a record per optimizer step;
+    eval_history.jsonl: a record per evaluation; train.log: the line that gives the number of
+    steps). Only whole lines are read, and only files written since the variant started
+    (a previous run's files stay until the new run replaces them)."""
+
+    TOTAL = re.compile(r"training: (?:\d+ epochs, )?(\d+) optimizer steps")
+
+    def __init__(self, name: str, run_dir: str, start: float):
+        self.name, self.dir, self.start = name, run_dir, start
+        self.offsets = {}   # file name → (inode, bytes read)
+        self.step, self.total, self.shown_step = 0, None, 0
+
+    def _new_lines(self, file: str) -> List[str]:
+        path = os.path.join(self.dir, file)
+        try:
+            with open(path, "rb") as f:
+                info = os.fstat(f.fileno())
+                if info.st_mtime < self.start - 1:   # a previous run's file (1 s: clock grain)
+                    return []
+                inode, offset = self.offsets.get(file, (info.st_ino, 0))
+                if inode != info.st_ino:   # replaced: read the new file from its start
+                    offset = 0
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        self.offsets[file] = (info.st_ino, offset + len(whole))
+        return whole.decode("utf-8", "replace").splitlines()
+
+    def _records(self, file: str) -> List[dict]:
+        records = []
+        for line in self._new_lines(file):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append(record)
+        return records
+
+    def _at(self, step: int) -> str:
+        return f"step {step}/{self.total}" if self.total else f"step {step}"
+
+    def poll(self, metric: Optional[str]) -> List[str]:
+        """→ the lines to print for what happened since the last poll: one per evaluation."""
+        if self.total is None:
+            for line in self._new_lines("train.log"):
+                found = self.TOTAL.search(line)
+                if found:
+                    self.total = int(found.group(1))
+        for record in self._records("train_log.jsonl"):
+            self.step = max(self.step, record["step"])
+        lines = []
+        for record in self._records("eval_history.jsonl"):
+            names = [metric] if metric in record else [
+                k for k, v in record.items() if k not in ("split", "step", "loss")
+                and isinstance(v, (int, float)) and not isinstance(v, bool)][:3]
+            values = " ".join(f"{k} {record[k]:.4f}" for k in names)
+            lines.append(f"[{self.name}] {self._at(record['step'])} {record.get('split', '')} "
+                         f"{values}".rstrip())
+            self.shown_step = self.step = max(self.step, record["step"])
+        return lines
+
+    def heartbeat(self, elapsed: float) -> Optional[str]:
+        """→ a line with the step reached, or None when it has not moved since the last line."""
+        if self.step == self.shown_step:
+            return None
+        self.shown_step = self.step
+        share = f" ({100 * self.step / self.total:.0f}%)" if self.total else ""
+        return f"[{self.name}] {self._at(self.step)}{share}, {elapsed:.0f} s"
 
 
 def expand(override):
@@ -97,7 +183,8 @@ def _run(args):
     if args.jobs > 1:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
-    running, done = {}, {}
+    running, done, watch = {}, {}, {}
+    last_beat = time.time()
     while pending or running:
         while pending and len(running) < args.jobs:
             name, overrides = pending.pop(0)
@@ -106,15 +193,25 @@ def _run(args):
             proc = subprocess.Popen(command(args, name, overrides), cwd=ROOT, env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
             running[name] = (proc, log, time.time())
+            watch[name] = Progress(name, os.path.join(args.output_dir, name), time.time())
         time.sleep(0.5)
         for name, (proc, log, start) in list(running.items()):
-            if proc.poll() is None:
+            finished = proc.poll() is not None   # before reading: its last lines are written
+            for line in watch[name].poll(args.metric):
+                print(line, flush=True)
+            if not finished:
                 continue
             log.close()
             del running[name]
             done[name] = (proc.returncode, time.time() - start)
             print(f"[{name}] finished in {done[name][1]:.0f} s (exit {proc.returncode})",
                   flush=True)
+        if args.progress_seconds and time.time() - last_beat >= args.progress_seconds:
+            last_beat = time.time()
+            for name, (_, _, start) in running.items():
+                line = watch[name].heartbeat(last_beat - start)
+                if line:
+                    print(line, flush=True)
     results, rows = {}, []
     for name, _ in ((v[0], v[1:]) for v in args.variant):
         code, seconds = done[name]

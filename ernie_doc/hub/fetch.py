@@ -47,7 +47,7 @@ import urllib.request
 from typing import BinaryIO, Iterator, Optional, Tuple
 
 from ernie_doc.checkpoint.io import CheckpointError
-from ernie_doc.utils import mode_kind
+from ernie_doc.utils import mode_kind, show_progress
 
 logger = logging.getLogger("ernie_doc.hub")
 
@@ -303,7 +303,7 @@ def _progress(total: Optional[int], desc: str):
     from tqdm import tqdm
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
                 file=sys.stderr, leave=False, mininterval=0.5,
-                disable=os.environ.get("ERNIE_DOC_PROGRESS", "1") in ("0", "false"))
+                disable=not show_progress())
 
 
 def _origin(parts: urllib.parse.SplitResult) -> Tuple[str, str, int]:

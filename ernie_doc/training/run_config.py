@@ -1,97 +1,173 @@
 """Fine-tuning run configuration: a task's config.yaml plus `--set key=value` overrides.
 
-Every key and its default is listed once, in DEFAULTS. Unknown keys (in the file or in an
-override) are an error naming the file:line or the key. `model_overrides` (ErnieDocConfig keys,
-checked when the model is built) and `reader` (the task reader's options, checked by the
-reader) are free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
+Every key, its default and its meaning are listed once, in KEY_GROUPS (`ernie-doc finetune
+--help-config` prints them). Unknown keys (in the file or in an override) are an error naming
+the file:line or the key and the nearest keys. `model_overrides` (ErnieDocConfig keys, checked
+when the model is built) and `reader` (the task reader's options, checked by the reader) are
+free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
 """
 import copy
+import difflib
+import json
 import math
 import os
 from typing import Any, Iterator, TextIO, Tuple, Union
 
 import yaml
 
-from ernie_doc.config import ConfigError, integer_problem
+from ernie_doc.config import ConfigError, integer_problem, known_keys
 from ernie_doc.training.amp import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              threads_problem)
 
-DEFAULTS = {
-    # what to run
-    "task": None,                 # tasks/<task>/reader.py
-    "kind": "classification",     # a registered kind name (ernie_doc.auto.kind_names)
-    "data_dir": "",
-    "output_dir": "",
-    "overwrite_output_dir": False,  # replace a previous run in output_dir
-    "reader": {},                 # options for the reader
-    "task_options": {},           # options of the task kind (span: max_query_len ...)
-    "max_examples": {},           # {split: N}: keep the first N examples (quick runs)
-    "max_doc_tokens": 0,          # read at most this many tokens of a document's text (0 =
-                                  # all); documents cut short are counted and logged
-    # model, weights, tokenizer
-    "model": "ernie-doc-small",   # preset name, config json, checkpoint directory, URL or
-                                  # .tar.gz (a released name here is its config: no weights)
-    "init_checkpoint": "",        # anything from_pretrained reads (a released name, a URL, a
-                                  # .tar.gz, a directory); "" = from scratch
-    "model_source": "official",   # a released name's weights: official | paddlenlp
-    "allow_partial_checkpoint": False,  # load init_checkpoint even when encoder tensors are
-                                  # missing or unknown tensors are left over (a new head and
-                                  # other heads' tensors are always fine)
-    "eval_only": False,           # no training: evaluate init_checkpoint on eval_splits and
-                                  # test_splits ({split}_results.json, eval_results.json)
-    "model_overrides": {},        # ErnieDocConfig keys (recurrence, memory_len, dropouts ...)
-    "tokenizer": "",              # anything load_tokenizer reads (a released name, a dir,
-                                  # a file); "" = init_checkpoint's, else the released
-                                  # tokenizer of `model`; "train" = SentencePiece trained on
-                                  # the train split
-    "tokenizer_vocab_size": 8000,
-    # segments and reading
-    "max_seq_len": 512,
-    "stride": None,               # window advance; None = memory_len (official)
-    "segment_layout": "cls_last",
-    "retro_feed": True,           # read every document twice (skim, retrospective)
-    "train_skim": False,          # also train on the skim pass
-    "loss_segments": "all",       # all | last: which final-pass segments train
-    "doc_prediction": "mean",     # mean | last: document = mean of segment probabilities
-    # optimisation
-    "batch_size": 16,             # rows per rank
-    "eval_batch_size": None,      # None = batch_size
-    "epochs": 3,
-    "max_steps": 0,               # stop after this many optimizer steps (0 = run `epochs`);
-                                  # a streamed pretraining corpus needs it
-    "learning_rate": 7e-5,
-    "lr_schedule": "linear",      # linear (warmup, then decay to 0) | official (§6 of the spec)
-                                  # | cosine (Transformer-XL's: warmup, then cosine to 0)
-    "warmup_proportion": 0.1,
-    "warmup_steps": 0,            # > 0: warm up over this many steps instead of the proportion
-    "weight_decay": 0.01,
-    "layer_decay": 1.0,           # layer l of L: decay^(L−l); embeddings decay^(L+1)
-    "max_grad_norm": 0.0,         # 0 = no clipping (official)
-    "adam_epsilon": 1e-8,
-    "grad_accum_steps": 1,
-    "amp": False,                 # false | true (= fp16) | fp16 | bf16 (GPU; CPU bf16: compile)
-    "recompute": False,           # recompute each layer's activations in backward (memory)
-    "compile": False,             # training forward as a captured program (paddle.jit.to_static)
-    "flush_denormals": True,      # CPU: denormal floats (< 1.2e-38) as 0 (utils.flush_denormals)
-    "seed": 1,
-    "shuffle": True,
-    # evaluation, checkpoints, logging
-    "eval_splits": ["dev"],       # the first one picks the best checkpoint
-    "test_splits": [],            # evaluated once with the best checkpoint at the end
-    "eval_steps": 0,              # also evaluate every N optimizer steps (0 = end of epochs)
-    "eval_every_epoch": True,
-    "metrics": ["accuracy", "f1"],  # classification: accuracy, f1 (binary / macro), macro_f1
-    "main_metric": None,          # None = the first of metrics
-    "positive_label": None,       # the class binary F1 scores (None = label id 1)
-    "save_steps": 0,              # resumable checkpoint every N steps (0 = at evaluations)
-    "keep_checkpoints": 1,
-    "logging_steps": 10,
-    "stop_at_step": 0,            # stop after this step as if interrupted (resume continues)
-    "device": "auto",             # auto | cpu | gpu
-    "threads": 0,                 # CPU math threads (0 = paddle's default)
-    "progress": True,             # tqdm bars
+# Every key: (name, default, one line of meaning), in groups. This table is the one source of
+# the defaults (DEFAULTS), the meanings `--help-config` prints (help_config) and the names an
+# unknown key is matched against (suggest_keys): the help cannot drift from the code.
+KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
+    ("what to run", (
+        ("task", None, "the task: a folder tasks/<task>/ with reader.py (--list-tasks)"),
+        ("kind", "classification", "a registered kind: classification, span, "
+                                   "multiple_choice, pair_matching, pretraining, "
+                                   "language_model, or a task's own (hotpotqa, keyphrase)"),
+        ("data_dir", "", "the task's data folder (pretraining: a list of corpus paths)"),
+        ("output_dir", "", "where the run writes; \"\" = output/<task>"),
+        ("overwrite_output_dir", False, "replace a previous run in output_dir (only what "
+                                        "its manifest lists)"),
+        ("reader", {}, "options for the task's reader (reader.dev_ratio=0.2 ...)"),
+        ("task_options", {}, "options of the task kind (span: max_query_len ...)"),
+        ("max_examples", {}, "{split: N}: N examples drawn by seed (stratified by label, "
+                             "kept in file order) for quick runs; pretraining: the first N"),
+        ("max_doc_tokens", 0, "read at most this many tokens of a document's text (0 = all); "
+                              "cut documents are counted and logged"),
+    )),
+    ("model, weights, tokenizer", (
+        ("model", "ernie-doc-small", "preset name, config json, checkpoint directory, URL or "
+                                     ".tar.gz (a released name here is its config: no "
+                                     "weights)"),
+        ("init_checkpoint", "", "weights: a released name, a URL, a .tar.gz, a directory; "
+                                "\"\" = from scratch"),
+        ("model_source", "official", "a released name's weights: official | paddlenlp"),
+        ("allow_partial_checkpoint", False, "load init_checkpoint even when encoder tensors "
+                                            "are missing or unknown ones are left over"),
+        ("eval_only", False, "no training: evaluate init_checkpoint on eval_splits and "
+                             "test_splits"),
+        ("model_overrides", {}, "ErnieDocConfig keys (recurrence, memory_len, dropouts ...)"),
+        ("tokenizer", "", "a released name, a directory or a file; \"\" = init_checkpoint's, "
+                          "else model's; train = SentencePiece on the train split"),
+        ("tokenizer_vocab_size", 8000, "vocabulary size of a tokenizer trained with "
+                                       "tokenizer=train"),
+    )),
+    ("segments and reading", (
+        ("max_seq_len", 512, "tokens per segment, special tokens included"),
+        ("stride", None, "window advance in tokens; null = memory_len (official)"),
+        ("segment_layout", "cls_last", "where [CLS] sits in a segment: cls_last | cls_first"),
+        ("retro_feed", True, "read every document twice (skim, then retrospective)"),
+        ("train_skim", False, "also train on the skim pass"),
+        ("loss_segments", "all", "which final-pass segments train: all | last"),
+        ("doc_prediction", "mean", "document = mean of segment probabilities, or the last "
+                                   "segment's: mean | last"),
+    )),
+    ("optimisation", (
+        ("batch_size", 16, "rows (memory streams) per rank"),
+        ("eval_batch_size", None, "rows per rank in evaluation; null = batch_size"),
+        ("epochs", 3, "passes over the train split"),
+        ("max_steps", 0, "stop after this many optimizer steps (0 = run epochs); a streamed "
+                         "corpus needs it"),
+        ("learning_rate", 7e-5, "peak learning rate"),
+        ("lr_schedule", "linear", "linear (warmup, decay to 0) | official (paper) | cosine "
+                                  "(Transformer-XL's)"),
+        ("warmup_proportion", 0.1, "warm up over this fraction of the steps"),
+        ("warmup_steps", 0, "> 0: warm up over this many steps instead of the proportion"),
+        ("weight_decay", 0.01, "AdamW weight decay"),
+        ("layer_decay", 1.0, "layer-wise LR decay: layer l of L gets decay^(L-l), "
+                             "embeddings decay^(L+1)"),
+        ("max_grad_norm", 0.0, "clip gradients by the global norm; 0 = no clipping "
+                               "(official)"),
+        ("adam_epsilon", 1e-8, "AdamW epsilon"),
+        ("grad_accum_steps", 1, "micro-batches per optimizer step"),
+        ("amp", False, "mixed precision: false | true (= fp16) | fp16 | bf16 (GPU; CPU bf16 "
+                       "with compile)"),
+        ("recompute", False, "recompute each layer's activations in backward (saves memory)"),
+        ("compile", False, "run the training forward as a captured program "
+                           "(paddle.jit.to_static)"),
+        ("flush_denormals", True, "CPU: denormal floats (< 1.2e-38) read and written as 0"),
+        ("seed", 1, "seed of weights, dropout, shuffling and max_examples sampling"),
+        ("shuffle", True, "shuffle the train documents each epoch"),
+    )),
+    ("evaluation, checkpoints, logging", (
+        ("eval_splits", ["dev"], "splits evaluated during training; the first picks the best "
+                                 "checkpoint"),
+        ("test_splits", [], "evaluated once with the best checkpoint at the end"),
+        ("eval_steps", 0, "also evaluate every N optimizer steps (0 = at epoch ends)"),
+        ("eval_every_epoch", True, "evaluate at the end of every epoch"),
+        ("metrics", ["accuracy", "f1"], "classification: accuracy, f1 (binary / macro), "
+                                        "macro_f1"),
+        ("main_metric", None, "the metric that picks the best checkpoint; null = the first "
+                              "of metrics"),
+        ("positive_label", None, "the class binary F1 scores; null = label id 1"),
+        ("save_steps", 0, "resumable checkpoint every N steps (0 = at evaluations)"),
+        ("keep_checkpoints", 1, "resumable checkpoints kept"),
+        ("logging_steps", 10, "a log line every N optimizer steps (0 = none)"),
+        ("stop_at_step", 0, "stop after this step as if interrupted (--resume continues)"),
+        ("device", "auto", "auto | cpu | gpu"),
+        ("threads", 0, "CPU math threads (0 = paddle's default)"),
+        ("progress", True, "progress bars (false: none; ERNIE_DOC_PROGRESS=0 turns every "
+                           "bar off)"),
+    )),
+)
+DEFAULTS = {name: default for _, keys in KEY_GROUPS for name, default, _ in keys}
+MEANINGS = {name: meaning for _, keys in KEY_GROUPS for name, _, meaning in keys}
+# The names a Hugging Face / PaddleNLP user types by habit → ours (suggest_keys).
+KEY_ALIASES = {
+    "num_train_epochs": "epochs", "num_epochs": "epochs",
+    "per_device_train_batch_size": "batch_size", "train_batch_size": "batch_size",
+    "per_device_eval_batch_size": "eval_batch_size",
+    "gradient_accumulation_steps": "grad_accum_steps", "lr": "learning_rate",
+    "lr_scheduler_type": "lr_schedule", "warmup_ratio": "warmup_proportion",
+    "max_seq_length": "max_seq_len", "max_length": "max_seq_len",
+    "model_name_or_path": "init_checkpoint", "layerwise_decay": "layer_decay",
+    "fp16": "amp", "bf16": "amp", "gradient_checkpointing": "recompute",
+    "save_total_limit": "keep_checkpoints", "metric_for_best_model": "main_metric",
+    "disable_tqdm": "progress", "max_train_samples": "max_examples.train",
+    "max_eval_samples": "max_examples.dev", "do_eval": "eval_only",
+    "evaluation_strategy": "eval_steps", "eval_strategy": "eval_steps",
+    "use_amp": "amp", "no_cuda": "device", "use_cpu": "device",
+    "memory_length": "model_overrides.memory_len", "resume_from_checkpoint": "--resume OUTPUT_DIR",
 }
+
+
+def suggest_keys(key: str) -> str:
+    """The hint an unknown key's error ends with: " (did you mean: epochs?)" for a habitual
+    name or a near miss (difflib), else ""; a key that is no string gets none."""
+    if not isinstance(key, str):
+        return ""
+    names = [KEY_ALIASES[key]] if key in KEY_ALIASES else []
+    names += [n for n in difflib.get_close_matches(key, list(DEFAULTS), n=3, cutoff=0.6)
+              if n not in names]
+    return f" (did you mean: {', '.join(names)}?)" if names else ""
+
+
+def unknown_key(where: str, key: Any) -> ConfigError:
+    """The one-line error for a key that is not a run-config key: where it was given, the
+    key, the nearest keys, and where the list is."""
+    return ConfigError(f"{where}: unknown key {clip(repr(key))}{suggest_keys(key)}; "
+                       f"--help-config lists the keys")
+
+
+def help_config() -> str:
+    """Every run-config key with its default (as YAML) and its meaning, by group: what
+    `ernie-doc finetune --help-config` prints."""
+    width = max(map(len, DEFAULTS))
+    shown = {name: json.dumps(value) for name, value in DEFAULTS.items()}
+    value_width = max(map(len, shown.values()))
+    lines = ["run-config keys: a config.yaml's top level, or --set key=value (values are "
+             "YAML; dotted keys reach into reader, task_options, model_overrides and "
+             "max_examples: --set reader.dev_ratio=0.2 max_examples.train=400)"]
+    for group, keys in KEY_GROUPS:
+        lines += ["", f"{group}:"]
+        lines += [f"  {name:<{width}}  {shown[name]:<{value_width}}  {meaning}"
+                  for name, _, meaning in keys]
+    return "\n".join(lines) + "\n"
 
 CHOICES = {
     "segment_layout": ("cls_last", "cls_first"),
@@ -274,7 +350,7 @@ def load_yaml(path):
     lines = _key_lines(path)
     for key in values:
         if key not in DEFAULTS:
-            raise ConfigError(f"{path}:{lines.get(key, '?')}: unknown key {clip(repr(key))}")
+            raise unknown_key(f"{path}:{lines.get(key, '?')}", key)
     return values
 
 
@@ -302,8 +378,11 @@ def parse_override(text):
 
 def apply_override(values, text):
     path, value = parse_override(text)
+    if not all(path):
+        raise ConfigError(f"override {clip(repr(text))}: empty key in "
+                          f"{clip(repr('.'.join(path)))}")
     if path[0] not in DEFAULTS:
-        raise ConfigError(f"override {clip(repr(text))}: unknown key {clip(repr(path[0]))}")
+        raise unknown_key(f"override {clip(repr(text))}", path[0])
     if len(path) > 1:
         if path[0] not in FREE_DICTS:
             raise ConfigError(f"override {clip(repr(text))}: {path[0]!r} is not a mapping")
@@ -326,7 +405,7 @@ def config_from_values(given: dict, source: str, overrides=()) -> TrainConfig:
     values = copy.deepcopy(DEFAULTS)
     for key, value in given.items():
         if key not in DEFAULTS:   # load_yaml checked a file's keys; a mapping's are checked here
-            raise ConfigError(f"{source}: unknown key {clip(repr(key))}")
+            raise unknown_key(source, key)
         values[key] = copy.deepcopy(value)
     for text in overrides:
         apply_override(values, text)
@@ -367,6 +446,17 @@ def validate(cfg):
         if control:
             fail(repr(key) if control_character(key) else key,
                  f"holds a control character ({control}): {text!r}")
+    overrides = cfg.model_overrides
+    if isinstance(overrides, dict):
+        known = sorted(known_keys())
+        for key in overrides:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=3) if isinstance(key, str) \
+                    else []
+                hint = (f" (did you mean: {', '.join('model_overrides.' + c for c in close)}?)"
+                        if close else "")
+                raise ConfigError(f"{where}: model_overrides.{clip(str(key), 80)}: unknown "
+                                  f"ErnieDocConfig key{hint}")
     if not cfg.task:
         raise missing_key(cfg, "task", "the name of a folder in tasks/")
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():

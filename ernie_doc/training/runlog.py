@@ -6,6 +6,8 @@ import math
 import os
 import sys
 
+from ernie_doc.utils import BarSafeHandler
+
 logger = logging.getLogger("ernie_doc.train")
 
 
@@ -15,7 +17,7 @@ def setup_logging(output_dir=None, is_main=True):
     for h in list(logger.handlers):
         logger.removeHandler(h)
     fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
-    console = logging.StreamHandler(sys.stdout)
+    console = BarSafeHandler(sys.stdout)   # log lines under a progress bar
     console.setFormatter(fmt)
     logger.addHandler(console)
     if output_dir and is_main:

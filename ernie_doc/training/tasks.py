@@ -10,6 +10,7 @@ prediction and metrics.
 import contextlib
 import dataclasses
 import importlib
+import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -60,6 +61,78 @@ class Cuts:
     def describe(self, limit: int) -> str:
         return (f"{len(self.docs)} documents longer than max_doc_tokens {limit} were cut to "
                 f"it ({self.tokens:,} tokens not read)")
+
+
+def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
+    """`limit` of `docs`, drawn at random from (seed, split), in their order in `docs` (all of
+    them, as they are, when there are no more). A reader's files are often sorted (by label,
+    by source): their first N would be one class or one source. When every document has a
+    label, the draw is stratified (stratified_counts): every label is kept at least once when
+    `limit` allows, the rest in proportion, so a split of two balanced classes stays
+    balanced and a rare class is not lost."""
+    docs = list(docs)
+    if limit >= len(docs):
+        return docs
+    rng = np.random.default_rng([seed, zlib.crc32(split.encode("utf-8"))])
+    if any(doc.label is None for doc in docs):
+        keep = rng.choice(len(docs), size=limit, replace=False)
+    else:
+        by_label: Dict[str, List[int]] = {}
+        for i, doc in enumerate(docs):
+            by_label.setdefault(str(doc.label), []).append(i)
+        labels = sorted(by_label)
+        counts = stratified_counts([len(by_label[label]) for label in labels], limit, rng)
+        keep = np.concatenate([rng.choice(by_label[label], size=n, replace=False)
+                               for label, n in zip(labels, counts)])
+    return [docs[i] for i in sorted(int(i) for i in keep)]
+
+
+def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
+                      ) -> List[int]:
+    """How many of each class (of `sizes` documents each; limit < sum(sizes)) a sample of
+    `limit` keeps: one of every class when limit >= the number of classes (a class of a few
+    documents is not rounded away), the rest in proportion to what each has left (largest
+    remainders round); fewer seats than classes go to classes drawn at random. Ties are
+    broken by `rng`, never by label order."""
+    n = len(sizes)
+    if limit < n:
+        counts = [0] * n
+        for k in rng.choice(n, size=limit, replace=False):
+            counts[int(k)] = 1
+        return counts
+    left = [size - 1 for size in sizes]
+    rest, total = limit - n, sum(left)
+    shares = [rest * m / total if total else 0.0 for m in left]
+    counts = [1 + int(share) for share in shares]
+    tie = rng.random(n)
+    order = sorted(range(n), key=lambda k: (int(shares[k]) - shares[k], tie[k]))
+    for k in order:
+        if sum(counts) >= limit:
+            break
+        if counts[k] < sizes[k]:
+            counts[k] += 1
+    return counts
+
+
+def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
+    """The run summary's lines on a split's labels: how many documents carry each (none when
+    the documents carry no labels), and a WARNING line when a task of several labels sees one
+    only: accuracy on such a split says nothing, and F1 of a class never seen is 0."""
+    counts: Dict[str, int] = {}
+    for doc in docs:
+        if doc.label is not None:
+            counts[str(doc.label)] = counts.get(str(doc.label), 0) + 1
+    if not counts:
+        return []
+    shown = ", ".join(f"{clip(label, 40)}: {n}" for label, n in sorted(counts.items())[:20])
+    more = f" (+{len(counts) - 20} more)" if len(counts) > 20 else ""
+    notes = [f"split {split}: {len(docs)} documents; labels {shown}{more}"]
+    if len(counts) == 1 and num_labels > 1:
+        (label, n), = counts.items()
+        notes.append(f"WARNING split {split}: all {n} labelled documents have label "
+                     f"{clip(label, 40)!r} of {num_labels} labels: its metrics cannot tell "
+                     f"the model from a constant")
+    return notes
 
 
 @contextlib.contextmanager
@@ -214,7 +287,7 @@ class DocumentTask(Task):
             docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
         limit = (self.cfg.get("max_examples") or {}).get(split)
         if limit:
-            docs = docs[:limit]
+            docs = sample_examples(docs, limit, self.cfg.seed, split)
         if not docs:
             raise DataError(f"{self.cfg.data_dir or self.cfg.task}: no examples in split "
                             f"{split!r}")

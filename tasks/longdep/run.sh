@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The offline demo (the README's main command): a synthetic task whose label needs two tokens
 # placed segments apart, trained four times — recurrence none, xl, enhanced, and enhanced with
-# the retrospective feed — then a table of dev accuracy and OUTPUT_DIR/results.json.
+# the retrospective feed — then a table of dev accuracy and OUTPUT_DIR/results.json. While the
+# variants run, each evaluation and (every 30 s) each variant's step is one line on screen;
+# each variant's full log is OUTPUT_DIR/<variant>.log.
 #   [OUTPUT_DIR=output/longdep] [NPROC=N] [JOBS=2] bash tasks/longdep/run.sh [key=value ...]
 # DATA_DIR is not used (the data is generated); INIT_CHECKPOINT / MODEL_CONFIG are honoured.
 set -euo pipefail

@@ -1,0 +1,106 @@
+"""The run-config keys are discoverable: an unknown key names the nearest keys (and the key a
+Hugging Face / PaddleNLP user means by a name of theirs), and `finetune --help-config` (pretrain
+and tools/finetune.py too) lists every key with its default and meaning, from the same table
+the defaults come from."""
+import json
+
+import pytest
+from helpers import write
+
+from ernie_doc.config import ConfigError
+from ernie_doc.training.run_config import DEFAULTS, config_from_values, load_config
+
+
+@pytest.mark.parametrize("override, hint", [
+    ("learning_rat=1e-4", "(did you mean: learning_rate?)"),
+    ("num_train_epochs=2", "(did you mean: epochs?)"),
+    ("per_device_train_batch_size=8", "(did you mean: batch_size"),
+    ("gradient_accumulation_steps=2", "(did you mean: grad_accum_steps"),
+    ("warmup_ratio=0.1", "(did you mean: warmup_proportion"),
+    ("max_seq_length=128", "(did you mean: max_seq_len"),
+    ("model_name_or_path=x", "(did you mean: init_checkpoint"),
+    ("max_train_samples=100", "(did you mean: max_examples.train"),
+    ("evalsplits=[dev]", "(did you mean: eval_splits"),
+])
+def test_an_unknown_override_suggests_the_nearest_keys(override, hint):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["task=longdep", override])
+    message = str(info.value)
+    assert "\n" not in message and f"unknown key {override.split('=')[0]!r} {hint}" in message
+    assert message.endswith("--help-config lists the keys")
+
+
+def test_unknown_keys_in_a_file_and_a_mapping_suggest_too(tmp_path):
+    write(tmp_path, {"c.yaml": "task: longdep\nlogging_step: 5\n"})
+    with pytest.raises(ConfigError, match=r"c\.yaml:2: unknown key 'logging_step' \(did you "
+                                          r"mean: logging_steps"):
+        load_config(str(tmp_path / "c.yaml"))
+    with pytest.raises(ConfigError, match=r"task\.json: unknown key 'sed' \(did you mean: "
+                                          r"seed"):
+        config_from_values({"task": "longdep", "sed": 1}, "task.json")
+    with pytest.raises(ConfigError) as info:   # nothing near: no guess
+        load_config(None, ["task=longdep", "zzzzqqq=1"])
+    assert "did you mean" not in str(info.value)
+
+
+def test_nested_keys_name_the_dotted_key_and_suggest():
+    """model_overrides and reader options name the key under its section and the nearest
+    one; an empty part of a dotted key is refused."""
+    from ernie_doc.data.document import DataError, check_options
+    with pytest.raises(ConfigError, match=r"model_overrides\.hiden_size: unknown ErnieDocConfig "
+                                          r"key \(did you mean: model_overrides\.hidden_size"):
+        load_config(None, ["task=longdep", "model_overrides.hiden_size=64"])
+    with pytest.raises(DataError, match=r"unknown key 'fil' \(did you mean reader\.file\?\)"):
+        check_options({"fil": "x"}, ("file", "dev_ratio"))
+    for override in ("reader..x=3", "reader.=3", ".x=1"):
+        with pytest.raises(ConfigError, match="empty key") as info:
+            load_config(None, ["task=longdep", override])
+        assert "\n" not in str(info.value)
+
+
+def test_every_key_has_a_meaning_and_the_help_lists_it(capsys):
+    from ernie_doc.cli.finetune import main
+    from ernie_doc.training.run_config import KEY_GROUPS
+    assert main(["--help-config"]) == 0
+    out = capsys.readouterr().out
+    listed = {}
+    for line in out.splitlines():
+        parts = line.split(None, 1)
+        if line.startswith("  ") and parts and parts[0] in DEFAULTS:
+            listed[parts[0]] = parts[1]
+    assert list(listed) == list(DEFAULTS)   # every key, in the table's order
+    for group, keys in KEY_GROUPS:
+        assert f"{group}:" in out
+        for name, default, meaning in keys:
+            assert meaning.strip() and "\n" not in meaning
+            assert listed[name].startswith(json.dumps(default) + " ")
+            assert listed[name].endswith(meaning)
+
+
+def test_help_config_in_pretrain_and_tools_finetune(capsys):
+    from ernie_doc.cli.pretrain import main as pretrain
+    from tools.finetune import main as tools_finetune
+    for main in (pretrain, tools_finetune):
+        assert main(["--help-config"]) == 0
+        out = capsys.readouterr().out
+        assert all(f"  {key} " in out for key in DEFAULTS)
+
+
+def test_finetune_help_names_help_config_and_set(capsys):
+    from ernie_doc.cli.finetune import parse_args
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--help-config" in out and "--set key=value" in out
+
+
+def test_the_command_line_gives_one_line_with_the_suggestion(tmp_path, capsys):
+    from ernie_doc.cli.finetune import main
+    with pytest.raises(SystemExit) as info:
+        main(["--set", "task=longdep", f"output_dir={tmp_path / 'out'}", "num_train_epochs=2"])
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "unknown key 'num_train_epochs' (did you mean: epochs?)" in lines[0]
+    assert not (tmp_path / "out").exists()
