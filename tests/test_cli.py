@@ -73,6 +73,16 @@ def test_a_task_name_is_its_config(capsys):
     assert len(listed) == 14
 
 
+def test_a_data_folder_named_like_the_task_does_not_shadow_it(tmp_path, monkeypatch):
+    # a user keeping the data in ./imdb runs `ernie-doc finetune imdb --set data_dir=imdb`
+    from ernie_doc.cli.finetune import config_path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imdb").mkdir()
+    (tmp_path / "mine.yaml").write_text("task: imdb\n")
+    assert config_path("imdb") == str(ROOT / "tasks" / "imdb" / "config.yaml")
+    assert config_path("mine.yaml") == "mine.yaml"      # a file is always the config
+
+
 def test_the_installed_package_brings_the_task_folders(tmp_path):
     """setup.py's layout, built into a folder (what pip installs), imported from elsewhere:
     the task readers, configs and registered kinds come from there, not the checkout."""

@@ -13,4 +13,5 @@ from ernie_doc.cli.benchmark import *  # noqa: E402,F401,F403  (callers import f
 from ernie_doc.cli.benchmark import command, main  # noqa: E402,F401
 
 if __name__ == "__main__":
-    sys.exit(command())
+    from ernie_doc.cli import run_command  # Ctrl-C: one line, not a traceback
+    sys.exit(run_command(command))

@@ -13,12 +13,23 @@ Each subcommand is a module of this package with `main(argv)` (for callers in Py
 the same modules. `--nproc N` (finetune, pretrain) relaunches the command through paddle's
 launcher (`python -m paddle.distributed.launch`, what `fleetrun` is) with N processes.
 """
+import contextlib
 import importlib
 import os
 import sys
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 from ernie_doc._version import __version__
+
+# paddle's import warns (paddle.utils.cpp_extension) about a C++ compiler cache no command
+# here uses; every subcommand module imports this package first, so this one filter covers
+# them all: stderr holds the progress bar and, on bad input, the one error line
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+
+# what a command that needs paddle says when it is not installed (one line, exit 2)
+PADDLE_MISSING = ("paddle is not installed: pip install paddlepaddle==3.3.1 (CPU) or "
+                  "paddlepaddle-gpu==2.6.2 (GPU)")
 
 # subcommand → (module, one line of help)
 COMMANDS: Dict[str, Tuple[str, str]] = {
@@ -47,6 +58,55 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "download": ("ernie_doc.hub.cli", "fetch released models into the cache ahead of time"),
 }
 DISTRIBUTED = ("finetune", "pretrain")
+
+# Ctrl-C (SIGINT) ends a command with this status and one line, never a traceback
+INTERRUPTED_STATUS = 130
+
+
+class InterruptedEarly(KeyboardInterrupt):
+    """Ctrl-C while a command was still importing or reading its arguments: nothing was
+    written yet."""
+
+
+@contextlib.contextmanager
+def nothing_written_yet():
+    """A block that writes nothing (imports, argument checks): Ctrl-C in it becomes
+    InterruptedEarly, which `main` reports as such."""
+    try:
+        yield
+    except InterruptedEarly:
+        raise
+    except KeyboardInterrupt:
+        raise InterruptedEarly() from None
+
+
+def is_paddle_missing(error: BaseException) -> bool:
+    """Whether an ImportError is paddle's own absence (not a module of paddle that another
+    version lacks, nor another package)."""
+    return isinstance(error, ImportError) and getattr(error, "name", None) == "paddle"
+
+
+def paddle_installed() -> bool:
+    """Whether paddle can be imported, without importing it (that takes seconds)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("paddle") is not None
+    except (ImportError, ValueError):   # ValueError: sys.modules["paddle"] is None
+        return False
+
+
+def head_choices(**options) -> Optional[List[str]]:
+    """The head names an option accepts (ernie_doc.auto.head_names(**options)), or None
+    (any) when paddle is not installed: `--help` still answers, and a run then stops with
+    the one paddle-missing line."""
+    try:
+        with nothing_written_yet():   # paddle's import, seconds long
+            from ernie_doc import auto
+    except ImportError as e:
+        if not is_paddle_missing(e):
+            raise
+        return None
+    return auto.head_names(**options)
 
 
 def with_notes_on_stdout(main, argv: Optional[List[str]]) -> int:
@@ -110,8 +170,91 @@ def launch_command(command: str, nproc: int, argv: List[str],
     return cmd + [launch_script(), command, *argv]
 
 
+def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
+    """Run paddle's launcher (`launch_command`) and wait for it → its exit status, or 128 +
+    the signal when the run was interrupted (rank 0 said so).
+
+    The launcher runs in its own session (so its own process group), and this process is
+    its only relay: SIGINT and SIGTERM received here (Ctrl-C in the terminal, `kill -INT` to
+    this process, or to its group) are passed on exactly once (the launcher then stops the
+    ranks, which save the step they are at; a second signal would make it force-quit them),
+    SIGHUP as SIGTERM. Rank 0's `interrupted ...` line, in the launcher's
+    log_dir/workerlog.0, is repeated on stderr."""
+    import signal
+    import subprocess
+    log = os.path.join(log_dir, "workerlog.0")
+    start = os.path.getsize(log) if os.path.isfile(log) else 0   # an earlier job's lines
+    env = dict(env)
+    # the ranks import paddle too: the same filter as this process's (one error line only)
+    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"),
+                                                   "ignore:No ccache found"]))
+    got: List[int] = []
+    relayed = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+               signal.SIGHUP: signal.SIGTERM}
+    launcher: List[subprocess.Popen] = []
+    sent: List[int] = []
+
+    def relay():
+        if got and launcher and not sent:
+            sent.append(got[0])
+            launcher[0].send_signal(relayed[got[0]])
+
+    def note(signum, frame):
+        got.append(signum)
+        relay()
+
+    saved = {s: signal.signal(s, note) for s in relayed}
+    try:
+        launcher.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+        relay()   # a signal while it started
+        code = launcher[0].wait()
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    if not got:
+        return code
+    try:
+        with open(log, "rb") as f:
+            f.seek(start if os.path.getsize(log) >= start else 0)   # rewritten: from 0
+            said = [line.decode("utf-8", "replace").strip() for line in f
+                    if line.startswith(b"interrupted ")]
+    except OSError:
+        said = []
+    if said:   # interrupted: the ranks said where
+        print(said[-1], file=sys.stderr)
+        return 128 + got[0]
+    # finished before the signal mattered (0); else stopped before rank 0 could say where
+    return code if code == 0 else 128 + got[0]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """`ernie-doc ARGV` → the exit status. Ctrl-C that no subcommand reported itself (during
+    the imports, which take seconds, or in a tool without its own line) is one line and
+    130; --debug adds the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    return run_command(_dispatch, argv)
+
+
+def run_command(command, argv: Optional[List[str]] = None) -> int:
+    """command(argv) → its exit status; a Ctrl-C it did not report itself is one line
+    ("interrupted ...") and INTERRUPTED_STATUS, with the traceback under --debug. What the
+    `ernie-doc` command and the tools/ scripts run."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return command(argv)
+    except KeyboardInterrupt as e:
+        if "--debug" in argv:
+            import traceback
+            traceback.print_exc()
+        if isinstance(e, InterruptedEarly):
+            line = "interrupted before anything was written: run the same command again"
+        else:
+            line = "interrupted before the command finished"
+        print(line, file=sys.stderr)
+        return INTERRUPTED_STATUS
+
+
+def _dispatch(argv: List[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -130,19 +273,28 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         if nproc > 1:
-            import subprocess
+            if not paddle_installed():   # before the launcher (itself paddle's) fails
+                print(f"error: {PADDLE_MISSING}", file=sys.stderr)
+                return 2
             env = dict(os.environ)
             parent = os.path.dirname(os.path.dirname(os.path.dirname(launch_script())))
             env["PYTHONPATH"] = parent + os.pathsep + env.get("PYTHONPATH", "")
-            return subprocess.call(launch_command(name, nproc, rest,
-                                                  os.environ.get("LAUNCH_LOG_DIR")), env=env)
-    module = importlib.import_module(COMMANDS[name][0])
-    entry = getattr(module, "command", None) or module.main
+            log_dir = os.environ.get("LAUNCH_LOG_DIR")
+            return run_launcher(launch_command(name, nproc, rest, log_dir), env,
+                                log_dir or "log")
     program, sys.argv[0] = sys.argv[0], f"ernie-doc {name}"   # argparse's usage line
     try:
+        with nothing_written_yet():
+            module = importlib.import_module(COMMANDS[name][0])
+            entry = getattr(module, "command", None) or module.main
         return entry(rest)
     except BrokenPipeError:   # `ernie-doc ... | head`: the reader left, nothing is wrong
         sys.stdout = open(os.devnull, "w")
         return 0
+    except ImportError as e:   # a subcommand needs paddle: one line, not a traceback
+        if not is_paddle_missing(e) or "--debug" in rest:
+            raise
+        print(f"error: {PADDLE_MISSING}", file=sys.stderr)
+        return 2
     finally:
         sys.argv[0] = program

@@ -10,12 +10,7 @@ import json
 import os
 import platform
 import sys
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
-
-# paddle's import warns about a C++ compiler cache it never uses here (stderr holds progress
-# lines and, on bad input, the one error line)
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 # The folder holding the ernie_doc package (the repository, or site-packages): the
 # subprocesses of both benchmarks import it from there.

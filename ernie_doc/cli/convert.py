@@ -23,25 +23,20 @@ import argparse
 import logging
 import os
 import sys
-import warnings
 from typing import List, Optional
-
-# paddle 3.x warns about ccache on import; it means nothing to a converter and would turn the
-# one-line error below into three.
-warnings.filterwarnings("ignore", message="No ccache found")
 
 TARGETS = {"ours": "safetensors", "safetensors": "safetensors", "paddlenlp": "paddlenlp",
            "official": "official"}
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc import auto
+    from ernie_doc.cli import head_choices
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("src", help="checkpoint directory or weights file to read")
     p.add_argument("dst", help="directory to write (created if needed)")
     p.add_argument("--to", required=True, choices=sorted(TARGETS), help="target layout")
     p.add_argument("--config", help="preset name or JSON config; needed when SRC has none")
-    p.add_argument("--head", choices=auto.head_names(), help="model class (default: from SRC)")
+    p.add_argument("--head", choices=head_choices(), help="model class (default: from SRC)")
     p.add_argument("--num-labels", type=int, help="classes of a classification head")
     p.add_argument("--num-choices", type=int, help="choices of a multiple-choice head")
     p.add_argument("--strict", action="store_true",

@@ -29,11 +29,10 @@ import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import Any, Dict, List, Optional
 
-# paddle's import warns about a C++ compiler cache it never uses here, and the static-graph
-# conversion warns about its own internals (2.6: a deprecated attribute of its own ops; 3.x:
-# C++ glog lines) on stderr, where only an error line belongs; GLOG_minloglevel=0 in the
-# environment shows the C++ ones again.
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+# the static-graph conversion warns about its own internals (2.6: a deprecated attribute of
+# its own ops; 3.x: C++ glog lines) on stderr, where only an error line belongs;
+# GLOG_minloglevel=0 in the environment shows the C++ ones again. (paddle's ccache warning:
+# ernie_doc.cli.)
 warnings.filterwarnings("ignore", message=r"The Attr\(force_cpu\) of Op", category=UserWarning)
 os.environ.setdefault("GLOG_minloglevel", "2")
 
@@ -43,7 +42,8 @@ MAX_LABELS = 1_000_000
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc import auto
+    from ernie_doc.cli import head_choices
+    heads = head_choices(exportable=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True,
                    help="a released name (its weights, fetched once into the cache), a "
@@ -51,7 +51,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "(random weights)")
     p.add_argument("--output", required=True, help="output prefix, e.g. out/ernie_doc")
     p.add_argument("--head", default="none",
-                   choices=["none"] + auto.head_names(exportable=True))
+                   choices=None if heads is None else ["none"] + heads)
     p.add_argument("--num-labels", type=int, default=None,
                    help="sequence/token classification labels (default: the config's)")
     p.add_argument("--num-choices", type=int, default=4, help="multiple choice: choices")

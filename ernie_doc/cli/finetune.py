@@ -16,16 +16,15 @@ Bad input or configuration prints one `error:` line and exits with 2 (--debug: t
 import argparse
 import os
 import sys
-import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
-
-# paddle's import warns about a C++ compiler cache it never uses here
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
-
 
 
 def parse_args(argv=None, description=__doc__, config_flag=False):
-    p = argparse.ArgumentParser(description=description.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=description.splitlines()[0],
+        epilog="Every setting is a run-config key: in the config file, or --set key=value on "
+               "the command line (--set epochs=1 reader.dev_ratio=0.2). --help-config lists "
+               "every key with its default and meaning.")
     help_config = ("config.yaml, or a task's name (its own config.yaml; --list-tasks); "
                    "default with --resume: the run's own run_config.yaml; without either, "
                    "--set must give task=...")
@@ -39,16 +38,21 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
     p.add_argument("--resume", metavar="OUTPUT_DIR", help="continue an interrupted run")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--list-tasks", action="store_true", help="list the task folders and exit")
+    p.add_argument("--help-config", action="store_true",
+                   help="list every run-config key (for --set key=value) with its default "
+                        "and meaning, and exit")
     args = p.parse_args(argv)
-    if not (args.config or args.resume or args.overrides or args.list_tasks):
+    if not (args.config or args.resume or args.overrides or args.list_tasks
+            or args.help_config):
         p.error("give a config file (or --resume OUTPUT_DIR)")
     return args
 
 
 def config_path(config):
-    """A config argument as given, or, when it is no existing path but a task's name, that
-    task's packaged config.yaml (`ernie-doc finetune imdb`)."""
-    if config and not os.path.exists(config):
+    """A config argument as given, or, when it is no file but a task's name, that task's
+    packaged config.yaml (`ernie-doc finetune imdb`, also where the user keeps the data in a
+    folder ./imdb: a config is a file, so a folder never shadows the task)."""
+    if config and not os.path.isfile(config):
         from ernie_doc.training.tasks import task_config
         return task_config(config) or config
     return config
@@ -60,26 +64,33 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
     Exit status 2 with one `error:` line for bad input (the project's error types) and for a
     run that cannot write its output (full disk, read-only filesystem, a file where
     OUTPUT_DIR should be: ernie_doc.utils.write_failure); 1 for a training failure (a
-    non-finite loss). Any other exception is a bug and keeps its traceback; --debug shows
-    the traceback of every error."""
+    non-finite loss); 130 / 143 for SIGINT / SIGTERM, with one line naming the step saved
+    and the command that resumes it. Any other exception is a bug and keeps its traceback;
+    --debug shows the traceback of every error."""
     args = parse_args(argv, description, config_flag)
-    from ernie_doc.checkpoint.io import CheckpointError
-    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
-    from ernie_doc.config import ConfigError
-    from ernie_doc.data import DataError
-    from ernie_doc.tokenization import TokenizerError
-    from ernie_doc.training.run_config import load_config
-    from ernie_doc.training.state import CheckpointStateError
-    from ernie_doc.training.trainer import RUN_CONFIG, TrainingError, run
-    from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (ConfigError, DataError, CheckpointError, CheckpointStateError,
-                LoDTensorFormatError, TokenizerError, TrainingError)
-    output_dir = args.resume   # known once the config is read
-    if args.list_tasks:
-        from ernie_doc.training.tasks import task_config, task_names
+    if args.help_config:   # the table only: nothing below (no config, no run) is needed
+        from ernie_doc.training.run_config import help_config
+        sys.stdout.write(help_config())
+        return 0
+    if args.list_tasks:   # the task folders only: no paddle needed
+        from ernie_doc.training.task_folders import task_config, task_names
         for name in task_names():
             print(f"{name:<14} {task_config(name)}")
         return 0
+    from ernie_doc.cli import nothing_written_yet
+    with nothing_written_yet():   # paddle's import takes seconds: Ctrl-C is likely here
+        from ernie_doc.checkpoint.io import CheckpointError
+        from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
+        from ernie_doc.config import ConfigError
+        from ernie_doc.data import DataError
+        from ernie_doc.tokenization import TokenizerError
+        from ernie_doc.training.run_config import load_config
+        from ernie_doc.training.state import CheckpointStateError
+        from ernie_doc.training.trainer import RUN_CONFIG, Interrupted, TrainingError, run
+        from ernie_doc.utils import exit_on_user_error, write_error_types
+    expected = (ConfigError, DataError, CheckpointError, CheckpointStateError,
+                LoDTensorFormatError, TokenizerError, TrainingError)
+    output_dir = args.resume   # known once the config is read
     try:
         overrides = list(args.overrides)
         config = config_path(args.config)
@@ -91,6 +102,17 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
         if kind and cfg.kind != kind:
             raise ConfigError(f"{cfg.source}: kind: {cfg.kind!r}; this tool runs kind {kind!r}")
         return run(cfg, resume=bool(args.resume))
+    except KeyboardInterrupt as e:   # Ctrl-C / SIGTERM: one line saying how to go on
+        if not isinstance(e, Interrupted):   # before the run's handlers were installed
+            import signal
+            e = Interrupted(signal.SIGINT)
+        if args.debug:
+            import traceback
+            traceback.print_exc()
+        line = e.message("ernie-doc pretrain" if kind == "pretraining" else "ernie-doc finetune")
+        if line:
+            print(line, file=sys.stderr)
+        sys.exit(e.status)
     except expected + write_error_types() as e:
         exit_on_user_error(e, expected, args.debug, output_dir or os.curdir,
                            status=1 if isinstance(e, TrainingError) else 2)

@@ -3,12 +3,18 @@
     ernie-doc predict output/imdb --input reviews/ --output preds.jsonl
     ernie-doc predict output/cmrc2018/best --input questions.jsonl --output answers.jsonl
     ernie-doc predict MODEL --input big.jsonl --output preds.jsonl --resume   # after a stop
+    ernie-doc predict output/imdb --format task --input data/imdb/test.txt --output -
+    ernie-doc predict SAVED_DIR --task imdb --input reviews/ --output preds.jsonl
 
-MODEL is a fine-tuning run's OUTPUT_DIR (its best/, else final/) or such a directory itself.
+MODEL is a fine-tuning run's OUTPUT_DIR (its best/, else final/) or such a directory itself,
+or, with --task, a directory written by save_pretrained (no task.json).
 --input: a .txt file (one document), a directory of .txt files (one document each), a TSV file
 with a header row (columns are the task's fields: `text` for classification; `context`,
-`question` for span QA ...; `id` names the document), or JSON lines with those fields
-(`choices` as a list for multiple choice). Each document is read exactly as evaluation reads
+`question` for span QA ...; `id` names the document; the official `text_a` and `qid` are read
+as `text` and `id`), JSON lines with those fields (`choices` as a list for multiple choice),
+or - (standard input). --format task: the task's own data files, read by its reader as
+fine-tuning read them (ernie_doc.pipeline.task_documents). --output -: the records alone on
+standard output. Each document is read exactly as evaluation reads
 it (ernie_doc.pipeline). A document that cannot be predicted (empty, not UTF-8, a missing
 field) gets a line with an `error` field, or with --on-error fail stops the run with one
 line naming it. The last line of --output is a complete record at every moment but the one
@@ -20,31 +26,43 @@ they link to), and is locked while a run writes it: a second predict on it stops
 line (ernie_doc.outputs).
 """
 import argparse
+import contextlib
 import io
 import json
 import os
+import shlex
 import sys
 import time
-import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import List, Optional
 
-# paddle's import warns about a C++ compiler cache it never uses here: stderr holds the
-# progress bar and, on bad input, the one error line
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+# paddle is imported only once the arguments are read: --help and a bad argument answer at
+# once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc.cli
+TASK_FORMAT = "task"   # --format task: the model's own task reader reads --input
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.pipeline import ENGINES, INPUT_FORMATS, ON_ERROR
+    from ernie_doc.predict_io import ENGINES, INPUT_FORMATS, ON_ERROR, STDIO
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/")
-    p.add_argument("--input", required=True, help="a .txt file, a directory of .txt files, a "
-                                                  ".tsv file with a header row, or .jsonl")
-    p.add_argument("--output", required=True, help="predictions, one JSON object per line")
+    p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/, or "
+                                 "a save_pretrained directory with --task")
+    p.add_argument("--input", help="a .txt file, a directory of .txt files, a .tsv file with a "
+                                   "header row, .jsonl, or - (standard input, JSON lines "
+                                   "unless --format says otherwise); --format task: the "
+                                   "task's data directory or one of its files (default: the "
+                                   "run's data_dir)")
+    p.add_argument("--output", required=True, help="predictions, one JSON object per line; "
+                                                   "- for standard output")
     p.add_argument("--answer-model", help="HotpotQA: the answer-stage model; MODEL is then the "
                                           "evidence-stage model, whose selection it reads")
-    p.add_argument("--format", choices=INPUT_FORMATS, default="auto",
-                   help="input format (default: from the path)")
+    p.add_argument("--format", choices=INPUT_FORMATS + (TASK_FORMAT,), default="auto",
+                   help="input format (default: from the path); task: read --input with the "
+                        "task's own reader, as fine-tuning read it")
+    p.add_argument("--split", choices=("train", "dev", "test"),
+                   help="--format task: the split to read (default: the first split the run "
+                        "evaluated, else dev)")
+    p.add_argument("--task", help="the task of a save_pretrained directory (no task.json), "
+                                  "e.g. imdb")
     p.add_argument("--batch-size", type=int, help="rows read at once (default: the run's "
                                                   "eval_batch_size, else batch_size)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -62,9 +80,18 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU math threads (0: paddle's default; engine inference: 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (ERNIE_DOC_PROGRESS=0: no bar in any command)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
+    if args.input is None and args.format != TASK_FORMAT:
+        p.error("--input is required (except with --format task: the run's data)")
+    if args.format == TASK_FORMAT and args.input == STDIO:
+        p.error("--format task reads the task's data files, not standard input")
+    if args.split and args.format != TASK_FORMAT:
+        p.error("--split goes with --format task")
+    if args.output == STDIO and (args.resume or args.overwrite):
+        p.error("--resume and --overwrite need a file --output, not standard output")
     if args.batch_size is not None and args.batch_size < 1:
         p.error(f"--batch-size must be a positive integer, got {args.batch_size}")
     if args.threads < 0:
@@ -77,7 +104,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def check_input(path: str, error: type) -> None:
     """--input must be a directory or a regular file (a FIFO or a device is refused without
     being opened): error(one line) otherwise."""
+    from ernie_doc.predict_io import STDIO
     from ernie_doc.utils import regular_file_problem
+    if path == STDIO:
+        return
     if not os.path.exists(path):
         raise error(f"--input {path}: no such file or directory")
     if not os.path.isdir(path):
@@ -89,8 +119,18 @@ def check_input(path: str, error: type) -> None:
 def model_directories(args: argparse.Namespace) -> List[str]:
     """The model folder(s) predict reads: MODEL's, and --answer-model's when given."""
     from ernie_doc.predict_io import model_directory
-    return [model_directory(args.model)] + \
-        ([model_directory(args.answer_model)] if args.answer_model else [])
+    return [model_directory(args.model, args.task)] + \
+        ([model_directory(args.answer_model, args.task)] if args.answer_model else [])
+
+
+def input_paths(args: argparse.Namespace) -> List[str]:
+    """The files predict reads documents from (standard input aside): --input, else with
+    --format task the run's data_dir."""
+    from ernie_doc.predict_io import STDIO, task_record
+    if args.input is not None:
+        return [] if args.input == STDIO else [args.input]
+    data_dir = task_record(model_directories(args)[0], args.task)["config"].get("data_dir")
+    return [data_dir] if data_dir else []
 
 
 def check_paths(args: argparse.Namespace):
@@ -101,10 +141,23 @@ def check_paths(args: argparse.Namespace):
     followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
     regular file or nothing; an existing output only with --resume (a file with no other name
     or link) or --overwrite."""
-    from ernie_doc.outputs import InputSet, check_appendable, check_output
-    from ernie_doc.predict_io import PipelineError, provenance_path
-    check_input(args.input, PipelineError)
-    inputs = InputSet([args.input] + model_directories(args))
+    from ernie_doc.outputs import InputSet, check_appendable, check_output, check_stream
+    from ernie_doc.predict_io import STDIO, PipelineError, provenance_path
+    for path in input_paths(args):
+        check_input(path, PipelineError)
+    inputs = InputSet(input_paths(args) + model_directories(args))
+    if args.output == STDIO:   # standard output: no file to lock or resume; not an input
+        if sys.stdout is None:   # closed when Python started (`>&-`)
+            raise PipelineError("--output -: standard output is closed; give --output a "
+                                "file name")
+        try:
+            stdout = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):   # a stream with no file (a notebook)
+            return inputs, False
+        check_stream(stdout, inputs, error=PipelineError)
+        if args.input == STDIO:   # `--input - < f --output - >> f`
+            check_stream(stdout, InputSet(["/dev/stdin"]), error=PipelineError)
+        return inputs, False
     output = args.output
     options = dict(inputs=inputs, exists_ok=args.resume or args.overwrite, error=PipelineError,
                    hint="--resume continues it, --overwrite replaces it")
@@ -123,73 +176,135 @@ def check_paths(args: argparse.Namespace):
     return inputs, exists
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Predict --input into --output → the run's summary (also printed as JSON).
+def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
+    """Predict --input into --output → the run's summary (also printed as JSON). `progress`
+    (a dict, filled as the run goes): "created", whether --output holds this run's records
+    (the file is created or reopened to resume), and "records", how many it holds: what
+    Ctrl-C reports (`interrupted_line`).
 
     --output's folder is opened once, right after the checks (ernie_doc.outputs.OutputFolder):
     the file and its sidecar are opened, created and renamed through it, and the file is
     locked for the run (a second predict on it stops with one line). --resume: the checked
     file itself is opened, locked, and its records read before the model loads. Otherwise
-    the sidecar and a new file are complete beside the old output before they replace it."""
+    the sidecar and a new file are complete beside the old output before they replace it.
+    --output -: the records go to standard output as they come, and nothing else does (the
+    summary, notes and progress go to stderr)."""
     from tqdm import tqdm
 
     from ernie_doc.outputs import OutputFolder
-    from ernie_doc.pipeline import count_inputs, pipeline, read_inputs
-    from ernie_doc.predict_io import (PipelineError, completed_ids, provenance, provenance_bytes,
-                                      provenance_path, record_line)
-    from ernie_doc.utils import set_paddle_threads
+    from ernie_doc.pipeline import count_inputs, pipeline, read_inputs, task_documents
+    from ernie_doc.predict_io import (STDIO, PipelineError, completed_ids, provenance,
+                                      provenance_bytes, provenance_path, record_line, task_record)
+    from ernie_doc.utils import set_paddle_threads, show_progress
+    progress = {} if progress is None else progress
+    progress.update(created=False, records=0)
     inputs, checked = check_paths(args)
     origin = provenance(*model_directories(args))
-    with OutputFolder(args.output, inputs, error=PipelineError,
-                      writer="another ernie-doc predict") as folder:
+    to_stdout, stdout = args.output == STDIO, sys.stdout
+    with contextlib.ExitStack() as stack:
+        folder = None
+        if to_stdout:   # whatever else prints (notes, the summary) goes to stderr
+            stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+        else:
+            folder = stack.enter_context(OutputFolder(args.output, inputs, error=PipelineError,
+                                                      writer="another ernie-doc predict"))
         done = []
         if args.resume:
             folder.open_append(checked)
             done = completed_ids(args.output, origin, folder)
+            progress.update(created=True, records=len(done))
+        if args.format == TASK_FORMAT:   # read (and refused) before the model loads
+            record = task_record(model_directories(args)[0], args.task)
+            documents = task_documents(record, args.input, args.split)
+            total = len(documents)
+        else:
+            documents = read_inputs(args.input, args.format)
+            total = count_inputs(args.input, args.format)
         if args.threads:
             set_paddle_threads(args.threads, "--threads", PipelineError)
         pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error,
-                        args.device, args.engine, args.precision, args.threads or 1)
-        total = count_inputs(args.input, args.format)
+                        args.device, args.engine, args.precision, args.threads or 1,
+                        task=args.task)
         counts = {"documents": 0, "errors": 0, "skipped": len(done)}
         start = time.perf_counter()
         bar = tqdm(total=None if total is None else max(0, total - len(done)), unit="doc",
-                   desc="predict", disable=args.no_progress, dynamic_ncols=True,
-                   mininterval=1.0)
-        if not args.resume:
+                   desc="predict", disable=not show_progress(not args.no_progress),
+                   dynamic_ncols=True, mininterval=1.0)
+        if folder is not None and not args.resume:
             folder.create({os.path.basename(provenance_path(args.output)):
                            provenance_bytes(origin)}, replace=args.overwrite)
+        progress["created"] = True
         # each line is flushed when complete: after a stop, --resume continues from it
-        out = io.TextIOWrapper(folder.file, encoding="utf-8", newline="\n")
-        for record in pipe.stream(read_inputs(args.input, args.format), skip=done):
+        out = records_writer(stdout if to_stdout else folder.file)
+        for record in pipe.stream(documents, skip=done):
             out.write(record_line(record))   # UTF-8; never fails on a record
             out.flush()
             counts["errors" if "error" in record else "documents"] += 1
+            progress["records"] += 1
             bar.update(1)
-        out.detach()
+        if out is not stdout:
+            out.detach()   # the file (or standard output) stays open for its owner
     bar.close()
     seconds = time.perf_counter() - start
     summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,
                    output=args.output, seconds=round(seconds, 2),
                    documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
-    print(json.dumps(summary))
+    print(json.dumps(summary), file=sys.stderr if to_stdout else sys.stdout)
     return summary
+
+
+def records_writer(target):
+    """A text stream writing UTF-8 lines to `target`: a binary file, or a text stream
+    (standard output: its bytes underneath when it has them, so a record is UTF-8 whatever
+    the locale; a stream without them, e.g. a notebook's, itself)."""
+    if isinstance(target, io.TextIOBase):
+        buffer = getattr(target, "buffer", None)
+        if buffer is None:
+            return target
+        target.flush()
+        target = buffer
+    return io.TextIOWrapper(target, encoding="utf-8", newline="\n", write_through=True)
+
+
+def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
+    """The one line Ctrl-C prints: how many documents --output holds and the command that
+    continues it (`argv`: predict's arguments, with --resume instead of --overwrite)."""
+    from ernie_doc.predict_io import STDIO
+    records = progress.get("records", 0)
+    if not (records if output == STDIO else progress.get("created")):
+        return "interrupted before anything was written: run the same command again"
+    line = f"interrupted after {records} documents"
+    if output == STDIO:
+        return line
+    again = [a for a in argv if a not in ("--resume", "--overwrite")] + ["--resume"]
+    return f"{line}: resume with ernie-doc predict {shlex.join(again)}"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Exit 2 with one `error:` line for a bad model directory, input or document (--on-error
-    fail) and for an output that cannot be written; --debug shows the traceback."""
+    fail) and for an output that cannot be written; Ctrl-C: one line (`interrupted_line`)
+    and 130. --debug shows the traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ernie_doc.checkpoint.errors import CheckpointError
-    from ernie_doc.config import ConfigError
-    from ernie_doc.data import DataError
-    from ernie_doc.pipeline import PipelineError
-    from ernie_doc.tokenization import TokenizerError
-    from ernie_doc.utils import exit_on_user_error, write_error_types
+    from ernie_doc.cli import INTERRUPTED_STATUS, nothing_written_yet
+    with nothing_written_yet():
+        from ernie_doc.checkpoint.errors import CheckpointError
+        from ernie_doc.config import ConfigError
+        from ernie_doc.data import DataError
+        from ernie_doc.pipeline import PipelineError
+        from ernie_doc.tokenization import TokenizerError
+        from ernie_doc.utils import exit_on_user_error, write_error_types
     expected = (PipelineError, ConfigError, DataError, CheckpointError, TokenizerError)
+    progress: dict = {}
     try:
-        run(args)
+        run(args, progress)
         return 0
+    except KeyboardInterrupt:   # the file holds complete records and its sidecar
+        if args.debug:
+            import traceback
+            traceback.print_exc()
+        print(interrupted_line(argv, args.output, progress), file=sys.stderr)
+        return INTERRUPTED_STATUS
     except expected + write_error_types() as e:
         exit_on_user_error(e, expected, args.debug, args.output, what="--output",
                            target_is_dir=False)
@@ -197,6 +312,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def command(argv: Optional[List[str]] = None) -> int:
+    """The command line: the loaders' notes go to stdout with the summary, or to stderr with
+    it when the records take standard output (--output -)."""
     from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 

@@ -15,13 +15,9 @@ import os
 import stat
 import sys
 import time
-import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
 import numpy as np
-
-# paddle's import warns about a C++ compiler cache it never uses here
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 MAX_TOKENS = 10_000_000   # the synthetic document is held as a Python list
 
@@ -130,7 +126,7 @@ def document_ids(args, config):
 def run(args):
     import paddle
 
-    from ernie_doc.data.segment import windows
+    from ernie_doc.data import segment_batches
     paddle.seed(args.seed)
     model = load_model(args.model, args.recurrence)
     model.eval()
@@ -145,13 +141,10 @@ def run(args):
           f"in segments of {seg_len}")
     memories, times = None, []
     with paddle.no_grad():
-        for start, end in windows(len(ids), seg_len, seg_len):
-            chunk = ids[start:end]
-            mask = [1.0] * len(chunk) + [0.0] * (seg_len - len(chunk))
-            chunk = chunk + [config.pad_token_id] * (seg_len - len(chunk))
+        for chunk, mask, new_doc in segment_batches([ids], seg_len, pad_id=config.pad_token_id,
+                                                    return_tensors="pd"):
             t0 = time.perf_counter()
-            out = model(paddle.to_tensor([chunk], dtype="int64"), memories,
-                        attention_mask=paddle.to_tensor([mask]))
+            out = model(chunk, memories, attention_mask=mask, reset_memory=new_doc)
             memories = out.memories
             times.append(time.perf_counter() - t0)
             mem_shape = None if memories is None else list(memories.shape)

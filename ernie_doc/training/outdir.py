@@ -592,7 +592,8 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
                           "overwrite_output_dir removes only listed files, so remove it "
                           "yourself or choose another directory")
     owned = [e for e in listed or [] if os.path.lexists(os.path.join(out, e.rstrip("/")))]
-    if (has_run or owned) and not overwrite:
+    held = (has_run or owned) and not overwrite
+    if held and has_run and os.path.lexists(os.path.join(out, CHECKPOINTS, "latest")):
         raise ConfigError(f"{where} already holds a run: resume it with --resume "
                           f"{output_dir}, or set overwrite_output_dir=true")
     if foreign:
@@ -604,6 +605,10 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
                           f"the run's {marker} beside them: overwrite_output_dir removes a "
                           "run's files only with its run_config.yaml; remove them yourself "
                           "or choose another directory")
+    if held:   # stopped before its first checkpoint: --resume has nothing to continue
+        raise ConfigError(f"{where} already holds a run that saved no checkpoint, so there "
+                          "is nothing to resume: start it over with --set "
+                          "overwrite_output_dir=true, or choose another directory")
 
 
 def clear_previous_run(output_dir: str) -> Optional[List[str]]:

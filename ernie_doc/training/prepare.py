@@ -36,10 +36,23 @@ from ernie_doc.training.amp import AmpSettings, amp_settings, gpu_capability
 from ernie_doc.training.run_config import TrainConfig, missing_key
 from ernie_doc.training.runlog import logger, setup_logging
 from ernie_doc.training.splits import DocumentSplit, Split
-from ernie_doc.training.tasks import Task, build_task
+from ernie_doc.training.tasks import Task, build_task, label_notes
 from ernie_doc.utils import flush_denormals
 
 RUN_CONFIG = "run_config.yaml"
+
+
+class UntrainedHead(ConfigError):
+    """eval_only (or predict) on a checkpoint that lacks the task's head: the head would be
+    newly initialised, its predictions noise. `checkpoint`, `head` (the class name),
+    `missing` (its tensors the checkpoint lacks), `other_head` (the head class the checkpoint
+    records instead, or None)."""
+
+    def __init__(self, message: str, checkpoint: str, head: str, missing: List[str],
+                 other_head: Optional[str]):
+        super().__init__(message)
+        self.checkpoint, self.head, self.missing = checkpoint, head, missing
+        self.other_head = other_head
 
 
 @dataclass
@@ -126,9 +139,13 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         raise
     try:
         return _prepare_locked(cfg, given, task, resume, rank, world, device, amp)
-    except BaseException:
+    except BaseException as e:
         if rank == 0:
             _abandon(cfg.output_dir, created)
+        # a signal from here on (training.trainer.Interrupted) may find run_config.yaml
+        # written: its message reads OUTPUT_DIR (checked, so this run's or the one resumed)
+        if isinstance(e, KeyboardInterrupt) and getattr(e, "output_dir", False) is None:
+            e.output_dir = cfg.output_dir
         raise
 
 
@@ -266,6 +283,7 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
         if name in cfg.eval_splits or name in cfg.test_splits:   # evaluation reads in order
             run.evaluated[name] = document_split(name, split_docs, passes, eval_rows, False)
         splits.append(run.evaluated[name] if name in run.evaluated else run.train)
+        notes += label_notes(name, split_docs, len(task.labels))
         notes += length_notes(splits[-1], rows // group, run.world, task.take_cuts(),
                               cfg.max_doc_tokens)
     if task.streaming and not cfg.eval_only:
@@ -498,6 +516,26 @@ def checkpoint_config(cfg: TrainConfig, overrides) -> Optional[ErnieDocConfig]:
     return ErnieDocConfig.from_dict(values, source=path).replace(**overrides)
 
 
+@contextlib.contextmanager
+def _loader_line_held(held: bool):
+    """While loading a checkpoint: the loader's "loaded N tensors" line dropped when `held`
+    (the run log reports it instead)."""
+    import logging
+    if not held:
+        yield
+        return
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and
+                    record.getMessage().startswith("loaded "))
+    loader = logging.getLogger("ernie_doc.checkpoint")
+    loader.addFilter(drop)
+    try:
+        yield
+    finally:
+        loader.removeFilter(drop)
+
+
 def build_model(run: PreparedRun, special: Dict[str, int]) -> paddle.nn.Layer:
     """The task's ERNIE-Doc head: from init_checkpoint, or new from the `model` preset or
     config with the tokenizer's vocabulary; the memory estimate is checked first."""
@@ -518,21 +556,24 @@ def build_model(run: PreparedRun, special: Dict[str, int]) -> paddle.nn.Layer:
         check_head_memory(run, config)
     paddle.seed(cfg.seed)   # the same initial weights on every rank
     if cfg.init_checkpoint:
-        model = head.from_pretrained(cfg.init_checkpoint, **task.model_kwargs(),
-                                     allow_partial=cfg.allow_partial_checkpoint,
-                                     **overrides)
-        # the loader logged the report's first line itself (ernie_doc.checkpoint); a run's
-        # own log (setup_logging: console and train.log) repeats it, a log that reaches the
-        # same place as the loader's (predict's notes) only adds the rest
+        # the loader logs the report's first line ("loaded N tensors ...", logger
+        # ernie_doc.checkpoint); a run's own log (setup_logging: console and train.log) logs
+        # the whole report, so the loader's copy is held back then (a tool's notes handler
+        # would print it a second time); without a run log the loader's line is the one
+        with _loader_line_held(bool(logger.handlers)):
+            model = head.from_pretrained(cfg.init_checkpoint, **task.model_kwargs(),
+                                         allow_partial=cfg.allow_partial_checkpoint,
+                                         **overrides)
         lines = model.load_report.summary().splitlines()
         for line in lines if logger.handlers else lines[1:]:
             logger.info(line)
-        missing = model.load_report.missing
-        if cfg.eval_only and missing:   # a fresh head's predictions would be noise
-            raise ConfigError(f"{cfg.source}: eval_only: {cfg.init_checkpoint} lacks "
-                              f"{len(missing)} tensors of {head.__name__} ("
-                              f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
-                              "): there is no trained model to evaluate")
+        missing, other = model.load_report.missing, model.load_report.other_head
+        if cfg.eval_only and (missing or other):   # a fresh head's predictions are noise
+            raise UntrainedHead(f"{cfg.source}: eval_only: {cfg.init_checkpoint} lacks "
+                                f"{len(missing)} tensors of {head.__name__} ("
+                                f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+                                "): there is no trained model to evaluate",
+                                str(cfg.init_checkpoint), head.__name__, list(missing), other)
     else:
         model = head(config, **task.model_kwargs())
     vocab = model.config.vocab_size
@@ -551,7 +592,10 @@ def read_resume_state(run: PreparedRun) -> tuple:
     from ernie_doc.training.runlog import check_run_logs
     path = ckpt.latest_checkpoint(run.out)
     if path is None:
-        raise ConfigError(f"--resume {run.out}: no checkpoint saved yet")
+        raise ConfigError(f"--resume {run.out}: the run saved no checkpoint (it stopped "
+                          "before its first), so there is nothing to resume: start it over "
+                          "with the command that started it and --set "
+                          "overwrite_output_dir=true")
     state, arrays, optimizer_state = ckpt.read_training_state(path, run.model)
     if state["step"] >= state["total_steps"]:   # its last checkpoint is at its last step
         run.extends = check_extension(run, state)

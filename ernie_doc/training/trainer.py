@@ -11,13 +11,26 @@ The trainer owns the memory state ("carry", see `training.tasks.Task`) of its ra
 it goes into every forward and comes back out; the task zeroes a row's memories when the
 batch says a new document starts in it (`reset_memory`). Evaluation starts from an empty
 state, so the training stream is untouched by it.
+
+SIGINT (Ctrl-C) and SIGTERM stop a run at the end of the optimizer step under way: its
+checkpoint is written (every rank agrees on the step, rank 0 writes) and `Interrupted`
+is raised, which the command line turns into one line and exit status 128 + the signal.
+The same signal again aborts without waiting, except while a checkpoint is being written:
+the write finishes first (it is atomic either way, see training.state). One that comes
+during the last step lets the run finish (its final evaluation and model); before
+training (preparing, eval_only) a signal stops the run at once.
 """
+import contextlib
 import json
 import math
 import os
+import shlex
+import signal
+import threading
 import time
 import zlib
 from collections import defaultdict
+from typing import Iterator, Optional
 
 import numpy as np
 import paddle
@@ -31,11 +44,144 @@ from ernie_doc.training.optim import build_optimizer
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
 
-__all__ = ["RUN_CONFIG", "Trainer", "TrainingError", "run", "step_seed"]
+__all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "TrainingError", "run",
+           "step_seed"]
 
 
 class TrainingError(RuntimeError):
     """The run cannot go on (non-finite loss ...)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run stopped on a signal (SIGINT, SIGTERM). `step`: the optimizer steps it had
+    done (None: before its first); what can be resumed is read from OUTPUT_DIR itself
+    (`message`), so a run aborted by a second signal reports it as truly as one that
+    stopped at a step's end. A KeyboardInterrupt, so that cleanup written for Ctrl-C runs."""
+
+    def __init__(self, signum: int, output_dir: Optional[str] = None,
+                 step: Optional[int] = None):
+        super().__init__(signum)
+        self.signum, self.output_dir, self.step = signum, output_dir, step
+        self.finished = False   # stopped after the last step, in the final evaluation
+
+    @property
+    def status(self) -> int:
+        """The exit status a shell gives a process ended by the signal: 130, 143."""
+        return 128 + int(self.signum)
+
+    def message(self, command: str) -> Optional[str]:
+        """The one line for the user: the step, and the command that continues the run
+        (`command`: the tool, e.g. "ernie-doc finetune") or what to do instead → None on a
+        rank other than 0 (rank 0 speaks for the run)."""
+        if dist.rank() != 0:
+            return None
+        where = "interrupted before the first step" if self.step is None else \
+            f"interrupted at step {self.step}"
+        if self.output_dir is None:
+            return f"{where}: nothing was written; run the same command again"
+        # absolute: the line works from any directory, and never reads as an option ("-run")
+        out = os.path.abspath(self.output_dir)
+        resume = f"{command} --resume {shlex.quote(out)}"
+        if dist.world_size() > 1:
+            resume += f" --nproc {dist.world_size()}"
+        saved, best = _latest_step(out), _best_model(out)
+        if self.finished and saved == self.step:
+            return (f"{where}, the last, during the final evaluation: the trained model is "
+                    f"in {os.path.join(out, 'checkpoints', f'step-{saved}')}")
+        if saved is not None and saved == self.step:
+            return f"{where}: resume with {resume}"
+        if saved is not None:
+            return f"{where}, not saved: resume from step {saved} with {resume}"
+        if best is not None:   # never advise overwrite_output_dir: it would delete the model
+            when = ", the last, during the final evaluation" if self.finished else ", not saved"
+            config = shlex.quote(os.path.join(out, RUN_CONFIG))
+            return (f"{where}{when}: the best model is in {best}; evaluate it with {command} "
+                    f"{config} --set eval_only=true init_checkpoint={shlex.quote(best)} "
+                    f"output_dir=NEW_DIR")
+        if os.path.isfile(os.path.join(out, RUN_CONFIG)):
+            return (f"{where}, before any checkpoint: nothing to resume; start over with the "
+                    "same command and --set overwrite_output_dir=true")
+        return f"{where}: nothing was written; run the same command again"
+
+
+def _best_model(output_dir: str) -> Optional[str]:
+    """The best model a run saved (OUTPUT_DIR/best, else its newest checkpoints/best-step-N
+    directory) → its path, or None."""
+    best = os.path.join(output_dir, "best")
+    if os.path.isdir(best):
+        return best
+    folder = os.path.join(output_dir, ckpt.CHECKPOINTS)
+    try:
+        steps = [int(n[10:]) for n in os.listdir(folder)
+                 if n.startswith("best-step-") and n[10:].isdigit()]
+    except OSError:
+        return None
+    return os.path.join(folder, f"best-step-{max(steps)}") if steps else None
+
+
+def _latest_step(output_dir: str) -> Optional[int]:
+    """N of the checkpoint OUTPUT_DIR/checkpoints/latest points to, or None (none, or not
+    a complete one)."""
+    try:
+        path = ckpt.latest_checkpoint(output_dir)
+    except ckpt.CheckpointStateError:
+        return None
+    name = os.path.basename(path) if path else ""
+    return int(name[5:]) if name.startswith("step-") and name[5:].isdigit() else None
+
+
+class StopSignals:
+    """SIGINT and SIGTERM while a run is on (`installed`). Outside training (`defer` off)
+    a signal raises Interrupted at once. While training, the first one is only recorded
+    (`signum`): the loop stops at the end of the step under way, after saving it; the same
+    signal again raises Interrupted. Inside `writing()` (a checkpoint being written) every
+    signal waits until the write is done."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum = None    # the first signal received while deferring
+        self.defer = False
+        self._writing, self._pending = 0, None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["StopSignals"]:
+        """The handlers for the block (main thread only: signals reach no other), the
+        previous ones restored after."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        saved = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for s, handler in saved.items():
+                signal.signal(s, handler)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A block no signal interrupts (a checkpoint write); one that came meanwhile is
+        handled when it ends."""
+        self._writing += 1
+        try:
+            yield
+        finally:
+            self._writing -= 1
+        if not self._writing and self._pending is not None:
+            signum, self._pending = self._pending, None
+            self._handle(signum, None)
+
+    def _handle(self, signum, frame):
+        if self._writing:
+            self._pending = self._pending or signum
+            return
+        # the other signal after the first is the same request delivered twice (a terminal
+        # sends SIGINT to every rank, and the launcher forwards SIGTERM): only the same
+        # signal again means "do not wait"
+        if self.defer and signum != self.signum:
+            self.signum = self.signum or signum
+            return
+        raise Interrupted(self.signum or signum)
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -80,6 +226,8 @@ class Trainer:
         self.state = None          # the trainer state a checkpoint saves (see train())
         self.last_memories = None  # numpy [L, B, M, H] after training (tests compare ranks)
         self.compiled = None       # the compiled training forward (compile: true)
+        self.signals = StopSignals()   # run() installs its handlers
+        self._stop_signal = None   # a stop signal every rank has seen (`_over_ranks`)
 
     # -- training ------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -97,8 +245,10 @@ class Trainer:
         state, carry = self._start(optimizer, scheduler)   # trainer state, rows' memories
         log = self._run_log(state["step"])
         from tqdm import tqdm
+
+        from ernie_doc.utils import show_progress
         bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {cfg.task}",
-                   disable=not (self.is_main and cfg.progress), dynamic_ncols=True,
+                   disable=not (self.is_main and show_progress(cfg.progress)), dynamic_ncols=True,
                    mininterval=1.0)
         epochs = "" if train.endless else f"{cfg.epochs} epochs, "
         logger.info(f"training: {epochs}{total_steps} optimizer steps "
@@ -110,7 +260,8 @@ class Trainer:
         # wall time of the optimizer steps, and the part of it spent waiting for the next batch
         # (reading, tokenizing, segmenting, collating): timing.json
         timing = {"steps": 0, "train_s": 0.0, "input_s": 0.0}
-        stop = False
+        stop = interrupt = False
+        self.signals.defer = True   # a signal now stops the run at a step's end
         for epoch, micro, batch, boundary, epoch_end in _timed(
                 self._micro_batches(train, state), timing):
             seed = step_seed(cfg.seed, self.rank, state["step"] * accum + micro % accum)
@@ -151,12 +302,15 @@ class Trainer:
             if evaluate:
                 self._evaluate_and_keep_best(log)
             stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
-            if evaluate or stop or (cfg.save_steps and state["step"] % cfg.save_steps == 0):
+            # SIGINT / SIGTERM: every rank stops after the same step (the last one finishes)
+            interrupt = self._stop_requested() is not None and not last
+            if evaluate or stop or interrupt or \
+                    (cfg.save_steps and state["step"] % cfg.save_steps == 0):
                 self._save_state(carry)
             if stop:
                 logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
                             f"--resume {self.out}")
-            if stop or last:
+            if stop or last or interrupt:
                 break
             # after evaluation and checkpoints: the next step's time (tokens/s, timing.json)
             # is its own
@@ -165,11 +319,22 @@ class Trainer:
         self._write_timing(timing)
         self.last_memories = None if carry.get("memories") is None else \
             carry["memories"].numpy()
+        if interrupt:
+            log.close()
+            logger.info(f"interrupted (signal {self._stop_requested()}): stopped at step "
+                        f"{state['step']}, saved")
+            raise Interrupted(self._stop_requested(), self.out, state["step"])
         results = None
         if not stop:
             results = self._finish(log)
         log.close()
         return results
+
+    def _stop_requested(self):
+        """The signal that stops the run at this step's end, or None: with several ranks,
+        the one some rank had received when the step's records were gathered (so all stop
+        after the same step); in one process, one received up to now."""
+        return self._stop_signal if self.world > 1 else self.signals.signum
 
     def _write_timing(self, timing):
         """timing.json: this process's optimizer steps, their wall time (evaluation and
@@ -317,14 +482,18 @@ class Trainer:
         stream = self.run.train.state_array()
         if stream is not None:
             arrays["stream"] = stream
-        ckpt.save_training_state(self.out, self.state["step"], self.model, self.optimizer,
-                                 self.state, arrays, self.cfg.keep_checkpoints)
+        with self.signals.writing():
+            ckpt.save_training_state(self.out, self.state["step"], self.model,
+                                     self.optimizer, self.state, arrays,
+                                     self.cfg.keep_checkpoints)
 
     def _over_ranks(self, losses, metrics):
         """(loss summed over training rows, number of such rows, {task metric: mean}) over
         these micro-steps and all ranks."""
-        total = (sum(v * n for v, n in losses), sum(n for _, n in losses), dict(metrics))
+        total = (sum(v * n for v, n in losses), sum(n for _, n in losses), dict(metrics),
+                 self.signals.signum)   # and whether this rank was asked to stop
         parts = dist.gather_objects(total) if self.world > 1 else [total]
+        self._stop_signal = next((p[3] for p in parts if p[3] is not None), None)
         merged = defaultdict(lambda: [0.0, 0.0])
         for part in parts:
             for name, (value, count) in part[2].items():
@@ -339,6 +508,8 @@ class Trainer:
         predictions or None) on every rank; each rank reads its rows, the split's
         evaluation merges them."""
         from tqdm import tqdm
+
+        from ernie_doc.utils import show_progress
         split = self.run.evaluated[split_name]
         evaluation = split.evaluation(self.task)
         self.wrapped.eval()
@@ -346,7 +517,8 @@ class Trainer:
         with paddle.no_grad(), split.protocol(self.model):
             for _, batch in tqdm(split.batches(0, 0), total=split.num_steps(0),
                                  desc=f"eval {split_name}", leave=False, dynamic_ncols=True,
-                                 disable=not (self.is_main and self.cfg.progress),
+                                 disable=not (self.is_main
+                                              and show_progress(self.cfg.progress)),
                                  mininterval=1.0):
                 t = _to_tensors(batch)
                 with self.run.amp.autocast():
@@ -371,11 +543,13 @@ class Trainer:
                            or self.task.better(main, metrics[main], self.state["best"])):
                 self.state["best"], self.state["best_step"] = metrics[main], step
                 if self.is_main:
-                    self._write_results("eval_results.json", split, step, metrics, predictions)
-                    ckpt.save_best(self.out, step, self.model, self._tokenizer_files(),
-                                   dict(metrics, step=step, split=split),
-                                   task=task_record(self.run),
-                                   tokenizer_config=self._tokenizer_config())
+                    with self.signals.writing():
+                        self._write_results("eval_results.json", split, step, metrics,
+                                            predictions)
+                        ckpt.save_best(self.out, step, self.model, self._tokenizer_files(),
+                                       dict(metrics, step=step, split=split),
+                                       task=task_record(self.run),
+                                       tokenizer_config=self._tokenizer_config())
                 dist.barrier()
         if self.is_main:
             plot_curves(self.out, main)
@@ -487,10 +661,23 @@ class Trainer:
 
 
 def run(cfg, resume: bool = False):
-    """Prepare the run described by `cfg` and train it (or only evaluate, eval_only)."""
-    prepared = prepare(cfg, resume)
+    """Prepare the run described by `cfg` and train it (or only evaluate, eval_only).
+    SIGINT / SIGTERM raise Interrupted (see StopSignals): at once before training, at the
+    end of the step under way, with its checkpoint written, during it."""
+    signals, trainer, prepared = StopSignals(), None, None
     try:
-        trainer = Trainer(prepared)
-        return trainer.evaluate_only() if cfg.eval_only else trainer.train()
-    finally:
-        outdir.release_output_dir(prepared.out)   # the lock prepare took (main process)
+        with signals.installed():
+            prepared = prepare(cfg, resume)
+            try:
+                trainer = Trainer(prepared)
+                trainer.signals = signals
+                return trainer.evaluate_only() if cfg.eval_only else trainer.train()
+            finally:
+                outdir.release_output_dir(prepared.out)   # the lock prepare took (main)
+    except Interrupted as e:   # aborted (a second signal, or before training): say where
+        if e.output_dir is None and prepared is not None:
+            e.output_dir = prepared.out
+        if e.step is None and trainer is not None and trainer.state is not None:
+            e.step = trainer.state["step"]
+            e.finished = trainer.state["step"] == trainer.state["total_steps"]
+        raise
