@@ -195,6 +195,24 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
     return None if link is None else _file_id(link)
 
 
+def check_stream(fd: int, inputs: InputSet, *, what: str = "--output -",
+                 stream: str = "standard output",
+                 error: Type[Exception] = OutputError) -> None:
+    """Refuse an output already opened by the shell (`--output - >> input.jsonl`): error(one
+    line) when descriptor `fd` is closed, or is a regular file that is one of `inputs` (the
+    module's rule, by file id; a file the shell created inside an input folder is an entry of
+    it). Pipes, terminals and other files pass."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        raise error(f"{what}: {stream} is closed; give --output a file name") from None
+    if not stat.S_ISREG(st.st_mode):
+        return
+    found = inputs.which(_file_id(st))
+    if found is not None:
+        raise error(f"{what}: {stream} is {found} (the same file); write it elsewhere")
+
+
 def _ancestors(path: str) -> Iterable[Tuple[str, FileId]]:
     """The folders holding `path`, nearest first, links resolved, each with its file id (the
     last component is not resolved: it is the name that gets written)."""

@@ -21,6 +21,8 @@ What a saved model needs besides its weights and tokenizer files is its `task.js
 kind, label names and the run's config), which fine-tuning writes into best/ and final/.
 """
 import os
+import sys
+import types
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
@@ -35,12 +37,13 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
 # re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
-from ernie_doc.predict_io import (INPUT_FORMATS, ON_ERROR, TASK_FILE, DocumentStream,  # noqa: F401
-                                  InputProblem, PipelineError, check_batch_size, completed_ids,
-                                  count_inputs, input_format, model_directory, read_inputs,
-                                  read_task_record, to_document, to_jsonable)
+from ernie_doc.predict_io import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO, TASK_FILE,  # noqa: F401
+                                  DocumentStream, InputProblem, PipelineError, check_batch_size,
+                                  completed_ids, count_inputs, input_format, model_directory,
+                                  read_inputs, read_task_record, task_record, to_document,
+                                  to_jsonable)
 from ernie_doc.training.amp import AmpSettings, amp_settings
-from ernie_doc.training.prepare import (PreparedRun, build_model, check_head_memory,
+from ernie_doc.training.prepare import (PreparedRun, UntrainedHead, build_model, check_head_memory,
                                         choose_tokenizer, setup_reading)
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.splits import collect_row_outputs
@@ -67,7 +70,6 @@ class _SavedReader:
         raise DataError("a saved model's task reads its documents from the predict input")
 
 
-ENGINES = ("auto", "dygraph", "inference")
 DEVICES = ("cpu", "gpu")
 
 
@@ -185,10 +187,13 @@ class Pipeline(DocumentStream):
     @classmethod
     def from_pretrained(cls, path: str, batch_size: Optional[int] = None,
                         on_error: str = "record", device: str = "cpu", engine: str = "auto",
-                        precision: str = "fp32", threads: int = 1) -> "Pipeline":
+                        precision: str = "fp32", threads: int = 1,
+                        task: Optional[str] = None) -> "Pipeline":
         """`path`: a fine-tuning run directory (its best/, else final/), a saved model
         directory with task.json, or an export of one (`ernie-doc export --config best/`
-        copies task.json and the tokenizer beside it). engine: dygraph, inference (the
+        copies task.json and the tokenizer beside it); with `task` (a task folder's name,
+        e.g. "imdb"), also a directory written by save_pretrained, read with that task's
+        config (predict_io.task_record). engine: dygraph, inference (the
         export under paddle.inference: precision fp32 or bf16 on CPU, fp16 / bf16 on GPU;
         threads: its CPU threads), or auto (inference for an export)."""
         if engine not in ENGINES:
@@ -198,7 +203,7 @@ class Pipeline(DocumentStream):
         if problem:
             raise PipelineError(f"threads: {problem}")
         check_device(device)
-        directory = model_directory(path)
+        directory = model_directory(path, task)
         exported = is_export(directory)
         if engine == "auto":
             engine = "inference" if exported else "dygraph"
@@ -211,8 +216,11 @@ class Pipeline(DocumentStream):
         if engine == "dygraph" and precision != "fp32":
             raise PipelineError(f"precision {precision}: the dygraph engine runs fp32; "
                                 f"export the model for bf16 (engine inference)")
-        record = read_task_record(directory)
+        record = task_record(directory, task)
         source = os.path.join(directory, TASK_FILE)
+        if not os.path.isfile(source):   # save_pretrained's folder: the task's own config
+            from ernie_doc.training.task_folders import task_config
+            source = task_config(record["task"])
         given = dict(record["config"])
         # the model, tokenizer and label names come from the directory; nothing is written
         given.update(init_checkpoint=directory, tokenizer="", data_dir="", output_dir="",
@@ -235,6 +243,12 @@ class Pipeline(DocumentStream):
             else:
                 run.model = build_model(run, run.special)
             setup_reading(run, run.special)
+        except UntrainedHead as e:   # predictions from a newly initialised head: refused
+            saved = f"the {e.other_head} head" if e.other_head else \
+                f"no trained {e.head} head ({len(e.missing)} tensors missing)"
+            raise PipelineError(f"{directory}: holds {saved}, not the one task "
+                                f"{cfg.task!r} predicts with; give --task the task it was "
+                                "fine-tuned for") from None
         except (ConfigError, DataError) as e:
             raise PipelineError(str(e)) from None
         return cls(run, batch_size or cfg.eval_batch_size or cfg.batch_size, on_error)
@@ -347,16 +361,73 @@ class TwoStagePipeline(DocumentStream):
             yield record
 
 
+# reader options that choose a split's part of a data directory: a file given to predict is
+# read whole, as one split
+_SPLIT_OPTIONS = ("file", "files", "dev_ratio", "test_ratio", "split_seed", "dev_split",
+                  "split_file")
+
+
+def task_split(record: dict, split: Optional[str] = None) -> str:
+    """The split `--format task` reads: `split`, else the first the run evaluated
+    (eval_splits), else dev."""
+    splits = record["config"].get("eval_splits") or ["dev"]
+    return split or str(splits[0])
+
+
+def task_documents(record: dict, path: Optional[str] = None,
+                   split: Optional[str] = None) -> List[Document]:
+    """Documents read by a saved model's own task reader (tasks/<task>/reader.py), as
+    fine-tuning reads them, so a model predicts on the very files it was trained or
+    evaluated on; ids are the reader's (the file's id column).
+
+    record: the model's task_record. path: a data directory (None: the run's data_dir), read
+    as `split` (task_split) with the run's reader options; or one file in the task's format,
+    read by the reader's `read_input(path, options)` when it has one, else as `split` of its
+    folder through the reader option `files` ({split: name}). The whole split is read:
+    max_examples, a training-time sample, does not apply. PipelineError (one line) for
+    what the reader refuses."""
+    from ernie_doc.data.document import NotSet
+    from ernie_doc.utils import regular_file_problem
+    task, options = record["task"], dict(record["config"].get("reader") or {})
+    split = task_split(record, split)
+    data_dir = record["config"].get("data_dir") if path is None else path
+    try:
+        reader = load_reader(task)
+        if data_dir and not os.path.isdir(data_dir):
+            problem = regular_file_problem(data_dir, "--input")
+            if problem:
+                raise PipelineError(problem)
+            options = {k: v for k, v in options.items() if k not in _SPLIT_OPTIONS}
+            if callable(getattr(reader, "read_input", None)):
+                return list(reader.read_input(data_dir, options))
+            if "files" not in getattr(reader, "OPTIONS", ()):
+                raise PipelineError(f"--input {data_dir}: the {task} reader reads a data "
+                                    f"directory, not one file: give that directory and "
+                                    f"--split")
+            options["files"] = {split: os.path.basename(data_dir)}
+            data_dir = os.path.dirname(os.path.abspath(data_dir))
+        if not data_dir:
+            raise PipelineError(f"the model's run recorded no data_dir: give --input (the "
+                                f"{task} data directory, or a file of it)")
+        return list(reader.read(data_dir, split, options))
+    except NotSet:
+        raise PipelineError(f"the {task} task reads its data from a directory: give --input "
+                            f"DIR") from None
+    except (DataError, ConfigError) as e:
+        raise PipelineError(str(e)) from None
+
+
 def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
              on_error: str = "record", device: str = "cpu", engine: str = "auto",
-             precision: str = "fp32", threads: int = 1):
-    """The pipeline for a saved model (a run directory, best/ or final/, or an export),
-    whatever its kind: document kinds → Pipeline; the language model → lm.predict.LMPipeline
-    (dygraph); HotpotQA's evidence model with `answer_model` → TwoStagePipeline. All have
-    `__call__(documents)` (input order) and `stream(documents, skip)`."""
+             precision: str = "fp32", threads: int = 1, task: Optional[str] = None):
+    """The pipeline for a saved model (a run directory, best/ or final/, or an export; with
+    `task`, also a save_pretrained directory), whatever its kind: document kinds → Pipeline;
+    the language model → lm.predict.LMPipeline (dygraph); HotpotQA's evidence model with
+    `answer_model` → TwoStagePipeline. All have `__call__(documents)` (input order) and
+    `stream(documents, skip)`."""
     check_device(device)
-    directory = model_directory(model)
-    if read_task_record(directory)["kind"] == "language_model":
+    directory = model_directory(model, task)
+    if task_record(directory, task)["kind"] == "language_model":
         if answer_model:
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
         if engine == "inference" or precision != "fp32":
@@ -365,7 +436,21 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
         return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
     options = dict(batch_size=batch_size, on_error=on_error, device=device, engine=engine,
                    precision=precision, threads=threads)
-    first = Pipeline.from_pretrained(directory, **options)
+    first = Pipeline.from_pretrained(directory, task=task, **options)
     if not answer_model:
         return first
     return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, **options))
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as its `pipeline` factory. `from ernie_doc import pipeline` must
+    give the factory whether or not `ernie_doc.pipeline` was imported before; once it is,
+    Python binds the package attribute `pipeline` to this module (submodule import), so the
+    module itself is the factory: `pipeline(run)` calls pipeline.pipeline(run), and
+    `pipeline.Pipeline` etc. stay reachable."""
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        return pipeline(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -15,6 +15,8 @@ from ernie_doc.utils import clip
 
 TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 ON_ERROR = ("record", "fail")
+ENGINES = ("auto", "dygraph", "inference")
+STDIO = "-"   # --input - reads standard input, --output - writes standard output
 
 
 class PipelineError(ValueError):
@@ -193,15 +195,25 @@ def check_batch_size(batch_size: Optional[int]) -> None:
                             f"{clip(repr(batch_size))}")
 
 
-def model_directory(path: str) -> str:
+MODEL_CONFIG = "config.json"   # what save_pretrained writes beside the weights
+
+
+def model_directory(path: str, task: Optional[str] = None) -> str:
     """A run directory (its best/, else final/) or a saved model directory → the directory
-    holding task.json."""
+    holding task.json; with `task` (a task folder's name), also a directory written by
+    save_pretrained (config.json, weights and tokenizer files, no task.json)."""
     if not os.path.isdir(path):
         raise PipelineError(f"{path}: not a directory (give a fine-tuning run's OUTPUT_DIR, "
                             f"or its best/ or final/)")
     for candidate in (path, os.path.join(path, "best"), os.path.join(path, "final")):
         if os.path.isfile(os.path.join(candidate, TASK_FILE)):
             return candidate
+    if os.path.isfile(os.path.join(path, MODEL_CONFIG)):
+        if task is not None:
+            return path
+        from ernie_doc.training.task_folders import task_names
+        raise PipelineError(f"{path}: a model saved without its task (no {TASK_FILE}): pass "
+                            f"--task NAME (task= in Python), one of {', '.join(task_names())}")
     raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
                         f"model fine-tuned by this version (a released pretrained model has "
                         f"no trained head; fine-tune it first)")
@@ -238,6 +250,49 @@ def read_task_record(directory: str) -> dict:
         raise PipelineError(f"{path}: 'kind' {clip(repr(record['kind']))} disagrees with "
                             f"config.kind {clip(repr(inner))}")
     return record
+
+
+def task_record(directory: str, task: Optional[str] = None) -> dict:
+    """What a saved model is for (read_task_record's fields): its task.json; or, for a
+    directory without one (save_pretrained's) and a `task` named, that task folder's
+    config.yaml, its reader's label names (else "0".."num_labels-1" from config.json) and
+    max_seq_len at most the model's max_position_embeddings. A task.json naming another task
+    than `task` is refused."""
+    if os.path.isfile(os.path.join(directory, TASK_FILE)):
+        record = read_task_record(directory)
+        if task is not None and task != record["task"]:
+            raise PipelineError(f"{os.path.join(directory, TASK_FILE)}: the model was "
+                                f"fine-tuned for task {record['task']!r}, not {clip(task)!r}")
+        return record
+    from ernie_doc.config import ConfigError, ErnieDocConfig
+    from ernie_doc.data.document import NotSet
+    from ernie_doc.training.run_config import load_yaml
+    from ernie_doc.training.task_folders import task_config, task_names
+    path = task_config(task) if isinstance(task, str) else None
+    if path is None:
+        raise PipelineError(f"task {clip(repr(task))}: not a task folder (one of "
+                            f"{', '.join(task_names())})")
+    try:
+        values = load_yaml(path)
+        model = ErnieDocConfig.from_json(os.path.join(directory, MODEL_CONFIG))
+    except ConfigError as e:
+        raise PipelineError(str(e)) from None
+    from ernie_doc.data import DataError
+    from ernie_doc.training.tasks import load_reader
+    labels = None
+    reader = load_reader(task)
+    if callable(getattr(reader, "labels", None)):
+        try:   # most readers know their labels; others read them from a data directory
+            labels = [str(x) for x in reader.labels("", dict(values.get("reader") or {}))]
+        except (DataError, NotSet, OSError):
+            labels = None
+    if labels is None:
+        labels = [str(i) for i in range(int(getattr(model, "num_labels", 0) or 0))] \
+            if callable(getattr(reader, "labels", None)) else []
+    limit = model.max_position_embeddings
+    if isinstance(values.get("max_seq_len"), int) and values["max_seq_len"] > limit:
+        values["max_seq_len"] = limit
+    return {"task": task, "kind": values.get("kind"), "labels": labels, "config": values}
 
 
 def _positional(item: Any) -> bool:
@@ -340,6 +395,10 @@ def input_format(path: str, fmt: str = "auto") -> str:
     header row, or JSON lines."""
     if fmt not in INPUT_FORMATS:
         raise PipelineError(f"input format must be one of {INPUT_FORMATS}, got {fmt!r}")
+    if path == STDIO:   # standard input: JSON lines unless told otherwise
+        if fmt == "dir":
+            raise PipelineError("--format dir: standard input (-) is not a directory")
+        return "jsonl" if fmt == "auto" else fmt
     if fmt == "dir" and not os.path.isdir(path):
         raise PipelineError(f"--format dir: {path} is not a directory (a directory of .txt "
                             f"files is)")
@@ -355,7 +414,34 @@ def input_format(path: str, fmt: str = "auto") -> str:
         return "jsonl"
     if suffix == ".tsv":
         return "tsv"
+    header = _header_in_txt(path)
+    if header:
+        raise PipelineError(f"--input {shown(path)}: its first line is a tab-separated header "
+                            f"({', '.join(header)}), not one document: give --format tsv, or "
+                            f"--format task to read it with the task's reader")
     return "txt"
+
+
+# column names whose presence in a first line with tabs marks a TSV file named .txt (the
+# official IMDB layout: qid label score text_a)
+_HEADER_COLUMNS = {"qid", "id", "label", "text", "text_a", "text_b", "question", "context"}
+
+
+def _header_in_txt(path: str) -> Optional[List[str]]:
+    """The columns of `path`'s first line when it looks like a TSV header (tab-separated,
+    naming a known field), else None. Only a regular file is opened (a FIFO would block)."""
+    import stat
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return None
+    columns = [c.strip() for c in without_bom(first.decode("utf-8", "replace")).split("\t")]
+    if len(columns) > 1 and _HEADER_COLUMNS & {c.lower() for c in columns}:
+        return columns
+    return None
 
 
 def _decode(data: bytes, where: str, first: bool = True,
@@ -429,18 +515,32 @@ def _lines(f) -> Iterator[tuple]:
         yield number, raw.rstrip(b"\r\n")
 
 
+# The official data files' column names (ERNIE-Doc's and GLUE-style TSVs: `qid label score
+# text_a`) read as the fields they hold, so a task's own TSV predicts as it is; a header that
+# also has the field's own name keeps it, and the official column stays a field.
+TSV_ALIASES = {"text_a": "text", "qid": "id"}
+
+
 def _tsv_header(line: str, where: str) -> List[str]:
-    """A TSV input's header row (at `where`, path:line) → its column names; a column named
+    """A TSV input's header row (at `where`, path:line) → its column names, the official
+    ones (TSV_ALIASES) renamed when the header lacks the field's own name; a column named
     twice is refused (PipelineError naming where and the column): one of the two values
     would be dropped."""
     header = line.split("\t")
     repeated = next((c for i, c in enumerate(header) if c in header[:i]), None)
     if repeated is not None:
         raise PipelineError(f"{where}: the header names column {shown(repeated)!r} twice")
-    return header
+    taken = set(header) | ({"id"} if "doc_id" in header else set())
+    return [TSV_ALIASES[c] if TSV_ALIASES.get(c) not in (None, *taken) else c for c in header]
 
 
 def _open_input(path: str):
+    """--input as a binary file object: standard input for `-` (left open), else a regular
+    file (ernie_doc.utils.open_regular)."""
+    if path == STDIO:
+        import contextlib
+        import sys
+        return contextlib.nullcontext(sys.stdin.buffer)
     from ernie_doc.utils import open_regular
     return open_regular(path, "--input", PipelineError)
 
@@ -463,6 +563,14 @@ def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProbl
                                          f"directly in the input folder are read)")
             else:
                 yield _read_document(full, name)
+        return
+    if fmt == "txt" and path == STDIO:   # one document: standard input to its end
+        import sys
+        data = sys.stdin.buffer.read(MAX_ITEM_BYTES + 1)
+        text = InputProblem("stdin", f"standard input: more than the {MAX_ITEM_BYTES >> 20} "
+                                     f"MiB one document may hold") \
+            if len(data) > MAX_ITEM_BYTES else _decode(data, "standard input", doc_id="stdin")
+        yield text if isinstance(text, InputProblem) else {"id": "stdin", "text": text}
         return
     if fmt == "txt":
         name = os.path.basename(path)
@@ -515,6 +623,8 @@ def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
     fmt = input_format(path, fmt)
     if fmt == "txt":
         return 1
+    if path == STDIO:   # a stream: read once, never counted ahead
+        return None
     if fmt == "dir":
         return len(_directory_entries(path))
     lines = 0

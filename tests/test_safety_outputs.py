@@ -374,7 +374,8 @@ def test_a_folder_swapped_for_a_link_to_the_model_redirects_nothing(models, work
         monkeypatch.setattr(predict_cli, "check_paths", lambda args: (check(args), swap())[0])
     else:
         load = ernie_doc.pipeline.pipeline
-        monkeypatch.setattr(ernie_doc.pipeline, "pipeline", lambda *a: (swap(), load(*a))[1])
+        monkeypatch.setattr(ernie_doc.pipeline, "pipeline",
+                            lambda *a, **k: (swap(), load(*a, **k))[1])
     argv = ["--input", work / "data" / "in.jsonl", "--output", shared / "out" / "preds.jsonl"]
     if when == "after the check":
         line = predict(capsys, model, *argv, code=2)

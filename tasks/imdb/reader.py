@@ -73,6 +73,20 @@ def read(data_dir, split, options):
     return docs
 
 
+def read_input(path, options):
+    """One TSV file in the official layout, whatever its name, read whole (what `ernie-doc
+    predict --format task --input FILE` reads; the split options do not apply)."""
+    options = check_options(options, OPTIONS)
+    br_tags = options.get("br_tags", "pairs")
+    if br_tags not in BR_TAGS:
+        raise DataError(f"reader option 'br_tags': expected one of {list(BR_TAGS)}, got "
+                        f"{br_tags!r}")
+    docs = _read_tsv(path, br_tags)
+    if not docs:
+        raise DataError(f"{where(path)}: no examples")
+    return docs
+
+
 def clean(text: str, br_tags: str = "pairs") -> str:
     """A review as the official IMDB preprocessing leaves it (up to whitespace runs): lines
     stripped and joined by a space, `<br /><br />` → " ", tabs removed. br_tags "all" then
