@@ -433,6 +433,29 @@ def _strings(values: dict) -> Iterator[Tuple[str, str]]:
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
 
 
+def _check_model_overrides(cfg) -> None:
+    """model_overrides' keys are the model config's (the language model's own for that kind):
+    an unknown one is one line with the nearest keys."""
+    overrides = cfg.model_overrides
+    if not isinstance(overrides, dict):
+        return
+    if cfg.kind == "language_model":
+        import dataclasses
+
+        from ernie_doc.lm.model import TransformerXLConfig
+        name, known = "TransformerXLConfig", sorted(
+            f.name for f in dataclasses.fields(TransformerXLConfig))
+    else:
+        name, known = "ErnieDocConfig", sorted(known_keys())
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3) if isinstance(key, str) else []
+            hint = (f" (did you mean: {', '.join('model_overrides.' + c for c in close)}?)"
+                    if close else "")
+            raise ConfigError(f"{cfg.source}: model_overrides.{clip(str(key), 80)}: unknown "
+                              f"{name} key{hint}")
+
+
 def validate(cfg):
     where = cfg.source
 
@@ -446,17 +469,6 @@ def validate(cfg):
         if control:
             fail(repr(key) if control_character(key) else key,
                  f"holds a control character ({control}): {text!r}")
-    overrides = cfg.model_overrides
-    if isinstance(overrides, dict):
-        known = sorted(known_keys())
-        for key in overrides:
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=3) if isinstance(key, str) \
-                    else []
-                hint = (f" (did you mean: {', '.join('model_overrides.' + c for c in close)}?)"
-                        if close else "")
-                raise ConfigError(f"{where}: model_overrides.{clip(str(key), 80)}: unknown "
-                                  f"ErnieDocConfig key{hint}")
     if not cfg.task:
         raise missing_key(cfg, "task", "the name of a folder in tasks/")
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
@@ -467,6 +479,7 @@ def validate(cfg):
         cfg["kind"] = kind_name(cfg.kind)   # an earlier version's "module:Class" → its name
     except ValueError as e:
         fail("kind", str(e))
+    _check_model_overrides(cfg)
     for key in ("output_dir", "model", "init_checkpoint", "tokenizer"):
         if not isinstance(cfg[key], str):
             fail(key, f"must be a string (a name or a path), got {cfg[key]!r}")
