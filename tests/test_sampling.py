@@ -92,6 +92,17 @@ def test_unlabelled_documents_are_a_plain_seeded_sample():
     assert sample_examples(docs, 50, seed=1, split="train") == docs
 
 
+def test_examples_without_a_label_field_are_sampled_and_summarised():
+    # span examples and pretraining corpus documents have no `label` attribute at all
+    from collections import namedtuple
+
+    from ernie_doc.training.tasks import sample_examples
+    Example = namedtuple("Example", "doc_id text")
+    docs = [Example(str(i), f"t{i}") for i in range(20)]
+    assert len(sample_examples(docs, 5, seed=1, split="train")) == 5
+    assert label_notes("dev", docs, 0) == []
+
+
 def test_a_rare_class_keeps_one_example_and_ties_go_by_seed():
     """Every class is kept once when N allows (a class of 2 among 200 used to round to 0),
     then proportionally; a tie of remainders goes to a seeded draw, not the first label."""

@@ -74,7 +74,8 @@ def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
     if limit >= len(docs):
         return docs
     rng = np.random.default_rng([seed, zlib.crc32(split.encode("utf-8"))])
-    if any(doc.label is None for doc in docs):
+    # documents of kinds without labels (spans, corpora) have no `label` at all
+    if any(getattr(doc, "label", None) is None for doc in docs):
         keep = rng.choice(len(docs), size=limit, replace=False)
     else:
         by_label: Dict[str, List[int]] = {}
@@ -120,8 +121,9 @@ def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
     only: accuracy on such a split says nothing, and F1 of a class never seen is 0."""
     counts: Dict[str, int] = {}
     for doc in docs:
-        if doc.label is not None:
-            counts[str(doc.label)] = counts.get(str(doc.label), 0) + 1
+        label = getattr(doc, "label", None)   # spans, corpora: no labels
+        if label is not None:
+            counts[str(label)] = counts.get(str(label), 0) + 1
     if not counts:
         return []
     shown = ", ".join(f"{clip(label, 40)}: {n}" for label, n in sorted(counts.items())[:20])
