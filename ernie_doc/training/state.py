@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import zipfile
+from typing import Optional
 
 import numpy as np
 import paddle
@@ -60,14 +61,17 @@ def _point(output_dir, entry, target):
         os.symlink(relative, tmp)
 
 
+def step_number(name: str, prefix: str = "step-") -> Optional[int]:
+    """N of a checkpoint folder name `prefix`N ("step-12", "best-step-12"), or None."""
+    rest = name[len(prefix):]
+    return int(rest) if name.startswith(prefix) and rest.isdigit() else None
+
+
 def _steps(output_dir, prefix):
     """The N of the checkpoint folders `prefix`N the run's manifest lists in checkpoints/,
     sorted (folders it does not list are never rotated away)."""
-    out = []
-    for name in outdir.listed_in(output_dir, CHECKPOINTS):
-        if name.startswith(prefix) and name[len(prefix):].isdigit():
-            out.append(int(name[len(prefix):]))
-    return sorted(out)
+    steps = (step_number(name, prefix) for name in outdir.listed_in(output_dir, CHECKPOINTS))
+    return sorted(n for n in steps if n is not None)
 
 
 def _fresh(output_dir, entry):

@@ -112,8 +112,8 @@ def _best_model(output_dir: str) -> Optional[str]:
         return best
     folder = os.path.join(output_dir, ckpt.CHECKPOINTS)
     try:
-        steps = [int(n[10:]) for n in os.listdir(folder)
-                 if n.startswith("best-step-") and n[10:].isdigit()]
+        steps = [n for n in (ckpt.step_number(name, "best-step-") for name in os.listdir(folder))
+                 if n is not None]
     except OSError:
         return None
     return os.path.join(folder, f"best-step-{max(steps)}") if steps else None
@@ -126,8 +126,7 @@ def _latest_step(output_dir: str) -> Optional[int]:
         path = ckpt.latest_checkpoint(output_dir)
     except ckpt.CheckpointStateError:
         return None
-    name = os.path.basename(path) if path else ""
-    return int(name[5:]) if name.startswith("step-") and name[5:].isdigit() else None
+    return ckpt.step_number(os.path.basename(path)) if path else None
 
 
 class StopSignals:
