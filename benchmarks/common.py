@@ -1,9 +1,8 @@
 """What the two benchmarks share: --threads and --output, setting the CPU threads, the
 environment block and printing/writing the JSON result.
 
-`ernie-doc benchmark-model` (ernie_doc/cli/benchmark_model.py) measures the model itself,
-`ernie-doc benchmark-train` (ernie_doc/cli/benchmark_train.py) real pretraining runs;
-`ernie-doc benchmark` (ernie_doc/cli/benchmark.py) is the earlier command line of both.
+tools/benchmark_model.py (benchmarks/model.py) measures the model itself,
+tools/benchmark_train.py (benchmarks/train.py) real pretraining runs.
 """
 import argparse
 import json
@@ -12,9 +11,9 @@ import platform
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-# The folder holding the ernie_doc package (the repository, or site-packages): the
-# subprocesses of both benchmarks import it from there.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repository, which holds both ernie_doc and benchmarks/ (a checkout-only folder): the
+# subprocesses of the benchmarks import them from there.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:

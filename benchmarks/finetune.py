@@ -1,19 +1,19 @@
 #!/usr/bin/env python
 """Fine-tuning side by side with PaddleNLP's ERNIE-Doc script, on the same IMDB documents.
 
-    ernie-doc benchmark-finetune --paddlenlp-dir PaddleNLP/model_zoo/ernie-doc \\
+    python tools/benchmark_finetune.py --paddlenlp-dir PaddleNLP/model_zoo/ernie-doc \\
         --data imdb_test_sample5k.tsv --tokenizer ernie-doc/base-en \\
         [--batch-size 2 --seq-len 512 --memory-len 128 --learning-rate 7e-5] \\
         [--steps 10 --warmup 2 --repeats 1] [--threads N] [--output results.json]
 
-(`python tools/benchmark_finetune.py ...` from a source checkout.) Two contenders train the
+(From a source checkout.) Two contenders train the
 same model shape from random weights (`ernie-doc-base-en`'s configuration, --model-overrides
 over it for both) on the same documents, each as one process of the same python with the same
 CPU threads (--threads, default: every CPU; OMP_NUM_THREADS / MKL_NUM_THREADS too):
 
 * paddlenlp: PaddleNLP's `model_zoo/ernie-doc/run_classifier.py` from --paddlenlp-dir (with its
   data.py and metrics.py beside it), run unmodified through `python -m
-  ernie_doc.cli.paddlenlp_driver`, which replaces only what it would download (the dataset, the
+  benchmarks.paddlenlp_driver`, which replaces only what it would download (the dataset, the
   tokenizer's files, the weights), nltk's sentence splitter (punkt's data) and what stops it
   under paddle 3 on a CPU: see that module. Its arguments: --device, --batch_size,
   --max_seq_length, --memory_length, --learning_rate, --epochs 1, --max_steps, --save_steps
@@ -54,8 +54,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments, check_output,
-                                            emit, environment, set_threads)
+from benchmarks.common import (PACKAGE_PARENT, add_common_arguments, check_output, emit,
+                               environment, set_threads)
 
 CONTENDERS = ("paddlenlp", "ours")
 FLUSH_MODES = ("ours", "both", "none")
@@ -235,7 +235,7 @@ def paddlenlp_command(args: argparse.Namespace, data_dir: str, out: str) -> List
     """The argv that runs PaddleNLP's script through the driver."""
     config = dict(args.model_overrides, memory_len=args.memory_len)
     flush = ["--flush-denormals"] if args.flush_denormals == "both" else []
-    return [sys.executable, "-m", "ernie_doc.cli.paddlenlp_driver",
+    return [sys.executable, "-m", "benchmarks.paddlenlp_driver",
             "--script", os.path.abspath(os.path.join(args.paddlenlp_dir, REFERENCE_FILES[0])),
             "--data-dir", data_dir, "--tokenizer", os.path.abspath(args.tokenizer),
             "--model-config", json.dumps(config), "--threads", str(args.threads), *flush, "--",
@@ -381,7 +381,7 @@ def setup(args: argparse.Namespace) -> Dict[str, Any]:
                                  "writing its best model and a checkpoint",
             "peak_rss_mib": "the child's ru_maxrss (os.wait4)",
         },
-        "paddlenlp_patches": "see ernie_doc/cli/paddlenlp_driver.py: load_dataset, the "
+        "paddlenlp_patches": "see benchmarks/paddlenlp_driver.py: load_dataset, the "
                              "tokenizer's and the model's from_pretrained, nltk's "
                              "sent_tokenize; bs4 when missing, AdamW's lr_ratio on a CPU, "
                              "Accuracy's mask as int64",

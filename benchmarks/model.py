@@ -1,13 +1,12 @@
 #!/usr/bin/env python
 """CPU benchmark of ErnieDocModel: throughput against PaddleNLP, parity, and streaming.
 
-    ernie-doc benchmark-model --preset ernie-doc-base-en --batch-size 2 --seq-len 512 \
+    python tools/benchmark_model.py --preset ernie-doc-base-en --batch-size 2 --seq-len 512 \
         --memory-len 128 [--steps 3] [--warmup 1] [--threads N] [--no-paddlenlp] \
         [--stream-lengths 2048 32768] [--output results.json]
-    ernie-doc benchmark-model --quick --output tmp.json      # small and fast, for tests
+    python tools/benchmark_model.py --quick --output tmp.json      # small and fast, for tests
 
-(`python tools/benchmark_model.py ...` from a source checkout; the pretraining runs are
-`ernie-doc benchmark-train`.)
+(From a source checkout; the pretraining runs are tools/benchmark_train.py.)
 
 (a) forward tokens/s (eval, no_grad) and forward+backward tokens/s (train mode) of ours and of
     PaddleNLP 2.8.1's ErnieDocModel built with the same config and the SAME weights, the
@@ -42,16 +41,16 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments, allocated_bytes,
-                                            apply_paddle_threads, check_output, emit, environment,
-                                            measure_retention, retention, set_threads)
+from benchmarks.common import (PACKAGE_PARENT, add_common_arguments, allocated_bytes,
+                               apply_paddle_threads, check_output, emit, environment,
+                               measure_retention, retention, set_threads)
 
 if TYPE_CHECKING:   # names for the hints only: paddle is imported after --threads is set
     import numpy as np
     import paddle
 
+    from benchmarks.reference import PaddleNLPReference
     from ernie_doc import ErnieDocConfig, ErnieDocModel
-    from ernie_doc.reference import PaddleNLPReference
 
 QUICK = dict(preset="ernie-doc-small", batch_size=2, seq_len=128, memory_len=32, steps=1,
              warmup=1, repeats=1, stream_lengths=[512, 2048])
@@ -59,7 +58,7 @@ PARITY_TOL = 1e-5
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """This tool's own options (--threads and --output are benchmark_common's)."""
+    """This tool's own options (--threads and --output are benchmarks.common's)."""
     p.add_argument("--preset", default="ernie-doc-base-en")
     p.add_argument("--batch-size", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=512)
@@ -106,12 +105,11 @@ def given_on_command_line(build: Callable[[], argparse.ArgumentParser],
 
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
-               argv: Optional[List[str]],
-               build: Callable[[], argparse.ArgumentParser] = build_parser) -> None:
+               argv: Optional[List[str]]) -> None:
     """--quick's settings (under what the command line gave itself), then the range checks;
     p.error (exit 2) on a bad value."""
     if args.quick:
-        given = given_on_command_line(build, argv)
+        given = given_on_command_line(build_parser, argv)
         for key, value in QUICK.items():
             if key not in given:
                 setattr(args, key, value)
@@ -220,7 +218,7 @@ def build_ours(config: "ErnieDocConfig", seed: int) -> "ErnieDocModel":
 
 def build_paddlenlp(ours: "ErnieDocModel") -> "PaddleNLPReference":
     """PaddleNLP's ErnieDocModel with our config and our weights (same state_dict names)."""
-    from ernie_doc.reference import PaddleNLPReference
+    from benchmarks.reference import PaddleNLPReference
     return PaddleNLPReference(ours)
 
 
@@ -233,8 +231,8 @@ class Inputs:
         import numpy as np
         import paddle
 
+        from benchmarks.reference import official_position_ids
         from ernie_doc.modeling.attention import relative_position_ids
-        from ernie_doc.reference import official_position_ids
         self.config = config
         ids = rng.randint(5, config.vocab_size, (batch, seq_len)).astype("int64")
         self.ids = paddle.to_tensor(ids)
@@ -555,7 +553,7 @@ def train_segment_step(model: "ErnieDocModel", segment: Callable[[int], tuple],
 
 
 def run_stream_subprocess(args: argparse.Namespace, length: int) -> Dict[str, Any]:
-    cmd = [sys.executable, "-m", "ernie_doc.cli.benchmark_model",
+    cmd = [sys.executable, "-m", "benchmarks.model",
            "--stream-worker", str(length),
            "--preset", args.preset, "--seq-len", str(args.seq_len),
            "--memory-len", str(args.memory_len), "--seed", str(args.seed),
@@ -579,7 +577,7 @@ def run_stream_subprocess(args: argparse.Namespace, length: int) -> Dict[str, An
 
 # ---------------------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    """The measurements of parsed `args` (also `ernie-doc benchmark`'s) → the exit status."""
+    """The measurements of parsed `args` → the exit status."""
     set_threads(args.threads)
     if args.stream_worker is not None:
         print(json.dumps(stream_worker(args)), flush=True)

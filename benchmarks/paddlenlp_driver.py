@@ -1,7 +1,7 @@
 """Run PaddleNLP's ERNIE-Doc classifier script (model_zoo/ernie-doc/run_classifier.py)
-offline and unmodified: the reference contender of `ernie-doc benchmark-finetune`.
+offline and unmodified: the reference contender of tools/benchmark_finetune.py.
 
-    python -m ernie_doc.cli.paddlenlp_driver --script DIR/run_classifier.py \\
+    python -m benchmarks.paddlenlp_driver --script DIR/run_classifier.py \\
         --data-dir DATA --tokenizer TOKDIR [--model-config JSON] [--threads N] \\
         -- SCRIPT_ARGS ...
 

@@ -1,7 +1,7 @@
 """Predict throughput on real documents, per engine: end to end (reading, tokenizing,
 segmenting, scheduling, the model, the predictions) against the engine's own forward time.
 
-    ernie-doc benchmark-predict output/imdb --input imdb_dev.jsonl --limit 500 \\
+    python tools/benchmark_predict.py output/imdb --input imdb_dev.jsonl --limit 500 \\
         --engines dygraph inference inference-bf16 --threads 2 --output bench.json
 
 MODEL is a fine-tuned run (its best/). The inference engines run an export of it that the tool
@@ -21,8 +21,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from ernie_doc.cli.benchmark_common import (add_common_arguments, apply_paddle_threads,
-                                            check_output, emit, environment, set_threads)
+from benchmarks.common import (add_common_arguments, apply_paddle_threads, check_output, emit,
+                               environment, set_threads)
 
 ENGINES = {"dygraph": ("dygraph", "fp32"), "inference": ("inference", "fp32"),
            "inference-bf16": ("inference", "bf16")}

@@ -1,5 +1,5 @@
 """PaddleNLP 2.8.1's ErnieDocModel behind our calling convention: the numerical reference for
-parity tests and the baseline of tools/benchmark.py. Imports paddlenlp lazily."""
+parity tests and the baseline of tools/benchmark_model.py. Imports paddlenlp lazily."""
 import numpy as np
 import paddle
 

@@ -1,12 +1,10 @@
 #!/usr/bin/env python
 """Pretraining throughput: the real `ernie-doc pretrain` runs, one per process count.
 
-    ernie-doc benchmark-train --config configs/pretrain/tiny.yaml --nproc 1 2 --steps 60 \
-        [--warmup 10] [--set k=v ...] [--threads N] [--output results.json]
+    python tools/benchmark_train.py --config configs/pretrain/tiny.yaml --nproc 1 2 \
+        --steps 60 [--warmup 10] [--set k=v ...] [--threads N] [--output results.json]
 
-(`python tools/benchmark_train.py ...` from a source checkout; --pretrain-config,
---pretrain-nproc, --pretrain-steps and --pretrain-warmup, the names `ernie-doc benchmark` gives
-these options, are accepted too. The model's own throughput is `ernie-doc benchmark-model`.)
+(From a source checkout. The model's own throughput is tools/benchmark_model.py.)
 
 For each N of --nproc the real tools/pretrain.py runs (N=1: plain python; N>1: fleetrun
 --nproc_per_node N, data-parallel over gloo, its worker logs in a --log_dir of its own) in a
@@ -35,40 +33,28 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ernie_doc.cli.benchmark_common import (PACKAGE_PARENT, add_common_arguments, check_output,
-                                            emit, environment, set_threads)
+from benchmarks.common import (PACKAGE_PARENT, add_common_arguments, check_output, emit,
+                               environment, set_threads)
 
 PRETRAIN_STEPS, PRETRAIN_WARMUP = 60, 10
 TOKENS_COUNTED = "every segment read, skim pass included"
 
 
-def option_names(legacy: bool) -> Dict[str, str]:
-    """dest → the option name the messages use: `ernie-doc benchmark`'s --pretrain-* names
-    (legacy) or this tool's own."""
-    if legacy:
-        return {d: "--" + d.replace("_", "-") for d in
-                ("pretrain_config", "pretrain_nproc", "pretrain_steps", "pretrain_warmup")}
-    return {"pretrain_config": "--config", "pretrain_nproc": "--nproc",
-            "pretrain_steps": "--steps", "pretrain_warmup": "--warmup"}
+# dest → this tool's option name (what the messages say)
+OPTION_NAMES = {"pretrain_config": "--config", "pretrain_nproc": "--nproc",
+                "pretrain_steps": "--steps", "pretrain_warmup": "--warmup"}
 
 
-def add_train_arguments(p: Any, legacy: bool = False) -> None:
-    """This tool's own options (on a parser or an argument group). legacy: only the
-    --pretrain-* spellings, next to benchmark-model's --steps / --warmup in `ernie-doc
-    benchmark`; else this tool's names, with the --pretrain-* ones as aliases."""
-    def names(dest):
-        old = "--" + dest.replace("_", "-")
-        return [old] if legacy else [option_names(False)[dest], old]
-    p.add_argument(*names("pretrain_config"), dest="pretrain_config", default=None,
-                   required=not legacy, metavar="CONFIG",
-                   help="measure tools/pretrain.py with this config" +
-                   (" instead of the model" if legacy else ""))
-    p.add_argument(*names("pretrain_nproc"), dest="pretrain_nproc", type=int, nargs="+",
+def add_train_arguments(p: Any) -> None:
+    """This tool's own options (on a parser or an argument group)."""
+    p.add_argument("--config", dest="pretrain_config", required=True, metavar="CONFIG",
+                   help="measure tools/pretrain.py with this config")
+    p.add_argument("--nproc", dest="pretrain_nproc", type=int, nargs="+",
                    default=None, metavar="N",
                    help="processes per run, one run each (default: 1)")
-    p.add_argument(*names("pretrain_steps"), dest="pretrain_steps", type=int, default=None,
+    p.add_argument("--steps", dest="pretrain_steps", type=int, default=None,
                    metavar="STEPS", help=f"optimizer steps per run (default {PRETRAIN_STEPS})")
-    p.add_argument(*names("pretrain_warmup"), dest="pretrain_warmup", type=int, default=None,
+    p.add_argument("--warmup", dest="pretrain_warmup", type=int, default=None,
                    metavar="STEPS", help=f"first steps not measured (default {PRETRAIN_WARMUP})")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="tools/pretrain.py --set items")
@@ -81,10 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
-               legacy: bool = False) -> None:
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Defaults filled in, then the range checks; p.error (exit 2) on a bad value."""
-    opt = option_names(legacy)
+    opt = OPTION_NAMES
     args.pretrain_nproc = args.pretrain_nproc or [1]
     if args.pretrain_steps is None:
         args.pretrain_steps = PRETRAIN_STEPS
@@ -240,8 +225,7 @@ def run_pretraining(args: argparse.Namespace, nproc: int) -> Dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The runs of parsed `args` (also `ernie-doc benchmark --pretrain-config`'s) → the exit
-    status."""
+    """The runs of parsed `args` → the exit status."""
     set_threads(args.threads)
     t_total = time.perf_counter()
     result = {

@@ -1,14 +1,15 @@
 #!/usr/bin/env python
-"""tools/benchmark_finetune.py: `ernie-doc benchmark-finetune` from a source checkout, installed
-or not (the code: ernie_doc/cli/benchmark_finetune.py; `--help` for its arguments)."""
+"""tools/benchmark_finetune.py: the benchmark in benchmarks/finetune.py, run from a source checkout
+(benchmarks/ is never installed; `--help` for its arguments). A script path, so
+`fleetrun ... tools/benchmark_finetune.py` works too."""
 import os
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ernie_doc.cli.benchmark_finetune import *  # noqa: E402,F401,F403  (callers import from here)
-from ernie_doc.cli.benchmark_finetune import command, main  # noqa: E402,F401
+from benchmarks.finetune import *  # noqa: E402,F401,F403  (callers import from here)
+from benchmarks.finetune import command, main  # noqa: E402,F401
 
 if __name__ == "__main__":
     from ernie_doc.cli import run_command  # Ctrl-C: one line, not a traceback

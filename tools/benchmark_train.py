@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""tools/benchmark_train.py: `ernie-doc benchmark-train` from a source checkout, installed or
-not (the code: ernie_doc/cli/benchmark_train.py; `--help` for its arguments). A script path, so
+"""tools/benchmark_train.py: the benchmark in benchmarks/train.py, run from a source checkout
+(benchmarks/ is never installed; `--help` for its arguments). A script path, so
 `fleetrun ... tools/benchmark_train.py` works too."""
 import os
 import sys
@@ -8,8 +8,8 @@ import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ernie_doc.cli.benchmark_train import *  # noqa: E402,F401,F403  (callers import from here)
-from ernie_doc.cli.benchmark_train import command, main  # noqa: E402,F401
+from benchmarks.train import *  # noqa: E402,F401,F403  (callers import from here)
+from benchmarks.train import command, main  # noqa: E402,F401
 
 if __name__ == "__main__":
     from ernie_doc.cli import run_command  # Ctrl-C: one line, not a traceback

@@ -3,10 +3,7 @@
     ernie-doc finetune CONFIG|TASK [--set key=value ...] [--nproc N]
     ernie-doc pretrain --config CONFIG [--set ...] [--nproc N]
     ernie-doc predict MODEL --input FILE|DIR --output preds.jsonl
-    ernie-doc export | convert | benchmark-model | benchmark-train | benchmark-finetune |
-              train-tokenizer | run-document | download ...
-    ernie-doc benchmark ...   (the earlier command line of both benchmarks, routed by its
-                               options)
+    ernie-doc export | convert | train-tokenizer | run-document | download ...
 
 Each subcommand is a module of this package with `main(argv)` (for callers in Python) and
 `command(argv)` (the command line's exit status); `tools/<name>.py` in a source checkout are
@@ -40,16 +37,6 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "export": ("ernie_doc.cli.export", "export for Paddle Inference (bare model or a head)"),
     "convert": ("ernie_doc.cli.convert", "convert a checkpoint between the official, "
                                          "PaddleNLP and safetensors layouts"),
-    "benchmark": ("ernie_doc.cli.benchmark", "benchmark-model, or benchmark-train given "
-                                             "--pretrain-* options (the older form)"),
-    "benchmark-model": ("ernie_doc.cli.benchmark_model", "the model's throughput against "
-                                                         "PaddleNLP, parity and streaming"),
-    "benchmark-train": ("ernie_doc.cli.benchmark_train", "pretraining throughput: real runs "
-                                                         "with 1..N processes"),
-    "benchmark-predict": ("ernie_doc.cli.benchmark_predict", "predict throughput per engine "
-                                                             "on real documents"),
-    "benchmark-finetune": ("ernie_doc.cli.benchmark_finetune", "fine-tuning side by side with "
-                                                               "PaddleNLP's ERNIE-Doc script"),
     "train-tokenizer": ("ernie_doc.cli.train_tokenizer", "train a SentencePiece tokenizer"),
     "run-document": ("ernie_doc.cli.run_document", "read one long document segment by "
                                                    "segment"),
