@@ -1,6 +1,6 @@
 """tools/benchmark_model.py --quick: runs end to end, reports throughput, parity and streaming;
-tools/benchmark_train.py (tools/pretrain.py with 1 and 2 processes) on a tiny corpus; and the
-earlier `ernie-doc benchmark` / tools/benchmark.py command line, routed to one or the other."""
+tools/benchmark_train.py (tools/pretrain.py with 1 and 2 processes) on a tiny corpus; each
+tool's options stay its own."""
 import json
 import math
 import os
@@ -11,8 +11,8 @@ import sys
 import pytest
 from helpers import ROOT
 
-from ernie_doc import cli
-from ernie_doc.cli import benchmark_model, benchmark_train
+from benchmarks import model as benchmark_model
+from benchmarks import train as benchmark_train
 
 
 @pytest.mark.slow
@@ -184,63 +184,33 @@ def test_benchmark_pretraining_throughput(tmp_path):
     assert runs[1]["scaling_efficiency"] == 1.0
 
 
-@pytest.mark.parametrize("entry", ["ernie-doc", "tools"])
-def test_the_earlier_command_line_routes_to_either_tool(entry, monkeypatch):
-    """`ernie-doc benchmark` and tools/benchmark.py take the earlier command lines: model
-    options go to benchmark-model, --pretrain-* ones to benchmark-train (the model's options
-    then ignored, as before), with what either tool's own command line would give."""
-    ran = []
-    monkeypatch.setattr(benchmark_model, "run", lambda args: ran.append(("model", args)) or 0)
-    monkeypatch.setattr(benchmark_train, "run", lambda args: ran.append(("train", args)) or 0)
-    from tools.benchmark import main as tool_main
-
-    def old(*argv):
-        return cli.main(["benchmark", *argv]) if entry == "ernie-doc" else tool_main(list(argv))
-    config = str(ROOT / "configs" / "pretrain" / "tiny.yaml")
-
-    assert old("--quick", "--seq-len", "64", "--no-paddlenlp") == 0
-    kind, args = ran.pop()
-    new = benchmark_model.parse_args(["--quick", "--seq-len", "64", "--no-paddlenlp"])
-    assert kind == "model" and vars(args).items() >= vars(new).items()
-    assert (args.preset, args.seq_len, args.stream_lengths) == ("ernie-doc-small", 64, [512, 2048])
-
-    assert old("--pretrain-config", config, "--pretrain-nproc", "1", "2", "--pretrain-steps",
-               "8", "--pretrain-warmup", "2", "--batch-size", "3", "--set", "a=1") == 0
-    kind, args = ran.pop()
-    new = benchmark_train.parse_args(["--config", config, "--nproc", "1", "2", "--steps", "8",
-                                      "--warmup", "2", "--set", "a=1"])
-    assert kind == "train" and vars(args).items() >= vars(new).items()
-    assert (args.pretrain_nproc, args.pretrain_steps, args.overrides) == ([1, 2], 8, ["a=1"])
-
-
 def test_benchmark_options_stay_with_their_tool(capsys):
     config = str(ROOT / "configs" / "pretrain" / "tiny.yaml")
     for main, argv, message in (
             (benchmark_model.main, ["--pretrain-config", config], "unrecognized arguments"),
-            (benchmark_train.main, ["--steps", "3"], "required: --config/--pretrain-config"),
+            (benchmark_train.main, ["--steps", "3"], "required: --config"),
             (benchmark_train.main, ["--config", config, "--steps", "5", "--warmup", "5"],
              "--warmup must be >= 0 and --steps greater than it"),
-            (cli.main, ["benchmark", "--set", "a=1"],
-             "--set and --pretrain-* need --pretrain-config")):
+            (benchmark_train.main, ["--config", config, "--pretrain-steps", "20"],
+             "unrecognized arguments: --pretrain-steps")):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2
         assert message in capsys.readouterr().err
-    # the earlier spellings work on the new tool too
-    args = benchmark_train.parse_args(["--pretrain-config", config, "--pretrain-steps", "20"])
+    args = benchmark_train.parse_args(["--config", config, "--steps", "20"])
     assert (args.pretrain_config, args.pretrain_steps, args.pretrain_warmup) == (config, 20, 10)
 
 
 def test_retained_memory_check_flags_a_leaking_loop():
-    """The streaming benchmark's memory check (benchmark_common.measure_retention: allocated
+    """The streaming benchmark's memory check (benchmarks.common.measure_retention: allocated
     bytes after n and after 2n segments) passes the benchmark's own train-mode stream and
     fails a loop that keeps one tensor per segment, by exactly what it keeps."""
     import numpy as np
     import paddle
     from helpers import tiny_config
 
+    from benchmarks.common import measure_retention
     from ernie_doc import ErnieDocModel
-    from ernie_doc.cli.benchmark_common import measure_retention
     B, T = 2, 16
     config = tiny_config(max_position_embeddings=T)
     model = ErnieDocModel(config)

@@ -4,9 +4,9 @@ import paddle
 import pytest
 from helpers import tiny_config
 
+from benchmarks.reference import PaddleNLPReference, official_position_ids
 from ernie_doc import ErnieDocConfig, ErnieDocModel
 from ernie_doc.modeling.attention import gather_rel_shift, relative_position_ids
-from ernie_doc.reference import PaddleNLPReference, official_position_ids
 
 
 def _segments(config, batch, n_segments, seed=0, pad_last=True):

@@ -109,3 +109,17 @@ def test_the_missing_paddle_hint_names_the_pinned_builds():
     cpu, gpu = requirements("requirements.txt"), requirements("requirements-gpu.txt")
     assert f"paddlepaddle=={cpu['paddlepaddle']}" in PADDLE_MISSING
     assert f"paddlepaddle-gpu=={gpu['paddlepaddle-gpu']}" in PADDLE_MISSING
+
+
+def test_the_benchmarks_stay_in_the_checkout():
+    # benchmarks/ is a package of the checkout only: setup.py never ships it, and nothing
+    # installed imports it, its PaddleNLP driver or its reference model
+    assert (ROOT / "benchmarks" / "__init__.py").is_file()
+    assert not any(p == "benchmarks" or p.startswith("benchmarks.")
+                   for p in setup_arguments()["packages"])
+    pattern = re.compile(r"\bbenchmarks\.|(import|from) benchmarks\b|paddlenlp_driver|"
+                         r"ernie_doc\.reference|ernie_doc\.cli\.benchmark")
+    for top in ("ernie_doc", "tasks"):
+        for path in (ROOT / top).rglob("*.py"):
+            found = pattern.search(path.read_text(encoding="utf-8"))
+            assert found is None, f"{path.relative_to(ROOT)}: {found.group(0)}"

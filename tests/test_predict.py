@@ -222,7 +222,7 @@ def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
 
 
 def test_benchmark_predict_reports_every_engine(imdb_run, tmp_path):
-    from ernie_doc.cli import benchmark_predict
+    from benchmarks import predict as benchmark_predict
     data, out = imdb_run
     docs = load_reader("imdb").read(str(data), "test", {})
     inputs = tmp_path / "in.jsonl"

@@ -59,10 +59,11 @@ def bounded(seconds: int = SECONDS):
 
 
 def refused(capsys, tool, *args, parts=()):
-    """`ernie-doc TOOL ARGS` in-process, bounded: exit status 2 with exactly one `error:`
-    line on stderr holding every part → that line."""
+    """`ernie-doc TOOL ARGS` (or a module's main, TOOL dotted) in-process, bounded: exit
+    status 2 with exactly one `error:` line on stderr holding every part → that line."""
     import importlib
-    main = importlib.import_module(f"ernie_doc.cli.{tool.replace('-', '_')}").main
+    module = tool if "." in tool else f"ernie_doc.cli.{tool.replace('-', '_')}"
+    main = importlib.import_module(module).main
     capsys.readouterr()
     with bounded():
         try:
@@ -245,7 +246,7 @@ def test_language_model_eval_mem_len_is_checked(saved, tmp_path, capsys):
 
 
 def test_benchmark_model_batch_size_is_checked_against_the_estimate(capsys):
-    refused(capsys, "benchmark-model", "--quick", "--no-paddlenlp", "--batch-size", 100_000,
+    refused(capsys, "benchmarks.model", "--quick", "--no-paddlenlp", "--batch-size", 100_000,
             parts=("--batch-size 100000", "needs about"))
 
 
@@ -313,8 +314,8 @@ def test_yaml_nul_and_long_integers_are_one_line(tmp_path, capsys):
 
 
 def test_every_yaml_read_goes_through_the_strict_loader():
-    """The config file, --set, run_config.yaml read back by benchmark-train, and
-    benchmark-finetune's --model-overrides share one loader: aliases, merges and deep nesting
+    """The config file, --set, run_config.yaml read back by benchmarks/train.py, and
+    benchmarks/finetune.py's --model-overrides share one loader: aliases, merges and deep nesting
     are errors with a line; what the package writes has no alias."""
     import yaml
 
@@ -329,8 +330,8 @@ def test_every_yaml_read_goes_through_the_strict_loader():
     shared = [1, 2]
     text = dump_yaml({"eval_splits": shared, "test_splits": shared})
     assert "&" not in text and parse_yaml(text) == {"eval_splits": [1, 2], "test_splits": [1, 2]}
-    sources = {name: (ROOT / "ernie_doc" / "cli" / name).read_text()
-               for name in ("benchmark_train.py", "benchmark_finetune.py")}
+    sources = {name: (ROOT / "benchmarks" / name).read_text()
+               for name in ("train.py", "finetune.py")}
     for name, source in sources.items():
         assert "parse_yaml(" in source and "safe_load" not in source, name
 

@@ -437,9 +437,9 @@ def test_predictor_refuses_a_file_outside_the_export(exported, tmp_path):
         Predictor(str(tmp_path / "nowhere"))
 
 
-# -- tools/benchmark.py and tools/ablation.py ---------------------------------------------------
+# -- tools/benchmark_model.py and tools/ablation.py ---------------------------------------------
 def test_benchmark_quick_keeps_what_the_command_line_gave(capsys):
-    from tools.benchmark import main, parse_args
+    from tools.benchmark_model import main, parse_args
     args = parse_args(["--quick", "--seq-len", "64"])
     assert args.seq_len == 64 and args.preset == "ernie-doc-small" and args.batch_size == 2
     assert main(["--quick", "--preset", "bogus", "--no-paddlenlp"]) == 2

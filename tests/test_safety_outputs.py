@@ -206,7 +206,7 @@ def test_a_fifo_output_is_refused_promptly(models, work, capsys):
 
 # -- the other commands -------------------------------------------------------------------------
 def test_benchmark_predict_never_writes_its_report_over_the_input(models, work, capsys):
-    from ernie_doc.cli import benchmark_predict
+    from benchmarks import predict as benchmark_predict
     data = work / "data" / "in.jsonl"
     before = sha(data)
     exits(2, lambda: benchmark_predict.main([str(models[0]), "--input", str(data), "--output",
@@ -217,7 +217,7 @@ def test_benchmark_predict_never_writes_its_report_over_the_input(models, work, 
 
 
 def test_benchmark_predict_fifo_input_is_one_line(models, work, capsys):
-    from ernie_doc.cli import benchmark_predict
+    from benchmarks import predict as benchmark_predict
     fifo = work / "fifo.jsonl"
     os.mkfifo(fifo)   # read without blocking today too, but reported as a traceback
     exits(2, lambda: benchmark_predict.main([str(models[0]), "--input", str(fifo),
@@ -227,7 +227,7 @@ def test_benchmark_predict_fifo_input_is_one_line(models, work, capsys):
 
 def test_benchmark_predict_pickled_model_is_one_line(models, work, capsys):
     """A pickle that would run code in place of the weights: refused, in one line."""
-    from ernie_doc.cli import benchmark_predict
+    from benchmarks import predict as benchmark_predict
     model = work / "pickled"
     shutil.copytree(models[0], model)
     os.remove(model / "model.safetensors")
@@ -278,7 +278,7 @@ def test_export_into_the_checkpoint_folder_is_one_line(models, tmp_path, capsys)
 
 
 def test_benchmark_reports_keep_an_existing_file_without_overwrite(tmp_path, capsys):
-    from ernie_doc.cli import benchmark_model
+    from benchmarks import model as benchmark_model
     report = tmp_path / "bench.json"
     report.write_text("my earlier numbers\n", encoding="utf-8")
     exits(2, lambda: benchmark_model.parse_args(["--quick", "--output", str(report)]))
