@@ -14,6 +14,7 @@ Each step prints one line with its time; a failure prints the command and its ou
 and exits 1.
 """
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -28,6 +29,9 @@ import time
 import traceback
 
 WORK = os.path.abspath("smoke-work")
+# what `ernie-doc --help` lists: the user commands only (the benchmarks run from a checkout)
+USER_COMMANDS = ("finetune", "pretrain", "export", "convert", "train-tokenizer", "run-document",
+                 "predict", "download")
 BIN = os.path.dirname(sys.executable)
 ERNIE_DOC = os.path.join(BIN, "ernie-doc")
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "plot", "actor",
@@ -113,6 +117,8 @@ def main():
         site = sysconfig.get_paths()["purelib"]
         check(os.path.abspath(ernie_doc.__file__).startswith(site),
               f"ernie_doc imported from {ernie_doc.__file__}, not {site}")
+        # the benchmarks are the checkout's, never the wheel's
+        check(importlib.util.find_spec("benchmarks") is None, "the wheel installed benchmarks/")
 
     @step("help of every subcommand")
     def _():
@@ -120,7 +126,8 @@ def main():
         usage = run("--help").stdout   # the console script itself
         names = [line.split()[0] for line in usage.split("commands:")[1].splitlines()
                  if line.startswith("  ") and not line.strip().startswith("--")]
-        check(len(names) >= 10 and "finetune" in names, f"--help listed {names}")
+        check(sorted(names) == sorted(USER_COMMANDS), f"--help listed {names}, expected "
+              f"{list(USER_COMMANDS)} (the benchmarks are checkout-only)")
         for name in names:   # in this process: the same dispatch, paddle imported once
             text = io.StringIO()
             try:
