@@ -1,6 +1,6 @@
 """What tests/test_readme.py needs to run the documentation's code blocks: the blocks and their
-markers, the workspace a block runs in (a copy of the checkout's tasks/, tools/ and configs/
-with the long runs shrunk), the released names served from a hand-filled cache with tiny
+markers, the workspace a block runs in (a copy of the checkout's tasks/, tools/, benchmarks/ and
+configs/ with the long runs shrunk), the released names served from a hand-filled cache with tiny
 checkpoints, and the small fixed registry of setups a marker may name.
 
 A block's marker is an HTML comment on the line right above its opening fence (readers do not
@@ -307,7 +307,7 @@ SHRINK: Dict[str, Dict[str, object]] = {
     "tasks/wikitext103/config_tiny.yaml": {"max_steps": 6, "eval_steps": 3, "logging_steps": 3},
     "tasks/imdb/config.yaml": {"epochs": 1, "batch_size": 2, "max_seq_len": 32, "stride": 16},
 }
-CHECKOUT_PARTS = ("tasks", "tools", "configs", "README.md")
+CHECKOUT_PARTS = ("tasks", "tools", "benchmarks", "configs", "README.md")
 
 
 def _set_dotted(data: dict, key: str, value: object) -> None:
@@ -318,8 +318,8 @@ def _set_dotted(data: dict, key: str, value: object) -> None:
 
 
 def build_checkout(dest: Path) -> Path:
-    """A copy of the checkout's tasks/, tools/, configs/ and README.md at dest, with SHRINK
-    applied → dest."""
+    """A copy of the checkout's CHECKOUT_PARTS (tasks/, tools/, benchmarks/, configs/,
+    README.md) at dest, with SHRINK applied → dest."""
     ignore = shutil.ignore_patterns("__pycache__", "output", "*.pyc")
     for part in CHECKOUT_PARTS:
         src = ROOT / part
