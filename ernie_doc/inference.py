@@ -58,7 +58,7 @@ FORMAT_VERSION = 1
 Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), "dtype": str}
 
 
-# paddle 3.x (PIR) inference passes that break this model under oneDNN (measured on 3.3.1):
+# paddle 3.x (PIR) inference passes that break this model under oneDNN (seen on 3.3.1):
 # - constant_folding_pass folds the input-independent position and task tables through the
 #   oneDNN layer_norm, which leaves its mean/variance outputs unallocated in inference mode;
 #   create_predictor then fails with "Tensor holds no memory" (pd_op.cast).
@@ -83,7 +83,7 @@ class PredictorInputError(ValueError):
 
 
 class EngineError(ValueError):
-    """A device / precision this machine or paddle build cannot run (one line naming what is
+    """A device / precision this host or paddle build cannot run (one line naming what is
     missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
     3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
     a processor without it."""
@@ -196,7 +196,7 @@ def inference_settings(device: str = "cpu", precision: str = "fp32",
 
 def machine_settings(device: str = "cpu", precision: str = "fp32",
                      enable_onednn: bool = True) -> InferenceSettings:
-    """inference_settings for this machine and paddle build."""
+    """inference_settings for this host and paddle build."""
     cuda = bool(paddle.is_compiled_with_cuda())
     count, capability = 0, None
     if cuda and device in ("gpu", "auto"):
@@ -672,7 +672,7 @@ class Predictor:
     threads: CPU math library threads. enable_onednn: oneDNN kernels (on by default).
     device: "cpu" (default), "gpu" or "auto"; precision: "fp32" (default), "bf16" or "fp16"
     (inference_settings says which combinations run where; `settings` holds the choice).
-    A combination this machine cannot run raises EngineError (one line) rather than falling
+    A combination this host cannot run raises EngineError (one line) rather than falling
     back. A path that holds no export, or an export with a damaged file, raises ExportError
     (one line naming the file); a bad config in the sidecar raises ConfigError naming it.
     """

@@ -74,7 +74,7 @@ DEVICES = ("cpu", "gpu")
 
 
 def check_device(device: str) -> str:
-    """`device` when this machine and paddle build can run it; else PipelineError, one line
+    """`device` when this host and paddle build can run it; else PipelineError, one line
     naming what is missing (a paddle without CUDA, no visible GPU). The decision is
     ernie_doc.inference.inference_settings's, which the export engine also follows."""
     from ernie_doc.inference import EngineError, machine_settings

@@ -275,8 +275,7 @@ def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueE
 # x86-64 MXCSR bits: flush-to-zero (denormal results become 0) and denormals-are-zero
 # (denormal inputs read as 0). Without them a CPU computes each denormal operand in microcode,
 # tens of times slower: once a fine-tuning loss nears 0, backward's products fall below
-# 1.2e-38 and a base-en step took 4x its time (an L=2 backward of denormal gradients: 30 s
-# instead of 1.2 s). GPUs' kernels flush by default.
+# 1.2e-38 and whole steps slow down severalfold. GPUs' kernels flush by default.
 _MXCSR_FTZ_DAZ = 0x8040
 _FENV_SIZE, _MXCSR_OFFSET = 32, 28   # glibc's x86-64 fenv_t: the x87 state, then mxcsr
 

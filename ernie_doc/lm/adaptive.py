@@ -89,9 +89,9 @@ def _share(plist, i, param):
 
 
 def log_softmax(x: paddle.Tensor) -> paddle.Tensor:
-    """log_softmax over the last axis as x − logsumexp(x). paddle's CPU log_softmax kernel
-    takes time quadratic in the axis size (17 s forward for [1024, 12891] on one core,
-    against 0.1 s this way), which made every adaptive-softmax cluster the bottleneck."""
+    """log_softmax over the last axis as x − logsumexp(x): paddle's CPU log_softmax kernel
+    takes time quadratic in the axis size, which would make every adaptive-softmax cluster the
+    bottleneck."""
     return x - paddle.logsumexp(x, axis=-1, keepdim=True)
 
 

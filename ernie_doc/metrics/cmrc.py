@@ -15,9 +15,8 @@ word-tokenises the non-CJK runs with `nltk.word_tokenize`, and ERNIE-Doc pins nl
 and later also split a run-initial '' off its word ("''abc" → '' abc), which
 `nltk_rules="3.7"` gives (`evaluate(..., nltk_rules=...)`). Checked against
 NLTKWordTokenizer of nltk 3.6.2 and 3.9.1 on random strings of quotes, clitics and
-punctuation (tests/test_span_reference.py runs the check where nltk is installed). On the
-CMRC2018 dev and trial sets and the DuReader demo answers the two rule sets segment every
-answer and context alike.
+punctuation (tests/test_span_reference.py runs the check where nltk is installed); how the
+two rule sets compare on real data: docs/design-notes.md.
 
 Deviations:
 - No Punkt sentence splitting before the Treebank stage, so a period inside a run followed

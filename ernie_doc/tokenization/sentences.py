@@ -27,11 +27,7 @@ training corpus. Differences to expect:
   abbreviations), so they end a sentence too.
 * The odd cases of newer NLTK releases (e.g. "Wow!!!This") are not copied.
 
-Measured on the 5,000 IMDB test reviews of the project data, against NLTK's
-Punkt algorithm (3.6-style candidate search) with the English Punkt
-parameters: 97.8% of the reviews get identical sentence lists and about
-0.01% of the BPE ids differ. (NLTK 3.10 itself differs from the 3.6 search
-on 0.8% of these reviews.)
+How often the fallback agrees with Punkt: docs/design-notes.md.
 """
 
 from __future__ import annotations

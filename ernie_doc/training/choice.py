@@ -26,8 +26,7 @@ By default both kinds follow it; `task_options` give the other behaviours:
                    and the window is T − Σ over all num_choices pairs of |question + choice|
                    − 4, padded choices counted as empty. The sum is over every choice
                    although a row holds one pair, so windows are shorter than they could be
-                   (at T=512 on C3 dev: 439 tokens on average against 490, and 10 % of the
-                   questions get another number of segments). At small T a question with
+                   (docs/design-notes.md). At small T a question with
                    long choices can leave no room at all: a DataError naming it (PaddleNLP's
                    reader loops forever there).
                    longest: pairs cut to max_query_len tokens (on a tie the question loses
