@@ -38,16 +38,16 @@ mem_len positions of [memory; segment without its last ext_len positions] are ke
 Mask: query i (of T) sees keys j ≤ mlen + i of [memory (mlen); segment]. With same_length it
 also loses keys j ≤ i − shift, shift = T − (klen − mem_len) if klen > mem_len else T, which is
 Transformer-XL's formula: a query sees the keys at distances 0 ... mem_len − 1 (itself and the
-mem_len − 1 before it: mem_len keys once the memory is full; the anchors' "mem_len + 1" is one
-too many). `mem_len` here is config.mem_len even under recurrence "none", where same_length is
-a sliding window of mem_len tokens.
+mem_len − 1 before it: mem_len keys once the memory is full, not mem_len + 1). `mem_len` here
+is config.mem_len even under recurrence "none", where same_length is a sliding window of
+mem_len tokens.
 
 Segatron (segment_positions=True). positions are Segatron-XL's *global* running counters
 (ernie_doc.lm.data.sega_positions(..., scheme="global") / to_global): every row non-decreasing
 along time, checked. The relative encoding concatenates three sinusoid encodings, of the token,
 sentence and paragraph distances, with dims d_t = d_s = d//3 + (d//3)%2 and d_p = the rest
-(410 → 136, 136, 138), then r_net, as Segatron-XL. How the distances are taken (the anchors
-describe Segatron-XL's and flag it as an approximation; config.sega_relative picks):
+(410 → 136, 136, 138), then r_net, as Segatron-XL. How the distances are taken
+(config.sega_relative picks; Segatron-XL's own is an approximation):
 
 * "exact" (default): key j gets, per component c, pos_c(query i) − pos_c(key j), clipped to
   [0, klen − 1] and to clamp_len. Computed without a [B, T, K, d] tensor: r_net is linear and
