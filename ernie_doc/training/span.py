@@ -22,8 +22,8 @@ task_options switch to ours:
                 never trained and would crowd an all-positions pool.
   answer_unit   token: the answer is cut at its first and last sub-token's own characters
                 (official get_final_text) · word: widened to whole words.
-  empty_answer  the text predicted when no candidate survives ("empty", official; "" was
-                ours). The n-best list holds distinct texts, best first (official).
+  empty_answer  the text predicted when no candidate survives ("empty", official; any
+                string, e.g. ""). The n-best list holds distinct texts, best first (official).
   unreferenced  count: a question without a non-empty reference answer is scored (0, or
                 EM 1 for an empty prediction) and counted in the mean, as the official
                 metric counts every question of the file · skip: it is left out. A split
