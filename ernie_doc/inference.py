@@ -633,7 +633,7 @@ def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
     if settings.device == "gpu":
         # Mixed precision in one step (paddle ≥ 2.5): enable_use_gpu's precision_mode runs
         # the auto_mixed_precision pass, inputs and outputs stay float32
-        # (enable_low_precision_io is off by default). Never run here: see the README.
+        # (enable_low_precision_io is off by default). The CPU tests cannot run this path.
         precision = getattr(inference.PrecisionType, settings.gpu_precision)
         cfg.enable_use_gpu(GPU_MEMORY_POOL_MB, 0, precision)
     else:

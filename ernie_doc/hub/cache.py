@@ -30,13 +30,10 @@ there without being listed is an error, never silently used.
 
 The weights have no published checksum: once the first fetch of a URL has been unpacked and
 read as a checkpoint holding every encoder tensor, its sha256 is recorded in checksums.json
-under the URL normalised (scheme and host lower-cased, an IP address in canonical form, a
-default port dropped, `//`, `.` and `..` segments and %-escaped unreserved characters
-resolved; the query kept), and every later fetch of that URL (another cache, a re-download,
-a file put there by hand, the same path through ERNIE_DOC_MIRROR) must match it, unless the
-registry pins a value, which wins. A first fetch is trusted only when its body was framed (a
-Content-Length it matched, or a chunked body that ended properly): a body ended by a closed
-connection could be cut short, and is accepted only against a known sha256. A URL given
+under the URL normalised (`_checksum_key`), and every later fetch of that URL (another
+cache, a re-download, a file put there by hand, the same path through ERNIE_DOC_MIRROR) must
+match it, unless the registry pins a value, which wins. A first fetch is trusted only when its
+body was framed (fetch.py: a body ended by a closed connection could be cut short). A URL given
 directly must name an archive, a checkpoint file or a tokenizer file, and what arrives must
 read as one. A fetch that fails (a short or unframed body, an HTML page, a file that does
 not unpack or load, a checkpoint missing encoder tensors) records nothing and leaves
