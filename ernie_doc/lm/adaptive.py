@@ -1,18 +1,13 @@
 """Adaptive input embedding and projected adaptive log-softmax (Transformer-XL's WT103 setup).
 
-The vocabulary (ids sorted by frequency) is cut into clusters [0, c1), [c1, c2), ..., [ck, V).
-Cluster i gets the dimension d_embed // div_val**i, so rare words get cheaper vectors, and a
-projection to d_model. The softmax factorises p(w) = p(cluster | h) * p(w | cluster, h): a head
-over the shortlist [0, c1) plus one logit per tail cluster, then one small softmax per tail.
+The vocabulary (ids sorted by frequency) is cut into clusters; cluster i gets the dimension
+d_embed // div_val**i and a projection to d_model, so rare words get cheaper vectors. The
+softmax factorises p(w) = p(cluster | h) * p(w | cluster, h). Embedding and softmax use one
+orientation, so tying shares the same Parameter objects, never copies:
 
-Layout of the parameters (the embedding and the softmax use the same orientation, so tying
-shares the very same Parameter objects, never copies):
+    weights[i]  [n_i, d_i]      projs[i]  [d_i, d_model]      (d_i = d_embed // div_val**i)
 
-    weights[i]  [n_i, d_i]      n_i = cutoff_ends[i+1] - cutoff_ends[i], d_i = d_embed // div_val**i
-    projs[i]    [d_i, d_model]  embedding e @ P (d_i → d_model); softmax h @ P^T (d_model → d_i)
-
-With div_val == 1 there is one table [V, d_embed] (cluster i is a row slice of it) and, on the
-softmax side, one projection per cluster; both sides have projections only if d_embed != d_model.
+Details: docs/design-notes.md, "Language model: adaptive input and softmax".
 """
 import operator
 from typing import List, Sequence, Tuple, Union
