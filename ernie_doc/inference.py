@@ -1,36 +1,15 @@
 """Export an ERNIE-Doc model for `paddle.inference` and run it with explicit memory state.
 
     info = export(model, "out/ernie_doc", seq_len=512, batch_size=None)   # dynamic batch
-    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN
-    pred = Predictor("out/ernie_doc", precision="bf16")   # CPU bf16 (AVX512-BF16 / AMX)
-    pred = Predictor("out/ernie_doc", device="gpu", precision="fp16")   # CUDA builds only
+    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN; precision="bf16" on CPU,
+                                                    # device="gpu", precision="fp16" on CUDA
     out = pred.run(input_ids)                       # zero memories: a new document
     out = pred.run(next_ids, memories=out["memories"])
     outs = pred.stream([seg0, seg1, seg2])          # carries memories across segments
 
-The exported program has a flat signature (no Python containers, no None):
-
-    input_ids [B,T] int64, memories [L,B,M,H] float32, token_type_ids [B,T] int64,
-    attention_mask [B,T] float32, reset_memory [B] int64 (1 = zero this row's memory first)
-    [, memory_mask [B,M] float32 when config.mask_empty_memory]
-    → bare model: sequence_output [B,T,H], pooled_output [B,H], memories [L,B,M,H]
-      heads:      what the head's export_outputs names (e.g. logits, shape per head;
-                  HotpotQA: para_logits, sent_logits [, type_logits, span_logits]),
-                  memories [L,B,M,H]
-      [, memory_mask [B,M]]
-
-A head exports when its class says `exportable` (ernie_doc.heads.Head; the registry in
-ernie_doc.auto lists them). Inputs its forward needs beyond the encoder's are declared by the
-head (Head.export_inputs: name, shape, dtype, value range) and come last in the signature, e.g.
-OpenKP's word_index [B,T] int64; the sidecar lists them under "head_inputs" and
-Predictor.run takes them as keyword arguments (`pred.run(ids, word_index=wi)`).
-
-Without recurrence (config.recurrence == "none") there is no memories / reset_memory input or
-output. T is fixed at export time (the relative-position layout depends on it); B is fixed or
-dynamic. `reset_memory` is int64 rather than bool because bool feeds are not accepted by every
-paddle.inference version. A sidecar `<prefix>.meta.json` records the config, the I/O names and
-shapes and which model file was written: paddle 3.x writes `<prefix>.json` (PIR), paddle 2.6
-writes `<prefix>.pdmodel`, both with `<prefix>.pdiparams`.
+The program has a flat signature (input_ids, memories, token_type_ids, attention_mask,
+reset_memory, then the head's inputs); T is fixed at export time. A sidecar
+`<prefix>.meta.json` records it. Details: docs/design-notes.md, "Export: the program".
 """
 import json
 import os

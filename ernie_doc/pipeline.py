@@ -4,21 +4,10 @@ prediction per document out.
     from ernie_doc.pipeline import Pipeline
     pipe = Pipeline.from_pretrained("output/imdb")        # a run directory, its best/ or final/
     pipe(["a long review ...", "another ..."])            # → [{"doc_id", "pred", "probs", ...}]
-    pipe([{"id": "q1", "question": "...", "context": "..."}])          # span QA: task fields
 
-    ernie-doc predict output/imdb --input reviews/ --output preds.jsonl
-
-A document is read exactly as evaluation reads it (`eval_only`): the same segmenter and
-windows (training.prepare.setup_reading), the same reading passes (the retrospective feed),
-the same row scheduling (data.schedule.RowScheduler: a row reads one document start to end
-with its memory, and takes the next document when it ends), the same collection of the
-predicted rows (training.splits.collect_row_outputs) and the same per-document prediction
-(the task kind's `predict`, which its `evaluate` scores). Documents are read as a stream: only
-the documents in the batch rows are held, and a prediction is produced as soon as its
-document's last segment is read, so an input of any size runs in bounded memory.
-
-What a saved model needs besides its weights and tokenizer files is its `task.json` (task,
-kind, label names and the run's config), which fine-tuning writes into best/ and final/.
+A document is read exactly as evaluation reads it (`eval_only`), streamed in bounded memory.
+A saved model needs its `task.json` besides its weights and tokenizer files. Details:
+docs/design-notes.md, "Prediction".
 """
 import os
 import sys
