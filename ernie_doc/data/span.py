@@ -3,22 +3,9 @@ stage): a context as sub-tokens that remember their characters, windows over it 
 question in every segment, gold token spans per window, and n-best decoding of the
 start/end logits of all an example's segments back to a piece of the original text.
 
-Token → text: the context is cut into words (CJK characters and punctuation marks are
-words of their own, as BERT's basic tokenizer splits them; other runs end at whitespace)
-and each word is tokenized alone, so every sub-token knows its word's character span. A
-character the vocabulary lacks becomes [UNK] and keeps its place: offsets never shift
-(DRCD's traditional characters). Each sub-token also knows its own characters inside the
-word where the tokenizer's `encode_with_offsets` gives the same pieces for the word alone
-(WordPiece: "iPhone6s" → iphone6 = "iPhone6", ##s = "s"); where it cannot tell (an [UNK],
-byte-level BPE, whose lone-word pieces differ from its in-text pieces) a piece covers its
-whole word.
-
-Answer unit (`best_spans(unit=...)`): "token" cuts the answer at its first and last
-sub-token's own characters, which is what the official decoder's `get_final_text` gives
-when its character alignment succeeds (PaddlePaddle/ERNIE, ernie-doc/utils/
-multi_process_eval.py); "word" widens it to whole words. Where the official alignment fails
-(an [UNK], lower-casing that changes a word's length) it returns the whole original tokens,
-which are longer than our words for non-CJK runs ("iPhone 6s" is one official token).
+Each word is tokenized alone, so every sub-token knows its word's character span and offsets
+never shift. `best_spans(unit="token")` cuts the answer as the official `get_final_text` does;
+"word" widens it to whole words. Details: docs/design-notes.md, "Span data: tokens and text".
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
