@@ -8,22 +8,13 @@
 
 MODEL is a fine-tuning run's OUTPUT_DIR (its best/, else final/) or such a directory itself,
 or, with --task, a directory written by save_pretrained (no task.json).
---input: a .txt file (one document), a directory of .txt files (one document each), a TSV file
-with a header row (columns are the task's fields: `text` for classification; `context`,
-`question` for span QA ...; `id` names the document; the official `text_a` and `qid` are read
-as `text` and `id`), JSON lines with those fields (`choices` as a list for multiple choice),
-or - (standard input). --format task: the task's own data files, read by its reader as
-fine-tuning read them (ernie_doc.pipeline.task_documents). --output -: the records alone on
-standard output. Each document is read exactly as evaluation reads
-it (ernie_doc.pipeline). A document that cannot be predicted (empty, not UTF-8, a missing
-field) gets a line with an `error` field, or with --on-error fail stops the run with one
-line naming it. The last line of --output is a complete record at every moment but the one
-being written. Beside it, `<output>.meta.json` records the model's fingerprint (written before
-the first record): --resume continues only a file this tool wrote for this model, drops a
-last line cut short and skips the documents already there; any other file is refused and left
-as it is. --output never replaces or lands inside an input or the model folder (nor a file
-they link to), and is locked while a run writes it: a second predict on it stops with one
-line (ernie_doc.outputs).
+--input: a .txt file (one document), a directory of .txt files, a TSV file with a header row or
+JSON lines with the task's fields (`text`; `context`, `question` ...; `id` names the document),
+or - (standard input); --format task reads the task's own data files. A document that cannot be
+predicted gets a line with an `error` field (--on-error fail: stop). `<output>.meta.json`
+records the model's fingerprint, so --resume continues only a file written for this model.
+--output never replaces or lands inside an input or the model folder, and is locked while a
+run writes it: a second predict on it stops with one line (ernie_doc.outputs).
 """
 import argparse
 import contextlib
