@@ -169,17 +169,13 @@ def check_paths(args: argparse.Namespace):
 
 def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON). `progress`
-    (a dict, filled as the run goes): "created", whether --output holds this run's records
-    (the file is created or reopened to resume), and "records", how many it holds: what
-    Ctrl-C reports (`interrupted_line`).
+    (a dict, filled as the run goes): "created", whether --output holds this run's records,
+    and "records", how many it holds: what Ctrl-C reports (`interrupted_line`).
 
-    --output's folder is opened once, right after the checks (ernie_doc.outputs.OutputFolder):
-    the file and its sidecar are opened, created and renamed through it, and the file is
-    locked for the run (a second predict on it stops with one line). --resume: the checked
-    file itself is opened, locked, and its records read before the model loads. Otherwise
-    the sidecar and a new file are complete beside the old output before they replace it.
-    --output -: the records go to standard output as they come, and nothing else does (the
-    summary, notes and progress go to stderr)."""
+    --output is written through its folder, opened once (ernie_doc.outputs.OutputFolder), and
+    locked for the run; --resume reads the checked file's records before the model loads;
+    otherwise the sidecar and a new file are complete before they replace the old output.
+    --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     from tqdm import tqdm
 
     from ernie_doc.outputs import OutputFolder

@@ -6,10 +6,8 @@
         out = model(ids, memories, attention_mask=mask, reset_memory=new_doc)
         memories = out.memories
 
-The pieces are the trainer's: the segmenter (data.segment: the official windows and layout),
-the row scheduler (data.schedule.RowScheduler: each batch row reads one document from its
-first to its last segment, then takes the next; §4.4 of the paper) and the collation
-(data.collate). Documents are read as a stream: only those in the batch rows are held.
+The pieces are the trainer's (data.segment, data.schedule, data.collate), and documents are
+read as a stream: only those in the batch rows are held.
 """
 from collections import namedtuple
 from typing import Any, Iterable, Iterator, List, Optional, Sequence

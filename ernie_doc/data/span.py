@@ -143,14 +143,11 @@ class SpanSegmenter:
     Chinese tasks, [q]/[/q] for TriviaQA). Windows hold T − |question| − 3 context tokens and
     advance by `stride`.
 
-    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts /
-    ends inside the window (several for distant supervision; the [CLS] at 0 when the window
-    holds none, official), `allowed` marks the positions a span may use ([CLS] and the
-    context). A gold character span marks the tokens it overlaps, by their own characters
-    (answer_unit "token", like the official reader's `_improve_answer_span` narrowing the
-    answer to its sub-tokens) or by their words ("word"). `meta` keeps what decoding needs:
-    the window, its tokens' word spans (starts / ends) and own spans (piece_starts /
-    piece_ends) and max-context flags."""
+    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts / ends
+    in the window (several for distant supervision; [CLS] when there is none, official), and
+    `allowed` the positions a span may use. Gold spans mark tokens by their own characters
+    (answer_unit "token", as the official `_improve_answer_span`) or by their words ("word").
+    `meta` keeps what decoding needs: the window, word and piece spans, max-context flags."""
 
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):

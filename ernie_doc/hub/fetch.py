@@ -431,18 +431,14 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
              room_factor: float = 1.0, max_bytes: Optional[int] = None) -> Tuple[str, int]:
     """Fetch `url` (through ERNIE_DOC_MIRROR) into the new file `dest` → (sha256 hex, bytes).
 
-    `dest` must not exist and should lie in a folder private to the caller: it is created
-    with O_EXCL | O_NOFOLLOW, so nothing already there (a planted link) is written through.
-    `manual`: where the user can put the file by hand (named in every error). `sha256`: the
-    expected hash; a mismatch is a HubError. `room_factor`: how many times the announced size
-    must be free (an archive also needs room to unpack). `max_bytes`: the cap of the body
-    (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB); an announced Content-Length above it
-    is refused before the body is read. HubError, one line naming the URL and `manual`, on
-    ERNIE_DOC_OFFLINE, any network error, a body that is short, too long, encoded, an HTML
-    page, late (ERNIE_DOC_DOWNLOAD_DEADLINE, which covers connecting, headers, every read and
-    redirects) or has a wrong hash, a body ended only by a closed connection when no sha256
-    is expected (it cannot be told from one cut short), and a redirect to another scheme,
-    host or port; `dest` then does not exist.
+    `dest` must not exist and should lie in a folder private to the caller (it is created with
+    O_EXCL | O_NOFOLLOW). `manual`: where the user can put the file by hand (named in every
+    error). `sha256`: the expected hash. `room_factor`: how many times the announced size must be
+    free. `max_bytes`: the cap of the body (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB).
+    HubError, one line naming the URL and `manual`, on ERNIE_DOC_OFFLINE, a network error, or a
+    body that is short, too long, encoded, HTML, late, unframed without a sha256, of a wrong hash
+    or redirected elsewhere; `dest` then does not exist. The bounds: docs/design-notes.md,
+    "Hub: fetching a file".
     """
     fetched = mirrored(url)
     check_url(fetched)

@@ -161,15 +161,12 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
                    model_max_length: Optional[int] = None) -> Tokenizer:
     """Load the tokenizer described by the files at ``path``.
 
-    ``path`` is a released model name (``ernie-doc-base-en`` ...: its tokenizer files are
-    fetched once into the cache and checked against their pinned sha256), an http(s) URL or
-    a .tar.gz archive (see ``ernie_doc.hub.resolve``), a directory (a checkpoint directory
-    or its ``params/`` subdirectory; the parent is searched too in that case) or a file: a
-    ``.model`` file loads SentencePiece, any other file stands for its
-    directory. Priority: encoder.json + vocab.bpe + vocab.txt -> BPE (English
-    ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
-    (Chinese; ``do_lower_case`` is passed to it, default True). ``model_max_length``
-    overrides the one the folder gives (module docstring).
+    ``path`` is a released model name (its tokenizer files fetched once and checked against
+    their pinned sha256), an http(s) URL or .tar.gz archive (``ernie_doc.hub.resolve``), a
+    directory (a checkpoint directory or its ``params/``; the parent is searched too) or a file
+    (``.model``: SentencePiece; any other file stands for its directory). Priority:
+    encoder.json + vocab.bpe + vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt →
+    WordPiece (``do_lower_case`` default True). ``model_max_length`` overrides the folder's.
     """
     from ernie_doc.hub import is_released, is_url, resolve
     from ernie_doc.hub.archive import is_archive

@@ -171,18 +171,13 @@ class Task:
     """What the trainer asks of every task kind: the contract of the loop.
 
     Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
-    ERNIE-Doc head; classification, span, choice, matching, HotpotQA, OpenKP), its streamed
-    subclass `pretraining.task.PretrainingTask` and `lm.task.LanguageModelTask`, which builds
-    its own model and token-stream splits (`builds_model`). `training.prepare` builds a run from
-    a task; `training.trainer` then only calls the members below.
+    ERNIE-Doc head), its streamed subclass `pretraining.task.PretrainingTask`, and
+    `lm.task.LanguageModelTask`, which builds its own model and splits (`builds_model`).
 
     The memory state ("carry") is a dict of tensors that one row stream carries from a segment
-    to the next: the memories [L, B, M, H] and whatever goes with them (their mask, Segatron
-    positions). The trainer keeps it between micro-steps and saves it in checkpoints; only the
-    task reads it.
-
-    `options` (config `task_options`) are the kind's own settings, checked against
-    `option_defaults`."""
+    to the next: the memories [L, B, M, H] and what goes with them (their mask, Segatron
+    positions). The trainer keeps it and saves it in checkpoints; only the task reads it.
+    `options` (config `task_options`) are checked against `option_defaults`."""
     main_metric: Optional[str] = None
     metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
                                          # main_metric's choices, checked before anything runs
