@@ -425,13 +425,10 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
     """Vocabulary + encoded splits, cached under `cache_dir` (None: no cache).
 
     `paths` {split: .tokens path}. The vocabulary is `vocab_path` when given, else built from the
-    split(s) `vocab_from` (and cached as cache_dir/vocab.txt). Each split is cached as
-    `{split}.ids.npy` (+ `{split}.pos.npy`, local positions) beside `{split}.json`, which holds
-    the source's size and a hash of its bytes (`_file_fingerprint`), the vocabulary's
-    fingerprint and the counts; a cached split is used only when all of them still match,
-    otherwise it is re-encoded. Files are written
-    atomically, the JSON last. `positions`: None, "local" or "global" (see `sega_positions`).
-    `mmap`: memory-map the cached arrays (read-only)."""
+    split(s) `vocab_from`. Each split is cached as `{split}.ids.npy` (+ `{split}.pos.npy`) with a
+    `{split}.json` of the source's size and hash, the vocabulary's fingerprint and the counts; it
+    is re-encoded unless all match. Files are written atomically, the JSON last. `positions`:
+    None, "local" or "global" (see `sega_positions`). `mmap`: memory-map the cached arrays."""
     if positions not in (None, "local", "global"):
         raise ValueError(f"positions must be None, 'local' or 'global', got {positions!r}")
     if not paths:

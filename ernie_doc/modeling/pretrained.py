@@ -6,7 +6,8 @@
 
 `path` may hold any layout of ernie_doc.checkpoint.io. Names are mapped with
 ernie_doc.checkpoint.names; the model's own state_dict keys are PaddleNLP's (heads keep the
-encoder under `ernie_doc.`). What may load partially: `from_pretrained`'s docstring.
+encoder under `ernie_doc.`). What may load partially: `from_pretrained`'s docstring and
+docs/design-notes.md, "Checkpoints: which head loads".
 """
 import inspect
 import logging
@@ -220,14 +221,10 @@ def other_head(cls: type, ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]]
     """Why the checkpoint's head tensors must not load into `cls`'s head, as the class they
     belong to (for the report), else None (they are this head's, or there are none).
 
-    The recorded class decides what "the same head" means: every head keeps its parameters
-    under the same names (`linear.weight` ...), so names alone would load a classification
-    head into a span head. The same class, or a class `cls` derives from (a subclass keeps
-    its base's head), is the same head; another known class is another head. With no known
-    class recorded (none, an unknown or base class name, a PaddleNLP folder without
-    init_class) our own names cannot tell the heads apart: they are not reused either. Only
-    official names identify a head by name (cls_mrc_out is a span head's), so an official
-    checkpoint without a known class is matched by name, as the official code does."""
+    Every head keeps its parameters under the same names (`linear.weight` ...), so the recorded
+    class decides: the same class or a base of `cls` is the same head, anything else (or no known
+    class) is not, except official names, which identify a head (cls_mrc_out is a span head's).
+    Details: docs/design-notes.md, "Checkpoints: which head loads"."""
     if _is_bare(cls):
         return None
     recorded = recorded_class(ckpt)
