@@ -647,13 +647,11 @@ class Predictor:
     or on a GPU (fp32, fp16 or bf16; CUDA builds of paddle only).
 
     The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
-    is explicit: `run` takes it and returns the new one; the predictor itself keeps none.
-    threads: CPU math library threads. enable_onednn: oneDNN kernels (on by default).
-    device: "cpu" (default), "gpu" or "auto"; precision: "fp32" (default), "bf16" or "fp16"
-    (inference_settings says which combinations run where; `settings` holds the choice).
-    A combination this host cannot run raises EngineError (one line) rather than falling
-    back. A path that holds no export, or an export with a damaged file, raises ExportError
-    (one line naming the file); a bad config in the sidecar raises ConfigError naming it.
+    is explicit: `run` takes it and returns the new one; the predictor keeps none. threads: CPU
+    math library threads; enable_onednn: oneDNN kernels (default on); device / precision: see
+    inference_settings (`settings` holds the choice). Errors, one line each: EngineError for a
+    combination this host cannot run (never a fall back), ExportError for a missing or damaged
+    export file, ConfigError for a bad config in the sidecar.
     """
 
     def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,

@@ -366,15 +366,14 @@ def task_split(record: dict, split: Optional[str] = None) -> str:
 def task_documents(record: dict, path: Optional[str] = None,
                    split: Optional[str] = None) -> List[Document]:
     """Documents read by a saved model's own task reader (tasks/<task>/reader.py), as
-    fine-tuning reads them, so a model predicts on the very files it was trained or
-    evaluated on; ids are the reader's (the file's id column).
+    fine-tuning reads them, so a model predicts on the very files it was trained or evaluated
+    on; ids are the reader's.
 
-    record: the model's task_record. path: a data directory (None: the run's data_dir), read
-    as `split` (task_split) with the run's reader options; or one file in the task's format,
-    read by the reader's `read_input(path, options)` when it has one, else as `split` of its
-    folder through the reader option `files` ({split: name}). The whole split is read:
-    max_examples, a training-time sample, does not apply. PipelineError (one line) for
-    what the reader refuses."""
+    record: the model's task_record. path: a data directory (None: the run's data_dir), read as
+    `split` with the run's reader options, or one file in the task's format (the reader's
+    `read_input`, else `split` of its folder through the reader option `files`). The whole
+    split is read (max_examples does not apply). PipelineError (one line) for what the reader
+    refuses."""
     from ernie_doc.data.document import NotSet
     from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})

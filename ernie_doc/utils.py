@@ -362,13 +362,11 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
     directory, or file when target_is_dir is False), or None when `error` is not a failed
     write there (the caller then re-raises it: a bug keeps its traceback).
 
-    Reported: an OSError whose errno says the write cannot succeed (WRITE_ERRNOS: full disk,
-    read-only filesystem ...), whatever its path; an OSError about `target` itself or one of
-    its parent directories (a file where a directory should be, /proc ...); an OSError about
-    a path inside `target` that makes the place unusable (permission, a directory where a
-    file should be ...); safetensors' serialisation error (a full disk under save_file).
-    Message shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it
-    (<reason>)", "<file>: <reason>".
+    Reported: an OSError whose errno says no write can succeed (WRITE_ERRNOS: full disk,
+    read-only filesystem ...), one about `target` or a parent of it, one about a path inside
+    `target` that makes the place unusable, and safetensors' serialisation error (a full disk).
+    Shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it (<reason>)",
+    "<file>: <reason>".
     """
     target = os.fspath(target)
     if isinstance(error, OSError):

@@ -185,14 +185,10 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
     forward(hidden [..., d_model], target [...] int64 in [0, V)) → nll [...], computing the head
     for every row but each tail cluster only for the rows whose target falls in it.
 
-    Parameters: `out_weights`/`out_biases` (one [V, d_embed]/[V] pair if div_val == 1, else
-    [n_i, d_i]/[n_i] per cluster), `out_projs` ([d_i, d_model] per cluster, or none if
-    div_val == 1 and d_embed == d_model) and, with tail clusters, `cluster_weight`
-    [n_tail, d_embed] / `cluster_bias` [n_tail], the head's extra logits. Following
-    Transformer-XL, tail cluster i's head logit is the (-i)-th head column, i.e. row
-    n_tail - i of `cluster_weight` (its checkpoints map over without reordering rows; its
-    projections are stored [d_model, d_i], the transpose of ours).
-    Tie to an AdaptiveEmbedding with `tie_to`.
+    Parameters: `out_weights` / `out_biases`, `out_projs` and, with tail clusters,
+    `cluster_weight` [n_tail, d_embed] / `cluster_bias` [n_tail]; tail cluster i's head logit is
+    row n_tail − i, as in Transformer-XL, so its checkpoints map over without reordering rows
+    (its projections are stored [d_model, d_i], the transpose of ours). Tie with `tie_to`.
     """
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],

@@ -430,14 +430,12 @@ class DocumentTask(Task):
         read from the inputs and the model's outputs only (no gold field is read).
 
         docs: [Document]; rows: doc index → [(segment index, row output)] of that document's
-        predicted (final-pass) steps, in any order (row output: what `row_outputs` gives for
-        one row / group); passes: per document, its steps (Segments or tuples of Segments,
-        with their `meta`), or None for kinds that do not read them. A record is a JSON-able
-        dict: `doc_id`, the kind's prediction keys and `segments` (predicted steps read).
-        Each record depends only on its own document's rows and steps, so
-        `predict([doc], {0: rows[i]}, [passes[i]])` is the i-th record of
-        `predict(docs, rows, passes)`; a document without rows predicts from none (a kind
-        that cannot raises)."""
+        predicted (final-pass) steps, in any order; passes: per document, its steps (Segments or
+        tuples of them, with their `meta`), or None for kinds that do not read them. A record is a
+        JSON-able dict: `doc_id`, the kind's prediction keys and `segments`. Each record depends
+        only on its own document's rows and steps (`predict([doc], {0: rows[i]}, [passes[i]])`
+        is the i-th record); a document without rows predicts from none (a kind that cannot
+        raises)."""
         return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
                 for i, doc in enumerate(docs)]
 
