@@ -7,13 +7,10 @@
          pair_matching | hotpotqa | keyphrase]
         [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
 
---config is a released name, a checkpoint directory in any layout `from_pretrained` reads, a
-URL or .tar.gz, or a preset name / config JSON (random weights, e.g. ernie-doc-small). Writes
-<output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
-<output>.meta.json; prints a JSON summary (head inputs under "head_inputs"). Earlier files are
-replaced only with --overwrite. A bad argument or output prints one `error:` line and exits
-with 2, writing nothing (--debug: traceback). ernie_doc/inference.py describes the exported
-signature and the Predictor that runs it (CPU fp32 / bf16, GPU on CUDA builds).
+--config is a released name, a checkpoint in any layout, a URL or .tar.gz, or a preset / config
+JSON (random weights). Writes the program, <output>.pdiparams and the sidecar <output>.meta.json
+(ernie_doc/inference.py describes them and the Predictor) and prints a JSON summary; an
+existing export is replaced only with --overwrite. Errors: one `error:` line, exit 2.
 """
 import argparse
 import json

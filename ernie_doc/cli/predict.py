@@ -6,15 +6,10 @@
     ernie-doc predict output/imdb --format task --input data/imdb/test.txt --output -
     ernie-doc predict SAVED_DIR --task imdb --input reviews/ --output preds.jsonl
 
-MODEL is a fine-tuning run's OUTPUT_DIR (its best/, else final/) or such a directory itself,
-or, with --task, a directory written by save_pretrained (no task.json).
---input: a .txt file (one document), a directory of .txt files, a TSV file with a header row or
-JSON lines with the task's fields (`text`; `context`, `question` ...; `id` names the document),
-or - (standard input); --format task reads the task's own data files. A document that cannot be
-predicted gets a line with an `error` field (--on-error fail: stop). `<output>.meta.json`
-records the model's fingerprint, so --resume continues only a file written for this model.
---output never replaces or lands inside an input or the model folder, and is locked while a
-run writes it: a second predict on it stops with one line (ernie_doc.outputs).
+Each document is read exactly as evaluation reads it (ernie_doc.pipeline); one that cannot be
+predicted gets a record with an `error` field. `<output>.meta.json` records the model's
+fingerprint, so --resume continues only a file written for this model, and --output is checked
+and locked as ernie_doc.outputs says (never an input, never the model folder).
 """
 import argparse
 import contextlib
