@@ -1,14 +1,9 @@
 """ERNIE-Doc for PaddlePaddle: the long-document Transformer with enhanced recurrence.
 
 Names are imported lazily, so `ernie_doc.tokenization` and `ernie_doc.config` work without
-importing paddle.
-
-`pipeline` is the submodule ernie_doc.pipeline, which is callable as its factory
-(`pipeline(run_dir)` is `ernie_doc.pipeline.pipeline(run_dir)`): importing a submodule binds the
-package attribute of that name to the module, so a factory function here would be replaced by
-the module as soon as anything imported `ernie_doc.pipeline`, and `from ernie_doc import
-pipeline` would give one or the other depending on import order. The module is the one object
-both orders give.
+importing paddle. `pipeline` is the submodule ernie_doc.pipeline, callable as its factory
+(`pipeline(run_dir)`): a factory function here would be replaced by the module as soon as
+anything imported `ernie_doc.pipeline`, so the module is the one object both import orders give.
 """
 import importlib
 import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scipy/paddlenlp import

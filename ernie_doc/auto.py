@@ -2,34 +2,13 @@
 checkpoint holds.
 
     head_class("sequence_classification")   → ErnieDocForSequenceClassification
-    head_names()                            → every registered head name, sorted
     model_class_for(checkpoint)             → the class a checkpoint was saved from
     AutoModel.from_pretrained(path)         → an instance of that class, loaded
-    read_checkpoint(path)                   → checkpoint.io.read_checkpoint, every head known
     kind_class("span")                      → ernie_doc.training.span.SpanTask
-    kind_name(value), kind_names()          → a config's kind checked / every known kind
 
-The built-in heads (ernie_doc.heads.HEADS) and kinds (BUILTIN_KINDS) are registered here. A task
-folder that brings its own head or kind registers it from its module, and that module is
-listed in TASK_HEAD_MODULES / TASK_KIND_MODULES:
-
-    @register_head("hotpotqa")
-    class ErnieDocForHotpotQA(Head): ...
-
-    @register_kind("hotpotqa")
-    class HotpotTask(DocumentTask): ...
-
-Both tuples are written against the source checkout (`tasks.hotpotqa.head`) and imported
-through ernie_doc.training.task_folders.task_module, so an installed copy (`ernie_doc_tasks.…`)
-works as well; they are imported the first time the registry is asked for more than the
-built-in names. Every command that takes a head by name (convert, export), every lookup of a saved
-architecture and every config's `kind` goes through here.
-
-The registries are closed: a name read from a config, a saved model's task.json or an export's
-sidecar is only looked up, never imported. Saved folders are downloaded and shared, and a
-"module:Class" name would run any module Python can find (the model folder's own `payload.py`
-included), as unpickling would. What earlier versions wrote as "module:Class" for the task
-folders' kinds is read through the fixed table LEGACY_KINDS.
+Task folders register their own heads and kinds (`@register_head`, `@register_kind`). The
+registries are closed: a name read from a config, task.json or a sidecar is only looked up,
+never imported. Details: docs/design-notes.md, "Registries".
 """
 import difflib
 import importlib

@@ -381,15 +381,11 @@ class ErnieDocConfig:
     def from_pretrained(cls, path: "str | os.PathLike[str]", **overrides) -> "ErnieDocConfig":
         """The config of a saved or released model, as the model's from_pretrained reads it.
 
-        path: a directory written by save_pretrained (the model's or the config's), a
-            PaddleNLP or official checkpoint directory or weights file (its config.json /
-            model_config.json / ernie_config.json, in any spelling those tools write), a
-            config JSON file, or a released name or preset ("ernie-doc-base-en",
-            "ernie-doc-small"): the preset, which is the released files' config (nothing is
-            downloaded). A URL or archive: load the model, its `.config` is this.
-            overrides: config keys.
-
-        ConfigError, one line naming the path, or the file and the key.
+        path: a save_pretrained directory, a PaddleNLP or official checkpoint directory or weights
+            file (its config.json / model_config.json / ernie_config.json), a config JSON file, or a
+            released name or preset ("ernie-doc-base-en", "ernie-doc-small": the preset, nothing is
+            downloaded). For a URL or archive, load the model: its `.config` is this.
+        overrides: config keys. ConfigError, one line naming the path, or the file and the key.
         """
         spec = os.fspath(path)
         if os.path.exists(spec):

@@ -1,36 +1,15 @@
 """Export an ERNIE-Doc model for `paddle.inference` and run it with explicit memory state.
 
     info = export(model, "out/ernie_doc", seq_len=512, batch_size=None)   # dynamic batch
-    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN
-    pred = Predictor("out/ernie_doc", precision="bf16")   # CPU bf16 (AVX512-BF16 / AMX)
-    pred = Predictor("out/ernie_doc", device="gpu", precision="fp16")   # CUDA builds only
+    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN; precision="bf16" on CPU,
+                                                    # device="gpu", precision="fp16" on CUDA
     out = pred.run(input_ids)                       # zero memories: a new document
     out = pred.run(next_ids, memories=out["memories"])
     outs = pred.stream([seg0, seg1, seg2])          # carries memories across segments
 
-The exported program has a flat signature (no Python containers, no None):
-
-    input_ids [B,T] int64, memories [L,B,M,H] float32, token_type_ids [B,T] int64,
-    attention_mask [B,T] float32, reset_memory [B] int64 (1 = zero this row's memory first)
-    [, memory_mask [B,M] float32 when config.mask_empty_memory]
-    → bare model: sequence_output [B,T,H], pooled_output [B,H], memories [L,B,M,H]
-      heads:      what the head's export_outputs names (e.g. logits, shape per head;
-                  HotpotQA: para_logits, sent_logits [, type_logits, span_logits]),
-                  memories [L,B,M,H]
-      [, memory_mask [B,M]]
-
-A head exports when its class says `exportable` (ernie_doc.heads.Head; the registry in
-ernie_doc.auto lists them). Inputs its forward needs beyond the encoder's are declared by the
-head (Head.export_inputs: name, shape, dtype, value range) and come last in the signature, e.g.
-OpenKP's word_index [B,T] int64; the sidecar lists them under "head_inputs" and
-Predictor.run takes them as keyword arguments (`pred.run(ids, word_index=wi)`).
-
-Without recurrence (config.recurrence == "none") there is no memories / reset_memory input or
-output. T is fixed at export time (the relative-position layout depends on it); B is fixed or
-dynamic. `reset_memory` is int64 rather than bool because bool feeds are not accepted by every
-paddle.inference version. A sidecar `<prefix>.meta.json` records the config, the I/O names and
-shapes and which model file was written: paddle 3.x writes `<prefix>.json` (PIR), paddle 2.6
-writes `<prefix>.pdmodel`, both with `<prefix>.pdiparams`.
+The program has a flat signature (input_ids, memories, token_type_ids, attention_mask,
+reset_memory, then the head's inputs); T is fixed at export time. A sidecar
+`<prefix>.meta.json` records it. Details: docs/design-notes.md, "Export: the program".
 """
 import json
 import os
@@ -58,7 +37,7 @@ FORMAT_VERSION = 1
 Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), "dtype": str}
 
 
-# paddle 3.x (PIR) inference passes that break this model under oneDNN (measured on 3.3.1):
+# paddle 3.x (PIR) inference passes that break this model under oneDNN (seen on 3.3.1):
 # - constant_folding_pass folds the input-independent position and task tables through the
 #   oneDNN layer_norm, which leaves its mean/variance outputs unallocated in inference mode;
 #   create_predictor then fails with "Tensor holds no memory" (pd_op.cast).
@@ -83,7 +62,7 @@ class PredictorInputError(ValueError):
 
 
 class EngineError(ValueError):
-    """A device / precision this machine or paddle build cannot run (one line naming what is
+    """A device / precision this host or paddle build cannot run (one line naming what is
     missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
     3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
     a processor without it."""
@@ -196,7 +175,7 @@ def inference_settings(device: str = "cpu", precision: str = "fp32",
 
 def machine_settings(device: str = "cpu", precision: str = "fp32",
                      enable_onednn: bool = True) -> InferenceSettings:
-    """inference_settings for this machine and paddle build."""
+    """inference_settings for this host and paddle build."""
     cuda = bool(paddle.is_compiled_with_cuda())
     count, capability = 0, None
     if cuda and device in ("gpu", "auto"):
@@ -633,7 +612,7 @@ def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
     if settings.device == "gpu":
         # Mixed precision in one step (paddle ≥ 2.5): enable_use_gpu's precision_mode runs
         # the auto_mixed_precision pass, inputs and outputs stay float32
-        # (enable_low_precision_io is off by default). Never run here: see the README.
+        # (enable_low_precision_io is off by default). The CPU tests cannot run this path.
         precision = getattr(inference.PrecisionType, settings.gpu_precision)
         cfg.enable_use_gpu(GPU_MEMORY_POOL_MB, 0, precision)
     else:
@@ -668,13 +647,11 @@ class Predictor:
     or on a GPU (fp32, fp16 or bf16; CUDA builds of paddle only).
 
     The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
-    is explicit: `run` takes it and returns the new one; the predictor itself keeps none.
-    threads: CPU math library threads. enable_onednn: oneDNN kernels (on by default).
-    device: "cpu" (default), "gpu" or "auto"; precision: "fp32" (default), "bf16" or "fp16"
-    (inference_settings says which combinations run where; `settings` holds the choice).
-    A combination this machine cannot run raises EngineError (one line) rather than falling
-    back. A path that holds no export, or an export with a damaged file, raises ExportError
-    (one line naming the file); a bad config in the sidecar raises ConfigError naming it.
+    is explicit: `run` takes it and returns the new one; the predictor keeps none. threads: CPU
+    math library threads; enable_onednn: oneDNN kernels (default on); device / precision: see
+    inference_settings (`settings` holds the choice). Errors, one line each: EngineError for a
+    combination this host cannot run (never a fall back), ExportError for a missing or damaged
+    export file, ConfigError for a bad config in the sidecar.
     """
 
     def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,

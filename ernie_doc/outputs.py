@@ -1,43 +1,13 @@
 """Where a command may write a file: one rule for every output path (`ernie-doc predict`, the
 benchmarks' reports, `export`, `convert`), checked before any work and before any byte is
-written. Errors are one line, raised as the caller's error class (each command's own, which
-it already reports as one `error:` line and exit status 2).
+written. Errors are one line, raised as the caller's error class.
 
-The rule:
-- An output is never an input. Paths are compared by what they are, not how they are spelled:
-  device and inode (links followed). The inputs are every file the command is given and every
-  file directly in every folder it is given (each entry's link followed), so a symbolic link to
-  an input, the input reached through a linked folder, a hard link to it, and the real file a
-  link inside an input folder points to are all the input.
-- An output never lies inside an input folder (by the folder's real location): a folder of
-  documents would read it back as a document, a model folder would change under the model's
-  fingerprint.
-- An output is never in /dev, /proc or /sys: `/dev/stdout` is a link the system owns, not a
-  file to replace.
-- Every name fits: each component of the output's path (and of the files written beside it)
-  is checked against the filesystem's name limit before any work.
-- An existing output is replaced only when asked (`--overwrite`), or continued (`--resume`,
-  where a command has it).
-- An output is a regular file or nothing. A FIFO, a device or a socket (or a link to one) is
-  refused from its status alone, never opened (opening a FIFO blocks until someone reads it).
-- Replacing never writes through a link, and never loses the old file first. `--overwrite`
-  means "this path gets new content", never "reach through this path into another file": a
-  new file is created beside it (O_EXCL | O_NOFOLLOW) and renamed onto the name. The target of
-  a symbolic link and the other names of a hard link keep their bytes; the path becomes a
-  plain file of its own (with the default mode, not the old file's).
-- Appending (`--resume`) goes to the file itself only: a symbolic link, or a file with other
-  names (hard links), is refused, since appending would change what the other names show.
-
-A file written while a command runs (predict's, OutputFolder) is written through its folder,
-opened once: every later open, rename and removal is relative to that descriptor, and the
-folder is checked by the descriptor itself (it and each folder above it, ".." by "..", is no
-input folder and not in /proc, /sys or /dev itself), so swapping a folder of the path for a link
-after the check redirects nothing. The file is locked (flock) for the run, so two runs never
-write one file at once. What remains: a user who may write the output folder itself can still
-rename things inside it during the run; the input files are not theirs to reach through it.
-
-Imports os, stat and ernie_doc.utils (the standard library only), so that every command can
-check its paths before it imports paddle.
+An output is never an input (compared by device and inode), never inside an input folder,
+never in /dev, /proc or /sys, and never a FIFO or device. It is replaced only when asked
+(`--overwrite`: a new file renamed onto the name, never written through a link) or appended to
+(`--resume`). Files written during a run go through their folder's descriptor. Details:
+docs/design-notes.md, "Output paths". Imports only the standard library and ernie_doc.utils,
+so every command can check its paths before it imports paddle.
 """
 import os
 import stat

@@ -4,21 +4,10 @@ prediction per document out.
     from ernie_doc.pipeline import Pipeline
     pipe = Pipeline.from_pretrained("output/imdb")        # a run directory, its best/ or final/
     pipe(["a long review ...", "another ..."])            # → [{"doc_id", "pred", "probs", ...}]
-    pipe([{"id": "q1", "question": "...", "context": "..."}])          # span QA: task fields
 
-    ernie-doc predict output/imdb --input reviews/ --output preds.jsonl
-
-A document is read exactly as evaluation reads it (`eval_only`): the same segmenter and
-windows (training.prepare.setup_reading), the same reading passes (the retrospective feed),
-the same row scheduling (data.schedule.RowScheduler: a row reads one document start to end
-with its memory, and takes the next document when it ends), the same collection of the
-predicted rows (training.splits.collect_row_outputs) and the same per-document prediction
-(the task kind's `predict`, which its `evaluate` scores). Documents are read as a stream: only
-the documents in the batch rows are held, and a prediction is produced as soon as its
-document's last segment is read, so an input of any size runs in bounded memory.
-
-What a saved model needs besides its weights and tokenizer files is its `task.json` (task,
-kind, label names and the run's config), which fine-tuning writes into best/ and final/.
+A document is read exactly as evaluation reads it (`eval_only`), streamed in bounded memory.
+A saved model needs its `task.json` besides its weights and tokenizer files. Details:
+docs/design-notes.md, "Prediction".
 """
 import os
 import sys
@@ -74,7 +63,7 @@ DEVICES = ("cpu", "gpu")
 
 
 def check_device(device: str) -> str:
-    """`device` when this machine and paddle build can run it; else PipelineError, one line
+    """`device` when this host and paddle build can run it; else PipelineError, one line
     naming what is missing (a paddle without CUDA, no visible GPU). The decision is
     ernie_doc.inference.inference_settings's, which the export engine also follows."""
     from ernie_doc.inference import EngineError, machine_settings
@@ -377,15 +366,14 @@ def task_split(record: dict, split: Optional[str] = None) -> str:
 def task_documents(record: dict, path: Optional[str] = None,
                    split: Optional[str] = None) -> List[Document]:
     """Documents read by a saved model's own task reader (tasks/<task>/reader.py), as
-    fine-tuning reads them, so a model predicts on the very files it was trained or
-    evaluated on; ids are the reader's (the file's id column).
+    fine-tuning reads them, so a model predicts on the very files it was trained or evaluated
+    on; ids are the reader's.
 
-    record: the model's task_record. path: a data directory (None: the run's data_dir), read
-    as `split` (task_split) with the run's reader options; or one file in the task's format,
-    read by the reader's `read_input(path, options)` when it has one, else as `split` of its
-    folder through the reader option `files` ({split: name}). The whole split is read:
-    max_examples, a training-time sample, does not apply. PipelineError (one line) for
-    what the reader refuses."""
+    record: the model's task_record. path: a data directory (None: the run's data_dir), read as
+    `split` with the run's reader options, or one file in the task's format (the reader's
+    `read_input`, else `split` of its folder through the reader option `files`). The whole
+    split is read (max_examples does not apply). PipelineError (one line) for what the reader
+    refuses."""
     from ernie_doc.data.document import NotSet
     from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})

@@ -147,19 +147,15 @@ class DocumentStream:
 
     def admit(self, index: int, item: Any, skip: set, seen: dict) -> Union[Document, dict,
                                                                            None]:
-        """An input item → the Document to read, an error record (a repeated id, an item
-        that is not a document, token ids that are not ids of this model), or None (its
-        name is in `skip`: already predicted). Every check runs before the document is read,
-        so no bad value reaches a tensor.
+        """An input item → the Document to read, an error record (a repeated id, an item that
+        is not a document, token ids that are not ids of this model), or None (its name is in
+        `skip`: already predicted). Every check runs before the document is read.
 
-        Naming, decided in input order alone (so a resumed run names every item as an
-        uninterrupted one did, whatever order records were written in): an item is named by
-        its `id`, else by its position ("3"); an item without a usable id that is an error
-        record by "#3". `seen` ({name: (given, input index)}) holds every name handed out.
-        The first item to give an id owns it: a later item giving the same id is an error
-        record named "<id>#<its index>". A name that was not given (a position, "#3") or a
-        given id that a position took first is made unique the same way ("3#7") and read;
-        no two records ever share a doc_id."""
+        Names are decided in input order alone, so a resumed run names every item as an
+        uninterrupted one did: an item's `id`, else its position ("3"; "#3" for an error record).
+        `seen` ({name: (given, input index)}) holds every name handed out; the first item to give an
+        id owns it, and later clashes are made unique ("<id>#<index>"), so no two records
+        share a doc_id. Details: docs/design-notes.md, "Prediction: naming the records"."""
         doc = to_document(index, item)
         if isinstance(doc, InputProblem):
             given = doc.doc_id is not None

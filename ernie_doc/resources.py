@@ -1,21 +1,10 @@
 """Will it fit? Memory estimates made from a config before anything is allocated.
 
-A config with `hidden_size: 1000000000`, or one that needs 13 GB of weights on a 24 GB
-machine once gradients and Adam's moments are counted, should be one error line with the
-numbers, not a MemoryError (or the OOM killer) minutes into a run. The estimate is:
-
-    weights (4 bytes / parameter) · 4 when training (weights, gradients, Adam's two moments)
-    + activations kept for the backward pass, per layer and token, about
-      68·H + 10·heads·K bytes (K = T + M keys; Korthikanti et al. 2022's 34·H + 5·heads·K for
-      16-bit activations and 1-byte dropout masks, doubled for float32)
-    + the memories carried between segments, L·B·M·H floats
-    + 128 KiB per layer for its objects (LAYER_OVERHEAD).
-
-It is refused only when it exceeds the memory available now (host memory on CPU, lowered by a
-cgroup limit and by the process's own RLIMIT_AS / RLIMIT_DATA; the device's memory on GPU).
-The parameter count is exact and takes milliseconds for any size: the model is built under
-paddle.LazyGuard, which creates parameters without allocating them, with one and two layers
-only (parameter_count).
+A config that needs more memory than is available should be one error line with the numbers,
+not a MemoryError (or the OOM killer) minutes into a run. The estimate counts weights
+(×4 when training: gradients and Adam's moments), activations kept for backward (Korthikanti
+et al. 2022), the carried memories and a per-layer overhead. The parameter count is exact:
+the model is built under paddle.LazyGuard. Details: docs/design-notes.md, "Memory estimates".
 """
 import math
 import os

@@ -275,8 +275,7 @@ def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueE
 # x86-64 MXCSR bits: flush-to-zero (denormal results become 0) and denormals-are-zero
 # (denormal inputs read as 0). Without them a CPU computes each denormal operand in microcode,
 # tens of times slower: once a fine-tuning loss nears 0, backward's products fall below
-# 1.2e-38 and a base-en step took 4x its time (an L=2 backward of denormal gradients: 30 s
-# instead of 1.2 s). GPUs' kernels flush by default.
+# 1.2e-38 and whole steps slow down severalfold. GPUs' kernels flush by default.
 _MXCSR_FTZ_DAZ = 0x8040
 _FENV_SIZE, _MXCSR_OFFSET = 32, 28   # glibc's x86-64 fenv_t: the x87 state, then mxcsr
 
@@ -363,13 +362,11 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
     directory, or file when target_is_dir is False), or None when `error` is not a failed
     write there (the caller then re-raises it: a bug keeps its traceback).
 
-    Reported: an OSError whose errno says the write cannot succeed (WRITE_ERRNOS: full disk,
-    read-only filesystem ...), whatever its path; an OSError about `target` itself or one of
-    its parent directories (a file where a directory should be, /proc ...); an OSError about
-    a path inside `target` that makes the place unusable (permission, a directory where a
-    file should be ...); safetensors' serialisation error (a full disk under save_file).
-    Message shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it
-    (<reason>)", "<file>: <reason>".
+    Reported: an OSError whose errno says no write can succeed (WRITE_ERRNOS: full disk,
+    read-only filesystem ...), one about `target` or a parent of it, one about a path inside
+    `target` that makes the place unusable, and safetensors' serialisation error (a full disk).
+    Shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it (<reason>)",
+    "<file>: <reason>".
     """
     target = os.fspath(target)
     if isinstance(error, OSError):

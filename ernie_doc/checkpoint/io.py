@@ -2,23 +2,13 @@
 
     "official"     one LoDTensor file per parameter, named by the official static name, in the
                    directory or its `params/`; config `ernie_config.json` beside it or one up.
-    "paddlenlp"    `model_state.pdparams` (paddle.save pickle) + `config.json` or the older
-                   `model_config.json`; keys are PaddleNLP's (= ours), heads with `ernie_doc.`.
-                   Read by the restricted unpickler of ernie_doc.checkpoint.safe_pickle:
-                   nothing in the file runs, and a pickle that calls anything a paddle state
-                   dict does not contain is refused.
-    "safetensors"  ours: `model.safetensors` + `config.json`; keys are our state_dict keys, and
-                   the config carries an "architecture" entry (head class and its arguments).
+    "paddlenlp"    `model_state.pdparams` (read by ernie_doc.checkpoint.safe_pickle) +
+                   `config.json` or `model_config.json`; keys are PaddleNLP's (= ours).
+    "safetensors"  ours: `model.safetensors` + `config.json` with an "architecture" entry.
 
-Only name-as-stored tensors and a config dict come out of here; mapping names onto a model
-is done in ernie_doc.modeling.pretrained, and which class a checkpoint was saved from is
-decided in ernie_doc.auto: this package knows formats and names, never a model class. Where
-official head parameter names matter (which files of a directory are parameters), the caller
-may pass them (`head_names`); by default they are those of names.OFFICIAL_HEADS.
-
-Every file read here that cannot be read (empty, truncated, garbage, a header declaring more
-than the file holds) is a CheckpointError naming it; an official file named like a parameter
-is never skipped as "missing".
+Only name-as-stored tensors and a config dict come out of here: this package knows formats and
+names, never a model class. A file that cannot be read is a CheckpointError naming it.
+Details: docs/design-notes.md, "Checkpoints: layouts".
 """
 import json
 import logging

@@ -1,20 +1,9 @@
 """Pure-numpy reader and writer of Paddle's one-file-per-variable LoDTensor format.
 
-This is the layout of official static checkpoints (`fluid.io.save_vars` / `load_vars`,
-loaded by `utils/init.py` of the official `ernie-doc/` code). One file holds one tensor, all
-integers little-endian:
-
-    uint32  version (0)
-    uint64  lod_level
-    per LoD level: uint64 byte size, then that many bytes of uint64 offsets
-    uint32  tensor version (0)
-    int32   length N of a VarType.TensorDesc protobuf
-    N bytes TensorDesc: field 1 = data_type (varint enum), field 2 = dims (repeated int64)
-    raw C-order data, product(dims) * itemsize bytes
-
-The protobuf is decoded and encoded by hand (varints only), so neither pickle nor the
-protobuf package is needed. Paddle writes dims unpacked (one tag per dim); packed dims are
-accepted on read.
+This is the layout of official static checkpoints (`fluid.io.save_vars` / `load_vars`, loaded
+by `utils/init.py` of the official `ernie-doc/` code): one file, one tensor. The TensorDesc
+protobuf is decoded and encoded by hand (varints only), so neither pickle nor the protobuf
+package is needed. Byte layout: docs/design-notes.md, "Checkpoints: the LoDTensor format".
 """
 import math
 import os

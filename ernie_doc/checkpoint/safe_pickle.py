@@ -1,43 +1,12 @@
 """Reading `paddle.save` files (.pdparams / .pdopt) without running anything they contain.
 
 A .pdparams file is a pickle, and unpickling an untrusted pickle runs whatever callables it
-names (`os.system`, `builtins.exec`, ...). PaddleNLP checkpoints come from the internet, so
-they are never given to Python's or paddle's own loaders. This module reads them in two
-passes:
-
-1. A scan of the opcodes, before any object is built: the file must be one pickle of protocol
-   2 or later, every length it declares must fit in what is left of the file (so nothing is
-   allocated for data the file does not hold), memo indices must stay below the number of
-   opcodes, and opcodes a paddle state dict never uses (persistent ids, the extension
-   registry, INST / OBJ / NEWOBJ, out-of-band buffers) are refused.
-2. `pickle.Unpickler` with `find_class` restricted to exactly what `paddle.save` writes
-   (paddle 2.6 and 3.x, and PaddleNLP's save_pretrained, which calls it), each mapped to a
-   function of ours that checks its arguments; nothing of numpy or paddle is called with data
-   from the file:
-
-       numpy.core.multiarray._reconstruct  } an ndarray: shape, dtype and raw bytes are
-       numpy.ndarray, numpy.dtype          } checked (size = the bytes present) and the
-                                           } array is built with np.frombuffer
-       numpy.core.multiarray.scalar        a numpy scalar (e.g. an LR scheduler's last_lr)
-       builtins.tuple                      a dygraph Tensor: (tuple, ((name, ndarray),))
-       builtins.eval                       a static LoDTensor: (eval, ('data', {'data': arr}));
-                                           only this exact form, eval itself is never called
-       _codecs.encode                      protocol-2 bytes: encode(text, 'latin1') only
-       collections.OrderedDict             an empty OrderedDict (filled by the pickle)
-
-   (`numpy._core` spellings of numpy 2 included; protocol 2's `__builtin__` is read as
-   `builtins`, as pickle does.) Only the
-   dtypes of paddle tensors are accepted (bool, [u]int8-64, float16/32/64, complex); object
-   and structured dtypes are refused.
-
-Anything else is a CheckpointError: `<file>: refusing to load: the pickle calls
-<module>.<name>, which a paddle state dict never contains`. A file that is empty, truncated or
-not a pickle is a CheckpointError naming the file.
-
-bfloat16: numpy has no bfloat16, and paddle saves bfloat16 tensors as their uint16 bit
-patterns, so they come back as uint16 arrays (`bf16_to_fp32` in ernie_doc.checkpoint.lodtensor
-turns them into float32 exactly); the loaders treat a uint16 array meant for a float
-parameter as bfloat16.
+names. PaddleNLP checkpoints come from the internet, so they are never given to Python's or
+paddle's own loaders. Two passes: a scan of the opcodes before any object is built, then
+`pickle.Unpickler` with `find_class` restricted to exactly what `paddle.save` writes, each
+mapped to a function of ours that checks its arguments. Anything else is a CheckpointError
+naming the file. bfloat16 tensors come back as their uint16 bits. Details:
+docs/design-notes.md, "Checkpoints: the restricted unpickler".
 """
 import _compat_pickle
 import math

@@ -4,20 +4,12 @@
         [--config CONFIG_OR_PRESET] [--head HEAD] [--num-labels N] [--num-choices N]
         [--strict | --allow-partial]
 
-SRC: a released name (ernie-doc-base-en ...; fetched into the cache), a URL or .tar.gz, an
-official static directory (or its parent with params/), a PaddleNLP directory
-(model_state.pdparams + config.json / model_config.json) or ours (model.safetensors +
-config.json). The model class is the bare encoder unless --head is given (any head of the
-registry, ernie_doc.auto: the built-in ones and those of the task folders) or the checkpoint
-holds a head (config architecture or head tensors). DST files appear all together or not at
-all; other files in DST are kept. A file DST already holds that the conversion would write
-(config.json, the weights ...) is replaced only with --overwrite (renamed onto: a link there
-is replaced, never written through), and DST is never the source folder or inside it (see
-ernie_doc.outputs). Expected errors print one line and exit with status 2.
-
-.pdparams files are read by the restricted unpickler (ernie_doc.checkpoint.safe_pickle): a
-pickle that calls anything a paddle state dict does not contain is refused, never run. A
-checkpoint that matches the model only in part is refused unless --allow-partial.
+SRC: a released name, a URL or .tar.gz, or a checkpoint directory in the official, PaddleNLP
+or our layout (.pdparams are read by the restricted unpickler, never run). The model class is
+the bare encoder unless --head is given or the checkpoint holds a head. DST files appear all
+together or not at all; files DST already holds are replaced only with --overwrite, and DST is
+never inside the source folder. A checkpoint that matches the model only in part is refused
+unless --allow-partial. Expected errors print one line and exit with status 2.
 """
 import argparse
 import logging

@@ -7,19 +7,10 @@
          pair_matching | hotpotqa | keyphrase]
         [--batch-size 8 | --batch-size dynamic] [--seq-len 512]
 
---config is a released name (ernie-doc-base-en ...: its weights, fetched once into the cache), a
-checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP, ours), a URL or
-.tar.gz, or a preset name / config JSON (random weights, for trying the pipeline offline, e.g.
-ernie-doc-small). Writes
-<output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
-<output>.meta.json; prints a JSON summary. Files of an earlier export there are replaced only
-with --overwrite, and --output never lies in the --config folder (ernie_doc.outputs). A bad
-argument, config or checkpoint, or an output that cannot be written, prints one `error:` line
-and exits with 2, writing nothing (--debug: traceback). --head takes every head of the
-registry (ernie_doc.auto) that can be exported; a head that takes inputs of its own
-(keyphrase: word_index [B,T]) exports them after the encoder's, and the summary names them
-under "head_inputs". See ernie_doc/inference.py for the exported signature and the Predictor
-that runs it (CPU fp32 / bf16, GPU on CUDA builds).
+--config is a released name, a checkpoint in any layout, a URL or .tar.gz, or a preset / config
+JSON (random weights). Writes the program, <output>.pdiparams and the sidecar <output>.meta.json
+(ernie_doc/inference.py describes them and the Predictor) and prints a JSON summary; an
+existing export is replaced only with --overwrite. Errors: one `error:` line, exit 2.
 """
 import argparse
 import json

@@ -6,24 +6,10 @@
     ernie-doc predict output/imdb --format task --input data/imdb/test.txt --output -
     ernie-doc predict SAVED_DIR --task imdb --input reviews/ --output preds.jsonl
 
-MODEL is a fine-tuning run's OUTPUT_DIR (its best/, else final/) or such a directory itself,
-or, with --task, a directory written by save_pretrained (no task.json).
---input: a .txt file (one document), a directory of .txt files (one document each), a TSV file
-with a header row (columns are the task's fields: `text` for classification; `context`,
-`question` for span QA ...; `id` names the document; the official `text_a` and `qid` are read
-as `text` and `id`), JSON lines with those fields (`choices` as a list for multiple choice),
-or - (standard input). --format task: the task's own data files, read by its reader as
-fine-tuning read them (ernie_doc.pipeline.task_documents). --output -: the records alone on
-standard output. Each document is read exactly as evaluation reads
-it (ernie_doc.pipeline). A document that cannot be predicted (empty, not UTF-8, a missing
-field) gets a line with an `error` field, or with --on-error fail stops the run with one
-line naming it. The last line of --output is a complete record at every moment but the one
-being written. Beside it, `<output>.meta.json` records the model's fingerprint (written before
-the first record): --resume continues only a file this tool wrote for this model, drops a
-last line cut short and skips the documents already there; any other file is refused and left
-as it is. --output never replaces or lands inside an input or the model folder (nor a file
-they link to), and is locked while a run writes it: a second predict on it stops with one
-line (ernie_doc.outputs).
+Each document is read exactly as evaluation reads it (ernie_doc.pipeline); one that cannot be
+predicted gets a record with an `error` field. `<output>.meta.json` records the model's
+fingerprint, so --resume continues only a file written for this model, and --output is checked
+and locked as ernie_doc.outputs says (never an input, never the model folder).
 """
 import argparse
 import contextlib
@@ -178,17 +164,13 @@ def check_paths(args: argparse.Namespace):
 
 def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON). `progress`
-    (a dict, filled as the run goes): "created", whether --output holds this run's records
-    (the file is created or reopened to resume), and "records", how many it holds: what
-    Ctrl-C reports (`interrupted_line`).
+    (a dict, filled as the run goes): "created", whether --output holds this run's records,
+    and "records", how many it holds: what Ctrl-C reports (`interrupted_line`).
 
-    --output's folder is opened once, right after the checks (ernie_doc.outputs.OutputFolder):
-    the file and its sidecar are opened, created and renamed through it, and the file is
-    locked for the run (a second predict on it stops with one line). --resume: the checked
-    file itself is opened, locked, and its records read before the model loads. Otherwise
-    the sidecar and a new file are complete beside the old output before they replace it.
-    --output -: the records go to standard output as they come, and nothing else does (the
-    summary, notes and progress go to stderr)."""
+    --output is written through its folder, opened once (ernie_doc.outputs.OutputFolder), and
+    locked for the run; --resume reads the checked file's records before the model loads;
+    otherwise the sidecar and a new file are complete before they replace the old output.
+    --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     from tqdm import tqdm
 
     from ernie_doc.outputs import OutputFolder

@@ -6,10 +6,8 @@
         out = model(ids, memories, attention_mask=mask, reset_memory=new_doc)
         memories = out.memories
 
-The pieces are the trainer's: the segmenter (data.segment: the official windows and layout),
-the row scheduler (data.schedule.RowScheduler: each batch row reads one document from its
-first to its last segment, then takes the next; §4.4 of the paper) and the collation
-(data.collate). Documents are read as a stream: only those in the batch rows are held.
+The pieces are the trainer's (data.segment, data.schedule, data.collate), and documents are
+read as a stream: only those in the batch rows are held.
 """
 from collections import namedtuple
 from typing import Any, Iterable, Iterator, List, Optional, Sequence
@@ -56,26 +54,21 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
                     tokenizer: Any = None, *, stride: Optional[int] = None,
                     pad_id: Optional[int] = None, special_tokens: bool = True,
                     return_tensors: Optional[str] = None) -> Iterator[SegmentBatch]:
-    """Yield the SegmentBatch of each step that reads `documents` in `batch_size` parallel
-    rows.
+    """Yield the SegmentBatch of each step that reads `documents` in `batch_size` parallel rows.
 
-    documents: token ids per document (e.g. tokenizer.encode(text), no special tokens); any
-        iterable, read lazily. seq_len: T, at most the model's max_position_embeddings.
-    tokenizer: gives the [CLS] / [SEP] / [PAD] ids; with it (special_tokens=True) each
-        segment is laid out as the official reader does: T−2 tokens, [SEP], padding, [CLS]
-        last (the pooler's cls_token_idx −1), windows advancing by `stride` (default T−2: no
-        overlap; the trainer's default is memory_len). Without a tokenizer, or with
-        special_tokens=False: windows of T tokens as they are, padded with pad_id.
+    documents: token ids per document (no special tokens), or str when a tokenizer is given;
+        any iterable, read lazily. seq_len: T, at most the model's max_position_embeddings.
+    tokenizer: gives the [CLS] / [SEP] / [PAD] ids; with it (special_tokens=True) segments take
+        the official layout: T−2 tokens, [SEP], padding, [CLS] last, windows advancing by
+        `stride` (default T−2: no overlap). Otherwise: windows of T tokens padded with pad_id.
     pad_id: the padding id (default the tokenizer's; required without one).
     return_tensors: None (numpy arrays) or "pd" (paddle tensors, on the default device).
 
-    Each row reads one document start to end, so its memory carries the document; a row whose
-    document ended takes the next one with new_doc set. Once the documents run out, finished
-    rows are padding (new_doc True, doc_index −1) until the longest row ends.
-    documents may also be str when a tokenizer is given (read with tokenizer.encode).
-    ValueError, naming the argument or the document: a seq_len (1..2^20), batch_size
-    (1..2^16) or stride out of range, a bad return_tensors, a missing pad_id, a str document
-    without a tokenizer, ids that are not integers in [0, vocab_size).
+    Each row reads one document start to end; a row whose document ended takes the next one with
+    new_doc set, and once the documents run out finished rows are padding (doc_index −1).
+    ValueError, naming the argument or the document: a seq_len (1..2^20), batch_size (1..2^16) or
+    stride out of range, a bad return_tensors, a missing pad_id, a str document without a
+    tokenizer, ids that are not integers in [0, vocab_size).
     """
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)

@@ -2,12 +2,9 @@
 
 Every row is a stream of whole documents (official "memory-friendly" batching, §4.4): a
 document occupies one row from its first to its last segment, so the row's memory carries it;
-when it ends, the next document starts in the row that frees first (lowest row first) with
-`reset` set. Unlike the official reader, nothing is dropped or counted twice: once the documents
-run out, finished rows are padded (no loss, no prediction) until the longest row ends.
-
-With R ranks the schedule has R·B global rows and rank r reads rows r·B … r·B+B−1, so every rank
-keeps its rows' continuity and all ranks run the same number of steps.
+the next document starts in the row that frees first, with `reset` set. Unlike the official
+reader, nothing is dropped or counted twice (finished rows are padded). With R ranks, rank r
+reads rows r·B … r·B+B−1 of R·B, so all ranks run the same number of steps.
 """
 from dataclasses import dataclass
 from typing import Sequence

@@ -3,22 +3,9 @@ stage): a context as sub-tokens that remember their characters, windows over it 
 question in every segment, gold token spans per window, and n-best decoding of the
 start/end logits of all an example's segments back to a piece of the original text.
 
-Token → text: the context is cut into words (CJK characters and punctuation marks are
-words of their own, as BERT's basic tokenizer splits them; other runs end at whitespace)
-and each word is tokenized alone, so every sub-token knows its word's character span. A
-character the vocabulary lacks becomes [UNK] and keeps its place: offsets never shift
-(DRCD's traditional characters). Each sub-token also knows its own characters inside the
-word where the tokenizer's `encode_with_offsets` gives the same pieces for the word alone
-(WordPiece: "iPhone6s" → iphone6 = "iPhone6", ##s = "s"); where it cannot tell (an [UNK],
-byte-level BPE, whose lone-word pieces differ from its in-text pieces) a piece covers its
-whole word.
-
-Answer unit (`best_spans(unit=...)`): "token" cuts the answer at its first and last
-sub-token's own characters, which is what the official decoder's `get_final_text` gives
-when its character alignment succeeds (PaddlePaddle/ERNIE, ernie-doc/utils/
-multi_process_eval.py); "word" widens it to whole words. Where the official alignment fails
-(an [UNK], lower-casing that changes a word's length) it returns the whole original tokens,
-which are longer than our words for non-CJK runs ("iPhone 6s" is one official token).
+Each word is tokenized alone, so every sub-token knows its word's character span and offsets
+never shift. `best_spans(unit="token")` cuts the answer as the official `get_final_text` does;
+"word" widens it to whole words. Details: docs/design-notes.md, "Span data: tokens and text".
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -156,14 +143,11 @@ class SpanSegmenter:
     Chinese tasks, [q]/[/q] for TriviaQA). Windows hold T − |question| − 3 context tokens and
     advance by `stride`.
 
-    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts /
-    ends inside the window (several for distant supervision; the [CLS] at 0 when the window
-    holds none, official), `allowed` marks the positions a span may use ([CLS] and the
-    context). A gold character span marks the tokens it overlaps, by their own characters
-    (answer_unit "token", like the official reader's `_improve_answer_span` narrowing the
-    answer to its sub-tokens) or by their words ("word"). `meta` keeps what decoding needs:
-    the window, its tokens' word spans (starts / ends) and own spans (piece_starts /
-    piece_ends) and max-context flags."""
+    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts / ends
+    in the window (several for distant supervision; [CLS] when there is none, official), and
+    `allowed` the positions a span may use. Gold spans mark tokens by their own characters
+    (answer_unit "token", as the official `_improve_answer_span`) or by their words ("word").
+    `meta` keeps what decoding needs: the window, word and piece spans, max-context flags."""
 
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):

@@ -1,33 +1,11 @@
 """Span-extraction QA: the Document every span reader returns, answer alignment, and the reader
 of SQuAD-v1-style JSON (CMRC2018, DRCD; tasks/cmrc2018, tasks/drcd).
 
-One Document per question:
-  doc_id   the question id (unique within the split)
-  text     the context
-  label    None
-  fields   {"question": str, "context": str (== text),
-            "answers": [{"text": str, "start": int}]  character offsets into the context, each
-                        verified (context[start:start + len(text)] == text); may be empty,
-            "references": [str]  gold answer strings for the metric (may include answers
-                        that have no position in the context),
-            "title": str  (when the format has one), plus reader-specific extras}
-
-SQuAD v1 format: `{"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question",
-"answers": [{"text", "answer_start"}]}]}]}]}`.
-
-Bad input:
-  - malformed JSON, a missing or wrongly typed key, a duplicate question id, an empty context
-    or an empty question → DataError naming the file and the JSON path of the question
-    ("f.json: data[3].paragraphs[0].qas[2] (id 'x'): empty question"). Empty questions can be
-    skipped (counted) instead with skip_empty_questions, because the public CMRC2018 trial set
-    has two of them.
-  - an answer whose answer_start disagrees with its text: realigned to the occurrence of the
-    text nearest to answer_start and kept, counted as "answer_start realigned"; when the text
-    does not occur at all the answer is dropped from "answers" (kept in "references"),
-    counted as "answer text not found in context"; an empty answer text is dropped from both.
-  - a train question left with no answer position is skipped, counted as "no answer found in
-    context"; dev/test questions are kept (the metric needs only the references).
-Counts are logged once per file with `Skips` (answers and questions separately).
+One Document per question: doc_id the question id, text the context, label None, fields
+{"question", "context", "answers": [{"text", "start"}] (verified character offsets, may be
+empty), "references": [str] (gold strings for the metric), "title", ...}. Bad input is a
+DataError naming the file and the JSON path of the question; misaligned answers are realigned
+or dropped and counted. Details: docs/design-notes.md, "Span data: SQuAD-style JSON".
 """
 import re
 

@@ -1,22 +1,10 @@
 """Unpacking a tar archive without trusting it.
 
 The released archives are plain folders of parameter files, a config and vocabularies, so only
-regular files and folders are unpacked; tarfile's extraction (and its filters, which a chain
-of links or a path longer than PATH_MAX has slipped past) is never used. Every member is
-checked while the archive is read lazily, before anything is written:
-
-- a link (symbolic or hard), a device, a FIFO or any other special file refuses the archive;
-- a name that is absolute, holds a `..`, empty or backslash component, a control character
-  (a newline) or a component longer than NAME_MAX, a path longer than MAX_PATH bytes, a name
-  given twice (also when the case differs: a case-insensitive file system would merge them),
-  and a file under a name that is a file refuse it too;
-- at most MAX_MEMBERS members (folders the members imply count too), at most `max_bytes`
-  unpacked, and room for them (a folder counted as one block) on the disk.
-
-Then each folder is made with os.mkdir and each file created with O_EXCL | O_NOFOLLOW through
-a descriptor of its parent folder (opened with O_NOFOLLOW from `dest` down), so nothing is
-ever written through a link, whatever the file system holds. Every message names the archive
-(or the URL it came from) and the member, escaped so it stays one line.
+regular files and folders are unpacked, and tarfile's extraction (and its filters) is never
+used. Every member is checked before anything is written, and every file is created with
+O_EXCL | O_NOFOLLOW through a descriptor of its parent folder, so nothing is ever written
+through a link. Details: docs/design-notes.md, "Hub: unpacking archives".
 """
 import contextlib
 import lzma

@@ -7,41 +7,9 @@
     resolve("model.tar.gz")                          a local archive: unpacked once, cached
     resolve("some/dir"), resolve("w.pdparams")       returned as given
 
-The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc):
-
-    downloads/<URL path>     files put there by hand (offline use); never written to
-    models/<name>/<source>/  a released model, ready for from_pretrained and load_tokenizer
-    tokenizers/<name>/       a released tokenizer
-    urls/<key>/              a URL given directly (keyed by the URL normalised)
-    archives/<key>/          a local archive (keyed by its content's sha256)
-    checksums.json           sha256 of weights first fetched, by URL (trust on first use)
-    locks/                   one lock per entry: N processes fetch an entry once
-
-Every folder below the root is checked to be a real folder (a link planted in a shared cache
-is refused, never followed). Every entry is built in a fresh private temporary folder beside
-its final place (`.tmp-<entry>-XXXXXXXX`, mode 0700): the download is streamed into a new
-file there (O_EXCL, O_NOFOLLOW), unpacked (regular files and folders only, see archive.py)
-and checked there, and the entry renamed into place with a `.manifest.json` (each file's
-size and sha256). A folder left by a process that was killed is removed by the next process
-that takes the entry's lock, reached and removed through descriptors opened with O_NOFOLLOW;
-nothing else is ever deleted (a `.part` file in downloads/ is the user's). Every later load
-checks the entry against its manifest: a file that changed, is missing, is a link, or is
-there without being listed is an error, never silently used.
-
-The weights have no published checksum: once the first fetch of a URL has been unpacked and
-read as a checkpoint holding every encoder tensor, its sha256 is recorded in checksums.json
-under the URL normalised (scheme and host lower-cased, an IP address in canonical form, a
-default port dropped, `//`, `.` and `..` segments and %-escaped unreserved characters
-resolved; the query kept), and every later fetch of that URL (another cache, a re-download,
-a file put there by hand, the same path through ERNIE_DOC_MIRROR) must match it, unless the
-registry pins a value, which wins. A first fetch is trusted only when its body was framed (a
-Content-Length it matched, or a chunked body that ended properly): a body ended by a closed
-connection could be cut short, and is accepted only against a known sha256. A URL given
-directly must name an archive, a checkpoint file or a tokenizer file, and what arrives must
-read as one. A fetch that fails (a short or unframed body, an HTML page, a file that does
-not unpack or load, a checkpoint missing encoder tensors) records nothing and leaves
-nothing. Tokenizer files are pinned. A file put in downloads/ by hand is read (copied or
-unpacked) and left where it is.
+The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc); entries are built privately,
+renamed into place with a manifest and checked on every load. Details (layout, trust on first
+use): docs/design-notes.md, "Hub: the cache".
 """
 import contextlib
 import datetime

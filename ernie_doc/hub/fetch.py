@@ -1,32 +1,11 @@
 """Fetching one file over HTTP(S) into the cache: mirror, offline mode, lock, progress bar,
 checksum, bounds, and nothing half-written.
 
-A file is streamed into a new file of a private temporary folder (created with O_EXCL and
-O_NOFOLLOW, so a link planted there is never written through) while its sha256 is computed,
-and checked against the length the server announced and the expected hash before the caller
-uses it. Every download is bounded: in time (a total deadline, not only a per-read timeout, so
-a server that drips one byte at a time stops; the deadline covers connecting, the headers,
-chunk-size lines, the body and redirects) and in size (the entry's cap; an announced
-Content-Length above it is refused before the body is read, and the body must match the
-announced length). A body that is neither announced by length nor chunked (ended by a closed
-connection) cannot be told from one cut short: it is accepted only when a sha256 is expected
-for it. Only identity-encoded bodies are accepted, an HTML page is never taken for a file, and
-a redirect to another scheme, host or port is refused unless a mirror is configured.
-Environment (a malformed or absurd value is a one-line HubError naming the variable):
-
-    ERNIE_DOC_OFFLINE=1           never open a socket; a file not in the cache is an error
-                                  naming its URL and the path to put it at by hand (1, true,
-                                  yes, on; 0, false, no, off or empty: online; anything else
-                                  is an error)
-    ERNIE_DOC_MIRROR=http://h:p   replace the scheme and host of every URL (the path is kept),
-                                  for an internal mirror or a test server
-    ERNIE_DOC_TIMEOUT=SECONDS     socket timeout of each read (default 60, at most 30 days)
-    ERNIE_DOC_DOWNLOAD_DEADLINE=SECONDS   the longest one download, or the wait for another
-                                  process fetching the same entry, may take (default 3 h, at
-                                  most 30 days)
-    ERNIE_DOC_DOWNLOAD_MAX_BYTES=N        the largest body accepted when the registry sets no
-                                  cap for the file (default 8 GiB, at most 1 PiB; K, M, G, T
-                                  suffixes are binary)
+A file is streamed into a private temporary folder while its sha256 is computed, and checked
+against the announced length and the expected hash before the caller uses it; every download
+is bounded in time and size. Environment (a malformed value is a one-line HubError naming the
+variable): ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
+ERNIE_DOC_DOWNLOAD_MAX_BYTES. Details: docs/design-notes.md, "Hub: fetching a file".
 """
 import contextlib
 import hashlib
@@ -452,18 +431,14 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
              room_factor: float = 1.0, max_bytes: Optional[int] = None) -> Tuple[str, int]:
     """Fetch `url` (through ERNIE_DOC_MIRROR) into the new file `dest` → (sha256 hex, bytes).
 
-    `dest` must not exist and should lie in a folder private to the caller: it is created
-    with O_EXCL | O_NOFOLLOW, so nothing already there (a planted link) is written through.
-    `manual`: where the user can put the file by hand (named in every error). `sha256`: the
-    expected hash; a mismatch is a HubError. `room_factor`: how many times the announced size
-    must be free (an archive also needs room to unpack). `max_bytes`: the cap of the body
-    (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB); an announced Content-Length above it
-    is refused before the body is read. HubError, one line naming the URL and `manual`, on
-    ERNIE_DOC_OFFLINE, any network error, a body that is short, too long, encoded, an HTML
-    page, late (ERNIE_DOC_DOWNLOAD_DEADLINE, which covers connecting, headers, every read and
-    redirects) or has a wrong hash, a body ended only by a closed connection when no sha256
-    is expected (it cannot be told from one cut short), and a redirect to another scheme,
-    host or port; `dest` then does not exist.
+    `dest` must not exist and should lie in a folder private to the caller (it is created with
+    O_EXCL | O_NOFOLLOW). `manual`: where the user can put the file by hand (named in every
+    error). `sha256`: the expected hash. `room_factor`: how many times the announced size must be
+    free. `max_bytes`: the cap of the body (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB).
+    HubError, one line naming the URL and `manual`, on ERNIE_DOC_OFFLINE, a network error, or a
+    body that is short, too long, encoded, HTML, late, unframed without a sha256, of a wrong hash
+    or redirected elsewhere; `dest` then does not exist. The bounds: docs/design-notes.md,
+    "Hub: fetching a file".
     """
     fetched = mirrored(url)
     check_url(fetched)

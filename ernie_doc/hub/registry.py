@@ -1,18 +1,10 @@
 """The released ERNIE-Doc models: where their files live and what they must hash to.
 
 Sources, as the official README (PaddlePaddle/ERNIE `ernie-doc/README.md`) and PaddleNLP 2.8.1
-(`paddlenlp/transformers/ernie_doc/{modeling,tokenizer}.py`) publish them:
-
-    name                 "official" weights (static LoDTensor files)    "paddlenlp" weights
-    ernie-doc-base-en    ernie-github.cdn.bcebos.com/model-…-base-en    bj.bcebos.com/…/.pdparams
-    ernie-doc-base-zh    ernie-github.cdn.bcebos.com/model-…-base-zh    bj.bcebos.com/…/.pdparams
-    ernie-doc-large-en   ernie-github.cdn.bcebos.com/model-…-large-en   (none)
-
-Tokenizer files are PaddleNLP's copies of the official vocabularies (large-en uses base-en's).
-No checksum is published for any of them. The tokenizer files are pinned here by sha256
-(the official vocabularies of PaddlePaddle/ERNIE `ernie-doc/configs`, which PaddleNLP serves
-unchanged); the weights are trusted on first use (`Remote.sha256` None: the first download's
-hash is recorded in the cache and every later download must match it) until a value is pinned.
+(`paddlenlp/transformers/ernie_doc/{modeling,tokenizer}.py`) publish them: "official" weights
+(static LoDTensor files) for base-en, base-zh and large-en, and "paddlenlp" .pdparams for
+base-en and base-zh. No checksum is published: the tokenizer files are pinned here by sha256,
+and the weights are trusted on first use (`Remote.sha256` None) until a value is pinned.
 """
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple

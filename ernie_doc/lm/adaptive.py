@@ -1,18 +1,13 @@
 """Adaptive input embedding and projected adaptive log-softmax (Transformer-XL's WT103 setup).
 
-The vocabulary (ids sorted by frequency) is cut into clusters [0, c1), [c1, c2), ..., [ck, V).
-Cluster i gets the dimension d_embed // div_val**i, so rare words get cheaper vectors, and a
-projection to d_model. The softmax factorises p(w) = p(cluster | h) * p(w | cluster, h): a head
-over the shortlist [0, c1) plus one logit per tail cluster, then one small softmax per tail.
+The vocabulary (ids sorted by frequency) is cut into clusters; cluster i gets the dimension
+d_embed // div_val**i and a projection to d_model, so rare words get cheaper vectors. The
+softmax factorises p(w) = p(cluster | h) * p(w | cluster, h). Embedding and softmax use one
+orientation, so tying shares the same Parameter objects, never copies:
 
-Layout of the parameters (the embedding and the softmax use the same orientation, so tying
-shares the very same Parameter objects, never copies):
+    weights[i]  [n_i, d_i]      projs[i]  [d_i, d_model]      (d_i = d_embed // div_val**i)
 
-    weights[i]  [n_i, d_i]      n_i = cutoff_ends[i+1] - cutoff_ends[i], d_i = d_embed // div_val**i
-    projs[i]    [d_i, d_model]  embedding e @ P (d_i → d_model); softmax h @ P^T (d_model → d_i)
-
-With div_val == 1 there is one table [V, d_embed] (cluster i is a row slice of it) and, on the
-softmax side, one projection per cluster; both sides have projections only if d_embed != d_model.
+Details: docs/design-notes.md, "Language model: adaptive input and softmax".
 """
 import operator
 from typing import List, Sequence, Tuple, Union
@@ -89,9 +84,9 @@ def _share(plist, i, param):
 
 
 def log_softmax(x: paddle.Tensor) -> paddle.Tensor:
-    """log_softmax over the last axis as x − logsumexp(x). paddle's CPU log_softmax kernel
-    takes time quadratic in the axis size (17 s forward for [1024, 12891] on one core,
-    against 0.1 s this way), which made every adaptive-softmax cluster the bottleneck."""
+    """log_softmax over the last axis as x − logsumexp(x): paddle's CPU log_softmax kernel
+    takes time quadratic in the axis size, which would make every adaptive-softmax cluster the
+    bottleneck."""
     return x - paddle.logsumexp(x, axis=-1, keepdim=True)
 
 
@@ -190,14 +185,10 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
     forward(hidden [..., d_model], target [...] int64 in [0, V)) → nll [...], computing the head
     for every row but each tail cluster only for the rows whose target falls in it.
 
-    Parameters: `out_weights`/`out_biases` (one [V, d_embed]/[V] pair if div_val == 1, else
-    [n_i, d_i]/[n_i] per cluster), `out_projs` ([d_i, d_model] per cluster, or none if
-    div_val == 1 and d_embed == d_model) and, with tail clusters, `cluster_weight`
-    [n_tail, d_embed] / `cluster_bias` [n_tail], the head's extra logits. Following
-    Transformer-XL, tail cluster i's head logit is the (-i)-th head column, i.e. row
-    n_tail - i of `cluster_weight` (its checkpoints map over without reordering rows; its
-    projections are stored [d_model, d_i], the transpose of ours).
-    Tie to an AdaptiveEmbedding with `tie_to`.
+    Parameters: `out_weights` / `out_biases`, `out_projs` and, with tail clusters,
+    `cluster_weight` [n_tail, d_embed] / `cluster_bias` [n_tail]; tail cluster i's head logit is
+    row n_tail − i, as in Transformer-XL, so its checkpoints map over without reordering rows
+    (its projections are stored [d_model, d_i], the transpose of ours). Tie with `tie_to`.
     """
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],

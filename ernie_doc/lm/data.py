@@ -1,51 +1,12 @@
 """WikiText-103 language-model data: vocabulary, cached token streams, Segatron positions and
 Transformer-XL's ordered batch iterator. Pure numpy (no paddle).
 
-Tokens and `<eos>`. A `.tokens` file is read line by line (lines end at "\\n" only; a last line
-without "\\n" is a line too). A line's tokens are ``line.split()`` (any whitespace, as
-Transformer-XL's ``line.strip().split()``), and **every** line gets a final `<eos>`,
-including the blank (" ") lines around WikiText's headings: this is Transformer-XL's WikiText
-convention, which gives the 245,569 tokens of ``wiki.test.tokens`` that its perplexities are
-averaged over. (Segatron-XL drops the blank lines and has 244,102; see its
-`segatron-xl/data_utils.py`, rsvp-ai/segatron_aaai.) So a file has
-``whitespace tokens + lines`` tokens.
-
-Vocabulary. Id 0 is `<eos>`. The other tokens follow by decreasing count in the counted files;
-ties keep the order of first occurrence (what ``Counter.most_common`` gives Transformer-XL).
-`<unk>` is always in the vocabulary: WikiText contains it as an ordinary token, so it keeps its
-frequency rank there, and the text's own `<unk>` tokens and the unknown tokens mapped to it
-share that one id; when the counted text has no `<unk>` it is appended last. `min_freq` drops rarer
-tokens, `max_size` caps the size (specials included); neither ever drops `<eos>`/`<unk>`
-(if `max_size` would cut `<unk>`, it takes the last kept place). The vocabulary file is one
-token per line in id order. Encoding maps unknown tokens to `<unk>` and counts them (the
-literal `<unk>` tokens of WikiText are in the vocabulary and are not counted).
-
-Segatron positions (`sega_positions`). Three int32 rows aligned with the token stream:
-paragraph, sentence, token. A paragraph is a non-empty line, headings (" = Title = ",
-" = = Section = = ") included, each heading line a paragraph of its own (as Segatron-XL does).
-Sentences are found by `wikitext_sentences` (rules for WikiText's tokenized text, below). A
-line's `<eos>` is the last token of its last sentence. A blank line's `<eos>` is one more token
-of the sentence before it (the last sentence of the previous paragraph); blank lines before the
-first paragraph of a file join the first sentence of the first paragraph. So removing the
-blank-line `<eos>` tokens leaves exactly Segatron's paragraph/sentence structure.
-``scheme="local"``: paragraph index in the file, sentence index within the paragraph, token
-index within the sentence (SegaBERT's absolute positions). ``scheme="global"``: Segatron-XL's
-running counters, which its relative encoding subtracts: paragraph index, sentence index in the
-file, token index in the stream (0, 1, 2, ...; Segatron counts without the blank lines).
-`to_global` converts local rows to global ones.
-
-Sentence rules (`wikitext_sentences`). The project's splitter (ernie_doc.tokenization.sentences)
-works on raw text and would cut WikiText's in-number period "1 @.@ 5"; WikiText is tokenized
-already, and its standalone "." / "?" / "!" tokens are sentence ends (abbreviations keep their
-period: "U.S.", "Mr.", "H."). A sentence ends after such a token, together with the tokens that
-close it: more end marks (". . .", "? !"), ")", "]", "}", "”", "’", and a straight quote
-``"`` or ``'`` when the sentence so far has an odd number of them (an open quote). It does not
-end there when the next token is "," ";" ":" or starts with a lower-case letter
-("<unk> . , Frank", "Ohio . . . at Michigan"). "@.@", "@,@", "@-@" are ordinary tokens and
-"..." is not an end mark.
-
-`LMStreams` is Transformer-XL's ``LMOrderedIterator``, batch-major: the stream is trimmed to a
-multiple of `bsz` and row b of the [bsz, n] matrix holds tokens b*n ... (b+1)*n - 1.
+A line's tokens are ``line.split()`` and every line, blank ones included, ends with `<eos>`:
+Transformer-XL's WikiText convention, which its perplexities are averaged over. Id 0 is
+`<eos>`; the other tokens follow by decreasing count. `sega_positions` gives Segatron's
+(paragraph, sentence, token) rows, `wikitext_sentences` splits tokenized WikiText, and
+`LMStreams` is Transformer-XL's ``LMOrderedIterator``, batch-major: row b of the [bsz, n]
+matrix holds tokens b*n ... (b+1)*n - 1. Details: docs/design-notes.md, "Language model: corpus".
 """
 import hashlib
 import json
@@ -365,7 +326,7 @@ def to_global(local: np.ndarray) -> np.ndarray:
 def _file_fingerprint(path) -> dict:
     """What a cached file is keyed by: its size and a BLAKE2b digest of its bytes (content,
     not path or mtime: an edit that keeps the size and restores the mtime still changes the
-    key). Hashing runs at about 1 GB/s, some 30 times faster than encoding the same file."""
+    key). Hashing is far cheaper than encoding the file again."""
     digest = hashlib.blake2b(digest_size=32)
     size = 0
     with open_regular(path, "token file") as f:
@@ -464,13 +425,10 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
     """Vocabulary + encoded splits, cached under `cache_dir` (None: no cache).
 
     `paths` {split: .tokens path}. The vocabulary is `vocab_path` when given, else built from the
-    split(s) `vocab_from` (and cached as cache_dir/vocab.txt). Each split is cached as
-    `{split}.ids.npy` (+ `{split}.pos.npy`, local positions) beside `{split}.json`, which holds
-    the source's size and a hash of its bytes (`_file_fingerprint`), the vocabulary's
-    fingerprint and the counts; a cached split is used only when all of them still match,
-    otherwise it is re-encoded. Files are written
-    atomically, the JSON last. `positions`: None, "local" or "global" (see `sega_positions`).
-    `mmap`: memory-map the cached arrays (read-only)."""
+    split(s) `vocab_from`. Each split is cached as `{split}.ids.npy` (+ `{split}.pos.npy`) with a
+    `{split}.json` of the source's size and hash, the vocabulary's fingerprint and the counts; it
+    is re-encoded unless all match. Files are written atomically, the JSON last. `positions`:
+    None, "local" or "global" (see `sega_positions`). `mmap`: memory-map the cached arrays."""
     if positions not in (None, "local", "global"):
         raise ValueError(f"positions must be None, 'local' or 'global', got {positions!r}")
     if not paths:

@@ -1,68 +1,12 @@
 """Memory-enhanced Transformer-XL language model (paper §4.1), optionally segment-aware (Segatron).
 
-    model = TransformerXLLM(TransformerXLConfig(...))
-    out = model(input_ids, target=None, memories=None, reset_memory=None, positions=None,
-                memory_positions=None, return_log_probs=False)
-
-input_ids [B, T] int · target [B, T'] int (T' ≤ T: the last T' positions are predicted, which
-is how an `ext_len` context prefix is skipped) or None · memories None (= no memory, Transformer-
-XL's start state), a list of n_layer tensors [B, M, d_model] or one [n_layer, B, M, d_model] ·
-reset_memory [B] bool: rows whose memory is zeroed first (`memory.reset_rows`) · positions
-[3, B, T] (paragraph, sentence, token) running counters, required iff config.segment_positions ·
-memory_positions [3, B, M]: the positions of the memory slots (out.memory_positions of the
-previous call), required with memories when segment_positions.
-
-Returns LMOutput(nll [B, T'] or None, log_probs [B, T', V] (T' = T without target) or None
-unless return_log_probs, memories [n_layer, B, M', d_model] detached or None, hidden
-[B, T, d_model] = what the softmax reads (last layer output after the final dropout),
-memory_positions [3, B, M'] or None). Inputs are never modified.
-
-Architecture (Transformer-XL, kimiyoung/transformer-xl pytorch/mem_transformer.py):
-AdaptiveEmbedding (scaled by
-sqrt(d_model)), dropout, n_layer decoder layers, dropout, ProjectedAdaptiveLogSoftmax tied to
-the embedding (tie_weight / tie_projs). A layer is relative partial-learnable attention
-(fused bias-free qkv_net on [memory; segment], r_net on the sinusoid encoding of distances
-klen-1 ... 0, learned r_w_bias / r_r_bias [n_head, d_head] shared by the layers unless
-untie_r, score = ((q + r_w_bias)·k + shift((q + r_r_bias)·r)) / sqrt(d_head), causal mask,
-softmax, dropatt, o_net, dropout, post-LN residual unless pre_lnorm) and a position-wise FF
-(Linear, ReLU, Dropout, Linear, Dropout, post-LN residual unless pre_lnorm). As in Transformer-XL
-there is no final LayerNorm, even with pre_lnorm. Parameter names follow Transformer-XL's
-(word_emb, layers.i.dec_attn.qkv_net, layers.i.pos_ff.CoreNet.0, crit, ...); paddle Linear
-weights are [in, out], the transpose of torch's.
-
-Recurrence (`ernie_doc.modeling.memory`): layer n caches memory_source(recurrence, its input,
-its output), i.e. its own output under "enhanced" (ERNIE-Doc) and its input under "xl"; the last
-mem_len positions of [memory; segment without its last ext_len positions] are kept, detached
-(update_memory). "none" (or mem_len 0): no memory at all; given memories are ignored.
-
-Mask: query i (of T) sees keys j ≤ mlen + i of [memory (mlen); segment]. With same_length it
-also loses keys j ≤ i − shift, shift = T − (klen − mem_len) if klen > mem_len else T, which is
-Transformer-XL's formula: a query sees the keys at distances 0 ... mem_len − 1 (itself and the
-mem_len − 1 before it: mem_len keys once the memory is full; the anchors' "mem_len + 1" is one
-too many). `mem_len` here is config.mem_len even under recurrence "none", where same_length is
-a sliding window of mem_len tokens.
-
-Segatron (segment_positions=True). positions are Segatron-XL's *global* running counters
-(ernie_doc.lm.data.sega_positions(..., scheme="global") / to_global): every row non-decreasing
-along time, checked. The relative encoding concatenates three sinusoid encodings, of the token,
-sentence and paragraph distances, with dims d_t = d_s = d//3 + (d//3)%2 and d_p = the rest
-(410 → 136, 136, 138), then r_net, as Segatron-XL. How the distances are taken (the anchors
-describe Segatron-XL's and flag it as an approximation; config.sega_relative picks):
-
-* "exact" (default): key j gets, per component c, pos_c(query i) − pos_c(key j), clipped to
-  [0, klen − 1] and to clamp_len. Computed without a [B, T, K, d] tensor: r_net is linear and
-  bias-free, so r_net(concat) = Σ_c PE_c W_c; each component scores the query against its
-  projected table of distances 0 ... N−1 and gathers. Query i depends on nothing after it
-  (tokens or positions).
-* "segatron": bit-parity with Segatron-XL: per batch row, R[k] = PE(max(window) − window[k])
-  for the window [memory; segment], clamped by clamp_len, then the same shift, so query i
-  reads key j through R[j + T − 1 − i]. Exact for the token part, but the sentence/paragraph
-  parts are measured from the window's last token and shifted: query i then depends on the
-  *positions* (not the tokens) of later tokens of its segment, i.e. future sentence boundaries
-  leak into earlier predictions.
-
-Transformer-XL's memory holds no positions; here memory_positions carries the memory slots'
-triples along with the memories (reset rows get zeros, like their hidden memory).
+`TransformerXLLM` follows kimiyoung/transformer-xl pytorch/mem_transformer.py: adaptive
+embedding, relative partial-learnable attention, a tied adaptive softmax, and Transformer-XL's
+parameter names (paddle Linear weights are [in, out], the transpose of torch's). The memory
+follows `ernie_doc.modeling.memory` (its recurrence "enhanced", "xl" or "none"); with
+segment_positions the relative encoding adds Segatron-XL's sentence and paragraph distances.
+forward's docstring gives its contract. Details (architecture, mask, Segatron distances):
+docs/design-notes.md, "Language model: Transformer-XL".
 """
 import dataclasses
 import json
@@ -461,7 +405,7 @@ class RelPartialLearnableDecoderLayer(nn.Layer):
 
 # --------------------------------------------------------------------------------- model
 class TransformerXLLM(nn.Layer):
-    """The language model; see the module docstring for forward's contract."""
+    """The language model; forward's docstring gives its contract."""
 
     def __init__(self, config: Union[TransformerXLConfig, Dict[str, Any]]):
         super().__init__()
@@ -677,7 +621,17 @@ class TransformerXLLM(nn.Layer):
                 positions: Optional[paddle.Tensor] = None,
                 memory_positions: Optional[paddle.Tensor] = None,
                 return_log_probs: bool = False) -> LMOutput:
-        """The contract is the module docstring's: input_ids [B, T] … → LMOutput."""
+        """input_ids [B, T] int → LMOutput; inputs are never modified.
+
+        target [B, T'] int (T' ≤ T: the last T' positions are predicted, which skips an
+        `ext_len` prefix) or None · memories None (no memory: Transformer-XL's start state), a
+        list of n_layer [B, M, d_model] or one [n_layer, B, M, d_model] · reset_memory [B] bool:
+        rows whose memory is zeroed first · positions [3, B, T] (paragraph, sentence, token)
+        running counters, required iff config.segment_positions · memory_positions [3, B, M],
+        required with memories when segment_positions (the previous out.memory_positions).
+        LMOutput: nll [B, T'] or None, log_probs [B, T', V] if return_log_probs, memories
+        [n_layer, B, M', d_model] detached or None, hidden [B, T, d_model] (what the softmax
+        reads), memory_positions [3, B, M'] or None."""
         c = self.config
         if paddle.in_dynamic_mode():
             self._check(input_ids, target, memories, reset_memory, positions, memory_positions)

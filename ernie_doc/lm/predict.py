@@ -7,33 +7,9 @@
     # → [{"doc_id": "0", "ppl": 312.4, "nll": 5.74, "tokens": 12, "unk": 0, "oov": 0,
     #     "token_logprobs": [["document", -7.1], [",", -2.3], ...], "index": 0}]
 
-A document's text is encoded exactly as the training corpus was (`ernie_doc.lm.data`): lines
-end at "\\n" only (a last line without "\\n" is a line too; a leading BOM is dropped), a
-line's tokens are ``line.split()``, every line ends with `<eos>` (blank lines included),
-words outside the vocabulary become `<unk>`, and Segatron positions (when the model has
-`segment_positions`) are `to_global(sega_positions(lines))`, as `load_corpus` computes them.
-
-The tokens are then read under the run's evaluation protocol (`LanguageModelTask.
-eval_lengths`: task_options eval_tgt_len / eval_mem_len / eval_clamp_len / eval_same_length /
-eval_ext_len, None = Transformer-XL's defaults), exactly as `LMEvalStream` reads a split with
-one row: `LMStreams(ids, 1, tgt_len, ext_len)` segment by segment, starting with no memory and
-carrying the memories (and memory positions) from one segment to the next.
-
-Which tokens are predicted. As in evaluation, a token is predicted from the tokens before it,
-so the document's first token is context only and the other N − 1 are predicted (N = words +
-lines): a document that is a whole split file gets the total nll, token count and perplexity
-the run's evaluation of that split reports with eval_batch_size 1. `prepend_eos=True` reads
-the document after one `<eos>` instead (as a WikiText article follows the line before it in
-the corpus stream), so that all N tokens, the first word included, are predicted: exactly the
-reading of the text with a blank line put before it.
-
-Batching. Every batch row reads one document with its own memory (`rows` documents at once; a
-document enters a row as soon as one frees up). TransformerXLLM has no per-row "no memory"
-state (reset_memory zeroes a row's memory, and zeros are attended to), so rows are never
-mixed with a reset: each document keeps its own memory slices, and at each step the rows are
-run in groups that share (memory length, input length, target length), which is one group
-once memories are full. Rows do not interact in the model, so a document's numbers do not
-depend on the batch size or its neighbours (up to float rounding).
+A document is encoded and read exactly as the run's evaluation reads a split with one row, so a
+whole split file gets the numbers evaluation reports. Details: docs/design-notes.md,
+"Language model: prediction".
 """
 import dataclasses
 import math

@@ -1,22 +1,12 @@
 """Language modelling (paper §4.1) behind the trainer's task interface (kind `language_model`).
 
     token files ─reader─▶ {split: path} ─load_corpus─▶ vocabulary + cached id arrays
-      ─LMStreams─▶ B×world contiguous rows, tgt_len steps at a time; rank r reads rows
-      r·B … (r+1)·B − 1 ─TransformerXLLM(memories)─▶ nll, new memories ─▶ mean nll / ppl
+      ─LMStreams─▶ B×world contiguous rows, tgt_len steps at a time
+      ─TransformerXLLM(memories)─▶ nll, new memories ─▶ mean nll / ppl
 
-The trainer runs it like pretraining: the train split is a stream (`LMTrainStream`) that
-runs for max_steps, wrapping around the corpus (each pass starts with empty memories, as in
-Transformer-XL); a checkpoint holds the memories (and Segatron memory positions) of every
-rank's rows, and the micro-step index alone says where the stream is, so a resume continues
-exactly. Evaluation reads a whole split once (`LMEvalStream`) under the eval protocol
-(task_options eval_tgt_len / eval_mem_len / eval_clamp_len / eval_same_length / eval_ext_len;
-None = Transformer-XL's rule: eval_mem_len = mem_len + tgt_len − eval_tgt_len, the training
-clamp_len, same_length and ext_len) and reports perplexity over every predicted token of the
-stream, summed over ranks. Data parallel = one process with B×world rows.
-
-The retrospective feed does not apply (an LM that read a document before predicting it would
-see the future); `retro_feed`, `max_seq_len` and `stride` are ignored: the model config's
-tgt_len / mem_len / ext_len set the segments.
+The trainer runs it like pretraining: the train split is a stream that wraps around the corpus
+and a checkpoint holds every rank's memories, so a resume continues exactly. `retro_feed`,
+`max_seq_len` and `stride` do not apply. Details: docs/design-notes.md, "Language model: task".
 """
 import contextlib
 import dataclasses

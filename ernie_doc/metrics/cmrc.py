@@ -1,33 +1,12 @@
 """CMRC2018 span-extraction metrics (also used for DRCD and DuReader), reproducing the
 official cmrc2018_evaluate.py (ymcui/cmrc2018, v5).
 
-Text is lower-cased, stripped and cut into segments: every CJK character (U+4E00..U+9FA5)
-and every official punctuation character is a segment of its own, and the runs between them
-are word-tokenised. F1 against one gold answer is the harmonic mean of LCS/len(pred) and
-LCS/len(gold), LCS being the longest common *contiguous* run of segments, punctuation removed
-first; EM is string equality after `remove_punctuation`; a question takes the max over its
-gold answers; scores are ×100 averages over all reference questions, an unanswered one
-scoring 0 (counted in "skipped").
-
-Word splitting: the official script (and ERNIE-Doc's copy, ernie-doc/utils/metrics.py)
-word-tokenises the non-CJK runs with `nltk.word_tokenize`, and ERNIE-Doc pins nltk 3.6.2.
-`treebank_tokenize` reimplements the Treebank stage of **nltk 3.6.2** by default; nltk 3.7
-and later also split a run-initial '' off its word ("''abc" → '' abc), which
-`nltk_rules="3.7"` gives (`evaluate(..., nltk_rules=...)`). Checked against
-NLTKWordTokenizer of nltk 3.6.2 and 3.9.1 on random strings of quotes, clitics and
-punctuation (tests/test_span_reference.py runs the check where nltk is installed). On the
-CMRC2018 dev and trial sets and the DuReader demo answers the two rule sets segment every
-answer and context alike.
-
-Deviations:
-- No Punkt sentence splitting before the Treebank stage, so a period inside a run followed
-  by more text ("end. next") stays attached to its word where NLTK would usually split it
-  off. Runs in Chinese answers are short (numbers, names, units), where the two agree.
-- A reference question with an empty answer list is scored against [""] (what the official
-  code gives for an answer text "": F1 0, EM 1 only for a prediction empty once
-  punctuation is removed) where ERNIE-Doc's EM_AND_F1 would crash on max([]).
-Quirk kept on purpose: the official list has "……" as one two-character entry, which never
-equals a single character, so "…" is NOT treated as punctuation (neither is "‘").
+Text is lower-cased and cut into segments (each CJK character and punctuation mark, and the
+words of the runs between them); F1 is over the longest common contiguous run of segments, EM
+is string equality without punctuation, and a question takes the max over its gold answers.
+`treebank_tokenize` reimplements the word tokenizer of nltk 3.6.2, which ERNIE-Doc pins
+(`nltk_rules="3.7"` gives the later rules). Deviations, and how the rule sets compare:
+docs/design-notes.md, "Metrics: CMRC2018".
 """
 import re
 from typing import Dict, List, Sequence

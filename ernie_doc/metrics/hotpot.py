@@ -1,13 +1,10 @@
 """HotpotQA answer / supporting-fact / joint metrics, reproducing the official
-hotpot_evaluate_v1.py (hotpotqa/hotpot).
+hotpot_evaluate_v1.py (hotpotqa/hotpot), with no deviation known.
 
-Answers use SQuAD normalisation and token overlap; a yes/no/noanswer answer on either side
-that differs from the other side scores 0. Supporting facts are compared as sets of
-(title, sent_id). Joint precision/recall are the products of the answer and
-supporting-fact ones, joint EM the product of the EMs. Everything is a fraction in 0..1
-averaged over all gold records; a record whose answer (or supporting facts) is missing from
-the predictions gets 0 for those and for the joint metrics, as in the official script.
-No deviation known.
+Answers use SQuAD normalisation and token overlap (a differing yes/no/noanswer scores 0);
+supporting facts are compared as sets of (title, sent_id); joint precision / recall / EM are
+the products of the two. Fractions in 0..1 averaged over all gold records; a record missing
+from the predictions scores 0, as in the official script.
 """
 from ernie_doc.metrics import squad
 

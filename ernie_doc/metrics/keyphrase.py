@@ -1,20 +1,10 @@
 """OpenKP keyphrase metrics P/R/F1 @1, @3, @5, reproducing the official MS MARCO OpenKP
 evaluate.py (microsoft/OpenKP, also bertkpe/evaluator/openkp_evaluator.py of thunlp/BERT-KPE).
 
-A phrase is normalised by lower-casing its words, joining them with one space and stripping
-the right end (the official script gets phrases as word lists; a string here is split on
-whitespace first), without removing punctuation or articles. As in the official script, a
-phrase with no words, or whose first word is "", is dropped; any other phrase is kept at its
-rank even when it normalises to "" (e.g. the word list [" "]): such a prediction takes one of
-the top k places and hits only a gold "", and a gold "" counts among the distinct gold
-phrases. keep_empty=False drops those too (this project's earlier rule). Predictions are
-de-duplicated keeping rank order, gold phrases counted once. P@k = hits in the top k / k
-(k even when fewer were predicted), R@k = hits / distinct gold phrases, F1@k per document;
-all three averaged over documents, as fractions in 0..1.
-
-Deviations: averages run over all reference documents, a document without predictions
-scoring 0 (the official script refuses to score unless both files list the same URLs); a
-document with no gold phrase scores recall 0 (the official script divides by zero).
+Phrases are lower-cased and whitespace-normalised (no punctuation or article removal);
+predictions are de-duplicated keeping rank order. P@k = hits in the top k / k, R@k = hits /
+distinct gold phrases, F1@k per document, all averaged over documents as fractions in 0..1.
+Empty phrases and deviations: docs/design-notes.md, "Metrics: OpenKP".
 """
 
 from typing import Dict, Iterable, List, Sequence, Tuple, Union

@@ -3,12 +3,8 @@
 
 Scores are the max over a question's ground truths (`ground_truths`) of the exact match and
 token F1 of TriviaQA-normalised strings, averaged ×100 over every reference question; a
-question without a prediction scores 0 (the official script prints "Missed question").
-
-Deviations: `ground_truths` also takes NormalizedValue when it is not already among the
-aliases (in the released data it always is, so scores do not change), drops duplicates,
-and accepts the snake_case keys of the Hugging Face copy of the data set; a reference may
-also be given directly as a list of answer strings.
+question without a prediction scores 0. Deviations (none changes a score on the released
+data): docs/design-notes.md, "Metrics: TriviaQA".
 """
 from ernie_doc.metrics import squad
 

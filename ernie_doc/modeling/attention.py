@@ -52,8 +52,8 @@ def gather_rel_shift(x: paddle.Tensor, key_len: int,
 
     offset = T reproduces the official XLNet-style reshape/slice of the full [T, 2T+M] score
     exactly, every entry (the encoder masks nothing by position, so all of them are read).
-    Done as one gather of flat indices offset + a(W−1) + b: the strided slice copy is several
-    times slower on CPU. The language model's `ernie_doc.lm.model.pad_reshape_rel_shift` is
+    Done as one gather of flat indices offset + a(W−1) + b: the strided slice copy is slower
+    on CPU. The language model's `ernie_doc.lm.model.pad_reshape_rel_shift` is
     Transformer-XL's pad-a-zero-column-and-reshape shift instead: the same on the causal keys
     but with other junk above the diagonal, which its causal mask hides.
     """

@@ -1,22 +1,12 @@
 """The model's dense layer: `paddle.nn.Linear` with the same parameters, state_dict names and
 outputs, and a training path shaped for the CPU's faster backward kernels.
 
-When gradients are recorded, an input [..., in] is multiplied as one 2-D matrix [N, in] and
-the bias is added at the output's full shape (an expand), not broadcast:
-- the oneDNN bfloat16 matmul gradient (the CPU kernel of `amp: bf16`, see training/amp.py)
-  takes a slow path for a 3-D input against a 2-D weight: 42 against 230 GFLOP/s for the
-  base-en [2, 512, 768] × [768, 768] product on this project's CPU, and 7.4 s of a 13.6 s
-  bf16 training step;
-- the CPU gradient of a broadcast add walks the elements one by one: 1.4 s of a 9.4 s fp32
-  compiled base-en step. Through an expand, the add's gradient is a plain copy and the
-  bias's gradient one reduce_sum: 0.9 s.
-
-Below SMALL output elements the two extra operators cost more than they save (6 % of the
-README demo's compiled step), so small layers keep the plain form.
-
-The arithmetic is the same products and sums in the same order, so outputs equal the plain
-layer's. Evaluation and exported programs keep the plain form, which Paddle Inference fuses
-into one fc operator.
+When gradients are recorded, an input [..., in] is multiplied as one 2-D matrix [N, in] and the
+bias is added through an expand, not a broadcast: the CPU's gradient kernels are much faster
+that way (oneDNN bf16 matmul, broadcast add). Layers below SMALL output elements keep the plain
+form. The arithmetic is the same, so outputs equal the plain layer's; evaluation and export
+keep the plain form, which Paddle Inference fuses into one fc operator. Why and timings:
+docs/design-notes.md, "Model: the dense layer".
 """
 import math
 

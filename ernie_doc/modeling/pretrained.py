@@ -4,17 +4,10 @@
     model.load_report          # .missing / .unexpected / .ignored / .format / .path
     model.save_pretrained(out, format="safetensors" | "paddlenlp" | "official")
 
-`path` may hold any layout of ernie_doc.checkpoint.io (official static files, PaddleNLP
-.pdparams, ours). Names are mapped with ernie_doc.checkpoint.names; the model's own state_dict
-keys are PaddleNLP's (heads keep the encoder under `ernie_doc.`).
-
-What loads without a word beyond the load report: the whole model, or the encoder with this
-class's head absent (a new head, fresh initialisation, in `.missing`), with tensors of other
-known heads and optimizer / LR state left aside (`.unexpected`, `.ignored`). A checkpoint whose
-config records another head class (other_head) is such a load: its head is never reused, even
-where the names and shapes agree (every head's parameters are `linear.*`). Anything else
-partial is a CheckpointError unless allow_partial=True; a checkpoint sharing no encoder tensor
-with the model, a shape that differs or a dtype that cannot be cast always is.
+`path` may hold any layout of ernie_doc.checkpoint.io. Names are mapped with
+ernie_doc.checkpoint.names; the model's own state_dict keys are PaddleNLP's (heads keep the
+encoder under `ernie_doc.`). What may load partially: `from_pretrained`'s docstring and
+docs/design-notes.md, "Checkpoints: which head loads".
 """
 import inspect
 import logging
@@ -228,14 +221,10 @@ def other_head(cls: type, ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]]
     """Why the checkpoint's head tensors must not load into `cls`'s head, as the class they
     belong to (for the report), else None (they are this head's, or there are none).
 
-    The recorded class decides what "the same head" means: every head keeps its parameters
-    under the same names (`linear.weight` ...), so names alone would load a classification
-    head into a span head. The same class, or a class `cls` derives from (a subclass keeps
-    its base's head), is the same head; another known class is another head. With no known
-    class recorded (none, an unknown or base class name, a PaddleNLP folder without
-    init_class) our own names cannot tell the heads apart: they are not reused either. Only
-    official names identify a head by name (cls_mrc_out is a span head's), so an official
-    checkpoint without a known class is matched by name, as the official code does."""
+    Every head keeps its parameters under the same names (`linear.weight` ...), so the recorded
+    class decides: the same class or a base of `cls` is the same head, anything else (or no known
+    class) is not, except official names, which identify a head (cls_mrc_out is a span head's).
+    Details: docs/design-notes.md, "Checkpoints: which head loads"."""
     if _is_bare(cls):
         return None
     recorded = recorded_class(ckpt)
@@ -474,34 +463,28 @@ class PretrainedMixin:
                         **kwargs: Any) -> Model:
         """Build `cls` and load a checkpoint into it.
 
-        path: a released name ("ernie-doc-base-en", "ernie-doc-base-zh", "ernie-doc-large-en":
-            fetched once into the cache, verified on every load), an http(s) URL, a .tar.gz
-            archive, a checkpoint directory or weights file of any supported layout (or an
-            already read ernie_doc.checkpoint.io.Checkpoint); see ernie_doc.hub.resolve.
-        source: for a released name, "official" (the static files of PaddlePaddle/ERNIE) or
-            "paddlenlp" (PaddleNLP's .pdparams copy); default $ERNIE_DOC_SOURCE, else official.
-        config: ErnieDocConfig, preset name, JSON path or dict. Wins over the checkpoint's
-            config; required when the checkpoint has none.
+        path: a released name (fetched once into the cache, verified on every load), an http(s)
+            URL, a .tar.gz archive, a checkpoint directory or weights file of any layout, or a
+            read ernie_doc.checkpoint.io.Checkpoint; see ernie_doc.hub.resolve.
+        source: for a released name, "official" (PaddlePaddle/ERNIE's static files) or
+            "paddlenlp" (its .pdparams copy); default $ERNIE_DOC_SOURCE, else official.
+        config: ErnieDocConfig, preset name, JSON path or dict; wins over the checkpoint's
+            config, required when the checkpoint has none.
         strict: raise if any model tensor is missing or any checkpoint tensor is unused, the
-            expected ones below included.
-        allow_partial: load a checkpoint that matches only in part (some encoder tensors
-            missing, this class's head only partly there, tensors of no known head), with a
-            warning listing what was not loaded. Without it these raise. Expected and loaded
-            either way: this class's head wholly absent (a new head: `.missing`), tensors of
-            other known heads (`.unexpected`), optimizer / LR state (`.ignored`). A checkpoint
-            whose config.json records another head class counts as holding no head of this
-            class: its head tensors are `.unexpected` (`.other_head` names that class) and one
-            warning line says so.
-        kwargs: config keys (e.g. recurrence="xl") override the config; constructor arguments
-            (num_labels, num_choices, dropout, ...) go to the constructor. A head size that is
-            not given (num_labels, num_reorder_classes) is taken from the checkpoint's tensor.
+            always-accepted ones below included.
+        allow_partial: load a partial match (encoder tensors missing, this head partly there,
+            tensors of no known head) with a warning; without it these raise. Always accepted:
+            this class's head wholly absent (`.missing`), other known heads' tensors
+            (`.unexpected`; a config recording another head class never has its head reused,
+            `.other_head` names it), optimizer / LR state (`.ignored`).
+        kwargs: config keys override the config; constructor arguments (num_labels, ...) go to
+            the constructor; an absent head size is taken from the checkpoint's tensor.
 
         Returns the model (mode unchanged: call .eval() for inference) with `.load_report`.
-        Raises CheckpointError, one line naming the checkpoint: no checkpoint or config (a
-        name that cannot be fetched: HubError, a CheckpointError naming the URL), an
-        unreadable or refused file, no encoder tensor matched (even with allow_partial), a
-        partial match (unless allow_partial), strict violations, shapes that differ (each
-        tensor with both shapes), dtypes that cannot be cast (integer or bool into float).
+        Raises CheckpointError, one line naming the checkpoint (HubError for a name that cannot
+        be fetched): no checkpoint or config, an unreadable or refused file, no encoder tensor
+        matched, a partial match without allow_partial, strict violations, differing shapes,
+        dtypes that cannot be cast (integer or bool into float).
         """
         ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)

@@ -1,43 +1,12 @@
 """The pretraining corpus: documents streamed from files, sharded deterministically over ranks.
 
-Format. `paths` is one path or a list of paths, each a file or a directory. Directories are
-searched recursively; names starting with "." are skipped there (editor and OS litter), a file
-named explicitly is always read. Only regular files are read: in a directory a FIFO, socket,
-device or broken symbolic link is skipped and counted (one warning line per listing: a FIFO
-would block the reader for ever), and one named explicitly is an error. The file list is
-sorted by relative path, so every rank sees the same list in the same order whatever the file
-system returns. Each file is one of
-
-* JSON lines (`*.jsonl`, `*.json`): one document per line, its text in the field `text_field`
-  (default "text"); blank lines are ignored. A malformed line, a line that is not an object,
-  or a missing or non-string text field raises DataError naming "path:line".
-* plain text (anything else, e.g. `*.txt`, WikiText `*.tokens`): with `split="blank_lines"`
-  documents are separated by one or more blank (whitespace-only) lines and a document's lines
-  are joined with "\\n" (trailing whitespace and "\\r" of CRLF files removed). With
-  `split="wikitext"` a new document starts at each top-level heading line " = Title = "
-  (exactly one "=" on each side; " = = Section = = " is not one), so the paragraphs of an
-  article stay together; its non-blank lines are joined with "\\n". With `split="file"`
-  the whole file is one document (a directory of articles or books, one per file).
-
-Files are read line by line (at most one document is held in memory). Invalid UTF-8 raises
-DataError naming the file and the line of the bad byte. Documents whose stripped text is
-shorter than `min_chars` are skipped and counted (a `Skips`, reported once per pass).
-
-Identity. `CorpusDocument.doc_id` is "relative path:first line", the relative path being the
-file's path below the directory argument prefixed with that directory's name (a file argument:
-its name). It does not depend on the working directory, so it is stable across runs and
-machines; two arguments yielding the same relative path are an error, since their ids would
-collide.
-
-Sharding. Kept documents are numbered 0, 1, 2, ... in the global order above; document i goes
-to rank i % world_size. Every rank reads the whole corpus (cheap next to training) and keeps its
-share, so the ranks' streams are disjoint, their union is the corpus exactly once, and each
-rank's stream is the same on every run.
-
-Empty corpus. Call `check_corpus(paths, world_size=...)` on EVERY rank before the first
-collective call (init_parallel_env's barrier, an all-reduce ...): it counts documents with the
-same rules as `iter_documents` and raises the same DataError on every rank when there are none
-(or fewer than ranks), so no rank waits forever in a collective that another rank never joins.
+`paths` are files or directories (searched recursively, sorted by relative path, so every rank
+sees one order); each file is JSON lines (`text_field`) or plain text split by blank lines,
+WikiText headings or whole files. Document i goes to rank i % world_size, so the ranks' streams
+are disjoint and their union is the corpus exactly once. `doc_id` is "relative path:first
+line", stable across runs. Call `check_corpus` on EVERY rank before the first collective call,
+so an empty corpus fails on every rank instead of leaving one waiting. Details (formats, skips,
+errors): docs/design-notes.md, "Pretraining: the corpus".
 """
 import logging
 import os

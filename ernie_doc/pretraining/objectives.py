@@ -3,33 +3,10 @@
 Pure numpy, no paddle. Every random draw comes from a ``numpy.random.Generator`` passed in,
 so the driver can derive it from (seed, rank, step) and resume exactly.
 
-Segment reordering
-------------------
-A document ``D`` is cut into ``k`` contiguous chunks ``C_0..C_{k-1}`` (``k`` uniform in
-``1..m``) which are then shuffled. The head classifies the shuffle into
-``K = sum_{i=1..m} i!`` classes (33 for m = 4, ``heads.NUM_REORDER_CLASSES``).
-
-* Canonical table: all permutations of ``range(k)`` for ``k = 1..m``, ``k`` ascending and,
-  within one ``k``, in lexicographic order (``itertools.permutations`` order). A label is an
-  index into this table; the table for ``m`` is a prefix of the table for ``m + 1``, so a
-  label does not depend on ``m``.
-* Label definition: ``perm = permutation_of(label)`` lists the ORIGINAL chunk indices in the
-  order they APPEAR in the permuted document: ``permuted = C[perm[0]] + C[perm[1]] + ...``.
-  The identity permutation (document left in order) is a valid class for every ``k``.
-* Chunking rule: ``numpy.array_split`` over the ``n`` tokens: the first ``n % k`` chunks get
-  ``n // k + 1`` tokens, the rest ``n // k``; chunk lengths therefore depend only on
-  ``(n, k)``, which is what lets ``restore_document`` undo a shuffle from the label alone.
-* Short documents: ``k`` is drawn uniformly in ``1..m`` and then clamped to ``n`` so that no
-  chunk is empty (the mass of ``k > n`` goes to ``k = n``); an empty document is an error.
-
-MLM masking (BERT)
-------------------
-Of the maskable positions (ids not in ``special_ids``; padding must be one of them),
-``max(1, floor(mask_prob * n + 0.5))`` tokens are selected (round half up, at least one when
-any maskable token exists); each selected unit becomes ``[MASK]`` with probability 0.8, a
-random non-special id with probability 0.1 and stays unchanged with probability 0.1.
-With ``word_starts`` the units are whole words (ERNIE / BERT-wwm): all pieces of a chosen
-word share one 80/10/10 decision.
+Segment reordering cuts a document into ``k`` chunks (``k`` uniform in ``1..m``), shuffles them
+and labels the shuffle with one of ``K = sum_{i=1..m} i!`` classes (33 for m = 4). MLM masking
+is BERT's 80/10/10, optionally by whole words. Details (label table, chunking rule, masking
+counts): docs/design-notes.md, "Pretraining: objectives".
 """
 from __future__ import annotations
 

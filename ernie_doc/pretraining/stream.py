@@ -1,23 +1,11 @@
 """The streamed train split of pretraining: document shards → batch rows, step by step.
 
-The corpus is cut into S shards (document i of the corpus order → shard i % S, the same
-every epoch; S = reader.data_shards, default one per rank). Rank r reads shards r·S/R … and
-gives each shard B·R/S of its rows. A shard is read epoch after epoch, never held whole:
-epoch e reads it through a shuffle buffer drawn from (seed, e, shard), and each document is
-turned into reading passes
-(`PretrainingTask.document_steps`, masks and chunk shuffle drawn from (seed, e, document
-id)). Documents enter the shard's rows through the same greedy rule as fine-tuning
-(`RowScheduler`: a row whose document ended takes the next one and its memory is reset);
-rows never wait, so no step has padding.
-
-Because the shards do not depend on the number of ranks, one process with
-`data_shards: 2` and 2B rows reads exactly what two ranks with B rows each read, row for
-row: the data-parallel equality test relies on it.
-
-Resume: the state of a shard is (epoch, documents taken from that epoch's stream, the rows'
-positions and the documents in them: id, file, line, epoch). A resumed shard replays the
-epoch's stream up to the same point without tokenizing, and reads the documents in its rows
-back from their files, so it continues with exactly the rows it left.
+The corpus is cut into S shards (document i → shard i % S; S = reader.data_shards, default one
+per rank), each read epoch after epoch through a seeded shuffle buffer and scheduled onto rows
+like fine-tuning, with no padding. The shards do not depend on the number of ranks, so one
+process with `data_shards: 2` and 2B rows reads exactly what two ranks with B rows read; a
+resumed shard continues with exactly the rows it left. Details: docs/design-notes.md,
+"Pretraining: the stream".
 """
 import json
 import logging

@@ -1,14 +1,11 @@
 """The pretraining task (paper §3.4): MLM on every segment + segment reordering at a
 document's last segment, behind the same Task interface the fine-tuning trainer drives.
 
-A document becomes its training rows like this (all draws from one generator seeded by
-(seed, epoch, document id), so a resumed run rebuilds exactly the rows it was reading):
-
     text ─tokenize─▶ ids ─reorder_document─▶ k chunks shuffled, label ∈ [0, K)
          ─mask_tokens─▶ 15 % masked (80/10/10) ─segmenter─▶ windows of T−2 tokens
-         [t … t, SEP, PAD …, CLS] (no overlap: the memory holds what came before)
          ─reading_passes─▶ skim + retrospective pass when retro_feed
 
+All draws come from (seed, epoch, document id), so a resume rebuilds exactly the same rows.
 Targets per segment: `mlm_labels` [T] (the original id at masked positions, −1 elsewhere)
 and `reorder_label` (the document's label; its loss is taken on the last segment only).
 """

@@ -1,20 +1,10 @@
 """Pick the tokenizer of a checkpoint/vocab directory.
 
-A directory that records its tokenizer's type (tokenizer_config.json's `tokenizer_class`, which
-save_pretrained and every saved model folder write) loads as that type, and must hold the files
-that type needs: a missing one is a TokenizerError naming the directory and the file, never a
-fall back to another type over the files that are left (a BPE folder without encoder.json
-would otherwise read its vocab.txt as WordPiece, every word [UNK]). A directory without a
-record (a released model's files, a plain vocab.txt) is recognised by its files; there too a
-BPE file (encoder.json, vocab.bpe) without the others is an error, not WordPiece.
-
-`model_max_length`: tokenizer_config.json's, else the `max_position_embeddings` of the model
-config beside the tokenizer (config.json or ernie_config.json: a saved model folder; one that
-cannot be read is left to the model's loader to report), else the default (base.py).
-
-Only regular files count: a FIFO, socket or device under one of the names looked for is
-passed over with a logged warning (opening it would block or never end), and one given as the
-tokenizer path itself is a TokenizerError.
+A directory that records its tokenizer's type (tokenizer_config.json's `tokenizer_class`)
+loads as that type and must hold its files; one without a record is recognised by its files.
+A missing file is a TokenizerError, never a fall back to another type (a BPE folder would
+otherwise read its vocab.txt as WordPiece, every word [UNK]). Details: docs/design-notes.md,
+"Tokenizers: choosing one".
 """
 
 from __future__ import annotations
@@ -171,15 +161,12 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
                    model_max_length: Optional[int] = None) -> Tokenizer:
     """Load the tokenizer described by the files at ``path``.
 
-    ``path`` is a released model name (``ernie-doc-base-en`` ...: its tokenizer files are
-    fetched once into the cache and checked against their pinned sha256), an http(s) URL or
-    a .tar.gz archive (see ``ernie_doc.hub.resolve``), a directory (a checkpoint directory
-    or its ``params/`` subdirectory; the parent is searched too in that case) or a file: a
-    ``.model`` file loads SentencePiece, any other file stands for its
-    directory. Priority: encoder.json + vocab.bpe + vocab.txt -> BPE (English
-    ERNIE-Doc), ``*.model`` -> SentencePiece, vocab.txt -> WordPiece
-    (Chinese; ``do_lower_case`` is passed to it, default True). ``model_max_length``
-    overrides the one the folder gives (module docstring).
+    ``path`` is a released model name (its tokenizer files fetched once and checked against
+    their pinned sha256), an http(s) URL or .tar.gz archive (``ernie_doc.hub.resolve``), a
+    directory (a checkpoint directory or its ``params/``; the parent is searched too) or a file
+    (``.model``: SentencePiece; any other file stands for its directory). Priority:
+    encoder.json + vocab.bpe + vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt →
+    WordPiece (``do_lower_case`` default True). ``model_max_length`` overrides the folder's.
     """
     from ernie_doc.hub import is_released, is_url, resolve
     from ernie_doc.hub.archive import is_archive

@@ -1,32 +1,14 @@
 """The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
 
-    tok = AutoTokenizer.from_pretrained("ernie-doc-base-zh")   (or load_tokenizer, or
-                                            WordPieceTokenizer.from_pretrained: that type only)
+    tok = AutoTokenizer.from_pretrained("ernie-doc-base-zh")
     tok("一段文本")     → {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
-    tok("一段文本", return_tensors="pd")    → tensors [1, T]: a batch of one, model(**enc) takes it
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
-    tok(["q1", "q2"], ["c1", "c2"], truncation=True)        pairs: one text_pair per text
     tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True)
-    tok.decode(ids, skip_special_tokens=True), tok.batch_decode(rows)
-    tok.save_pretrained("dir")             the tokenizer's files + tokenizer_config.json
+    tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
 
-Layout (as PaddleNLP's ErnieDocTokenizer and BERT): `[CLS] A [SEP]`, `[CLS] A [SEP] B [SEP]`,
-token types 0 for [CLS], A and its [SEP], 1 for B and its [SEP]. The ids of A and B are exactly
-`encode(text)`. The trainer builds its own segments (official layouts, [CLS] last); this call
-is for users' own pipelines. Differences from PaddleNLP: `attention_mask` is returned by
-default (PaddleNLP returns it only when asked; a padded batch without it is a trap), and
-there is no `stride` / overflow (long documents are ERNIE-Doc's business: segments and memory).
-As in both, one str gives flat lists, and a batch axis of 1 once tensors are asked for; a batch
-of texts takes a list of pairs (one str for a whole batch is a TypeError there too).
-
-`model_max_length` is the longest input one forward takes (the model's max_position_embeddings):
-tokenizer_config.json's `model_max_length` when the folder records one, else the
-`max_position_embeddings` of the model config beside the tokenizer (a saved model folder), else
-DEFAULT_MODEL_MAX_LENGTH (512, that of every released ERNIE-Doc model). As in Hugging Face,
-`truncation=True` without `max_length` truncates to it and `padding="max_length"` pads to it.
-
-A tokenizer class supplies `encode(text)` and `encode_with_offsets(text)` → (ids, [(start,
-end)] character offsets into `text`), and `_files()` → {file name: source path}.
+Layout as PaddleNLP's ErnieDocTokenizer and BERT: `[CLS] A [SEP] B [SEP]`, token types 0 / 1.
+A tokenizer class supplies `encode(text)`, `encode_with_offsets(text)` → (ids, [(start, end)]
+character offsets) and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling".
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """English tokenizer of ERNIE-Doc: GPT-2 byte-level BPE, ids through vocab.txt.
 
-Behaviour of the official reader (``BPETokenizer.tokenize``), reproduced:
-
-1. collapse every run of whitespace to one space;
-2. split the text into sentences (NLTK Punkt; see ``sentences.py``) and
-   encode each sentence on its own;
-3. inside a sentence split on " "; the first word is pre-tokenized as is,
-   every later word with a " " prefix (so the first word of *each sentence*
-   carries no leading-space marker "Ġ", unlike RoBERTa);
-4. pre-tokenize with the GPT-2 regex, apply the GPT-2 merges to the
-   byte-to-unicode mapped piece, and turn each GPT-2 id into its decimal
-   string, which is looked up in ``vocab.txt`` ([UNK] when absent).
-
-Special-token words ("[SEP]", "[p]", "[q]", "[/q]" officially; by default
-also "[CLS]", "[MASK]", "[PAD]", "[UNK]") are not BPE-encoded but looked up
-directly. Nothing is lower-cased.
-
-Tokens (``tokenize``, ``convert_ids_to_tokens``, ``convert_tokens_to_ids``) are shown as
-Hugging Face shows byte-level BPE: the byte-mapped piece ("Ġworld", "Ġ" standing for the space
-before the word) and the special words; vocab.txt's own strings (GPT-2 ids in decimal, what
-PaddleNLP's ``tokenize`` returns) stay inside. ``decode`` turns the pieces back into bytes.
+Reproduces the official reader (``BPETokenizer.tokenize``): whitespace collapsed, each sentence
+encoded on its own (so the first word of *each sentence* carries no "Ġ" marker, unlike
+RoBERTa), GPT-2 merges, and each GPT-2 id looked up as a decimal string in ``vocab.txt``.
+Special-token words are looked up directly; nothing is lower-cased. Tokens are shown as
+Hugging Face shows byte-level BPE ("Ġworld"). Details: docs/design-notes.md,
+"Tokenizers: English BPE".
 """
 
 from __future__ import annotations

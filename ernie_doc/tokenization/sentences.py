@@ -1,37 +1,11 @@
 """Sentence splitting for the English BPE tokenizer.
 
-The official ERNIE-Doc reader encodes every sentence separately, with the
-sentences coming from ``nltk.tokenize.sent_tokenize`` (Punkt, English model).
-Sentence boundaries therefore change token ids: the first word of a sentence
-is encoded without the leading-space marker.
-
-``split_sentences`` uses NLTK when both the package and its ``punkt`` /
-``punkt_tab`` data can be loaded. Otherwise it falls back to a built-in
-rule-based splitter and warns once per process, the first time a text has a
-place where a sentence could end (". ", "? ", "!\"" ...): a text without one
-is one sentence to both, so nothing differs and nothing is said. The
-fallback mimics Punkt's decision procedure (candidate ends ``. ? !``
-followed by whitespace or punctuation; the period-final word classified as
-abbreviation, initial, number, ellipsis or ordinary word; closing
-quotes/brackets moved back to the sentence they close), but with small
-hand-written tables instead of the statistics Punkt learned from its
-training corpus. Differences to expect:
-
-* Punkt's abbreviation list and its per-word capitalisation statistics are
-  not available, so decisions after abbreviations, initials, numbers and
-  ellipses ("Mr. Smith", "J. Smith", "in 1999. The", "wait... Then") follow
-  the hand-written tables and can differ for unusual words.
-* Like Punkt, a period after an ordinary word ends a sentence even if the
-  next word is lower-case ("the end. then"), and "e.g." / "i.e." / "etc." /
-  "no." are ordinary words (Punkt's English model does not list them as
-  abbreviations), so they end a sentence too.
-* The odd cases of newer NLTK releases (e.g. "Wow!!!This") are not copied.
-
-Measured on the 5,000 IMDB test reviews of the project data, against NLTK's
-Punkt algorithm (3.6-style candidate search) with the English Punkt
-parameters: 97.8% of the reviews get identical sentence lists and about
-0.01% of the BPE ids differ. (NLTK 3.10 itself differs from the 3.6 search
-on 0.8% of these reviews.)
+The official ERNIE-Doc reader encodes every sentence separately, with the sentences coming
+from ``nltk.tokenize.sent_tokenize`` (Punkt, English model), so sentence boundaries change
+token ids: the first word of a sentence is encoded without the leading-space marker.
+``split_sentences`` uses NLTK when its package and ``punkt`` data load; otherwise a built-in
+splitter that mimics Punkt's decision procedure with small hand-written tables, warning once.
+Where the two differ, and how often: docs/design-notes.md, "Sentence splitting".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""SentencePiece tokenizer (training and loading) with ERNIE-style specials.
+"""SentencePiece tokenizer (training and loading) with ERNIE-style specials, for new corpora
+and languages (not part of the official ERNIE-Doc setup).
 
-Not part of the official ERNIE-Doc setup; it serves new corpora/languages.
-Reserved ids of a model trained by ``train``:
-
-    0 [PAD]   1 [UNK]   2 [CLS]   3 [SEP]   4 [MASK]
-
-[PAD] is a control piece and [UNK] the unknown piece; [CLS], [SEP] and
-[MASK] are user-defined pieces, so they are recognised inside raw text.
-No BOS/EOS pieces are added.
+Reserved ids of a model trained by ``train``: 0 [PAD] (control), 1 [UNK], 2 [CLS], 3 [SEP],
+4 [MASK] ([CLS], [SEP] and [MASK] are user-defined pieces, so they are recognised inside raw
+text). No BOS/EOS pieces are added.
 """
 
 from __future__ import annotations

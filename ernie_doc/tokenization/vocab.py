@@ -1,18 +1,9 @@
 """Vocabulary files in the format the official ERNIE-Doc reader accepts.
 
-Two layouts exist: English ``vocab.txt`` has one token per line (id = line
-number), Chinese ``vocab.txt`` has ``token<TAB>id``. The official loader
-reads both with one rule, reproduced here: strip the line, split on TAB;
-a line with more than two fields ends the vocabulary (everything after it is
-ignored); the token is field 0 (stripped) and the id is field 1 when present,
-otherwise the 0-based line number. A repeated token keeps its last id.
-
-Unlike the official loader, the ids must be dense: the N lines have the ids 0..N-1, each once
-(the official vocabularies do). A gap, a repeated id, a negative or non-integer id is a
-`TokenizerError` naming the file and line, raised while reading, before anything is sized by
-the ids: the embedding table has max id + 1 rows, so one line "x\t1000000000" would otherwise
-ask for a table of a billion rows. An empty vocabulary, invalid UTF-8 and a file that is not a
-regular file (a FIFO would block) are errors too.
+English ``vocab.txt`` has one token per line (id = line number), Chinese ``token<TAB>id``;
+the official loader's one rule reads both. Unlike it, the ids must be dense (0..N-1, each
+once): anything else is a `TokenizerError` naming the file and line, raised before anything is
+sized by the ids. Details: docs/design-notes.md, "Tokenizers: vocabulary files".
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Chinese tokenizer of ERNIE-Doc: BERT basic tokenization + WordPiece.
 
-Mirrors the official ``FullTokenizer``:
-
-* clean: drop NUL, U+FFFD and every character of Unicode category C*
-  (except TAB/LF/CR); map whitespace (space, TAB, LF, CR, Zs) to a space;
-* put spaces around CJK ideographs (the BERT code-point ranges);
-* split on whitespace; with ``do_lower_case`` lower-case each word, NFD it
-  and drop combining marks (Mn);
-* split off every punctuation character: all ASCII non-alphanumerics and
-  every Unicode P* character;
-* greedy longest-match WordPiece with "##" continuations; a word longer
-  than 100 characters, or one that cannot be covered, becomes [UNK].
-
-``split_symbols=True`` also splits off Unicode symbols (S*, and a few
-letters PaddleNLP 2.x lists), which is what PaddleNLP's BasicTokenizer does;
-the official reader does not.
+Mirrors the official ``FullTokenizer``: clean control characters, space out CJK ideographs,
+optionally lower-case and strip accents, split off punctuation, then greedy longest-match
+WordPiece with "##" continuations. ``split_symbols=True`` also splits off Unicode symbols, as
+PaddleNLP's BasicTokenizer does; the official reader does not. Details: docs/design-notes.md,
+"Tokenizers: Chinese WordPiece".
 """
 
 from __future__ import annotations

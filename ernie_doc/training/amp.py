@@ -7,14 +7,9 @@ the device and `compile`.
     amp: bf16    GPU: bfloat16 autocast, no loss scaling (bf16 has fp32's exponent range)
                  CPU: bfloat16 matmuls inside the compiled training step (needs compile: true)
 
-On CPU, paddle's dygraph autocast does nothing (it warns and stays fp32) and paddle has no
-dygraph CPU bfloat16 matmul kernel. Its captured programs (paddle >= 3, PIR) do run bf16
-autocast on CPU, through oneDNN's matmul kernels (AVX512-BF16 / AMX). So CPU bf16 training is
-the compiled step with autocast entered inside the traced forward (`program_autocast`); the
-backward is that program's gradient, and the optimizer keeps fp32 weights. Evaluation stays
-fp32 dygraph on CPU (`ernie-doc predict --precision bf16` is the bf16 inference path). fp16 on
-CPU, and bf16 where paddle or the processor cannot, are refused with the reason rather than run
-as an fp32 run that calls itself reduced-precision.
+Paddle's dygraph autocast does nothing on CPU, so CPU bf16 is the compiled step only; other
+unsupported cases are refused with the reason. Details: docs/design-notes.md, "Training: mixed
+precision".
 """
 import contextlib
 from typing import NamedTuple, Optional, Tuple, Union

@@ -1,49 +1,13 @@
 """Task kinds whose example occupies several batch rows read in lockstep, each row its own
 memory stream (Task.group_size > 1).
 
-`multiple_choice` (C3): one row per choice, `[CLS] context-window [SEP] question [SEP]
-choice [SEP]`; every choice's row reads the same context windows, so the rows advance
-together; one logit per row from [CLS], softmax over the choices. The question is the mean of
-its segments' choice probabilities, like a classified document.
-
-`pair_matching` (CAIL2019-SCM): rows (A,B) and (A,C), each `[CLS] A-window [SEP] X-window
-[SEP]` with windows of (T−3)/2 tokens taken at the same step in A and X (a text that has
-ended contributes nothing); the difference of the two [CLS] outputs → one logit, binary
-cross-entropy per segment ("B" is closer = 1). Unlike PaddleNLP's reader, no text is cut
-to the shortest of the three.
-
-The only public reference for these two tasks is PaddleNLP's port (model_zoo/ernie-doc/
-data.py, MCQIterator and SemanticMatchingIterator; model.py, ErnieDocForTextMatching).
-By default both kinds follow it; `task_options` give the other behaviours:
-
-  token_types      paddlenlp: type 0 for `[CLS] first-text [SEP]`, type 1 for the rest of the
-                   row (C3: question, choice and their [SEP]s; CAIL: the B / C window and
-                   its [SEP]); padding 0. The types feed the task term of the attention.
-                   zeros: type 0 everywhere (this project's earlier behaviour).
-  window           (multiple_choice) how many context tokens a row holds:
-                   paddlenlp: each (question, choice) pair is cut to max_query_len − 2
-                   tokens (the longer of the two loses a token first; on a tie the choice),
-                   and the window is T − Σ over all num_choices pairs of |question + choice|
-                   − 4, padded choices counted as empty. The sum is over every choice
-                   although a row holds one pair, so windows are shorter than they could be
-                   (at T=512 on C3 dev: 439 tokens on average against 490, and 10 % of the
-                   questions get another number of segments). At small T a question with
-                   long choices can leave no room at all: a DataError naming it (PaddleNLP's
-                   reader loops forever there).
-                   longest: pairs cut to max_query_len tokens (on a tie the question loses
-                   first), window T − max over the pairs of |question + choice| − 4: the
-                   longest row just fits.
-  missing_choices  (multiple_choice) a question with fewer than num_choices choices:
-                   mask: the padded choices' rows are read but their logits are masked out of
-                   the softmax, the loss and the prediction (default; a deliberate
-                   difference: an empty choice is no answer).
-                   paddlenlp: they are empty choices that take part in the softmax, the loss
-                   and the argmax (a question can then be answered with a padded choice).
-
-The CAIL head: PaddleNLP puts a 2-way softmax (Linear(H, 2)) on the pooled difference; ours
-one logit with binary cross-entropy. softmax([l_B, l_C])[B] = sigmoid(l_B − l_C), so a
-logit w·d + b with w = W[:, B] − W[:, C], b = b_B − b_C gives the same probabilities and the
-same loss: the two heads are one model written two ways.
+`multiple_choice` (C3): one row per choice, `[CLS] context-window [SEP] question [SEP] choice
+[SEP]`, softmax over the choices' [CLS] logits. `pair_matching` (CAIL2019-SCM): rows (A,B) and
+(A,C), the difference of the two [CLS] outputs → one logit, binary cross-entropy. The only
+public reference is PaddleNLP's port (model_zoo/ernie-doc/data.py, MCQIterator and
+SemanticMatchingIterator), which both kinds follow by default; task_options `token_types`,
+`window` and `missing_choices` give the other behaviours. Details: docs/design-notes.md,
+"Multiple choice and pair matching".
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

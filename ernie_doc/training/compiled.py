@@ -1,28 +1,12 @@
 """A compiled training forward (`compile: true`): the model's training call captured once as a
 static program with `paddle.jit.to_static`, then replayed every micro-step.
 
-Why: in dygraph every operator of the forward is dispatched from Python, and for the small
-configs (the README demo, the tests) that dispatch costs more than the arithmetic. The captured
-program runs the same operators from one call; paddle builds its backward as one node, so
-`loss.backward()` and the optimizer are unchanged.
-
-What stays the same: the weights are the model's own parameters (evaluation, checkpoints and
-export see every update), memories go in and come out as tensors exactly as in dygraph, and the
-task's loss is computed from the program's outputs in dygraph. The program's operators run in
-program order, so its dropout operators draw the same masks from the seeded generator as
-dygraph's: the loss curve equals dygraph's to float rounding, with dropout on or off, and a
-resumed run equals an uninterrupted one.
-
-Input checks on shapes and ids, which need the values in Python, are skipped inside the
-program (the readers build these batches). The "one task type per row" shortcut is skipped too:
-the program always computes the task term, which is equal to float rounding. Recompute only
-works in dygraph, so the config refuses `compile` with `recompute`.
-
-CPU bf16 (`amp: bf16`, see amp.py) enters its autocast inside the traced forward, so the
-program's matmuls run in bfloat16 through oneDNN. Every new program is checked before it runs
-(`bf16_program_problem`): it must hold bfloat16 matmuls (else paddle ignored the autocast), and
-none of them may have one input that takes a gradient and one that does not (paddle 3.3.1's
-oneDNN matmul gradient kernel crashes the process on that).
+Why: in dygraph every operator is dispatched from Python, and for small configs that dispatch
+costs more than the arithmetic. The weights stay the model's own parameters, memories go in
+and out as tensors, and dropout draws the same masks as dygraph's, so the loss curve equals
+dygraph's to float rounding. CPU bf16 (`amp: bf16`) enters its autocast inside the traced
+forward; `bf16_program_problem` checks each new program before it runs. Details:
+docs/design-notes.md, "Training: the compiled step".
 """
 import contextlib
 import inspect

@@ -57,7 +57,7 @@ class GlobalNormClip(paddle.nn.ClipGradByGlobalNorm):
     group by that group's norm. Our groups (layer-wise LR ratio x weight decay or not) are an
     implementation detail, so this clip computes the norm over every group's gradients at
     the first group of a step and scales every group by clip_norm / max(norm, clip_norm),
-    as one ClipGradByGlobalNorm over all parameters would (tests/test_gaps_optim.py)."""
+    as one ClipGradByGlobalNorm over all parameters would."""
 
     def __init__(self, clip_norm: float, groups):
         super().__init__(clip_norm)

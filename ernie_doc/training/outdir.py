@@ -1,52 +1,11 @@
 """What a run may put in OUTPUT_DIR, and the only things it ever deletes there.
 
-A run lists every entry it creates in OUTPUT_DIR in a manifest, `.ernie-doc-run.json`,
-before creating it, so a kill at any moment leaves nothing the manifest does not list (at
-worst a listed name that was never created). Deleting is decided by the manifest, never by a
-name alone: a re-run into the same directory (`overwrite_output_dir`) removes the manifest's
-entries, and only after checking that the directory holds nothing else and that the
-manifest lists the run's own run_config.yaml, there as a regular file (a manifest alone, e.g.
-one copied or planted into a folder of notes, deletes nothing); the rotation of checkpoints
-removes only checkpoint folders the manifest lists. A user's notes, a dataset or another
-tool's files are never touched, even when they are named like a run's. A directory without a
-manifest is never cleaned: a new run goes only into an empty or new one.
-
-The manifest's entries are relative paths from a closed set (RUN_NAMES: the names a run
-writes; a manifest listing anything else is refused as not a run's): "name" is a file, link
-or folder the run owns whole (vdl, final, tokenizer ...); "checkpoints/" is the one folder
-whose contents are listed one by one ("checkpoints/step-3"), so that another tool's
-checkpoints/epoch-9/ in it stays someone else's; it is never listed whole. The run's
-temporary files (atomic writes) live in its own listed folder, `.ernie-doc-tmp/`; the
-manifest is replaced atomically through a temporary file of a fresh name (O_EXCL), never
-through a fixed name a link could be planted at. A process keeps the manifest it wrote in
-memory (a set) and rewrites it only when it lists something new; a manifest of more than
-MAX_ENTRIES entries is not a run's.
-
-A name becomes the run's only while nothing is there: `claim` refuses (one line) an existing
-entry the manifest does not list, so neither a new run (between its checks and its writes)
-nor --resume ever replaces or appends to a file of the user's named like a run's. --resume
-checks up front that every name the run writes is either absent or listed, and that every
-listed entry is what the run created: a real file or folder, not a symbolic link, except
-`best` and `checkpoints/latest`, the run's own links, which must point into
-OUTPUT_DIR/checkpoints; appended logs are opened with O_NOFOLLOW. A run folder of an earlier
-version (run_config.yaml, no manifest) is resumed with a manifest seeded from the names that
-version wrote (its fixed list, EARLIER_VERSION_NAMES): those entries are that run's.
-
-One run at a time: the main process holds an exclusive flock on OUTPUT_DIR itself
-(`lock_output_dir`) from its checks to its end; a second run (new, overwrite or --resume)
-is refused in one line naming the holder's pid before it changes anything. Other ranks of a
-data-parallel run do not lock (only rank 0 writes OUTPUT_DIR).
-
-A directory that is, contains or lies inside one of the run's inputs (data, checkpoint,
-tokenizer), or that is or contains the current directory, the repository or $HOME, is
-refused before anything is written. Every deletion in OUTPUT_DIR goes through `remove_entry`
-(or `clear_previous_run`, which removes every listed entry). Paths are used as given: a `~`
-in a config's output_dir is expanded once, where the config is resolved (training.prepare),
-so the checks and the writes see the same directory.
-
-None of this authenticates a manifest against a co-user who can write the folder: such a
-user can delete its files directly. The rules make sure that a stray or planted manifest, or
-a link or file put in a run's place, never makes the run delete or write anything else.
+A run lists every entry it creates in a manifest, `.ernie-doc-run.json`, before creating it
+(`claim`), and deletes only what the manifest lists (`remove_entry`, `clear_previous_run`), so a
+user's notes, a dataset or another tool's files are never touched, even when named like a
+run's. `lock_output_dir` keeps to one run at a time; a directory that holds or lies inside an
+input is refused before anything is written. Details (manifest format, --resume checks):
+docs/design-notes.md, "Training: the output directory".
 """
 import contextlib
 import errno

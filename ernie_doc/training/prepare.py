@@ -1,15 +1,10 @@
 """A config → a prepared run: the task, tokenizer, model, splits and a summary, every input
 checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 
-    prepare(cfg)
-      resolve released names / URLs (hub)  → build_task (the kind)  → check the streamed data
-      → device, threads  → check OUTPUT_DIR (it may hold only a previous run; never an input;
-        the main process locks it for the whole run: one run at a time)
-      → documents: read the splits, choose or train the tokenizer, build the model (memory
-        estimate first), cut every document into reading passes, build the splits
-        (or, for a task that builds its own model: memory estimate, model, splits)
-      → --resume: read and check the checkpoint  → create OUTPUT_DIR, write run_config.yaml
-      → PreparedRun, which `training.trainer.Trainer` runs.
+    prepare(cfg): resolve released names (hub) → build_task → check data, device, OUTPUT_DIR
+      (locked for the run) → read splits, choose or train the tokenizer, build the model
+      (memory estimate first), cut documents into reading passes → --resume: check the
+      checkpoint → create OUTPUT_DIR, write run_config.yaml → PreparedRun for the trainer.
 
 Nothing here trains; the trainer receives the objects and never asks what kind of task
 it runs.

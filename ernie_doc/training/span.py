@@ -2,32 +2,12 @@
 
 Every segment reads `[CLS] context-window [SEP] question [SEP]` (or `[q] question [/q]`);
 the head scores each token as a start and an end; the answer is the best-scoring span over
-all the example's predicted segments, mapped back to the original context text.
-
-Loss: the negative log of the summed probability of all gold starts (and ends) of a
-segment (Clark & Gardner 2018; with one gold span it is the usual cross-entropy). A segment
-without a gold span points at [CLS] (official). The softmax runs over [CLS] and the context
-tokens (`loss_positions: context`, default): unlike the official loss, question and padding
-positions are masked out, so probability is spread over the positions a span can take;
-`loss_positions: all` is the official softmax over all T positions.
-
-Decoding and scoring follow the official code (PaddlePaddle/ERNIE, branch repro,
-ernie-doc/utils/multi_process_eval.py and utils/metrics.py) by default, each with a
-task_options switch to ours:
-  n_best_pool   all: the top n_best starts / ends over all T positions of a segment, those
-                outside the context then dropped (fewer candidates, or none) · context:
-                the top n_best among the context tokens · auto (default): the positions
-                the loss trains, i.e. `all` with `loss_positions: all` (the official pair)
-                and `context` with our default loss, whose question and padding logits are
-                never trained and would crowd an all-positions pool.
-  answer_unit   token: the answer is cut at its first and last sub-token's own characters
-                (official get_final_text) · word: widened to whole words.
-  empty_answer  the text predicted when no candidate survives ("empty", official; "" was
-                ours). The n-best list holds distinct texts, best first (official).
-  unreferenced  count: a question without a non-empty reference answer is scored (0, or
-                EM 1 for an empty prediction) and counted in the mean, as the official
-                metric counts every question of the file · skip: it is left out. A split
-                without any reference (DuReader's test) is never scored.
+all the example's predicted segments, mapped back to the original context text. The loss sums
+the probability of all gold starts (ends) of a segment (Clark & Gardner 2018). Decoding and
+scoring follow the official code (PaddlePaddle/ERNIE, branch repro, ernie-doc/utils/
+multi_process_eval.py and utils/metrics.py) by default; task_options `loss_positions`,
+`n_best_pool`, `answer_unit`, `empty_answer` and `unreferenced` switch. Details:
+docs/design-notes.md, "Span extraction".
 """
 from typing import Any, Dict, List, Sequence, Tuple
 

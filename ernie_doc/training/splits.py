@@ -1,26 +1,12 @@
 """Where a batch comes from: the one protocol every split implements, and the document split.
 
-A split is built for one rank of one run (rank, world, rows per step, sequence length and
-padding id are fixed when it is built) and answers the trainer's three questions:
-
-- how many micro-steps does this rank read in epoch e? `num_steps(e)` (None: an endless
-  stream, which runs until `max_steps`);
-- what are they? `batches(e, start)` yields (the epoch the batch belongs to, batch) from
-  micro-step `start` on; a batch is a dict of numpy arrays, one row per memory stream;
-- how is it scored? `evaluation(task)` collects what each batch predicts, and `protocol(model)`
-  sets the model up for reading it (the language model's evaluation lengths).
-
-Three kinds implement it:
-
-- `DocumentSplit` (here): whole documents, each cut into segments and read as reading passes
-  (`data.segment.reading_passes`: the skim pass then the retrospective pass), scheduled onto
-  rows (`data.schedule`: a row reads one document from start to end, and its memory is reset
-  when the next document starts), collated per step (`data.collate`). Every fine-tuning split,
-  and pretraining's held-out split.
-- `pretraining.stream.StreamSplit`: pretraining's train split, a corpus streamed shard by shard.
-- `lm.task.LMTrainStream` / `LMEvalStream`: the language model's token streams.
-
-The trainer never asks which kind it holds.
+A split is built for one rank of one run and answers the trainer's three questions: how many
+micro-steps in epoch e (`num_steps(e)`, None for an endless stream), what they are
+(`batches(e, start)`: (epoch, dict of numpy arrays, one row per memory stream)), and how they
+are scored (`evaluation(task)`, `protocol(model)`). `DocumentSplit` (here) reads whole
+documents as reading passes scheduled onto rows; `pretraining.stream.StreamSplit` and
+`lm.task.LMTrainStream` / `LMEvalStream` are the streams. Details: docs/design-notes.md,
+"Training: splits".
 """
 import contextlib
 from collections import defaultdict

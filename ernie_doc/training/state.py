@@ -1,26 +1,13 @@
 """Resumable training checkpoints, written atomically, with no pickle in them.
 
-    OUTPUT_DIR/checkpoints/step-N/   model.safetensors (the model's state_dict),
-                                     optimizer.safetensors + optimizer.json (the optimizer's
-                                     tensors; its other entries, e.g. the LR scheduler, and a
-                                     list of every tensor with its dtype and shape),
+    OUTPUT_DIR/checkpoints/step-N/   model.safetensors, optimizer.safetensors + optimizer.json,
                                      trainer_state.json, rank-R.npz (memories of rank R's rows)
     OUTPUT_DIR/checkpoints/latest -> step-N      (symlink, replaced atomically)
     OUTPUT_DIR/best -> checkpoints/best-step-N   (from_pretrained directory of the best model)
 
-Every rank writes into `step-N.tmp/`; rank 0 renames it to `step-N/` and only then moves the
-`latest` link, so a process killed mid-save leaves the previous checkpoint and link intact.
-Each of these is listed in the run's manifest (training.outdir) before it is created, and the
-rotation of old checkpoints removes only listed ones: another tool's checkpoints/epoch-9/, or
-a step-N the run did not write, stays.
-
-Resuming checks everything before using it: every model tensor present with the model's
-shape and dtype and nothing else, every optimizer tensor the list names present as listed and
-owned by a parameter of the model, readable JSON and npz files (npz without pickles). Anything
-else is a CheckpointStateError naming the file; nothing is silently left at its
-initialisation. Checkpoints of earlier versions (model.pdparams + optimizer.pdopt, paddle.save
-pickles) still resume, read by the restricted unpickler of ernie_doc.checkpoint.safe_pickle.
-bfloat16 tensors are stored as their uint16 bits (numpy has no bfloat16), marked as such.
+A kill mid-save leaves the previous checkpoint and link intact, and resuming checks every
+tensor and file before using it (CheckpointStateError naming the file). Details:
+docs/design-notes.md, "Training: checkpoints".
 """
 import json
 import os

@@ -171,18 +171,13 @@ class Task:
     """What the trainer asks of every task kind: the contract of the loop.
 
     Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
-    ERNIE-Doc head; classification, span, choice, matching, HotpotQA, OpenKP), its streamed
-    subclass `pretraining.task.PretrainingTask` and `lm.task.LanguageModelTask`, which builds
-    its own model and token-stream splits (`builds_model`). `training.prepare` builds a run from
-    a task; `training.trainer` then only calls the members below.
+    ERNIE-Doc head), its streamed subclass `pretraining.task.PretrainingTask`, and
+    `lm.task.LanguageModelTask`, which builds its own model and splits (`builds_model`).
 
     The memory state ("carry") is a dict of tensors that one row stream carries from a segment
-    to the next: the memories [L, B, M, H] and whatever goes with them (their mask, Segatron
-    positions). The trainer keeps it between micro-steps and saves it in checkpoints; only the
-    task reads it.
-
-    `options` (config `task_options`) are the kind's own settings, checked against
-    `option_defaults`."""
+    to the next: the memories [L, B, M, H] and what goes with them (their mask, Segatron
+    positions). The trainer keeps it and saves it in checkpoints; only the task reads it.
+    `options` (config `task_options`) are checked against `option_defaults`."""
     main_metric: Optional[str] = None
     metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
                                          # main_metric's choices, checked before anything runs
@@ -435,14 +430,12 @@ class DocumentTask(Task):
         read from the inputs and the model's outputs only (no gold field is read).
 
         docs: [Document]; rows: doc index → [(segment index, row output)] of that document's
-        predicted (final-pass) steps, in any order (row output: what `row_outputs` gives for
-        one row / group); passes: per document, its steps (Segments or tuples of Segments,
-        with their `meta`), or None for kinds that do not read them. A record is a JSON-able
-        dict: `doc_id`, the kind's prediction keys and `segments` (predicted steps read).
-        Each record depends only on its own document's rows and steps, so
-        `predict([doc], {0: rows[i]}, [passes[i]])` is the i-th record of
-        `predict(docs, rows, passes)`; a document without rows predicts from none (a kind
-        that cannot raises)."""
+        predicted (final-pass) steps, in any order; passes: per document, its steps (Segments or
+        tuples of them, with their `meta`), or None for kinds that do not read them. A record is a
+        JSON-able dict: `doc_id`, the kind's prediction keys and `segments`. Each record depends
+        only on its own document's rows and steps (`predict([doc], {0: rows[i]}, [passes[i]])`
+        is the i-th record); a document without rows predicts from none (a kind that cannot
+        raises)."""
         return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
                 for i, doc in enumerate(docs)]
 

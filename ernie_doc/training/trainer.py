@@ -4,21 +4,10 @@ checked) and never asks what kind of task it runs.
 
     split.batches ─▶ batch ─task.forward(model, batch, memory state)─▶ outputs, new state
       ─task.train_loss─▶ backward ─(every grad_accum_steps)─▶ optimizer step ─▶ log
-      ─(eval_steps / epoch end / last step)─▶ evaluate: split.evaluation(task) ─▶ metrics,
-      best checkpoint
+      ─(eval_steps / epoch end / last step)─▶ evaluate ─▶ metrics, best checkpoint
 
-The trainer owns the memory state ("carry", see `training.tasks.Task`) of its rank's rows:
-it goes into every forward and comes back out; the task zeroes a row's memories when the
-batch says a new document starts in it (`reset_memory`). Evaluation starts from an empty
-state, so the training stream is untouched by it.
-
-SIGINT (Ctrl-C) and SIGTERM stop a run at the end of the optimizer step under way: its
-checkpoint is written (every rank agrees on the step, rank 0 writes) and `Interrupted`
-is raised, which the command line turns into one line and exit status 128 + the signal.
-The same signal again aborts without waiting, except while a checkpoint is being written:
-the write finishes first (it is atomic either way, see training.state). One that comes
-during the last step lets the run finish (its final evaluation and model); before
-training (preparing, eval_only) a signal stops the run at once.
+SIGINT and SIGTERM stop a run after the step under way, with its checkpoint written, and raise
+`Interrupted` (exit 128 + the signal). Details: docs/design-notes.md, "Training: the loop".
 """
 import contextlib
 import json

@@ -20,8 +20,7 @@ Conversion, per question:
     inference (-1 is what the data holds for questions without answers);
   - a paragraph's text is its segmented words joined without spaces: answer_spans,
     fake_answers and the baseline's predicted answers all live in that text (the raw paragraph
-    keeps spaces the segmentation dropped, so 41 of the 95 demo train fake answers do not occur
-    in it verbatim);
+    keeps spaces the segmentation dropped, so many fake answers do not occur in it verbatim);
   - context = the selected paragraphs joined with "\n" (SEPARATOR), in document order;
   - answers: fake_answers[0] at the character offset of word answer_spans[0][0] in the
     paragraph of documents[answer_docs[0]] (squad.place_answer: the occurrence nearest to that

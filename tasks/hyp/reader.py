@@ -6,9 +6,8 @@ hyperpartisan="true" .../>`). A document is the character data inside one <artic
 dropped (as BeautifulSoup get_text in PaddleNLP; the title attribute is not part of it), then
 cleaned as PaddleNLP's HYPTextPreprocessor (model_zoo/ernie-doc/data.py) does: the ends
 stripped, every "\n" and "\t" deleted (so words a bare line break separates run together).
-Option whitespace: collapse instead turns every whitespace run into one space. On the 645
-by-article training articles the two give the same tokens (their line breaks all sit next to
-a space), since the tokenizer collapses whitespace itself. Labels "false" / "true"; doc_id =
+Option whitespace: collapse instead turns every whitespace run into one space (how the two
+compare on the real articles: docs/design-notes.md). Labels "false" / "true"; doc_id =
 the article id.
 
 Splits come from a split file in the Longformer format, `{"train": [182, ...], "dev": [...],
