@@ -5,6 +5,7 @@ released names served as tiny checkpoints from a hand-filled cache (offline), an
 its marker's setups write (tests/readme_fixtures.py). A block is not run only when its marker
 says `skip` with a reason; test_not_run_blocks_have_reasons counts them and prints the list."""
 import re
+from pathlib import Path
 
 import pytest
 import readme_fixtures as rf
@@ -90,3 +91,48 @@ def test_parser_finds_code_not_output(tmp_path):
                                             encoding="utf-8")
     with pytest.raises(ValueError, match="docs/a.md:1"):
         rf.collect_blocks(tmp_path)
+
+
+# [text](target) outside code; a target with a scheme (https:, mailto:) is not checked
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def _prose(text: str) -> str:
+    """The text of a page without its fenced blocks and inline code spans."""
+    text = re.sub(r"^([ \t]*)(```+|~~~+).*?^\1\2[ \t]*$", "", text, flags=re.S | re.M)
+    return re.sub(r"`+[^`\n]*`+", "", text)
+
+
+def anchors(page: Path) -> set:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but `-` and `_`
+    dropped, spaces as `-`, a repeated one suffixed -1, -2, ..."""
+    seen: dict = {}
+    out = set()
+    for line in _prose(page.read_text(encoding="utf-8")).splitlines():
+        m = HEADING.match(line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(2).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_relative_links_resolve():
+    """Every relative link of README.md and docs/*.md names an existing file, and its
+    #anchor a heading of that page (the pages link to each other's sections)."""
+    bad = []
+    for page in rf.pages():
+        rel = page.relative_to(rf.ROOT).as_posix()
+        for target in LINK.findall(_prose(page.read_text(encoding="utf-8"))):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                bad.append(f"{rel}: {target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                bad.append(f"{rel}: {target}: no such heading")
+    assert not bad, "\n".join(bad)

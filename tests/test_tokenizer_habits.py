@@ -79,15 +79,15 @@ def test_a_batch_takes_one_pair_per_text(folders):
 
 
 def test_readme_tokenizers_block_runs(folders, tmp_path, monkeypatch):
-    """The README's Tokenizers code, with the released name standing for a local folder."""
-    section = ROOT.joinpath("README.md").read_text(encoding="utf-8").split("\n## Tokenizers\n")[1]
-    section = section.split("\n## ")[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    """The Tokenizers page's code (docs/tokenizers.md), with the released name standing for a
+    local folder."""
+    page = ROOT.joinpath("docs", "tokenizers.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     assert blocks
     monkeypatch.chdir(tmp_path)
     for code in blocks:
         code = code.replace('"ernie-doc-base-en"', repr(str(folders["bpe"])))
-        exec(compile(code, "README.md ## Tokenizers", "exec"), {})
+        exec(compile(code, "docs/tokenizers.md", "exec"), {})
     assert (tmp_path / "my-tokenizer" / "tokenizer_config.json").is_file()
 
 
