@@ -58,10 +58,11 @@ class LoDTensorFormatError(ErnieDocError, ValueError):
     """A file that is not a valid LoDTensor file (message names the file and the problem)."""
 
 
-class HubError(ErnieDocError, ValueError):
+class HubError(CheckpointError):
     """A released model or a remote file that cannot be fetched, verified or unpacked; the
     message is one line naming the URL or cache path (and, for a failed download, where to
-    put the file by hand)."""
+    put the file by hand). A CheckpointError: `from_pretrained` promises one for any path it
+    cannot load, a missing file and a name that cannot be fetched alike."""
 
 
 # -- training -----------------------------------------------------------------------------------

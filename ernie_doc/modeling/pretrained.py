@@ -498,12 +498,11 @@ class PretrainedMixin:
             not given (num_labels, num_reorder_classes) is taken from the checkpoint's tensor.
 
         Returns the model (mode unchanged: call .eval() for inference) with `.load_report`.
-        Raises CheckpointError, one line naming the checkpoint: no checkpoint or config, an
+        Raises CheckpointError, one line naming the checkpoint: no checkpoint or config (a
+        name that cannot be fetched: HubError, a CheckpointError naming the URL), an
         unreadable or refused file, no encoder tensor matched (even with allow_partial), a
         partial match (unless allow_partial), strict violations, shapes that differ (each
         tensor with both shapes), dtypes that cannot be cast (integer or bool into float).
-        A released name or URL that cannot be fetched is a HubError naming the URL (both
-        are ErnieDocError).
         """
         ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)
