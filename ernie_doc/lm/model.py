@@ -518,7 +518,7 @@ class TransformerXLLM(nn.Layer):
         directory = os.fspath(directory)
         if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
             raise CheckpointError(f"{directory}: not a language-model directory (no "
-                                     f"{CONFIG_FILE})")
+                                  f"{CONFIG_FILE})")
         model = cls(load_lm_config(directory, **overrides))
         path = os.path.join(directory, WEIGHTS_FILE)
         if os.path.isfile(path):
@@ -528,13 +528,13 @@ class TransformerXLLM(nn.Layer):
             state = safe_pickle.load_state_dict(path)
         else:
             raise CheckpointError(f"{directory}: no {WEIGHTS_FILE} (or the older "
-                                     f"{OLD_WEIGHTS_FILE})")
+                                  f"{OLD_WEIGHTS_FILE})")
         own = model.state_dict()
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
         if missing or unexpected:
             raise CheckpointError(f"{path}: tensors missing {missing[:3]} / unexpected "
-                                     f"{unexpected[:3]} for this config")
+                                  f"{unexpected[:3]} for this config")
         problems = []
         for name, value in state.items():
             if not isinstance(value, np.ndarray):

@@ -375,7 +375,7 @@ def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
             f"config right?): " + short_list(mismatched, 8, "; "))
     if uncastable:
         raise CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
-                                 f"model cannot take: " + short_list(uncastable, 8, "; "))
+                              f"model cannot take: " + short_list(uncastable, 8, "; "))
     missing = [k for k in target if k not in assigned]
     return TensorMatch(assigned, unexpected, missing)
 
