@@ -98,7 +98,7 @@ class PredictorInputError(ErnieDocError, ValueError):
 
 
 class EngineError(ErnieDocError, ValueError):
-    """A device / precision the machine or paddle build cannot run (one line naming what is
+    """A device / precision this host or paddle build cannot run (one line naming what is
     missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
     3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
     a processor without it."""
