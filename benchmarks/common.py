@@ -31,7 +31,7 @@ def check_output(p: argparse.ArgumentParser, args: argparse.Namespace,
     written through)."""
     if args.output is not None:
         # no paddle import: threads are not set
-        from ernie_doc.outputs import OutputError
+        from ernie_doc.errors import OutputError
         from ernie_doc.outputs import check_output as check_path
         from ernie_doc.utils import unwritable_file
         try:

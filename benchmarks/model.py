@@ -169,7 +169,7 @@ def mb(kb: Optional[float]) -> Optional[float]:
 def build_config(args: argparse.Namespace) -> "ErnieDocConfig":
     """The preset's config with --memory-len; a bad --preset / --seq-len is ConfigError."""
     from ernie_doc import ErnieDocConfig
-    from ernie_doc.config import ConfigError
+    from ernie_doc.errors import ConfigError
     try:
         config = ErnieDocConfig.from_preset(args.preset, memory_len=args.memory_len)
     except ConfigError as e:
@@ -587,7 +587,7 @@ def run(args: argparse.Namespace) -> int:
     import paddle
     apply_paddle_threads(args.threads)
     t_total = time.perf_counter()
-    from ernie_doc.config import ConfigError
+    from ernie_doc.errors import ConfigError
     try:
         config = build_config(args)
         check_memory(config, args)

@@ -126,7 +126,8 @@ def agreement(reference: Dict[str, dict], other: Dict[str, dict]) -> Dict[str, A
 
 def run(args: argparse.Namespace) -> int:
     from ernie_doc.cli.predict import check_input
-    from ernie_doc.pipeline import Pipeline, PipelineError, model_directory
+    from ernie_doc.errors import PipelineError
+    from ernie_doc.pipeline import Pipeline, model_directory
     check_input(args.input, PipelineError)
     apply_paddle_threads(args.threads)
     directory = model_directory(args.model)
@@ -169,18 +170,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     --output, as `ernie-doc predict` reports them."""
     args = parse_args(argv)
     set_threads(args.threads)
-    from ernie_doc.checkpoint.errors import CheckpointError
-    from ernie_doc.config import ConfigError
-    from ernie_doc.data import DataError
-    from ernie_doc.pipeline import PipelineError
-    from ernie_doc.tokenization import TokenizerError
-    from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (PipelineError, ConfigError, DataError, CheckpointError, TokenizerError)
+    from ernie_doc.cli import exit_on_user_error, user_error_types
     try:
         return run(args)
-    except expected + write_error_types() as e:
-        exit_on_user_error(e, expected, False, args.output, what="--output",
-                           target_is_dir=False)
+    except user_error_types() as e:
+        exit_on_user_error(e, False, args.output, what="--output", target_is_dir=False)
         raise
 
 

@@ -11,8 +11,8 @@ import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scip
 from ernie_doc._version import __version__  # noqa: E402,F401
 
 _EXPORTS = {
-    "ErnieDocConfig": "ernie_doc.config", "ConfigError": "ernie_doc.config",
-    "PRESETS": "ernie_doc.config",
+    "ErnieDocConfig": "ernie_doc.config", "PRESETS": "ernie_doc.config",
+    "ErnieDocError": "ernie_doc.errors", "ConfigError": "ernie_doc.errors",
     "ErnieDocModel": "ernie_doc.modeling", "ErnieDocOutput": "ernie_doc.modeling",
     "ErnieDocForSequenceClassification": "ernie_doc.heads",
     "ErnieDocForQuestionAnswering": "ernie_doc.heads",

@@ -16,9 +16,9 @@ import logging
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Type, Union
 
 from ernie_doc.checkpoint import io, names
-from ernie_doc.checkpoint.errors import CheckpointError
 from ernie_doc.checkpoint.io import Checkpoint
 from ernie_doc.checkpoint.lodtensor import PathLike
+from ernie_doc.errors import CheckpointError
 from ernie_doc.heads import HEADS, Head
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.utils import clip

@@ -12,6 +12,8 @@ import math
 import os
 from typing import Any, Dict, Optional, Tuple, Type
 
+from ernie_doc.errors import ConfigError
+
 # Config files: ours and PaddleNLP's, PaddleNLP's older name, the official one.
 CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json")
 # Warnings about configs other tools wrote go to the checkpoint loader's log.
@@ -98,10 +100,6 @@ PRESETS = {
     "ernie-doc-large-en": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                                vocab_size=50265, pad_token_id=1),
 }
-
-
-class ConfigError(ValueError):
-    """A config key or value that the model cannot use."""
 
 
 # -- config files as other tools spell them ------------------------------------------------------

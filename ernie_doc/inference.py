@@ -24,8 +24,9 @@ import paddle
 import paddle.nn as nn
 
 from ernie_doc import auto
-from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError, PathLike, combined_shapes
+from ernie_doc.checkpoint.lodtensor import PathLike, combined_shapes
 from ernie_doc.config import ErnieDocConfig
+from ernie_doc.errors import EngineError, ExportError, LoDTensorFormatError, PredictorInputError
 from ernie_doc.heads import Head
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.training.amp import MIN_CAPABILITY, gpu_capability
@@ -49,23 +50,6 @@ Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), 
 #   garbage (|logits| ~ 1e27).
 _BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_fuse_pass",
                              "conv2d_bias_fuse_pass")
-
-
-class ExportError(ValueError):
-    """A model or argument that cannot be exported, or an export that cannot be loaded (a
-    missing, damaged or hand-edited sidecar, program or parameters file). The message is one
-    line naming the file."""
-
-
-class PredictorInputError(ValueError):
-    """An input to Predictor.run with the wrong shape, dtype or values."""
-
-
-class EngineError(ValueError):
-    """A device / precision this host or paddle build cannot run (one line naming what is
-    missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
-    3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
-    a processor without it."""
 
 
 # ---------------------------------------------------------------------------------------------

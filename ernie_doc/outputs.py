@@ -13,6 +13,7 @@ import os
 import stat
 from typing import BinaryIO, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
 
+from ernie_doc.errors import OutputError
 from ernie_doc.utils import mode_kind
 
 FileId = Tuple[int, int]   # (st_dev, st_ino): what a path is, whatever its spelling
@@ -24,10 +25,6 @@ _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) 
     getattr(os, "O_CLOEXEC", 0)
 _OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
     getattr(os, "O_CLOEXEC", 0)
-
-
-class OutputError(ValueError):
-    """An output path that would overwrite, alias or block on something; one line."""
 
 
 def _stat(path: str, follow: bool = True) -> Optional[os.stat_result]:

@@ -19,20 +19,18 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import paddle
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
+from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
 # re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
 from ernie_doc.predict_io import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO, TASK_FILE,  # noqa: F401
-                                  DocumentStream, InputProblem, PipelineError, check_batch_size,
-                                  completed_ids, count_inputs, input_format, model_directory,
-                                  read_inputs, read_task_record, task_record, to_document,
-                                  to_jsonable)
+                                  DocumentStream, InputProblem, check_batch_size, completed_ids,
+                                  count_inputs, input_format, model_directory, read_inputs,
+                                  read_task_record, task_record, to_document, to_jsonable)
 from ernie_doc.training.amp import AmpSettings, amp_settings
-from ernie_doc.training.prepare import (PreparedRun, UntrainedHead, build_model, check_head_memory,
+from ernie_doc.training.prepare import (PreparedRun, build_model, check_head_memory,
                                         choose_tokenizer, setup_reading)
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.splits import collect_row_outputs
@@ -66,7 +64,8 @@ def check_device(device: str) -> str:
     """`device` when this host and paddle build can run it; else PipelineError, one line
     naming what is missing (a paddle without CUDA, no visible GPU). The decision is
     ernie_doc.inference.inference_settings's, which the export engine also follows."""
-    from ernie_doc.inference import EngineError, machine_settings
+    from ernie_doc.errors import EngineError
+    from ernie_doc.inference import machine_settings
     if device not in DEVICES:
         raise PipelineError(f"device must be one of {DEVICES}, got {device!r}")
     try:
@@ -111,7 +110,7 @@ class ExportedModel:
             return None if t is None else t.numpy()
         if not self.predictor.has_memory:   # recurrence none: the export takes no memory
             memories = reset_memory = memory_mask = None
-        from ernie_doc.inference import ExportError, PredictorInputError
+        from ernie_doc.errors import ExportError, PredictorInputError
         try:
             outputs = self.predictor.run(host(input_ids), host(attention_mask),
                                          host(token_type_ids), host(memories),
@@ -132,7 +131,8 @@ def exported_model(directory: str, cfg, task, device: str, precision: str,
     """The export in `directory` under paddle.inference, checked against the task: the head
     class it was trained with, segments of the run's max_seq_len, and a vocabulary that holds
     every id the tokenizer beside it produces."""
-    from ernie_doc.inference import EngineError, ExportError, Predictor
+    from ernie_doc.errors import EngineError, ExportError
+    from ernie_doc.inference import Predictor
     try:
         predictor = Predictor(directory, threads=threads, device=device, precision=precision)
     except (EngineError, ExportError) as e:
@@ -374,7 +374,7 @@ def task_documents(record: dict, path: Optional[str] = None,
     `read_input`, else `split` of its folder through the reader option `files`). The whole
     split is read (max_examples does not apply). PipelineError (one line) for what the reader
     refuses."""
-    from ernie_doc.data.document import NotSet
+    from ernie_doc.errors import NotSet
     from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})
     split = task_split(record, split)

@@ -11,16 +11,13 @@ from typing import Any, Iterable, Iterator, List, Optional, Set, Union
 import numpy as np
 
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
+from ernie_doc.errors import PipelineError
 from ernie_doc.utils import clip
 
 TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
 STDIO = "-"   # --input - reads standard input, --output - writes standard output
-
-
-class PipelineError(ValueError):
-    """A model directory or document that cannot be predicted; the message is one line."""
 
 
 @dataclass
@@ -260,8 +257,8 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
             raise PipelineError(f"{os.path.join(directory, TASK_FILE)}: the model was "
                                 f"fine-tuned for task {record['task']!r}, not {clip(task)!r}")
         return record
-    from ernie_doc.config import ConfigError, ErnieDocConfig
-    from ernie_doc.data.document import NotSet
+    from ernie_doc.config import ErnieDocConfig
+    from ernie_doc.errors import ConfigError, NotSet
     from ernie_doc.training.run_config import load_yaml
     from ernie_doc.training.task_folders import task_config, task_names
     path = task_config(task) if isinstance(task, str) else None
@@ -273,7 +270,7 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
         model = ErnieDocConfig.from_json(os.path.join(directory, MODEL_CONFIG))
     except ConfigError as e:
         raise PipelineError(str(e)) from None
-    from ernie_doc.data import DataError
+    from ernie_doc.errors import DataError
     from ernie_doc.training.tasks import load_reader
     labels = None
     reader = load_reader(task)

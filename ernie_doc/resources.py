@@ -10,7 +10,7 @@ import math
 import os
 from typing import Callable, Optional
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import ConfigError
 
 GiB = float(1 << 30)
 

@@ -493,24 +493,3 @@ def quiet_failed_closes() -> None:
             return
         previous(unraisable)
     sys.unraisablehook = hook
-
-
-def exit_on_user_error(error: BaseException, expected: tuple, debug: bool,
-                       target: Optional[str] = None, what: str = "output_dir",
-                       target_is_dir: bool = True, status: int = 2) -> None:
-    """For a tool's `except expected + write_error_types()` clause: print one `error:` line
-    and exit with `status` when `error` is bad input (an instance of `expected`, its message
-    is the line) or a failed write to `target` (write_failure); return otherwise, and the
-    caller re-raises: a bug keeps its traceback, and so does every error under --debug."""
-    if debug:
-        return
-    if isinstance(error, expected):
-        message = str(error)
-    else:
-        message = write_failure(error, target, what, target_is_dir) if target else None
-        if message is None:
-            return
-        quiet_failed_closes()
-    # bounded: a message that quotes a value from a file whole must not be megabytes
-    print(f"error: {clip(message, 1000)}", file=sys.stderr)
-    sys.exit(status)

@@ -52,7 +52,7 @@ def write(root, files):
 
 def error(call, *parts):
     """Run call(); it must raise a one-line DataError containing every part."""
-    from ernie_doc.data.document import DataError
+    from ernie_doc.errors import DataError
     with pytest.raises(DataError) as info:
         call()
     message = str(info.value)

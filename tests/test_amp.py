@@ -9,7 +9,7 @@ import paddle
 import pytest
 from helpers import tiny_longdep
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import ConfigError
 from ernie_doc.training.amp import AmpSettings, amp_settings
 from ernie_doc.training.prepare import prepare
 from ernie_doc.training.run_config import load_config

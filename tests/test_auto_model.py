@@ -16,7 +16,7 @@ from test_safety_bounds import bounded
 from ernie_doc import (AutoModel, ErnieDocConfig, ErnieDocForMultipleChoice, ErnieDocForPretraining,
                        ErnieDocForQuestionAnswering, ErnieDocForSequenceClassification,
                        ErnieDocForTokenClassification, ErnieDocModel, segment_batches)
-from ernie_doc.checkpoint import io
+from ernie_doc.errors import CheckpointError
 
 HEAD = ["linear.weight", "linear.bias"]
 
@@ -178,7 +178,7 @@ def test_an_unknown_recorded_class_never_lends_its_head(saved, tmp_path, changes
 def test_auto_model_names_an_unknown_recorded_class(saved, tmp_path):
     folder = _record(saved, tmp_path, "typo",
                      architecture={"class": "ErnieDocForSequenceClassificatio"})
-    with pytest.raises(io.CheckpointError) as e:
+    with pytest.raises(CheckpointError) as e:
         AutoModel.from_pretrained(folder)
     message = str(e.value)
     assert "unknown model class 'ErnieDocForSequenceClassificatio'" in message
@@ -197,7 +197,7 @@ def test_malformed_architecture_kwargs_are_one_error(saved, tmp_path, kwargs, ma
     folder = _record(saved, tmp_path, "kw", architecture={
         "class": "ErnieDocForSequenceClassification", "kwargs": kwargs})
     for load in (AutoModel.from_pretrained, ErnieDocForSequenceClassification.from_pretrained):
-        with bounded(), pytest.raises(io.CheckpointError, match=match) as e:
+        with bounded(), pytest.raises(CheckpointError, match=match) as e:
             load(folder)
         assert "config.json" in str(e.value) and "\n" not in str(e.value)
     with bounded(), pytest.raises(ValueError, match="num_labels must be at most 65536"):
@@ -228,7 +228,7 @@ def test_auto_model_builds_the_recorded_class(saved, tmp_path):
         ErnieDocForPretraining   # recorded
     with pytest.raises(TypeError, match="from_pretrained"):
         AutoModel(tiny_config())
-    with pytest.raises(io.CheckpointError, match="no such file"):
+    with pytest.raises(CheckpointError, match="no such file"):
         AutoModel.from_pretrained(tmp_path / "missing")
 
 

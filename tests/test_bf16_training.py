@@ -15,9 +15,9 @@ import pytest
 from helpers import tiny_longdep
 from test_compiled import HEADS, head_in_training, two_segments
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import Bf16ProgramError, ConfigError
 from ernie_doc.training.amp import amp_settings, cpu_bf16_problem
-from ernie_doc.training.compiled import Bf16ProgramError, CompiledForward
+from ernie_doc.training.compiled import CompiledForward
 
 PROBLEM = cpu_bf16_problem()
 needs_cpu_bf16 = pytest.mark.skipif(PROBLEM is not None, reason=f"no CPU bf16: {PROBLEM}")

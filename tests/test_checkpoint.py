@@ -17,8 +17,9 @@ import pytest
 
 from ernie_doc import ErnieDocModel, auto
 from ernie_doc.checkpoint import io, lodtensor, names
-from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError, read_lodtensor, write_lodtensor
+from ernie_doc.checkpoint.lodtensor import read_lodtensor, write_lodtensor
 from ernie_doc.config import ErnieDocConfig
+from ernie_doc.errors import CheckpointError, LoDTensorFormatError
 from ernie_doc.heads import HEADS, ErnieDocForPretraining, ErnieDocForSequenceClassification
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -534,7 +535,7 @@ def test_missing_head_keeps_init_and_unexpected_are_listed(tmp_path):
     assert np.array_equal(model.linear.weight.numpy(), fresh.linear.weight.numpy())
     assert np.array_equal(model.ernie_doc.embeddings.word_emb.weight.numpy(),
                           arrays["word_embedding"])
-    with pytest.raises(io.CheckpointError, match="strict"):
+    with pytest.raises(CheckpointError, match="strict"):
         ErnieDocForSequenceClassification.from_pretrained(root, num_labels=4, strict=True)
 
     root, _ = make_official(str(tmp_path / "pt"), cfg, "pretraining")
@@ -550,7 +551,7 @@ def test_missing_head_keeps_init_and_unexpected_are_listed(tmp_path):
 
 def test_shape_mismatch_names_tensor_and_both_shapes(tmp_path):
     root, _ = make_official(str(tmp_path / "c"), tiny(), "cls")
-    with pytest.raises(io.CheckpointError) as e:   # a ValueError: one line for the CLIs
+    with pytest.raises(CheckpointError) as e:   # a ValueError: one line for the CLIs
         ErnieDocForSequenceClassification.from_pretrained(root, num_labels=5)
     msg = str(e.value)
     assert "cls_out_w" in msg and "[32, 3]" in msg and "[32, 5]" in msg and "cls_out_b" in msg
@@ -562,18 +563,18 @@ def test_shape_mismatch_names_tensor_and_both_shapes(tmp_path):
 def test_unrecognisable_directory_and_missing_config(tmp_path):
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "readme.txt").write_text("hi")
-    with pytest.raises(io.CheckpointError) as e:
+    with pytest.raises(CheckpointError) as e:
         ErnieDocModel.from_pretrained(tmp_path / "junk")
     msg = str(e.value)
     assert str(tmp_path / "junk") in msg
     for looked_for in ("model.safetensors", "model_state.pdparams", "word_embedding", "params/"):
         assert looked_for in msg
-    with pytest.raises(io.CheckpointError, match="no such file"):
+    with pytest.raises(CheckpointError, match="no such file"):
         ErnieDocModel.from_pretrained(tmp_path / "nowhere")
 
     root, arrays = make_official(str(tmp_path / "nocfg"), tiny(), nested=False)
     os.remove(os.path.join(root, "ernie_config.json"))
-    with pytest.raises(io.CheckpointError, match="no config"):
+    with pytest.raises(CheckpointError, match="no config"):
         ErnieDocModel.from_pretrained(root)
     model = ErnieDocModel.from_pretrained(root, config=tiny(), recurrence="xl")
     assert model.config.recurrence == "xl" and not model.load_report.missing
@@ -594,7 +595,7 @@ def test_corrupt_official_file_is_named(tmp_path):
     path = os.path.join(root, "params", "pooled_fc.w_0")
     with open(path, "r+b") as f:
         f.truncate(40)
-    with pytest.raises(io.CheckpointError, match="pooled_fc.w_0.*truncated"):
+    with pytest.raises(CheckpointError, match="pooled_fc.w_0.*truncated"):
         ErnieDocModel.from_pretrained(root)
 
 
@@ -655,7 +656,7 @@ def test_config_key_policy(tmp_path):
     # Our own config: a misspelt key is an error, not silently dropped.
     with open(tmp_path / "ours" / "config.json", "w") as f:
         json.dump(dict(meta, memroy_len=4), f)
-    with pytest.raises(io.CheckpointError, match="memroy_len"):
+    with pytest.raises(CheckpointError, match="memroy_len"):
         ErnieDocModel.from_pretrained(tmp_path / "ours")
     # Another tool's config (PaddleNLP marks its files with model_type): dropped with a warning.
     model.save_pretrained(tmp_path / "pn", format="paddlenlp")

@@ -148,7 +148,7 @@ def test_c3_token_types_zeros_switch_and_no_room():
     assert not collate(rows, [True] * 4, 40, PAD)["token_type_ids"].any()
     # T=25: Σ 21 + 4 leaves no context under PaddleNLP's rule (its reader would loop
     # forever); the longest pair leaves 25 − 8 − 4 = 13
-    from ernie_doc.data.document import DataError
+    from ernie_doc.errors import DataError
     with pytest.raises(DataError, match="leaves no room for the context"):
         c3_task(25, 10, max_query_len=8).document_segments(doc, 0, tok)
     assert len(c3_task(25, 10, max_query_len=8, window="longest")
@@ -385,7 +385,7 @@ def test_choice_prediction_with_padded_choices():
 
 
 def test_option_values_are_checked():
-    from ernie_doc.config import ConfigError
+    from ernie_doc.errors import ConfigError
     with pytest.raises(ConfigError, match="task_options.window"):
         c3_task(40, 10, window="max")
     with pytest.raises(ConfigError, match="task_options.token_types"):

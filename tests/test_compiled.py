@@ -13,10 +13,9 @@ import pytest
 from helpers import tiny_config, tiny_longdep
 
 from ernie_doc import auto
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import Bf16ProgramError, ConfigError
 from ernie_doc.training.amp import AmpSettings
-from ernie_doc.training.compiled import (Bf16ProgramError, CompiledForward, compiled_or_none,
-                                         try_compiled)
+from ernie_doc.training.compiled import CompiledForward, compiled_or_none, try_compiled
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relu_dropout=0.0,
                   classifier_dropout=0.0)

@@ -4,7 +4,8 @@ import json
 import pytest
 from helpers import shared_path
 
-from ernie_doc import PRESETS, ConfigError, ErnieDocConfig
+from ernie_doc import PRESETS, ErnieDocConfig
+from ernie_doc.errors import ConfigError
 
 OFFICIAL_BASE_EN = {
     "attention_probs_dropout_prob": 0.0, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,

@@ -9,8 +9,9 @@ import pytest
 from helpers import ROOT, tiny_config
 
 from ernie_doc import ErnieDocModel
+from ernie_doc.errors import PredictorInputError
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.inference import Predictor, PredictorInputError, export
+from ernie_doc.inference import Predictor, export
 
 SEQ_LEN = 8
 BATCH = 3
@@ -250,8 +251,8 @@ def _convert_then_export(tmp_path, model, head, *export_args):
 
 def test_pair_matching_convert_export_round_trip(tmp_path):
     from ernie_doc import auto
+    from ernie_doc.errors import ExportError
     from ernie_doc.heads import ErnieDocForPairMatching
-    from ernie_doc.inference import ExportError
     paddle.seed(21)
     model = ErnieDocForPairMatching(tiny_config())
     model.eval()
@@ -296,8 +297,8 @@ def test_hotpotqa_convert_export_round_trip(tmp_path, stage):
 
 def test_export_refuses_heads_that_cannot_export(tmp_path):
     from ernie_doc import auto
+    from ernie_doc.errors import ExportError
     from ernie_doc.heads import ErnieDocForPretraining
-    from ernie_doc.inference import ExportError
     assert set(auto.head_names(exportable=True)) == set(auto.head_names()) - {"pretraining"}
     with pytest.raises(ExportError, match="cannot export ErnieDocForPretraining: expected "
                                           "ErnieDocModel or one of .*ErnieDocForKeyphrase"):

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from helpers import ROOT, shared_path
 
-from ernie_doc.hub import HubError, Release, Remote
+from ernie_doc.errors import HubError
+from ernie_doc.hub import Release, Remote
 from ernie_doc.hub import archive as hub_archive
 from ernie_doc.hub import cache as hub_cache
 from ernie_doc.hub import fetch as hub_fetch

@@ -13,9 +13,10 @@ import pytest
 from helpers import tiny_config
 
 from ernie_doc import inference
+from ernie_doc.errors import EngineError
 from ernie_doc.heads import ErnieDocForTokenClassification
-from ernie_doc.inference import (BF16_CPU_FLAGS, GPU_MEMORY_POOL_MB, EngineError, InferenceSettings,
-                                 Predictor, export, inference_settings)
+from ernie_doc.inference import (BF16_CPU_FLAGS, GPU_MEMORY_POOL_MB, InferenceSettings, Predictor,
+                                 export, inference_settings)
 
 SEQ_LEN = 16
 BATCH = 4

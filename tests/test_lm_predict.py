@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from helpers import ROOT, write_wikitext
 
+from ernie_doc.errors import PipelineError
 from ernie_doc.lm.data import Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.predict import LMPipeline, document_lines, encode_document
-from ernie_doc.pipeline import PipelineError, model_directory
+from ernie_doc.pipeline import model_directory
 from ernie_doc.training.run_config import load_config
 from ernie_doc.training.trainer import run
 

@@ -13,8 +13,7 @@ import pytest
 from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks, write_wikitext
 from safetensors.numpy import load_file
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.task import LMTrainStream, load_vocabulary

@@ -17,7 +17,8 @@ from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
-from ernie_doc.pipeline import Pipeline, PipelineError, pipeline, read_inputs
+from ernie_doc.errors import PipelineError
+from ernie_doc.pipeline import Pipeline, pipeline, read_inputs
 from ernie_doc.predict_io import completed_ids, model_directory, provenance
 from ernie_doc.training.tasks import load_reader
 

@@ -17,7 +17,8 @@ import sys
 import pytest
 from helpers import ROOT, tiny_classifier
 
-from ernie_doc.pipeline import Pipeline, PipelineError, pipeline
+from ernie_doc.errors import PipelineError
+from ernie_doc.pipeline import Pipeline, pipeline
 
 
 @pytest.fixture(scope="module")

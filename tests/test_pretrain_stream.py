@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import error, write
 
-from ernie_doc.config import ConfigError
 from ernie_doc.data.schedule import RowScheduler, schedule_rows
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
+from ernie_doc.errors import ConfigError
 from ernie_doc.pretraining.corpus import CorpusDocument, iter_documents
 from ernie_doc.pretraining.objectives import _num_to_mask, restore_document
 from ernie_doc.pretraining.stream import StreamSplit, shuffled

@@ -38,7 +38,8 @@ def test_unset_data_dir_says_how_to_set_it(task, tmp_path, capsys):
 
 
 def test_the_empty_path_itself_is_never_the_message():
-    from ernie_doc.data.document import NotSet, require_dir
+    from ernie_doc.data.document import require_dir
+    from ernie_doc.errors import NotSet
     with pytest.raises(NotSet, match="^the data directory is not set$"):
         require_dir("")
 

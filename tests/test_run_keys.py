@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import write
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import ConfigError
 from ernie_doc.training.run_config import DEFAULTS, config_from_values, load_config
 
 
@@ -46,7 +46,8 @@ def test_unknown_keys_in_a_file_and_a_mapping_suggest_too(tmp_path):
 def test_nested_keys_name_the_dotted_key_and_suggest():
     """model_overrides and reader options name the key under its section and the nearest
     one; an empty part of a dotted key is refused."""
-    from ernie_doc.data.document import DataError, check_options
+    from ernie_doc.data.document import check_options
+    from ernie_doc.errors import DataError
     with pytest.raises(ConfigError, match=r"model_overrides\.hiden_size: unknown ErnieDocConfig "
                                           r"key \(did you mean: model_overrides\.hidden_size"):
         load_config(None, ["task=longdep", "model_overrides.hiden_size=64"])

@@ -16,8 +16,8 @@ from safetensors.numpy import load_file, save_file
 
 from ernie_doc import ErnieDocModel
 from ernie_doc.checkpoint import io, safe_pickle
-from ernie_doc.checkpoint.io import CheckpointError
 from ernie_doc.checkpoint.lodtensor import write_lodtensor
+from ernie_doc.errors import CheckpointError, CheckpointStateError
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.training import state as ckpt
 
@@ -146,7 +146,7 @@ def test_every_entry_point_refuses_the_payload(tmp_path, capsys, entry):
             TransformerXLLM.from_pretrained(directory)
     elif entry == "resume":
         step, path, model, opt = _old_resume_dir(tmp_path, data)
-        with pytest.raises(ckpt.CheckpointStateError) as e:
+        with pytest.raises(CheckpointStateError) as e:
             ckpt.load_training_state(str(step), model, opt)
     else:
         directory = paddlenlp_dir(tmp_path)
@@ -493,7 +493,7 @@ def test_damaged_resume_checkpoint_is_one_line_and_loads_nothing(tmp_path, name,
     damage(path)
     model, opt, _ = tiny_trainable()
     before = [p.numpy().copy() for p in model.parameters()]
-    with pytest.raises(ckpt.CheckpointStateError) as e:
+    with pytest.raises(CheckpointStateError) as e:
         ckpt.load_training_state(step, model, opt)
     one_line(e, path, needle)
     assert all(np.array_equal(a, p.numpy()) for a, p in zip(before, model.parameters()))
@@ -501,6 +501,6 @@ def test_damaged_resume_checkpoint_is_one_line_and_loads_nothing(tmp_path, name,
 
 def test_zero_byte_old_model_is_an_error(tmp_path):
     step, path, model, opt = _old_resume_dir(tmp_path, b"")
-    with pytest.raises(ckpt.CheckpointStateError) as e:
+    with pytest.raises(CheckpointStateError) as e:
         ckpt.load_training_state(str(step), model, opt)
     one_line(e, path, "empty file (0 bytes)")

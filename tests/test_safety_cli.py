@@ -14,7 +14,7 @@ import sys
 import pytest
 from helpers import ROOT, tiny_config
 
-from ernie_doc.data import DataError
+from ernie_doc.errors import DataError
 from ernie_doc.utils import atomic_write_text, write_failure
 
 TINY = [
@@ -315,7 +315,7 @@ def test_run_document_writes_its_summary(files):
 
 
 def test_run_document_debug_shows_the_traceback(files):
-    from ernie_doc.config import ConfigError
+    from ernie_doc.errors import ConfigError
     with pytest.raises(ConfigError):
         run_document("--model", str(files / "afile"), "--debug")
 
@@ -413,7 +413,8 @@ def damaged_copy(exported, tmp_path, **edits):
     ({"m.pdiparams": b"garbage"}, ["m.pdiparams: not a LoDTensor file"]),
 ])
 def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
-    from ernie_doc.inference import ExportError, Predictor
+    from ernie_doc.errors import ExportError
+    from ernie_doc.inference import Predictor
     dst = damaged_copy(exported, tmp_path, **edits)
     model_file = os.path.basename(exported[1]["model_path"])
     with pytest.raises(ExportError) as info:
@@ -425,7 +426,8 @@ def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
 
 
 def test_predictor_refuses_a_file_outside_the_export(exported, tmp_path):
-    from ernie_doc.inference import ExportError, Predictor
+    from ernie_doc.errors import ExportError
+    from ernie_doc.inference import Predictor
     meta = json.loads((exported[0] / "m.meta.json").read_text())
     dst = damaged_copy(exported, tmp_path,
                        **{"m.meta.json": dict(meta, model_file="../../../etc/passwd")})

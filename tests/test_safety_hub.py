@@ -21,7 +21,8 @@ import test_hub
 from helpers import ROOT
 from test_hub import _WORKER, NAME, PDPARAMS, TARBALL, TINY, VOCAB, VOCAB_TEXT
 
-from ernie_doc.hub import HubError, resolve
+from ernie_doc.errors import HubError
+from ernie_doc.hub import resolve
 
 # test_hub's fixtures: its tiny released model and a fresh cache with a 127.0.0.1 server
 model_files = test_hub.model_files

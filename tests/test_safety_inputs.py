@@ -15,10 +15,11 @@ import pytest
 from helpers import error, write
 
 from ernie_doc.data.document import NOT_REGULAR, Skips, read_text, require_file, utf8_lines
+from ernie_doc.errors import TokenizerError
 from ernie_doc.lm.data import CACHE_VERSION, load_corpus, read_token_lines
 from ernie_doc.pretraining.corpus import corpus_files, iter_documents
-from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer, TokenizerError,
-                                    WordPieceTokenizer, load_tokenizer, load_vocab)
+from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer,
+                                    load_tokenizer, load_vocab)
 from tasks.dureader import reader as dureader
 from tasks.hyp import reader as hyp
 from tasks.imdb import reader as imdb

@@ -18,8 +18,8 @@ import yaml
 from helpers import ROOT, tiny_classifier, tiny_export
 
 from ernie_doc import auto
-from ernie_doc.config import ConfigError
-from ernie_doc.pipeline import Pipeline, PipelineError, pipeline
+from ernie_doc.errors import ConfigError, PipelineError
+from ernie_doc.pipeline import Pipeline, pipeline
 from ernie_doc.training.run_config import config_from_values, load_config, load_yaml
 from ernie_doc.training.tasks import build_task
 

@@ -289,7 +289,8 @@ def test_benchmark_reports_keep_an_existing_file_without_overwrite(tmp_path, cap
 
 @pytest.mark.parametrize("make", ["device", "link to a device"])
 def test_a_device_is_never_an_output(tmp_path, make):
-    from ernie_doc.outputs import OutputError, check_output
+    from ernie_doc.errors import OutputError
+    from ernie_doc.outputs import check_output
     path = "/dev/null"
     if make == "link to a device":
         path = str(tmp_path / "out.jsonl")
@@ -449,7 +450,8 @@ def test_a_name_too_long_is_refused_before_anything_changes(models, work, capsys
 def test_an_output_in_dev_proc_or_sys_is_refused(path, place):
     """/dev/stdout is a link the system owns (to /proc/self/fd/1): with stdout redirected to
     a file, --overwrite used to unlink it and leave a file and its sidecar in /dev."""
-    from ernie_doc.outputs import OutputError, check_output
+    from ernie_doc.errors import OutputError
+    from ernie_doc.outputs import check_output
     with pytest.raises(OutputError, match=f"^--output {path}: is in {place} "):
         check_output(path, exists_ok=True)
 
@@ -458,7 +460,8 @@ def test_an_output_in_dev_proc_or_sys_is_refused(path, place):
 RESUME = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from ernie_doc.predict_io import PipelineError, completed_ids, provenance
+from ernie_doc.predict_io import completed_ids, provenance
+from ernie_doc.errors import PipelineError
 try:
     completed_ids(sys.argv[1], provenance(sys.argv[2]))
 except PipelineError as e:

@@ -19,9 +19,9 @@ from helpers import ROOT, tiny_classifier, tiny_export
 from test_safety_cli import exits, one_error_line
 
 from ernie_doc.cli import predict
-from ernie_doc.data import DataError
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
-from ernie_doc.pipeline import PipelineError, pipeline, read_inputs
+from ernie_doc.errors import DataError, PipelineError
+from ernie_doc.pipeline import pipeline, read_inputs
 from ernie_doc.predict_io import to_document
 
 DEEP = "[" * 100_000 + "]" * 100_000   # json.loads recurses once per level

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import ROOT
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import ConfigError
 
 TINY = [
     "task=longdep", "model=ernie-doc-small",

@@ -21,9 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from ernie_doc.errors import TokenizerError  # noqa: E402
 from ernie_doc.tokenization import split_sentences  # noqa: E402
 from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer,  # noqa: E402
-                                    TokenizerError, WordPieceTokenizer, load_tokenizer)
+                                    WordPieceTokenizer, load_tokenizer)
 from ernie_doc.tokenization import sentences as sentences_mod  # noqa: E402
 from ernie_doc.tokenization.bpe import OFFICIAL_SPECIAL_TOKENS, bytes_to_unicode  # noqa: E402
 from ernie_doc.tokenization.sentences import rule_split_sentences  # noqa: E402

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from test_tokenization import _imdb_texts, _zh_texts, need_shared
 
-from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer, TokenizerError,
-                                    WordPieceTokenizer, load_tokenizer, train_sentencepiece)
+from ernie_doc.errors import TokenizerError
+from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer,
+                                    load_tokenizer, train_sentencepiece)
 from ernie_doc.tokenization.sentences import rule_split_sentences
 
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]

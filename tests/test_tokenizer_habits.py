@@ -14,8 +14,9 @@ from helpers import ROOT, tiny_config
 from test_safety_bounds import bounded
 from test_tokenization import write_tiny_bpe
 
-from ernie_doc.tokenization import (BPETokenizer, TokenizerError, WordPieceTokenizer,
-                                    load_tokenizer, train_sentencepiece)
+from ernie_doc.errors import TokenizerError
+from ernie_doc.tokenization import (BPETokenizer, WordPieceTokenizer, load_tokenizer,
+                                    train_sentencepiece)
 
 ZH = "长文档建模"
 WORDS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", "naïve", "café", "world", ",", "!",

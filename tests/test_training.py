@@ -261,7 +261,7 @@ def test_non_finite_loss_stops_the_run(tmp_path):
 
 
 def test_longdep_ids_can_follow_a_pretrained_tokenizer():
-    from ernie_doc.data import DataError
+    from ernie_doc.errors import DataError
     from tasks.longdep import reader
     opts = {"num_docs": {"dev": 40}}
     special, vocab = reader.id_vocabulary(opts)

@@ -22,8 +22,8 @@ import numpy as np
 
 from ernie_doc import config as config_module
 from ernie_doc.checkpoint import lodtensor, names, safe_pickle
-from ernie_doc.checkpoint.errors import CheckpointError  # also io.CheckpointError, as before
 from ernie_doc.checkpoint.lodtensor import PathLike
+from ernie_doc.errors import CheckpointError, LoDTensorFormatError
 
 if TYPE_CHECKING:   # for the annotations only
     from ernie_doc.config import ErnieDocConfig
@@ -208,7 +208,7 @@ def _read_official(directory, upcast, head_names):
             continue
         try:
             tensors[name] = lodtensor.read_lodtensor(path, upcast=upcast)
-        except lodtensor.LoDTensorFormatError as e:
+        except LoDTensorFormatError as e:
             raise CheckpointError(str(e)) from None
         except OSError as e:
             raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None

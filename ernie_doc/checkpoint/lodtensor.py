@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ernie_doc.errors import LoDTensorFormatError
 from ernie_doc.utils import atomic_path
 
 # A file or directory path: str or pathlib.Path (a string: os.PathLike is subscriptable only
@@ -37,10 +38,6 @@ _ENUM_NAMES = {BOOL: "BOOL", INT16: "INT16", INT32: "INT32", INT64: "INT64", FP1
 
 _MAX_DESC_BYTES = 1 << 16  # a TensorDesc is a few dozen bytes; more means a corrupt file
 _MAX_LOD_LEVELS = 16
-
-
-class LoDTensorFormatError(ValueError):
-    """A file that is not a valid LoDTensor file (message names the file and the problem)."""
 
 
 # -- protobuf varints ---------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from typing import Any, Dict
 
 import numpy as np
 
-from ernie_doc.checkpoint.errors import CheckpointError
 from ernie_doc.checkpoint.lodtensor import PathLike
+from ernie_doc.errors import CheckpointError
 from ernie_doc.utils import open_regular
 
 __all__ = ["load", "load_state_dict", "NAME_TABLE", "BIG_PARAM_INFO"]

@@ -18,6 +18,7 @@ import warnings
 from typing import Dict, List, Optional, Tuple
 
 from ernie_doc._version import __version__
+from ernie_doc.errors import ErnieDocError
 
 # paddle's import warns (paddle.utils.cpp_extension) about a C++ compiler cache no command
 # here uses; every subcommand module imports this package first, so this one filter covers
@@ -65,6 +66,44 @@ def nothing_written_yet():
         raise
     except KeyboardInterrupt:
         raise InterruptedEarly() from None
+
+
+def report_error(error: BaseException, message: Optional[str] = None) -> None:
+    """Print the one `error:` line for `error` (its message, or `message`) on stderr,
+    bounded: a message that quotes a value from a file whole must not be megabytes."""
+    from ernie_doc.utils import clip
+    print(f"error: {clip(str(error) if message is None else message, 1000)}", file=sys.stderr)
+
+
+def user_error_types() -> tuple:
+    """What a command's `except` clause hands to `exit_on_user_error`: ErnieDocError and the
+    errors of a failed write (OSError, safetensors' serialisation error)."""
+    from ernie_doc.utils import write_error_types
+    return (ErnieDocError,) + write_error_types()
+
+
+def exit_on_user_error(error: BaseException, debug: bool,
+                       target: Optional[str] = None, what: str = "output_dir",
+                       target_is_dir: bool = True) -> None:
+    """For a command's `except user_error_types()` clause: print one `error:` line and exit
+    when `error` is bad input (an ErnieDocError: its message is the line, its `exit_status`
+    the status) or a failed write to `target` (ernie_doc.utils.write_failure: a full disk, a
+    read-only filesystem, a file where a directory should be; status 2). Return otherwise,
+    and the caller re-raises: a bug keeps its traceback, and so does every error under
+    `debug` (--debug). `target`: the output directory (or file: target_is_dir False) the
+    command writes, named `what` in the line."""
+    if debug:
+        return
+    if isinstance(error, ErnieDocError):
+        report_error(error)
+        sys.exit(error.exit_status)
+    from ernie_doc.utils import quiet_failed_closes, write_failure
+    message = write_failure(error, target, what, target_is_dir) if target else None
+    if message is None:
+        return
+    quiet_failed_closes()
+    report_error(error, message)
+    sys.exit(2)
 
 
 def is_paddle_missing(error: BaseException) -> bool:
@@ -224,11 +263,17 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def run_command(command, argv: Optional[List[str]] = None) -> int:
     """command(argv) → its exit status; a Ctrl-C it did not report itself is one line
-    ("interrupted ...") and INTERRUPTED_STATUS, with the traceback under --debug. What the
-    `ernie-doc` command and the tools/ scripts run."""
+    ("interrupted ...") and INTERRUPTED_STATUS, an ErnieDocError it did not report itself
+    one `error:` line and the error's exit status, each with the traceback under --debug.
+    What the `ernie-doc` command and the tools/ scripts run."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(argv)
+    except ErnieDocError as e:
+        if "--debug" in argv:
+            raise
+        report_error(e)
+        return e.exit_status
     except KeyboardInterrupt as e:
         if "--debug" in argv:
             import traceback

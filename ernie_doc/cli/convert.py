@@ -61,7 +61,7 @@ def check_destination(args: argparse.Namespace, source: str) -> None:
     --overwrite."""
     from ernie_doc.outputs import InputSet, check_output
     if os.path.exists(args.dst) and not os.path.isdir(args.dst):
-        from ernie_doc.outputs import OutputError
+        from ernie_doc.errors import OutputError
         raise OutputError(f"{args.dst}: is a file, not a directory")
     # a weights file is read with the config beside it: its folder is an input too
     # (every file of the folder, links followed, is an input: see ernie_doc.outputs)
@@ -75,10 +75,10 @@ def check_destination(args: argparse.Namespace, source: str) -> None:
 def convert(args: argparse.Namespace):
     """Read args.src, load it into its model class, write args.dst; → the model."""
     from ernie_doc import auto
-    from ernie_doc.checkpoint import io
+    from ernie_doc.errors import CheckpointError
 
     if os.path.abspath(args.src) == os.path.abspath(args.dst):
-        raise io.CheckpointError(f"{args.dst}: the destination must differ from the source")
+        raise CheckpointError(f"{args.dst}: the destination must differ from the source")
     from ernie_doc.hub import resolve
     source = resolve(args.src, kind="model", source=args.source)
     check_destination(args, os.fspath(source))
@@ -102,13 +102,10 @@ def main(argv: Optional[List[str]] = None, configure_logging: bool = False) -> i
     if configure_logging:
         logging.basicConfig(level=logging.ERROR if args.quiet else logging.WARNING,
                             format="%(levelname)s: %(message)s", force=True)  # paddle set one
-    from ernie_doc.checkpoint import io
-    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
-    from ernie_doc.config import ConfigError
+    from ernie_doc.errors import ErnieDocError
     try:
         model = convert(args)
-    except (io.CheckpointError, LoDTensorFormatError, ConfigError, ValueError, KeyError,
-            OSError) as e:
+    except (ErnieDocError, ValueError, KeyError, OSError) as e:
         # One line: the lines of a multi-line message (shape mismatches) are joined.
         lines = [line.strip() for line in str(e).splitlines() if line.strip()] or \
             [type(e).__name__]

@@ -115,17 +115,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     """→ 0 after a complete export. Bad input or an unwritable output: one `error:` line
     and exit status 2 (SystemExit)."""
     args = parse_args(argv)
-    from ernie_doc.checkpoint.io import CheckpointError
-    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
-    from ernie_doc.config import ConfigError
-    from ernie_doc.inference import ExportError
-    from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (ConfigError, CheckpointError, LoDTensorFormatError, ExportError)
+    from ernie_doc.cli import exit_on_user_error, user_error_types
     try:
         return _export(args)
-    except expected + write_error_types() as e:   # or full disk, read-only, a file for a dir
-        exit_on_user_error(e, expected, args.debug,
-                           os.path.dirname(os.path.abspath(args.output)), "--output")
+    except user_error_types() as e:   # or full disk, read-only, a file for a dir
+        exit_on_user_error(e, args.debug, os.path.dirname(os.path.abspath(args.output)),
+                           "--output")
         raise
 
 
@@ -145,7 +140,7 @@ def predict_files(source: str) -> List[str]:
 
 def run_seq_len(source: str) -> Optional[int]:
     """The max_seq_len a fine-tuned model was trained with (its task.json), or None."""
-    from ernie_doc.config import ConfigError
+    from ernie_doc.errors import ConfigError
     from ernie_doc.utils import read_json
     path = os.path.join(source, "task.json")
     if not os.path.isfile(path):
@@ -165,7 +160,7 @@ def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
     line): never the checkpoint, a file of its folder (links followed) or inside it, a
     regular file or nothing, a name that fits, an existing one only with --overwrite. All are
     checked before anything is written. → the paths of the predict files to write."""
-    from ernie_doc.inference import ExportError
+    from ernie_doc.errors import ExportError
     from ernie_doc.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
     out_dir = os.path.dirname(os.path.abspath(args.output))
@@ -182,7 +177,7 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     through a link) → those names; they are renamed into place once the export is done. A
     source that cannot be read is an ExportError (one line), with the copies made so far
     removed."""
-    from ernie_doc.inference import ExportError
+    from ernie_doc.errors import ExportError
     from ernie_doc.outputs import temp_name
     from ernie_doc.utils import open_regular
     staged = []
@@ -218,7 +213,8 @@ def remove_files(paths: List[str]) -> None:
 
 
 def _export(args):
-    from ernie_doc.inference import ExportError, export
+    from ernie_doc.errors import ExportError
+    from ernie_doc.inference import export
     directory = args.config if os.path.isdir(args.config) else ""
     copies = check_outputs(args, directory)
     model, source = build_model(args)

@@ -77,19 +77,11 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
         for name in task_names():
             print(f"{name:<14} {task_config(name)}")
         return 0
-    from ernie_doc.cli import nothing_written_yet
+    from ernie_doc.cli import exit_on_user_error, nothing_written_yet, user_error_types
     with nothing_written_yet():   # paddle's import takes seconds: Ctrl-C is likely here
-        from ernie_doc.checkpoint.io import CheckpointError
-        from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
-        from ernie_doc.config import ConfigError
-        from ernie_doc.data import DataError
-        from ernie_doc.tokenization import TokenizerError
+        from ernie_doc.errors import ConfigError
         from ernie_doc.training.run_config import load_config
-        from ernie_doc.training.state import CheckpointStateError
-        from ernie_doc.training.trainer import RUN_CONFIG, Interrupted, TrainingError, run
-        from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (ConfigError, DataError, CheckpointError, CheckpointStateError,
-                LoDTensorFormatError, TokenizerError, TrainingError)
+        from ernie_doc.training.trainer import RUN_CONFIG, Interrupted, run
     output_dir = args.resume   # known once the config is read
     try:
         overrides = list(args.overrides)
@@ -113,9 +105,8 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
         if line:
             print(line, file=sys.stderr)
         sys.exit(e.status)
-    except expected + write_error_types() as e:
-        exit_on_user_error(e, expected, args.debug, output_dir or os.curdir,
-                           status=1 if isinstance(e, TrainingError) else 2)
+    except user_error_types() as e:   # exit status 1 for a TrainingError (its exit_status)
+        exit_on_user_error(e, args.debug, output_dir or os.curdir)
         raise
 
 

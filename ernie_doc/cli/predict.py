@@ -127,8 +127,9 @@ def check_paths(args: argparse.Namespace):
     followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
     regular file or nothing; an existing output only with --resume (a file with no other name
     or link) or --overwrite."""
+    from ernie_doc.errors import PipelineError
     from ernie_doc.outputs import InputSet, check_appendable, check_output, check_stream
-    from ernie_doc.predict_io import STDIO, PipelineError, provenance_path
+    from ernie_doc.predict_io import STDIO, provenance_path
     for path in input_paths(args):
         check_input(path, PipelineError)
     inputs = InputSet(input_paths(args) + model_directories(args))
@@ -173,10 +174,11 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     from tqdm import tqdm
 
+    from ernie_doc.errors import PipelineError
     from ernie_doc.outputs import OutputFolder
     from ernie_doc.pipeline import count_inputs, pipeline, read_inputs, task_documents
-    from ernie_doc.predict_io import (STDIO, PipelineError, completed_ids, provenance,
-                                      provenance_bytes, provenance_path, record_line, task_record)
+    from ernie_doc.predict_io import (STDIO, completed_ids, provenance, provenance_bytes,
+                                      provenance_path, record_line, task_record)
     from ernie_doc.utils import set_paddle_threads, show_progress
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
@@ -268,15 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     and 130. --debug shows the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ernie_doc.cli import INTERRUPTED_STATUS, nothing_written_yet
-    with nothing_written_yet():
-        from ernie_doc.checkpoint.errors import CheckpointError
-        from ernie_doc.config import ConfigError
-        from ernie_doc.data import DataError
-        from ernie_doc.pipeline import PipelineError
-        from ernie_doc.tokenization import TokenizerError
-        from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (PipelineError, ConfigError, DataError, CheckpointError, TokenizerError)
+    from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types
     progress: dict = {}
     try:
         run(args, progress)
@@ -287,9 +281,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             traceback.print_exc()
         print(interrupted_line(argv, args.output, progress), file=sys.stderr)
         return INTERRUPTED_STATUS
-    except expected + write_error_types() as e:
-        exit_on_user_error(e, expected, args.debug, args.output, what="--output",
-                           target_is_dir=False)
+    except user_error_types() as e:
+        exit_on_user_error(e, args.debug, args.output, what="--output", target_is_dir=False)
         raise
 
 

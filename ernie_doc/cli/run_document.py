@@ -19,11 +19,9 @@ import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/
 
 import numpy as np
 
+from ernie_doc.errors import InputError
+
 MAX_TOKENS = 10_000_000   # the synthetic document is held as a Python list
-
-
-class InputError(Exception):
-    """A bad input file or argument value found after parsing: its message is the line."""
 
 
 def parse_args(argv=None):
@@ -165,18 +163,12 @@ def run(args):
 def main(argv=None):
     """→ the JSON summary (dict). Bad input: one `error:` line and exit status 2."""
     args = parse_args(argv)
-    from ernie_doc.checkpoint.io import CheckpointError
-    from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
-    from ernie_doc.config import ConfigError
-    from ernie_doc.tokenization import TokenizerError
-    from ernie_doc.utils import exit_on_user_error, write_error_types
-    expected = (InputError, ConfigError, CheckpointError, LoDTensorFormatError, TokenizerError)
+    from ernie_doc.cli import exit_on_user_error, user_error_types
     try:
         check_inputs(args)
         return run(args)
-    except expected + write_error_types() as e:   # or a failed --output write (full disk ...)
-        exit_on_user_error(e, expected, args.debug, args.output, "--output",
-                           target_is_dir=False)
+    except user_error_types() as e:   # or a failed --output write (full disk ...)
+        exit_on_user_error(e, args.debug, args.output, "--output", target_is_dir=False)
         raise
 
 

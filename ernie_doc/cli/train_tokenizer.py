@@ -37,7 +37,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def check_input(path: str) -> Optional[str]:
     """None when `path` is a readable UTF-8 regular file with some text, else why not."""
-    from ernie_doc.data.document import DataError, file_kind, utf8_lines
+    from ernie_doc.data.document import file_kind, utf8_lines
+    from ernie_doc.errors import DataError
 
     kind = file_kind(path)  # a regular file only: sentencepiece would block on a FIFO
     if kind is not None:

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ernie_doc.errors import DataError, NotSet
 # file_kind and mode_kind are re-exported: readers import them from here
 from ernie_doc.utils import clip, file_kind, mode_kind  # noqa: F401
 from ernie_doc.utils import open_regular as _open_regular
@@ -28,10 +29,6 @@ TOO_DEEP = "JSON nested too deeply"
 
 # The reason every directory listing counts its non-regular entries under.
 NOT_REGULAR = "not a regular file (a FIFO, device, socket, directory or broken link)"
-
-
-class DataError(ValueError):
-    """Bad input data. The message names the file and line (or the key) and what is wrong."""
 
 
 @dataclass
@@ -118,11 +115,6 @@ def regular_files(paths: Iterable, skips: Optional["Skips"] = None) -> List:
         elif skips is not None:
             skips.add(NOT_REGULAR, os.fspath(path))
     return kept
-
-
-class NotSet(DataError):
-    """A reader was given an empty path: the config key behind it (data_dir) is not set.
-    The task that called the reader turns it into the config's one-line missing-key error."""
 
 
 def require_dir(path, what="data directory"):

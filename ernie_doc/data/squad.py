@@ -9,7 +9,8 @@ or dropped and counted. Details: docs/design-notes.md, "Span data: SQuAD-style J
 """
 import re
 
-from ernie_doc.data.document import DataError, Document, Skips, check_split, read_json_file
+from ernie_doc.data.document import Document, Skips, check_split, read_json_file
+from ernie_doc.errors import DataError
 
 REALIGNED = "answer_start realigned (answer kept)"
 NOT_FOUND = "answer text not found in context"

@@ -9,9 +9,9 @@ layout and rules, ernie_doc.hub.registry for the released names.
 """
 from ernie_doc.hub.cache import (default_source, download_path, home, is_released, is_url, resolve,
                                  verify_entry)
-from ernie_doc.hub.fetch import HubError, mirrored, offline
+from ernie_doc.hub.fetch import mirrored, offline
 from ernie_doc.hub.registry import RELEASES, SOURCES, Release, Remote, register, unregister
 
-__all__ = ["HubError", "RELEASES", "SOURCES", "Release", "Remote", "default_source",
+__all__ = ["RELEASES", "SOURCES", "Release", "Remote", "default_source",
            "download_path", "home", "is_released", "is_url", "mirrored", "offline", "register",
            "resolve", "unregister", "verify_entry"]

@@ -13,7 +13,8 @@ import tarfile
 import zlib
 from typing import Dict, List, Optional
 
-from ernie_doc.hub.fetch import CHUNK, HubError, check_space, shown
+from ernie_doc.errors import HubError
+from ernie_doc.hub.fetch import CHUNK, check_space, shown
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
 MAX_MEMBERS = 10_000          # a released archive holds a few hundred files

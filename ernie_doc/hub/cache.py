@@ -26,9 +26,10 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
+from ernie_doc.errors import CheckpointError, HubError
 from ernie_doc.hub import archive, registry
-from ernie_doc.hub.fetch import (CHUNK, HubError, check_url, download, file_lock, looks_like_html,
-                                 offline, open_own, sha256_file, sha256_of, shown)
+from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
+                                 open_own, sha256_file, sha256_of, shown)
 from ernie_doc.utils import atomic_write_text, open_regular, parse_json
 
 logger = logging.getLogger("ernie_doc.hub")
@@ -623,7 +624,7 @@ def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
     from ernie_doc.checkpoint import io
     try:
         io.detect_format(root)
-    except io.CheckpointError as e:
+    except CheckpointError as e:
         if required:
             raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint "
                            f"({_relative(str(e), root)})") from None
@@ -631,7 +632,7 @@ def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
     try:
         ckpt = io.read_checkpoint(root, upcast=False)
         gaps = _encoder_gaps(ckpt)
-    except (io.CheckpointError, ValueError, TypeError) as e:
+    except (CheckpointError, ValueError, TypeError) as e:
         raise HubError(f"{origin}: the fetched checkpoint does not load "
                        f"({_relative(str(e), root)}); nothing was kept") from None
     if gaps:
@@ -671,7 +672,7 @@ def _complete_model_dir(root: str, release: registry.Release, origin: str) -> No
     from ernie_doc.config import ErnieDocConfig
     try:
         fmt, _, config_path = io.detect_format(root)
-    except io.CheckpointError as e:
+    except CheckpointError as e:
         raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint ({_relative(str(e), root)})") \
             from None
     if config_path is None:

@@ -64,9 +64,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
+    from ernie_doc.errors import ErnieDocError
     from ernie_doc.hub import registry
     from ernie_doc.hub.cache import resolve
-    from ernie_doc.hub.fetch import HubError
     if args.list:
         print(_listing())
         return 0
@@ -85,7 +85,7 @@ def _download(args: argparse.Namespace) -> int:
             for source in sources:
                 path = resolve(name, source=source)
                 print(f"{name}{f' ({source})' if source else ''}: {path}")
-    except (HubError, OSError) as e:
+    except (ErnieDocError, OSError) as e:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)

@@ -25,7 +25,7 @@ import urllib.parse
 import urllib.request
 from typing import BinaryIO, Iterator, Optional, Tuple
 
-from ernie_doc.checkpoint.io import CheckpointError
+from ernie_doc.errors import HubError
 from ernie_doc.utils import mode_kind, show_progress
 
 logger = logging.getLogger("ernie_doc.hub")
@@ -42,12 +42,6 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # Opened for writing: created here, never an existing file and never through a link.
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
     | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-
-
-class HubError(CheckpointError):
-    """A released model or a remote file that cannot be fetched, verified or unpacked; the
-    message is one line naming the URL or cache path (and, for a failed download, where to
-    put the file by hand)."""
 
 
 def shown(text: str) -> str:

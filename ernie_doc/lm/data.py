@@ -19,7 +19,8 @@ from typing import (Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optiona
 
 import numpy as np
 
-from ernie_doc.data.document import DataError, open_regular, require_file, utf8_lines
+from ernie_doc.data.document import open_regular, require_file, utf8_lines
+from ernie_doc.errors import DataError
 from ernie_doc.utils import atomic_path, atomic_write_text
 
 log = logging.getLogger("ernie_doc.lm")

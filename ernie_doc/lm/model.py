@@ -21,7 +21,8 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from ernie_doc.config import MAX_DIM, ConfigError
+from ernie_doc.config import MAX_DIM
+from ernie_doc.errors import CheckpointError, ConfigError
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
@@ -460,8 +461,8 @@ class TransformerXLLM(nn.Layer):
         from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)
         if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
-            raise io.CheckpointError(f"{directory}: not a language-model directory (no "
-                                     f"{CONFIG_FILE})")
+            raise CheckpointError(f"{directory}: not a language-model directory (no "
+                                  f"{CONFIG_FILE})")
         model = cls(load_lm_config(directory, **overrides))
         path = os.path.join(directory, WEIGHTS_FILE)
         if os.path.isfile(path):
@@ -470,14 +471,14 @@ class TransformerXLLM(nn.Layer):
             path = os.path.join(directory, OLD_WEIGHTS_FILE)
             state = safe_pickle.load_state_dict(path)
         else:
-            raise io.CheckpointError(f"{directory}: no {WEIGHTS_FILE} (or the older "
-                                     f"{OLD_WEIGHTS_FILE})")
+            raise CheckpointError(f"{directory}: no {WEIGHTS_FILE} (or the older "
+                                  f"{OLD_WEIGHTS_FILE})")
         own = model.state_dict()
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
         if missing or unexpected:
-            raise io.CheckpointError(f"{path}: tensors missing {missing[:3]} / unexpected "
-                                     f"{unexpected[:3]} for this config")
+            raise CheckpointError(f"{path}: tensors missing {missing[:3]} / unexpected "
+                                  f"{unexpected[:3]} for this config")
         problems = []
         for name, value in state.items():
             if not isinstance(value, np.ndarray):
@@ -490,7 +491,7 @@ class TransformerXLLM(nn.Layer):
                 if problem:
                     problems.append(f"{name}: {problem}")
         if problems:
-            raise io.CheckpointError(f"{path}: " + "; ".join(problems))
+            raise CheckpointError(f"{path}: " + "; ".join(problems))
         for name, value in state.items():
             assign_array(own[name], value)
         return model

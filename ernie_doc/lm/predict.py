@@ -20,13 +20,12 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import numpy as np
 import paddle
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.document import Document
+from ernie_doc.errors import ConfigError, DataError, PipelineError
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.task import load_vocabulary
-from ernie_doc.predict_io import TASK_FILE, DocumentStream, PipelineError, read_task_record
+from ernie_doc.predict_io import TASK_FILE, DocumentStream, read_task_record
 from ernie_doc.training.run_config import config_from_values
 from ernie_doc.training.tasks import build_task
 
@@ -134,7 +133,7 @@ class LMPipeline(DocumentStream):
         eval_batch_size, else batch_size. PipelineError (one line) for any problem, among
         them a batch or eval protocol (task_options eval_mem_len ...) whose memory estimate
         cannot fit, refused before the model is loaded."""
-        from ernie_doc.checkpoint.errors import CheckpointError
+        from ernie_doc.errors import CheckpointError
         from ernie_doc.predict_io import check_batch_size
         check_batch_size(batch_size)
         record = read_task_record(directory)

@@ -18,8 +18,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLLM, load_lm_config
 from ernie_doc.training.splits import Evaluation, Split

@@ -19,6 +19,7 @@ import numpy as np
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.lodtensor import PathLike, bf16_to_fp32
 from ernie_doc.config import ErnieDocConfig, known_keys
+from ernie_doc.errors import CheckpointError
 from ernie_doc.utils import clip, dtype_name, short_list
 
 if TYPE_CHECKING:   # for the annotations only (paddle is imported where it is used)
@@ -284,7 +285,7 @@ def _resolve_config(ckpt: io.Checkpoint, config: Any) -> Tuple[ErnieDocConfig, s
         return ErnieDocConfig.from_any(config), "the config argument"
     if ckpt.config is not None:
         return ErnieDocConfig.from_dict(ckpt.config, source=ckpt.config_path), ckpt.config_path
-    raise io.CheckpointError(
+    raise CheckpointError(
         f"{where}: the checkpoint has no config file (looked for {io.CONFIG_FILE}, "
         f"{io.LEGACY_CONFIG_FILE} or {io.OFFICIAL_CONFIG_FILE}); pass config= (a preset "
         f"name, a JSON path or an ErnieDocConfig)")
@@ -358,12 +359,12 @@ def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
             continue
         assigned[key] = name
     if mismatched:
-        raise io.CheckpointError(
+        raise CheckpointError(
             f"{where}: {len(mismatched)} tensor shape(s) differ from the model (is the "
             f"config right?): " + short_list(mismatched, 8, "; "))
     if uncastable:
-        raise io.CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
-                                 f"model cannot take: " + short_list(uncastable, 8, "; "))
+        raise CheckpointError(f"{where}: {len(uncastable)} tensor(s) of a dtype the "
+                              f"model cannot take: " + short_list(uncastable, 8, "; "))
     missing = [k for k in target if k not in assigned]
     return TensorMatch(assigned, unexpected, missing)
 
@@ -371,7 +372,7 @@ def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
 def _check_strict(where: str, match: TensorMatch) -> None:
     """strict=True: CheckpointError unless every model tensor and checkpoint tensor is used."""
     if match.missing or match.unexpected:
-        raise io.CheckpointError(
+        raise CheckpointError(
             f"{where}: strict load failed: missing {match.missing or 'none'}; "
             f"unexpected {match.unexpected or 'none'}")
 
@@ -388,7 +389,7 @@ def _partial_problems(cls: type, ckpt: io.Checkpoint, target: Dict[str, Any],
     if not any(k in assigned for k in encoder_keys):
         held = (f"it holds {len(ckpt.tensors)} tensors, e.g. {short_list(ckpt.tensors, 3)}"
                 if ckpt.tensors else "it holds no tensors")
-        raise io.CheckpointError(
+        raise CheckpointError(
             f"{where}: none of the {len(encoder_keys)} encoder tensors of {cls.__name__} "
             f"is in the checkpoint ({held}): not an ERNIE-Doc checkpoint of this layout")
     head_modules = _known_head_modules(cls, target, ckpt)
@@ -504,7 +505,7 @@ class PretrainedMixin:
             _check_strict(ckpt.path, match)
         problems = _partial_problems(cls, ckpt, target, match)
         if problems and not allow_partial:
-            raise io.CheckpointError(
+            raise CheckpointError(
                 f"{ckpt.path}: partial checkpoint for {cls.__name__}: " + "; ".join(problems)
                 + " (allow_partial=True, or allow_partial_checkpoint: true in a run config, "
                   "loads it anyway)")

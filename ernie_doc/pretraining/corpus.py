@@ -13,8 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from ernie_doc.data.document import (NOT_REGULAR, DataError, Skips, file_kind, parse_json_line,
-                                     utf8_lines, where)
+from ernie_doc.data.document import (NOT_REGULAR, Skips, file_kind, parse_json_line, utf8_lines,
+                                     where)
+from ernie_doc.errors import DataError
 
 log = logging.getLogger("ernie_doc.pretrain")
 

@@ -12,11 +12,11 @@ import logging
 
 import numpy as np
 
-from ernie_doc.data import DataError
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Skips
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import step_members
+from ernie_doc.errors import DataError
 from ernie_doc.pretraining import corpus
 from ernie_doc.training.splits import Split
 

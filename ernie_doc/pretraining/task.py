@@ -16,9 +16,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, reading_passes
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import NUM_REORDER_CLASSES, ErnieDocForPretraining
 from ernie_doc.pretraining import corpus
 from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,

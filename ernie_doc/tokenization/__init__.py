@@ -15,7 +15,7 @@ from .bpe import BPETokenizer
 from .sentences import split_sentences
 from .spm import SentencePieceTokenizer
 from .spm import train as train_sentencepiece
-from .vocab import TokenizerError, Vocab, load_vocab
+from .vocab import Vocab, load_vocab
 from .wordpiece import WordPieceTokenizer
 
 __all__ = [
@@ -29,5 +29,4 @@ __all__ = [
     "train_sentencepiece",
     "load_vocab",
     "Vocab",
-    "TokenizerError",
 ]

@@ -14,11 +14,13 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
+from ernie_doc.errors import TokenizerError
+
 from . import base
 from .base import check_model_max_length
 from .bpe import BPETokenizer
 from .spm import SentencePieceTokenizer
-from .vocab import PathLike, TokenizerError
+from .vocab import PathLike
 from .wordpiece import WordPieceTokenizer
 
 __all__ = ["load_tokenizer", "AutoTokenizer"]

@@ -107,7 +107,7 @@ class TokenizerCallMixin:
         directory written by save_pretrained or a trainer, a URL, an archive) and check it is
         this class: a folder holding another kind is a TokenizerError naming it (use
         AutoTokenizer.from_pretrained to take whichever it holds)."""
-        from .vocab import TokenizerError
+        from ernie_doc.errors import TokenizerError
         tokenizer = _loader(path, do_lower_case=do_lower_case,
                             model_max_length=model_max_length)
         if not isinstance(tokenizer, cls):
@@ -197,7 +197,7 @@ class TokenizerCallMixin:
         if max_length is not None and (isinstance(max_length, bool)
                                        or not isinstance(max_length, int)
                                        or not 1 <= max_length <= MAX_MODEL_MAX_LENGTH):
-            from .vocab import TokenizerError
+            from ernie_doc.errors import TokenizerError
             raise TokenizerError(f"max_length must be an integer from 1 to "
                                  f"{MAX_MODEL_MAX_LENGTH}, got {max_length!r}")
         batched = not isinstance(text, str)
@@ -308,7 +308,7 @@ def check_model_max_length(value: Any, where: str) -> int:
     """`value` as a model_max_length: an int from 1 to MAX_MODEL_MAX_LENGTH (not a bool), else
     a TokenizerError naming `where` (a downloaded folder's 10**12 would have
     padding="max_length" ask for that many ids per text)."""
-    from .vocab import TokenizerError
+    from ernie_doc.errors import TokenizerError
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 1 <= value <= MAX_MODEL_MAX_LENGTH:
         raise TokenizerError(f"{where}: model_max_length must be an integer from 1 to "

@@ -16,10 +16,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import regex
 
+from ernie_doc.errors import TokenizerError
+
 from .base import TokenizerCallMixin
 from .sentences import rule_split_sentences, split_sentences
-from .vocab import (PathLike, SpecialTokensMixin, TokenizerError, Vocab, read_tokenizer_json,
-                    read_tokenizer_text)
+from .vocab import PathLike, SpecialTokensMixin, Vocab, read_tokenizer_json, read_tokenizer_text
 
 __all__ = ["BPETokenizer", "GPT2_PATTERN", "OFFICIAL_SPECIAL_TOKENS", "bytes_to_unicode"]
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from ernie_doc.errors import TokenizerError
+
 from .base import TokenizerCallMixin
-from .vocab import PathLike, SpecialTokensMixin, TokenizerError, read_tokenizer_bytes
+from .vocab import PathLike, SpecialTokensMixin, read_tokenizer_bytes
 
 __all__ = ["SentencePieceTokenizer", "train", "SPECIAL_TOKENS"]
 

@@ -12,12 +12,9 @@ import io
 import os
 from typing import Dict, List, Optional, Union
 
+from ernie_doc.errors import TokenizerError
+
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-class TokenizerError(ValueError):
-    """A tokenizer file that cannot be used. The message is one line naming the file (and the
-    line) and what is wrong; a missing file is a FileNotFoundError instead."""
 
 
 def read_tokenizer_bytes(path: PathLike, what: str = "tokenizer file") -> bytes:

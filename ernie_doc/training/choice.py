@@ -14,9 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle.nn.functional as F
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.segment import Segment, pack_row, windows
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForMultipleChoice, ErnieDocForPairMatching
 from ernie_doc.metrics.classification import accuracy, aggregate_segments
 from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training

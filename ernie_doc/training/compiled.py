@@ -15,6 +15,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 import paddle
 
+from ernie_doc.errors import Bf16ProgramError
 from ernie_doc.training.amp import AmpSettings
 from ernie_doc.training.runlog import logger
 
@@ -98,10 +99,6 @@ class CompiledForward:
         if types is None:
             return True
         return bool((types == types[:, :1]).all())
-
-
-class Bf16ProgramError(RuntimeError):
-    """A captured CPU bf16 program that must not run (see bf16_program_problem)."""
 
 
 def bf16_program_problem(program: Any) -> Optional[str]:

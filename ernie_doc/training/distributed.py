@@ -6,7 +6,7 @@ from typing import Optional
 import paddle
 import paddle.distributed as dist
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import ConfigError
 
 
 def world_size():

@@ -18,7 +18,7 @@ import stat
 import tempfile
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import ConfigError
 from ernie_doc.utils import atomic_path, path_within
 
 logger = logging.getLogger("ernie_doc.train")   # the run's log (training.runlog)

@@ -21,9 +21,9 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import paddle
 
-from ernie_doc.config import ConfigError, ErnieDocConfig
-from ernie_doc.data import DataError
+from ernie_doc.config import ErnieDocConfig
 from ernie_doc.data.segment import reading_passes
+from ernie_doc.errors import ConfigError, DataError, UntrainedHead
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
@@ -35,19 +35,6 @@ from ernie_doc.training.tasks import Task, build_task, label_notes
 from ernie_doc.utils import flush_denormals
 
 RUN_CONFIG = "run_config.yaml"
-
-
-class UntrainedHead(ConfigError):
-    """eval_only (or predict) on a checkpoint that lacks the task's head: the head would be
-    newly initialised, its predictions noise. `checkpoint`, `head` (the class name),
-    `missing` (its tensors the checkpoint lacks), `other_head` (the head class the checkpoint
-    records instead, or None)."""
-
-    def __init__(self, message: str, checkpoint: str, head: str, missing: List[str],
-                 other_head: Optional[str]):
-        super().__init__(message)
-        self.checkpoint, self.head, self.missing = checkpoint, head, missing
-        self.other_head = other_head
 
 
 @dataclass
@@ -198,7 +185,8 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     local paths (ernie_doc.hub.resolve: a released name or URL is fetched into the cache
     once, by one process of a distributed job, and verified). A released name as `model`
     stays a config preset: it names an architecture, not weights."""
-    from ernie_doc.hub import HubError, is_url, resolve
+    from ernie_doc.errors import HubError
+    from ernie_doc.hub import is_url, resolve
     from ernie_doc.hub.archive import is_archive
     resolved = copy.copy(cfg)
     # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
@@ -376,7 +364,8 @@ def choose_tokenizer(run: PreparedRun, train_docs) -> Tuple[object, Dict[str, in
             raise ConfigError(f"{cfg.source}: tokenizer: task {cfg.task} reads token ids, "
                               f"not text; it uses no tokenizer (got {cfg.tokenizer!r})")
         return None, vocabulary[0], None
-    from ernie_doc.hub import HubError, is_released, resolve
+    from ernie_doc.errors import HubError
+    from ernie_doc.hub import is_released, resolve
     from ernie_doc.tokenization import load_tokenizer
     spm_dir = None
     if cfg.tokenizer == "train":

@@ -15,7 +15,8 @@ from typing import Any, Iterator, TextIO, Tuple, Union
 
 import yaml
 
-from ernie_doc.config import ConfigError, integer_problem, known_keys
+from ernie_doc.config import integer_problem, known_keys
+from ernie_doc.errors import ConfigError
 from ernie_doc.training.amp import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              threads_problem)

@@ -117,7 +117,7 @@ def _records(path, warn=True):
     dropped with one warning naming the file and line, and what came before is kept. A line
     before it that is not a JSON object (or not UTF-8) is damage that a later append cannot
     explain: a DataError naming the file and line. So is a record without an integer step."""
-    from ernie_doc.data import DataError
+    from ernie_doc.errors import DataError
     if not os.path.lexists(path):
         return []
     try:

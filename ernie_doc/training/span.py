@@ -13,10 +13,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import paddle
 
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import POOLS, UNITS, SpanSegmenter, best_spans, tokenize_with_offsets
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForQuestionAnswering
 from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
+from ernie_doc.errors import CheckpointStateError
 from ernie_doc.predict_io import TASK_FILE
 from ernie_doc.tokenization.base import CONFIG_FILE as TOKENIZER_CONFIG
 from ernie_doc.training import distributed as dist
@@ -32,10 +33,6 @@ TRAINER_STATE = "trainer_state.json"
 OLD_MODEL_FILE = "model.pdparams"      # paddle.save pickles of earlier versions
 OLD_OPTIMIZER_FILE = "optimizer.pdopt"
 MASTER_PREFIX = "master_weights/"      # optimizer.safetensors keys of AMP master weights
-
-
-class CheckpointStateError(RuntimeError):
-    """A resume directory without a usable checkpoint (the message names the file)."""
 
 
 def _point(output_dir, entry, target):
@@ -241,7 +238,7 @@ def _read_old_pickle(path):
     """A model.pdparams / optimizer.pdopt of an earlier version, through the restricted
     unpickler (nothing in it runs) → dict."""
     from ernie_doc.checkpoint import safe_pickle
-    from ernie_doc.checkpoint.io import CheckpointError
+    from ernie_doc.errors import CheckpointError
     try:
         return safe_pickle.load_state_dict(path)
     except CheckpointError as e:

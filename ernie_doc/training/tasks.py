@@ -18,10 +18,8 @@ import paddle
 import paddle.nn.functional as F
 
 from ernie_doc.auto import kind_class, kind_name
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
-from ernie_doc.data.document import NotSet
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, step_members
+from ernie_doc.errors import ConfigError, DataError, NotSet
 from ernie_doc.heads import ErnieDocForSequenceClassification
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 from ernie_doc.training.run_config import missing_key

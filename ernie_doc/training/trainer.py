@@ -24,21 +24,17 @@ from typing import Iterator, Optional
 import numpy as np
 import paddle
 
-from ernie_doc.config import ConfigError
+from ernie_doc.errors import Bf16ProgramError, CheckpointStateError, ConfigError, TrainingError
 from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
-from ernie_doc.training.compiled import Bf16ProgramError, compiled_or_none, try_compiled
+from ernie_doc.training.compiled import compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
 
-__all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "TrainingError", "run",
+__all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "run",
            "step_seed"]
-
-
-class TrainingError(RuntimeError):
-    """The run cannot go on (non-finite loss ...)."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -113,7 +109,7 @@ def _latest_step(output_dir: str) -> Optional[int]:
     a complete one)."""
     try:
         path = ckpt.latest_checkpoint(output_dir)
-    except ckpt.CheckpointStateError:
+    except CheckpointStateError:
         return None
     return ckpt.step_number(os.path.basename(path)) if path else None
 

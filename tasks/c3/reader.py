@@ -21,9 +21,9 @@ Options:
 """
 import os
 
-from ernie_doc.data.document import (DataError, Document, check_options, check_split,
-                                     is_candidate_file, read_json_list, require_dir, require_file,
-                                     where)
+from ernie_doc.data.document import (Document, check_options, check_split, is_candidate_file,
+                                     read_json_list, require_dir, require_file, where)
+from ernie_doc.errors import DataError
 
 SUBSETS = ("d", "m")
 LABELS = ["0", "1", "2", "3"]

@@ -23,8 +23,9 @@ Options:
 """
 import os
 
-from ernie_doc.data.document import (DataError, Document, check_label, check_options, check_text,
-                                     pick_file, read_json_lines, where)
+from ernie_doc.data.document import (Document, check_label, check_options, check_text, pick_file,
+                                     read_json_lines, where)
+from ernie_doc.errors import DataError
 
 FILES = {"train": ["train.json", "cail2019_scm_train.json"],
          "dev": ["valid.json", "dev.json", "cail2019_scm_dev.json"],

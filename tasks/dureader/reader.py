@@ -46,10 +46,11 @@ Options:
 import os
 from collections import Counter
 
-from ernie_doc.data.document import (DataError, Skips, check_options, check_split, file_name,
+from ernie_doc.data.document import (Skips, check_options, check_split, file_name,
                                      is_candidate_file, read_json_lines, require_dir, require_file,
                                      where)
 from ernie_doc.data.squad import NO_ANSWER, place_answer, span_document
+from ernie_doc.errors import DataError
 
 SOURCES = ("search", "zhidao")
 SEPARATOR = "\n"

@@ -32,9 +32,10 @@ Options:
 import os
 import re
 
-from ernie_doc.data.document import (DataError, Document, Skips, check_options, check_split,
-                                     file_name, pick_file, read_json_list, require_dir,
-                                     require_file, split_by_ratio, where)
+from ernie_doc.data.document import (Document, Skips, check_options, check_split, file_name,
+                                     pick_file, read_json_list, require_dir, require_file,
+                                     split_by_ratio, where)
+from ernie_doc.errors import DataError
 
 FILES = {"train": ["hotpot_train_v1.1.json"],
          "dev": ["hotpot_dev_distractor_v1.json"],

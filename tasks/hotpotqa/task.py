@@ -45,11 +45,10 @@ import paddle
 import paddle.nn.functional as F
 
 from ernie_doc.auto import register_kind
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.document import read_lines, require_file
 from ernie_doc.data.segment import Segment, step_members, windows
 from ernie_doc.data.span import best_spans, max_context_flags, tokenize_with_offsets
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.metrics import hotpot
 from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.runlog import logger

@@ -27,10 +27,11 @@ import glob
 import os
 from xml.parsers import expat
 
-from ernie_doc.data.document import (DataError, Document, Skips, check_label, check_options,
-                                     check_ratio, check_split, check_text, file_name,
-                                     is_candidate_file, read_json_file, read_text, regular_files,
-                                     require_dir, require_file, split_by_ratio, where)
+from ernie_doc.data.document import (Document, Skips, check_label, check_options, check_ratio,
+                                     check_split, check_text, file_name, is_candidate_file,
+                                     read_json_file, read_text, regular_files, require_dir,
+                                     require_file, split_by_ratio, where)
+from ernie_doc.errors import DataError
 
 LABELS = ["false", "true"]
 OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed",

@@ -14,8 +14,9 @@ Options:
 """
 import os
 
-from ernie_doc.data.document import (DataError, Document, check_label, check_options, check_text,
+from ernie_doc.data.document import (Document, check_label, check_options, check_text,
                                      is_candidate_file, pick_file, read_json_lines, where)
+from ernie_doc.errors import DataError
 
 FILES = {"train": ["train.json", "train_few_all.json"],
          "dev": ["dev.json", "dev_few_all.json"],

@@ -28,10 +28,10 @@ Options:
 """
 import os
 
-from ernie_doc.data.document import (DataError, Document, Skips, check_label, check_options,
-                                     check_split, check_text, file_name, is_candidate_file,
-                                     read_text, read_tsv, regular_files, require_dir,
-                                     split_by_ratio, where)
+from ernie_doc.data.document import (Document, Skips, check_label, check_options, check_split,
+                                     check_text, file_name, is_candidate_file, read_text, read_tsv,
+                                     regular_files, require_dir, split_by_ratio, where)
+from ernie_doc.errors import DataError
 
 LABELS = ["0", "1"]
 OPTIONS = ("file", "dev_ratio", "split_seed", "dev_split", "br_tags")

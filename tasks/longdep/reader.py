@@ -51,7 +51,8 @@ first_id 8), so fine-tuning it from a checkpoint does not start from mismatched 
 """
 import numpy as np
 
-from ernie_doc.data.document import DataError, Document
+from ernie_doc.data.document import Document
+from ernie_doc.errors import DataError
 
 PAD, CLS, SEP = 0, 1, 2    # default special ids
 UNK = 3

@@ -33,8 +33,9 @@ Options:
 """
 import re
 
-from ernie_doc.data.document import (DataError, Document, Skips, check_options, pick_file,
-                                     read_json_lines, where)
+from ernie_doc.data.document import (Document, Skips, check_options, pick_file, read_json_lines,
+                                     where)
+from ernie_doc.errors import DataError
 
 FILES = {"train": ["OpenKPTrain.jsonl"],
          "dev": ["OpenKPDev.jsonl"],

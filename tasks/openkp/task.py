@@ -28,10 +28,9 @@ import numpy as np
 import paddle.nn.functional as F
 
 from ernie_doc.auto import register_kind
-from ernie_doc.config import ConfigError
-from ernie_doc.data import DataError
 from ernie_doc.data.segment import Segment, pack_row, step_members, windows
 from ernie_doc.data.span import max_context_flags
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.metrics.keyphrase import DEPTHS
 from ernie_doc.metrics.keyphrase import evaluate as keyphrase_metrics
 from ernie_doc.training.tasks import (DocumentTask, masked_mean, text_problem, with_gold,

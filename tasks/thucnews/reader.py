@@ -12,8 +12,9 @@ Options:
 """
 import os
 
-from ernie_doc.data.document import (DataError, Document, check_label, check_options, check_text,
+from ernie_doc.data.document import (Document, check_label, check_options, check_text,
                                      is_candidate_file, pick_file, read_lines, require_dir, where)
+from ernie_doc.errors import DataError
 
 FILES = {"train": ["train.txt"], "dev": ["val.txt", "dev.txt"], "test": ["test.txt"]}
 OPTIONS = ("labels", "files", "remove_spaces")

@@ -61,9 +61,10 @@ import os
 import posixpath
 import tarfile
 
-from ernie_doc.data.document import (DataError, NotSet, Skips, check_options, check_split,
-                                     file_name, open_regular, require_file)
+from ernie_doc.data.document import (Skips, check_options, check_split, file_name, open_regular,
+                                     require_file)
 from ernie_doc.data.squad import NO_ANSWER, find_all, span_document
+from ernie_doc.errors import DataError, NotSet
 from ernie_doc.utils import decode_utf8
 
 FILES = {"train": "qa/wikipedia-train.json", "dev": "qa/wikipedia-dev.json",

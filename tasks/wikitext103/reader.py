@@ -15,8 +15,8 @@ and are counted.
 """
 import os
 
-from ernie_doc.data import DataError
-from ernie_doc.data.document import NotSet, file_kind
+from ernie_doc.data.document import file_kind
+from ernie_doc.errors import DataError, NotSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULTS = {

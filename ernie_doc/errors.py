@@ -1,0 +1,113 @@
+"""The errors this package raises for bad input: one base, ErnieDocError, and a subclass
+wherever a caller needs to tell one kind from another.
+
+Every message is one line naming the file, key or argument at fault, so that a command can
+print it as its one `error:` line (ernie_doc.cli.exit_on_user_error, with the class's
+`exit_status`). Most subclasses are also ValueError (a bad value was handed in) and the
+training ones RuntimeError (the run cannot go on), so an `except ValueError` around a call
+keeps working.
+
+This module imports nothing: every layer of the package may raise these.
+"""
+from typing import List, Optional
+
+
+class ErnieDocError(Exception):
+    """Bad input to this package (a file, a config key, an argument): the message is one line
+    naming it. `exit_status`: what a command exits with after printing it."""
+    exit_status = 2
+
+
+# -- configs and data ---------------------------------------------------------------------------
+class ConfigError(ErnieDocError, ValueError):
+    """A config key or value that the model cannot use."""
+
+
+class UntrainedHead(ConfigError):
+    """eval_only (or predict) on a checkpoint that lacks the task's head: the head would be
+    newly initialised, its predictions noise. `checkpoint`, `head` (the class name),
+    `missing` (its tensors the checkpoint lacks), `other_head` (the head class the checkpoint
+    records instead, or None)."""
+
+    def __init__(self, message: str, checkpoint: str, head: str, missing: List[str],
+                 other_head: Optional[str]):
+        super().__init__(message)
+        self.checkpoint, self.head, self.missing = checkpoint, head, missing
+        self.other_head = other_head
+
+
+class DataError(ErnieDocError, ValueError):
+    """Bad input data. The message names the file and line (or the key) and what is wrong."""
+
+
+class NotSet(DataError):
+    """A reader was given an empty path: the config key behind it (data_dir) is not set.
+    The task that called the reader turns it into the config's one-line missing-key error."""
+
+
+class TokenizerError(ErnieDocError, ValueError):
+    """A tokenizer file that cannot be used. The message is one line naming the file (and the
+    line) and what is wrong; a missing file is a FileNotFoundError instead."""
+
+
+# -- checkpoints and released models ------------------------------------------------------------
+class CheckpointError(ErnieDocError, ValueError):
+    """A checkpoint that cannot be found or read; the message names the path."""
+
+
+class LoDTensorFormatError(ErnieDocError, ValueError):
+    """A file that is not a valid LoDTensor file (message names the file and the problem)."""
+
+
+class HubError(CheckpointError):
+    """A released model or a remote file that cannot be fetched, verified or unpacked; the
+    message is one line naming the URL or cache path (and, for a failed download, where to
+    put the file by hand). A CheckpointError: `from_pretrained` promises one for any path it
+    cannot load, a missing file and a name that cannot be fetched alike."""
+
+
+# -- training -----------------------------------------------------------------------------------
+class TrainingError(ErnieDocError, RuntimeError):
+    """The run cannot go on (non-finite loss ...); a command exits with 1, not 2: the input
+    was accepted, the run failed."""
+    exit_status = 1
+
+
+class Bf16ProgramError(TrainingError):
+    """A captured CPU bf16 program that must not run (see training.compiled's
+    bf16_program_problem)."""
+
+
+class CheckpointStateError(ErnieDocError, RuntimeError):
+    """A resume directory without a usable checkpoint (the message names the file)."""
+
+
+# -- prediction, export and outputs -------------------------------------------------------------
+class PipelineError(ErnieDocError, ValueError):
+    """A model directory or document that cannot be predicted; the message is one line."""
+
+
+class ExportError(ErnieDocError, ValueError):
+    """A model or argument that cannot be exported, or an export that cannot be loaded (a
+    missing, damaged or hand-edited sidecar, program or parameters file). The message is one
+    line naming the file."""
+
+
+class PredictorInputError(ErnieDocError, ValueError):
+    """An input to Predictor.run with the wrong shape, dtype or values."""
+
+
+class EngineError(ErnieDocError, ValueError):
+    """A device / precision this host or paddle build cannot run (one line naming what is
+    missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
+    3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
+    a processor without it."""
+
+
+class OutputError(ErnieDocError, ValueError):
+    """An output path that would overwrite, alias or block on something; one line."""
+
+
+class InputError(ErnieDocError):
+    """A bad input file or argument value a command found after parsing its arguments: its
+    message is the line."""
