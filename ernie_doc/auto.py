@@ -28,8 +28,7 @@ architecture and every config's `kind` goes through here.
 The registries are closed: a name read from a config, a saved model's task.json or an export's
 sidecar is only looked up, never imported. Saved folders are downloaded and shared, and a
 "module:Class" name would run any module Python can find (the model folder's own `payload.py`
-included), as unpickling would. What earlier versions wrote as "module:Class" for the task
-folders' kinds is read through the fixed table LEGACY_KINDS.
+included), as unpickling would.
 """
 import difflib
 import importlib
@@ -58,11 +57,6 @@ BUILTIN_KINDS = {"classification": ("ernie_doc.training.tasks", "ClassificationT
                  "pair_matching": ("ernie_doc.training.choice", "PairMatchingTask"),
                  "pretraining": ("ernie_doc.pretraining.task", "PretrainingTask"),
                  "language_model": ("ernie_doc.lm.task", "LanguageModelTask")}
-
-# The task folders' kinds as earlier versions named them in configs, run_config.yaml and saved
-# task.json ("module:Class"): read as the registered name, never imported.
-LEGACY_KINDS = {"tasks.hotpotqa.task:HotpotTask": "hotpotqa",
-                "tasks.openkp.task:KeyphraseTask": "keyphrase"}
 
 ModelClass = Union[Type[ErnieDocModel], Type[Head]]
 
@@ -294,14 +288,11 @@ def kind_names() -> List[str]:
 
 
 def kind_name(value: object) -> str:
-    """The registered kind `value` names: a kind's name, or an earlier version's spelling of
-    a task folder's kind (LEGACY_KINDS) → its name. Anything else is a ValueError, one line
-    listing the known kinds (and the nearest, when one is close). Nothing is imported but
-    TASK_KIND_MODULES."""
-    if isinstance(value, str):
-        value = LEGACY_KINDS.get(value, value)
-        if value in BUILTIN_KINDS or value in kind_names():
-            return value
+    """`value` when it is a registered kind's name. Anything else (a "module:Class" string
+    included) is a ValueError, one line listing the known kinds (and the nearest, when one is
+    close). Nothing is imported but TASK_KIND_MODULES."""
+    if isinstance(value, str) and (value in BUILTIN_KINDS or value in kind_names()):
+        return value
     known = kind_names()
     close = difflib.get_close_matches(value, known, n=1) if isinstance(value, str) else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -310,7 +301,7 @@ def kind_name(value: object) -> str:
 
 
 def kind_class(name: object) -> type:
-    """The task kind class `name` names (kind_name: a registered name or a legacy spelling)."""
+    """The task kind class `name` names (kind_name: a registered name)."""
     name = kind_name(name)
     if name in BUILTIN_KINDS:
         module, cls = BUILTIN_KINDS[name]
