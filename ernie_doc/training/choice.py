@@ -19,7 +19,7 @@ By default both kinds follow it; `task_options` give the other behaviours:
   token_types      paddlenlp: type 0 for `[CLS] first-text [SEP]`, type 1 for the rest of the
                    row (C3: question, choice and their [SEP]s; CAIL: the B / C window and
                    its [SEP]); padding 0. The types feed the task term of the attention.
-                   zeros: type 0 everywhere (this project's earlier behaviour).
+                   The only value (the key stays: configs and saved task.json name it).
   window           (multiple_choice) how many context tokens a row holds:
                    paddlenlp: each (question, choice) pair is cut to max_query_len − 2
                    tokens (the longer of the two loses a token first; on a tie the choice),
@@ -58,7 +58,7 @@ from ernie_doc.metrics.classification import accuracy, aggregate_segments
 from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
-TOKEN_TYPES = ("paddlenlp", "zeros")
+TOKEN_TYPES = ("paddlenlp",)
 WINDOWS = ("paddlenlp", "longest")
 MISSING_CHOICES = ("mask", "paddlenlp")
 SPECIALS_PER_ROW = 4   # [CLS] context [SEP] question [SEP] choice [SEP]
@@ -118,11 +118,9 @@ class _GroupTask(DocumentTask):
         return {"cls_token_idx": 0}
 
     def _row(self, parts):
-        """parts → (ids [T], mask [T], token types [T] or None for all zeros)."""
+        """parts → (ids [T], mask [T], token types [T])."""
         sp = self.special
         ids, mask = pack_row(parts, self.seq_len, sp["cls"], sp["sep"], sp["pad"])
-        if self.options["token_types"] == "zeros":
-            return ids, mask, None
         return ids, mask, first_text_types(int(mask.sum()), len(parts[0]), self.seq_len)
 
     def _label(self, doc):
