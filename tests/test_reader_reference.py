@@ -123,8 +123,6 @@ def test_keyphrase_metric_keeps_a_phrase_that_normalises_to_empty():
     by_k = keyphrase.precision_recall_at(predicted, gold)
     # by hand: ranked ["", "a"]; @1 no hit; @3 and @5 one hit of 2 gold
     assert by_k == {1: (0.0, 0.0), 3: (1 / 3, 0.5), 5: (1 / 5, 0.5)}
-    dropped = keyphrase.precision_recall_at(predicted, gold, keep_empty=False)
-    assert dropped == {1: (1.0, 0.5), 3: (1 / 3, 0.5), 5: (1 / 5, 0.5)}
     # a gold "" counts among the distinct gold phrases (and only a predicted "" hits it)
     assert keyphrase.precision_recall_at(["a"], [["a"], ["\t"]]) == {
         1: (1.0, 0.5), 3: (1 / 3, 0.5), 5: (1 / 5, 0.5)}
@@ -132,30 +130,25 @@ def test_keyphrase_metric_keeps_a_phrase_that_normalises_to_empty():
     result = keyphrase.evaluate({"u": [[" "], ["a"]]}, {"u": gold})
     assert result["f1@3"] == pytest.approx(2 * (1 / 3) * 0.5 / (1 / 3 + 0.5))   # = 0.4
     assert result["f1@1"] == 0.0
-    assert keyphrase.evaluate({"u": [[" "], ["a"]]}, {"u": gold},
-                              keep_empty=False)["f1@1"] == pytest.approx(2 / 3)
 
 
-def test_openkp_task_option_empty_phrases(tmp_path):
+def test_openkp_task_keeps_a_phrase_that_normalises_to_empty(tmp_path):
     from test_openkp import PieceTokenizer, build_openkp_task, openkp_file
 
     from ernie_doc.data.segment import reading_passes
     openkp_file(tmp_path / "OpenKPDev.jsonl",
                 [("http://d.org", ["w1", "w2", "w3"], [["w1"], [" "]])])
     tokenizer = PieceTokenizer()
-    metrics = {}
-    for option in ("keep", "drop"):
-        task = build_openkp_task(tmp_path, tokenizer)
-        task.options["empty_phrases"] = option
-        docs = task.read("dev")
-        passes = [reading_passes(task.document_segments(docs[0], 0, tokenizer),
-                                 retro_feed=False)]
-        rows = {0: [(s.seg_index, np.where(s.targets["gold"], 10.0, -10.0))
-                    for s in passes[0] if s.final]}
-        metrics[option] = task.evaluate(docs, rows, passes)[0]
-    # "w1" is predicted first; the gold [" "] is the phrase "" under "keep": R@1 = 1/2
-    assert metrics["keep"]["f1@1"] == pytest.approx(2 / 3)
-    assert metrics["drop"]["f1@1"] == pytest.approx(1.0)
+    task = build_openkp_task(tmp_path, tokenizer)
+    assert task.options["empty_phrases"] == "keep"
+    docs = task.read("dev")
+    passes = [reading_passes(task.document_segments(docs[0], 0, tokenizer),
+                             retro_feed=False)]
+    rows = {0: [(s.seg_index, np.where(s.targets["gold"], 10.0, -10.0))
+                for s in passes[0] if s.final]}
+    metrics = task.evaluate(docs, rows, passes)[0]
+    # "w1" is predicted first; the gold [" "] is the phrase "": R@1 = 1/2
+    assert metrics["f1@1"] == pytest.approx(2 / 3)
 
 
 # -- TriviaQA: a verified file is read as its verified part (official read_triviaqa_data) --
