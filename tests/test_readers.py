@@ -48,8 +48,6 @@ def test_imdb_acl_layout(tmp_path):
         Document("train/pos/10_9", "Superb<br />acting.", "1"),
         Document("train/pos/1_8", "Great film. Lovedit.", "1"),
     ]
-    assert [d.text for d in imdb.read(root, "train", {"br_tags": "all"})] == [
-        "Bad. Really bad.", "Superb acting.", "Great film. Lovedit."]
     test = [Document("test/neg/3_1", "Awful.", "0"), Document("test/pos/5_10", "Fine.", "1")]
     assert imdb.read(root, "test", {}) == test
     assert imdb.read(root, "dev", {}) == test  # the official code evaluates on test
