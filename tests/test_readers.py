@@ -177,9 +177,6 @@ def test_hyp_split_file(tmp_path):
         Document("0000010", "Ten \xa0days", "true")]
     assert hyp.read(root, "dev", {}) == [Document("0000003", "ab", "false")]
     assert hyp.read(root, "test", {}) == [hello]
-    collapse = {"whitespace": "collapse"}
-    assert [d.text for d in hyp.read(root, "train", collapse)] == [
-        "Plain text, two lines.", "Hello world! Second line & more", "Ten days"]
 
 
 def test_hyp_split_file_option(tmp_path):
