@@ -171,10 +171,6 @@ def test_triviaqa_verified_file_keeps_its_verified_part(tmp_path):
     docs = triviaqa.read(root, "dev", FILES)
     assert [(d.doc_id, d.text) for d in docs] == [("q1", "The Bears won."),
                                                   ("q4", "Bees.\n\nThe Bears won.")]
-    every = triviaqa.read(root, "dev", dict(FILES, verified_eval=False))
-    assert [(d.doc_id, d.text) for d in every] == [
-        ("q1", "The Bears won.\n\nBees."), ("q2", "The Bears won."), ("q3", "Bees."),
-        ("q4", "Bees.\n\nThe Bears won.")]
     # a file that is not verified is read whole, flags or not
     plain = write(tmp_path / "p", trivia_files(items, verified_file=False))
     assert [d.doc_id for d in triviaqa.read(plain, "dev", FILES)] == ["q1", "q2", "q3", "q4"]
@@ -183,14 +179,13 @@ def test_triviaqa_verified_file_keeps_its_verified_part(tmp_path):
     root = write(tmp_path / "b", trivia_files([bad]))
     error(lambda: triviaqa.read(root, "dev", FILES), "QuestionId 'q1'",
           "QuestionPartOfVerifiedEval is missing")
-    error(lambda: triviaqa.read(root, "dev", dict(FILES, verified_eval="yes")),
-          "'verified_eval'")
+    error(lambda: triviaqa.read(root, "dev", dict(FILES, verified_eval=False)),
+          "unknown key 'verified_eval'")
 
 
 def test_real_triviaqa_sample_has_no_verified_file():
-    # The sample's qa files all have VerifiedEval false: the option changes nothing there.
+    # The sample's qa files all have VerifiedEval false: they are read whole.
     archive = shared_path("data", "triviaqa", "triviaqa-sample.tgz")
     for split in ("train", "dev"):
         docs = triviaqa.read(archive, split, {})
-        assert docs == triviaqa.read(archive, split, {"verified_eval": False})
         assert len(docs) == {"train": 4, "dev": 2}[split]
