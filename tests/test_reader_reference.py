@@ -1,7 +1,6 @@
-"""The document readers and the keyphrase metric follow the public references by default, with
-this project's earlier rule one option away (issue 18, items 7-10 and 12). Each expected value
-is worked out by hand from the reference's rule, on a small fixture; the real data, where it
-is here, measures how much each choice changes."""
+"""The document readers and the keyphrase metric follow the public references. Each expected
+value is worked out by hand from the reference's rule, on a small fixture; the real data, where
+it is here, pins what the rule does to it."""
 import json
 
 import numpy as np
