@@ -38,11 +38,6 @@ BUILTIN_KINDS = {"classification": ("ernie_doc.training.tasks", "ClassificationT
                  "pretraining": ("ernie_doc.pretraining.task", "PretrainingTask"),
                  "language_model": ("ernie_doc.lm.task", "LanguageModelTask")}
 
-# The task folders' kinds as earlier versions named them in configs, run_config.yaml and saved
-# task.json ("module:Class"): read as the registered name, never imported.
-LEGACY_KINDS = {"tasks.hotpotqa.task:HotpotTask": "hotpotqa",
-                "tasks.openkp.task:KeyphraseTask": "keyphrase"}
-
 ModelClass = Union[Type[ErnieDocModel], Type[Head]]
 
 _registry: Dict[str, Type[Head]] = {}
@@ -273,14 +268,11 @@ def kind_names() -> List[str]:
 
 
 def kind_name(value: object) -> str:
-    """The registered kind `value` names: a kind's name, or an earlier version's spelling of
-    a task folder's kind (LEGACY_KINDS) → its name. Anything else is a ValueError, one line
-    listing the known kinds (and the nearest, when one is close). Nothing is imported but
-    TASK_KIND_MODULES."""
-    if isinstance(value, str):
-        value = LEGACY_KINDS.get(value, value)
-        if value in BUILTIN_KINDS or value in kind_names():
-            return value
+    """`value` when it is a registered kind's name. Anything else (a "module:Class" string
+    included) is a ValueError, one line listing the known kinds (and the nearest, when one is
+    close). Nothing is imported but TASK_KIND_MODULES."""
+    if isinstance(value, str) and (value in BUILTIN_KINDS or value in kind_names()):
+        return value
     known = kind_names()
     close = difflib.get_close_matches(value, known, n=1) if isinstance(value, str) else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -289,7 +281,7 @@ def kind_name(value: object) -> str:
 
 
 def kind_class(name: object) -> type:
-    """The task kind class `name` names (kind_name: a registered name or a legacy spelling)."""
+    """The task kind class `name` names (kind_name: a registered name)."""
     name = kind_name(name)
     if name in BUILTIN_KINDS:
         module, cls = BUILTIN_KINDS[name]

@@ -708,8 +708,8 @@ def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> Non
     side = provenance_path(output)
     if sidecar is None:
         raise PipelineError(f"--resume: {output} has no {os.path.basename(side)} beside it, so "
-                            f"ernie-doc predict did not write it (or an earlier version did): "
-                            f"nothing changed; --overwrite replaces it")
+                            f"ernie-doc predict did not write it: nothing changed; --overwrite "
+                            f"replaces it")
     found = parse_json(decode_utf8(sidecar, side, PipelineError), side, PipelineError)
     if not isinstance(found, dict) or found.get("written_by") != WRITTEN_BY:
         raise PipelineError(f"--resume: {side}: not a record of ernie-doc predict; nothing "

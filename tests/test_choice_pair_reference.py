@@ -6,7 +6,7 @@ fixtures small enough to check with pencil and paper.
 
 Pinned here: the C3 window rule (sum over the choices, pairs cut to max_query_len − 2, a tie
 cuts the choice) and the older `window: longest`; both kinds' token types (0 for `[CLS]
-first [SEP]`, 1 after) and `token_types: zeros`; that the types reach the attention; CAIL's
+first [SEP]`, 1 after); that the types reach the attention; CAIL's
 lockstep rows and (T−3)/2 windows; the CAIL loss on the pooled difference and its equality with
 PaddleNLP's 2-way softmax head; the multiple-choice training loss's masking of padded choices
 (and `missing_choices: paddlenlp`, which scores them)."""
@@ -138,14 +138,10 @@ def test_c3_rows_layout_and_token_types(window, spans):
     assert padded.input_ids[at:at + 6].tolist() == tok.encode("wxyz") + [SEP, SEP]
 
 
-def test_c3_token_types_zeros_switch_and_no_room():
+def test_c3_no_room_for_the_context():
     tok = CharTokenizer()
     doc = Document("q0", fields={"context": "0123456789", "question": QUESTION,
                                  "choices": CHOICES}, label="0")
-    task = c3_task(40, 10, max_query_len=8, token_types="zeros")
-    rows = [m for s in task.document_segments(doc, 0, tok) for m in step_members(s)]
-    assert all(r.token_type_ids is None for r in rows)     # collated as zeros
-    assert not collate(rows, [True] * 4, 40, PAD)["token_type_ids"].any()
     # T=25: Σ 21 + 4 leaves no context under PaddleNLP's rule (its reader would loop
     # forever); the longest pair leaves 25 − 8 − 4 = 13
     from ernie_doc.errors import DataError
@@ -181,8 +177,6 @@ def test_cail_lockstep_rows_windows_and_types():
             assert row.token_type_ids.tolist() == [0] * len(first) + [1] * len(rest) + \
                 [0] * (13 - n)
             assert (row.seg_index, row.num_segments, row.targets["label"]) == (k, 4, 0.0)
-    zeros = cail_task(13, 3, token_types="zeros").document_segments(doc, 0, tok)
-    assert all(m.token_type_ids is None for s in zeros for m in step_members(s))
 
     # Scheduled onto rows: a triplet's two rows stay adjacent, start (reset) together and
     # read the same step of the same document in every batch.
@@ -389,6 +383,6 @@ def test_option_values_are_checked():
     with pytest.raises(ConfigError, match="task_options.window"):
         c3_task(40, 10, window="max")
     with pytest.raises(ConfigError, match="task_options.token_types"):
-        cail_task(13, 3, token_types="ones")
+        cail_task(13, 3, token_types="zeros")   # not a reference's: gone
     with pytest.raises(ConfigError, match="task_options.max_query_len"):
         c3_task(40, 10, max_query_len=2)

@@ -48,8 +48,6 @@ def test_imdb_acl_layout(tmp_path):
         Document("train/pos/10_9", "Superb<br />acting.", "1"),
         Document("train/pos/1_8", "Great film. Lovedit.", "1"),
     ]
-    assert [d.text for d in imdb.read(root, "train", {"br_tags": "all"})] == [
-        "Bad. Really bad.", "Superb acting.", "Great film. Lovedit."]
     test = [Document("test/neg/3_1", "Awful.", "0"), Document("test/pos/5_10", "Fine.", "1")]
     assert imdb.read(root, "test", {}) == test
     assert imdb.read(root, "dev", {}) == test  # the official code evaluates on test
@@ -179,9 +177,6 @@ def test_hyp_split_file(tmp_path):
         Document("0000010", "Ten \xa0days", "true")]
     assert hyp.read(root, "dev", {}) == [Document("0000003", "ab", "false")]
     assert hyp.read(root, "test", {}) == [hello]
-    collapse = {"whitespace": "collapse"}
-    assert [d.text for d in hyp.read(root, "train", collapse)] == [
-        "Plain text, two lines.", "Hello world! Second line & more", "Ten days"]
 
 
 def test_hyp_split_file_option(tmp_path):

@@ -370,11 +370,6 @@ def test_openkp_counted_skips(tmp_path, warnings):
     assert any("repeated url (the last record is kept)" in line
                and "OpenKPTrain.jsonl:1)" in line for line in lines)
     assert any("no words left once URLs are removed" in line for line in lines)
-    docs = openkp.read(root, "train", {"repeated_url": "first"})
-    assert [(d.doc_id, d.fields["keyphrase_positions"]) for d in docs] == [
-        ("u1", [[1, 1]]), ("u4", [[1, 1]])]
-    assert any("repeated url (the first record is kept)" in line
-               and "OpenKPTrain.jsonl:3)" in line for line in warnings())
     # dev keeps a document whose keyphrases do not occur: it is still scored
     root = write(tmp_path, {"OpenKPDev.jsonl": jsonl(kp_record("u2", "green pear", [["x"]]))})
     assert openkp.read(root, "dev", {})[0].fields["keyphrase_positions"] == []

@@ -121,8 +121,8 @@ def _lm_dir(tmp_path, data):
     return directory, directory / "model_state.pdparams"
 
 
-def _old_resume_dir(tmp_path, data):
-    """An old-style step directory whose model.pdparams is the payload."""
+def _pickle_resume_dir(tmp_path, data):
+    """A step directory in paddle.save's layout whose model.pdparams is the payload."""
     model, opt, scheduler = tiny_trainable()
     train_steps(model, opt, scheduler, 1)
     step = tmp_path / "run" / "checkpoints" / "step-1"
@@ -134,35 +134,24 @@ def _old_resume_dir(tmp_path, data):
     return step, step / "model.pdparams", model, opt
 
 
-@pytest.mark.parametrize("entry", ["from_pretrained", "read_checkpoint", "convert_checkpoint",
-                                   "lm_from_pretrained", "resume"])
+@pytest.mark.parametrize("entry", ["from_pretrained", "read_checkpoint", "convert_checkpoint"])
 def test_every_entry_point_refuses_the_payload(tmp_path, capsys, entry):
     marker = tmp_path / "MARKER"
     data, name = hostile_state(marker)
-    if entry == "lm_from_pretrained":
-        from ernie_doc.lm.model import TransformerXLLM
-        directory, path = _lm_dir(tmp_path, data)
+    directory = paddlenlp_dir(tmp_path)
+    path = directory / "model_state.pdparams"
+    path.write_bytes(data)
+    if entry == "from_pretrained":
         with pytest.raises(CheckpointError) as e:
-            TransformerXLLM.from_pretrained(directory)
-    elif entry == "resume":
-        step, path, model, opt = _old_resume_dir(tmp_path, data)
-        with pytest.raises(CheckpointStateError) as e:
-            ckpt.load_training_state(str(step), model, opt)
+            ErnieDocModel.from_pretrained(directory)
+    elif entry == "read_checkpoint":
+        with pytest.raises(CheckpointError) as e:
+            io.read_checkpoint(directory)
     else:
-        directory = paddlenlp_dir(tmp_path)
-        path = directory / "model_state.pdparams"
-        path.write_bytes(data)
-        if entry == "from_pretrained":
-            with pytest.raises(CheckpointError) as e:
-                ErnieDocModel.from_pretrained(directory)
-        elif entry == "read_checkpoint":
-            with pytest.raises(CheckpointError) as e:
-                io.read_checkpoint(directory)
-        else:
-            from tools.convert_checkpoint import main
-            assert main([str(directory), str(tmp_path / "out"), "--to", "ours"]) == 2
-            e = capsys.readouterr().err.strip()
-            assert e.startswith("error: ") and not (tmp_path / "out").exists()
+        from tools.convert_checkpoint import main
+        assert main([str(directory), str(tmp_path / "out"), "--to", "ours"]) == 2
+        e = capsys.readouterr().err.strip()
+        assert e.startswith("error: ") and not (tmp_path / "out").exists()
     one_line(e, path, f"refusing to load: the pickle calls {name}, which a paddle state dict "
                       f"never contains")
     assert not marker.exists()
@@ -439,21 +428,31 @@ def test_resume_round_trip_is_exact_and_pickle_free(tmp_path):
         assert a.numpy().tobytes() == b.numpy().tobytes()
 
 
-def test_old_pickle_checkpoints_still_resume_exactly(tmp_path):
-    model, opt, scheduler = tiny_trainable()
-    train_steps(model, opt, scheduler, 2)
-    step = tmp_path / "old"
-    step.mkdir()
-    paddle.save(model.state_dict(), str(step / "model.pdparams"))      # as earlier versions did
-    paddle.save(ckpt.optimizer_state(model, opt), str(step / "optimizer.pdopt"))
-    (step / "trainer_state.json").write_text(json.dumps(TRAINER_STATE))
-    np.savez(step / "rank-0.npz", memories=np.ones(2, np.float32))
-    again, opt2, scheduler2 = tiny_trainable()
-    ckpt.load_training_state(str(step), again, opt2)
-    for m, o, s in ((model, opt, scheduler), (again, opt2, scheduler2)):
-        train_steps(m, o, s, 2)
-    for a, b in zip(model.parameters(), again.parameters()):
-        assert a.numpy().tobytes() == b.numpy().tobytes()
+def test_resume_never_reads_a_pickle(tmp_path):
+    """A step directory holding paddle.save pickles (model.pdparams, optimizer.pdopt) is no
+    checkpoint of ours: resume names a missing file of its own format and unpickles nothing."""
+    marker = tmp_path / "MARKER"
+    data, _ = hostile_state(marker)
+    step, _, model, opt = _pickle_resume_dir(tmp_path, data)
+    before = [p.numpy().tobytes() for p in model.parameters()]
+    with pytest.raises(ckpt.CheckpointStateError) as e:
+        ckpt.load_training_state(str(step), model, opt)
+    one_line(e, step, ": missing")
+    assert not marker.exists()
+    assert [p.numpy().tobytes() for p in model.parameters()] == before
+
+
+def test_the_language_model_never_reads_a_pickle(tmp_path):
+    """A language-model folder holding a paddle.save pickle instead of model.safetensors:
+    one line naming the missing file, and nothing unpickled."""
+    from ernie_doc.lm.model import TransformerXLLM
+    marker = tmp_path / "MARKER"
+    data, _ = hostile_state(marker)
+    directory, _ = _lm_dir(tmp_path, data)
+    with pytest.raises(CheckpointError) as e:
+        TransformerXLLM.from_pretrained(directory)
+    one_line(e, directory, "no model.safetensors")
+    assert not marker.exists()
 
 
 def _drop_tensor(path):
@@ -497,10 +496,3 @@ def test_damaged_resume_checkpoint_is_one_line_and_loads_nothing(tmp_path, name,
         ckpt.load_training_state(step, model, opt)
     one_line(e, path, needle)
     assert all(np.array_equal(a, p.numpy()) for a, p in zip(before, model.parameters()))
-
-
-def test_zero_byte_old_model_is_an_error(tmp_path):
-    step, path, model, opt = _old_resume_dir(tmp_path, b"")
-    with pytest.raises(CheckpointStateError) as e:
-        ckpt.load_training_state(str(step), model, opt)
-    one_line(e, path, "empty file (0 bytes)")

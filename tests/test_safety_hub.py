@@ -313,8 +313,8 @@ def test_a_failed_first_fetch_is_never_trusted(hub, model_files, tmp_path, case)
 
 
 def test_trust_is_keyed_by_the_full_url(hub, model_files, tmp_path, monkeypatch):
-    """The same path on two hosts is two records; a record of the older layout (keyed by the
-    path) is trusted only for the URL it names, never for another host."""
+    """The same path on two hosts is two records: a record for one host is never trusted
+    for the other."""
     tarball = model_files["tarball"]
     other = gzip.compress(gzip.decompress(tarball), mtime=12345)   # same tar, other bytes
     assert other != tarball
@@ -330,10 +330,9 @@ def test_trust_is_keyed_by_the_full_url(hub, model_files, tmp_path, monkeypatch)
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "checksums.json").write_text(json.dumps(
-        {"/m/model.tar.gz": {"sha256": "0" * 64, "size": 1, "url": url_a,
-                             "first_seen": "2026-01-01"}}))
+        {url_a: {"sha256": "0" * 64, "size": 1, "url": url_a, "first_seen": "2026-01-01"}}))
     with pytest.raises(HubError, match=r"differs from the expected 0{64}"):
-        resolve(url_a)   # the old record still holds for the URL it was recorded for
+        resolve(url_a)   # the record holds for the URL it was recorded for
     assert os.path.isdir(resolve(url_b))   # ... and not for another host
     assert checksums(cache)[url_b]["sha256"] == hashlib.sha256(other).hexdigest()
 
@@ -375,11 +374,8 @@ ONE_LINE = [
      "ERNIE_DOC_DOWNLOAD_DEADLINE='-1'"),
     ("cap", {"ERNIE_DOC_DOWNLOAD_MAX_BYTES": "lots"}, None, URL,
      "ERNIE_DOC_DOWNLOAD_MAX_BYTES='lots'"),
-    # under the full URL and under the path (the older layout)
-    ("record without sha256", {}, _records({URL: {"size": 3}, "/x/model.tar.gz": {"size": 3}}),
-     URL, "holds no 64-hex"),
-    ("record a string", {}, _records({URL: "abc", "/x/model.tar.gz": "abc"}), URL,
-     "is a str, not an object"),
+    ("record without sha256", {}, _records({URL: {"size": 3}}), URL, "holds no 64-hex"),
+    ("record a string", {}, _records({URL: "abc"}), URL, "is a str, not an object"),
     ("checksums a list", {}, _records([1, 2]), URL, "not a JSON object"),
     ("checksums not JSON", {}, lambda c: (c / "checksums.json").write_text("{oops"),
      URL, "checksums.json: unreadable"),

@@ -21,7 +21,6 @@ from ernie_doc import auto
 from ernie_doc.errors import ConfigError, PipelineError
 from ernie_doc.pipeline import Pipeline, pipeline
 from ernie_doc.training.run_config import config_from_values, load_config, load_yaml
-from ernie_doc.training.tasks import build_task
 
 KNOWN = ("classification", "hotpotqa", "keyphrase", "language_model", "multiple_choice",
          "pair_matching", "pretraining", "span")
@@ -90,23 +89,18 @@ def test_the_shipped_configs_name_registered_kinds():
     assert auto.kind_class("span").__name__ == "SpanTask"
 
 
-@pytest.mark.parametrize("legacy, name, cls", [
-    ("tasks.hotpotqa.task:HotpotTask", "hotpotqa", "HotpotTask"),
-    ("tasks.openkp.task:KeyphraseTask", "keyphrase", "KeyphraseTask")])
-def test_legacy_kind_strings_of_saved_folders_still_load(tmp_path, legacy, name, cls):
-    """task.json written by an earlier version holds "module:Class" for HotpotQA and OpenKP:
-    the fixed table reads it as the registered name (nothing imported from the string)."""
-    task = name if name == "hotpotqa" else "openkp"
+@pytest.mark.parametrize("task, spelling", [("hotpotqa", "tasks.hotpotqa.task:HotpotTask"),
+                                            ("openkp", "tasks.openkp.task:KeyphraseTask")])
+def test_module_class_spellings_of_task_kinds_are_refused(tmp_path, task, spelling):
+    """A "module:Class" kind, even one naming a task folder's own kind class, is not a kind's
+    name: one line naming the file and the key, listing the known kinds."""
     given = load_yaml(str(ROOT / "tasks" / task / "config.yaml"))
-    given.update(kind=legacy, data_dir="", output_dir=str(tmp_path / "out"))
-    cfg = config_from_values(given, "best/task.json")
-    assert cfg.kind == name
-
-    class Saved:   # what predict builds a saved model's task over: its label names
-        @staticmethod
-        def labels(data_dir, options):
-            return []
-    assert type(build_task(cfg, Saved)).__name__ == cls
+    given.update(kind=spelling, data_dir="", output_dir=str(tmp_path / "out"))
+    with pytest.raises(ConfigError) as info:
+        config_from_values(given, "best/task.json")
+    message = str(info.value)
+    assert message.startswith("best/task.json: kind: "), message
+    assert_refused(message, spelling)
 
 
 @pytest.mark.parametrize("kind", HOSTILE)

@@ -349,24 +349,14 @@ def _read_checksums() -> Dict:
 
 
 def _trusted(url: str) -> Optional[Dict]:
-    """The checksums.json record trusted for `url`, or None. A record of the older layout,
-    keyed by the URL's path alone, is trusted only for the URL it names in its "url" field
-    (never for the same path on another host); without one it is ignored. HubError, one line
-    naming the key, for a record that is not an object holding a sha256."""
+    """The checksums.json record trusted for `url` (keyed by the full URL: the same path on
+    another host is another record), or None. HubError, one line naming the key, for a
+    record that is not an object holding a sha256."""
     data = _read_checksums()
     key = _checksum_key(url)
-    record = data.get(key)
     if key not in data:
-        path = urllib.parse.urlsplit(url).path
-        legacy = data.get(path)
-        if not isinstance(legacy, dict) or not isinstance(legacy.get("url"), str):
-            return None
-        try:
-            if _checksum_key(legacy["url"]) != key:
-                return None
-        except HubError:
-            return None
-        key, record = path, legacy
+        return None
+    record = data[key]
     sha = record.get("sha256") if isinstance(record, dict) else None
     if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha)):
         what = "holds no 64-hex-digit 'sha256'" if isinstance(record, dict) else \

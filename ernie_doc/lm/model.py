@@ -35,7 +35,6 @@ SEGA_RELATIVE = ("exact", "segatron")
 MASK_VALUE = 1e30   # added (negated) to masked scores: exp underflows to exactly 0
 CONFIG_FILE = "lm_config.json"
 WEIGHTS_FILE = "model.safetensors"
-OLD_WEIGHTS_FILE = "model_state.pdparams"   # earlier versions: a paddle.save pickle
 
 # The paper's WikiText-103 models (appendix table; the rest is Transformer-XL's scripts).
 LM_PRESETS = {
@@ -452,12 +451,11 @@ class TransformerXLLM(nn.Layer):
     def from_pretrained(cls, directory: Union[str, "os.PathLike[str]"],
                         **overrides: Any) -> "TransformerXLLM":
         """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
-        mem_len or recurrence, replace the saved ones). Reads model.safetensors, or the
-        model_state.pdparams of earlier versions through the restricted unpickler
-        (ernie_doc.checkpoint.safe_pickle: nothing in it runs). Every tensor must match by
+        mem_len or recurrence, replace the saved ones). Reads model.safetensors (no pickle
+        is ever read). Every tensor must match by
         name and shape, with a dtype that casts (float widths; uint16 is bfloat16 bits):
         CheckpointError, one line naming the file and the tensors, otherwise."""
-        from ernie_doc.checkpoint import io, safe_pickle
+        from ernie_doc.checkpoint import io
         from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)
         if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
@@ -465,14 +463,9 @@ class TransformerXLLM(nn.Layer):
                                   f"{CONFIG_FILE})")
         model = cls(load_lm_config(directory, **overrides))
         path = os.path.join(directory, WEIGHTS_FILE)
-        if os.path.isfile(path):
-            state = io.read_safetensors(path)
-        elif os.path.isfile(os.path.join(directory, OLD_WEIGHTS_FILE)):
-            path = os.path.join(directory, OLD_WEIGHTS_FILE)
-            state = safe_pickle.load_state_dict(path)
-        else:
-            raise CheckpointError(f"{directory}: no {WEIGHTS_FILE} (or the older "
-                                  f"{OLD_WEIGHTS_FILE})")
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{directory}: no {WEIGHTS_FILE}")
+        state = io.read_safetensors(path)
         own = model.state_dict()
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))

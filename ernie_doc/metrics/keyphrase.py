@@ -19,9 +19,9 @@ def normalize_phrase(phrase):
     return " ".join(w.lower() for w in words).rstrip()
 
 
-def _clean(phrases: Iterable[Phrase], keep_empty: bool = True) -> List[str]:
+def _clean(phrases: Iterable[Phrase]) -> List[str]:
     """Normalised phrases, first occurrence kept, order kept; the official remove_empty
-    rule (see the module docstring), and with keep_empty=False no "" either."""
+    rule (see the module docstring)."""
     kept = []
     for phrase in phrases:
         words = phrase.split() if isinstance(phrase, str) else list(phrase)
@@ -29,17 +29,14 @@ def _clean(phrases: Iterable[Phrase], keep_empty: bool = True) -> List[str]:
         # dropped whole; a list such as [" "] passes and normalises to ""
         if len(words) == 0 or len(str(words[0])) == 0:
             continue
-        norm = normalize_phrase(words)
-        if norm or keep_empty:
-            kept.append(norm)
+        kept.append(normalize_phrase(words))
     return list(dict.fromkeys(kept))
 
 
 def precision_recall_at(predicted: Iterable[Phrase], gold: Iterable[Phrase],
-                        depths: Sequence[int] = DEPTHS,
-                        keep_empty: bool = True) -> Dict[int, Tuple[float, float]]:
+                        depths: Sequence[int] = DEPTHS) -> Dict[int, Tuple[float, float]]:
     """{k: (precision@k, recall@k)} of one document's ranked predictions."""
-    predicted, gold = _clean(predicted, keep_empty), set(_clean(gold, keep_empty))
+    predicted, gold = _clean(predicted), set(_clean(gold))
     out = {}
     for k in depths:
         hits = sum(p in gold for p in predicted[:k])
@@ -53,17 +50,17 @@ def f1(precision, recall):
 
 
 def evaluate(predictions: Dict[str, List[Phrase]], references: Dict[str, List[Phrase]],
-             depths: Sequence[int] = DEPTHS, keep_empty: bool = True) -> Dict[str, float]:
+             depths: Sequence[int] = DEPTHS) -> Dict[str, float]:
     """predictions: url -> ranked phrases; references: url -> gold phrases.
     → {"f1@k", "p@k", "r@k"} for each k, "total" (documents), "missing" (without prediction).
-    keep_empty: keep phrases that normalise to "" at their rank (the official rule)."""
+    A phrase that normalises to "" keeps its rank (the official rule)."""
     sums = {f"{m}@{k}": 0.0 for k in depths for m in ("f1", "p", "r")}
     missing = 0
     for url, gold in references.items():
         if url not in predictions:
             missing += 1
-        for k, (p, r) in precision_recall_at(predictions.get(url, []), gold, depths,
-                                             keep_empty).items():
+        for k, (p, r) in precision_recall_at(predictions.get(url, []), gold,
+                                             depths).items():
             sums[f"f1@{k}"] += f1(p, r)
             sums[f"p@{k}"] += p
             sums[f"r@{k}"] += r

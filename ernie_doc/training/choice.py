@@ -21,7 +21,7 @@ from ernie_doc.metrics.classification import accuracy, aggregate_segments
 from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
-TOKEN_TYPES = ("paddlenlp", "zeros")
+TOKEN_TYPES = ("paddlenlp",)
 WINDOWS = ("paddlenlp", "longest")
 MISSING_CHOICES = ("mask", "paddlenlp")
 SPECIALS_PER_ROW = 4   # [CLS] context [SEP] question [SEP] choice [SEP]
@@ -81,11 +81,9 @@ class _GroupTask(DocumentTask):
         return {"cls_token_idx": 0}
 
     def _row(self, parts):
-        """parts → (ids [T], mask [T], token types [T] or None for all zeros)."""
+        """parts → (ids [T], mask [T], token types [T])."""
         sp = self.special
         ids, mask = pack_row(parts, self.seq_len, sp["cls"], sp["sep"], sp["pad"])
-        if self.options["token_types"] == "zeros":
-            return ids, mask, None
         return ids, mask, first_text_types(int(mask.sum()), len(parts[0]), self.seq_len)
 
     def _label(self, doc):

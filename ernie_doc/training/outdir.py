@@ -24,7 +24,6 @@ from ernie_doc.utils import atomic_path, path_within
 logger = logging.getLogger("ernie_doc.train")   # the run's log (training.runlog)
 
 MANIFEST = ".ernie-doc-run.json"
-_MANIFEST_TMP = MANIFEST + ".tmp"   # what an earlier version named its temporary manifest
 TEMP = ".ernie-doc-tmp"        # the run's temporary files: a folder it owns whole
 CHECKPOINTS = "checkpoints"    # the one folder listed item by item
 _FORMAT = 1
@@ -41,9 +40,6 @@ RUN_NAMES = (
 )
 CHECKPOINT_NAMES = ("step-[0-9]*", "best-step-[0-9]*", "latest")   # and each with .tmp
 LINKS = ("best", f"{CHECKPOINTS}/latest")   # the run's own symlinks, into checkpoints/
-# What a run of an earlier version (before the manifest) wrote in OUTPUT_DIR (its fixed list,
-# checkpoints/ as a folder of its checkpoints): seeds the manifest when it is resumed.
-EARLIER_VERSION_NAMES = RUN_NAMES
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -146,7 +142,7 @@ def read_manifest(output_dir: str) -> Optional[List[str]]:
 
 
 def _is_manifest_temp(name: str) -> bool:
-    return name == _MANIFEST_TMP or (name.startswith(MANIFEST + ".") and name.endswith(".tmp"))
+    return name.startswith(MANIFEST + ".") and name.endswith(".tmp")
 
 
 def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
@@ -177,30 +173,13 @@ def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
     _CACHE[os.path.abspath(output_dir)] = (_signature(os.lstat(path)), entries, set(entries))
 
 
-def earlier_version_entries(output_dir: str) -> List[str]:
-    """What a run folder of an earlier version (run_config.yaml, no manifest) holds of the
-    names that version wrote (EARLIER_VERSION_NAMES, checkpoints/ item by item): that run's
-    own entries, which seed the manifest when it is resumed."""
-    out = []
-    for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
-        if entry.name == CHECKPOINTS and entry.is_dir(follow_symlinks=False):
-            out.append(CHECKPOINTS + "/")
-            out += [f"{CHECKPOINTS}/{c.name}" for c in os.scandir(entry.path)
-                    if is_run_entry(f"{CHECKPOINTS}/{c.name}")]
-        elif entry.name == CHECKPOINTS:
-            out.append(CHECKPOINTS + "/")   # not a folder: check_resumable names it
-        elif _matches(entry.name, EARLIER_VERSION_NAMES):
-            out.append(entry.name)
-    return sorted(out)
-
-
-def open_run(output_dir: str, resume: bool = False) -> None:
-    """Create `output_dir` if needed and start its manifest when it has none: empty for a
-    new run; for the resume of a run written by an earlier version, the entries that run
-    wrote (earlier_version_entries). Temporary files a killed run left in TEMP go."""
+def open_run(output_dir: str) -> None:
+    """Create `output_dir` if needed and start an empty manifest when it has none (a new run:
+    a resumed one has its own, check_output_dir). Temporary files a killed run left in TEMP
+    go."""
     os.makedirs(output_dir, exist_ok=True)
     if read_manifest(output_dir) is None:
-        _write_manifest(output_dir, earlier_version_entries(output_dir) if resume else [])
+        _write_manifest(output_dir, [])
     remove_entry(output_dir, TEMP)
 
 
@@ -457,14 +436,14 @@ def _shown(names: List[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def check_resumable(output_dir: str, listed: Optional[List[str]]) -> None:
+def check_resumable(output_dir: str, listed: List[str]) -> None:
     """--resume: ConfigError (one line naming the entry) unless every name the run writes is
-    absent or listed (`listed`: the manifest's entries; None, a run of an earlier version:
-    earlier_version_entries), and every listed entry is what the run created: a real file
+    absent or listed (`listed`: the manifest's entries), and every listed entry is what the
+    run created: a real file
     or folder, not a symbolic link, except `best` and `checkpoints/latest`, which must point
     to a folder in OUTPUT_DIR/checkpoints. Reads only."""
     where = f"--resume {output_dir}"
-    names = set(earlier_version_entries(output_dir) if listed is None else listed)
+    names = set(listed)
     for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
         name = entry.name + ("/" if entry.name == CHECKPOINTS else "")
         if _matches(entry.name, RUN_NAMES + (CHECKPOINTS,)) and name not in names:
@@ -538,18 +517,12 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
     if resume:
         if not has_run:
             raise ConfigError(f"--resume {output_dir}: no run there ({marker} missing)")
+        if listed is None:   # nothing says what was written there: not a run's folder
+            raise ConfigError(f"--resume {output_dir}: no run there ({MANIFEST} missing)")
         check_resumable(out, listed)
         return
-    foreign = foreign_entries(out)
-    if listed is None and has_run:   # an earlier version's run: nothing says what it wrote
-        if not overwrite:
-            raise ConfigError(f"{where} already holds a run (written by an earlier version): "
-                              f"resume it with --resume {output_dir}, or remove it yourself "
-                              "or choose another directory")
-        raise ConfigError(f"{source}: {where} holds a run written by an earlier version, "
-                          f"which did not list the files it wrote ({MANIFEST}): "
-                          "overwrite_output_dir removes only listed files, so remove it "
-                          "yourself or choose another directory")
+    foreign = foreign_entries(out)   # without a manifest: everything, a run_config.yaml too
+    has_run = has_run and listed is not None
     owned = [e for e in listed or [] if os.path.lexists(os.path.join(out, e.rstrip("/")))]
     held = (has_run or owned) and not overwrite
     if held and has_run and os.path.lexists(os.path.join(out, CHECKPOINTS, "latest")):

@@ -625,7 +625,7 @@ def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
             if removed:
                 logger.info(f"overwrite_output_dir: removed the previous run in {run.out} "
                             f"({', '.join(removed)})")
-        outdir.open_run(run.out, resume=run.resume)
+        outdir.open_run(run.out)
         if spm_dir:
             outdir.claim(run.out, "tokenizer")
             os.makedirs(os.path.join(run.out, "tokenizer"), exist_ok=True)

@@ -477,7 +477,7 @@ def validate(cfg):
     # the closed registry of kinds: a name is looked up, never imported
     from ernie_doc.auto import kind_name
     try:
-        cfg["kind"] = kind_name(cfg.kind)   # an earlier version's "module:Class" → its name
+        kind_name(cfg.kind)
     except ValueError as e:
         fail("kind", str(e))
     _check_model_overrides(cfg)

@@ -30,8 +30,6 @@ MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 OPTIMIZER_META = "optimizer.json"
 TRAINER_STATE = "trainer_state.json"
-OLD_MODEL_FILE = "model.pdparams"      # paddle.save pickles of earlier versions
-OLD_OPTIMIZER_FILE = "optimizer.pdopt"
 MASTER_PREFIX = "master_weights/"      # optimizer.safetensors keys of AMP master weights
 
 
@@ -234,35 +232,18 @@ def latest_checkpoint(output_dir):
 
 
 # -- resume ----------------------------------------------------------------------------------
-def _read_old_pickle(path):
-    """A model.pdparams / optimizer.pdopt of an earlier version, through the restricted
-    unpickler (nothing in it runs) → dict."""
-    from ernie_doc.checkpoint import safe_pickle
-    from ernie_doc.errors import CheckpointError
-    try:
-        return safe_pickle.load_state_dict(path)
-    except CheckpointError as e:
-        raise CheckpointStateError(str(e)) from None
-
-
 def _load_model(path, model):
     """Check the saved model tensors against the model (all there, nothing else, the same
     shapes and dtypes), then assign them."""
-    new = os.path.join(path, MODEL_FILE)
-    if os.path.isfile(new) or not os.path.isfile(os.path.join(path, OLD_MODEL_FILE)):
-        source, arrays = new, _load_tensors(new)
-        from safetensors import safe_open
-        with safe_open(new, framework="np") as f:
-            meta = f.metadata() or {}
-        try:
-            bf16 = set(json.loads(meta.get("bfloat16", "[]")))
-        except ValueError:
-            raise CheckpointStateError(f"{new}: corrupt metadata") from None
-    else:
-        source = os.path.join(path, OLD_MODEL_FILE)
-        arrays = _read_old_pickle(source)
-        bf16 = {k for k, v in arrays.items() if isinstance(v, np.ndarray)
-                and v.dtype == np.uint16}   # paddle pickles bfloat16 as uint16 bits
+    source = os.path.join(path, MODEL_FILE)
+    arrays = _load_tensors(source)
+    from safetensors import safe_open
+    with safe_open(source, framework="np") as f:
+        meta = f.metadata() or {}
+    try:
+        bf16 = set(json.loads(meta.get("bfloat16", "[]")))
+    except ValueError:
+        raise CheckpointStateError(f"{source}: corrupt metadata") from None
     own = model.state_dict()
     missing = [k for k in own if k not in arrays]
     unexpected = [k for k in arrays if k not in own]
@@ -297,38 +278,29 @@ def _load_optimizer(path, model):
     optimizer keeps is its own business (paddle creates them at the first step): the list
     saved with them is what "every optimizer tensor" means here."""
     meta_path = os.path.join(path, OPTIMIZER_META)
-    if os.path.isfile(meta_path) or not os.path.isfile(os.path.join(path, OLD_OPTIMIZER_FILE)):
-        meta = _read_json(meta_path)
-        listing, entries = meta.get("tensors"), meta.get("entries")
-        if not isinstance(listing, dict) or not isinstance(entries, dict):
-            raise CheckpointStateError(f"{meta_path}: no 'tensors' and 'entries' objects")
-        source = os.path.join(path, OPTIMIZER_FILE)
-        arrays = _load_tensors(source)
-        missing = [k for k in listing if k not in arrays]
-        unexpected = [k for k in arrays if k not in listing]
-        wrong = [f"{k} {arrays[k].dtype.name} {list(arrays[k].shape)} (listed {listing[k]})"
-                 for k in listing if k in arrays and not _as_listed(arrays[k], listing[k])]
-        if missing or unexpected or wrong:
-            raise CheckpointStateError(
-                f"{source}: does not match {OPTIMIZER_META}: missing {missing[:5] or 'none'}; "
-                f"unexpected {unexpected[:5] or 'none'}; differing {wrong[:5] or 'none'}")
-        state, masters = dict(entries), {}
-        for key, array in arrays.items():
-            tensor = _from_numpy(array, listing[key][0])
-            if key.startswith(MASTER_PREFIX):
-                masters[key[len(MASTER_PREFIX):]] = tensor
-            else:
-                state[key] = tensor
-        if masters:
-            state["master_weights"] = masters
-    else:
-        source = os.path.join(path, OLD_OPTIMIZER_FILE)
-        state = _read_old_pickle(source)
-        for key, value in list(state.items()):
-            if isinstance(value, np.ndarray):
-                state[key] = paddle.to_tensor(value)
-            elif key == "master_weights" and isinstance(value, dict):
-                state[key] = {k: paddle.to_tensor(v) for k, v in value.items()}
+    meta = _read_json(meta_path)
+    listing, entries = meta.get("tensors"), meta.get("entries")
+    if not isinstance(listing, dict) or not isinstance(entries, dict):
+        raise CheckpointStateError(f"{meta_path}: no 'tensors' and 'entries' objects")
+    source = os.path.join(path, OPTIMIZER_FILE)
+    arrays = _load_tensors(source)
+    missing = [k for k in listing if k not in arrays]
+    unexpected = [k for k in arrays if k not in listing]
+    wrong = [f"{k} {arrays[k].dtype.name} {list(arrays[k].shape)} (listed {listing[k]})"
+             for k in listing if k in arrays and not _as_listed(arrays[k], listing[k])]
+    if missing or unexpected or wrong:
+        raise CheckpointStateError(
+            f"{source}: does not match {OPTIMIZER_META}: missing {missing[:5] or 'none'}; "
+            f"unexpected {unexpected[:5] or 'none'}; differing {wrong[:5] or 'none'}")
+    state, masters = dict(entries), {}
+    for key, array in arrays.items():
+        tensor = _from_numpy(array, listing[key][0])
+        if key.startswith(MASTER_PREFIX):
+            masters[key[len(MASTER_PREFIX):]] = tensor
+        else:
+            state[key] = tensor
+    if masters:
+        state["master_weights"] = masters
     if state.get(STRUCTURED):
         _check_owners(source, state, model)
     return state

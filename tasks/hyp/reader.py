@@ -6,9 +6,7 @@ hyperpartisan="true" .../>`). A document is the character data inside one <artic
 dropped (as BeautifulSoup get_text in PaddleNLP; the title attribute is not part of it), then
 cleaned as PaddleNLP's HYPTextPreprocessor (model_zoo/ernie-doc/data.py) does: the ends
 stripped, every "\n" and "\t" deleted (so words a bare line break separates run together).
-Option whitespace: collapse instead turns every whitespace run into one space (how the two
-compare on the real articles: docs/design-notes.md). Labels "false" / "true"; doc_id =
-the article id.
+Labels "false" / "true"; doc_id = the article id.
 
 Splits come from a split file in the Longformer format, `{"train": [182, ...], "dev": [...],
 "test": [...]}` with article ids as integers ("0000182" is 182; default `hp-splits.json` in
@@ -20,8 +18,6 @@ Options:
   dev_ratio, test_ratio    hash split of all articles instead of a split file; without
                            test_ratio there is no test split
   split_seed               integer seed of that hash (default 0)
-  whitespace               "delete_newlines" (default, PaddleNLP) or "collapse" (every run of
-                           whitespace becomes one space; this project's earlier rule)
 """
 import glob
 import os
@@ -34,9 +30,7 @@ from ernie_doc.data.document import (Document, Skips, check_label, check_options
 from ernie_doc.errors import DataError
 
 LABELS = ["false", "true"]
-OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed",
-           "whitespace")
-WHITESPACE = ("delete_newlines", "collapse")
+OPTIONS = ("articles", "ground_truth", "split_file", "dev_ratio", "test_ratio", "split_seed")
 SPLIT_FILE = "hp-splits.json"
 
 
@@ -48,10 +42,6 @@ def labels(data_dir, options):
 def read(data_dir, split, options):
     options = check_options(options, OPTIONS)
     check_split(split)
-    whitespace = options.get("whitespace", "delete_newlines")
-    if whitespace not in WHITESPACE:
-        raise DataError(f"reader option 'whitespace': expected one of {list(WHITESPACE)}, got "
-                        f"{whitespace!r}")
     require_dir(data_dir)
     articles_path = _find(data_dir, options, "articles", "articles-*.xml")
     truth_path = _find(data_dir, options, "ground_truth", "ground-truth-*.xml")
@@ -67,7 +57,7 @@ def read(data_dir, split, options):
                             f"ground truth in {os.path.basename(truth_path)}")
         truth_line, attributes, _ = truth[article_id]
         label = check_label(attributes.get("hyperpartisan"), LABELS, truth_path, truth_line)
-        text = clean(text, whitespace)
+        text = clean(text)
         docs[article_id] = Document(article_id, check_text(text, articles_path, line), label)
 
     if "dev_ratio" in options:
@@ -89,10 +79,8 @@ def read(data_dir, split, options):
     return selected
 
 
-def clean(text: str, whitespace: str = "delete_newlines") -> str:
+def clean(text: str) -> str:
     """An article's character data as the model reads it (see the module docstring)."""
-    if whitespace == "collapse":
-        return " ".join(text.split())
     # strip first, then delete: the order of HYPTextPreprocessor
     return text.strip().replace("\n", "").replace("\t", "")
 

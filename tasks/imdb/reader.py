@@ -12,7 +12,7 @@ Two layouts, found per split under data_dir:
 Both get the official cleaning (ERNIE-Doc `data/imdb/multi_files_to_one.py`, PaddleNLP's
 ImdbTextPreprocessor): lines stripped and joined with a space, each `<br /><br />` pair becomes a
 space, tabs dropped. A lone `<br />` stays in the text as the references leave it (the tokenizer
-then reads it as "<", "br", " />"); option br_tags: all also turns it into a space. Runs of
+then reads it as "<", "br", " />"). Runs of
 whitespace are not reproduced byte for byte (empty lines are dropped, the ends stripped): the
 tokenizer collapses whitespace first, so the tokens are the same. The official code evaluates
 on test, so "dev" reads test unless options say otherwise.
@@ -23,8 +23,6 @@ Options:
   dev_ratio   dev = this fraction of the train data (or of `file`), by hash of doc_id
   split_seed  integer seed of that hash (default 0)
   dev_split   folder / file stem read as dev when there is no dev_ratio (default "test")
-  br_tags     "pairs" (default, the references): only `<br /><br />` becomes a space;
-              "all": every `<br />` does, pairs first (this project's earlier rule)
 """
 import os
 
@@ -34,8 +32,7 @@ from ernie_doc.data.document import (Document, Skips, check_label, check_options
 from ernie_doc.errors import DataError
 
 LABELS = ["0", "1"]
-OPTIONS = ("file", "dev_ratio", "split_seed", "dev_split", "br_tags")
-BR_TAGS = ("pairs", "all")
+OPTIONS = ("file", "dev_ratio", "split_seed", "dev_split")
 FOLDERS = (("neg", "0"), ("pos", "1"))
 
 
@@ -48,10 +45,6 @@ def read(data_dir, split, options):
     options = check_options(options, OPTIONS)
     check_split(split)
     ratio, seed = options.get("dev_ratio"), options.get("split_seed", 0)
-    br_tags = options.get("br_tags", "pairs")
-    if br_tags not in BR_TAGS:
-        raise DataError(f"reader option 'br_tags': expected one of {list(BR_TAGS)}, got "
-                        f"{br_tags!r}")
     if ratio is not None and "dev_split" in options:
         raise DataError("reader options: 'dev_ratio' and 'dev_split' both choose the dev data; "
                         "set one")
@@ -60,14 +53,14 @@ def read(data_dir, split, options):
             raise DataError("reader options: 'file' needs 'dev_ratio' (the file is split into "
                             "train and dev)")
         path = os.path.join(require_dir(data_dir), file_name(options["file"], "file"))
-        docs = split_by_ratio(_read_tsv(path, br_tags), ratio, split, seed)
+        docs = split_by_ratio(_read_tsv(path), ratio, split, seed)
     elif ratio is not None and split != "test":
-        path, docs = _read_layout(data_dir, "train", br_tags)
+        path, docs = _read_layout(data_dir, "train")
         docs = split_by_ratio(docs, ratio, split, seed)
     else:
         name = file_name(options.get("dev_split", "test"), "dev_split") if split == "dev" \
             else split
-        path, docs = _read_layout(data_dir, name, br_tags)
+        path, docs = _read_layout(data_dir, name)
     if not docs:
         raise DataError(f"{where(path)}: no examples for split {split!r}")
     return docs
@@ -76,42 +69,34 @@ def read(data_dir, split, options):
 def read_input(path, options):
     """One TSV file in the official layout, whatever its name, read whole (what `ernie-doc
     predict --format task --input FILE` reads; the split options do not apply)."""
-    options = check_options(options, OPTIONS)
-    br_tags = options.get("br_tags", "pairs")
-    if br_tags not in BR_TAGS:
-        raise DataError(f"reader option 'br_tags': expected one of {list(BR_TAGS)}, got "
-                        f"{br_tags!r}")
-    docs = _read_tsv(path, br_tags)
+    check_options(options, OPTIONS)
+    docs = _read_tsv(path)
     if not docs:
         raise DataError(f"{where(path)}: no examples")
     return docs
 
 
-def clean(text: str, br_tags: str = "pairs") -> str:
+def clean(text: str) -> str:
     """A review as the official IMDB preprocessing leaves it (up to whitespace runs): lines
-    stripped and joined by a space, `<br /><br />` → " ", tabs removed. br_tags "all" then
-    also turns a lone `<br />` into a space."""
+    stripped and joined by a space, `<br /><br />` → " ", tabs removed."""
     text = " ".join(line.strip() for line in text.split("\n") if line.strip())
-    # The pairs go first under either rule, so "all" differs only where a lone tag is left.
     text = text.replace("<br /><br />", " ")
-    if br_tags == "all":
-        text = text.replace("<br />", " ")
     return text.replace("\t", "").strip()
 
 
-def _read_layout(data_dir, name, br_tags):
+def _read_layout(data_dir, name):
     """(path, documents) of the aclImdb folder `name/` or else the TSV `name.txt`."""
     folder = os.path.join(require_dir(data_dir), name)
     if os.path.isdir(folder):
-        return folder, _read_folder(folder, name, br_tags)
+        return folder, _read_folder(folder, name)
     path = folder + ".txt"
     if is_candidate_file(path):
-        return path, _read_tsv(path, br_tags)
+        return path, _read_tsv(path)
     raise DataError(f"{where(folder)}: neither an aclImdb folder ({name}/pos, {name}/neg) nor "
                     f"a TSV file {name}.txt exists")
 
 
-def _read_folder(folder, name, br_tags):
+def _read_folder(folder, name):
     docs = []
     for polarity, label in FOLDERS:
         sub = require_dir(os.path.join(folder, polarity), "aclImdb label folder")
@@ -120,14 +105,14 @@ def _read_folder(folder, name, br_tags):
         skips = Skips(sub, "entries")
         names = sorted(f for f in os.listdir(sub) if f.endswith(".txt"))
         for path in regular_files([os.path.join(sub, f) for f in names], skips):
-            text = check_text(clean(read_text(path), br_tags), path)
+            text = check_text(clean(read_text(path)), path)
             stem = os.path.basename(path)[:-4]
             docs.append(Document(f"{name}/{polarity}/{stem}", text, label))
         skips.report(len(names))
     return docs
 
 
-def _read_tsv(path, br_tags):
+def _read_tsv(path):
     docs, seen = [], set()
     for line, record in read_tsv(path, ("label", "text_a"))[1]:
         doc_id = record.pop("qid", str(line))
@@ -135,6 +120,6 @@ def _read_tsv(path, br_tags):
             raise DataError(f"{where(path, line)}: duplicate qid {doc_id!r}")
         seen.add(doc_id)
         label = check_label(record.pop("label"), LABELS, path, line)
-        text = check_text(clean(record.pop("text_a"), br_tags), path, line)
+        text = check_text(clean(record.pop("text_a")), path, line)
         docs.append(Document(doc_id, text, label, fields=record))
     return docs

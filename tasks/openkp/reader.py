@@ -21,15 +21,13 @@ KeyPhrases, and (train / dev) missing KeyPhrases are DataErrors "file:line: ..."
 train; one record per url is kept, so doc_ids stay unique), a text left without words once URLs
 are removed, and a train document none of whose keyphrases occur.
 
-A repeated url keeps its last record by default, as the official MS MARCO OpenKP evaluate.py
+A repeated url keeps its last record, as the official MS MARCO OpenKP evaluate.py
 (microsoft/OpenKP) does when it loads the reference file into a dict keyed by url; the document
 keeps the place of the url's first record (the dict's order). Every record is still checked.
 
 Options:
   files         {split: file name} instead of the names above
   remove_urls   drop URL words (default true)
-  repeated_url  "last" (default, the official evaluator) or "first" (the first record is kept;
-                this project's earlier rule)
 """
 import re
 
@@ -40,8 +38,7 @@ from ernie_doc.errors import DataError
 FILES = {"train": ["OpenKPTrain.jsonl"],
          "dev": ["OpenKPDev.jsonl"],
          "test": ["OpenKPEvalPublic.jsonl"]}
-OPTIONS = ("files", "remove_urls", "repeated_url")
-REPEATED_URL = ("last", "first")
+OPTIONS = ("files", "remove_urls")
 URL = re.compile(r"^\W*(?:https?://|www\.)", re.IGNORECASE)
 
 
@@ -52,10 +49,6 @@ def read(data_dir, split, options):
     if not isinstance(remove_urls, bool):
         raise DataError(f"reader option 'remove_urls': expected true or false, got "
                         f"{remove_urls!r}")
-    repeated = options.get("repeated_url", "last")
-    if repeated not in REPEATED_URL:
-        raise DataError(f"reader option 'repeated_url': expected one of {list(REPEATED_URL)}, "
-                        f"got {repeated!r}")
     skips = Skips(path, "documents")
     kept, total = {}, 0    # url -> (line, words, keyphrases), in the order urls first appear
     for line, record in read_json_lines(path):
@@ -72,10 +65,7 @@ def read(data_dir, split, options):
         keyphrases = _keyphrases(record, split, path, line)
         if url in kept:
             # the skip names the record that is dropped
-            dropped = kept[url][0] if repeated == "last" else line
-            skips.add(f"repeated url (the {repeated} record is kept)", where(path, dropped))
-            if repeated == "first":
-                continue
+            skips.add("repeated url (the last record is kept)", where(path, kept[url][0]))
         kept[url] = (line, words, keyphrases)
     docs = []
     for url, (line, words, keyphrases) in kept.items():

@@ -17,9 +17,10 @@ Ranking: a phrase (its lower-cased words) scores the max logit over its occurren
 (JointKPE's chunk ranking); the top_k distinct phrases are the prediction, scored by the
 official OpenKP F1@1/3/5 (ernie_doc.metrics.keyphrase).
 
-task_options: top_k (phrases predicted per document, default 5); empty_phrases "keep"
-(default, the official evaluate.py: a gold or predicted phrase that normalises to "", such as
-the word list [" "], keeps its place) or "drop" (this project's earlier rule).
+task_options: top_k (phrases predicted per document, default 5); empty_phrases "keep" (the
+only value, as the official evaluate.py: a gold or predicted phrase that normalises to "",
+such as the word list [" "], keeps its place; the key stays because configs and saved
+task.json name it).
 """
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -166,7 +167,7 @@ class KeyphraseTask(DocumentTask):
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
-        self.check_options(("top_k",), {"empty_phrases": ("keep", "drop")})
+        self.check_options(("top_k",), {"empty_phrases": ("keep",)})
         self._word_cache = {}
 
     def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
@@ -253,8 +254,7 @@ class KeyphraseTask(DocumentTask):
         gold = [d.fields.get("keyphrases") or [] for d in docs]
         # documents without gold phrases (the unlabelled eval file) are not scored
         refs = {d.doc_id: g for d, g in zip(docs, gold) if g}
-        keep_empty = self.options["empty_phrases"] == "keep"
-        result = keyphrase_metrics(preds, refs, keep_empty=keep_empty) if refs else {}
+        result = keyphrase_metrics(preds, refs) if refs else {}
         metrics = {f"{m}@{k}": float(result.get(f"{m}@{k}", 0.0))
                    for m in ("f1", "p", "r") for k in DEPTHS}
         return metrics, [with_gold(p, references=[" ".join(x) for x in g])

@@ -43,17 +43,14 @@ mandarjoshi90/triviaqa, which its evaluation script uses too): only the question
 verified evaluation"), and in the Wikipedia domain only their EntityPages with
 "DocPartOfVerifiedEval" true are read. A verified question left without a page is a counted
 skip (the official code stops on an assertion). A flag that is missing or not a boolean is a
-DataError naming the question. Option verified_eval: false reads every question and page of
-such a file (this project's earlier rule). A file whose VerifiedEval is false or absent (all
-of the unverified ones) is read whole either way.
+DataError naming the question. A file whose VerifiedEval is false or absent (all of the
+unverified ones) is read whole.
 
 Options:
   files               {split: path under data_dir} instead of qa/wikipedia-<split>.json (e.g.
                       qa/verified-wikipedia-dev.json)
   max_evidence_chars  characters kept of each evidence page (default 0 = the whole page)
   max_answer_spans    answer spans kept per question (default 64; 0 = all)
-  verified_eval       follow a verified file's QuestionPartOfVerifiedEval and
-                      DocPartOfVerifiedEval flags (default true, see above)
 """
 import functools
 import json
@@ -71,7 +68,7 @@ FILES = {"train": "qa/wikipedia-train.json", "dev": "qa/wikipedia-dev.json",
          "test": "qa/wikipedia-test-without-answers.json"}
 EVIDENCE = "evidence/wikipedia"
 SEPARATOR = "\n\n"
-OPTIONS = ("files", "max_evidence_chars", "max_answer_spans", "verified_eval")
+OPTIONS = ("files", "max_evidence_chars", "max_answer_spans")
 NOT_VERIFIED = "not part of the verified evaluation (QuestionPartOfVerifiedEval false)"
 NO_VERIFIED_PAGE = "no evidence page part of the verified evaluation"
 
@@ -85,10 +82,6 @@ def read(data_dir, split, options):
         file_name(value, f"files.{key}")
     max_chars = _count_option(options, "max_evidence_chars", 0)
     max_spans = _count_option(options, "max_answer_spans", 64)
-    follow_verified = options.get("verified_eval", True)
-    if not isinstance(follow_verified, bool):
-        raise DataError(f"reader option 'verified_eval': expected true or false, got "
-                        f"{follow_verified!r}")
     with _Source(data_dir) as source:
         name = files.get(split, FILES[split])
         table = source.json(name)
@@ -97,7 +90,7 @@ def read(data_dir, split, options):
         if not isinstance(data, list):
             raise DataError(f"{qa_at}: expected {{\"Data\": [questions]}}")
         skips, docs, seen = Skips(qa_at, "questions"), [], set()
-        verified = follow_verified and table.get("VerifiedEval") is True
+        verified = table.get("VerifiedEval") is True
         wikipedia = table.get("Domain") == "Wikipedia"
         for i, item in enumerate(data):
             if verified:
