@@ -117,20 +117,10 @@ def _flatten_legacy(raw):
     return flat
 
 
-def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] = ValueError
-                      ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
-
-    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
-    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
-    does not know: they are dropped with a warning rather than blocking the load. A file that
-    cannot be read this way raises `error` (checkpoint.io: CheckpointError) naming `source`.
-    """
-    if not isinstance(raw, dict):
-        raise error(f"{source}: expected a JSON object, got {type(raw).__name__}")
-    ours = "architecture" in raw and "model_type" not in raw
-    flat = _flatten_legacy(raw) if "init_args" in raw else dict(raw)
-
+def _architecture(raw: Dict[str, Any], flat: Dict[str, Any], source: str,
+                  error: Type[Exception]) -> Optional[Dict[str, Any]]:
+    """The model class a config names → {"class", "kwargs"} (a copy) or None: our own
+    "architecture" (checked), else PaddleNLP's "architectures"[0] or "init_class"."""
     architecture = raw.get("architecture")
     if architecture is not None and not (isinstance(architecture, dict)
                                          and isinstance(architecture.get("class"), str)):
@@ -153,6 +143,23 @@ def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] =
             if problem:
                 raise error(f"{source}: 'architecture.kwargs.{key}' {problem}")
         architecture = {"class": architecture["class"], "kwargs": dict(kwargs or {})}
+    return architecture
+
+
+def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] = ValueError
+                      ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
+
+    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
+    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
+    does not know: they are dropped with a warning rather than blocking the load. A file that
+    cannot be read this way raises `error` (checkpoint.io: CheckpointError) naming `source`.
+    """
+    if not isinstance(raw, dict):
+        raise error(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    ours = "architecture" in raw and "model_type" not in raw
+    flat = _flatten_legacy(raw) if "init_args" in raw else dict(raw)
+    architecture = _architecture(raw, flat, source, error)
 
     # PaddleNLP: num_labels lives in id2label; old API: num_classes.
     if flat.get("num_labels") is None:

@@ -53,6 +53,30 @@ def check_input(path: str) -> Optional[str]:
     return None if text else f"{path}: input file has no text"
 
 
+def _arguments_problem(args: argparse.Namespace) -> Optional[str]:
+    """Why the arguments cannot train a tokenizer (the first problem found), or None: every
+    input file, the numeric options, and --output-dir, all before SentencePiece runs."""
+    for f in args.input:
+        problem = check_input(f)
+        if problem:
+            return problem
+    if args.vocab_size < 6:
+        return "--vocab-size must leave room beyond the 5 special tokens"
+    if not 0.98 <= args.character_coverage <= 1.0:   # SentencePiece's accepted range
+        return f"--character-coverage must be in [0.98, 1], got {args.character_coverage}"
+    if not 1 <= args.num_threads <= 1024:
+        return f"--num-threads must be in [1, 1024], got {args.num_threads}"
+    if args.input_sentence_size < 0:
+        return f"--input-sentence-size must be >= 0, got {args.input_sentence_size}"
+    from ernie_doc.utils import unwritable_file
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        return f"--output-dir {args.output_dir}: exists and is not a directory"
+    problem = unwritable_file(os.path.join(args.output_dir, "spm.model"))
+    if problem:   # before training, not after
+        return f"--output-dir {args.output_dir}: {problem}"
+    return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Everything is checked before SentencePiece runs; the model is trained in a temporary
     directory and moved into --output-dir only when training succeeded (nothing is left
@@ -63,24 +87,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
 
-    for f in args.input:
-        problem = check_input(f)
-        if problem:
-            return fail(problem)
-    if args.vocab_size < 6:
-        return fail("--vocab-size must leave room beyond the 5 special tokens")
-    if not 0.98 <= args.character_coverage <= 1.0:   # SentencePiece's accepted range
-        return fail(f"--character-coverage must be in [0.98, 1], got {args.character_coverage}")
-    if not 1 <= args.num_threads <= 1024:
-        return fail(f"--num-threads must be in [1, 1024], got {args.num_threads}")
-    if args.input_sentence_size < 0:
-        return fail(f"--input-sentence-size must be >= 0, got {args.input_sentence_size}")
-    from ernie_doc.utils import unwritable_file
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        return fail(f"--output-dir {args.output_dir}: exists and is not a directory")
-    problem = unwritable_file(os.path.join(args.output_dir, "spm.model"))
-    if problem:   # before training, not after
-        return fail(f"--output-dir {args.output_dir}: {problem}")
+    problem = _arguments_problem(args)
+    if problem:
+        return fail(problem)
 
     import shutil
     import tempfile

@@ -10,7 +10,7 @@ The pieces are the trainer's (data.segment, data.schedule, data.collate), and do
 read as a stream: only those in the batch rows are held.
 """
 from collections import namedtuple
-from typing import Any, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -83,17 +83,7 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         pad_id = getattr(tokenizer, "pad_token_id", None)
         if pad_id is None:
             raise ValueError("pad_id: give it, or a tokenizer that has one")
-    if tokenizer is not None and special_tokens:
-        segmenter = ClassificationSegmenter(seq_len, stride or seq_len - 2,
-                                            tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                            pad_id)
-
-        def cut(ids, index):
-            return segmenter(ids, index)
-    else:
-        def cut(ids, index):
-            return raw_segments(np.asarray(ids, dtype=np.int64), index, seq_len, pad_id, stride)
-
+    cut = _document_cutter(seq_len, tokenizer if special_tokens else None, stride, pad_id)
     vocab = getattr(tokenizer, "vocab_size", None)
     source = ((index, _document_ids(doc, index, tokenizer, vocab))
               for index, doc in enumerate(documents))
@@ -118,6 +108,23 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
             if key is not None and seg == len(held[key]) - 1:
                 del held[key]
         yield _batch(arrays, return_tensors)
+
+
+def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int],
+                     pad_id: int) -> Callable[[Any, int], List[Segment]]:
+    """How one document's ids become its segments: the official layout with the tokenizer's
+    [CLS] / [SEP] when a tokenizer is given, else raw windows of seq_len (`raw_segments`)."""
+    if tokenizer is not None:
+        segmenter = ClassificationSegmenter(seq_len, stride or seq_len - 2,
+                                            tokenizer.cls_token_id, tokenizer.sep_token_id,
+                                            pad_id)
+
+        def cut(ids, index):
+            return segmenter(ids, index)
+    else:
+        def cut(ids, index):
+            return raw_segments(np.asarray(ids, dtype=np.int64), index, seq_len, pad_id, stride)
+    return cut
 
 
 def _check_size(name: str, value: Any, high: int) -> None:

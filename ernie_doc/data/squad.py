@@ -8,6 +8,7 @@ DataError naming the file and the JSON path of the question; misaligned answers 
 or dropped and counted. Details: docs/design-notes.md, "Span data: SQuAD-style JSON".
 """
 import re
+from typing import List, Tuple
 
 from ernie_doc.data.document import Document, Skips, check_split, read_json_file
 from ernie_doc.errors import DataError
@@ -127,18 +128,9 @@ def read_squad(path, split, skip_empty_questions=False):
                 raw = qa.get("answers", [])
                 if not isinstance(raw, list):
                     raise DataError(f"{path}: {location}: 'answers' is not a list")
-                answers, references = [], []
-                for n, answer in enumerate(raw):
-                    answers_seen += 1
-                    answer_at = f"{qa_at}.answers[{n}] (id {qid!r})"
-                    text, start = _answer(answer, f"{path}: {answer_at}")
-                    if not text.strip():
-                        answer_skips.add(EMPTY_ANSWER, answer_at)
-                        continue
-                    references.append(text)
-                    placed = place_answer(context, text, start, answer_skips, answer_at)
-                    if placed:
-                        answers.append(placed)
+                answers, references = _question_answers(raw, context, path, qa_at, qid,
+                                                        answer_skips)
+                answers_seen += len(raw)
                 if split == "train" and not answers:
                     question_skips.add(NO_ANSWER, location)
                     continue
@@ -150,6 +142,24 @@ def read_squad(path, split, skip_empty_questions=False):
     if not docs:
         raise DataError(f"{path}: no questions for split {split!r}")
     return docs
+
+
+def _question_answers(raw: list, context: str, path: str, qa_at: str, qid: str,
+                      skips: Skips) -> Tuple[List[dict], List[str]]:
+    """(answers placed in the context, reference texts) of one question's answer records;
+    empty answers and ones not found in the context are counted in `skips`."""
+    answers, references = [], []
+    for n, answer in enumerate(raw):
+        answer_at = f"{qa_at}.answers[{n}] (id {qid!r})"
+        text, start = _answer(answer, f"{path}: {answer_at}")
+        if not text.strip():
+            skips.add(EMPTY_ANSWER, answer_at)
+            continue
+        references.append(text)
+        placed = place_answer(context, text, start, skips, answer_at)
+        if placed:
+            answers.append(placed)
+    return answers, references
 
 
 def _require_list(record, key, at, what):

@@ -439,75 +439,31 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     by_hand = f"download {fetched} yourself and put it at {manual}"
     if offline():
         raise HubError(f"{manual}: not in the cache and ERNIE_DOC_OFFLINE is set: {by_hand}")
-    timeout = seconds_env("ERNIE_DOC_TIMEOUT", DEFAULT_TIMEOUT)
-    deadline = seconds_env("ERNIE_DOC_DOWNLOAD_DEADLINE", DEFAULT_DEADLINE)
-    cap = max_bytes or bytes_env("ERNIE_DOC_DOWNLOAD_MAX_BYTES", DEFAULT_MAX_BYTES)
-    said = "the registry's cap for this file" if max_bytes else \
-        "the cap of ERNIE_DOC_DOWNLOAD_MAX_BYTES"
+    timeout, deadline, cap, said = _download_limits(max_bytes)
     directory = os.path.dirname(dest)
     request = urllib.request.Request(fetched, headers={"User-Agent": "ernie-doc-paddle",
                                                        "Accept-Encoding": "identity"})
     clock = _Clock(timeout, deadline)
     opener = urllib.request.build_opener(_Redirects(by_hand), *_timed_handlers(clock))
-    digest, size, fd = hashlib.sha256(), 0, None
+    body, fd = _Body(fetched, by_hand), None
     started = time.monotonic()
     try:
         with opener.open(request, timeout=clock.remaining()) as response:
-            encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
-            if encoding != "identity":
-                raise HubError(f"{fetched}: the server sent the file {shown(encoding)}-encoded "
-                               f"although identity was asked for; refused (nothing was "
-                               f"kept); {by_hand}")
-            kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             html_ok = dest.lower().endswith((".html", ".htm"))
-            if kind == "text/html" and not html_ok:
-                raise HubError(f"{fetched}: the server sent an HTML page, not the file (a "
-                               f"login or captive portal?); nothing was kept; {by_hand}")
-            length = (response.headers.get("Content-Length") or "").strip()
-            total = int(length) if length.isdigit() and len(length) <= 20 else None
-            if total is not None and total > cap:
-                raise HubError(f"{fetched}: the server announces {total:,} bytes, more than "
-                               f"{cap:,}, {said}; refused (nothing was kept); {by_hand}")
-            if total is None and not getattr(response, "chunked", False) and sha256 is None:
-                raise HubError(f"{fetched}: the server announced no length (no Content-Length, "
-                               f"not chunked), so a body cut short could not be told from the "
-                               f"whole file, and no sha256 is known for it; refused (nothing "
-                               f"was kept); {by_hand}")
-            limit = total if total is not None else cap
+            total = _announced_size(response, body, html_ok, cap, said, sha256)
             check_space(directory, int((total or 0) * room_factor), fetched)
             fd = os.open(dest, _NEW_FILE, 0o600)
             with _progress(total, os.path.basename(manual)) as bar:
-                while True:
-                    clock.remaining()
-                    # read1: whatever has arrived, so a slow drip cannot hold a read forever
-                    block = response.read1(min(CHUNK, limit + 1 - size))
-                    if not block:
-                        break
-                    if size == 0 and not html_ok and looks_like_html(block):
-                        raise HubError(f"{fetched}: the server sent an HTML page, not the "
-                                       f"file (a login or captive portal?); nothing was kept; "
-                                       f"{by_hand}")
-                    size += len(block)
-                    if size > limit:
-                        why = "the announced Content-Length" if total is not None else said
-                        raise HubError(f"{fetched}: the body is longer than {limit:,} bytes, "
-                                       f"{why}; nothing was kept; {by_hand}")
-                    _write_all(fd, block, dest)
-                    digest.update(block)
-                    bar.update(len(block))
-        if total is not None and size != total:
-            raise HubError(f"{fetched}: the connection closed after {size:,} of {total:,} "
-                           f"bytes; try again, or {by_hand}")
-        got = digest.hexdigest()
-        if sha256 is not None and got != sha256.lower():
-            raise HubError(f"{fetched}: sha256 {got} differs from the expected {sha256} "
-                           f"(a corrupted or different file; nothing was kept)")
+                body.stream(response, fd, dest, clock, bar, html_ok,
+                            total if total is not None else cap,
+                            "the announced Content-Length" if total is not None else said)
+        got = body.checked_hash(total, sha256)
     except HubError:
         _discard(fd, dest)
         raise
     except _Late:
         _discard(fd, dest)
-        raise HubError(f"{fetched}: not finished after {deadline:g} s ({size:,} bytes "
+        raise HubError(f"{fetched}: not finished after {deadline:g} s ({body.size:,} bytes "
                        f"received; ERNIE_DOC_DOWNLOAD_DEADLINE sets the limit); nothing was "
                        f"kept; {by_hand}") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
@@ -516,22 +472,113 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
         if not isinstance(e, urllib.error.URLError) and isinstance(e, OSError) \
                 and e.filename is not None:
             raise   # a local write failure (full disk, permissions): the caller reports it
-        reason = getattr(e, "reason", None) or e
-        if isinstance(reason, _Late):   # wrapped by urllib on the way
-            raise HubError(f"{fetched}: not finished after {deadline:g} s (ERNIE_DOC_DOWNLOAD_"
-                           f"DEADLINE sets the limit); nothing was kept; {by_hand}") from None
-        code = getattr(e, "code", None)
-        what = f"HTTP {code}" if code else f"{type(reason).__name__}: {shown(reason)}"
-        if time.monotonic() - started > deadline:
-            what += f", after the {deadline:g} s of ERNIE_DOC_DOWNLOAD_DEADLINE"
-        raise HubError(f"{fetched}: cannot download ({what}); {by_hand}") from None
+        raise _network_error(e, body, deadline, started) from None
     except BaseException:   # KeyboardInterrupt: no partial file either
         _discard(fd, dest)
         raise
     os.close(fd)
-    logger.info("downloaded %s (%s bytes, %.1f s, sha256 %s)", fetched, f"{size:,}",
+    logger.info("downloaded %s (%s bytes, %.1f s, sha256 %s)", fetched, f"{body.size:,}",
                 time.monotonic() - started, got)
-    return got, size
+    return got, body.size
+
+
+def _download_limits(max_bytes: Optional[int]) -> Tuple[float, float, int, str]:
+    """(connect/read timeout s, whole-download deadline s, byte cap, how the cap is named in
+    errors) from the environment; `max_bytes`, the registry's cap, wins over the variable."""
+    timeout = seconds_env("ERNIE_DOC_TIMEOUT", DEFAULT_TIMEOUT)
+    deadline = seconds_env("ERNIE_DOC_DOWNLOAD_DEADLINE", DEFAULT_DEADLINE)
+    cap = max_bytes or bytes_env("ERNIE_DOC_DOWNLOAD_MAX_BYTES", DEFAULT_MAX_BYTES)
+    said = "the registry's cap for this file" if max_bytes else \
+        "the cap of ERNIE_DOC_DOWNLOAD_MAX_BYTES"
+    return timeout, deadline, cap, said
+
+
+class _Body:
+    """The body of one download as it arrives: its size and sha256 so far (read by the
+    error messages of `download` too), and the URL and by-hand advice its errors name."""
+
+    def __init__(self, fetched: str, by_hand: str):
+        self.fetched, self.by_hand = fetched, by_hand
+        self.digest, self.size = hashlib.sha256(), 0
+
+    def stream(self, response, fd: int, dest: str, clock: _Clock, bar, html_ok: bool,
+               limit: int, why: str) -> None:
+        """Copy the response into `fd` block by block, hashing it; HubError on an HTML page
+        (unless `html_ok`) or on more than `limit` bytes (`why`: the source of the limit)."""
+        fetched, by_hand = self.fetched, self.by_hand
+        while True:
+            clock.remaining()
+            # read1: whatever has arrived, so a slow drip cannot hold a read forever
+            block = response.read1(min(CHUNK, limit + 1 - self.size))
+            if not block:
+                break
+            if self.size == 0 and not html_ok and looks_like_html(block):
+                raise HubError(f"{fetched}: the server sent an HTML page, not the "
+                               f"file (a login or captive portal?); nothing was kept; "
+                               f"{by_hand}")
+            self.size += len(block)
+            if self.size > limit:
+                raise HubError(f"{fetched}: the body is longer than {limit:,} bytes, "
+                               f"{why}; nothing was kept; {by_hand}")
+            _write_all(fd, block, dest)
+            self.digest.update(block)
+            bar.update(len(block))
+
+    def checked_hash(self, total: Optional[int], sha256: Optional[str]) -> str:
+        """The body's sha256 hex, once it is known to be whole (`total` bytes when announced)
+        and, when `sha256` is given, the expected one; HubError otherwise."""
+        if total is not None and self.size != total:
+            raise HubError(f"{self.fetched}: the connection closed after {self.size:,} of "
+                           f"{total:,} bytes; try again, or {self.by_hand}")
+        got = self.digest.hexdigest()
+        if sha256 is not None and got != sha256.lower():
+            raise HubError(f"{self.fetched}: sha256 {got} differs from the expected {sha256} "
+                           f"(a corrupted or different file; nothing was kept)")
+        return got
+
+
+def _announced_size(response, body: _Body, html_ok: bool, cap: int, said: str,
+                    sha256: Optional[str]) -> Optional[int]:
+    """The body's size its headers announce (None: not announced), after refusing what the
+    headers already show to be wrong: an encoding, an HTML page, a size over `cap`, or no
+    framing at all when no sha256 could tell a cut body from the whole file."""
+    fetched, by_hand = body.fetched, body.by_hand
+    encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding != "identity":
+        raise HubError(f"{fetched}: the server sent the file {shown(encoding)}-encoded "
+                       f"although identity was asked for; refused (nothing was "
+                       f"kept); {by_hand}")
+    kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if kind == "text/html" and not html_ok:
+        raise HubError(f"{fetched}: the server sent an HTML page, not the file (a "
+                       f"login or captive portal?); nothing was kept; {by_hand}")
+    length = (response.headers.get("Content-Length") or "").strip()
+    total = int(length) if length.isdigit() and len(length) <= 20 else None
+    if total is not None and total > cap:
+        raise HubError(f"{fetched}: the server announces {total:,} bytes, more than "
+                       f"{cap:,}, {said}; refused (nothing was kept); {by_hand}")
+    if total is None and not getattr(response, "chunked", False) and sha256 is None:
+        raise HubError(f"{fetched}: the server announced no length (no Content-Length, "
+                       f"not chunked), so a body cut short could not be told from the "
+                       f"whole file, and no sha256 is known for it; refused (nothing "
+                       f"was kept); {by_hand}")
+    return total
+
+
+def _network_error(e: BaseException, body: _Body, deadline: float,
+                   started: float) -> HubError:
+    """The one-line HubError of a failed connection or read (HTTP status, timeout, reset),
+    saying when the download deadline is what ended it."""
+    fetched, by_hand = body.fetched, body.by_hand
+    reason = getattr(e, "reason", None) or e
+    if isinstance(reason, _Late):   # wrapped by urllib on the way
+        return HubError(f"{fetched}: not finished after {deadline:g} s (ERNIE_DOC_DOWNLOAD_"
+                        f"DEADLINE sets the limit); nothing was kept; {by_hand}")
+    code = getattr(e, "code", None)
+    what = f"HTTP {code}" if code else f"{type(reason).__name__}: {shown(reason)}"
+    if time.monotonic() - started > deadline:
+        what += f", after the {deadline:g} s of ERNIE_DOC_DOWNLOAD_DEADLINE"
+    return HubError(f"{fetched}: cannot download ({what}); {by_hand}")
 
 
 def _write_all(fd: int, data: bytes, path: str) -> None:

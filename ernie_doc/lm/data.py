@@ -450,41 +450,12 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
         if cache_dir is not None:
             key = {"version": CACHE_VERSION, "source": fingerprints[path],
                    "vocab": vocab.fingerprint}
-        ids = pos = None
-        meta = None
-        if cache_dir is not None:
-            ids_file = os.path.join(cache_dir, f"{split}.ids.npy")
-            pos_file = os.path.join(cache_dir, f"{split}.pos.npy")
-            meta_file = os.path.join(cache_dir, f"{split}.json")
-            meta = _read_json(meta_file)
-            if meta is not None and meta.get("key") == key:
-                n = meta.get("tokens")
-                ids = _load_npy(ids_file, n, mmap)
-                if ids is not None and positions is not None:
-                    if meta.get("splitter") == SPLITTER_VERSION:
-                        pos = _load_npy(pos_file, n, mmap)
-                    if pos is None:  # positions not cached yet (or stale): add them
-                        pos = sega_positions(path)
-                        fingerprints.check_unchanged(path)
-                        _save_npy(pos_file, pos)
-                        meta["splitter"] = SPLITTER_VERSION
-                        atomic_write_text(meta_file, json.dumps(meta, indent=1) + "\n")
-            else:
-                meta = None
+        ids, pos, meta = _cached_split(split, path, key, cache_dir, positions, mmap,
+                                       fingerprints)
         cached = ids is not None
         if not cached:
-            log.info("encoding %s (%s)", split, path)
-            ids, oov = vocab.encode_file(path, return_oov=True)
-            meta = {"key": key, "tokens": int(len(ids)), "oov": int(oov), "splitter": None}
-            if positions is not None:
-                pos = sega_positions(path)
-                meta["splitter"] = SPLITTER_VERSION
-            if cache_dir is not None:
-                fingerprints.check_unchanged(path)
-                _save_npy(ids_file, ids)
-                if pos is not None:
-                    _save_npy(pos_file, pos)
-                atomic_write_text(meta_file, json.dumps(meta, indent=1) + "\n")
+            ids, pos, meta = _encode_split(split, path, key, vocab, cache_dir, positions,
+                                           fingerprints)
         if pos is not None and len(pos[0]) != len(ids):
             raise DataError(f"{path}: {len(pos[0])} positions for {len(ids)} tokens")
         corpus.data[split] = ids
@@ -495,6 +466,57 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
         if corpus.oov[split]:
             log.info("%d tokens of %s mapped to %s", corpus.oov[split], split, UNK)
     return corpus
+
+
+def _cached_split(split: str, path: str, key: Optional[dict], cache_dir: Optional[str],
+                  positions: Optional[str], mmap: bool, fingerprints: "_Fingerprints"
+                  ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], Optional[dict]]:
+    """(ids, positions or None, meta) of a split from the cache when its key matches (its
+    positions computed and cached now when asked for and missing or stale); (None, None, None)
+    when it must be encoded."""
+    if cache_dir is None:
+        return None, None, None
+    pos = None
+    ids_file = os.path.join(cache_dir, f"{split}.ids.npy")
+    pos_file = os.path.join(cache_dir, f"{split}.pos.npy")
+    meta_file = os.path.join(cache_dir, f"{split}.json")
+    meta = _read_json(meta_file)
+    if meta is None or meta.get("key") != key:
+        return None, None, None
+    n = meta.get("tokens")
+    ids = _load_npy(ids_file, n, mmap)
+    if ids is not None and positions is not None:
+        if meta.get("splitter") == SPLITTER_VERSION:
+            pos = _load_npy(pos_file, n, mmap)
+        if pos is None:  # positions not cached yet (or stale): add them
+            pos = sega_positions(path)
+            fingerprints.check_unchanged(path)
+            _save_npy(pos_file, pos)
+            meta["splitter"] = SPLITTER_VERSION
+            atomic_write_text(meta_file, json.dumps(meta, indent=1) + "\n")
+    return ids, pos, meta
+
+
+def _encode_split(split: str, path: str, key: Optional[dict], vocab: Vocabulary,
+                  cache_dir: Optional[str], positions: Optional[str],
+                  fingerprints: "_Fingerprints") -> Tuple[np.ndarray, Optional[np.ndarray], dict]:
+    """(ids, positions or None, meta) of a split encoded from its token file, written to the
+    cache (when there is one) with its JSON last."""
+    log.info("encoding %s (%s)", split, path)
+    ids, oov = vocab.encode_file(path, return_oov=True)
+    meta = {"key": key, "tokens": int(len(ids)), "oov": int(oov), "splitter": None}
+    pos = None
+    if positions is not None:
+        pos = sega_positions(path)
+        meta["splitter"] = SPLITTER_VERSION
+    if cache_dir is not None:
+        fingerprints.check_unchanged(path)
+        _save_npy(os.path.join(cache_dir, f"{split}.ids.npy"), ids)
+        if pos is not None:
+            _save_npy(os.path.join(cache_dir, f"{split}.pos.npy"), pos)
+        atomic_write_text(os.path.join(cache_dir, f"{split}.json"),
+                          json.dumps(meta, indent=1) + "\n")
+    return ids, pos, meta
 
 
 # --- ordered batches -----------------------------------------------------------------------------

@@ -587,8 +587,14 @@ class TransformerXLLM(nn.Layer):
         if seg_len <= c.ext_len:
             raise ValueError(f"seq_len {seg_len} must exceed ext_len {c.ext_len} (the last "
                              "ext_len positions are not cached)")
-        if memories is None:
-            return
+        if memories is not None:
+            self._check_memories(memories, memory_positions, batch)
+
+    def _check_memories(self, memories: Union[paddle.Tensor, Sequence[paddle.Tensor]],
+                        memory_positions: Optional[paddle.Tensor], batch: int) -> None:
+        """ValueError unless `memories` are n_layer [batch, M, d_model] tensors of one shape,
+        with their memory_positions [3, batch, M] when segment_positions (and M > 0)."""
+        c = self.config
         if len(memories) != c.n_layer:
             raise ValueError(f"memories must hold n_layer = {c.n_layer} tensors, got "
                              f"{len(memories)}")
@@ -607,6 +613,29 @@ class TransformerXLLM(nn.Layer):
                 raise ValueError(f"memory_positions must be [3, batch, M] = "
                                  f"{[3, batch, mem_shape[1]]}, got "
                                  f"{_shape_list(memory_positions)}")
+
+    def _read_memories(self, memories: Union[paddle.Tensor, Sequence[paddle.Tensor]],
+                       reset_memory: Optional[paddle.Tensor],
+                       memory_positions: Optional[paddle.Tensor]
+                       ) -> Tuple[List[paddle.Tensor], Optional[paddle.Tensor]]:
+        """The memories a segment reads → (one [B, M, d_model] per layer, their positions
+        [3, B, M] int64 or None), rows in `reset_memory` zeroed."""
+        c = self.config
+        if isinstance(memories, paddle.Tensor):
+            if reset_memory is not None:
+                memories = reset_rows(memories, reset_memory, batch_axis=1)
+            mems = [memories[i] for i in range(c.n_layer)]
+        else:
+            mems = [m if reset_memory is None else reset_rows(m, reset_memory, batch_axis=0)
+                    for m in memories]
+        mem_pos = None
+        if c.segment_positions:
+            mem_pos = memory_positions.astype("int64")
+            if reset_memory is not None:
+                # float64 holds the counters exactly; reset_rows multiplies by 0/1.
+                mem_pos = reset_rows(mem_pos.astype("float64"), reset_memory,
+                                     batch_axis=1).astype("int64")
+        return mems, mem_pos
 
     # -- forward -----------------------------------------------------------------------------
     def forward(self, input_ids: paddle.Tensor, target: Optional[paddle.Tensor] = None,
@@ -634,19 +663,7 @@ class TransformerXLLM(nn.Layer):
         use_memory = self.uses_memory
         mems, mem_pos = None, None
         if use_memory and memories is not None and memories[0].shape[1] > 0:
-            if isinstance(memories, paddle.Tensor):
-                if reset_memory is not None:
-                    memories = reset_rows(memories, reset_memory, batch_axis=1)
-                mems = [memories[i] for i in range(c.n_layer)]
-            else:
-                mems = [m if reset_memory is None else reset_rows(m, reset_memory, batch_axis=0)
-                        for m in memories]
-            if c.segment_positions:
-                mem_pos = memory_positions.astype("int64")
-                if reset_memory is not None:
-                    # float64 holds the counters exactly; reset_rows multiplies by 0/1.
-                    mem_pos = reset_rows(mem_pos.astype("float64"), reset_memory,
-                                         batch_axis=1).astype("int64")
+            mems, mem_pos = self._read_memories(memories, reset_memory, memory_positions)
         mlen = 0 if mems is None else mems[0].shape[1]
 
         mask_bias = self.attention_bias(seg_len, mlen)

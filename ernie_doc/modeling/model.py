@@ -200,6 +200,26 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
                 raise ValueError(f"memory_mask must be [batch, memory_len] = "
                                  f"{[batch, self.memory_len]}, got {_int_shape(memory_mask)}")
 
+    def _memory_keys(self, memories: Optional[paddle.Tensor],
+                     reset_memory: Optional[paddle.Tensor], token_type_ids: paddle.Tensor,
+                     batch: int) -> Tuple[Optional[paddle.Tensor], paddle.Tensor]:
+        """→ (the memories this segment reads [L, B, M, H]: given, reset where asked, or fresh
+        (None without memory); the task type of every key, memory slots first [B, M+T])."""
+        mem_len = self.memory_len
+        if mem_len:
+            if memories is None:
+                memories = self.init_memories(batch)
+            elif reset_memory is not None:
+                memories = reset_rows(memories, reset_memory, batch_axis=1)
+            # Memory slots take the task type of the row's first token (the official code
+            # takes batch row 0's for every row).
+            key_task_ids = paddle.concat(
+                [paddle.expand(token_type_ids[:, :1], [batch, mem_len]), token_type_ids], axis=1)
+        else:
+            memories = None
+            key_task_ids = token_type_ids
+        return memories, key_task_ids
+
     def forward(self, input_ids: paddle.Tensor, memories: Optional[paddle.Tensor] = None,
                 token_type_ids: Optional[paddle.Tensor] = None,
                 attention_mask: Optional[paddle.Tensor] = None,
@@ -218,18 +238,8 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
             token_type_ids = paddle.zeros_like(input_ids)
         token_type_ids = token_type_ids.astype("int64")
 
-        if mem_len:
-            if memories is None:
-                memories = self.init_memories(batch)
-            elif reset_memory is not None:
-                memories = reset_rows(memories, reset_memory, batch_axis=1)
-            # Memory slots take the task type of the row's first token (the official code
-            # takes batch row 0's for every row).
-            key_task_ids = paddle.concat(
-                [paddle.expand(token_type_ids[:, :1], [batch, mem_len]), token_type_ids], axis=1)
-        else:
-            memories = None
-            key_task_ids = token_type_ids
+        memories, key_task_ids = self._memory_keys(memories, reset_memory, token_type_ids,
+                                                   batch)
 
         # Additive mask [B,n,T,K]: −1e9 unless query and key are real.
         mask_bias, new_memory_mask = encoder_attention_bias(

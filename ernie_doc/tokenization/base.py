@@ -182,40 +182,10 @@ class TokenizerCallMixin:
             Face and PaddleNLP) or "pd" (paddle int64 tensors, the same shapes); a ragged batch
             needs padding.
         """
-        if unsupported:
-            name = sorted(unsupported)[0]
-            known = "a Hugging Face option" if name in _HF_ONLY else "an option"
-            raise TypeError(f"{type(self).__name__}(): {name}= is {known} this tokenizer does "
-                            f"not support; it takes max_length, truncation, padding, "
-                            f"add_special_tokens, return_offsets_mapping, "
-                            f"return_attention_mask, return_token_type_ids, return_tensors")
-        if text is None or isinstance(text, (bytes, bytearray)) or \
-                not hasattr(text, "__iter__"):
-            raise TypeError(f"text: expected a str or a list of str, got {type(text).__name__}"
-                            + (" (decode bytes first: text.decode('utf-8'))"
-                               if isinstance(text, (bytes, bytearray)) else ""))
-        if max_length is not None and (isinstance(max_length, bool)
-                                       or not isinstance(max_length, int)
-                                       or not 1 <= max_length <= MAX_MODEL_MAX_LENGTH):
-            from ernie_doc.errors import TokenizerError
-            raise TokenizerError(f"max_length must be an integer from 1 to "
-                                 f"{MAX_MODEL_MAX_LENGTH}, got {max_length!r}")
+        self._check_call(text, max_length, unsupported)
         batched = not isinstance(text, str)
         texts = list(text) if batched else [text]
-        if text_pair is None:
-            pairs = [None] * len(texts)
-        elif batched and isinstance(text_pair, str):
-            raise TypeError(f"text is a batch of {len(texts)} texts and text_pair one str: pass "
-                            f"one pair per text, a list of {len(texts)} str (as Hugging Face and "
-                            f"PaddleNLP)")
-        elif not batched and not isinstance(text_pair, str):
-            raise TypeError(f"text is one str and text_pair a {type(text_pair).__name__}: pass a "
-                            f"str, or a list of texts with a list of pairs")
-        else:
-            pairs = list(text_pair) if batched else [text_pair]
-            if len(pairs) != len(texts):
-                raise ValueError(f"text_pair must match text: {len(texts)} text(s), "
-                                 f"{len(pairs)} pair(s)")
+        pairs = self._pairs_of(texts, text_pair, batched)
         if max_length is None and (truncation not in (False, None) or padding == "max_length"):
             max_length = self.model_max_length
         if truncation is True:
@@ -239,14 +209,67 @@ class TokenizerCallMixin:
             if not return_token_type_ids:
                 del row["token_type_ids"]
         if padding:
-            width = max_length if padding == "max_length" else \
-                max(len(r["input_ids"]) for r in rows)
-            fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
-                    "offset_mapping": (0, 0)}
-            for row in rows:
-                short = width - len(row["input_ids"])
-                for key in row:
-                    row[key] = row[key] + [fill[key]] * max(0, short)
+            self._pad(rows, max_length if padding == "max_length" else
+                      max(len(r["input_ids"]) for r in rows))
+        return self._encoding(rows, batched, return_tensors)
+
+    def _check_call(self, text: Any, max_length: Optional[int],
+                    unsupported: Dict[str, Any]) -> None:
+        """Refuse, before any encoding, an option this tokenizer does not have, a text that is
+        neither a str nor a list of them, and a max_length out of range."""
+        if unsupported:
+            name = sorted(unsupported)[0]
+            known = "a Hugging Face option" if name in _HF_ONLY else "an option"
+            raise TypeError(f"{type(self).__name__}(): {name}= is {known} this tokenizer does "
+                            f"not support; it takes max_length, truncation, padding, "
+                            f"add_special_tokens, return_offsets_mapping, "
+                            f"return_attention_mask, return_token_type_ids, return_tensors")
+        if text is None or isinstance(text, (bytes, bytearray)) or \
+                not hasattr(text, "__iter__"):
+            raise TypeError(f"text: expected a str or a list of str, got {type(text).__name__}"
+                            + (" (decode bytes first: text.decode('utf-8'))"
+                               if isinstance(text, (bytes, bytearray)) else ""))
+        if max_length is not None and (isinstance(max_length, bool)
+                                       or not isinstance(max_length, int)
+                                       or not 1 <= max_length <= MAX_MODEL_MAX_LENGTH):
+            from ernie_doc.errors import TokenizerError
+            raise TokenizerError(f"max_length must be an integer from 1 to "
+                                 f"{MAX_MODEL_MAX_LENGTH}, got {max_length!r}")
+
+    @staticmethod
+    def _pairs_of(texts: List[str], text_pair: Union[str, Sequence[str], None],
+                  batched: bool) -> List[Optional[str]]:
+        """The second text of each example (None without pairs): one str for one text, a list
+        as long as the batch for a batch."""
+        if text_pair is None:
+            return [None] * len(texts)
+        if batched and isinstance(text_pair, str):
+            raise TypeError(f"text is a batch of {len(texts)} texts and text_pair one str: pass "
+                            f"one pair per text, a list of {len(texts)} str (as Hugging Face and "
+                            f"PaddleNLP)")
+        if not batched and not isinstance(text_pair, str):
+            raise TypeError(f"text is one str and text_pair a {type(text_pair).__name__}: pass a "
+                            f"str, or a list of texts with a list of pairs")
+        pairs = list(text_pair) if batched else [text_pair]
+        if len(pairs) != len(texts):
+            raise ValueError(f"text_pair must match text: {len(texts)} text(s), "
+                             f"{len(pairs)} pair(s)")
+        return pairs
+
+    def _pad(self, rows: List[Dict[str, list]], width: int) -> None:
+        """Right-pad every row's lists to `width` in place: [PAD], token type 0, attention 0,
+        offset (0, 0)."""
+        fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
+                "offset_mapping": (0, 0)}
+        for row in rows:
+            short = width - len(row["input_ids"])
+            for key in row:
+                row[key] = row[key] + [fill[key]] * max(0, short)
+
+    def _encoding(self, rows: List[Dict[str, list]], batched: bool,
+                  return_tensors: Optional[str]) -> BatchEncoding:
+        """The rows as __call__ returns them: lists per key (per example for a batch, flat for
+        one str), or [B, T] arrays / tensors when return_tensors is given."""
         keys = list(rows[0]) if rows else ["input_ids"]
         out = BatchEncoding({k: [r[k] for r in rows] for k in keys})
         if return_tensors is not None:

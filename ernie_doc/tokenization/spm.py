@@ -49,19 +49,7 @@ def train(
     ``input_sentence_size=0`` uses every line (no sampling, deterministic).
     """
     spm = _sentencepiece()
-    if isinstance(files, (str, os.PathLike)):
-        files = [files]
-    files = [os.fspath(f) for f in files]
-    if not files:
-        raise ValueError("no training files given")
-    from ernie_doc.utils import file_kind
-
-    for f in files:
-        kind = file_kind(f)  # a regular file only: sentencepiece would block on a FIFO
-        if kind == "missing":
-            raise FileNotFoundError(f"training file not found: {f}")
-        if kind is not None:
-            raise TokenizerError(f"{f}: training file is {kind}, not a regular file")
+    files = _training_files(files)
     if model_type not in ("unigram", "bpe", "char", "word"):
         raise ValueError(f"unknown model_type {model_type!r}")
     prefix = os.fspath(model_prefix)
@@ -93,6 +81,25 @@ def train(
     options.update(extra_options or {})
     spm.SentencePieceTrainer.train(**options)
     return prefix + ".model"
+
+
+def _training_files(files: Union[PathLike, Sequence[PathLike]]) -> List[str]:
+    """`files` (one path or several) as a list of str paths, each an existing regular file
+    (sentencepiece would block on a FIFO); FileNotFoundError / TokenizerError name it."""
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    files = [os.fspath(f) for f in files]
+    if not files:
+        raise ValueError("no training files given")
+    from ernie_doc.utils import file_kind
+
+    for f in files:
+        kind = file_kind(f)  # a regular file only: sentencepiece would block on a FIFO
+        if kind == "missing":
+            raise FileNotFoundError(f"training file not found: {f}")
+        if kind is not None:
+            raise TokenizerError(f"{f}: training file is {kind}, not a regular file")
+    return files
 
 
 class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):

@@ -19,7 +19,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -218,25 +218,11 @@ class Trainer:
         """Train to the end (or to stop_at_step) → eval_results.json's content (results.json's
         for a streamed run without held-out data); None when stopped at stop_at_step."""
         cfg, run = self.cfg, self.run
-        train, total_steps = run.train, run.total_steps
-        B, accum = cfg.batch_size, cfg.grad_accum_steps
-        # layer-wise LR decay needs the encoder's depth (kinds without layers refuse decay)
-        layers = self.model.config.num_hidden_layers if cfg.layer_decay != 1.0 else 0
-        optimizer, scheduler = build_optimizer(self.wrapped, cfg, total_steps, layers)
-        self.optimizer = optimizer
-        self.compiled = compiled_or_none(self.model, cfg.compile, self.world, run.amp)
-        scaler = run.amp.scaler()   # fp16 only
+        train, total_steps, accum = run.train, run.total_steps, cfg.grad_accum_steps
+        optimizer, scheduler, scaler = self._set_up_optimizer()
         state, carry = self._start(optimizer, scheduler)   # trainer state, rows' memories
         log = self._run_log(state["step"])
-        from tqdm import tqdm
-
-        from ernie_doc.utils import show_progress
-        bar = tqdm(total=total_steps, initial=state["step"], desc=f"train {cfg.task}",
-                   disable=not (self.is_main and show_progress(cfg.progress)), dynamic_ncols=True,
-                   mininterval=1.0)
-        epochs = "" if train.endless else f"{cfg.epochs} epochs, "
-        logger.info(f"training: {epochs}{total_steps} optimizer steps "
-                    f"({B} rows/rank x {self.world} ranks x {accum} accumulation)")
+        bar = self._progress_bar()
         self.wrapped.train()
         # per micro-step since the last optimizer step: (mean loss, rows), task metric sums
         losses, metrics, tokens, t0 = [], defaultdict(lambda: [0.0, 0.0]), 0, time.perf_counter()
@@ -263,15 +249,7 @@ class Trainer:
             tokens += self.task.batch_tokens(batch)
             if not boundary:
                 continue
-            lr = optimizer.get_lr()
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.clear_grad()
-            scheduler.step()
-            state["step"] += 1
+            lr = self._optimizer_step(optimizer, scheduler, scaler)
             state["epoch"], state["micro"] = epoch, micro + 1
             elapsed = time.perf_counter() - t0
             timing["steps"] += 1
@@ -281,33 +259,89 @@ class Trainer:
             last = state["step"] == total_steps
             if epoch_end:
                 state["epoch"], state["micro"] = epoch + 1, 0
-            evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
-                or (epoch_end and cfg.eval_every_epoch)
-            if evaluate:
-                self._evaluate_and_keep_best(log)
-            stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
-            # SIGINT / SIGTERM: every rank stops after the same step (the last one finishes)
-            interrupt = self._stop_requested() is not None and not last
-            if evaluate or stop or interrupt or \
-                    (cfg.save_steps and state["step"] % cfg.save_steps == 0):
-                self._save_state(carry)
-            if stop:
-                logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
-                            f"--resume {self.out}")
+            stop, interrupt = self._evaluate_and_save(log, carry, epoch_end, last)
             if stop or last or interrupt:
                 break
             # after evaluation and checkpoints: the next step's time (tokens/s, timing.json)
             # is its own
             t0 = time.perf_counter()
         bar.close()
+        return self._end_of_run(log, timing, carry, stop, interrupt)
+
+    def _set_up_optimizer(self) -> Tuple[Any, Any, Any]:
+        """→ (optimizer, LR scheduler, fp16 loss scaler or None) for the run's total steps;
+        the compiled training forward is built here too (compile: true)."""
+        cfg, run = self.cfg, self.run
+        # layer-wise LR decay needs the encoder's depth (kinds without layers refuse decay)
+        layers = self.model.config.num_hidden_layers if cfg.layer_decay != 1.0 else 0
+        optimizer, scheduler = build_optimizer(self.wrapped, cfg, run.total_steps, layers)
+        self.optimizer = optimizer
+        self.compiled = compiled_or_none(self.model, cfg.compile, self.world, run.amp)
+        return optimizer, scheduler, run.amp.scaler()   # the scaler: fp16 only
+
+    def _progress_bar(self) -> Any:
+        """The tqdm bar of the optimizer steps (main rank, when progress is shown), after
+        logging the run's plan: epochs, steps, rows per step."""
+        cfg, train, total_steps = self.cfg, self.run.train, self.run.total_steps
+        from tqdm import tqdm
+
+        from ernie_doc.utils import show_progress
+        bar = tqdm(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
+                   disable=not (self.is_main and show_progress(cfg.progress)), dynamic_ncols=True,
+                   mininterval=1.0)
+        epochs = "" if train.endless else f"{cfg.epochs} epochs, "
+        logger.info(f"training: {epochs}{total_steps} optimizer steps "
+                    f"({cfg.batch_size} rows/rank x {self.world} ranks x "
+                    f"{cfg.grad_accum_steps} accumulation)")
+        return bar
+
+    def _optimizer_step(self, optimizer: Any, scheduler: Any, scaler: Any) -> float:
+        """Apply the accumulated gradients (through the fp16 scaler when there is one), clear
+        them, advance the LR schedule and the step count → the learning rate just used."""
+        lr = optimizer.get_lr()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.clear_grad()
+        scheduler.step()
+        self.state["step"] += 1
+        return lr
+
+    def _evaluate_and_save(self, log: RunLog, carry: dict, epoch_end: bool,
+                           last: bool) -> Tuple[bool, bool]:
+        """After an optimizer step: evaluate when due (last step, eval_steps, epoch end), and
+        save a checkpoint when evaluated, stopping or due (save_steps) → (stop at stop_at_step,
+        stop on a signal)."""
+        cfg, state = self.cfg, self.state
+        evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
+            or (epoch_end and cfg.eval_every_epoch)
+        if evaluate:
+            self._evaluate_and_keep_best(log)
+        stop = bool(cfg.stop_at_step) and state["step"] == cfg.stop_at_step and not last
+        # SIGINT / SIGTERM: every rank stops after the same step (the last one finishes)
+        interrupt = self._stop_requested() is not None and not last
+        if evaluate or stop or interrupt or \
+                (cfg.save_steps and state["step"] % cfg.save_steps == 0):
+            self._save_state(carry)
+        if stop:
+            logger.info(f"stop_at_step {cfg.stop_at_step}: stopping; continue with "
+                        f"--resume {self.out}")
+        return stop, interrupt
+
+    def _end_of_run(self, log: RunLog, timing: dict, carry: dict, stop: bool,
+                    interrupt: bool) -> Optional[dict]:
+        """timing.json, the final memories, then: Interrupted on a signal, None at
+        stop_at_step, else the final evaluation's results (`_finish`); the logs closed."""
         self._write_timing(timing)
         self.last_memories = None if carry.get("memories") is None else \
             carry["memories"].numpy()
         if interrupt:
             log.close()
             logger.info(f"interrupted (signal {self._stop_requested()}): stopped at step "
-                        f"{state['step']}, saved")
-            raise Interrupted(self._stop_requested(), self.out, state["step"])
+                        f"{self.state['step']}, saved")
+            raise Interrupted(self._stop_requested(), self.out, self.state["step"])
         results = None
         if not stop:
             results = self._finish(log)
