@@ -197,6 +197,9 @@ def test_missing_data_dir_and_empty_split(tmp_path):
     proc = run_task("iflytek", tmp_path / "nowhere", out, vocab_dir(tmp_path / "v", HANZI),
                     expect=2)
     assert "nowhere" in proc.stderr and not out.exists()
+    # a real process: nothing else reaches stderr (warnings, paddle's own output)
+    assert proc.stderr.startswith("error: ") and proc.stderr.strip().count("\n") == 0, \
+        proc.stderr
     data = tmp_path / "empty"
     data.mkdir()
     (data / "train.json").write_text("\n\n")
