@@ -182,3 +182,24 @@ def tiny_export(best, prefix):
     assert export.main(["--config", str(best), "--head", "sequence_classification",
                         "--output", str(prefix)]) == 0
     return prefix.parent
+
+
+def in_process(command, argv, expect=0):
+    """A tool's command(argv), what its script runs, in this process with stdout and stderr
+    captured (paddle's import, about 2 s of CPU, is paid once per test process instead of once
+    per launch) → (returncode, stdout, stderr) as a finished subprocess has them; the status
+    must be `expect`. For tests of what a tool does; a test of a script's or run.sh's own
+    wiring launches it."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = command(list(argv))
+        except SystemExit as e:
+            code = e.code
+    proc = SimpleNamespace(returncode=code or 0, stdout=stdout.getvalue(),
+                           stderr=stderr.getvalue())
+    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc

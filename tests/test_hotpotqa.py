@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import ROOT  # noqa: F401  (repo on sys.path)
+from helpers import ROOT, in_process
 from test_tasks import COMMON, vocab_dir
 
 from ernie_doc.data.segment import reading_passes
@@ -290,6 +290,20 @@ def run_stage(data, out, vocab, *extra, stage="evidence", evidence=None, expect=
     return proc
 
 
+def finetune_stage(data, out, vocab, *extra, stage="evidence", evidence=None, expect=0):
+    """What run_stage's run.sh runs (its config per STAGE, EVIDENCE as
+    task_options.evidence_file, then tools/launch.sh's overrides), in this process: for tests
+    of the stages' data and results; test_both_stages_run_sh_... keeps the real launches."""
+    from tools.finetune import command
+    config = "config.yaml" if stage == "evidence" else "config_answer.yaml"
+    overrides = [f"output_dir={out}", "overwrite_output_dir=true", f"data_dir={data}",
+                 "model=ernie-doc-small"]
+    if evidence is not None:
+        overrides.append(f"task_options.evidence_file={evidence}")
+    return in_process(command, [str(ROOT / "tasks" / "hotpotqa" / config), "--set", *overrides,
+                                f"tokenizer={vocab}", *COMMON, *E2E, *extra], expect)
+
+
 def lines(path):
     return [json.loads(x) for x in open(path, encoding="utf-8")]
 
@@ -324,7 +338,8 @@ def test_both_stages_run_sh_stage_one_feeds_stage_two(tmp_path):
     # evidence missing for a dev question: one error line, nothing written
     path = tmp_path / "partial.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in dev[1:]))
-    proc = run_stage(data, tmp_path / "bad", vocab, stage="answer", evidence=path, expect=2)
+    proc = finetune_stage(data, tmp_path / "bad", vocab, stage="answer", evidence=path,
+                          expect=2)
     assert proc.stderr.startswith("error: ") and dev[0]["doc_id"] in proc.stderr
     assert not (tmp_path / "bad").exists()
 
@@ -332,11 +347,11 @@ def test_both_stages_run_sh_stage_one_feeds_stage_two(tmp_path):
 def test_bad_configuration_is_one_error_line(tmp_path):
     data = hotpot_data(tmp_path)
     vocab, _ = tokenizer(tmp_path / "plain", markers=False)
-    proc = run_stage(data, tmp_path / "out", vocab, expect=2)
+    proc = finetune_stage(data, tmp_path / "out", vocab, expect=2)
     assert "[p] / [q] / [/q]" in proc.stderr and proc.stderr.count("\n") == 1
     vocab, _ = tokenizer(tmp_path)
-    proc = run_stage(data, tmp_path / "out", vocab, "task_options.evidence_file=null",
-                     stage="answer", expect=2)
+    proc = finetune_stage(data, tmp_path / "out", vocab, "task_options.evidence_file=null",
+                          stage="answer", expect=2)
     assert "evidence_file" in proc.stderr and not (tmp_path / "out").exists()
 
 

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks, write_wikitext
+from helpers import (ROOT, assert_two_ranks_equal_one_process, in_process, launch_two_ranks,
+                     train_and_dump, write_wikitext)
 from safetensors.numpy import load_file
 
 from ernie_doc.errors import ConfigError, DataError
@@ -214,11 +215,8 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(data, tmp_path):
     proc, logs = launch_two_ranks(tmp_path, [os.path.join("tests", "dp_worker.py"), str(dp),
                                              *tiny(data, dp, *common, "batch_size=2")])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
-    env = dict(os.environ, PADDLE_TRAINERS_NUM="1", PADDLE_TRAINER_ID="0")
-    proc = subprocess.run([PY, os.path.join("tests", "dp_worker.py"), str(single),
-                           *tiny(data, single, *common, "batch_size=4")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    single.mkdir()
+    train_and_dump(single, tiny(data, single, *common, "batch_size=4"))
     a, b = assert_two_ranks_equal_one_process(dp, single)
     assert len(a) == len(b) == 6
     for ra, rb in zip(a, b):
@@ -253,10 +251,9 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(data, tmp_path, extra, 
 
 
 def test_error_line_from_the_command_line(data, tmp_path):
-    proc = subprocess.run([PY, os.path.join(ROOT, "tools", "finetune.py"), "--set",
-                           *tiny(data, tmp_path / "o", "reader.files.train=nope.tokens")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
+    from tools.finetune import command
+    proc = in_process(command, ["--set", *tiny(data, tmp_path / "o",
+                                               "reader.files.train=nope.tokens")], expect=2)
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: {data / 'nope.tokens'}: the train split's token file does not exist "
         f"(reader.files.train under data_dir {str(data)!r})")

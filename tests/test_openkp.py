@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import ROOT, tiny_config
-from test_tasks import run_task, vocab_dir
+from test_tasks import finetune_task, run_task, vocab_dir
 
 WORDS = ["cheap", "flights", "to", "paris", "hotel", "deals", "the", "best", "travel", "guide",
          "city", "tour", "museum", "river", "food", "night", "book", "now", "online", "price"]
@@ -247,8 +247,12 @@ def test_openkp_run_sh_end_to_end(tmp_path, nproc):  # data parallelism requires
     dev[0][1].append("http://www.example.com/skip")   # a URL word the reader drops
     openkp_file(data / "OpenKPDev.jsonl", dev)
     out = tmp_path / "out"
-    proc = run_task("openkp", data, out, vocab_dir(tmp_path / "vocab", WORDS), "stride=8",
-                    nproc=nproc)
+    if nproc > 1:   # the run.sh launch (fleetrun); one process: the same run in this one
+        proc = run_task("openkp", data, out, vocab_dir(tmp_path / "vocab", WORDS), "stride=8",
+                        nproc=nproc)
+    else:
+        proc = finetune_task("openkp", data, out, vocab_dir(tmp_path / "vocab", WORDS),
+                             "stride=8")
     log = proc.stdout + proc.stderr
     if nproc > 1:
         log = (tmp_path / "out.launch" / "workerlog.0").read_text()
@@ -278,7 +282,7 @@ def test_bad_openkp_line_is_one_error_line_and_exit_2(tmp_path, line, message):
     (data / "OpenKPTrain.jsonl").write_text(good + "\n" + line + "\n")
     (data / "OpenKPDev.jsonl").write_text(good + "\n")
     out = tmp_path / "out"
-    proc = run_task("openkp", data, out, vocab_dir(tmp_path / "vocab", WORDS), expect=2)
+    proc = finetune_task("openkp", data, out, vocab_dir(tmp_path / "vocab", WORDS), expect=2)
     assert proc.stderr.startswith("error: ") and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "OpenKPTrain.jsonl:2:" in proc.stderr and message in proc.stderr
     assert not out.exists()

@@ -1,35 +1,30 @@
 """ernie-doc predict and ernie_doc.pipeline: a fine-tuned run's model on new documents.
 
-The models are tiny runs of the tasks' own run.sh on fixtures in the official formats; the
-predictions must equal, field for field, what the trainer's evaluation (eval_only's code)
-wrote for the same documents."""
+The models are tiny runs of the tasks (what their run.sh runs, in-process) on fixtures in the
+official formats; the predictions must equal, field for field, what the trainer's evaluation
+(eval_only's code) wrote for the same documents."""
 import itertools
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import in_process
 from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
-from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
+from test_tasks import WORDS, finetune_task, imdb_tsv, vocab_dir
 
 from ernie_doc.errors import PipelineError
 from ernie_doc.pipeline import Pipeline, pipeline, read_inputs
 from ernie_doc.predict_io import completed_ids, model_directory, provenance
 from ernie_doc.training.tasks import load_reader
 
-PREDICT = [sys.executable, os.path.join(ROOT, "tools", "predict.py")]
-
 
 def predict_cli(*args, expect=0):
-    proc = subprocess.run(PREDICT + [str(a) for a in args] + ["--no-progress"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+    """tools/predict.py, in this process."""
+    from tools.predict import command
+    return in_process(command, [str(a) for a in args] + ["--no-progress"], expect)
 
 
 def read_jsonl(path):
@@ -51,8 +46,8 @@ def imdb_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("imdb")
     data = imdb_tsv(tmp)
     out = tmp / "out"
-    run_task("imdb", data, out, vocab_dir(tmp / "vocab", WORDS), "test_splits=[test]",
-             "eval_batch_size=2")
+    finetune_task("imdb", data, out, vocab_dir(tmp / "vocab", WORDS), "test_splits=[test]",
+                  "eval_batch_size=2")
     return data, out
 
 
@@ -90,8 +85,8 @@ def test_eval_only_run_writes_the_same_predictions(imdb_run, tmp_path):
     """eval_only (a separate run from best/) and predict agree document for document."""
     data, out = imdb_run
     ev = tmp_path / "eval"
-    run_task("imdb", data, ev, out / "best", "eval_only=true", f"init_checkpoint={out / 'best'}",
-             "test_splits=[test]", "eval_batch_size=2")
+    finetune_task("imdb", data, ev, out / "best", "eval_only=true",
+                  f"init_checkpoint={out / 'best'}", "test_splits=[test]", "eval_batch_size=2")
     docs = load_reader("imdb").read(str(data), "test", {})
     assert_same_predictions(read_jsonl(ev / "predictions_test.jsonl"),
                             Pipeline.from_pretrained(str(out))(docs))
@@ -103,7 +98,7 @@ def test_span_predict_equals_evaluation(tmp_path):
     squad_json(data / "cmrc2018_train.json", zh_questions(12, 0))
     squad_json(data / "cmrc2018_dev.json", zh_questions(6, 1))
     out = tmp_path / "out"
-    run_task("cmrc2018", data, out, vocab_dir(tmp_path / "vocab", ZH), *SPAN_COMMON)
+    finetune_task("cmrc2018", data, out, vocab_dir(tmp_path / "vocab", ZH), *SPAN_COMMON)
     docs = load_reader("cmrc2018").read(str(data), "dev", {})
     # the fields a user sends: question and context (no answers)
     inputs = [{"id": d.doc_id, "question": d.fields["question"],
@@ -119,8 +114,8 @@ def test_choice_predict_equals_evaluation(tmp_path):
     data = c3_data(tmp_path, (("train", 8), ("dev", 5), ("test", 2)))
     out = tmp_path / "out"
     # T=32: the default (PaddleNLP's) C3 window leaves no context at T=16
-    run_task("c3", data, out, vocab_dir(tmp_path / "vocab", ZH), "stride=4", "batch_size=8",
-             "max_seq_len=32", "model_overrides.max_position_embeddings=32")
+    finetune_task("c3", data, out, vocab_dir(tmp_path / "vocab", ZH), "stride=4",
+                  "batch_size=8", "max_seq_len=32", "model_overrides.max_position_embeddings=32")
     # task.json holds every task option as the run resolved it, defaults included, so a
     # later change of a default does not change how this model reads
     from ernie_doc.training.choice import MultipleChoiceTask
@@ -140,8 +135,8 @@ def test_choice_predict_equals_evaluation(tmp_path):
 def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
     data = cail_data(tmp_path, (("train", 8), ("valid", 5), ("test", 2)))
     out = tmp_path / "cail-out"
-    run_task("cail2019_scm", data, out, vocab_dir(tmp_path / "zh", ZH), "stride=4",
-             "batch_size=4")
+    finetune_task("cail2019_scm", data, out, vocab_dir(tmp_path / "zh", ZH), "stride=4",
+                  "batch_size=4")
     docs = load_reader("cail2019_scm").read(str(data), "dev", {})   # valid.json
     inputs = [{"id": d.doc_id, **{k: d.fields[k] for k in "ABC"}} for d in docs]
     assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"),
@@ -154,7 +149,7 @@ def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
     openkp_file(data / "OpenKPTrain.jsonl", fixture_docs(rng, 8, "t"))
     openkp_file(data / "OpenKPDev.jsonl", fixture_docs(rng, 4, "d"))
     out = tmp_path / "kp-out"
-    run_task("openkp", data, out, vocab_dir(tmp_path / "en", WORDS), "stride=8")
+    finetune_task("openkp", data, out, vocab_dir(tmp_path / "en", WORDS), "stride=8")
     docs = load_reader("openkp").read(str(data), "dev", {})
     records = Pipeline.from_pretrained(str(out))(
         [{"id": d.doc_id, "text": " ".join(d.fields["words"])} for d in docs])
@@ -164,13 +159,13 @@ def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
 def test_hotpotqa_two_stages_equal_the_two_runs(tmp_path):
     """Stage 1's selection feeds stage 2 inside the pipeline as the stage-2 run read stage 1's
     predictions_dev.jsonl: the answers are the stage-2 run's."""
-    from test_hotpotqa import hotpot_data, run_stage
+    from test_hotpotqa import finetune_stage, hotpot_data
     from test_hotpotqa import tokenizer as hotpot_tokenizer
     data = hotpot_data(tmp_path)
     vocab, _ = hotpot_tokenizer(tmp_path)
     first, second = tmp_path / "evidence", tmp_path / "answer"
-    run_stage(data, first, vocab, "test_splits=[]")
-    run_stage(data, second, vocab, stage="answer", evidence=first)
+    finetune_stage(data, first, vocab, "test_splits=[]")
+    finetune_stage(data, second, vocab, stage="answer", evidence=first)
     docs = load_reader("hotpotqa").read(str(data), "dev", {})
     inputs = [{"id": d.doc_id, "question": d.fields["question"],
                "paragraphs": d.fields["paragraphs"]} for d in docs]   # no answers, no facts
@@ -194,11 +189,9 @@ def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
     oneDNN) gives dygraph's predictions; bf16 runs where the CPU has it, else is refused."""
     data, out = imdb_run
     export = tmp_path / "export"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "export_model.py"),
-                           "--config", str(out / "best"), "--head", "sequence_classification",
-                           "--output", str(export / "model")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    from tools.export_model import command
+    in_process(command, ["--config", str(out / "best"), "--head", "sequence_classification",
+                         "--output", str(export / "model")])
     assert {"task.json", "vocab.txt", "model.meta.json"} <= set(os.listdir(export))
     docs = load_reader("imdb").read(str(data), "test", {})
     dygraph = Pipeline.from_pretrained(str(out))(docs)

@@ -2,14 +2,12 @@
 fine-tunes, exact resume, and two fleetrun ranks equal one process on the union of their rows."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, assert_two_ranks_equal_one_process, launch_two_ranks
+from helpers import (ROOT, assert_two_ranks_equal_one_process, in_process, launch_two_ranks,
+                     train_and_dump)
 
-PY = sys.executable
 WORDS = [f"w{i}" for i in range(60)]
 
 
@@ -47,12 +45,11 @@ def tiny(corpus, vocab, out, *extra):
 
 
 def pretrain(args, resume=None, expect=0):
-    cmd = [PY, os.path.join(ROOT, "tools", "pretrain.py")]
-    cmd += ["--resume", str(resume)] if resume else []
-    cmd += ["--set", *args] if args else []
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+    """tools/pretrain.py, in this process."""
+    from tools.pretrain import command
+    argv = ["--resume", str(resume)] if resume else []
+    argv += ["--set", *args] if args else []
+    return in_process(command, argv, expect)
 
 
 def read_jsonl(path):
@@ -108,13 +105,13 @@ def test_pretrain_writes_logs_results_and_a_loadable_model(finished_run):
 
 def test_pretrained_model_fine_tunes_with_finetune_py(finished_run, tmp_path):
     out = tmp_path / "ft"
-    cmd = [PY, os.path.join(ROOT, "tools", "finetune.py"), "tasks/longdep/config.yaml", "--set",
-           f"init_checkpoint={finished_run / 'final'}", f"output_dir={out}", "max_seq_len=16",
-           "stride=14", "model_overrides={}",
-           "reader={num_docs: {train: 16, dev: 8, test: 8}, segment_tokens: 14}",
-           "batch_size=4", "epochs=1", "progress=false", "logging_steps=0"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from tools.finetune import command
+    proc = in_process(command, [
+        os.path.join(ROOT, "tasks", "longdep", "config.yaml"), "--set",
+        f"init_checkpoint={finished_run / 'final'}", f"output_dir={out}", "max_seq_len=16",
+        "stride=14", "model_overrides={}",
+        "reader={num_docs: {train: 16, dev: 8, test: 8}, segment_tokens: 14}",
+        "batch_size=4", "epochs=1", "progress=false", "logging_steps=0"])
     assert "loaded" in proc.stdout and "mask_lm" not in proc.stderr
     results = json.loads((out / "eval_results.json").read_text())
     assert 0.0 <= results["accuracy"] <= 1.0
@@ -167,12 +164,8 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(corpus, tmp_path
     proc, logs = launch_two_ranks(tmp_path, [os.path.join("tests", "dp_worker.py"), str(dp),
                                              *tiny(*corpus, dp, *common)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
-    env = dict(os.environ, PADDLE_TRAINERS_NUM="1", PADDLE_TRAINER_ID="0")
-    proc = subprocess.run([PY, os.path.join("tests", "dp_worker.py"), str(single),
-                           *tiny(*corpus, single, *common, "batch_size=8",
-                                 "reader.data_shards=2")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    single.mkdir()
+    train_and_dump(single, tiny(*corpus, single, *common, "batch_size=8", "reader.data_shards=2"))
     # the ranks' rows are the single process's rows 0-3 and 4-7: so are their memories,
     # and the logged losses (over both ranks) are the single process's
     a, b = assert_two_ranks_equal_one_process(dp, single)

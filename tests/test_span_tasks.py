@@ -6,7 +6,7 @@ import json
 import numpy as np
 import paddle
 import pytest
-from test_tasks import check_results, run_task, vocab_dir
+from test_tasks import check_results, finetune_task, run_task, vocab_dir
 
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import (SpanSegmenter, best_spans, context_words, max_context_flags,
@@ -164,7 +164,10 @@ def test_chinese_span_tasks_run_sh(tmp_path, task, files, nproc):
         squad_json(data / name, zh_questions(12 if split == "train" else 6, k))
     tok = vocab_dir(tmp_path / "vocab", HANZI)
     out = tmp_path / "out"
-    run_task(task, data, out, tok, *SPAN_COMMON, nproc=nproc)
+    if nproc > 1:   # the run.sh launch (fleetrun); one process: the same run in this one
+        run_task(task, data, out, tok, *SPAN_COMMON, nproc=nproc)
+    else:
+        finetune_task(task, data, out, tok, *SPAN_COMMON)
     results = json.loads((out / "eval_results.json").read_text())
     assert results["main_metric"] == "f1" and 0.0 <= results["f1"] <= 100.0
     preds = [json.loads(x) for x in open(out / "predictions_dev.jsonl", encoding="utf-8")]
@@ -180,7 +183,7 @@ def test_chinese_span_tasks_run_sh(tmp_path, task, files, nproc):
     ("empty_context", "empty context"),
     ("bad_json", "invalid JSON"),
     ("no_answer_in_context", "no answer found in context")])
-def test_span_bad_input_through_run_sh(tmp_path, case, message):
+def test_span_bad_input(tmp_path, case, message):
     """Bad QA data: one line naming the file and the question and exit 2 before anything is
     written, or (an answer not in its context) a counted skip and the run goes on."""
     data = tmp_path / "cmrc"
@@ -197,17 +200,17 @@ def test_span_bad_input_through_run_sh(tmp_path, case, message):
     out = tmp_path / "out"
     tok = vocab_dir(tmp_path / "vocab", HANZI)
     if case == "no_answer_in_context":
-        proc = run_task("cmrc2018", data, out, tok, *SPAN_COMMON)
+        proc = finetune_task("cmrc2018", data, out, tok, *SPAN_COMMON)
         assert message in proc.stdout and "skipped 1 of 8 questions" in proc.stdout
         assert (out / "eval_results.json").is_file()
         return
-    proc = run_task("cmrc2018", data, out, tok, *SPAN_COMMON, expect=2)
+    proc = finetune_task("cmrc2018", data, out, tok, *SPAN_COMMON, expect=2)
     line = proc.stderr.strip()
     assert "\n" not in line and line.startswith("error: ") and message in line, line
     assert "cmrc2018_" in line and not out.exists()
 
 
-def test_dureader_run_sh_on_raw_dureader_lines(tmp_path):
+def test_dureader_on_raw_dureader_lines(tmp_path):
     from test_readers_span import duread, duread_doc, lines
     rng = np.random.default_rng(4)
     data = tmp_path / "dureader"
@@ -224,14 +227,14 @@ def test_dureader_run_sh_on_raw_dureader_lines(tmp_path):
                                   answers=("".join(words[k:k + 2]),)))
         (data / f"search.{split}.json").write_text(lines(*records), encoding="utf-8")
     out = tmp_path / "out"
-    run_task("dureader", data, out, vocab_dir(tmp_path / "vocab", HANZI), *SPAN_COMMON)
+    finetune_task("dureader", data, out, vocab_dir(tmp_path / "vocab", HANZI), *SPAN_COMMON)
     results = json.loads((out / "eval_results.json").read_text())
     assert results["main_metric"] == "f1" and {"em", "f1", "avg"} <= set(results)
     preds = [json.loads(x) for x in open(out / "predictions_dev.jsonl", encoding="utf-8")]
     assert len(preds) == 4 and all(len(p["references"]) == 1 for p in preds)
 
 
-def test_triviaqa_run_sh_on_the_original_format(tmp_path):
+def test_triviaqa_on_the_original_format(tmp_path):
     rng = np.random.default_rng(3)
     words = ["river", "city", "king", "north", "south", "battle", "year", "song", "film", "team"]
     data = tmp_path / "tqa"
@@ -254,8 +257,8 @@ def test_triviaqa_run_sh_on_the_original_format(tmp_path):
         (data / "qa" / f"wikipedia-{split}.json").write_text(json.dumps(
             {"Data": records, "Domain": "Wikipedia", "Split": split, "Version": 1.0}))
     out = tmp_path / "out"
-    run_task("triviaqa", data, out, "train", *SPAN_COMMON, "max_seq_len=32",
-             "tokenizer_vocab_size=50")
+    finetune_task("triviaqa", data, out, "train", *SPAN_COMMON, "max_seq_len=32",
+                  "tokenizer_vocab_size=50")
     results = json.loads((out / "eval_results.json").read_text())
     assert {"em", "f1"} <= set(results) and results["main_metric"] == "f1"
     preds = [json.loads(x) for x in open(out / "predictions_dev.jsonl")]
@@ -294,8 +297,8 @@ def test_c3_run_sh_rows_per_choice(tmp_path):
         i = int(p["doc_id"].split("-")[2])
         # each probability is rounded to 6 decimals: their sum is 1 within 3 × 0.5e-6
         assert len(p["probs"]) == 2 + i % 2 and sum(p["probs"]) == pytest.approx(1.0, abs=2e-6)
-    proc = run_task("c3", data, tmp_path / "bad", vocab_dir(tmp_path / "vocab", HANZI),
-                    "batch_size=6", expect=2)
+    proc = finetune_task("c3", data, tmp_path / "bad", vocab_dir(tmp_path / "vocab", HANZI),
+                         "batch_size=6", expect=2)
     assert "batch_size 6 must be a multiple of 4" in proc.stdout + proc.stderr
 
 

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, in_process
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "plot", "actor",
          "left", "right", "news", "party", "vote"]
@@ -39,6 +39,17 @@ def run_task(task, data_dir, out, tokenizer, *extra, expect=0, nproc=1):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
+
+
+def finetune_task(task, data_dir, out, tokenizer, *extra, expect=0):
+    """What run_task's tasks/<task>/run.sh runs (tools/launch.sh's overrides, then the same
+    arguments), in this process: for tests of a task's data and results; the run.sh tests keep
+    one real launch per task family for the wiring."""
+    from tools.finetune import command
+    return in_process(command, [
+        str(ROOT / "tasks" / task / "config.yaml"), "--set", f"output_dir={out}",
+        "overwrite_output_dir=true", f"data_dir={data_dir}", "model=ernie-doc-small",
+        f"tokenizer={tokenizer}", *COMMON, *extra], expect)
 
 
 def check_results(out, metric, n_dev):
@@ -76,7 +87,7 @@ def test_run_sh_with_nproc_2_uses_fleetrun(tmp_path):
     assert (tmp_path / "out.launch" / "workerlog.1").is_file()
 
 
-def test_hyp_run_sh_on_semeval_xml(tmp_path):
+def test_hyp_on_semeval_xml(tmp_path):
     rng = np.random.default_rng(1)
     data = tmp_path / "hyp"
     data.mkdir()
@@ -92,13 +103,13 @@ def test_hyp_run_sh_on_semeval_xml(tmp_path):
     (data / "hp-splits.json").write_text(json.dumps(
         {"train": list(range(12)), "dev": list(range(12, 16)), "test": list(range(16, 20))}))
     out = tmp_path / "out"
-    run_task("hyp", data, out, vocab_dir(tmp_path / "vocab", WORDS))
+    finetune_task("hyp", data, out, vocab_dir(tmp_path / "vocab", WORDS))
     check_results(out, "f1", 4)
     test = json.loads((out / "test_results.json").read_text())
     assert test["split"] == "test" and "f1" in test
 
 
-def test_iflytek_run_sh_on_clue_json_lines(tmp_path):
+def test_iflytek_on_clue_json_lines(tmp_path):
     rng = np.random.default_rng(2)
     data = tmp_path / "iflytek"
     data.mkdir()
@@ -109,14 +120,14 @@ def test_iflytek_run_sh_on_clue_json_lines(tmp_path):
                                     "sentence": text(rng, HANZI, 30, sep="")},
                                    ensure_ascii=False) + "\n")
     out = tmp_path / "out"
-    run_task("iflytek", data, out, vocab_dir(tmp_path / "vocab", HANZI))
+    finetune_task("iflytek", data, out, vocab_dir(tmp_path / "vocab", HANZI))
     check_results(out, "accuracy", 6)
     from ernie_doc import ErnieDocForSequenceClassification
     assert ErnieDocForSequenceClassification.from_pretrained(
         str(out / "best")).config.num_labels == 119
 
 
-def test_thucnews_run_sh_on_label_tab_text(tmp_path):
+def test_thucnews_on_label_tab_text(tmp_path):
     rng = np.random.default_rng(3)
     data = tmp_path / "thucnews"
     data.mkdir()
@@ -126,7 +137,7 @@ def test_thucnews_run_sh_on_label_tab_text(tmp_path):
         lines = [f"{labels[i % 3]}\t{text(rng, HANZI, 25, sep='')}" for i in range(n)]
         (data / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    run_task("thucnews", data, out, vocab_dir(tmp_path / "vocab", HANZI))
+    finetune_task("thucnews", data, out, vocab_dir(tmp_path / "vocab", HANZI))
     check_results(out, "accuracy", 6)
     assert (out / "test_results.json").is_file()
 
@@ -175,7 +186,7 @@ def test_bad_data_is_one_error_line_and_nothing_written(tmp_path, content, messa
         f.write(content)
     (data / "test.txt").write_text("qid\tlabel\tscore\ttext_a\n1\t0\t2\tfine\n")
     out = tmp_path / "out"
-    proc = run_task("imdb", data, out, vocab_dir(tmp_path / "vocab", WORDS), expect=2)
+    proc = finetune_task("imdb", data, out, vocab_dir(tmp_path / "vocab", WORDS), expect=2)
     assert message in proc.stderr and proc.stderr.startswith("error: ")
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert not out.exists()
@@ -186,26 +197,29 @@ def test_missing_data_dir_and_empty_split(tmp_path):
     proc = run_task("iflytek", tmp_path / "nowhere", out, vocab_dir(tmp_path / "v", HANZI),
                     expect=2)
     assert "nowhere" in proc.stderr and not out.exists()
+    # a real process: nothing else reaches stderr (warnings, paddle's own output)
+    assert proc.stderr.startswith("error: ") and proc.stderr.strip().count("\n") == 0, \
+        proc.stderr
     data = tmp_path / "empty"
     data.mkdir()
     (data / "train.json").write_text("\n\n")
     (data / "dev.json").write_text('{"label": "1", "sentence": "好"}\n')
-    proc = run_task("iflytek", data, out, vocab_dir(tmp_path / "v", HANZI), expect=2)
+    proc = finetune_task("iflytek", data, out, vocab_dir(tmp_path / "v", HANZI), expect=2)
     assert "train.json" in proc.stderr and not out.exists()
 
 
 def test_init_checkpoint_loads_weights_and_tokenizer_from_a_run(tmp_path):
     data = imdb_tsv(tmp_path)
     first = tmp_path / "first"
-    run_task("imdb", data, first, vocab_dir(tmp_path / "vocab", WORDS + ["end"]))
+    finetune_task("imdb", data, first, vocab_dir(tmp_path / "vocab", WORDS + ["end"]))
     assert (first / "best" / "vocab.txt").is_file()        # the tokenizer travels with it
     before = json.loads((first / "eval_results.json").read_text())
     # learning rate 0: the weights stay those of the checkpoint, so the first evaluation
     # reproduces the checkpoint's own
     second = tmp_path / "second"
     env_ckpt = str(first / "best")
-    proc = run_task("imdb", data, second, "", f"init_checkpoint={env_ckpt}", "learning_rate=0",
-                    "weight_decay=0")
+    proc = finetune_task("imdb", data, second, "", f"init_checkpoint={env_ckpt}",
+                         "learning_rate=0", "weight_decay=0")
     assert "loaded" in proc.stdout
     after = json.loads((second / "eval_results.json").read_text())
     assert after["accuracy"] == before["accuracy"]
@@ -228,15 +242,14 @@ def test_main_command_shows_the_paper_ablation_order(tmp_path):
 def test_trained_sentencepiece_tokenizer_survives_resume(tmp_path):
     data = imdb_tsv(tmp_path)
     out = tmp_path / "out"
-    proc = run_task("imdb", data, out, "train", "tokenizer_vocab_size=400", expect=2)
+    proc = finetune_task("imdb", data, out, "train", "tokenizer_vocab_size=400", expect=2)
     assert "tokenizer_vocab_size 400" in proc.stderr and "Vocabulary size too high" in \
         proc.stderr and proc.stderr.strip().count("\n") == 0 and not out.exists()
-    run_task("imdb", data, out, "train", "tokenizer_vocab_size=30", "epochs=2",
-             "stop_at_step=3")
+    finetune_task("imdb", data, out, "train", "tokenizer_vocab_size=30", "epochs=2",
+                  "stop_at_step=3")
     model = out / "tokenizer" / "spm.model"
     first = model.read_bytes()
-    proc = subprocess.run([sys.executable, "tools/finetune.py", "--resume", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    from tools.finetune import command
+    in_process(command, ["--resume", str(out)])
     assert model.read_bytes() == first and (out / "best" / "spm.model").is_file()
     assert (out / "eval_results.json").is_file()

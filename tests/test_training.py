@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, launch_two_ranks, tiny_config
+from helpers import ROOT, in_process, launch_two_ranks, tiny_config
 
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
 from ernie_doc.training.optim import build_optimizer, layer_ratio, lr_lambda
@@ -25,15 +25,17 @@ TINY = [
 ]
 
 
-def finetune(out, *overrides, resume=False, expect=0, env=None):
-    cmd = [PY, os.path.join(ROOT, "tools", "finetune.py")]
-    cmd += ["--resume", str(out)] if resume else ["--set", *TINY, f"output_dir={out}"]
+def finetune(out, *overrides, resume=False, expect=0):
+    argv = ["--resume", str(out)] if resume else ["--set", *TINY, f"output_dir={out}"]
     if overrides:
-        cmd += ["--set", *overrides]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **(env or {})))
-    assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+        argv += ["--set", *overrides]
+    return finetune_main(argv, expect)
+
+
+def finetune_main(argv, expect=0):
+    """tools/finetune.py, in this process."""
+    from tools.finetune import command
+    return in_process(command, argv, expect)
 
 
 def read_jsonl(path):
@@ -234,13 +236,12 @@ def test_bad_config_is_one_error_line_and_writes_nothing(tmp_path, override, mes
 def test_bad_yaml_names_file_and_line(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text("task: longdep\nepochs: 1\nbatch_sise: 4\n")
-    proc = subprocess.run([PY, "tools/finetune.py", str(cfg)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 2 and f"{cfg}:3: unknown key 'batch_sise'" in proc.stderr
+    proc = finetune_main([str(cfg)], expect=2)
+    assert f"{cfg}:3: unknown key 'batch_sise'" in proc.stderr
     cfg.write_text("task: longdep\nepochs: [1\n")
-    proc = subprocess.run([PY, "tools/finetune.py", str(cfg)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 2 and f"{cfg}:" in proc.stderr and "invalid YAML" in proc.stderr
+    proc = finetune_main([str(cfg)], expect=2)
+    assert f"{cfg}:" in proc.stderr and "invalid YAML" in proc.stderr
+    # the script itself: the traceback under --debug
     proc = subprocess.run([PY, "tools/finetune.py", str(cfg), "--debug"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
