@@ -1,99 +1,52 @@
-"""Names → classes: the one registry of task heads and of task kinds, and which class a
-checkpoint holds.
+"""Names → classes: the one registry of task heads, and which class a checkpoint holds.
 
     head_class("sequence_classification")   → ErnieDocForSequenceClassification
     head_names()                            → every registered head name, sorted
     model_class_for(checkpoint)             → the class a checkpoint was saved from
     AutoModel.from_pretrained(path)         → an instance of that class, loaded
     read_checkpoint(path)                   → checkpoint.io.read_checkpoint, every head known
-    kind_class("span")                      → ernie_doc.training.span.SpanTask
-    kind_name(value), kind_names()          → a config's kind checked / every known kind
 
-The built-in heads (ernie_doc.heads.HEADS) and kinds (BUILTIN_KINDS) are registered here. A task
-folder that brings its own head or kind registers it from its module, and that module is
-listed in TASK_HEAD_MODULES / TASK_KIND_MODULES:
+The built-in heads (ernie_doc.heads.HEADS) are registered here. A task folder that brings its
+own head registers it from its module, which the task folders' package imports in its
+`register_heads()` (run the first time the registry is asked for more than the built-in
+names):
 
     @register_head("hotpotqa")
     class ErnieDocForHotpotQA(Head): ...
 
-    @register_kind("hotpotqa")
-    class HotpotTask(DocumentTask): ...
-
-Both tuples are written against the source checkout (`tasks.hotpotqa.head`) and imported
-through ernie_doc.training.task_folders.task_module, so an installed copy (`ernie_doc_tasks.…`)
-works as well; they are imported the first time the registry is asked for more than the
-built-in names. Every command that takes a head by name (convert, export), every lookup of a saved
-architecture and every config's `kind` goes through here.
-
-The registries are closed: a name read from a config, a saved model's task.json or an export's
-sidecar is only looked up, never imported. Saved folders are downloaded and shared, and a
-"module:Class" name would run any module Python can find (the model folder's own `payload.py`
-included), as unpickling would. What earlier versions wrote as "module:Class" for the task
-folders' kinds is read through the fixed table LEGACY_KINDS.
+Every command that takes a head by name (convert, export) and every lookup of a saved
+architecture goes through here; task kinds have their own registry (ernie_doc.kinds). A name
+read from a file is only looked up, never imported.
 """
 import difflib
-import importlib
 import logging
-from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Type, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Set, Type, Union
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.errors import CheckpointError
 from ernie_doc.checkpoint.io import Checkpoint
 from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.heads import HEADS, Head
+from ernie_doc.kinds.folders import load_task_folders, register
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.utils import clip
 
 logger = logging.getLogger("ernie_doc.checkpoint")
 
-# Modules (checkout spelling) whose import registers a task's own head / kind.
-TASK_HEAD_MODULES = ("tasks.hotpotqa.head", "tasks.openkp.head")
-TASK_KIND_MODULES = ("tasks.hotpotqa.task", "tasks.openkp.task")
-
-# The package's own kinds: name → (module, class), imported on first use (those modules import
-# ernie_doc.training.tasks, which asks this one for its kinds).
-BUILTIN_KINDS = {"classification": ("ernie_doc.training.tasks", "ClassificationTask"),
-                 "span": ("ernie_doc.training.span", "SpanTask"),
-                 "multiple_choice": ("ernie_doc.training.choice", "MultipleChoiceTask"),
-                 "pair_matching": ("ernie_doc.training.choice", "PairMatchingTask"),
-                 "pretraining": ("ernie_doc.pretraining.task", "PretrainingTask"),
-                 "language_model": ("ernie_doc.lm.task", "LanguageModelTask")}
-
-# The task folders' kinds as earlier versions named them in configs, run_config.yaml and saved
-# task.json ("module:Class"): read as the registered name, never imported.
-LEGACY_KINDS = {"tasks.hotpotqa.task:HotpotTask": "hotpotqa",
-                "tasks.openkp.task:KeyphraseTask": "keyphrase"}
-
 ModelClass = Union[Type[ErnieDocModel], Type[Head]]
 
 _registry: Dict[str, Type[Head]] = {}
-_kinds: Dict[str, type] = {}      # the task folders' kinds (BUILTIN_KINDS are not in it)
-_loaded = {"task heads": False, "task kinds": False}   # whether TASK_*_MODULES were imported
-
-
-def _register(registry: Dict[str, type], what: str, name: str, cls: type) -> type:
-    """Put `cls` in `registry` under `name`. The same class again is a no-op, as is a class of
-    the same name and qualified name: one task module imported as `tasks.…` and as
-    `ernie_doc_tasks.…` (the first stays registered). Another class under a taken name is a
-    ValueError."""
-    existing = registry.get(name)
-    if existing is None:
-        registry[name] = cls
-    elif existing is not cls and existing.__qualname__ != cls.__qualname__:
-        raise ValueError(f"{what} name {name!r} is already registered for "
-                         f"{existing.__module__}.{existing.__qualname__}")
-    return cls
 
 
 def register_head(name: str) -> Callable[[Type[Head]], Type[Head]]:
     """Class decorator: register a head class (a subclass of ernie_doc.heads.Head) under
-    `name` (see _register for a name registered twice)."""
-    def register(cls: Type[Head]) -> Type[Head]:
+    `name` (see kinds.folders.register for a name registered twice)."""
+    def register_class(cls: Type[Head]) -> Type[Head]:
         if not (isinstance(cls, type) and issubclass(cls, Head)):
             raise TypeError(f"register_head({name!r}): {cls!r} is not a subclass of "
                             f"ernie_doc.heads.Head")
-        return _register(_registry, "head", name, cls)
-    return register
+        return register(_registry, "head", name, cls)
+    return register_class
 
 
 def _register_builtin_heads() -> None:
@@ -104,28 +57,8 @@ def _register_builtin_heads() -> None:
 _register_builtin_heads()
 
 
-def _import_task_modules(what: str, paths: Sequence[str]) -> None:
-    """Import the task-folder modules `paths` (TASK_HEAD_MODULES or TASK_KIND_MODULES, fixed
-    here) once: their import registers their `what`. Without any task folders (a package
-    installed without them) there is nothing to register; a task module that fails to import
-    for any other reason is an error, never skipped."""
-    if _loaded[what]:
-        return
-    from ernie_doc.training.task_folders import task_module
-    for path in paths:
-        module = task_module(path)
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module.split(".")[0]:
-                raise
-            logger.debug("no task folders (%s): only the built-in %s are registered", e,
-                         what.split()[-1])
-    _loaded[what] = True
-
-
 def _load_task_heads() -> None:
-    _import_task_modules("task heads", TASK_HEAD_MODULES)
+    load_task_folders("task heads", "register_heads")
 
 
 def head_classes() -> Dict[str, Type[Head]]:
@@ -270,49 +203,3 @@ def _read_any(path: Any, source: Optional[str]) -> Checkpoint:
         return path
     from ernie_doc.hub import resolve
     return read_checkpoint(resolve(path, kind="model", source=source))
-
-
-# -- task kinds --------------------------------------------------------------------------------
-def register_kind(name: str) -> Callable[[type], type]:
-    """Class decorator: register a task folder's kind (a subclass of
-    ernie_doc.training.tasks.Task, which imports this module: not checked here) under `name`,
-    which configs then give as `kind: name` (see _register for a name registered twice; a
-    built-in kind's name is a ValueError)."""
-    def register(cls: type) -> type:
-        if not isinstance(cls, type):
-            raise TypeError(f"register_kind({name!r}): {cls!r} is not a class")
-        if name in BUILTIN_KINDS:
-            raise ValueError(f"kind name {name!r} is a built-in kind")
-        return _register(_kinds, "kind", name, cls)
-    return register
-
-
-def kind_names() -> List[str]:
-    """Every kind a config may name: the built-in ones and the task folders' own, sorted."""
-    _import_task_modules("task kinds", TASK_KIND_MODULES)
-    return sorted([*BUILTIN_KINDS, *_kinds])
-
-
-def kind_name(value: object) -> str:
-    """The registered kind `value` names: a kind's name, or an earlier version's spelling of
-    a task folder's kind (LEGACY_KINDS) → its name. Anything else is a ValueError, one line
-    listing the known kinds (and the nearest, when one is close). Nothing is imported but
-    TASK_KIND_MODULES."""
-    if isinstance(value, str):
-        value = LEGACY_KINDS.get(value, value)
-        if value in BUILTIN_KINDS or value in kind_names():
-            return value
-    known = kind_names()
-    close = difflib.get_close_matches(value, known, n=1) if isinstance(value, str) else []
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"{clip(repr(value), 80)} is not a task kind{hint}; known kinds: "
-                     f"{', '.join(known)}")
-
-
-def kind_class(name: object) -> type:
-    """The task kind class `name` names (kind_name: a registered name or a legacy spelling)."""
-    name = kind_name(name)
-    if name in BUILTIN_KINDS:
-        module, cls = BUILTIN_KINDS[name]
-        return getattr(importlib.import_module(module), cls)
-    return _kinds[name]

@@ -49,7 +49,7 @@ from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError, PathLike, combi
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.heads import Head
 from ernie_doc.modeling.model import ErnieDocModel
-from ernie_doc.training.amp import MIN_CAPABILITY, gpu_capability
+from ernie_doc.precision import MIN_CAPABILITY, gpu_capability
 from ernie_doc.utils import atomic_write_text
 
 META_SUFFIX = ".meta.json"

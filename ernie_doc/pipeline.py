@@ -12,7 +12,7 @@ A document is read exactly as evaluation reads it (`eval_only`): the same segmen
 windows (training.prepare.setup_reading), the same reading passes (the retrospective feed),
 the same row scheduling (data.schedule.RowScheduler: a row reads one document start to end
 with its memory, and takes the next document when it ends), the same collection of the
-predicted rows (training.splits.collect_row_outputs) and the same per-document prediction
+predicted rows (data.splits.collect_row_outputs) and the same per-document prediction
 (the task kind's `predict`, which its `evaluate` scores). Documents are read as a stream: only
 the documents in the batch rows are held, and a prediction is produced as soon as its
 document's last segment is read, so an input of any size runs in bounded memory.
@@ -30,45 +30,23 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import paddle
 
+from ernie_doc.assemble import Assembly, UntrainedHead, saved_run
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
+from ernie_doc.data.splits import collect_row_outputs
+from ernie_doc.kinds.base import load_reader
+from ernie_doc.precision import AmpSettings
 # re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
 from ernie_doc.predict_io import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO, TASK_FILE,  # noqa: F401
                                   DocumentStream, InputProblem, PipelineError, check_batch_size,
                                   completed_ids, count_inputs, input_format, model_directory,
                                   read_inputs, read_task_record, task_record, to_document,
                                   to_jsonable)
-from ernie_doc.training.amp import AmpSettings, amp_settings
-from ernie_doc.training.prepare import (PreparedRun, UntrainedHead, build_model, check_head_memory,
-                                        choose_tokenizer, setup_reading)
-from ernie_doc.training.run_config import config_from_values
-from ernie_doc.training.splits import collect_row_outputs
-from ernie_doc.training.tasks import build_task, load_reader
-from ernie_doc.utils import flush_denormals, threads_problem
-
-
-class _SavedReader:
-    """The reader a saved model's task is built over: the label names it was trained with
-    (no data directory), and the task reader's id vocabulary for pre-tokenized tasks."""
-
-    def __init__(self, labels: List[str], task: str):
-        self.saved = list(labels)
-        self.id_vocabulary = None
-        try:
-            self.id_vocabulary = getattr(load_reader(task), "id_vocabulary", None)
-        except DataError:   # a task folder that is not installed: a text task reads none
-            pass
-
-    def labels(self, data_dir, options) -> List[str]:
-        return self.saved
-
-    def read(self, data_dir, split, options):
-        raise DataError("a saved model's task reads its documents from the predict input")
-
+from ernie_doc.utils import threads_problem
 
 DEVICES = ("cpu", "gpu")
 
@@ -92,7 +70,7 @@ def reads_token_ids(task) -> bool:
     with DocumentTask's own document_segments (the token ids of doc.text, or doc.ids). Kinds
     that read named text fields their own way (span, choice, keyphrase, HotpotQA) read no
     ids."""
-    from ernie_doc.training.tasks import DocumentTask
+    from ernie_doc.kinds.base import DocumentTask
     return getattr(type(task), "document_segments", None) is DocumentTask.document_segments
 
 
@@ -167,7 +145,7 @@ class Pipeline(DocumentStream):
     """A fine-tuned ERNIE-Doc model with its task kind, ready to predict documents.
     `rows`: batch rows (memory streams) read at once, a multiple of the kind's group size."""
 
-    def __init__(self, run: PreparedRun, rows: int, on_error: str = "record"):
+    def __init__(self, run: Assembly, rows: int, on_error: str = "record"):
         self.on_error = self.check_on_error(on_error)
         group = run.task.group_size
         if rows < 1 or rows % group:
@@ -219,39 +197,25 @@ class Pipeline(DocumentStream):
         record = task_record(directory, task)
         source = os.path.join(directory, TASK_FILE)
         if not os.path.isfile(source):   # save_pretrained's folder: the task's own config
-            from ernie_doc.training.task_folders import task_config
+            from ernie_doc.kinds.folders import task_config
             source = task_config(record["task"])
-        given = dict(record["config"])
         # the model, tokenizer and label names come from the directory; nothing is written
-        given.update(init_checkpoint=directory, tokenizer="", data_dir="", output_dir="",
-                     eval_only=True, device=device)
+        load = None
+        if engine == "inference":
+            def load(run):
+                return exported_model(directory, run.cfg, run.task, device, precision,
+                                      threads, run.tokenizer)
         try:
-            cfg = config_from_values(given, source)
-            flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
-            paddle.set_device("gpu" if device == "gpu" else "cpu")
-            task = build_task(cfg, _SavedReader(record["labels"], cfg.task))
-            # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
-            amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()
-            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device, amp=amp,
-                              eval_rows=batch_size)   # the rows the memory estimate counts
-            pretokenized = task.id_vocabulary() is not None
-            run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
-            if engine == "inference":
-                run.model = exported_model(directory, cfg, task, device, precision, threads,
-                                           run.tokenizer)
-                check_head_memory(run, run.model.config)   # the rows an export will read
-            else:
-                run.model = build_model(run, run.special)
-            setup_reading(run, run.special)
+            run = saved_run(directory, record, source, device, batch_size, load)
         except UntrainedHead as e:   # predictions from a newly initialised head: refused
             saved = f"the {e.other_head} head" if e.other_head else \
                 f"no trained {e.head} head ({len(e.missing)} tensors missing)"
             raise PipelineError(f"{directory}: holds {saved}, not the one task "
-                                f"{cfg.task!r} predicts with; give --task the task it was "
-                                "fine-tuned for") from None
+                                f"{record['config']['task']!r} predicts with; give --task the "
+                                "task it was fine-tuned for") from None
         except (ConfigError, DataError) as e:
             raise PipelineError(str(e)) from None
-        return cls(run, batch_size or cfg.eval_batch_size or cfg.batch_size, on_error)
+        return cls(run, batch_size or run.cfg.eval_batch_size or run.cfg.batch_size, on_error)
 
     # -- documents → predictions -----------------------------------------------------------
     def _passes(self, doc: Document, key: int) -> list:

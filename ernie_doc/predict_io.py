@@ -211,7 +211,7 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
     if os.path.isfile(os.path.join(path, MODEL_CONFIG)):
         if task is not None:
             return path
-        from ernie_doc.training.task_folders import task_names
+        from ernie_doc.kinds.folders import task_names
         raise PipelineError(f"{path}: a model saved without its task (no {TASK_FILE}): pass "
                             f"--task NAME (task= in Python), one of {', '.join(task_names())}")
     raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
@@ -266,8 +266,8 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
         return record
     from ernie_doc.config import ConfigError, ErnieDocConfig
     from ernie_doc.data.document import NotSet
-    from ernie_doc.training.run_config import load_yaml
-    from ernie_doc.training.task_folders import task_config, task_names
+    from ernie_doc.kinds.folders import task_config, task_names
+    from ernie_doc.run_config import load_yaml
     path = task_config(task) if isinstance(task, str) else None
     if path is None:
         raise PipelineError(f"task {clip(repr(task))}: not a task folder (one of "
@@ -278,7 +278,7 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
     except ConfigError as e:
         raise PipelineError(str(e)) from None
     from ernie_doc.data import DataError
-    from ernie_doc.training.tasks import load_reader
+    from ernie_doc.kinds.base import load_reader
     labels = None
     reader = load_reader(task)
     if callable(getattr(reader, "labels", None)):

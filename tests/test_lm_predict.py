@@ -15,7 +15,7 @@ from ernie_doc.lm.data import Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.lm.predict import LMPipeline, document_lines, encode_document
 from ernie_doc.pipeline import PipelineError, model_directory
-from ernie_doc.training.run_config import load_config
+from ernie_doc.run_config import load_config
 from ernie_doc.training.trainer import run
 
 TINY = str(ROOT / "tasks" / "wikitext103" / "config_tiny.yaml")

@@ -17,9 +17,9 @@ from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
+from ernie_doc.kinds.base import load_reader
 from ernie_doc.pipeline import Pipeline, PipelineError, pipeline, read_inputs
 from ernie_doc.predict_io import completed_ids, model_directory, provenance
-from ernie_doc.training.tasks import load_reader
 
 PREDICT = [sys.executable, os.path.join(ROOT, "tools", "predict.py")]
 
@@ -122,7 +122,7 @@ def test_choice_predict_equals_evaluation(tmp_path):
              "max_seq_len=32", "model_overrides.max_position_embeddings=32")
     # task.json holds every task option as the run resolved it, defaults included, so a
     # later change of a default does not change how this model reads
-    from ernie_doc.training.choice import MultipleChoiceTask
+    from ernie_doc.kinds.choice import MultipleChoiceTask
     saved = json.loads((out / "best" / "task.json").read_text())["config"]["task_options"]
     assert saved == MultipleChoiceTask.option_defaults
     docs = load_reader("c3").read(str(data), "dev", {})

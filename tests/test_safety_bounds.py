@@ -318,7 +318,7 @@ def test_every_yaml_read_goes_through_the_strict_loader():
     are errors with a line; what the package writes has no alias."""
     import yaml
 
-    from ernie_doc.training.run_config import dump_yaml, load_config, parse_yaml
+    from ernie_doc.run_config import dump_yaml, load_config, parse_yaml
     for text, problem in (("a: &x 1\nb: *x\n", "&x: anchors and aliases are not read"),
                           ("a: {x: 1}\nb:\n  <<: *y\n", "*y: anchors and aliases"),
                           ("a: " + "[" * 150 + "]" * 150, "nested deeper than 100")):
@@ -338,7 +338,7 @@ def test_every_yaml_read_goes_through_the_strict_loader():
 def test_error_lines_quote_a_bounded_part_of_a_value():
     """A 100,000-element list where a string belongs: the line names the key and quotes the
     start and end of the value, not all of it."""
-    from ernie_doc.training.run_config import config_from_values
+    from ernie_doc.run_config import config_from_values
     with pytest.raises(ConfigError) as info:
         config_from_values({"task": "longdep", "model": list(range(100_000))}, "big.yaml")
     line = str(info.value)

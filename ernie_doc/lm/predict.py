@@ -44,15 +44,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import numpy as np
 import paddle
 
+from ernie_doc.assemble import saved_run
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import Document
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.lm.task import load_vocabulary
 from ernie_doc.predict_io import TASK_FILE, DocumentStream, PipelineError, read_task_record
-from ernie_doc.training.run_config import config_from_values
-from ernie_doc.training.tasks import build_task
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]
 
@@ -97,18 +95,6 @@ def encode_document(text: str, vocab: Vocabulary, segment_positions: bool,
     words = [w for line in lines for w in line.split() + [EOS]]
     positions = to_global(sega_positions(lines)) if segment_positions else None
     return EncodedDocument(ids, words, positions, int((ids == vocab.unk_id).sum()), int(oov))
-
-
-class _OptionsReader:
-    """The reader a saved model's LanguageModelTask is built over: its options only (the
-    documents come from the predict input, the vocabulary from the model directory)."""
-
-    @staticmethod
-    def options(given):
-        return dict(given)
-
-    def read(self, data_dir, split, options):
-        raise DataError("a saved language model reads its documents from the predict input")
 
 
 @dataclasses.dataclass
@@ -166,23 +152,12 @@ class LMPipeline(DocumentStream):
         if record["kind"] != "language_model":
             raise PipelineError(f"{source}: kind {record['kind']!r}, not a language model "
                                 f"(use ernie_doc.pipeline.Pipeline)")
-        given = dict(record["config"])
-        # the saved lm_config.json already holds the run's model_overrides: not re-applied
-        given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
-                     device=device, model_overrides={})
         try:
-            cfg = config_from_values(given, source)
-            paddle.set_device("gpu" if device == "gpu" else "cpu")
-            # the task validates task_options and computes the protocol as evaluation does
-            task = build_task(cfg, _OptionsReader())
-            lengths = task.eval_lengths()
-            rows = batch_size or cfg.eval_batch_size or cfg.batch_size
-            task.check_eval_memory(rows, "gpu" if device == "gpu" else "cpu")
-            vocab = load_vocabulary(directory)
-            model = TransformerXLLM.from_pretrained(directory)
+            run = saved_run(directory, record, source, device, batch_size)
         except (ConfigError, DataError, CheckpointError, ValueError) as e:
             raise PipelineError(str(e).splitlines()[0] if str(e) else repr(e)) from None
-        return cls(model, vocab, lengths, rows, on_error, prepend_eos, cfg, task)
+        return cls(run.model, run.tokenizer, run.task.eval_lengths(), run.eval_rows, on_error,
+                   prepend_eos, run.cfg, run.task)
 
     # -- documents → records ---------------------------------------------------------------
     def _start(self, index: int, doc: Document) -> _Reading:

@@ -3,7 +3,7 @@ outputs, and a training path shaped for the CPU's faster backward kernels.
 
 When gradients are recorded, an input [..., in] is multiplied as one 2-D matrix [N, in] and
 the bias is added at the output's full shape (an expand), not broadcast:
-- the oneDNN bfloat16 matmul gradient (the CPU kernel of `amp: bf16`, see training/amp.py)
+- the oneDNN bfloat16 matmul gradient (the CPU kernel of `amp: bf16`, see precision.py)
   takes a slow path for a 3-D input against a 2-D weight: 42 against 230 GFLOP/s for the
   base-en [2, 512, 768] × [768, 768] product on this project's CPU, and 7.4 s of a 13.6 s
   bf16 training step;

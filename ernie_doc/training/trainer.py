@@ -7,7 +7,7 @@ checked) and never asks what kind of task it runs.
       ─(eval_steps / epoch end / last step)─▶ evaluate: split.evaluation(task) ─▶ metrics,
       best checkpoint
 
-The trainer owns the memory state ("carry", see `training.tasks.Task`) of its rank's rows:
+The trainer owns the memory state ("carry", see `kinds.base.Task`) of its rank's rows:
 it goes into every forward and comes back out; the task zeroes a row's memories when the
 batch says a new document starts in it (`reset_memory`). Evaluation starts from an empty
 state, so the training stream is untouched by it.
@@ -35,8 +35,8 @@ from typing import Iterator, Optional
 import numpy as np
 import paddle
 
+from ernie_doc import distributed as dist
 from ernie_doc.config import ConfigError
-from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import Bf16ProgramError, compiled_or_none, try_compiled
@@ -563,7 +563,7 @@ class Trainer:
         """Files saved beside every exported model (tokenizer or vocabulary)."""
         if self.tokenizer:
             return getattr(self.tokenizer, "source_files", [])
-        return self.task.model_files()
+        return self.task.model_files(outdir.atomic_entry)
 
     def _record(self, split, step, metrics):
         """What eval_results.json / {split}_results.json hold."""

@@ -44,17 +44,17 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ernie_doc.auto import register_kind
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import read_lines, require_file
 from ernie_doc.data.segment import Segment, step_members, windows
 from ernie_doc.data.span import best_spans, max_context_flags, tokenize_with_offsets
+from ernie_doc.kinds import register_kind
+from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.folders import missing_key
+from ernie_doc.kinds.span import NEG, span_nll
 from ernie_doc.metrics import hotpot
-from ernie_doc.training.run_config import missing_key
 from ernie_doc.training.runlog import logger
-from ernie_doc.training.span import NEG, span_nll
-from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 from .head import ANSWER_TYPES, STAGES, ErnieDocForHotpotQA
 
@@ -297,7 +297,7 @@ EVIDENCE_METRICS = ("para_ap", "para_recall", "para_prec", "para_em", "para_sele
                     "sp_f1", "sp_prec", "sp_recall")
 
 
-@register_kind("hotpotqa")   # ernie_doc.auto lists this module in TASK_KIND_MODULES
+@register_kind("hotpotqa")   # the task folders' register_kinds() imports this module
 class HotpotTask(DocumentTask):
     head_class = ErnieDocForHotpotQA
     main_metric = "para_ap"

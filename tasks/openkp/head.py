@@ -38,7 +38,7 @@ memories [L, B, M, H] · memory_mask [B, M] or None · encoder: the ErnieDocOutp
 pooled_output (None)."""
 
 
-@register_head("keyphrase")   # ernie_doc.auto lists this module in TASK_HEAD_MODULES
+@register_head("keyphrase")   # the task folders' register_heads() imports this module
 class ErnieDocForKeyphrase(Head):
     """Encoder + five n-gram CNNs (kernel 1..5, H → H channels, ReLU) + one linear scorer per
     n-gram length."""

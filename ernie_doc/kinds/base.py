@@ -11,23 +11,16 @@ import contextlib
 import dataclasses
 import importlib
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 
-from ernie_doc.auto import kind_class, kind_name
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import NotSet
-from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, step_members
-from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
-from ernie_doc.training.run_config import missing_key
-# task_config and task_module are used by the callers that import them from here
-from ernie_doc.training.task_folders import (task_config, task_module, task_names,  # noqa: F401
-                                             task_package)
+from ernie_doc.data.segment import step_members
+from ernie_doc.kinds.folders import missing_key, task_names, task_package
 from ernie_doc.utils import clip
 
 
@@ -172,7 +165,7 @@ class Task:
 
     Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
     ERNIE-Doc head; classification, span, choice, matching, HotpotQA, OpenKP), its streamed
-    subclass `pretraining.task.PretrainingTask` and `lm.task.LanguageModelTask`, which builds
+    subclass `kinds.pretraining.PretrainingTask` and `kinds.lm.LanguageModelTask`, which builds
     its own model and token-stream splits (`builds_model`). `training.prepare` builds a run from
     a task; `training.trainer` then only calls the members below.
 
@@ -257,8 +250,10 @@ class Task:
         """Whether `value` of `metric` beats `best` (the best checkpoint's)."""
         return value > best
 
-    def model_files(self) -> List[str]:
-        """Files saved beside exported models when there is no tokenizer."""
+    def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
+        """Files saved beside exported models when there is no tokenizer. `atomic_entry`
+        (output_dir, entry) → a temporary path moved into the run's folder when its block
+        succeeds: how a kind writes such a file there (the trainer passes its own)."""
         return []
 
 
@@ -386,7 +381,7 @@ class DocumentTask(Task):
     def batch_tokens(self, batch):
         return int(batch["attention_mask"].sum())
 
-    # -- evaluation (training.splits.DocumentEvaluation) -------------------------------------
+    # -- evaluation (data.splits.DocumentEvaluation) -------------------------------------
     def row_outputs(self, out, batch=None):
         """What each predicted row contributes: numpy [B, ...] (batch: its tensors)."""
         raise NotImplementedError
@@ -491,87 +486,3 @@ def with_gold(record: Dict[str, Any], **gold) -> Dict[str, Any]:
 def masked_mean(values, weight):
     """Σ values·weight / max(1, Σ weight): 0 (with zero gradients) when no row trains."""
     return (values * weight).sum() / paddle.clip(weight.sum(), min=1.0)
-
-
-class ClassificationTask(DocumentTask):
-    """Document classification: every segment carries the document label; the pooled [CLS]
-    feeds a linear layer; the document is the mean (or last) of its segments' softmax."""
-    head_class = ErnieDocForSequenceClassification
-    main_metric = "accuracy"
-    input_fields = ("text",)
-
-    def __init__(self, cfg, reader):
-        super().__init__(cfg, reader)
-        self.metric_names = tuple(cfg.metrics)
-        unknown = set(self.metric_names) - {"accuracy", "f1", "macro_f1"}
-        if not self.metric_names or unknown:
-            raise ConfigError(f"{cfg.source}: metrics: unknown {sorted(unknown)}; "
-                              "classification has accuracy, f1, macro_f1")
-        self.main_metric = self.metric_names[0]
-        positive = cfg.positive_label
-        if positive is not None and str(positive) not in self.label_ids:
-            raise ConfigError(f"{cfg.source}: positive_label {positive!r} is not a label "
-                              f"({self.labels[:10]})")
-        self.positive = self.label_ids[str(positive)] if positive is not None else 1
-
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
-        self.segmenter = ClassificationSegmenter(max_seq_len, stride, special_ids["cls"],
-                                                 special_ids["sep"], special_ids["pad"],
-                                                 self.cfg.segment_layout)
-
-    def model_kwargs(self):
-        return {"num_labels": len(self.labels)}
-
-    def model_config_overrides(self):
-        return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
-
-    def label_id(self, doc):
-        if doc.label is None:
-            raise DataError(f"document {doc.doc_id!r} has no label")
-        if doc.label not in self.label_ids:
-            raise DataError(f"document {doc.doc_id!r}: label {doc.label!r} is not in the "
-                            f"label set ({len(self.labels)} labels)")
-        return self.label_ids[doc.label]
-
-    def segments(self, doc, doc_index, ids):
-        if doc.label is None:   # a document to predict: label 0 is a placeholder, never read
-            return without_training(self.segmenter(ids, doc_index, {"label": 0}))
-        return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
-
-    def loss(self, out, batch, weight):
-        ce = F.cross_entropy(out.logits, batch["target_label"].unsqueeze(-1),
-                             reduction="none").reshape([-1])
-        return masked_mean(ce, weight)
-
-    def row_outputs(self, out, batch=None):
-        return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
-
-    def predict_document(self, doc, rows, steps=None):
-        """→ {doc_id, pred: label name, probs: [C] (the document's mean, or last, segment
-        softmax, 6 decimals), segments}."""
-        probs = aggregate_segments(rows, self.cfg.doc_prediction)
-        return {"doc_id": doc.doc_id, "pred": self.labels[int(probs.argmax())],
-                "probs": [round(float(x), 6) for x in probs], "segments": len(rows)}
-
-    def evaluate(self, docs, rows, passes=None):
-        predictions = self.predict(docs, rows, passes)
-        # label names are unique, so the predicted name gives back the argmax
-        pred = np.asarray([self.label_ids[p["pred"]] for p in predictions])
-        gold = np.asarray([self.label_id(d) for d in docs])
-        metrics = classification_metrics(pred, gold, len(self.labels), self.metric_names,
-                                         self.positive)
-        return metrics, [with_gold(p, label=d.label) for p, d in zip(predictions, docs)]
-
-
-def build_task(cfg, reader=None):
-    """The task kind of `cfg` (a registered name: ernie_doc.auto.kind_class) over its reader:
-    tasks/<cfg.task>/reader.py, or `reader` when given (predict: a saved model's labels
-    instead of a data directory)."""
-    try:
-        kind = kind_name(cfg.kind)
-    except ValueError as e:   # validate() has said so already, for a config it checked
-        raise ConfigError(f"{cfg.source}: kind: {e}") from None
-    # pretraining streams a corpus (data_dir) itself: no tasks/<name>/reader.py
-    if reader is None and kind != "pretraining":
-        reader = load_reader(cfg.task)
-    return kind_class(kind)(cfg, reader)

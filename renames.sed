@@ -1,0 +1,33 @@
+# old module → new module (apply with: sed -E -i -f renames.sed FILES)
+# `from ernie_doc.training import X [as Y]` forms first, then dotted paths
+s/\bfrom ernie_doc\.training import run_config\b/from ernie_doc import run_config/g
+s/\bfrom ernie_doc\.training import amp\b/from ernie_doc import precision as amp/g
+s/\bfrom ernie_doc\.training import splits\b/from ernie_doc.data import splits/g
+s/\bfrom ernie_doc\.training import distributed\b/from ernie_doc import distributed/g
+s/\bfrom ernie_doc\.training import tasks as\b/from ernie_doc.kinds import base as/g
+s/\bfrom ernie_doc\.training import tasks\b/from ernie_doc.kinds import base as tasks/g
+s/\bfrom ernie_doc\.training import span\b/from ernie_doc.kinds import span/g
+s/\bfrom ernie_doc\.training import choice\b/from ernie_doc.kinds import choice/g
+s/\bfrom ernie_doc\.training import task_folders\b/from ernie_doc.kinds import folders as task_folders/g
+s/\bfrom ernie_doc\.pretraining import task\b/from ernie_doc.kinds import pretraining as task/g
+s/\bfrom ernie_doc\.lm import task\b/from ernie_doc.kinds import lm as task/g
+s/\bernie_doc\.training\.run_config\b/ernie_doc.run_config/g
+s/\bernie_doc\.training\.amp\b/ernie_doc.precision/g
+s/\bernie_doc\.training\.splits\b/ernie_doc.data.splits/g
+s/\bernie_doc\.training\.distributed\b/ernie_doc.distributed/g
+s/\bernie_doc\.training\.tasks\b/ernie_doc.kinds.base/g
+s/\bernie_doc\.training\.span\b/ernie_doc.kinds.span/g
+s/\bernie_doc\.training\.choice\b/ernie_doc.kinds.choice/g
+s/\bernie_doc\.training\.task_folders\b/ernie_doc.kinds.folders/g
+s/\bernie_doc\.pretraining\.task\b/ernie_doc.kinds.pretraining/g
+s/\bernie_doc\.lm\.task\b/ernie_doc.kinds.lm/g
+s/\btraining\/run_config\.py\b/run_config.py/g
+s/\btraining\/amp\.py\b/precision.py/g
+s/\btraining\/splits\.py\b/data\/splits.py/g
+s/\btraining\/distributed\.py\b/distributed.py/g
+s/\btraining\/tasks\.py\b/kinds\/base.py/g
+s/\btraining\/span\.py\b/kinds\/span.py/g
+s/\btraining\/choice\.py\b/kinds\/choice.py/g
+s/\btraining\/task_folders\.py\b/kinds\/folders.py/g
+s/\bpretraining\/task\.py\b/kinds\/pretraining.py/g
+s/\blm\/task\.py\b/kinds\/lm.py/g
