@@ -31,3 +31,23 @@ s/\btraining\/choice\.py\b/kinds\/choice.py/g
 s/\btraining\/task_folders\.py\b/kinds\/folders.py/g
 s/\bpretraining\/task\.py\b/kinds\/pretraining.py/g
 s/\blm\/task\.py\b/kinds\/lm.py/g
+# prediction and export: ernie_doc/predict/
+s/\bfrom ernie_doc import pipeline as\b/from ernie_doc.predict import pipeline as/g
+s/\bfrom ernie_doc import predict_io as\b/from ernie_doc.predict import inputs as/g
+s/\bfrom ernie_doc import predict_io\b/from ernie_doc.predict import inputs as predict_io/g
+s/\bfrom ernie_doc import inference\b/from ernie_doc.predict import engine as inference/g
+s/\bfrom ernie_doc import outputs\b/from ernie_doc.predict import outputs/g
+s/\bfrom ernie_doc\.lm import predict\b/from ernie_doc.predict import lm as predict/g
+s/\bernie_doc\.pipeline\b/ernie_doc.predict.pipeline/g
+s/\bernie_doc\.predict_io\b/ernie_doc.predict.inputs/g
+s/\bernie_doc\.outputs\b/ernie_doc.predict.outputs/g
+s/\bernie_doc\.inference\b/ernie_doc.predict.engine/g
+s/\bernie_doc\.lm\.predict\b/ernie_doc.predict.lm/g
+s/\bernie_doc\/pipeline\.py\b/ernie_doc\/predict\/pipeline.py/g
+s/\bernie_doc\/predict_io\.py\b/ernie_doc\/predict\/inputs.py/g
+s/\bernie_doc\/outputs\.py\b/ernie_doc\/predict\/outputs.py/g
+s/\bernie_doc\/inference\.py\b/ernie_doc\/predict\/engine.py/g
+s/\bernie_doc\/lm\/predict\.py\b/ernie_doc\/predict\/lm.py/g
+s/(^|[^/])\bpredict_io\.py\b/\1predict\/inputs.py/g
+s/(^|[^/])\binference\.py\b/\1predict\/engine.py/g
+s/(^|[^/])\blm\/predict\.py\b/\1predict\/lm.py/g

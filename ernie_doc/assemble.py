@@ -97,7 +97,7 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
 def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
     """Set the task's segmenter up for the model (window T = max_seq_len, advance `stride`,
     default the model's memory_len) and check the batch sizes hold whole examples → the
-    stride. Training, evaluation and predict (ernie_doc.pipeline) read documents alike."""
+    stride. Training, evaluation and predict (ernie_doc.predict.pipeline) read documents alike."""
     cfg, task, config = run.cfg, run.task, run.model.config
     if cfg.max_seq_len > config.max_position_embeddings:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "

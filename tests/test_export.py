@@ -10,7 +10,8 @@ from helpers import ROOT, tiny_config
 
 from ernie_doc import ErnieDocModel
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.inference import Predictor, PredictorInputError, export
+from ernie_doc.predict.engine import Predictor, PredictorInputError
+from ernie_doc.predict.export import export
 
 SEQ_LEN = 8
 BATCH = 3
@@ -251,7 +252,7 @@ def _convert_then_export(tmp_path, model, head, *export_args):
 def test_pair_matching_convert_export_round_trip(tmp_path):
     from ernie_doc import auto
     from ernie_doc.heads import ErnieDocForPairMatching
-    from ernie_doc.inference import ExportError
+    from ernie_doc.predict.export import ExportError
     paddle.seed(21)
     model = ErnieDocForPairMatching(tiny_config())
     model.eval()
@@ -297,7 +298,7 @@ def test_hotpotqa_convert_export_round_trip(tmp_path, stage):
 def test_export_refuses_heads_that_cannot_export(tmp_path):
     from ernie_doc import auto
     from ernie_doc.heads import ErnieDocForPretraining
-    from ernie_doc.inference import ExportError
+    from ernie_doc.predict.export import ExportError
     assert set(auto.head_names(exportable=True)) == set(auto.head_names()) - {"pretraining"}
     with pytest.raises(ExportError, match="cannot export ErnieDocForPretraining: expected "
                                           "ErnieDocModel or one of .*ErnieDocForKeyphrase"):

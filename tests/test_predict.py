@@ -1,4 +1,4 @@
-"""ernie-doc predict and ernie_doc.pipeline: a fine-tuned run's model on new documents.
+"""ernie-doc predict and ernie_doc.predict.pipeline: a fine-tuned run's model on new documents.
 
 The models are tiny runs of the tasks' own run.sh on fixtures in the official formats; the
 predictions must equal, field for field, what the trainer's evaluation (eval_only's code)
@@ -18,8 +18,8 @@ from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_ques
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
 from ernie_doc.kinds.base import load_reader
-from ernie_doc.pipeline import Pipeline, PipelineError, pipeline, read_inputs
-from ernie_doc.predict_io import completed_ids, model_directory, provenance
+from ernie_doc.predict.inputs import completed_ids, model_directory, provenance
+from ernie_doc.predict.pipeline import Pipeline, PipelineError, pipeline, read_inputs
 
 PREDICT = [sys.executable, os.path.join(ROOT, "tools", "predict.py")]
 
@@ -207,7 +207,7 @@ def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
     for a, b in zip(dygraph, exported):
         assert a["pred"] == b["pred"] and a["segments"] == b["segments"]
         np.testing.assert_allclose(a["probs"], b["probs"], atol=1e-5)
-    from ernie_doc.inference import BF16_CPU_FLAGS, cpu_flags
+    from ernie_doc.predict.engine import BF16_CPU_FLAGS, cpu_flags
     if set(BF16_CPU_FLAGS) & cpu_flags():
         bf16 = Pipeline.from_pretrained(str(export), precision="bf16")(docs)
         agree = np.mean([a["pred"] == b["pred"] for a, b in zip(dygraph, bf16)])

@@ -24,7 +24,7 @@ import pytest
 from helpers import ROOT, tiny_config
 
 from ernie_doc.config import ConfigError
-from ernie_doc.pipeline import Pipeline, PipelineError, pipeline
+from ernie_doc.predict.pipeline import Pipeline, PipelineError, pipeline
 
 HEADROOM = 3 << 30   # bytes of address space a command may add to what the process holds
 SECONDS = 30         # far above a decision (milliseconds; ~2 s with a subprocess's imports)

@@ -376,7 +376,7 @@ def test_export_model_full_disk_leaves_nothing(files, capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     from ernie_doc import ErnieDocModel
-    from ernie_doc.inference import export
+    from ernie_doc.predict.export import export
     model = ErnieDocModel(tiny_config(max_position_embeddings=8))
     d = tmp_path_factory.mktemp("export")
     info = export(model, str(d / "m"), seq_len=8)
@@ -413,7 +413,8 @@ def damaged_copy(exported, tmp_path, **edits):
     ({"m.pdiparams": b"garbage"}, ["m.pdiparams: not a LoDTensor file"]),
 ])
 def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
-    from ernie_doc.inference import ExportError, Predictor
+    from ernie_doc.predict.engine import Predictor
+    from ernie_doc.predict.export import ExportError
     dst = damaged_copy(exported, tmp_path, **edits)
     model_file = os.path.basename(exported[1]["model_path"])
     with pytest.raises(ExportError) as info:
@@ -425,7 +426,8 @@ def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
 
 
 def test_predictor_refuses_a_file_outside_the_export(exported, tmp_path):
-    from ernie_doc.inference import ExportError, Predictor
+    from ernie_doc.predict.engine import Predictor
+    from ernie_doc.predict.export import ExportError
     meta = json.loads((exported[0] / "m.meta.json").read_text())
     dst = damaged_copy(exported, tmp_path,
                        **{"m.meta.json": dict(meta, model_file="../../../etc/passwd")})

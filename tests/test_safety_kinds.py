@@ -20,7 +20,7 @@ from helpers import ROOT, tiny_classifier, tiny_export
 from ernie_doc import kinds
 from ernie_doc.config import ConfigError
 from ernie_doc.kinds import build_task
-from ernie_doc.pipeline import Pipeline, PipelineError, pipeline
+from ernie_doc.predict.pipeline import Pipeline, PipelineError, pipeline
 from ernie_doc.run_config import config_from_values, load_config, load_yaml
 
 KNOWN = ("classification", "hotpotqa", "keyphrase", "language_model", "multiple_choice",

@@ -88,7 +88,7 @@ def export_for(directory: str, pipe, work: str) -> str:
 
 def measure(pipe, args: argparse.Namespace) -> Dict[str, Any]:
     """One engine over the documents → its numbers and its records (by doc_id)."""
-    from ernie_doc.pipeline import read_inputs
+    from ernie_doc.predict.pipeline import read_inputs
     if args.warmup:   # first calls build kernels and caches: not what a long run sees
         list(pipe.stream(itertools.islice(read_inputs(args.input, args.format), args.warmup)))
     timed = TimedModel(pipe.model)
@@ -126,7 +126,7 @@ def agreement(reference: Dict[str, dict], other: Dict[str, dict]) -> Dict[str, A
 
 def run(args: argparse.Namespace) -> int:
     from ernie_doc.cli.predict import check_input
-    from ernie_doc.pipeline import Pipeline, PipelineError, model_directory
+    from ernie_doc.predict.pipeline import Pipeline, PipelineError, model_directory
     check_input(args.input, PipelineError)
     apply_paddle_threads(args.threads)
     directory = model_directory(args.model)
@@ -172,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ernie_doc.checkpoint.errors import CheckpointError
     from ernie_doc.config import ConfigError
     from ernie_doc.data import DataError
-    from ernie_doc.pipeline import PipelineError
+    from ernie_doc.predict.pipeline import PipelineError
     from ernie_doc.tokenization import TokenizerError
     from ernie_doc.utils import exit_on_user_error, write_error_types
     expected = (PipelineError, ConfigError, DataError, CheckpointError, TokenizerError)

@@ -13,12 +13,12 @@ checkpoint directory in any layout `from_pretrained` reads (official, PaddleNLP,
 ernie-doc-small). Writes
 <output>.json (paddle 3.x) or <output>.pdmodel (paddle 2.6), <output>.pdiparams and the sidecar
 <output>.meta.json; prints a JSON summary. Files of an earlier export there are replaced only
-with --overwrite, and --output never lies in the --config folder (ernie_doc.outputs). A bad
+with --overwrite, and --output never lies in the --config folder (ernie_doc.predict.outputs). A bad
 argument, config or checkpoint, or an output that cannot be written, prints one `error:` line
 and exits with 2, writing nothing (--debug: traceback). --head takes every head of the
 registry (ernie_doc.auto) that can be exported; a head that takes inputs of its own
 (keyphrase: word_index [B,T]) exports them after the encoder's, and the summary names them
-under "head_inputs". See ernie_doc/inference.py for the exported signature and the Predictor
+under "head_inputs". See ernie_doc/predict/engine.py for the exported signature and the Predictor
 that runs it (CPU fp32 / bf16, GPU on CUDA builds).
 """
 import argparse
@@ -127,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ernie_doc.checkpoint.io import CheckpointError
     from ernie_doc.checkpoint.lodtensor import LoDTensorFormatError
     from ernie_doc.config import ConfigError
-    from ernie_doc.inference import ExportError
+    from ernie_doc.predict.export import ExportError
     from ernie_doc.utils import exit_on_user_error, write_error_types
     expected = (ConfigError, CheckpointError, LoDTensorFormatError, ExportError)
     try:
@@ -170,12 +170,12 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
     """Every file the export writes (its model, parameters and sidecar under either paddle
     version's names, and the predict files copied from `directory`), checked by
-    ernie_doc.outputs' rule against --config and every file in its folder (ExportError, one
+    ernie_doc.predict.outputs' rule against --config and every file in its folder (ExportError, one
     line): never the checkpoint, a file of its folder (links followed) or inside it, a
     regular file or nothing, a name that fits, an existing one only with --overwrite. All are
     checked before anything is written. → the paths of the predict files to write."""
-    from ernie_doc.inference import ExportError
-    from ernie_doc.outputs import InputSet, check_output
+    from ernie_doc.predict.export import ExportError
+    from ernie_doc.predict.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
     out_dir = os.path.dirname(os.path.abspath(args.output))
     copies = [os.path.join(out_dir, os.path.basename(path))
@@ -191,8 +191,8 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     through a link) → those names; they are renamed into place once the export is done. A
     source that cannot be read is an ExportError (one line), with the copies made so far
     removed."""
-    from ernie_doc.inference import ExportError
-    from ernie_doc.outputs import temp_name
+    from ernie_doc.predict.export import ExportError
+    from ernie_doc.predict.outputs import temp_name
     from ernie_doc.utils import open_regular
     staged = []
     try:
@@ -227,7 +227,7 @@ def remove_files(paths: List[str]) -> None:
 
 
 def _export(args):
-    from ernie_doc.inference import ExportError, export
+    from ernie_doc.predict.export import ExportError, export
     directory = args.config if os.path.isdir(args.config) else ""
     copies = check_outputs(args, directory)
     model, source = build_model(args)

@@ -13,9 +13,9 @@ with a header row (columns are the task's fields: `text` for classification; `co
 `question` for span QA ...; `id` names the document; the official `text_a` and `qid` are read
 as `text` and `id`), JSON lines with those fields (`choices` as a list for multiple choice),
 or - (standard input). --format task: the task's own data files, read by its reader as
-fine-tuning read them (ernie_doc.pipeline.task_documents). --output -: the records alone on
+fine-tuning read them (ernie_doc.predict.pipeline.task_documents). --output -: the records alone on
 standard output. Each document is read exactly as evaluation reads
-it (ernie_doc.pipeline). A document that cannot be predicted (empty, not UTF-8, a missing
+it (ernie_doc.predict.pipeline). A document that cannot be predicted (empty, not UTF-8, a missing
 field) gets a line with an `error` field, or with --on-error fail stops the run with one
 line naming it. The last line of --output is a complete record at every moment but the one
 being written. Beside it, `<output>.meta.json` records the model's fingerprint (written before
@@ -23,7 +23,7 @@ the first record): --resume continues only a file this tool wrote for this model
 last line cut short and skips the documents already there; any other file is refused and left
 as it is. --output never replaces or lands inside an input or the model folder (nor a file
 they link to), and is locked while a run writes it: a second predict on it stops with one
-line (ernie_doc.outputs).
+line (ernie_doc.predict.outputs).
 """
 import argparse
 import contextlib
@@ -42,7 +42,7 @@ TASK_FORMAT = "task"   # --format task: the model's own task reader reads --inpu
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.predict_io import ENGINES, INPUT_FORMATS, ON_ERROR, STDIO
+    from ernie_doc.predict.inputs import ENGINES, INPUT_FORMATS, ON_ERROR, STDIO
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/, or "
                                  "a save_pretrained directory with --task")
@@ -104,7 +104,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def check_input(path: str, error: type) -> None:
     """--input must be a directory or a regular file (a FIFO or a device is refused without
     being opened): error(one line) otherwise."""
-    from ernie_doc.predict_io import STDIO
+    from ernie_doc.predict.inputs import STDIO
     from ernie_doc.utils import regular_file_problem
     if path == STDIO:
         return
@@ -118,7 +118,7 @@ def check_input(path: str, error: type) -> None:
 
 def model_directories(args: argparse.Namespace) -> List[str]:
     """The model folder(s) predict reads: MODEL's, and --answer-model's when given."""
-    from ernie_doc.predict_io import model_directory
+    from ernie_doc.predict.inputs import model_directory
     return [model_directory(args.model, args.task)] + \
         ([model_directory(args.answer_model, args.task)] if args.answer_model else [])
 
@@ -126,7 +126,7 @@ def model_directories(args: argparse.Namespace) -> List[str]:
 def input_paths(args: argparse.Namespace) -> List[str]:
     """The files predict reads documents from (standard input aside): --input, else with
     --format task the run's data_dir."""
-    from ernie_doc.predict_io import STDIO, task_record
+    from ernie_doc.predict.inputs import STDIO, task_record
     if args.input is not None:
         return [] if args.input == STDIO else [args.input]
     data_dir = task_record(model_directories(args)[0], args.task)["config"].get("data_dir")
@@ -135,14 +135,14 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 def check_paths(args: argparse.Namespace):
     """Input and output checked before the model is loaded (PipelineError: one line) →
-    (the inputs, an ernie_doc.outputs.InputSet; the file id of an existing --output, or
-    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.outputs' rule
+    (the inputs, an ernie_doc.predict.outputs.InputSet; the file id of an existing --output, or
+    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.predict.outputs' rule
     against --input and the model folders: never one of them or a file inside them (links
     followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
     regular file or nothing; an existing output only with --resume (a file with no other name
     or link) or --overwrite."""
-    from ernie_doc.outputs import InputSet, check_appendable, check_output, check_stream
-    from ernie_doc.predict_io import STDIO, PipelineError, provenance_path
+    from ernie_doc.predict.inputs import STDIO, PipelineError, provenance_path
+    from ernie_doc.predict.outputs import InputSet, check_appendable, check_output, check_stream
     for path in input_paths(args):
         check_input(path, PipelineError)
     inputs = InputSet(input_paths(args) + model_directories(args))
@@ -182,19 +182,21 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     (the file is created or reopened to resume), and "records", how many it holds: what
     Ctrl-C reports (`interrupted_line`).
 
-    --output's folder is opened once, right after the checks (ernie_doc.outputs.OutputFolder):
-    the file and its sidecar are opened, created and renamed through it, and the file is
-    locked for the run (a second predict on it stops with one line). --resume: the checked
-    file itself is opened, locked, and its records read before the model loads. Otherwise
-    the sidecar and a new file are complete beside the old output before they replace it.
+    --output's folder is opened once, right after the checks
+    (ernie_doc.predict.outputs.OutputFolder): the file and its sidecar are opened, created
+    and renamed through it, and the file is locked for the run (a second predict on it stops
+    with one line). --resume: the checked file itself is opened, locked, and its records read
+    before the model loads. Otherwise the sidecar and a new file are complete beside the old
+    output before they replace it.
     --output -: the records go to standard output as they come, and nothing else does (the
     summary, notes and progress go to stderr)."""
     from tqdm import tqdm
 
-    from ernie_doc.outputs import OutputFolder
-    from ernie_doc.pipeline import count_inputs, pipeline, read_inputs, task_documents
-    from ernie_doc.predict_io import (STDIO, PipelineError, completed_ids, provenance,
-                                      provenance_bytes, provenance_path, record_line, task_record)
+    from ernie_doc.predict.inputs import (STDIO, PipelineError, completed_ids, provenance,
+                                          provenance_bytes, provenance_path, record_line,
+                                          task_record)
+    from ernie_doc.predict.outputs import OutputFolder
+    from ernie_doc.predict.pipeline import count_inputs, pipeline, read_inputs, task_documents
     from ernie_doc.utils import set_paddle_threads, show_progress
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
@@ -269,7 +271,7 @@ def records_writer(target):
 def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
     """The one line Ctrl-C prints: how many documents --output holds and the command that
     continues it (`argv`: predict's arguments, with --resume instead of --overwrite)."""
-    from ernie_doc.predict_io import STDIO
+    from ernie_doc.predict.inputs import STDIO
     records = progress.get("records", 0)
     if not (records if output == STDIO else progress.get("created")):
         return "interrupted before anything was written: run the same command again"
@@ -291,7 +293,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ernie_doc.checkpoint.errors import CheckpointError
         from ernie_doc.config import ConfigError
         from ernie_doc.data import DataError
-        from ernie_doc.pipeline import PipelineError
+        from ernie_doc.predict.pipeline import PipelineError
         from ernie_doc.tokenization import TokenizerError
         from ernie_doc.utils import exit_on_user_error, write_error_types
     expected = (PipelineError, ConfigError, DataError, CheckpointError, TokenizerError)

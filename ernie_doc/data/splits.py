@@ -145,7 +145,7 @@ def collect_row_outputs(task, batch: Batch, tensors: Dict[str, Any], out, group:
                         rows: Dict[int, list]) -> List[int]:
     """Append each predicted row's output (task.row_outputs: one per group of `group` rows) to
     rows[doc_index] as (segment index, output) → the doc indices that got one. Evaluation and
-    predict (ernie_doc.pipeline) collect alike."""
+    predict (ernie_doc.predict.pipeline) collect alike."""
     predicted = predicted_rows(batch)
     if not predicted.any():
         return []

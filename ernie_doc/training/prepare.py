@@ -252,7 +252,7 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
 
 def task_record(run: PreparedRun) -> dict:
     """What a saved model needs besides its weights and tokenizer to read new documents as
-    this run did (ernie_doc.pipeline): the config as written and the label names. Saved as
+    this run did (ernie_doc.predict.pipeline): the config as written and the label names. Saved as
     task.json in best/ and final/."""
     config = dict(run.given)
     options = getattr(run.task, "options", None)

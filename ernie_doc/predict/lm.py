@@ -1,7 +1,7 @@
 """Per-document perplexity and per-token log-probabilities from a trained language model
-(kind `language_model`): the `ernie_doc.pipeline.Pipeline` interface for Transformer-XL.
+(kind `language_model`): the `ernie_doc.predict.pipeline.Pipeline` interface for Transformer-XL.
 
-    from ernie_doc.lm.predict import LMPipeline
+    from ernie_doc.predict.lm import LMPipeline
     pipe = LMPipeline.from_pretrained("output/wt103/best")   # the directory with task.json
     pipe(["a document , one paragraph per line .\\nanother paragraph ."])
     # → [{"doc_id": "0", "ppl": 312.4, "nll": 5.74, "tokens": 12, "unk": 0, "oov": 0,
@@ -50,7 +50,7 @@ from ernie_doc.data import DataError
 from ernie_doc.data.document import Document
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.predict_io import TASK_FILE, DocumentStream, PipelineError, read_task_record
+from ernie_doc.predict.inputs import TASK_FILE, DocumentStream, PipelineError, read_task_record
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]
 
@@ -140,18 +140,18 @@ class LMPipeline(DocumentStream):
                         on_error: str = "record", device: str = "cpu",
                         prepend_eos: bool = False) -> "LMPipeline":
         """`directory`: a saved language model with task.json (a run's best/ or final/,
-        resolved by `ernie_doc.pipeline.model_directory`). batch_size None: the run's
+        resolved by `ernie_doc.predict.pipeline.model_directory`). batch_size None: the run's
         eval_batch_size, else batch_size. PipelineError (one line) for any problem, among
         them a batch or eval protocol (task_options eval_mem_len ...) whose memory estimate
         cannot fit, refused before the model is loaded."""
         from ernie_doc.checkpoint.errors import CheckpointError
-        from ernie_doc.predict_io import check_batch_size
+        from ernie_doc.predict.inputs import check_batch_size
         check_batch_size(batch_size)
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)
         if record["kind"] != "language_model":
             raise PipelineError(f"{source}: kind {record['kind']!r}, not a language model "
-                                f"(use ernie_doc.pipeline.Pipeline)")
+                                f"(use ernie_doc.predict.pipeline.Pipeline)")
         try:
             run = saved_run(directory, record, source, device, batch_size)
         except (ConfigError, DataError, CheckpointError, ValueError) as e:

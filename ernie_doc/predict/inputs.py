@@ -1,5 +1,5 @@
-"""What every predict pipeline shares (ernie_doc.pipeline for the document kinds,
-ernie_doc.lm.predict for the language model): finding a saved model's directory and its
+"""What every predict pipeline shares (ernie_doc.predict.pipeline for the document kinds,
+ernie_doc.predict.lm for the language model): finding a saved model's directory and its
 task.json, turning inputs into Documents, reading input files one document at a time, and
 resuming a predictions file. No model code: both pipelines import it.
 """
@@ -736,10 +736,10 @@ def completed_ids(output: str, record: dict, folder=None) -> List[str]:
     line that is not a prediction record is refused, with the file unchanged. The file is
     read a line at a time (none over MAX_RECORD_LINE bytes), never whole.
 
-    folder: the run's ernie_doc.outputs.OutputFolder of `output`, whose `file` (opened with
+    folder: the run's ernie_doc.predict.outputs.OutputFolder of `output`, whose `file` (opened with
     open_append: locked, checked) is read and left at its end for appending; None opens
     `output` here for this call alone."""
-    from ernie_doc.outputs import InputSet, OutputFolder
+    from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:
         folder = OutputFolder(output, InputSet(), error=PipelineError)

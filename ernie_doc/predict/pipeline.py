@@ -1,7 +1,7 @@
 """Predictions on your own documents: a fine-tuned model, documents of any length in, one
 prediction per document out.
 
-    from ernie_doc.pipeline import Pipeline
+    from ernie_doc.predict.pipeline import Pipeline
     pipe = Pipeline.from_pretrained("output/imdb")        # a run directory, its best/ or final/
     pipe(["a long review ...", "another ..."])            # → [{"doc_id", "pred", "probs", ...}]
     pipe([{"id": "q1", "question": "...", "context": "..."}])          # span QA: task fields
@@ -21,8 +21,6 @@ What a saved model needs besides its weights and tokenizer files is its `task.js
 kind, label names and the run's config), which fine-tuning writes into best/ and final/.
 """
 import os
-import sys
-import types
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
@@ -40,12 +38,12 @@ from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.data.splits import collect_row_outputs
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.precision import AmpSettings
-# re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
-from ernie_doc.predict_io import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO, TASK_FILE,  # noqa: F401
-                                  DocumentStream, InputProblem, PipelineError, check_batch_size,
-                                  completed_ids, count_inputs, input_format, model_directory,
-                                  read_inputs, read_task_record, task_record, to_document,
-                                  to_jsonable)
+# re-exported: `from ernie_doc.predict.pipeline import read_inputs` is the documented door
+from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  # noqa: F401
+                                      TASK_FILE, DocumentStream, InputProblem, PipelineError,
+                                      check_batch_size, completed_ids, count_inputs, input_format,
+                                      model_directory, read_inputs, read_task_record, task_record,
+                                      to_document, to_jsonable)
 from ernie_doc.utils import threads_problem
 
 DEVICES = ("cpu", "gpu")
@@ -54,8 +52,8 @@ DEVICES = ("cpu", "gpu")
 def check_device(device: str) -> str:
     """`device` when this machine and paddle build can run it; else PipelineError, one line
     naming what is missing (a paddle without CUDA, no visible GPU). The decision is
-    ernie_doc.inference.inference_settings's, which the export engine also follows."""
-    from ernie_doc.inference import EngineError, machine_settings
+    ernie_doc.predict.engine.inference_settings's, which the export engine also follows."""
+    from ernie_doc.predict.engine import EngineError, machine_settings
     if device not in DEVICES:
         raise PipelineError(f"device must be one of {DEVICES}, got {device!r}")
     try:
@@ -76,12 +74,12 @@ def reads_token_ids(task) -> bool:
 
 def is_export(directory: str) -> bool:
     """Whether `directory` holds a model exported for paddle.inference (a *.meta.json)."""
-    from ernie_doc.inference import META_SUFFIX
+    from ernie_doc.predict.export import META_SUFFIX
     return any(name.endswith(META_SUFFIX) for name in os.listdir(directory))
 
 
 class ExportedModel:
-    """An exported model (ernie_doc.inference.Predictor: paddle.inference, oneDNN fp32 or bf16
+    """An exported model (ernie_doc.predict.engine.Predictor: paddle.inference, oneDNN fp32 or bf16
     on CPU, or GPU) behind the call the task kinds make of a dygraph head: (input_ids [B, T],
     memories [L, B, M, H], token_type_ids, attention_mask, reset_memory [B], memory_mask,
     head inputs) → an object with the head's outputs (logits ...) and the new memories as
@@ -100,7 +98,8 @@ class ExportedModel:
             return None if t is None else t.numpy()
         if not self.predictor.has_memory:   # recurrence none: the export takes no memory
             memories = reset_memory = memory_mask = None
-        from ernie_doc.inference import ExportError, PredictorInputError
+        from ernie_doc.predict.engine import PredictorInputError
+        from ernie_doc.predict.export import ExportError
         try:
             outputs = self.predictor.run(host(input_ids), host(attention_mask),
                                          host(token_type_ids), host(memories),
@@ -121,7 +120,8 @@ def exported_model(directory: str, cfg, task, device: str, precision: str,
     """The export in `directory` under paddle.inference, checked against the task: the head
     class it was trained with, segments of the run's max_seq_len, and a vocabulary that holds
     every id the tokenizer beside it produces."""
-    from ernie_doc.inference import EngineError, ExportError, Predictor
+    from ernie_doc.predict.engine import EngineError, Predictor
+    from ernie_doc.predict.export import ExportError
     try:
         predictor = Predictor(directory, threads=threads, device=device, precision=precision)
     except (EngineError, ExportError) as e:
@@ -171,7 +171,7 @@ class Pipeline(DocumentStream):
         directory with task.json, or an export of one (`ernie-doc export --config best/`
         copies task.json and the tokenizer beside it); with `task` (a task folder's name,
         e.g. "imdb"), also a directory written by save_pretrained, read with that task's
-        config (predict_io.task_record). engine: dygraph, inference (the
+        config (inputs.task_record). engine: dygraph, inference (the
         export under paddle.inference: precision fp32 or bf16 on CPU, fp16 / bf16 on GPU;
         threads: its CPU threads), or auto (inference for an export)."""
         if engine not in ENGINES:
@@ -396,7 +396,7 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
         if engine == "inference" or precision != "fp32":
             raise PipelineError("the language model predicts on the dygraph engine in fp32")
-        from ernie_doc.lm.predict import LMPipeline
+        from ernie_doc.predict.lm import LMPipeline
         return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
     options = dict(batch_size=batch_size, on_error=on_error, device=device, engine=engine,
                    precision=precision, threads=threads)
@@ -404,17 +404,3 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
     if not answer_model:
         return first
     return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, **options))
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as its `pipeline` factory. `from ernie_doc import pipeline` must
-    give the factory whether or not `ernie_doc.pipeline` was imported before; once it is,
-    Python binds the package attribute `pipeline` to this module (submodule import), so the
-    module itself is the factory: `pipeline(run)` calls pipeline.pipeline(run), and
-    `pipeline.Pipeline` etc. stay reachable."""
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        return pipeline(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
