@@ -51,3 +51,9 @@ s/\bernie_doc\/lm\/predict\.py\b/ernie_doc\/predict\/lm.py/g
 s/(^|[^/])\bpredict_io\.py\b/\1predict\/inputs.py/g
 s/(^|[^/])\binference\.py\b/\1predict\/engine.py/g
 s/(^|[^/])\blm\/predict\.py\b/\1predict\/lm.py/g
+# the released names: a leaf module both config and hub read
+s/^( *)from ernie_doc\.hub import cache, registry$/\1from ernie_doc import releases as registry\n\1from ernie_doc.hub import cache/
+s/\bfrom ernie_doc\.hub import registry\b/from ernie_doc import releases as registry/g
+s/\bernie_doc\.hub\.registry\b/ernie_doc.releases/g
+s/\bernie_doc\/hub\/registry\.py\b/ernie_doc\/releases.py/g
+s/^from ernie_doc\.hub import archive, registry$/from ernie_doc import releases as registry\nfrom ernie_doc.hub import archive/

@@ -28,6 +28,8 @@ from ernie_doc.config import ConfigError
 from ernie_doc.kinds.folders import K, load_task_folders, register
 from ernie_doc.utils import clip
 
+TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
+
 # The task folders' kinds as earlier versions named them in configs, run_config.yaml and saved
 # task.json ("module:Class"): read as the registered name, never imported.
 LEGACY_KINDS = {"tasks.hotpotqa.task:HotpotTask": "hotpotqa",

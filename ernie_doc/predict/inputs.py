@@ -11,9 +11,9 @@ from typing import Any, Iterable, Iterator, List, Optional, Set, Union
 import numpy as np
 
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.utils import clip
 
-TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
 STDIO = "-"   # --input - reads standard input, --output - writes standard output

@@ -44,13 +44,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import numpy as np
 import paddle
 
-from ernie_doc.assemble import saved_run
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import Document
+from ernie_doc.kinds import TASK_FILE, saved_run
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.predict.inputs import TASK_FILE, DocumentStream, PipelineError, read_task_record
+from ernie_doc.predict.inputs import DocumentStream, PipelineError, read_task_record
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]
 

@@ -32,7 +32,7 @@ import numpy as np
 import paddle
 
 from ernie_doc import distributed as dist
-from ernie_doc.predict.inputs import TASK_FILE
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.tokenization.base import CONFIG_FILE as TOKENIZER_CONFIG
 from ernie_doc.training import outdir
 from ernie_doc.utils import dtype_name, short_list

@@ -36,6 +36,7 @@ facts are the reader's validated ones (a fact pointing at a missing sentence is 
 """
 import glob
 import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -54,9 +55,10 @@ from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_t
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.kinds.span import NEG, span_nll
 from ernie_doc.metrics import hotpot
-from ernie_doc.training.runlog import logger
 
 from .head import ANSWER_TYPES, STAGES, ErnieDocForHotpotQA
+
+logger = logging.getLogger("ernie_doc.train")   # the run's log
 
 WORD, TITLE, PARA, SENT = 0, 1, 2, 3   # token kinds of the paragraph sequence
 MARKERS = ("[p]", "[q]", "[/q]")
