@@ -67,33 +67,11 @@ def _encoder_of(model):
                       f"{', '.join(sorted(exportable))}")
 
 
-class _RecurrentExport(nn.Layer):
-    """Flat-signature wrapper of a model with memory (see the module docstring)."""
-
-    def __init__(self, model, head_outputs, use_memory_mask):
-        """head_outputs: the names of the head's outputs to return (fields of its forward's
-        output), or None for the bare model."""
-        super().__init__()
-        self.model = model
-        self.head_outputs = head_outputs
-        self.use_memory_mask = use_memory_mask
-
-    def forward(self, input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                memory_mask=None):
-        out = self.model(input_ids, memories, token_type_ids, attention_mask, reset_memory,
-                         memory_mask)
-        if self.head_outputs is not None:
-            first = tuple(getattr(out, name) for name in self.head_outputs)
-        else:
-            first = (out.sequence_output, out.pooled_output)
-        if self.use_memory_mask:
-            return first + (out.memories, out.memory_mask)
-        return first + (out.memories,)
-
-
-class _HeadInputsExport(nn.Layer):
-    """Flat-signature wrapper of a head that takes inputs beyond the encoder's (recurrent or
-    not). Only such heads use it, so the programs of every other export stay as they were."""
+class _FlatExport(nn.Layer):
+    """The flat-signature wrapper of every export (module docstring): the encoder's inputs,
+    memories present or not, then the head's own inputs; out come the head's outputs (the
+    bare model: sequence_output, pooled_output), then the memories (and their mask) when the
+    model has memory."""
 
     # paddle.jit.to_static maps InputSpecs onto named positional parameters (no *args), so
     # the slots are spelled out: input_ids + up to 9 more (5 encoder inputs + 4 of the head).
@@ -101,7 +79,8 @@ class _HeadInputsExport(nn.Layer):
 
     def __init__(self, model, input_names, head_inputs, head_outputs, use_memory_mask):
         """input_names: every input in signature order; head_inputs: the head's own (the
-        last ones); head_outputs: as _RecurrentExport's."""
+        last ones); head_outputs: the names of the head's outputs to return (fields of its
+        forward's output), or None for the bare model."""
         super().__init__()
         if len(input_names) > self.MAX_INPUTS:
             raise ExportError(f"{type(model).__name__}: {len(input_names)} inputs, the export "
@@ -122,29 +101,15 @@ class _HeadInputsExport(nn.Layer):
         out = self.model(input_ids, fed.get("memories"), fed["token_type_ids"],
                          fed["attention_mask"], fed.get("reset_memory"),
                          fed.get("memory_mask"), **extra)
-        first = tuple(getattr(out, name) for name in self.head_outputs)
+        if self.head_outputs is None:
+            first = (out.sequence_output, out.pooled_output)
+        else:
+            first = tuple(getattr(out, name) for name in self.head_outputs)
         if not self.has_memory:
             return first[0] if len(first) == 1 else first
         if self.use_memory_mask:
             return first + (out.memories, out.memory_mask)
         return first + (out.memories,)
-
-
-class _StatelessExport(nn.Layer):
-    """Flat-signature wrapper of a model without memory (recurrence "none")."""
-
-    def __init__(self, model, head_outputs):
-        """head_outputs: as _RecurrentExport's."""
-        super().__init__()
-        self.model = model
-        self.head_outputs = head_outputs
-
-    def forward(self, input_ids, token_type_ids, attention_mask):
-        out = self.model(input_ids, None, token_type_ids, attention_mask)
-        if self.head_outputs is not None:
-            first = tuple(getattr(out, name) for name in self.head_outputs)
-            return first[0] if len(first) == 1 else first
-        return out.sequence_output, out.pooled_output
 
 
 def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int] = None
@@ -228,13 +193,8 @@ def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
     inputs, outputs = io_signature(model, seq_len, batch_size)
     head_outputs = [name for name, _ in model.export_outputs(1, seq_len)] if is_head else None
     extra = model.export_inputs(batch_size or -1, seq_len) if is_head else []
-    if extra:
-        wrapper = _HeadInputsExport(model, [i["name"] for i in inputs], [x.name for x in extra],
-                                    head_outputs, bool(c.mask_empty_memory))
-    elif enc.memory_len:
-        wrapper = _RecurrentExport(model, head_outputs, bool(c.mask_empty_memory))
-    else:
-        wrapper = _StatelessExport(model, head_outputs)
+    wrapper = _FlatExport(model, [i["name"] for i in inputs], [x.name for x in extra],
+                          head_outputs, bool(c.mask_empty_memory))
 
     path = os.path.abspath(os.fspath(path))
     directory, base = os.path.split(path)
