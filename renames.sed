@@ -57,3 +57,15 @@ s/\bfrom ernie_doc\.hub import registry\b/from ernie_doc import releases as regi
 s/\bernie_doc\.hub\.registry\b/ernie_doc.releases/g
 s/\bernie_doc\/hub\/registry\.py\b/ernie_doc\/releases.py/g
 s/^from ernie_doc\.hub import archive, registry$/from ernie_doc import releases as registry\nfrom ernie_doc.hub import archive/
+# functions that moved from training.prepare to assemble (single-name imports only; check
+# multi-name imports by hand: grep "training.prepare import")
+s/\bfrom ernie_doc\.training\.prepare import (UntrainedHead|build_model|check_head_memory|check_memory|checkpoint_config|choose_tokenizer|resolve_inputs|setup_reading|train_spm|vocabulary_overrides)$/from ernie_doc.assemble import \1/
+s/\bprepare\.(check_memory|choose_tokenizer|setup_reading|build_model|check_head_memory|resolve_inputs)\b/assemble.\1/g
+# names that moved between modules
+s/\bfrom ernie_doc\.run_config import missing_key\b/from ernie_doc.kinds.folders import missing_key/g
+s/\bfrom ernie_doc\.predict\.inputs import TASK_FILE$/from ernie_doc.kinds import TASK_FILE/
+s/\bfrom ernie_doc\.predict\.engine import export$/from ernie_doc.predict.export import export/
+s/\bfrom ernie_doc\.predict\.engine import ExportError$/from ernie_doc.predict.export import ExportError/
+s/\bfrom ernie_doc\.auto import (register_kind|kind_name|kind_class|kind_names)\b/from ernie_doc.kinds import \1/g
+s/\bfrom ernie_doc\.kinds\.base import build_task$/from ernie_doc.kinds import build_task/
+s/\bfrom ernie_doc\.kinds\.base import ClassificationTask$/from ernie_doc.kinds.classification import ClassificationTask/

@@ -277,7 +277,7 @@ class LanguageModelTask(Task):
     # -- what the trainer builds ----------------------------------------------------------------
     def memory_plan(self) -> Tuple[Callable[[], TransformerXLLM], int, int, int, int, int]:
         """(a function building the model, layers, hidden, heads, tokens per row, memory
-        length): what the memory estimate (training.prepare.check_memory) needs, before
+        length): what the memory estimate (assemble.check_memory) needs, before
         build_model."""
         c = self.config
         return self._build_layers, c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len

@@ -188,7 +188,7 @@ class DocumentStream:
 def check_batch_size(batch_size: Optional[int]) -> None:
     """PipelineError unless `batch_size` is None (the run's eval_batch_size, else batch_size)
     or a positive integer: 0 is not "the default". Whether it fits is the memory estimate's
-    to say (training.prepare.check_memory), before any row is allocated."""
+    to say (assemble.check_memory), before any row is allocated."""
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
         raise PipelineError(f"batch_size must be a positive integer or None, got "

@@ -9,7 +9,7 @@ prediction per document out.
     ernie-doc predict output/imdb --input reviews/ --output preds.jsonl
 
 A document is read exactly as evaluation reads it (`eval_only`): the same segmenter and
-windows (training.prepare.setup_reading), the same reading passes (the retrospective feed),
+windows (assemble.setup_reading), the same reading passes (the retrospective feed),
 the same row scheduling (data.schedule.RowScheduler: a row reads one document start to end
 with its memory, and takes the next document when it ends), the same collection of the
 predicted rows (data.splits.collect_row_outputs) and the same per-document prediction
