@@ -44,10 +44,11 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import numpy as np
 import paddle
 
+from ernie_doc.assemble import saved_run
 from ernie_doc.config import ConfigError
 from ernie_doc.data import DataError
 from ernie_doc.data.document import Document
-from ernie_doc.kinds import TASK_FILE, saved_run
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.predict.inputs import DocumentStream, PipelineError, read_task_record
