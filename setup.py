@@ -18,7 +18,7 @@ with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
 
 # The task folders (tasks/<name>/: reader.py, config.yaml, run.sh) are installed as the package
 # `ernie_doc_tasks` (a generic top-level `tasks` would clash with other distributions); in a
-# source checkout they stay importable as `tasks` (ernie_doc.training.tasks picks the root).
+# source checkout they stay importable as `tasks` (ernie_doc.kinds.folders picks the root).
 TASKS = ["ernie_doc_tasks"] + ["ernie_doc_tasks." + p for p in find_packages("tasks")]
 
 setup(

@@ -198,8 +198,8 @@ def main():
     def _():
         import numpy as np
 
-        from ernie_doc.inference import Predictor
-        from ernie_doc.pipeline import Pipeline, pipeline
+        from ernie_doc.predict.engine import Predictor
+        from ernie_doc.predict.pipeline import Pipeline, pipeline
         predictor = Predictor(os.path.join(WORK, "export", "model"))
         ids = np.array([[1] + [5 + i % 15 for i in range(14)] + [2]], dtype="int64")
         result = predictor.run(ids)

@@ -118,7 +118,7 @@ def parse_model_overrides(p: argparse.ArgumentParser, text: Optional[str]) -> Di
         return {}
     import yaml
 
-    from ernie_doc.training.run_config import parse_yaml
+    from ernie_doc.run_config import parse_yaml
     from ernie_doc.utils import clip
     try:
         value = parse_yaml(text)

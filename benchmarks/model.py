@@ -619,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
     contenders = {"ours": dict(name="ours", model=ours, run=inputs.run_ours)}
     bf16_skipped = None
     if not args.no_compile:
-        from ernie_doc.training.amp import amp_settings, cpu_bf16_problem
+        from ernie_doc.precision import amp_settings, cpu_bf16_problem
         from ernie_doc.training.compiled import CompiledForward
         contenders["ours_compiled"] = dict(name="ours compiled (compile: true)", model=ours,
                                            run=inputs.run_ours, forward=False,

@@ -88,7 +88,7 @@ def export_for(directory: str, pipe, work: str) -> str:
 
 def measure(pipe, args: argparse.Namespace) -> Dict[str, Any]:
     """One engine over the documents → its numbers and its records (by doc_id)."""
-    from ernie_doc.pipeline import read_inputs
+    from ernie_doc.predict.pipeline import read_inputs
     if args.warmup:   # first calls build kernels and caches: not what a long run sees
         list(pipe.stream(itertools.islice(read_inputs(args.input, args.format), args.warmup)))
     timed = TimedModel(pipe.model)
@@ -127,7 +127,7 @@ def agreement(reference: Dict[str, dict], other: Dict[str, dict]) -> Dict[str, A
 def run(args: argparse.Namespace) -> int:
     from ernie_doc.cli.predict import check_input
     from ernie_doc.errors import PipelineError
-    from ernie_doc.pipeline import Pipeline, model_directory
+    from ernie_doc.predict.pipeline import Pipeline, model_directory
     check_input(args.input, PipelineError)
     apply_paddle_threads(args.threads)
     directory = model_directory(args.model)

@@ -175,7 +175,7 @@ def worker_log_tail(log_dir: str, launcher_log: str, lines: int = 25) -> Tuple[s
 
 def run_pretraining(args: argparse.Namespace, nproc: int) -> Dict[str, Any]:
     """One tools/pretrain.py run with `nproc` processes → its throughput dict."""
-    from ernie_doc.training.run_config import parse_yaml
+    from ernie_doc.run_config import parse_yaml
     from ernie_doc.training.runlog import read_jsonl
     work = tempfile.mkdtemp(prefix=f"ernie-doc-bench-pretrain-n{nproc}-")
     cmd, env, log_dir, threads = pretrain_command(args, nproc, work)

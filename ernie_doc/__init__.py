@@ -1,9 +1,9 @@
 """ERNIE-Doc for PaddlePaddle: the long-document Transformer with enhanced recurrence.
 
 Names are imported lazily, so `ernie_doc.tokenization` and `ernie_doc.config` work without
-importing paddle. `pipeline` is the submodule ernie_doc.pipeline, callable as its factory
-(`pipeline(run_dir)`): a factory function here would be replaced by the module as soon as
-anything imported `ernie_doc.pipeline`, so the module is the one object both import orders give.
+importing paddle. `pipeline` is the prediction factory ernie_doc.predict.pipeline.pipeline
+(`pipeline(run_dir)(documents)`); no submodule of this package has that name, so the name is
+the function whatever was imported before.
 """
 import importlib
 import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scipy/paddlenlp import
@@ -23,14 +23,12 @@ _EXPORTS = {
     "load_tokenizer": "ernie_doc.tokenization",
     "AutoModel": "ernie_doc.auto", "AutoTokenizer": "ernie_doc.tokenization",
     "segment_batches": "ernie_doc.data",
+    "pipeline": "ernie_doc.predict.pipeline",
 }
-_CALLABLE_MODULES = {"pipeline": "ernie_doc.pipeline"}   # the module is the factory (above)
-__all__ = sorted([*_EXPORTS, *_CALLABLE_MODULES])
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    if name in _CALLABLE_MODULES:
-        return importlib.import_module(_CALLABLE_MODULES[name])
     raise AttributeError(f"module 'ernie_doc' has no attribute {name!r}")

@@ -1,73 +1,43 @@
-"""Names → classes: the one registry of task heads and of task kinds, and which class a
-checkpoint holds.
+"""Names → classes: the one registry of task heads, and which class a checkpoint holds.
 
     head_class("sequence_classification")   → ErnieDocForSequenceClassification
     model_class_for(checkpoint)             → the class a checkpoint was saved from
     AutoModel.from_pretrained(path)         → an instance of that class, loaded
-    kind_class("span")                      → ernie_doc.training.span.SpanTask
+    read_checkpoint(path)                   → checkpoint.io.read_checkpoint, every head known
 
-Task folders register their own heads and kinds (`@register_head`, `@register_kind`). The
-registries are closed: a name read from a config, task.json or a sidecar is only looked up,
-never imported. Details: docs/design-notes.md, "Registries".
+Task folders register their own heads (`@register_head`); task kinds have their own registry
+(ernie_doc.kinds). The registry is closed: a name read from a config, task.json or a sidecar is
+only looked up, never imported. Details: docs/design-notes.md, "Registries".
 """
 import difflib
-import importlib
 import logging
-from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Type, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Set, Type, Union
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.io import Checkpoint
 from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.errors import CheckpointError
 from ernie_doc.heads import HEADS, Head
+from ernie_doc.kinds.folders import load_task_folders, register
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.utils import clip
 
 logger = logging.getLogger("ernie_doc.checkpoint")
 
-# Modules (checkout spelling) whose import registers a task's own head / kind.
-TASK_HEAD_MODULES = ("tasks.hotpotqa.head", "tasks.openkp.head")
-TASK_KIND_MODULES = ("tasks.hotpotqa.task", "tasks.openkp.task")
-
-# The package's own kinds: name → (module, class), imported on first use (those modules import
-# ernie_doc.training.tasks, which asks this one for its kinds).
-BUILTIN_KINDS = {"classification": ("ernie_doc.training.tasks", "ClassificationTask"),
-                 "span": ("ernie_doc.training.span", "SpanTask"),
-                 "multiple_choice": ("ernie_doc.training.choice", "MultipleChoiceTask"),
-                 "pair_matching": ("ernie_doc.training.choice", "PairMatchingTask"),
-                 "pretraining": ("ernie_doc.pretraining.task", "PretrainingTask"),
-                 "language_model": ("ernie_doc.lm.task", "LanguageModelTask")}
-
 ModelClass = Union[Type[ErnieDocModel], Type[Head]]
 
 _registry: Dict[str, Type[Head]] = {}
-_kinds: Dict[str, type] = {}      # the task folders' kinds (BUILTIN_KINDS are not in it)
-_loaded = {"task heads": False, "task kinds": False}   # whether TASK_*_MODULES were imported
-
-
-def _register(registry: Dict[str, type], what: str, name: str, cls: type) -> type:
-    """Put `cls` in `registry` under `name`. The same class again is a no-op, as is a class of
-    the same name and qualified name: one task module imported as `tasks.…` and as
-    `ernie_doc_tasks.…` (the first stays registered). Another class under a taken name is a
-    ValueError."""
-    existing = registry.get(name)
-    if existing is None:
-        registry[name] = cls
-    elif existing is not cls and existing.__qualname__ != cls.__qualname__:
-        raise ValueError(f"{what} name {name!r} is already registered for "
-                         f"{existing.__module__}.{existing.__qualname__}")
-    return cls
 
 
 def register_head(name: str) -> Callable[[Type[Head]], Type[Head]]:
     """Class decorator: register a head class (a subclass of ernie_doc.heads.Head) under
-    `name` (see _register for a name registered twice)."""
-    def register(cls: Type[Head]) -> Type[Head]:
+    `name` (see kinds.folders.register for a name registered twice)."""
+    def register_class(cls: Type[Head]) -> Type[Head]:
         if not (isinstance(cls, type) and issubclass(cls, Head)):
             raise TypeError(f"register_head({name!r}): {cls!r} is not a subclass of "
                             f"ernie_doc.heads.Head")
-        return _register(_registry, "head", name, cls)
-    return register
+        return register(_registry, "head", name, cls)
+    return register_class
 
 
 def _register_builtin_heads() -> None:
@@ -78,28 +48,8 @@ def _register_builtin_heads() -> None:
 _register_builtin_heads()
 
 
-def _import_task_modules(what: str, paths: Sequence[str]) -> None:
-    """Import the task-folder modules `paths` (TASK_HEAD_MODULES or TASK_KIND_MODULES, fixed
-    here) once: their import registers their `what`. Without any task folders (a package
-    installed without them) there is nothing to register; a task module that fails to import
-    for any other reason is an error, never skipped."""
-    if _loaded[what]:
-        return
-    from ernie_doc.training.task_folders import task_module
-    for path in paths:
-        module = task_module(path)
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module.split(".")[0]:
-                raise
-            logger.debug("no task folders (%s): only the built-in %s are registered", e,
-                         what.split()[-1])
-    _loaded[what] = True
-
-
 def _load_task_heads() -> None:
-    _import_task_modules("task heads", TASK_HEAD_MODULES)
+    load_task_folders("task heads", "register_heads")
 
 
 def head_classes() -> Dict[str, Type[Head]]:
@@ -110,7 +60,7 @@ def head_classes() -> Dict[str, Type[Head]]:
 
 def head_names(exportable: Optional[bool] = None) -> List[str]:
     """The registered head names, sorted; exportable=True / False: only the heads that
-    ernie_doc.inference can / cannot export."""
+    ernie_doc.predict.engine can / cannot export."""
     return sorted(name for name, cls in head_classes().items()
                   if exportable is None or bool(cls.exportable) == exportable)
 
@@ -244,46 +194,3 @@ def _read_any(path: Any, source: Optional[str]) -> Checkpoint:
         return path
     from ernie_doc.hub import resolve
     return read_checkpoint(resolve(path, kind="model", source=source))
-
-
-# -- task kinds --------------------------------------------------------------------------------
-def register_kind(name: str) -> Callable[[type], type]:
-    """Class decorator: register a task folder's kind (a subclass of
-    ernie_doc.training.tasks.Task, which imports this module: not checked here) under `name`,
-    which configs then give as `kind: name` (see _register for a name registered twice; a
-    built-in kind's name is a ValueError)."""
-    def register(cls: type) -> type:
-        if not isinstance(cls, type):
-            raise TypeError(f"register_kind({name!r}): {cls!r} is not a class")
-        if name in BUILTIN_KINDS:
-            raise ValueError(f"kind name {name!r} is a built-in kind")
-        return _register(_kinds, "kind", name, cls)
-    return register
-
-
-def kind_names() -> List[str]:
-    """Every kind a config may name: the built-in ones and the task folders' own, sorted."""
-    _import_task_modules("task kinds", TASK_KIND_MODULES)
-    return sorted([*BUILTIN_KINDS, *_kinds])
-
-
-def kind_name(value: object) -> str:
-    """`value` when it is a registered kind's name. Anything else (a "module:Class" string
-    included) is a ValueError, one line listing the known kinds (and the nearest, when one is
-    close). Nothing is imported but TASK_KIND_MODULES."""
-    if isinstance(value, str) and (value in BUILTIN_KINDS or value in kind_names()):
-        return value
-    known = kind_names()
-    close = difflib.get_close_matches(value, known, n=1) if isinstance(value, str) else []
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"{clip(repr(value), 80)} is not a task kind{hint}; known kinds: "
-                     f"{', '.join(known)}")
-
-
-def kind_class(name: object) -> type:
-    """The task kind class `name` names (kind_name: a registered name)."""
-    name = kind_name(name)
-    if name in BUILTIN_KINDS:
-        module, cls = BUILTIN_KINDS[name]
-        return getattr(importlib.import_module(module), cls)
-    return _kinds[name]

@@ -367,7 +367,7 @@ class ErnieDocConfig:
         if isinstance(spec, str) and spec in PRESETS:
             return cls.from_preset(spec, **overrides)
         if isinstance(spec, str) and not os.path.exists(spec):
-            from ernie_doc.hub import registry  # a released name: its config (no download)
+            from ernie_doc import releases as registry  # a released name: its config (no download)
             release = registry.release(spec)
             if release is not None:
                 return cls.from_any(release.preset, **overrides)
@@ -399,7 +399,7 @@ class ErnieDocConfig:
                 raise ConfigError(f"{spec}: no config file ({', '.join(CONFIG_FILES)})")
             values, _ = read_config_file(found, ConfigError)
             return cls.from_dict({**values, **overrides}, source=found)
-        from ernie_doc.hub import registry
+        from ernie_doc import releases as registry
         if spec not in PRESETS and registry.release(spec) is None:
             raise ConfigError(f"{spec}: no such file or directory, and not a released name or "
                               f"preset ({', '.join(PRESETS)})")

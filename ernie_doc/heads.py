@@ -57,7 +57,7 @@ class Head(PretrainedMixin, nn.Layer):
     tasks/hotpotqa/head.py): the encoder under `ernie_doc.`, from_pretrained /
     save_pretrained, and `official_names` ({own parameter key: official static name}).
 
-    Export (ernie_doc.inference) asks the head itself: `exportable` (its forward needs the
+    Export (ernie_doc.predict.engine) asks the head itself: `exportable` (its forward needs the
     encoder's inputs, and the `export_inputs` it declares), `export_outputs` (the names and
     shapes of what it hands back) and `rows_per_example` (rows of a batch that make one
     example)."""

@@ -100,9 +100,9 @@ def train_and_dump(out, overrides):
     parameters (params-rankR.npz) and final memories (memories-rankR.npy) into out → the
     Trainer. tests/dp_worker.py runs it under two ranks; in one process (world size 1) it is
     the single-process side of `assert_two_ranks_equal_one_process`."""
-    from ernie_doc.training import distributed as dist
+    from ernie_doc import distributed as dist
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.trainer import Trainer
     trainer = Trainer(prepare(load_config(None, list(overrides) + [f"output_dir={out}"])))
     trainer.train()

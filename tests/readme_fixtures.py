@@ -193,7 +193,7 @@ def build_releases(root: Path) -> Dict[str, str]:
     import paddle
 
     from ernie_doc import ErnieDocConfig, ErnieDocModel
-    from ernie_doc.hub import registry
+    from ernie_doc import releases as registry
     downloads = root / "downloads"
     spec = {"presets": {}, "tokenizers": {}}
     sizes = {"ernie-doc-base-en": _bpe_files(root / "tok" / "en"),
@@ -238,7 +238,7 @@ def build_releases(root: Path) -> Dict[str, str]:
 
 
 # Run at the start of every Python process of a block (PYTHONPATH): once ernie_doc.config or
-# ernie_doc.hub.registry is imported, the released names' presets and pinned tokenizer hashes
+# ernie_doc.releases is imported, the released names' presets and pinned tokenizer hashes
 # become the tiny ones of ERNIE_DOC_README_TINY. Nothing is imported before that (a python
 # that never imports ernie_doc pays nothing).
 SITECUSTOMIZE = '''\
@@ -268,7 +268,7 @@ def _patch(name, module):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name not in ("ernie_doc.config", "ernie_doc.hub.registry"):
+        if name not in ("ernie_doc.config", "ernie_doc.releases"):
             return None
         sys.meta_path.remove(self)
         try:

@@ -1,4 +1,4 @@
-"""`amp:` (ernie_doc.training.amp): the decision over every value, device and `compile`, its
+"""`amp:` (ernie_doc.precision): the decision over every value, device and `compile`, its
 refusals through a real run's preparation, and the paddle behaviour they rest on. CPU bf16
 training itself is tested in test_bf16_training.py."""
 import contextlib
@@ -10,9 +10,9 @@ import pytest
 from helpers import tiny_longdep
 
 from ernie_doc.errors import ConfigError
-from ernie_doc.training.amp import AmpSettings, amp_settings
+from ernie_doc.precision import AmpSettings, amp_settings
+from ernie_doc.run_config import load_config
 from ernie_doc.training.prepare import prepare
-from ernie_doc.training.run_config import load_config
 
 
 @pytest.mark.parametrize("value, device, want", [

@@ -307,26 +307,23 @@ def test_config_save_pretrained_keeps_the_keys_it_does_not_own(saved, tmp_path, 
 # == top-level names ==============================================================================
 _PIPELINE_CHECKS = """
 from ernie_doc import pipeline
-import ernie_doc, ernie_doc.pipeline as module
-assert pipeline is module is ernie_doc.pipeline, (pipeline, module)
-assert pipeline.Pipeline.__name__ == "Pipeline"
+import ernie_doc, ernie_doc.predict.pipeline as module
+assert pipeline is module.pipeline is ernie_doc.pipeline, (pipeline, module)
 try:
     pipeline("/nonexistent/run")
-except pipeline.PipelineError as e:
+except module.PipelineError as e:
     print("factory:", e)
 """
 
 
 def test_from_ernie_doc_import_pipeline_in_both_orders():
-    """`from ernie_doc import pipeline` gives the callable ernie_doc.pipeline module, whose call
-    is the factory, whether the submodule was imported before (here) or not (a fresh
-    interpreter): a function exported under that name would be replaced by the module as soon
-    as the submodule is imported."""
+    """`from ernie_doc import pipeline` gives the factory ernie_doc.predict.pipeline.pipeline,
+    whether its module was imported before (here) or not (a fresh interpreter)."""
     run = subprocess.run([sys.executable, "-c", _PIPELINE_CHECKS], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "factory: " in run.stdout and "/nonexistent/run" in run.stdout
-    import ernie_doc.pipeline  # noqa: F401  the other order, in this process
+    import ernie_doc.predict.pipeline  # noqa: F401  the other order, in this process
     exec(_PIPELINE_CHECKS, {})
 
 

@@ -47,7 +47,7 @@ def test_benchmark_quick(tmp_path):
     assert "forward_tokens_per_s" not in tp["ours_compiled"]
     assert tp["ratio_compiled_over_dygraph"]["forward_backward_tokens_per_s"] > 0
     # and in bf16 where this paddle and CPU can (amp: bf16), else the reason it was not
-    from ernie_doc.training.amp import cpu_bf16_problem
+    from ernie_doc.precision import cpu_bf16_problem
     if cpu_bf16_problem() is None:
         assert tp["ours_compiled_bf16"]["forward_backward_tokens_per_s"] > 0
         assert tp["ratio_bf16_over_fp32_compiled"]["forward_backward_tokens_per_s"] == \

@@ -16,7 +16,7 @@ from helpers import tiny_longdep
 from test_compiled import HEADS, head_in_training, two_segments
 
 from ernie_doc.errors import Bf16ProgramError, ConfigError
-from ernie_doc.training.amp import amp_settings, cpu_bf16_problem
+from ernie_doc.precision import amp_settings, cpu_bf16_problem
 from ernie_doc.training.compiled import CompiledForward
 
 PROBLEM = cpu_bf16_problem()
@@ -131,8 +131,8 @@ def test_a_program_left_in_fp32_is_refused(monkeypatch):
 
 @pytest.mark.skipif(PROBLEM is None, reason="this paddle and CPU train bf16 (tested above)")
 def test_where_cpu_bf16_cannot_train_the_run_is_refused(tmp_path):
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     cfg = load_config(None, tiny_longdep("compile=true", "amp=bf16",
                                          f"output_dir={tmp_path / 'run'}"))
     with pytest.raises(ConfigError, match=re.escape(f"amp: {PROBLEM}")):

@@ -1,7 +1,7 @@
 """C3 (multiple choice) and CAIL2019-SCM (pair matching) against PaddleNLP's readers, the only
 public reference for the two tasks (model_zoo/ernie-doc/data.py: MCQIterator,
 SemanticMatchingIterator; model.py: ErnieDocForTextMatching). Expected values are worked out
-by hand from the reference's rules (written down in ernie_doc/training/choice.py), on
+by hand from the reference's rules (written down in ernie_doc/kinds/choice.py), on
 fixtures small enough to check with pencil and paper.
 
 Pinned here: the C3 window rule (sum over the choices, pairs cut to max_query_len − 2, a tie
@@ -20,10 +20,10 @@ from helpers import tiny_config
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.segment import reading_passes, step_members
-from ernie_doc.training.choice import (MultipleChoiceTask, PairMatchingTask, context_window,
-                                       question_choice_pairs, truncate_pair)
-from ernie_doc.training.run_config import load_config
-from ernie_doc.training.splits import DocumentSplit
+from ernie_doc.data.splits import DocumentSplit
+from ernie_doc.kinds.choice import (MultipleChoiceTask, PairMatchingTask, context_window,
+                                    question_choice_pairs, truncate_pair)
+from ernie_doc.run_config import load_config
 
 CLS, SEP, PAD = 1, 2, 0
 SPECIAL = {"cls": CLS, "sep": SEP, "pad": PAD}
@@ -207,7 +207,7 @@ def test_shipped_configs_read_files_into_reference_types(tmp_path):
 
     from helpers import ROOT
 
-    from ernie_doc.training.tasks import build_task
+    from ernie_doc.kinds import build_task
     tok = CharTokenizer()
     c3_dir, cail_dir = tmp_path / "c3", tmp_path / "cail"
     c3_dir.mkdir()

@@ -97,11 +97,11 @@ def test_the_installed_package_brings_the_task_folders(tmp_path):
         assert (target / path).is_file(), path
     assert not (target / "tasks").exists()   # no generic top-level package
     code = ("import importlib, ernie_doc_tasks.imdb.reader as r\n"
-            "from ernie_doc.training import tasks as t\n"
-            "print(t.task_package())\n"
+            "from ernie_doc.kinds import base as t, folders\n"
+            "print(folders.task_package())\n"
             "print(t.load_reader('imdb').__file__)\n"
-            "print(importlib.import_module(t.task_module('tasks.hotpotqa.task')).__file__)\n"
-            "print(t.task_config('c3'))\n")
+            "print(importlib.import_module(folders.task_package() + '.hotpotqa.task').__file__)\n"
+            "print(folders.task_config('c3'))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(target)))
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -14,7 +14,7 @@ from helpers import tiny_config, tiny_longdep
 
 from ernie_doc import auto
 from ernie_doc.errors import Bf16ProgramError, ConfigError
-from ernie_doc.training.amp import AmpSettings
+from ernie_doc.precision import AmpSettings
 from ernie_doc.training.compiled import CompiledForward, compiled_or_none, try_compiled
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, relu_dropout=0.0,
@@ -135,8 +135,8 @@ def test_compiled_run_with_dropout_resumes_exactly(tmp_path, compiled_run):
                "model_overrides.attention_probs_dropout_prob=0.1", "compile=true")
     whole, _ = run(tmp_path, "whole", *dropout)
     cut, _ = run(tmp_path, "cut", *dropout, "stop_at_step=5")
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.trainer import Trainer
     config = load_config(str(cut / "run_config.yaml"), ["stop_at_step=0", f"output_dir={cut}"])
     Trainer(prepare(config, resume=True)).train()
@@ -193,7 +193,7 @@ def test_compile_settings(caplog):
         assert compiled_or_none(model, True, world=2) is None
     assert "not supported with 2 data-parallel ranks" in caplog.text
     assert isinstance(compiled_or_none(model, True), CompiledForward)
-    from ernie_doc.training.run_config import load_config
+    from ernie_doc.run_config import load_config
     with pytest.raises(ConfigError, match="compile: cannot be combined with recompute"):
         load_config(None, tiny_longdep("compile=true", "recompute=true"))
 

@@ -43,8 +43,8 @@ def test_flush_and_restore():
 
 @pytest.mark.parametrize("value", [True, False])
 def test_prepare_applies_the_config_key(tmp_path, value):
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     flush_denormals(not value)
     prepare(load_config(None, tiny_longdep(f"flush_denormals={str(value).lower()}",
                                            f"output_dir={tmp_path / 'run'}")))

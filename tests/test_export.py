@@ -11,7 +11,8 @@ from helpers import ROOT, tiny_config
 from ernie_doc import ErnieDocModel
 from ernie_doc.errors import PredictorInputError
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.inference import Predictor, export
+from ernie_doc.predict.engine import Predictor
+from ernie_doc.predict.export import export
 
 SEQ_LEN = 8
 BATCH = 3

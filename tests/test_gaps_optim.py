@@ -20,8 +20,8 @@ def read_jsonl(path):
 def train(out, *overrides):
     """A fine-tuning run in this process → (parameters before training, parameters after),
     numpy by structured name."""
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.trainer import Trainer
     run = prepare(load_config(None, [*overrides, f"output_dir={out}"]))
     before = {k: v.numpy().copy() for k, v in run.model.state_dict().items()}

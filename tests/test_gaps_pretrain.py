@@ -32,10 +32,10 @@ def test_loss_is_mlm_plus_reorder_on_last_segments_with_their_weights(tmp_path):
     from ernie_doc.data.collate import collate
     from ernie_doc.data.segment import CLS_INDEX
     from ernie_doc.heads import ErnieDocForPretraining
+    from ernie_doc.kinds import build_task
     from ernie_doc.pretraining.corpus import CorpusDocument
+    from ernie_doc.run_config import load_config
     from ernie_doc.tokenization import load_tokenizer
-    from ernie_doc.training.run_config import load_config
-    from ernie_doc.training.tasks import build_task
     tokenizer = load_tokenizer(write_vocab(tmp_path))
     T = 16
     cfg = load_config(None, ["task=pretrain", "kind=pretraining", f"data_dir={tmp_path}",
@@ -116,8 +116,8 @@ def test_held_out_evaluation_of_a_file_corpus_end_to_end(tmp_path):
 
     from ernie_doc.heads import ErnieDocForPretraining
     from ernie_doc.pretraining.corpus import iter_documents
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.trainer import Trainer
     vocab = write_vocab(tmp_path)
     corpus, _ = write_file_corpus(tmp_path, "corpus", 6, seed=1)

@@ -13,9 +13,9 @@ from helpers import ROOT, in_process
 from test_tasks import COMMON, vocab_dir
 
 from ernie_doc.data.segment import reading_passes
+from ernie_doc.kinds import build_task
+from ernie_doc.run_config import load_config
 from ernie_doc.tokenization.wordpiece import WordPieceTokenizer
-from ernie_doc.training.run_config import load_config
-from ernie_doc.training.tasks import build_task
 
 WORDS = ["the", "cat", "sat", "a", "dog", "ran", "big", "red", "car", "who", "what", "is",
          "on", "mat", "blue", "sky", "green", "tree", "fast", "slow", "."]

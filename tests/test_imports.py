@@ -184,7 +184,7 @@ def test_no_import_cycles():
 def test_checkpoint_package_is_a_leaf():
     """ernie_doc.checkpoint knows formats and names, never a model class."""
     edges, _ = _graph()
-    above = ("ernie_doc.heads", "ernie_doc.modeling", "ernie_doc.auto", "ernie_doc.inference",
+    above = ("ernie_doc.heads", "ernie_doc.modeling", "ernie_doc.auto", "ernie_doc.predict.engine",
              "ernie_doc.training", "ernie_doc.lm", "ernie_doc.pretraining", "tasks")
     wrong = [f"{name} imports {target} (line {line})"
              for name, targets in edges.items() if name.startswith("ernie_doc.checkpoint")
@@ -196,3 +196,82 @@ def test_no_private_names_imported():
     _, private = _graph()
     assert not private, "private names imported from another module:\n" + "\n".join(
         f"{name} line {line}: {text}" for name, line, text in private)
+
+
+# == layers ====================================================================================
+# Each rule: (modules it binds, what they never import). A package's name covers its submodules.
+LAYER_RULES = (
+    (("ernie_doc.predict", "ernie_doc.kinds", "ernie_doc.assemble"), ("ernie_doc.training",)),
+    (("ernie_doc.modeling", "ernie_doc.checkpoint", "ernie_doc.hub", "ernie_doc.config"),
+     ("ernie_doc.kinds", "ernie_doc.training", "ernie_doc.predict", "ernie_doc.cli")),
+    (("tasks",), ("ernie_doc.training", "ernie_doc.predict", "ernie_doc.cli")),
+)
+
+
+def _within(name, prefixes):
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _layer(name):
+    """The node of the layer graph a module belongs to: its subpackage of ernie_doc
+    (ernie_doc.predict.pipeline → ernie_doc.predict), a top-level module itself
+    (ernie_doc.assemble), `tasks` for the task folders."""
+    parts = name.split(".")
+    return "tasks" if parts[0] == "tasks" else ".".join(parts[:2])
+
+
+def _layer_graph(edges):
+    """{layer: {layer it imports: (module, imported module, line)}}, between layers only."""
+    graph = {}
+    for name, targets in edges.items():
+        for target, line in targets.items():
+            a, b = _layer(name), _layer(target)
+            graph.setdefault(a, {})
+            graph.setdefault(b, {})
+            if a != b:
+                graph[a].setdefault(b, (name, target, line))
+    return graph
+
+
+def _layer_problems(edges):
+    wrong = [f"{name} imports {target} (line {line})"
+             for bound, forbidden in LAYER_RULES
+             for name, targets in edges.items() if _within(name, bound)
+             for target, line in targets.items() if _within(target, forbidden)]
+    graph = _layer_graph(edges)
+    for cycle, _ in _cycles({a: set(b) for a, b in graph.items()}):
+        wrong.append("layer cycle: " + " → ".join(
+            f"{a} ({'{} imports {} line {}'.format(*graph[a][b])})"
+            for a, b in zip(cycle, cycle[1:])) + f" → {cycle[-1]}")
+    return wrong
+
+
+def test_layers_read_downwards():
+    """Prediction, export, the task kinds and the assembly never import training/; the model,
+    checkpoints, hub and model config know nothing of kinds, training, prediction or the
+    commands; and no two layers (subpackages, top-level modules) import each other, directly
+    or around a loop, late imports included."""
+    edges, _ = _graph()
+    wrong = _layer_problems(edges)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_layer_rules_catch_what_they_forbid():
+    """The rules on a made-up graph shaped like the package before predict/ and kinds/:
+    prediction on top of training, training's state reading prediction's file name, a model
+    config reaching the hub that reaches it back."""
+    edges = {"ernie_doc.pipeline": {"ernie_doc.training.prepare": 46},
+             "ernie_doc.predict.pipeline": {"ernie_doc.training.prepare": 46},
+             "ernie_doc.training.prepare": {"ernie_doc.kinds.base": 39},
+             "ernie_doc.training.state": {"ernie_doc.predict.inputs": 34},
+             "ernie_doc.predict.inputs": {},
+             "ernie_doc.kinds.base": {},
+             "ernie_doc.config": {"ernie_doc.hub.registry": 401},
+             "ernie_doc.hub.registry": {"ernie_doc.hub.cache": 1},
+             "ernie_doc.hub.cache": {"ernie_doc.checkpoint.io": 655},
+             "ernie_doc.checkpoint.io": {"ernie_doc.config": 33}}
+    wrong = _layer_problems(edges)
+    assert "ernie_doc.predict.pipeline imports ernie_doc.training.prepare (line 46)" in wrong
+    cycles = [w for w in wrong if w.startswith("layer cycle: ")]
+    assert any("ernie_doc.predict" in w and "ernie_doc.training" in w for w in cycles), wrong
+    assert any("ernie_doc.config" in w and "ernie_doc.hub" in w for w in cycles), wrong

@@ -12,11 +12,12 @@ import paddle
 import pytest
 from helpers import tiny_config
 
-from ernie_doc import inference
 from ernie_doc.errors import EngineError
 from ernie_doc.heads import ErnieDocForTokenClassification
-from ernie_doc.inference import (BF16_CPU_FLAGS, GPU_MEMORY_POOL_MB, InferenceSettings, Predictor,
-                                 export, inference_settings)
+from ernie_doc.predict import engine as inference
+from ernie_doc.predict.engine import (BF16_CPU_FLAGS, GPU_MEMORY_POOL_MB, InferenceSettings,
+                                      Predictor, inference_settings)
+from ernie_doc.predict.export import export
 
 SEQ_LEN = 16
 BATCH = 4

@@ -1,4 +1,4 @@
-"""LMPipeline (ernie_doc.lm.predict): a trained language model scores documents. One document
+"""LMPipeline (ernie_doc.predict.lm): a trained language model scores documents. One document
 that is a whole split file gets exactly the run's evaluation of that split (eval_batch_size 1);
 prepend_eos equals evaluating the file with a blank line before it, under another protocol
 (ext_len, no same_length); rows do not interact; token log-probabilities add up; bad documents
@@ -14,9 +14,9 @@ from helpers import ROOT, write_wikitext
 from ernie_doc.errors import PipelineError
 from ernie_doc.lm.data import Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.lm.predict import LMPipeline, document_lines, encode_document
-from ernie_doc.pipeline import model_directory
-from ernie_doc.training.run_config import load_config
+from ernie_doc.predict.lm import LMPipeline, document_lines, encode_document
+from ernie_doc.predict.pipeline import model_directory
+from ernie_doc.run_config import load_config
 from ernie_doc.training.trainer import run
 
 TINY = str(ROOT / "tasks" / "wikitext103" / "config_tiny.yaml")

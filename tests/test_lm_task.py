@@ -15,10 +15,10 @@ from helpers import (ROOT, assert_two_ranks_equal_one_process, in_process, launc
 from safetensors.numpy import load_file
 
 from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.kinds.lm import LMTrainStream, load_vocabulary
 from ernie_doc.lm.data import LMStreams, Vocabulary
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.lm.task import LMTrainStream, load_vocabulary
-from ernie_doc.training.run_config import load_config
+from ernie_doc.run_config import load_config
 from ernie_doc.training.trainer import run
 
 PY = sys.executable

@@ -156,8 +156,8 @@ def fixture_docs(rng, n, prefix, min_words=20, max_words=60):
 
 def build_openkp_task(data_dir, tokenizer):
     """The task of tasks/openkp/config.yaml set up for T = 12, stride 4."""
-    from ernie_doc.training.run_config import load_config
-    from ernie_doc.training.tasks import build_task
+    from ernie_doc.kinds import build_task
+    from ernie_doc.run_config import load_config
     cfg = load_config(str(ROOT / "tasks" / "openkp" / "config.yaml"), [f"data_dir={data_dir}"])
     task = build_task(cfg)
     task.setup({"cls": 1, "sep": 2, "pad": 0}, 12, 4, tokenizer)

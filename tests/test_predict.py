@@ -1,4 +1,4 @@
-"""ernie-doc predict and ernie_doc.pipeline: a fine-tuned run's model on new documents.
+"""ernie-doc predict and ernie_doc.predict.pipeline: a fine-tuned run's model on new documents.
 
 The models are tiny runs of the tasks (what their run.sh runs, in-process) on fixtures in the
 official formats; the predictions must equal, field for field, what the trainer's evaluation
@@ -16,9 +16,9 @@ from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_ques
 from test_tasks import WORDS, finetune_task, imdb_tsv, vocab_dir
 
 from ernie_doc.errors import PipelineError
-from ernie_doc.pipeline import Pipeline, pipeline, read_inputs
-from ernie_doc.predict_io import completed_ids, model_directory, provenance
-from ernie_doc.training.tasks import load_reader
+from ernie_doc.kinds.base import load_reader
+from ernie_doc.predict.inputs import completed_ids, model_directory, provenance
+from ernie_doc.predict.pipeline import Pipeline, pipeline, read_inputs
 
 
 def predict_cli(*args, expect=0):
@@ -118,7 +118,7 @@ def test_choice_predict_equals_evaluation(tmp_path):
                   "batch_size=8", "max_seq_len=32", "model_overrides.max_position_embeddings=32")
     # task.json holds every task option as the run resolved it, defaults included, so a
     # later change of a default does not change how this model reads
-    from ernie_doc.training.choice import MultipleChoiceTask
+    from ernie_doc.kinds.choice import MultipleChoiceTask
     saved = json.loads((out / "best" / "task.json").read_text())["config"]["task_options"]
     assert saved == MultipleChoiceTask.option_defaults
     docs = load_reader("c3").read(str(data), "dev", {})
@@ -201,7 +201,7 @@ def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
     for a, b in zip(dygraph, exported):
         assert a["pred"] == b["pred"] and a["segments"] == b["segments"]
         np.testing.assert_allclose(a["probs"], b["probs"], atol=1e-5)
-    from ernie_doc.inference import BF16_CPU_FLAGS, cpu_flags
+    from ernie_doc.predict.engine import BF16_CPU_FLAGS, cpu_flags
     if set(BF16_CPU_FLAGS) & cpu_flags():
         bf16 = Pipeline.from_pretrained(str(export), precision="bf16")(docs)
         agree = np.mean([a["pred"] == b["pred"] for a, b in zip(dygraph, bf16)])

@@ -18,7 +18,7 @@ import pytest
 from helpers import ROOT, tiny_classifier
 
 from ernie_doc.errors import PipelineError
-from ernie_doc.pipeline import Pipeline, pipeline
+from ernie_doc.predict.pipeline import Pipeline, pipeline
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +250,7 @@ def test_ctrl_c_in_predict_is_one_line_and_the_command_it_names_resumes(run_dir,
                                                                          capsys, monkeypatch):
     import shlex
 
-    from ernie_doc import pipeline as pipeline_module
+    from ernie_doc.predict import pipeline as pipeline_module
     out, data = run_dir
     full, cut = tmp_path / "full.jsonl", tmp_path / "cut.jsonl"
     base = [str(out), "--input", str(data / "test.txt"), "--format", "tsv", "--no-progress"]

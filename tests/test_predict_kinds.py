@@ -12,7 +12,7 @@ from test_tasks import vocab_dir
 
 from ernie_doc.data.document import Document
 from ernie_doc.data.segment import reading_passes, step_members
-from ernie_doc.training.run_config import load_config
+from ernie_doc.run_config import load_config
 
 KINDS = ("classification", "span", "multiple_choice", "pair_matching", "hotpot_evidence",
          "hotpot_answer", "openkp")
@@ -56,7 +56,7 @@ def _rows(passes, make):
 
 # -- tiny cases, one per kind: (task, documents, rows, passes, tokenizer) -----------------
 def case_classification(tmp_path, rng):
-    from ernie_doc.training.tasks import ClassificationTask
+    from ernie_doc.kinds.classification import ClassificationTask
     cfg = load_config(None, ["task=imdb", "kind=classification", "max_seq_len=8",
                              "metrics=[accuracy, f1, macro_f1]"])
     task = ClassificationTask(cfg, _reader(["neg", "pos", "mid"]))
@@ -73,8 +73,8 @@ def case_classification(tmp_path, rng):
 
 
 def case_span(tmp_path, rng):
+    from ernie_doc.kinds.span import SpanTask
     from ernie_doc.tokenization.wordpiece import WordPieceTokenizer
-    from ernie_doc.training.span import SpanTask
     tok = WordPieceTokenizer(vocab_dir(tmp_path / "zh", HANZI) / "vocab.txt")
     cfg = load_config(None, ["task=cmrc2018", "kind=span", "max_seq_len=16",
                              "task_options={max_query_len: 4, max_answer_len: 4, n_best: 3}"])
@@ -95,7 +95,7 @@ def case_span(tmp_path, rng):
 
 
 def case_multiple_choice(tmp_path, rng):
-    from ernie_doc.training.choice import MultipleChoiceTask
+    from ernie_doc.kinds.choice import MultipleChoiceTask
     cfg = load_config(None, ["task=c3", "kind=multiple_choice", "max_seq_len=16"])
     task = MultipleChoiceTask(cfg, _reader(["0", "1", "2", "3"]))
     task.setup({"cls": 1, "sep": 2, "pad": 0}, 16, 4)
@@ -108,7 +108,7 @@ def case_multiple_choice(tmp_path, rng):
 
 
 def case_pair_matching(tmp_path, rng):
-    from ernie_doc.training.choice import PairMatchingTask
+    from ernie_doc.kinds.choice import PairMatchingTask
     cfg = load_config(None, ["task=cail2019_scm", "kind=pair_matching", "max_seq_len=11"])
     task = PairMatchingTask(cfg, _reader(["B", "C"]))
     task.setup({"cls": 1, "sep": 2, "pad": 0}, 11, 2)
@@ -266,7 +266,7 @@ def test_multiple_choice_record_names_the_chosen_text(tmp_path):
 
 
 def test_pretraining_has_no_document_prediction():
-    from ernie_doc.pretraining.task import PretrainingTask
+    from ernie_doc.kinds.pretraining import PretrainingTask
     with pytest.raises(NotImplementedError, match="pretraining has no per-document"):
         PretrainingTask.predict(None, [], {}, [])
 

@@ -218,8 +218,8 @@ def test_bad_corpus_fails_on_every_rank_without_a_hang(corpus, tmp_path):
 def test_paper_configs_hold_the_appendix_hyper_parameters(name, layers, hidden, steps,
                                                           global_batch):
     from ernie_doc.config import ErnieDocConfig
-    from ernie_doc.training.run_config import load_config
-    from ernie_doc.training.tasks import build_task
+    from ernie_doc.kinds import build_task
+    from ernie_doc.run_config import load_config
     cfg = load_config(os.path.join(ROOT, "configs", "pretrain", f"{name}.yaml"),
                       ["data_dir=README.md"])
     task = build_task(cfg)
@@ -239,10 +239,10 @@ def test_paper_configs_hold_the_appendix_hyper_parameters(name, layers, hidden, 
 
 @pytest.mark.parametrize("whole_word", [True, False])
 def test_whole_word_masking_masks_every_piece_of_a_word(tmp_path, whole_word):
+    from ernie_doc.kinds import build_task
     from ernie_doc.pretraining.corpus import CorpusDocument
+    from ernie_doc.run_config import load_config
     from ernie_doc.tokenization import load_tokenizer
-    from ernie_doc.training.run_config import load_config
-    from ernie_doc.training.tasks import build_task
     vocab = tmp_path / "vocab"
     vocab.mkdir()
     stems = [f"s{i}" for i in range(30)]

@@ -12,12 +12,12 @@ from helpers import error, write
 from ernie_doc.data.schedule import RowScheduler, schedule_rows
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.errors import ConfigError
+from ernie_doc.kinds import build_task
 from ernie_doc.pretraining.corpus import CorpusDocument, iter_documents
 from ernie_doc.pretraining.objectives import _num_to_mask, restore_document
 from ernie_doc.pretraining.stream import StreamSplit, shuffled
+from ernie_doc.run_config import load_config
 from ernie_doc.tokenization import load_tokenizer
-from ernie_doc.training.run_config import load_config
-from ernie_doc.training.tasks import build_task
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
          "pi rho sigma tau upsilon phi chi psi omega").split()

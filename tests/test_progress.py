@@ -27,7 +27,7 @@ def test_one_switch_decides(monkeypatch, env, requested, shown):
 def test_the_trainer_honours_the_environment_switch(tmp_path, monkeypatch, capsys, env, bar):
     """progress: true draws the training bar, unless ERNIE_DOC_PROGRESS=0 turns every bar
     off (downloads already honoured it; the trainer did not)."""
-    from ernie_doc.training.run_config import load_config
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.trainer import run
     if env is None:
         monkeypatch.delenv("ERNIE_DOC_PROGRESS", raising=False)

@@ -8,7 +8,7 @@ import pytest
 from helpers import write
 
 from ernie_doc.errors import ConfigError
-from ernie_doc.training.run_config import DEFAULTS, config_from_values, load_config
+from ernie_doc.run_config import DEFAULTS, config_from_values, load_config
 
 
 @pytest.mark.parametrize("override, hint", [
@@ -61,7 +61,7 @@ def test_nested_keys_name_the_dotted_key_and_suggest():
 
 def test_every_key_has_a_meaning_and_the_help_lists_it(capsys):
     from ernie_doc.cli.finetune import main
-    from ernie_doc.training.run_config import KEY_GROUPS
+    from ernie_doc.run_config import KEY_GROUPS
     assert main(["--help-config"]) == 0
     out = capsys.readouterr().out
     listed = {}

@@ -24,7 +24,7 @@ import pytest
 from helpers import ROOT, tiny_config
 
 from ernie_doc.errors import ConfigError, PipelineError
-from ernie_doc.pipeline import Pipeline, pipeline
+from ernie_doc.predict.pipeline import Pipeline, pipeline
 
 HEADROOM = 3 << 30   # bytes of address space a command may add to what the process holds
 SECONDS = 30         # far above a decision (milliseconds; ~2 s with a subprocess's imports)
@@ -319,7 +319,7 @@ def test_every_yaml_read_goes_through_the_strict_loader():
     are errors with a line; what the package writes has no alias."""
     import yaml
 
-    from ernie_doc.training.run_config import dump_yaml, load_config, parse_yaml
+    from ernie_doc.run_config import dump_yaml, load_config, parse_yaml
     for text, problem in (("a: &x 1\nb: *x\n", "&x: anchors and aliases are not read"),
                           ("a: {x: 1}\nb:\n  <<: *y\n", "*y: anchors and aliases"),
                           ("a: " + "[" * 150 + "]" * 150, "nested deeper than 100")):
@@ -339,7 +339,7 @@ def test_every_yaml_read_goes_through_the_strict_loader():
 def test_error_lines_quote_a_bounded_part_of_a_value():
     """A 100,000-element list where a string belongs: the line names the key and quotes the
     start and end of the value, not all of it."""
-    from ernie_doc.training.run_config import config_from_values
+    from ernie_doc.run_config import config_from_values
     with pytest.raises(ConfigError) as info:
         config_from_values({"task": "longdep", "model": list(range(100_000))}, "big.yaml")
     line = str(info.value)

@@ -435,7 +435,7 @@ def test_resume_never_reads_a_pickle(tmp_path):
     data, _ = hostile_state(marker)
     step, _, model, opt = _pickle_resume_dir(tmp_path, data)
     before = [p.numpy().tobytes() for p in model.parameters()]
-    with pytest.raises(ckpt.CheckpointStateError) as e:
+    with pytest.raises(CheckpointStateError) as e:
         ckpt.load_training_state(str(step), model, opt)
     one_line(e, step, ": missing")
     assert not marker.exists()

@@ -376,7 +376,7 @@ def test_export_model_full_disk_leaves_nothing(files, capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     from ernie_doc import ErnieDocModel
-    from ernie_doc.inference import export
+    from ernie_doc.predict.export import export
     model = ErnieDocModel(tiny_config(max_position_embeddings=8))
     d = tmp_path_factory.mktemp("export")
     info = export(model, str(d / "m"), seq_len=8)
@@ -414,7 +414,7 @@ def damaged_copy(exported, tmp_path, **edits):
 ])
 def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
     from ernie_doc.errors import ExportError
-    from ernie_doc.inference import Predictor
+    from ernie_doc.predict.engine import Predictor
     dst = damaged_copy(exported, tmp_path, **edits)
     model_file = os.path.basename(exported[1]["model_path"])
     with pytest.raises(ExportError) as info:
@@ -427,7 +427,7 @@ def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
 
 def test_predictor_refuses_a_file_outside_the_export(exported, tmp_path):
     from ernie_doc.errors import ExportError
-    from ernie_doc.inference import Predictor
+    from ernie_doc.predict.engine import Predictor
     meta = json.loads((exported[0] / "m.meta.json").read_text())
     dst = damaged_copy(exported, tmp_path,
                        **{"m.meta.json": dict(meta, model_file="../../../etc/passwd")})

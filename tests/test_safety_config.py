@@ -13,7 +13,7 @@ import yaml
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.errors import ConfigError
 from ernie_doc.lm.model import TransformerXLConfig, load_lm_config
-from ernie_doc.training.run_config import DEFAULTS, config_from_values, load_config, parse_yaml
+from ernie_doc.run_config import DEFAULTS, config_from_values, load_config, parse_yaml
 from ernie_doc.utils import parse_json
 
 BASE = ["task=longdep"]

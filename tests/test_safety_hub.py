@@ -490,9 +490,9 @@ def test_entries_never_hold_or_follow_links(hub, tmp_path):
     """Hashing, verifying and completing an entry read only regular files: a link (here to a
     file outside) is refused, never read nor written through, and a manifest recording a
     link is a damaged entry."""
+    from ernie_doc import releases as registry
     from ernie_doc.hub import cache as hub_cache
     from ernie_doc.hub import fetch as hub_fetch
-    from ernie_doc.hub import registry
     outside = tmp_path / "outside.txt"
     outside.write_text("outside\n")
     link = tmp_path / "link"

@@ -1,4 +1,4 @@
-"""A task kind is a name in a closed registry (ernie_doc.auto), never code to import.
+"""A task kind is a name in a closed registry (ernie_doc.kinds), never code to import.
 
 A saved model folder is downloaded and shared: its task.json's `config.kind` (and a run's
 run_config.yaml `kind`, and `--set kind=...`) once went to importlib as "module:Class", so a
@@ -17,10 +17,10 @@ import pytest
 import yaml
 from helpers import ROOT, tiny_classifier, tiny_export
 
-from ernie_doc import auto
+from ernie_doc import kinds
 from ernie_doc.errors import ConfigError, PipelineError
-from ernie_doc.pipeline import Pipeline, pipeline
-from ernie_doc.training.run_config import config_from_values, load_config, load_yaml
+from ernie_doc.predict.pipeline import Pipeline, pipeline
+from ernie_doc.run_config import config_from_values, load_config, load_yaml
 
 KNOWN = ("classification", "hotpotqa", "keyphrase", "language_model", "multiple_choice",
          "pair_matching", "pretraining", "span")
@@ -82,11 +82,11 @@ def test_the_shipped_configs_name_registered_kinds():
     assert len(configs) >= 17
     for path in configs:
         kind = load_yaml(str(path))["kind"]
-        assert auto.kind_name(kind) == kind, path
-    assert auto.kind_names() == list(KNOWN)
-    assert auto.kind_class("hotpotqa").__name__ == "HotpotTask"
-    assert auto.kind_class("keyphrase").__name__ == "KeyphraseTask"
-    assert auto.kind_class("span").__name__ == "SpanTask"
+        assert kinds.kind_name(kind) == kind, path
+    assert kinds.kind_names() == list(KNOWN)
+    assert kinds.kind_class("hotpotqa").__name__ == "HotpotTask"
+    assert kinds.kind_class("keyphrase").__name__ == "KeyphraseTask"
+    assert kinds.kind_class("span").__name__ == "SpanTask"
 
 
 @pytest.mark.parametrize("task, spelling", [("hotpotqa", "tasks.hotpotqa.task:HotpotTask"),
@@ -201,12 +201,12 @@ def test_kind_names_are_looked_up_not_imported(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     for value in ("pkg.payload:Evil", "pkg.payload", ["span"], None, ""):
         with pytest.raises(ValueError, match="is not a task kind"):
-            auto.kind_class(value)
+            kinds.kind_class(value)
     with pytest.raises(ConfigError, match=r"^overrides: kind: 'pkg.payload:Evil' is not"):
         load_config(None, ["task=imdb", "kind=pkg.payload:Evil"])
     assert not canary.exists()
     with pytest.raises(ValueError, match="is a built-in kind"):
-        auto.register_kind("span")(type("Other", (), {}))
+        kinds.register_kind("span")(type("Other", (), {}))
 
 
 def gpu_usable():
@@ -248,9 +248,9 @@ def test_a_tasks_package_in_the_current_directory_is_never_imported(tmp_path, pa
     (tmp_path / package).mkdir()
     (tmp_path / package / "__init__.py").write_text(
         f"ERNIE_DOC_TASKS = True\nopen({str(canary)!r}, 'w').write('imported')\n")
-    code = ("from ernie_doc.training.task_folders import task_names, task_package\n"
+    code = ("from ernie_doc.kinds.folders import task_names, task_package\n"
             "from ernie_doc.auto import head_names\n"
-            "from ernie_doc.training.tasks import load_reader\n"
+            "from ernie_doc.kinds.base import load_reader\n"
             "load_reader('imdb')\n"
             "print(task_package(), 'imdb' in task_names(), len(head_names()) > 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,

@@ -1,4 +1,4 @@
-"""One rule for every output path (ernie_doc.outputs) and `predict --resume`'s provenance.
+"""One rule for every output path (ernie_doc.predict.outputs) and `predict --resume`'s provenance.
 
 An output is never an input (a symbolic link to it, the input through a linked folder, a hard
 link), never inside an input folder, never a FIFO or device (refused without being opened),
@@ -290,7 +290,7 @@ def test_benchmark_reports_keep_an_existing_file_without_overwrite(tmp_path, cap
 @pytest.mark.parametrize("make", ["device", "link to a device"])
 def test_a_device_is_never_an_output(tmp_path, make):
     from ernie_doc.errors import OutputError
-    from ernie_doc.outputs import check_output
+    from ernie_doc.predict.outputs import check_output
     path = "/dev/null"
     if make == "link to a device":
         path = str(tmp_path / "out.jsonl")
@@ -361,7 +361,7 @@ def test_a_folder_swapped_for_a_link_to_the_model_redirects_nothing(models, work
     checked (refused: the folder is checked again by its descriptor), or once the folder is
     opened (the run writes into the folder it opened). Before, both wrote preds.jsonl and
     its sidecar into the model folder."""
-    import ernie_doc.pipeline
+    import ernie_doc.predict.pipeline
     model, shared = work / "model", work / "shared"
     shutil.copytree(models[0], model)
     (shared / "out").mkdir(parents=True)
@@ -374,8 +374,8 @@ def test_a_folder_swapped_for_a_link_to_the_model_redirects_nothing(models, work
         check = predict_cli.check_paths
         monkeypatch.setattr(predict_cli, "check_paths", lambda args: (check(args), swap())[0])
     else:
-        load = ernie_doc.pipeline.pipeline
-        monkeypatch.setattr(ernie_doc.pipeline, "pipeline",
+        load = ernie_doc.predict.pipeline.pipeline
+        monkeypatch.setattr(ernie_doc.predict.pipeline, "pipeline",
                             lambda *a, **k: (swap(), load(*a, **k))[1])
     argv = ["--input", work / "data" / "in.jsonl", "--output", shared / "out" / "preds.jsonl"]
     if when == "after the check":
@@ -451,7 +451,7 @@ def test_an_output_in_dev_proc_or_sys_is_refused(path, place):
     """/dev/stdout is a link the system owns (to /proc/self/fd/1): with stdout redirected to
     a file, --overwrite used to unlink it and leave a file and its sidecar in /dev."""
     from ernie_doc.errors import OutputError
-    from ernie_doc.outputs import check_output
+    from ernie_doc.predict.outputs import check_output
     with pytest.raises(OutputError, match=f"^--output {path}: is in {place} "):
         check_output(path, exists_ok=True)
 
@@ -460,8 +460,8 @@ def test_an_output_in_dev_proc_or_sys_is_refused(path, place):
 RESUME = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from ernie_doc.predict_io import completed_ids, provenance
 from ernie_doc.errors import PipelineError
+from ernie_doc.predict.inputs import completed_ids, provenance
 try:
     completed_ids(sys.argv[1], provenance(sys.argv[2]))
 except PipelineError as e:

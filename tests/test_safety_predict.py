@@ -21,8 +21,8 @@ from test_safety_cli import exits, one_error_line
 from ernie_doc.cli import predict
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
 from ernie_doc.errors import DataError, PipelineError
-from ernie_doc.pipeline import pipeline, read_inputs
-from ernie_doc.predict_io import to_document
+from ernie_doc.predict.inputs import to_document
+from ernie_doc.predict.pipeline import pipeline, read_inputs
 
 DEEP = "[" * 100_000 + "]" * 100_000   # json.loads recurses once per level
 BOM = b"\xef\xbb\xbf"
@@ -95,7 +95,7 @@ def test_bad_ids_and_ids_with_text_are_error_records(pipe):
 def test_what_a_model_reads_decides_which_fields_are_errors():
     """ids to a model that reads text (a language model, span kinds) and text to a model
     with no tokenizer (a pre-tokenized task's) are errors, never silently ignored."""
-    from ernie_doc.predict_io import document_problem
+    from ernie_doc.predict.inputs import document_problem
     ids, text = to_document(0, {"ids": [1, 2]}), to_document(0, {"text": "a b"})
     assert document_problem(ids, None) == "this model reads text, not token ids ('ids')"
     assert document_problem(ids, 10, reads_text=False) is None
@@ -182,7 +182,7 @@ def test_format_dir_on_a_file_is_one_line(saved, tmp_path, capsys):
 def test_the_gpu_is_refused_where_there_is_none(monkeypatch):
     """The decision is inference_settings's: no CUDA build, or no visible device, is one
     line naming the device, before any model is loaded."""
-    from ernie_doc.pipeline import check_device
+    from ernie_doc.predict.pipeline import check_device
     monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: False)
     with pytest.raises(PipelineError, match="device 'gpu': this paddle is not compiled with "
                                             "CUDA"):
@@ -336,7 +336,7 @@ def test_strings_that_are_not_unicode_are_error_records_and_the_run_goes_on(save
 def test_a_record_no_check_caught_is_still_written():
     """The writer's last line of defence: a record still holding a lone surrogate is written
     with JSON escapes; every other record as UTF-8 text, as before."""
-    from ernie_doc.predict_io import record_line
+    from ernie_doc.predict.inputs import record_line
     assert record_line({"doc_id": "é", "pred": "ü"}) == '{"doc_id": "é", "pred": "ü"}\n'
     line = record_line({"doc_id": "x\ud800", "probs": np.float32(0.5)})
     assert line.encode("utf-8") and json.loads(line) == {"doc_id": "x\ud800", "probs": 0.5}
@@ -400,7 +400,7 @@ def test_a_directory_input_reports_every_entry_it_cannot_read(pipe, tmp_path):
     """A FIFO, a link to a device, a link loop and a folder are error records (never read,
     never blocking), counted by count_inputs as read_inputs yields them; a file that is not
     a .txt is not a document."""
-    from ernie_doc.predict_io import count_inputs
+    from ernie_doc.predict.inputs import count_inputs
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "a.txt").write_text("good movie")
@@ -426,7 +426,7 @@ def test_counting_the_input_never_blocks_on_a_fifo(tmp_path):
     does (non-blocking, checked on the open descriptor)."""
     import signal
 
-    from ernie_doc.predict_io import count_inputs
+    from ernie_doc.predict.inputs import count_inputs
     fifo = tmp_path / "in.jsonl"
     os.mkfifo(fifo)
 
@@ -476,7 +476,7 @@ def test_inputs_are_read_in_bounded_memory(tmp_path):
     os.symlink(huge, model / "task.json")
     script = f"""
 import json, resource
-from ernie_doc import predict_io as io
+from ernie_doc.predict import inputs as io
 from ernie_doc.resources import _status_bytes
 resource.setrlimit(resource.RLIMIT_AS, (_status_bytes("VmSize") + (256 << 20),) * 2)
 def show(items):

@@ -288,7 +288,7 @@ def test_one_huge_document_is_warned_about_up_front(tmp_path, capsys, monkeypatc
     import types
 
     from ernie_doc.data import Document
-    from ernie_doc.training import tasks
+    from ernie_doc.kinds import base as tasks
     assert tasks.truncate_tokens(list(range(10)), 4) == [0, 1, 2, 3]
     reader = types.ModuleType("hugedoc")
     reader.labels = lambda data_dir, options: ["0", "1"]
@@ -407,7 +407,7 @@ def test_a_refused_resume_writes_nothing(tmp_path, capsys):
 
 def test_truncate_tokens_cuts_every_kind_of_tokenized_text_alike():
     from ernie_doc.data.span import TokenizedText
-    from ernie_doc.training.tasks import truncate_tokens
+    from ernie_doc.kinds.base import truncate_tokens
     from tasks.hotpotqa.task import Layout
     from tasks.openkp.task import WordTokens
     a = np.arange(6)

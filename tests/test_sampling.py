@@ -7,8 +7,9 @@ import pytest
 from helpers import write
 
 from ernie_doc.data.document import Document
-from ernie_doc.training.run_config import load_config
-from ernie_doc.training.tasks import build_task, label_notes
+from ernie_doc.kinds import build_task
+from ernie_doc.kinds.base import label_notes
+from ernie_doc.run_config import load_config
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_a_one_class_split_is_one_warning_line(tmp_path):
 
 
 def test_unlabelled_documents_are_a_plain_seeded_sample():
-    from ernie_doc.training.tasks import sample_examples
+    from ernie_doc.kinds.base import sample_examples
     docs = [Document(doc_id=str(i), text=f"t{i}") for i in range(50)]
     first = sample_examples(docs, 10, seed=1, split="train")
     assert len(first) == 10 and first != docs[:10]
@@ -96,7 +97,7 @@ def test_examples_without_a_label_field_are_sampled_and_summarised():
     # span examples and pretraining corpus documents have no `label` attribute at all
     from collections import namedtuple
 
-    from ernie_doc.training.tasks import sample_examples
+    from ernie_doc.kinds.base import sample_examples
     Example = namedtuple("Example", "doc_id text")
     docs = [Example(str(i), f"t{i}") for i in range(20)]
     assert len(sample_examples(docs, 5, seed=1, split="train")) == 5
@@ -106,7 +107,7 @@ def test_examples_without_a_label_field_are_sampled_and_summarised():
 def test_a_rare_class_keeps_one_example_and_ties_go_by_seed():
     """Every class is kept once when N allows (a class of 2 among 200 used to round to 0),
     then proportionally; a tie of remainders goes to a seeded draw, not the first label."""
-    from ernie_doc.training.tasks import sample_examples
+    from ernie_doc.kinds.base import sample_examples
     docs = ([Document(doc_id=f"a{i}", text="t", label="a") for i in range(100)]
             + [Document(doc_id=f"b{i}", text="t", label="b") for i in range(98)]
             + [Document(doc_id=f"c{i}", text="t", label="c") for i in range(2)])

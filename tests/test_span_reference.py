@@ -19,10 +19,10 @@ from test_tasks import vocab_dir
 
 from ernie_doc.data.document import Document
 from ernie_doc.data.span import SpanSegmenter, best_spans, tokenize_with_offsets
+from ernie_doc.kinds.span import SpanTask, span_nll
 from ernie_doc.metrics import cmrc
+from ernie_doc.run_config import load_config
 from ernie_doc.tokenization.wordpiece import WordPieceTokenizer
-from ernie_doc.training.run_config import load_config
-from ernie_doc.training.span import SpanTask, span_nll
 
 HANZI = list("北京大学是中国的一所著名高校位于海淀区在哪里买")
 

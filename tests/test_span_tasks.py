@@ -11,8 +11,8 @@ from test_tasks import check_results, finetune_task, run_task, vocab_dir
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import (SpanSegmenter, best_spans, context_words, max_context_flags,
                                  tokenize_with_offsets)
+from ernie_doc.kinds.span import span_nll
 from ernie_doc.tokenization.wordpiece import WordPieceTokenizer
-from ernie_doc.training.span import span_nll
 
 HANZI = list("北京大学是中国的一所著名高校位于海淀区清华在旁边谁哪里什么")
 
@@ -331,9 +331,9 @@ def test_group_steps_share_windows_and_reset_together():
     start (reset) together; the trainer's batches keep a group's rows adjacent."""
     from ernie_doc.data.document import Document
     from ernie_doc.data.segment import reading_passes
-    from ernie_doc.training.choice import MultipleChoiceTask
-    from ernie_doc.training.run_config import load_config
-    from ernie_doc.training.splits import DocumentSplit
+    from ernie_doc.data.splits import DocumentSplit
+    from ernie_doc.kinds.choice import MultipleChoiceTask
+    from ernie_doc.run_config import load_config
 
     class Reader:
         @staticmethod

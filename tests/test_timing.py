@@ -10,8 +10,8 @@ from helpers import tiny_longdep
 def run(out, slow=0.0, *overrides):
     """A tiny fine-tuning run in this process whose training batches each take `slow` extra
     seconds to produce → (timing.json, number of micro-steps read)."""
+    from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    from ernie_doc.training.run_config import load_config
     from ernie_doc.training.trainer import Trainer
     prepared = prepare(load_config(None, tiny_longdep(*overrides, f"output_dir={out}")))
     batches, count = prepared.train.batches, [0]

@@ -9,8 +9,9 @@
 
 --config is a released name, a checkpoint in any layout, a URL or .tar.gz, or a preset / config
 JSON (random weights). Writes the program, <output>.pdiparams and the sidecar <output>.meta.json
-(ernie_doc/inference.py describes them and the Predictor) and prints a JSON summary; an
-existing export is replaced only with --overwrite. Errors: one `error:` line, exit 2.
+(ernie_doc/predict/export.py and predict/engine.py describe them and the Predictor) and prints a
+JSON summary; an existing export is replaced only with --overwrite. Errors: one `error:` line,
+exit 2.
 """
 import argparse
 import json
@@ -156,12 +157,12 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
     """Every file the export writes (its model, parameters and sidecar under either paddle
     version's names, and the predict files copied from `directory`), checked by
-    ernie_doc.outputs' rule against --config and every file in its folder (ExportError, one
+    ernie_doc.predict.outputs' rule against --config and every file in its folder (ExportError, one
     line): never the checkpoint, a file of its folder (links followed) or inside it, a
     regular file or nothing, a name that fits, an existing one only with --overwrite. All are
     checked before anything is written. → the paths of the predict files to write."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.outputs import InputSet, check_output
+    from ernie_doc.predict.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
     out_dir = os.path.dirname(os.path.abspath(args.output))
     copies = [os.path.join(out_dir, os.path.basename(path))
@@ -178,7 +179,7 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     source that cannot be read is an ExportError (one line), with the copies made so far
     removed."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.outputs import temp_name
+    from ernie_doc.predict.outputs import temp_name
     from ernie_doc.utils import open_regular
     staged = []
     try:
@@ -214,7 +215,7 @@ def remove_files(paths: List[str]) -> None:
 
 def _export(args):
     from ernie_doc.errors import ExportError
-    from ernie_doc.inference import export
+    from ernie_doc.predict.export import export
     directory = args.config if os.path.isdir(args.config) else ""
     copies = check_outputs(args, directory)
     model, source = build_model(args)

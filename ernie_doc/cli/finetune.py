@@ -53,7 +53,7 @@ def config_path(config):
     packaged config.yaml (`ernie-doc finetune imdb`, also where the user keeps the data in a
     folder ./imdb: a config is a file, so a folder never shadows the task)."""
     if config and not os.path.isfile(config):
-        from ernie_doc.training.tasks import task_config
+        from ernie_doc.kinds.folders import task_config
         return task_config(config) or config
     return config
 
@@ -69,18 +69,18 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
     --debug shows the traceback of every error."""
     args = parse_args(argv, description, config_flag)
     if args.help_config:   # the table only: nothing below (no config, no run) is needed
-        from ernie_doc.training.run_config import help_config
+        from ernie_doc.run_config import help_config
         sys.stdout.write(help_config())
         return 0
     if args.list_tasks:   # the task folders only: no paddle needed
-        from ernie_doc.training.task_folders import task_config, task_names
+        from ernie_doc.kinds.folders import task_config, task_names
         for name in task_names():
             print(f"{name:<14} {task_config(name)}")
         return 0
     from ernie_doc.cli import exit_on_user_error, nothing_written_yet, user_error_types
     with nothing_written_yet():   # paddle's import takes seconds: Ctrl-C is likely here
         from ernie_doc.errors import ConfigError
-        from ernie_doc.training.run_config import load_config
+        from ernie_doc.run_config import load_config
         from ernie_doc.training.trainer import RUN_CONFIG, Interrupted, run
     output_dir = args.resume   # known once the config is read
     try:

@@ -6,10 +6,10 @@
     ernie-doc predict output/imdb --format task --input data/imdb/test.txt --output -
     ernie-doc predict SAVED_DIR --task imdb --input reviews/ --output preds.jsonl
 
-Each document is read exactly as evaluation reads it (ernie_doc.pipeline); one that cannot be
-predicted gets a record with an `error` field. `<output>.meta.json` records the model's
+Each document is read exactly as evaluation reads it (ernie_doc.predict.pipeline); one that cannot
+be predicted gets a record with an `error` field. `<output>.meta.json` records the model's
 fingerprint, so --resume continues only a file written for this model, and --output is checked
-and locked as ernie_doc.outputs says (never an input, never the model folder).
+and locked as ernie_doc.predict.outputs says (never an input, never the model folder).
 """
 import argparse
 import contextlib
@@ -28,7 +28,7 @@ TASK_FORMAT = "task"   # --format task: the model's own task reader reads --inpu
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.predict_io import ENGINES, INPUT_FORMATS, ON_ERROR, STDIO
+    from ernie_doc.predict.inputs import ENGINES, INPUT_FORMATS, ON_ERROR, STDIO
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/, or "
                                  "a save_pretrained directory with --task")
@@ -90,7 +90,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def check_input(path: str, error: type) -> None:
     """--input must be a directory or a regular file (a FIFO or a device is refused without
     being opened): error(one line) otherwise."""
-    from ernie_doc.predict_io import STDIO
+    from ernie_doc.predict.inputs import STDIO
     from ernie_doc.utils import regular_file_problem
     if path == STDIO:
         return
@@ -104,7 +104,7 @@ def check_input(path: str, error: type) -> None:
 
 def model_directories(args: argparse.Namespace) -> List[str]:
     """The model folder(s) predict reads: MODEL's, and --answer-model's when given."""
-    from ernie_doc.predict_io import model_directory
+    from ernie_doc.predict.inputs import model_directory
     return [model_directory(args.model, args.task)] + \
         ([model_directory(args.answer_model, args.task)] if args.answer_model else [])
 
@@ -112,7 +112,7 @@ def model_directories(args: argparse.Namespace) -> List[str]:
 def input_paths(args: argparse.Namespace) -> List[str]:
     """The files predict reads documents from (standard input aside): --input, else with
     --format task the run's data_dir."""
-    from ernie_doc.predict_io import STDIO, task_record
+    from ernie_doc.predict.inputs import STDIO, task_record
     if args.input is not None:
         return [] if args.input == STDIO else [args.input]
     data_dir = task_record(model_directories(args)[0], args.task)["config"].get("data_dir")
@@ -121,15 +121,15 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 def check_paths(args: argparse.Namespace):
     """Input and output checked before the model is loaded (PipelineError: one line) →
-    (the inputs, an ernie_doc.outputs.InputSet; the file id of an existing --output, or
-    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.outputs' rule
+    (the inputs, an ernie_doc.predict.outputs.InputSet; the file id of an existing --output, or
+    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.predict.outputs' rule
     against --input and the model folders: never one of them or a file inside them (links
     followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
     regular file or nothing; an existing output only with --resume (a file with no other name
     or link) or --overwrite."""
     from ernie_doc.errors import PipelineError
-    from ernie_doc.outputs import InputSet, check_appendable, check_output, check_stream
-    from ernie_doc.predict_io import STDIO, provenance_path
+    from ernie_doc.predict.inputs import STDIO, provenance_path
+    from ernie_doc.predict.outputs import InputSet, check_appendable, check_output, check_stream
     for path in input_paths(args):
         check_input(path, PipelineError)
     inputs = InputSet(input_paths(args) + model_directories(args))
@@ -168,17 +168,17 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     (a dict, filled as the run goes): "created", whether --output holds this run's records,
     and "records", how many it holds: what Ctrl-C reports (`interrupted_line`).
 
-    --output is written through its folder, opened once (ernie_doc.outputs.OutputFolder), and
-    locked for the run; --resume reads the checked file's records before the model loads;
+    --output is written through its folder, opened once (ernie_doc.predict.outputs.OutputFolder),
+    and locked for the run; --resume reads the checked file's records before the model loads;
     otherwise the sidecar and a new file are complete before they replace the old output.
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     from tqdm import tqdm
 
     from ernie_doc.errors import PipelineError
-    from ernie_doc.outputs import OutputFolder
-    from ernie_doc.pipeline import count_inputs, pipeline, read_inputs, task_documents
-    from ernie_doc.predict_io import (STDIO, completed_ids, provenance, provenance_bytes,
-                                      provenance_path, record_line, task_record)
+    from ernie_doc.predict.inputs import (STDIO, completed_ids, provenance, provenance_bytes,
+                                          provenance_path, record_line, task_record)
+    from ernie_doc.predict.outputs import OutputFolder
+    from ernie_doc.predict.pipeline import count_inputs, pipeline, read_inputs, task_documents
     from ernie_doc.utils import set_paddle_threads, show_progress
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
@@ -253,7 +253,7 @@ def records_writer(target):
 def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
     """The one line Ctrl-C prints: how many documents --output holds and the command that
     continues it (`argv`: predict's arguments, with --resume instead of --overwrite)."""
-    from ernie_doc.predict_io import STDIO
+    from ernie_doc.predict.inputs import STDIO
     records = progress.get("records", 0)
     if not (records if output == STDIO else progress.get("created")):
         return "interrupted before anything was written: run the same command again"

@@ -26,8 +26,9 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
+from ernie_doc import releases as registry
 from ernie_doc.errors import CheckpointError, HubError
-from ernie_doc.hub import archive, registry
+from ernie_doc.hub import archive
 from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
                                  open_own, sha256_file, sha256_of, shown)
 from ernie_doc.utils import atomic_write_text, open_regular, parse_json
@@ -318,7 +319,7 @@ class Fetched:
 def _expected_sha256(remote: registry.Remote) -> Tuple[Optional[str], str]:
     """(sha256 the file must have or None, where that value comes from)."""
     if remote.sha256:
-        return remote.sha256.lower(), "pinned in ernie_doc.hub.registry"
+        return remote.sha256.lower(), "pinned in ernie_doc.releases"
     record = _trusted(remote.url)
     if record:
         return record["sha256"].lower(), f"recorded in {os.path.join(home(), CHECKSUMS)} on " \

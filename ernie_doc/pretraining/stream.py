@@ -16,9 +16,9 @@ from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Skips
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import step_members
+from ernie_doc.data.splits import Split
 from ernie_doc.errors import DataError
 from ernie_doc.pretraining import corpus
-from ernie_doc.training.splits import Split
 
 log = logging.getLogger("ernie_doc.train")
 
@@ -125,7 +125,7 @@ class ShardStream:
 
 
 class StreamSplit(Split):
-    """This rank's train rows over its shards, an endless split (training.splits):
+    """This rank's train rows over its shards, an endless split (data.splits):
     `batches()` yields (corpus epoch, batch) forever; `state()`/`load_state()` carry the
     position across a resume."""
     name = "train"

@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager, Optional
 import paddle
 
 from ernie_doc.errors import Bf16ProgramError
-from ernie_doc.training.amp import AmpSettings
+from ernie_doc.precision import AmpSettings
 from ernie_doc.training.runlog import logger
 
 

@@ -18,10 +18,10 @@ from typing import Optional
 import numpy as np
 import paddle
 
+from ernie_doc import distributed as dist
 from ernie_doc.errors import CheckpointStateError
-from ernie_doc.predict_io import TASK_FILE
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.tokenization.base import CONFIG_FILE as TOKENIZER_CONFIG
-from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.utils import dtype_name, short_list
 

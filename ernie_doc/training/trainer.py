@@ -24,8 +24,8 @@ from typing import Any, Iterator, Optional, Tuple
 import numpy as np
 import paddle
 
+from ernie_doc import distributed as dist
 from ernie_doc.errors import Bf16ProgramError, CheckpointStateError, ConfigError, TrainingError
-from ernie_doc.training import distributed as dist
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import compiled_or_none, try_compiled
@@ -582,7 +582,7 @@ class Trainer:
         """Files saved beside every exported model (tokenizer or vocabulary)."""
         if self.tokenizer:
             return getattr(self.tokenizer, "source_files", [])
-        return self.task.model_files()
+        return self.task.model_files(outdir.atomic_entry)
 
     def _record(self, split, step, metrics):
         """What eval_results.json / {split}_results.json hold."""

@@ -37,7 +37,7 @@ class EvidenceScorer(nn.Layer):
         return self.out(self.act(self.dense(hidden))).squeeze(-1)
 
 
-@register_head("hotpotqa")   # ernie_doc.auto lists this module in TASK_HEAD_MODULES
+@register_head("hotpotqa")   # the task folders' register_heads() imports this module
 class ErnieDocForHotpotQA(Head):
     """stage "evidence": paragraph and sentence scorers only; stage "answer" adds the type
     classifier (pooled [CLS] → dropout → Linear(H, 3)) and the span layer (sequence → dropout

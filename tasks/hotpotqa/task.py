@@ -36,6 +36,7 @@ facts are the reader's validated ones (a fact pointing at a missing sentence is 
 """
 import glob
 import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -44,18 +45,19 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ernie_doc.auto import register_kind
 from ernie_doc.data.document import read_lines, require_file
 from ernie_doc.data.segment import Segment, step_members, windows
 from ernie_doc.data.span import best_spans, max_context_flags, tokenize_with_offsets
 from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.kinds import register_kind
+from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.folders import missing_key
+from ernie_doc.kinds.span import NEG, span_nll
 from ernie_doc.metrics import hotpot
-from ernie_doc.training.run_config import missing_key
-from ernie_doc.training.runlog import logger
-from ernie_doc.training.span import NEG, span_nll
-from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 from .head import ANSWER_TYPES, STAGES, ErnieDocForHotpotQA
+
+logger = logging.getLogger("ernie_doc.train")   # the run's log
 
 WORD, TITLE, PARA, SENT = 0, 1, 2, 3   # token kinds of the paragraph sequence
 MARKERS = ("[p]", "[q]", "[/q]")
@@ -296,7 +298,7 @@ EVIDENCE_METRICS = ("para_ap", "para_recall", "para_prec", "para_em", "para_sele
                     "sp_f1", "sp_prec", "sp_recall")
 
 
-@register_kind("hotpotqa")   # ernie_doc.auto lists this module in TASK_KIND_MODULES
+@register_kind("hotpotqa")   # the task folders' register_kinds() imports this module
 class HotpotTask(DocumentTask):
     head_class = ErnieDocForHotpotQA
     main_metric = "para_ap"

@@ -14,7 +14,7 @@ parameter used there). Every parameter lives in this layer, so from_pretrained /
 save_pretrained cover the whole model, and the n-gram sizes follow from the config alone (a
 saved model rebuilds without arguments).
 
-Export (ernie_doc.inference) feeds word_index [B, T] int64 after the encoder's inputs (the head
+Export (ernie_doc.predict.engine) feeds word_index [B, T] int64 after the encoder's inputs (the head
 declares it in export_inputs) and returns logits [B, T, 5]; the Predictor checks its values lie
 in [0, T).
 """
@@ -38,7 +38,7 @@ memories [L, B, M, H] · memory_mask [B, M] or None · encoder: the ErnieDocOutp
 pooled_output (None)."""
 
 
-@register_head("keyphrase")   # ernie_doc.auto lists this module in TASK_HEAD_MODULES
+@register_head("keyphrase")   # the task folders' register_heads() imports this module
 class ErnieDocForKeyphrase(Head):
     """Encoder + five n-gram CNNs (kernel 1..5, H → H channels, ReLU) + one linear scorer per
     n-gram length."""

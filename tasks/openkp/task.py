@@ -28,14 +28,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle.nn.functional as F
 
-from ernie_doc.auto import register_kind
 from ernie_doc.data.segment import Segment, pack_row, step_members, windows
 from ernie_doc.data.span import max_context_flags
 from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.kinds import register_kind
+from ernie_doc.kinds.base import (DocumentTask, masked_mean, text_problem, with_gold,
+                                  without_training)
 from ernie_doc.metrics.keyphrase import DEPTHS
 from ernie_doc.metrics.keyphrase import evaluate as keyphrase_metrics
-from ernie_doc.training.tasks import (DocumentTask, masked_mean, text_problem, with_gold,
-                                      without_training)
 
 from .head import MAX_GRAM, ErnieDocForKeyphrase
 from .reader import URL
@@ -153,7 +153,7 @@ def rank_phrases(words, windows_scores, top_k=5):
     return ranked
 
 
-@register_kind("keyphrase")   # ernie_doc.auto lists this module in TASK_KIND_MODULES
+@register_kind("keyphrase")   # the task folders' register_kinds() imports this module
 class KeyphraseTask(DocumentTask):
     head_class = ErnieDocForKeyphrase
     main_metric = "f1@3"

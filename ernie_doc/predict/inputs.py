@@ -1,5 +1,5 @@
-"""What every predict pipeline shares (ernie_doc.pipeline for the document kinds,
-ernie_doc.lm.predict for the language model): finding a saved model's directory and its
+"""What every predict pipeline shares (ernie_doc.predict.pipeline for the document kinds,
+ernie_doc.predict.lm for the language model): finding a saved model's directory and its
 task.json, turning inputs into Documents, reading input files one document at a time, and
 resuming a predictions file. No model code: both pipelines import it.
 """
@@ -12,9 +12,9 @@ import numpy as np
 
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
 from ernie_doc.errors import PipelineError
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.utils import clip
 
-TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
 STDIO = "-"   # --input - reads standard input, --output - writes standard output
@@ -181,7 +181,7 @@ class DocumentStream:
 def check_batch_size(batch_size: Optional[int]) -> None:
     """PipelineError unless `batch_size` is None (the run's eval_batch_size, else batch_size)
     or a positive integer: 0 is not "the default". Whether it fits is the memory estimate's
-    to say (training.prepare.check_memory), before any row is allocated."""
+    to say (assemble.check_memory), before any row is allocated."""
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
         raise PipelineError(f"batch_size must be a positive integer or None, got "
@@ -204,7 +204,7 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
     if os.path.isfile(os.path.join(path, MODEL_CONFIG)):
         if task is not None:
             return path
-        from ernie_doc.training.task_folders import task_names
+        from ernie_doc.kinds.folders import task_names
         raise PipelineError(f"{path}: a model saved without its task (no {TASK_FILE}): pass "
                             f"--task NAME (task= in Python), one of {', '.join(task_names())}")
     raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
@@ -259,8 +259,8 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
         return record
     from ernie_doc.config import ErnieDocConfig
     from ernie_doc.errors import ConfigError, NotSet
-    from ernie_doc.training.run_config import load_yaml
-    from ernie_doc.training.task_folders import task_config, task_names
+    from ernie_doc.kinds.folders import task_config, task_names
+    from ernie_doc.run_config import load_yaml
     path = task_config(task) if isinstance(task, str) else None
     if path is None:
         raise PipelineError(f"task {clip(repr(task))}: not a task folder (one of "
@@ -271,7 +271,7 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
     except ConfigError as e:
         raise PipelineError(str(e)) from None
     from ernie_doc.errors import DataError
-    from ernie_doc.training.tasks import load_reader
+    from ernie_doc.kinds.base import load_reader
     labels = None
     reader = load_reader(task)
     if callable(getattr(reader, "labels", None)):
@@ -729,10 +729,10 @@ def completed_ids(output: str, record: dict, folder=None) -> List[str]:
     line that is not a prediction record is refused, with the file unchanged. The file is
     read a line at a time (none over MAX_RECORD_LINE bytes), never whole.
 
-    folder: the run's ernie_doc.outputs.OutputFolder of `output`, whose `file` (opened with
+    folder: the run's ernie_doc.predict.outputs.OutputFolder of `output`, whose `file` (opened with
     open_append: locked, checked) is read and left at its end for appending; None opens
     `output` here for this call alone."""
-    from ernie_doc.outputs import InputSet, OutputFolder
+    from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:
         folder = OutputFolder(output, InputSet(), error=PipelineError)

@@ -1,7 +1,7 @@
 """What differs between fine-tuning tasks, behind one interface the trainer drives.
 
 A task = a reader (tasks/<name>/reader.py: `labels`, `read`) + a kind, named in its config
-(`kind: span`) and looked up in the closed registry of ernie_doc.auto: the built-in kinds, and
+(`kind: span`) and looked up in the closed registry of ernie_doc.kinds: the built-in kinds, and
 those the task folders register (`hotpotqa`, `keyphrase`); a config never names code to import.
 The kind says how a document becomes segments with targets, which head to build, the loss over
 the rows that train, what each predicted row contributes, and how a document's rows become a
@@ -11,25 +11,24 @@ import contextlib
 import dataclasses
 import importlib
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from types import ModuleType
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 
-from ernie_doc.auto import kind_class, kind_name
-from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, step_members
+from ernie_doc.data.document import Document
+from ernie_doc.data.segment import step_members
+from ernie_doc.data.splits import Split
 from ernie_doc.errors import ConfigError, DataError, NotSet
-from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
-from ernie_doc.training.run_config import missing_key
-# task_config and task_module are used by the callers that import them from here
-from ernie_doc.training.task_folders import (task_config, task_module, task_names,  # noqa: F401
-                                             task_package)
+from ernie_doc.kinds.folders import missing_key, task_names, task_package
 from ernie_doc.utils import clip
 
+Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute access
 
-def truncate_tokens(tokens, limit: int):
+
+def truncate_tokens(tokens: Any, limit: int) -> Any:
     """The first `limit` tokens of a tokenized text: a list or array, an object with its own
     `truncate(limit)`, or a dataclass of per-token arrays (TokenizedText, Layout: every field
     as long as the text is cut alike)."""
@@ -49,7 +48,7 @@ class Cuts:
     def __init__(self):
         self.docs, self.tokens = set(), 0
 
-    def add(self, doc_id, dropped: int):
+    def add(self, doc_id: str, dropped: int) -> None:
         self.docs.add(doc_id)
         self.tokens += dropped
 
@@ -136,7 +135,7 @@ def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
 
 
 @contextlib.contextmanager
-def data_dir_required(cfg):
+def data_dir_required(cfg: Config) -> Iterator[None]:
     """Around a reader call: a reader that needed data_dir and got "" (NotSet) becomes the
     config's one-line missing-key error naming the task."""
     try:
@@ -147,7 +146,7 @@ def data_dir_required(cfg):
                                            f"README.md)") from None
 
 
-def load_reader(task):
+def load_reader(task: Any) -> ModuleType:
     """tasks/<task>/reader.py as a module (from the checkout or the installed copy). `task`
     must name one of the task folders (task_names): a name read from a config or a saved
     task.json is never imported otherwise."""
@@ -169,8 +168,8 @@ class Task:
     """What the trainer asks of every task kind: the contract of the loop.
 
     Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
-    ERNIE-Doc head), its streamed subclass `pretraining.task.PretrainingTask`, and
-    `lm.task.LanguageModelTask`, which builds its own model and splits (`builds_model`).
+    ERNIE-Doc head), its streamed subclass `kinds.pretraining.PretrainingTask`, and
+    `kinds.lm.LanguageModelTask`, which builds its own model and splits (`builds_model`).
 
     The memory state ("carry") is a dict of tensors that one row stream carries from a segment
     to the next: the memories [L, B, M, H] and what goes with them (their mask, Segatron
@@ -184,7 +183,7 @@ class Task:
     builds_model = False   # the task builds its model and splits itself (memory_plan,
                            # build_model, build_splits, describe: see LanguageModelTask)
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
         unknown = set(cfg.get("task_options") or {}) - set(self.option_defaults)
         if unknown:
@@ -213,11 +212,12 @@ class Task:
         here (a streamed corpus is checked whole; document splits are read in prepare)."""
 
     # -- one micro-step ---------------------------------------------------------------------
-    def init_carry(self, model, rows: int) -> Dict[str, Any]:
+    def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
         """The memory state a training stream of `rows` rows starts from."""
         raise NotImplementedError
 
-    def forward(self, model, batch: Dict[str, Any], carry: Dict[str, Any]):
+    def forward(self, model: paddle.nn.Layer, batch: Dict[str, Any], carry: Dict[str, Any]
+                ) -> Tuple[Any, Dict[str, Any]]:
         """The model on one batch of tensors with the rows' memory state → (outputs, the new
         memory state). `carry` is {} at the start of an evaluation."""
         raise NotImplementedError
@@ -226,11 +226,12 @@ class Task:
         """numpy [B]: 1 for the rows of a batch that train."""
         raise NotImplementedError
 
-    def loss(self, out, batch: Dict[str, Any], weight):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
         """Mean loss over the rows with weight 1 (weight: float tensor [B])."""
         raise NotImplementedError
 
-    def train_loss(self, out, batch: Dict[str, Any], weight):
+    def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
+                   ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
         """→ (the loss a training micro-step backpropagates, extra training scalars
         {name: (sum, count)}). The loss may normalise over all ranks (every rank calls this
         at every micro-step; evaluation uses `loss`); the trainer sums the scalars over
@@ -250,8 +251,10 @@ class Task:
         """Whether `value` of `metric` beats `best` (the best checkpoint's)."""
         return value > best
 
-    def model_files(self) -> List[str]:
-        """Files saved beside exported models when there is no tokenizer."""
+    def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
+        """Files saved beside exported models when there is no tokenizer. `atomic_entry`
+        (output_dir, entry) → a temporary path moved into the run's folder when its block
+        succeeds: how a kind writes such a file there (the trainer passes its own)."""
         return []
 
 
@@ -266,7 +269,7 @@ class DocumentTask(Task):
     head_class = None
     group_size = 1
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         labels = getattr(reader, "labels", None)   # a reader module's optional function
         with data_dir_required(cfg):
@@ -293,13 +296,13 @@ class DocumentTask(Task):
             seen.add(doc.doc_id)
         return docs
 
-    def id_vocabulary(self):
+    def id_vocabulary(self) -> Optional[Tuple[Dict[str, int], int]]:
         """A pre-tokenized task's (special ids {cls, sep, pad}, vocabulary size) from its
         reader, or None when the task reads text."""
         vocabulary = getattr(self.reader, "id_vocabulary", None)   # optional in a reader
         return None if vocabulary is None else vocabulary(dict(self.cfg.reader))
 
-    def tokenizer_texts(self, doc) -> List[str]:
+    def tokenizer_texts(self, doc: Document) -> List[str]:
         """The strings of a document a tokenizer trained on the train split should see."""
         return [doc.text] if doc.text else []
 
@@ -308,11 +311,12 @@ class DocumentTask(Task):
         corpus), else None."""
         return None
 
-    def setup(self, special_ids, max_seq_len: int, stride: int, tokenizer=None) -> None:
+    def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
+              tokenizer: Any = None) -> None:
         """special_ids: cls/sep/pad ids of the tokenizer (None for pre-tokenized tasks)."""
         raise NotImplementedError
 
-    def cap(self, tokens, doc):
+    def cap(self, tokens: Any, doc: Document) -> Any:
         """A document's tokens cut to the first `max_doc_tokens` (config; 0 = no limit), see
         truncate_tokens. Cut documents are counted in `self.cuts`; the trainer reports them
         per split."""
@@ -327,7 +331,7 @@ class DocumentTask(Task):
         cuts, self.cuts = self.cuts, Cuts()
         return cuts
 
-    def document_segments(self, doc, doc_index: int, tokenizer) -> list:
+    def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         """One reading pass of a document → [Segment] (or [tuple of Segments] for groups).
         Default: tokenize doc.text (or take doc.ids) and cut it with `segments`."""
         ids = doc.ids if doc.ids is not None else tokenizer.encode(doc.text)
@@ -335,12 +339,12 @@ class DocumentTask(Task):
             raise DataError(f"document {doc.doc_id!r} has no tokens")
         return self.segments(doc, doc_index, self.cap(ids, doc))
 
-    def segments(self, doc, doc_index: int, ids) -> list:
+    def segments(self, doc: Document, doc_index: int, ids: Any) -> list:
         """One reading pass of a document (token ids `ids`) → [Segment] with targets."""
         raise NotImplementedError
 
     def train_stream(self, rank: int, world: int, rows: int, seq_len: int, pad_id: int,
-                     seed: int):
+                     seed: int) -> Optional[Split]:
         """The train split when it is streamed (`streaming`), else None: it is then built
         from `read("train")` like every other split."""
         return None
@@ -354,37 +358,39 @@ class DocumentTask(Task):
         """ErnieDocConfig values the task's layout fixes (e.g. where [CLS] sits)."""
         return {}
 
-    def model_inputs(self, batch) -> Dict[str, Any]:
+    def model_inputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
         (e.g. per-segment word positions); they go through forward, so data parallelism
         sees every parameter used."""
         return {}
 
     # -- one micro-step: an ERNIE-Doc head on collated rows -----------------------------------
-    def init_carry(self, model, rows):
+    def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
         return {"memories": model.ernie_doc.init_memories(rows), "memory_mask": None}
 
-    def forward(self, model, batch, carry):
+    def forward(self, model: paddle.nn.Layer, batch: Dict[str, Any], carry: Dict[str, Any]
+                ) -> Tuple[Any, Dict[str, Any]]:
         out = model(batch["input_ids"], carry.get("memories"), batch["token_type_ids"],
                     batch["attention_mask"], batch["reset_memory"], carry.get("memory_mask"),
                     **self.model_inputs(batch))
         return out, {"memories": out.memories, "memory_mask": out.memory_mask}
 
-    def train_weight(self, batch):
+    def train_weight(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
         weight = batch["has_loss"]
         if self.cfg.loss_segments == "last":
             weight = weight & batch["is_last"]
         return weight
 
-    def batch_tokens(self, batch):
+    def batch_tokens(self, batch: Dict[str, np.ndarray]) -> int:
         return int(batch["attention_mask"].sum())
 
-    # -- evaluation (training.splits.DocumentEvaluation) -------------------------------------
-    def row_outputs(self, out, batch=None):
+    # -- evaluation (data.splits.DocumentEvaluation) -------------------------------------
+    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         """What each predicted row contributes: numpy [B, ...] (batch: its tensors)."""
         raise NotImplementedError
 
-    def evaluate(self, docs, rows, passes):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         """rows: doc_index → [(seg_index, row_output)] of the predicted pass; passes: each
         document's steps (their `meta`) → (metrics dict, [per-document prediction dict])."""
         raise NotImplementedError
@@ -395,7 +401,7 @@ class DocumentTask(Task):
     # answers, supporting facts, keyphrases ...) are never among them.
     input_fields: Tuple[str, ...] = ("text",)
 
-    def check_input(self, doc) -> Optional[str]:
+    def check_input(self, doc: Document) -> Optional[str]:
         """A document to predict, before it is segmented → one line saying what is wrong with
         its input fields ("missing field 'question'", "empty text" ...), or None when
         `document_segments` can read it. Gold fields are not looked at."""
@@ -422,7 +428,7 @@ class DocumentTask(Task):
             return None if len(value) else "empty text"
         return text_problem(name, value)
 
-    def predict(self, docs: Sequence, rows: Mapping[int, List[Tuple[int, Any]]],
+    def predict(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                 passes: Optional[Sequence[Sequence]]) -> List[Dict[str, Any]]:
         """Documents and their predicted rows → one prediction record per document, in order,
         read from the inputs and the model's outputs only (no gold field is read).
@@ -437,14 +443,14 @@ class DocumentTask(Task):
         return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
                 for i, doc in enumerate(docs)]
 
-    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence]) -> Dict[str, Any]:
         """One document's prediction record (see `predict`): rows [(segment index, row
         output)] of its predicted steps, steps its reading passes."""
         raise NotImplementedError(f"kind {type(self).__name__} does not predict documents")
 
 
-def input_value(doc, name: str) -> Any:
+def input_value(doc: Document, name: str) -> Any:
     """The input field `name` of a document (see DocumentTask.input_fields), None if absent."""
     if name == "text":
         return doc.text if doc.text is not None else doc.ids
@@ -469,7 +475,7 @@ def without_training(steps: list) -> list:
     return steps
 
 
-def with_gold(record: Dict[str, Any], **gold) -> Dict[str, Any]:
+def with_gold(record: Dict[str, Any], **gold: Any) -> Dict[str, Any]:
     """A prediction record with gold fields added (evaluate's predictions file): they go
     before `segments`, the record's last (bookkeeping) key."""
     out = {k: v for k, v in record.items() if k != "segments"}
@@ -479,90 +485,6 @@ def with_gold(record: Dict[str, Any], **gold) -> Dict[str, Any]:
     return out
 
 
-def masked_mean(values, weight):
+def masked_mean(values: paddle.Tensor, weight: paddle.Tensor) -> paddle.Tensor:
     """Σ values·weight / max(1, Σ weight): 0 (with zero gradients) when no row trains."""
     return (values * weight).sum() / paddle.clip(weight.sum(), min=1.0)
-
-
-class ClassificationTask(DocumentTask):
-    """Document classification: every segment carries the document label; the pooled [CLS]
-    feeds a linear layer; the document is the mean (or last) of its segments' softmax."""
-    head_class = ErnieDocForSequenceClassification
-    main_metric = "accuracy"
-    input_fields = ("text",)
-
-    def __init__(self, cfg, reader):
-        super().__init__(cfg, reader)
-        self.metric_names = tuple(cfg.metrics)
-        unknown = set(self.metric_names) - {"accuracy", "f1", "macro_f1"}
-        if not self.metric_names or unknown:
-            raise ConfigError(f"{cfg.source}: metrics: unknown {sorted(unknown)}; "
-                              "classification has accuracy, f1, macro_f1")
-        self.main_metric = self.metric_names[0]
-        positive = cfg.positive_label
-        if positive is not None and str(positive) not in self.label_ids:
-            raise ConfigError(f"{cfg.source}: positive_label {positive!r} is not a label "
-                              f"({self.labels[:10]})")
-        self.positive = self.label_ids[str(positive)] if positive is not None else 1
-
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
-        self.segmenter = ClassificationSegmenter(max_seq_len, stride, special_ids["cls"],
-                                                 special_ids["sep"], special_ids["pad"],
-                                                 self.cfg.segment_layout)
-
-    def model_kwargs(self):
-        return {"num_labels": len(self.labels)}
-
-    def model_config_overrides(self):
-        return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
-
-    def label_id(self, doc):
-        if doc.label is None:
-            raise DataError(f"document {doc.doc_id!r} has no label")
-        if doc.label not in self.label_ids:
-            raise DataError(f"document {doc.doc_id!r}: label {doc.label!r} is not in the "
-                            f"label set ({len(self.labels)} labels)")
-        return self.label_ids[doc.label]
-
-    def segments(self, doc, doc_index, ids):
-        if doc.label is None:   # a document to predict: label 0 is a placeholder, never read
-            return without_training(self.segmenter(ids, doc_index, {"label": 0}))
-        return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
-
-    def loss(self, out, batch, weight):
-        ce = F.cross_entropy(out.logits, batch["target_label"].unsqueeze(-1),
-                             reduction="none").reshape([-1])
-        return masked_mean(ce, weight)
-
-    def row_outputs(self, out, batch=None):
-        return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
-
-    def predict_document(self, doc, rows, steps=None):
-        """→ {doc_id, pred: label name, probs: [C] (the document's mean, or last, segment
-        softmax, 6 decimals), segments}."""
-        probs = aggregate_segments(rows, self.cfg.doc_prediction)
-        return {"doc_id": doc.doc_id, "pred": self.labels[int(probs.argmax())],
-                "probs": [round(float(x), 6) for x in probs], "segments": len(rows)}
-
-    def evaluate(self, docs, rows, passes=None):
-        predictions = self.predict(docs, rows, passes)
-        # label names are unique, so the predicted name gives back the argmax
-        pred = np.asarray([self.label_ids[p["pred"]] for p in predictions])
-        gold = np.asarray([self.label_id(d) for d in docs])
-        metrics = classification_metrics(pred, gold, len(self.labels), self.metric_names,
-                                         self.positive)
-        return metrics, [with_gold(p, label=d.label) for p, d in zip(predictions, docs)]
-
-
-def build_task(cfg, reader=None):
-    """The task kind of `cfg` (a registered name: ernie_doc.auto.kind_class) over its reader:
-    tasks/<cfg.task>/reader.py, or `reader` when given (predict: a saved model's labels
-    instead of a data directory)."""
-    try:
-        kind = kind_name(cfg.kind)
-    except ValueError as e:   # validate() has said so already, for a config it checked
-        raise ConfigError(f"{cfg.source}: kind: {e}") from None
-    # pretraining streams a corpus (data_dir) itself: no tasks/<name>/reader.py
-    if reader is None and kind != "pretraining":
-        reader = load_reader(cfg.task)
-    return kind_class(kind)(cfg, reader)

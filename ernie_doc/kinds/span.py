@@ -17,7 +17,7 @@ from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import POOLS, UNITS, SpanSegmenter, best_spans, tokenize_with_offsets
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForQuestionAnswering
-from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
 

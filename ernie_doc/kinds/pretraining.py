@@ -16,16 +16,16 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from ernie_doc import distributed as dist
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, reading_passes
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import NUM_REORDER_CLASSES, ErnieDocForPretraining
+from ernie_doc.kinds.base import DocumentTask
+from ernie_doc.kinds.folders import missing_key
 from ernie_doc.pretraining import corpus
 from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,
                                               tokenizer_special_ids, wordpiece_word_starts)
 from ernie_doc.pretraining.stream import StreamSplit
-from ernie_doc.training import distributed as dist
-from ernie_doc.training.run_config import missing_key
-from ernie_doc.training.tasks import DocumentTask
 
 # options of the corpus (config `reader`) and of the objectives (config `task_options`)
 READER_DEFAULTS = {

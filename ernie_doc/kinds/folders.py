@@ -1,13 +1,18 @@
 """The task folders (tasks/ in a checkout, `ernie_doc_tasks` when installed): where they are,
-which there are, and a checkout module path → the one to import.
+which there are, the registrations they bring (their own heads and kinds), and the
+one-line error for a key their run.sh sets (missing_key).
 
-Imports nothing from ernie_doc, so the registries (ernie_doc.auto) and the task code can both
-use it.
+Imports nothing from ernie_doc but its errors, and no paddle, so the registries
+(ernie_doc.auto, kinds), run_config and the commands that only list tasks can all use it.
 """
 import importlib
 import importlib.util
+import logging
 import os
-from typing import List, Optional
+from types import ModuleType
+from typing import Any, Dict, List, Mapping, Optional, TypeVar
+
+from ernie_doc.errors import ConfigError
 
 # ernie_doc/ is imported from here: a source checkout (tasks/ beside it) or site-packages (the
 # installed copy ernie_doc_tasks/ beside it)
@@ -15,6 +20,29 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _CHECKOUT_TASKS = os.path.join(_ROOT, "tasks")
 _INSTALLED_TASKS = os.path.join(_ROOT, "ernie_doc_tasks")
 _MARKER = "ERNIE_DOC_TASKS = True"
+
+logger = logging.getLogger("ernie_doc.checkpoint")
+K = TypeVar("K", bound=type)
+_loaded: Dict[str, bool] = {}   # which of the task folders' register_*() ran
+
+
+# The run.sh contract (tools/launch.sh): environment variables that set a key.
+RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
+                    "init_checkpoint": "INIT_CHECKPOINT=...", "model": "MODEL_CONFIG=...",
+                    "task_options.evidence_file": "STAGE=answer EVIDENCE=..."}
+
+
+def missing_key(cfg: Mapping[str, Any], key: str, what: str) -> ConfigError:
+    """The one-line error for a required key left empty: the config file, the key, what it
+    should hold and how to set it (`--set`, and run.sh's environment variable when there is
+    one), e.g. "tasks/imdb/config.yaml: data_dir is not set: ...; give it with --set
+    data_dir=PATH, or DATA_DIR=PATH bash tasks/imdb/run.sh"."""
+    how = f"give it with --set {key}=..."
+    variable = RUN_SH_VARIABLES.get(key)
+    run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
+    if variable and os.path.isfile(os.path.join(_ROOT, run_sh)):
+        how += f", or {variable} bash {run_sh}"
+    return ConfigError(f"{cfg.source}: {key} is not set: {what}; {how}")
 
 
 def _ours(folder: str) -> bool:
@@ -70,13 +98,6 @@ def task_package() -> str:
     return "ernie_doc_tasks"
 
 
-def task_module(name: str) -> str:
-    """A module path written against the checkout (`tasks.hotpotqa.task`) → the one to import."""
-    if name == "tasks" or name.startswith("tasks."):
-        return task_package() + name[len("tasks"):]
-    return name
-
-
 def task_names() -> List[str]:
     """The task folders (those with a config.yaml), sorted."""
     folder = os.path.dirname(importlib.import_module(task_package()).__file__)
@@ -91,3 +112,42 @@ def task_config(name: str) -> Optional[str]:
     folder = os.path.dirname(importlib.import_module(task_package()).__file__)
     path = os.path.join(folder, name, "config.yaml")
     return path if os.path.isfile(path) else None
+
+
+def task_folders_package() -> Optional[ModuleType]:
+    """The task folders' package (task_package), or None when this installation has none."""
+    package = task_package()
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as e:
+        if e.name != package:
+            raise
+        return None
+
+
+def register(registry: Dict[str, type], what: str, name: str, cls: K) -> K:
+    """Put `cls` in `registry` under `name`. The same class again is a no-op, as is a class of
+    the same name and qualified name: one task module imported as `tasks.…` and as
+    `ernie_doc_tasks.…` (the first stays registered). Another class under a taken name is a
+    ValueError."""
+    existing = registry.get(name)
+    if existing is None:
+        registry[name] = cls
+    elif existing is not cls and existing.__qualname__ != cls.__qualname__:
+        raise ValueError(f"{what} name {name!r} is already registered for "
+                         f"{existing.__module__}.{existing.__qualname__}")
+    return cls
+
+
+def load_task_folders(what: str, register_all: str) -> None:
+    """Run the task folders' `register_all` (register_kinds / register_heads: explicit imports
+    of the modules whose decorators register their `what`) once. Without any task folders (a
+    package installed without them) there is nothing to register."""
+    if _loaded.get(what):
+        return
+    package = task_folders_package()
+    if package is None:
+        logger.debug("no task folders: only the built-in %s are registered", what.split()[-1])
+    else:
+        getattr(package, register_all)()
+    _loaded[what] = True

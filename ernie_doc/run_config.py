@@ -17,7 +17,8 @@ import yaml
 
 from ernie_doc.config import integer_problem, known_keys
 from ernie_doc.errors import ConfigError
-from ernie_doc.training.amp import check_amp_value
+from ernie_doc.kinds.folders import missing_key
+from ernie_doc.precision import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              threads_problem)
 
@@ -195,26 +196,6 @@ NULLABLE_KEYS = ("stride", "eval_batch_size")
 # metrics; each one listed is a full evaluation pass).
 NAME_LISTS = ("eval_splits", "test_splits", "metrics")
 MAX_NAMES = 64
-
-
-_TASKS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The run.sh contract (tools/launch.sh): environment variables that set a key.
-RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
-                    "init_checkpoint": "INIT_CHECKPOINT=...", "model": "MODEL_CONFIG=...",
-                    "task_options.evidence_file": "STAGE=answer EVIDENCE=..."}
-
-
-def missing_key(cfg, key: str, what: str) -> ConfigError:
-    """The one-line error for a required key left empty: the config file, the key, what it
-    should hold and how to set it (`--set`, and run.sh's environment variable when there is
-    one), e.g. "tasks/imdb/config.yaml: data_dir is not set: ...; give it with --set
-    data_dir=PATH, or DATA_DIR=PATH bash tasks/imdb/run.sh"."""
-    how = f"give it with --set {key}=..."
-    variable = RUN_SH_VARIABLES.get(key)
-    run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
-    if variable and os.path.isfile(os.path.join(_TASKS_PARENT, run_sh)):
-        how += f", or {variable} bash {run_sh}"
-    return ConfigError(f"{cfg.source}: {key} is not set: {what}; {how}")
 
 
 class TrainConfig(dict):
@@ -475,7 +456,7 @@ def validate(cfg):
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
         fail("task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
     # the closed registry of kinds: a name is looked up, never imported
-    from ernie_doc.auto import kind_name
+    from ernie_doc.kinds import kind_name
     try:
         kind_name(cfg.kind)
     except ValueError as e:
@@ -493,7 +474,7 @@ def validate(cfg):
         if cfg[key] not in choices:
             fail(key, f"{cfg[key]!r} is not one of {list(choices)}")
     if cfg.device == "gpu":
-        from ernie_doc.training.distributed import gpu_problem
+        from ernie_doc.distributed import gpu_problem
         problem = gpu_problem()
         if problem:
             fail("device", f"gpu: {problem}")

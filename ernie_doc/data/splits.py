@@ -5,7 +5,7 @@ micro-steps in epoch e (`num_steps(e)`, None for an endless stream), what they a
 (`batches(e, start)`: (epoch, dict of numpy arrays, one row per memory stream)), and how they
 are scored (`evaluation(task)`, `protocol(model)`). `DocumentSplit` (here) reads whole
 documents as reading passes scheduled onto rows; `pretraining.stream.StreamSplit` and
-`lm.task.LMTrainStream` / `LMEvalStream` are the streams. Details: docs/design-notes.md,
+`kinds.lm.LMTrainStream` / `LMEvalStream` are the streams. Details: docs/design-notes.md,
 "Training: splits".
 """
 import contextlib
@@ -131,7 +131,7 @@ def collect_row_outputs(task, batch: Batch, tensors: Dict[str, Any], out, group:
                         rows: Dict[int, list]) -> List[int]:
     """Append each predicted row's output (task.row_outputs: one per group of `group` rows) to
     rows[doc_index] as (segment index, output) → the doc indices that got one. Evaluation and
-    predict (ernie_doc.pipeline) collect alike."""
+    predict (ernie_doc.predict.pipeline) collect alike."""
     predicted = predicted_rows(batch)
     if not predicted.any():
         return []

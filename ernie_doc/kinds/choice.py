@@ -17,8 +17,8 @@ import paddle.nn.functional as F
 from ernie_doc.data.segment import Segment, pack_row, windows
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForMultipleChoice, ErnieDocForPairMatching
+from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
 from ernie_doc.metrics.classification import accuracy, aggregate_segments
-from ernie_doc.training.tasks import DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
 TOKEN_TYPES = ("paddlenlp",)

@@ -18,11 +18,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ernie_doc.data.splits import Evaluation, Split
 from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.kinds.base import Task, data_dir_required
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLLM, load_lm_config
-from ernie_doc.training.splits import Evaluation, Split
-from ernie_doc.training.tasks import Task, data_dir_required
 
 EVAL_DEFAULTS = {"eval_tgt_len": None, "eval_mem_len": None, "eval_clamp_len": None,
                  "eval_same_length": None, "eval_ext_len": None}
@@ -48,7 +48,7 @@ def _rank_rows(batch, rows):
 
 
 class LMTrainStream(Split):
-    """This rank's rows of the training stream, an endless split (training.splits):
+    """This rank's rows of the training stream, an endless split (data.splits):
     micro-step m reads batch m mod len(streams) of corpus pass m // len(streams), so the
     micro-step index alone is the position. Batches: input_ids [B, L], target [B, T],
     reset_memory [B] (all True at the first batch of a pass), positions [3, B, L] (Segatron)."""
@@ -154,7 +154,7 @@ class LMEvaluation(Evaluation):
 class LanguageModelTask(Task):
     """Word-level language modelling with the memory-enhanced Transformer-XL: the family of
     tasks that build their own model and splits (`builds_model`). Beyond the loop's members
-    (training.tasks.Task), training.prepare calls, in this order: `check_data(world)`,
+    (kinds.base.Task), training.prepare calls, in this order: `check_data(world)`,
     `memory_plan()`, `build_model()`, `build_splits(rank, world)`, `describe(device, world)`."""
     builds_model = True     # the trainer asks for the model and splits (no tokenizer)
     streaming = True        # the train split is a stream run for max_steps
@@ -266,7 +266,7 @@ class LanguageModelTask(Task):
     # -- what the trainer builds ----------------------------------------------------------------
     def memory_plan(self) -> Tuple[Callable[[], TransformerXLLM], int, int, int, int, int]:
         """(a function building the model, layers, hidden, heads, tokens per row, memory
-        length): what the memory estimate (training.prepare.check_memory) needs, before
+        length): what the memory estimate (assemble.check_memory) needs, before
         build_model."""
         c = self.config
         return self._build_layers, c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
@@ -369,10 +369,18 @@ class LanguageModelTask(Task):
     def better(self, metric, value, best):
         return value < best if metric in ("ppl", "loss", "bpt") else value > best
 
-    def model_files(self):
+    def load_saved(self, directory: str, rows: int, device: str
+                   ) -> Tuple[TransformerXLLM, Vocabulary]:
+        """A saved language model (its lm_config.json, weights and vocabulary in `directory`)
+        → (model, vocabulary), the eval protocol's memory estimate for `rows` rows on
+        `device` checked before anything is loaded (ernie_doc.assemble.saved_run)."""
+        self.check_eval_memory(rows, device)
+        vocab = load_vocabulary(directory)
+        return TransformerXLLM.from_pretrained(directory), vocab
+
+    def model_files(self, atomic_entry):
         if self.vocab_file is None:   # no cache: keep a copy in the run's folder
-            from ernie_doc.training import outdir
-            with outdir.atomic_entry(self.cfg.output_dir, VOCAB_FILE) as tmp:
+            with atomic_entry(self.cfg.output_dir, VOCAB_FILE) as tmp:
                 self.corpus.vocab.save(tmp)   # listed in the run's manifest first
             self.vocab_file = os.path.join(self.cfg.output_dir, VOCAB_FILE)
         return [self.vocab_file]

@@ -1,7 +1,7 @@
 """Predictions on your own documents: a fine-tuned model, documents of any length in, one
 prediction per document out.
 
-    from ernie_doc.pipeline import Pipeline
+    from ernie_doc.predict.pipeline import Pipeline
     pipe = Pipeline.from_pretrained("output/imdb")        # a run directory, its best/ or final/
     pipe(["a long review ...", "another ..."])            # → [{"doc_id", "pred", "probs", ...}]
 
@@ -10,8 +10,6 @@ A saved model needs its `task.json` besides its weights and tokenizer files. Det
 docs/design-notes.md, "Prediction".
 """
 import os
-import sys
-import types
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
@@ -19,43 +17,22 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import paddle
 
+from ernie_doc.assemble import Assembly, saved_run
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
+from ernie_doc.data.splits import collect_row_outputs
 from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
-# re-exported: `from ernie_doc.pipeline import read_inputs` is the documented door
-from ernie_doc.predict_io import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO, TASK_FILE,  # noqa: F401
-                                  DocumentStream, InputProblem, check_batch_size, completed_ids,
-                                  count_inputs, input_format, model_directory, read_inputs,
-                                  read_task_record, task_record, to_document, to_jsonable)
-from ernie_doc.training.amp import AmpSettings, amp_settings
-from ernie_doc.training.prepare import (PreparedRun, build_model, check_head_memory,
-                                        choose_tokenizer, setup_reading)
-from ernie_doc.training.run_config import config_from_values
-from ernie_doc.training.splits import collect_row_outputs
-from ernie_doc.training.tasks import build_task, load_reader
-from ernie_doc.utils import flush_denormals, threads_problem
-
-
-class _SavedReader:
-    """The reader a saved model's task is built over: the label names it was trained with
-    (no data directory), and the task reader's id vocabulary for pre-tokenized tasks."""
-
-    def __init__(self, labels: List[str], task: str):
-        self.saved = list(labels)
-        self.id_vocabulary = None
-        try:
-            self.id_vocabulary = getattr(load_reader(task), "id_vocabulary", None)
-        except DataError:   # a task folder that is not installed: a text task reads none
-            pass
-
-    def labels(self, data_dir, options) -> List[str]:
-        return self.saved
-
-    def read(self, data_dir, split, options):
-        raise DataError("a saved model's task reads its documents from the predict input")
-
+from ernie_doc.kinds.base import load_reader
+from ernie_doc.precision import AmpSettings
+# re-exported: `from ernie_doc.predict.pipeline import read_inputs` is the documented door
+from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  # noqa: F401
+                                      TASK_FILE, DocumentStream, InputProblem, check_batch_size,
+                                      completed_ids, count_inputs, input_format, model_directory,
+                                      read_inputs, read_task_record, task_record, to_document,
+                                      to_jsonable)
+from ernie_doc.utils import threads_problem
 
 DEVICES = ("cpu", "gpu")
 
@@ -63,9 +40,9 @@ DEVICES = ("cpu", "gpu")
 def check_device(device: str) -> str:
     """`device` when this host and paddle build can run it; else PipelineError, one line
     naming what is missing (a paddle without CUDA, no visible GPU). The decision is
-    ernie_doc.inference.inference_settings's, which the export engine also follows."""
+    ernie_doc.predict.engine.inference_settings's, which the export engine also follows."""
     from ernie_doc.errors import EngineError
-    from ernie_doc.inference import machine_settings
+    from ernie_doc.predict.engine import machine_settings
     if device not in DEVICES:
         raise PipelineError(f"device must be one of {DEVICES}, got {device!r}")
     try:
@@ -80,18 +57,18 @@ def reads_token_ids(task) -> bool:
     with DocumentTask's own document_segments (the token ids of doc.text, or doc.ids). Kinds
     that read named text fields their own way (span, choice, keyphrase, HotpotQA) read no
     ids."""
-    from ernie_doc.training.tasks import DocumentTask
+    from ernie_doc.kinds.base import DocumentTask
     return getattr(type(task), "document_segments", None) is DocumentTask.document_segments
 
 
 def is_export(directory: str) -> bool:
     """Whether `directory` holds a model exported for paddle.inference (a *.meta.json)."""
-    from ernie_doc.inference import META_SUFFIX
+    from ernie_doc.predict.export import META_SUFFIX
     return any(name.endswith(META_SUFFIX) for name in os.listdir(directory))
 
 
 class ExportedModel:
-    """An exported model (ernie_doc.inference.Predictor: paddle.inference, oneDNN fp32 or bf16
+    """An exported model (ernie_doc.predict.engine.Predictor: paddle.inference, oneDNN fp32 or bf16
     on CPU, or GPU) behind the call the task kinds make of a dygraph head: (input_ids [B, T],
     memories [L, B, M, H], token_type_ids, attention_mask, reset_memory [B], memory_mask,
     head inputs) → an object with the head's outputs (logits ...) and the new memories as
@@ -132,7 +109,7 @@ def exported_model(directory: str, cfg, task, device: str, precision: str,
     class it was trained with, segments of the run's max_seq_len, and a vocabulary that holds
     every id the tokenizer beside it produces."""
     from ernie_doc.errors import EngineError, ExportError
-    from ernie_doc.inference import Predictor
+    from ernie_doc.predict.engine import Predictor
     try:
         predictor = Predictor(directory, threads=threads, device=device, precision=precision)
     except (EngineError, ExportError) as e:
@@ -156,7 +133,7 @@ class Pipeline(DocumentStream):
     """A fine-tuned ERNIE-Doc model with its task kind, ready to predict documents.
     `rows`: batch rows (memory streams) read at once, a multiple of the kind's group size."""
 
-    def __init__(self, run: PreparedRun, rows: int, on_error: str = "record"):
+    def __init__(self, run: Assembly, rows: int, on_error: str = "record"):
         self.on_error = self.check_on_error(on_error)
         group = run.task.group_size
         if rows < 1 or rows % group:
@@ -182,7 +159,7 @@ class Pipeline(DocumentStream):
         directory with task.json, or an export of one (`ernie-doc export --config best/`
         copies task.json and the tokenizer beside it); with `task` (a task folder's name,
         e.g. "imdb"), also a directory written by save_pretrained, read with that task's
-        config (predict_io.task_record). engine: dygraph, inference (the
+        config (inputs.task_record). engine: dygraph, inference (the
         export under paddle.inference: precision fp32 or bf16 on CPU, fp16 / bf16 on GPU;
         threads: its CPU threads), or auto (inference for an export)."""
         if engine not in ENGINES:
@@ -208,39 +185,25 @@ class Pipeline(DocumentStream):
         record = task_record(directory, task)
         source = os.path.join(directory, TASK_FILE)
         if not os.path.isfile(source):   # save_pretrained's folder: the task's own config
-            from ernie_doc.training.task_folders import task_config
+            from ernie_doc.kinds.folders import task_config
             source = task_config(record["task"])
-        given = dict(record["config"])
         # the model, tokenizer and label names come from the directory; nothing is written
-        given.update(init_checkpoint=directory, tokenizer="", data_dir="", output_dir="",
-                     eval_only=True, device=device)
+        load = None
+        if engine == "inference":
+            def load(run):
+                return exported_model(directory, run.cfg, run.task, device, precision,
+                                      threads, run.tokenizer)
         try:
-            cfg = config_from_values(given, source)
-            flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
-            paddle.set_device("gpu" if device == "gpu" else "cpu")
-            task = build_task(cfg, _SavedReader(record["labels"], cfg.task))
-            # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
-            amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()
-            run = PreparedRun(cfg=cfg, given=cfg, task=task, device=device, amp=amp,
-                              eval_rows=batch_size)   # the rows the memory estimate counts
-            pretokenized = task.id_vocabulary() is not None
-            run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
-            if engine == "inference":
-                run.model = exported_model(directory, cfg, task, device, precision, threads,
-                                           run.tokenizer)
-                check_head_memory(run, run.model.config)   # the rows an export will read
-            else:
-                run.model = build_model(run, run.special)
-            setup_reading(run, run.special)
+            run = saved_run(directory, record, source, device, batch_size, load)
         except UntrainedHead as e:   # predictions from a newly initialised head: refused
             saved = f"the {e.other_head} head" if e.other_head else \
                 f"no trained {e.head} head ({len(e.missing)} tensors missing)"
             raise PipelineError(f"{directory}: holds {saved}, not the one task "
-                                f"{cfg.task!r} predicts with; give --task the task it was "
-                                "fine-tuned for") from None
+                                f"{record['config']['task']!r} predicts with; give --task the "
+                                "task it was fine-tuned for") from None
         except (ConfigError, DataError) as e:
             raise PipelineError(str(e)) from None
-        return cls(run, batch_size or cfg.eval_batch_size or cfg.batch_size, on_error)
+        return cls(run, batch_size or run.cfg.eval_batch_size or run.cfg.batch_size, on_error)
 
     # -- documents → predictions -----------------------------------------------------------
     def _passes(self, doc: Document, key: int) -> list:
@@ -410,7 +373,7 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
              precision: str = "fp32", threads: int = 1, task: Optional[str] = None):
     """The pipeline for a saved model (a run directory, best/ or final/, or an export; with
     `task`, also a save_pretrained directory), whatever its kind: document kinds → Pipeline;
-    the language model → lm.predict.LMPipeline (dygraph); HotpotQA's evidence model with
+    the language model → predict.lm.LMPipeline (dygraph); HotpotQA's evidence model with
     `answer_model` → TwoStagePipeline. All have `__call__(documents)` (input order) and
     `stream(documents, skip)`."""
     check_device(device)
@@ -420,7 +383,7 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
         if engine == "inference" or precision != "fp32":
             raise PipelineError("the language model predicts on the dygraph engine in fp32")
-        from ernie_doc.lm.predict import LMPipeline
+        from ernie_doc.predict.lm import LMPipeline
         return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
     options = dict(batch_size=batch_size, on_error=on_error, device=device, engine=engine,
                    precision=precision, threads=threads)
@@ -428,17 +391,3 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
     if not answer_model:
         return first
     return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, **options))
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as its `pipeline` factory. `from ernie_doc import pipeline` must
-    give the factory whether or not `ernie_doc.pipeline` was imported before; once it is,
-    Python binds the package attribute `pipeline` to this module (submodule import), so the
-    module itself is the factory: `pipeline(run)` calls pipeline.pipeline(run), and
-    `pipeline.Pipeline` etc. stay reachable."""
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        return pipeline(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

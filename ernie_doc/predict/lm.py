@@ -1,7 +1,7 @@
 """Per-document perplexity and per-token log-probabilities from a trained language model
-(kind `language_model`): the `ernie_doc.pipeline.Pipeline` interface for Transformer-XL.
+(kind `language_model`): the `ernie_doc.predict.pipeline.Pipeline` interface for Transformer-XL.
 
-    from ernie_doc.lm.predict import LMPipeline
+    from ernie_doc.predict.lm import LMPipeline
     pipe = LMPipeline.from_pretrained("output/wt103/best")   # the directory with task.json
     pipe(["a document , one paragraph per line .\\nanother paragraph ."])
     # → [{"doc_id": "0", "ppl": 312.4, "nll": 5.74, "tokens": 12, "unk": 0, "oov": 0,
@@ -20,14 +20,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import numpy as np
 import paddle
 
+from ernie_doc.assemble import saved_run
 from ernie_doc.data.document import Document
 from ernie_doc.errors import ConfigError, DataError, PipelineError
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.lm.task import load_vocabulary
-from ernie_doc.predict_io import TASK_FILE, DocumentStream, read_task_record
-from ernie_doc.training.run_config import config_from_values
-from ernie_doc.training.tasks import build_task
+from ernie_doc.predict.inputs import DocumentStream, read_task_record
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]
 
@@ -74,18 +73,6 @@ def encode_document(text: str, vocab: Vocabulary, segment_positions: bool,
     return EncodedDocument(ids, words, positions, int((ids == vocab.unk_id).sum()), int(oov))
 
 
-class _OptionsReader:
-    """The reader a saved model's LanguageModelTask is built over: its options only (the
-    documents come from the predict input, the vocabulary from the model directory)."""
-
-    @staticmethod
-    def options(given):
-        return dict(given)
-
-    def read(self, data_dir, split, options):
-        raise DataError("a saved language model reads its documents from the predict input")
-
-
 @dataclasses.dataclass
 class _Reading:
     """A document in a batch row: its segments, the next one, its memory slices (memories
@@ -129,35 +116,24 @@ class LMPipeline(DocumentStream):
                         on_error: str = "record", device: str = "cpu",
                         prepend_eos: bool = False) -> "LMPipeline":
         """`directory`: a saved language model with task.json (a run's best/ or final/,
-        resolved by `ernie_doc.pipeline.model_directory`). batch_size None: the run's
+        resolved by `ernie_doc.predict.pipeline.model_directory`). batch_size None: the run's
         eval_batch_size, else batch_size. PipelineError (one line) for any problem, among
         them a batch or eval protocol (task_options eval_mem_len ...) whose memory estimate
         cannot fit, refused before the model is loaded."""
         from ernie_doc.errors import CheckpointError
-        from ernie_doc.predict_io import check_batch_size
+        from ernie_doc.predict.inputs import check_batch_size
         check_batch_size(batch_size)
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)
         if record["kind"] != "language_model":
             raise PipelineError(f"{source}: kind {record['kind']!r}, not a language model "
-                                f"(use ernie_doc.pipeline.Pipeline)")
-        given = dict(record["config"])
-        # the saved lm_config.json already holds the run's model_overrides: not re-applied
-        given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
-                     device=device, model_overrides={})
+                                f"(use ernie_doc.predict.pipeline.Pipeline)")
         try:
-            cfg = config_from_values(given, source)
-            paddle.set_device("gpu" if device == "gpu" else "cpu")
-            # the task validates task_options and computes the protocol as evaluation does
-            task = build_task(cfg, _OptionsReader())
-            lengths = task.eval_lengths()
-            rows = batch_size or cfg.eval_batch_size or cfg.batch_size
-            task.check_eval_memory(rows, "gpu" if device == "gpu" else "cpu")
-            vocab = load_vocabulary(directory)
-            model = TransformerXLLM.from_pretrained(directory)
+            run = saved_run(directory, record, source, device, batch_size)
         except (ConfigError, DataError, CheckpointError, ValueError) as e:
             raise PipelineError(str(e).splitlines()[0] if str(e) else repr(e)) from None
-        return cls(model, vocab, lengths, rows, on_error, prepend_eos, cfg, task)
+        return cls(run.model, run.tokenizer, run.task.eval_lengths(), run.eval_rows, on_error,
+                   prepend_eos, run.cfg, run.task)
 
     # -- documents → records ---------------------------------------------------------------
     def _start(self, index: int, doc: Document) -> _Reading:

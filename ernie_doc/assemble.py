@@ -1,0 +1,408 @@
+"""A config or a saved run → the task kind, tokenizer and model that read its documents: the
+one place that assembles them, for training (training.prepare), evaluation and both prediction
+pipelines (ernie_doc.predict).
+
+    resolve_inputs(cfg)          released names / URLs → local paths (ernie_doc.hub)
+    choose_tokenizer(run, docs)  the tokenizer: given, the released model's, the checkpoint's,
+                                 or trained (SentencePiece on the train split)
+    build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
+    setup_reading(run, special)  the kind's segmenter set up for the model
+    saved_run(directory, ...)    a saved model folder (task.json) → all of the above
+
+Nothing here writes a run's folder or trains; `Assembly` holds what is built.
+"""
+import contextlib
+import copy
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import paddle
+
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.errors import ConfigError, DataError, UntrainedHead
+from ernie_doc.kinds import build_task, kind_class
+from ernie_doc.kinds.base import load_reader
+from ernie_doc.kinds.folders import missing_key
+from ernie_doc.precision import AmpSettings, amp_settings
+from ernie_doc.run_config import TrainConfig, config_from_values
+from ernie_doc.utils import flush_denormals
+
+logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
+
+
+@dataclass
+class Assembly:
+    """A run's task, tokenizer and model, built and checked. `special`: the cls / sep / pad
+    ids documents are cut with; `eval_rows`: rows read at once without gradients (predict's
+    batch size), what the memory estimate counts for eval_only (None: eval_batch_size, else
+    batch_size); `resume`: a --resume run (its trained tokenizer is kept)."""
+    cfg: TrainConfig             # released names and URLs resolved to local paths
+    task: Any                    # kinds.base.Task
+    tokenizer: object = None
+    special: Dict[str, int] = field(default_factory=dict)
+    model: Optional[Any] = None  # a paddle.nn.Layer, or an exported model behind its call
+    device: str = "cpu"
+    amp: AmpSettings = AmpSettings()   # the run's autocast (fp32: off)
+    eval_rows: Optional[int] = None
+    resume: bool = False
+
+    @property
+    def out(self) -> str:
+        return self.cfg.output_dir
+
+
+def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with `init_checkpoint`, `tokenizer` and a URL or archive `model` replaced by
+    local paths (ernie_doc.hub.resolve: a released name or URL is fetched into the cache
+    once, by one process of a distributed job, and verified). A released name as `model`
+    stays a config preset: it names an architecture, not weights."""
+    from ernie_doc.errors import HubError
+    from ernie_doc.hub import is_url, resolve
+    from ernie_doc.hub.archive import is_archive
+    resolved = copy.copy(cfg)
+    # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
+    # OUTPUT_DIR and every write into it see the same directory
+    if isinstance(cfg.output_dir, str):
+        resolved["output_dir"] = os.path.expanduser(cfg.output_dir)
+    try:
+        if cfg.init_checkpoint:
+            resolved["init_checkpoint"] = resolve(cfg.init_checkpoint, "model",
+                                                  cfg.model_source)
+        if cfg.tokenizer and cfg.tokenizer != "train":
+            resolved["tokenizer"] = resolve(cfg.tokenizer, "tokenizer")
+        if isinstance(cfg.model, str) and (is_url(cfg.model) or (
+                os.path.isfile(cfg.model) and is_archive(cfg.model))):
+            resolved["model"] = resolve(cfg.model, "model")
+    except HubError as e:
+        raise ConfigError(f"{cfg.source}: {e}") from None
+    return resolved
+
+
+def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
+    """Set the task's segmenter up for the model (window T = max_seq_len, advance `stride`,
+    default the model's memory_len) and check the batch sizes hold whole examples → the
+    stride. Training, evaluation and predict (ernie_doc.predict.pipeline) read documents alike."""
+    cfg, task, config = run.cfg, run.task, run.model.config
+    if cfg.max_seq_len > config.max_position_embeddings:
+        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
+                          f"max_position_embeddings {config.max_position_embeddings}")
+    stride = cfg.stride or config.memory_len
+    if not stride:
+        raise ConfigError(f"{cfg.source}: stride: the model's memory_len is 0, so the "
+                          "default window advance (stride = memory_len) is 0; give stride")
+    try:
+        task.setup(special, cfg.max_seq_len, stride, run.tokenizer)
+    except ValueError as e:   # the segmenter's limits (no room for tokens ...)
+        if isinstance(e, (ConfigError, DataError)):
+            raise
+        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
+    group = task.group_size
+    for key in ("batch_size", "eval_batch_size"):
+        if cfg[key] and cfg[key] % group:
+            raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
+                              f"{group} (rows per example of task kind {cfg.kind!r})")
+    return getattr(task.segmenter, "stride", stride)   # a segmenter may fix its own
+
+
+def choose_tokenizer(run: Assembly, train_docs) -> Tuple[object, Dict[str, int],
+                                                            Optional[str]]:
+    """→ (tokenizer or None, {cls, sep, pad} ids, dir of a freshly trained SPM or None)."""
+    cfg, task = run.cfg, run.task
+    vocabulary = task.id_vocabulary()
+    if train_docs is not None and all(d.ids is not None for d in train_docs) \
+            and vocabulary is not None:   # pre-tokenized: the reader's own ids
+        if cfg.tokenizer:
+            raise ConfigError(f"{cfg.source}: tokenizer: task {cfg.task} reads token ids, "
+                              f"not text; it uses no tokenizer (got {cfg.tokenizer!r})")
+        return None, vocabulary[0], None
+    from ernie_doc.errors import HubError
+    from ernie_doc.hub import is_released, resolve
+    from ernie_doc.tokenization import load_tokenizer
+    spm_dir = None
+    if cfg.tokenizer == "train":
+        spm_dir = train_spm(run, train_docs)
+        source = os.path.join(spm_dir or os.path.join(run.out, "tokenizer"), "spm.model")
+    else:
+        source = cfg.tokenizer or cfg.init_checkpoint
+        if not source and is_released(cfg.model):   # the released model's tokenizer
+            try:
+                source = resolve(cfg.model, "tokenizer")
+            except HubError as e:
+                raise ConfigError(f"{cfg.source}: tokenizer (of model {cfg.model}): "
+                                  f"{e}") from None
+        if not source:
+            raise missing_key(cfg, "tokenizer", f"model {cfg.model!r} is not a released "
+                              f"model and there is no init_checkpoint to take one from: "
+                              f"a tokenizer directory, a released name such as "
+                              f"ernie-doc-base-en, or train (SentencePiece on the train "
+                              f"split)")
+    try:
+        tokenizer = load_tokenizer(source)
+    except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included
+        raise ConfigError(f"{cfg.source}: tokenizer: {e}") from None
+    special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+               "pad": tokenizer.pad_token_id}
+    missing = [k for k, v in special.items() if v is None]
+    if missing:
+        raise ConfigError(f"{cfg.source}: tokenizer {source}: no {missing} token")
+    return tokenizer, special, spm_dir
+
+
+def train_spm(run: Assembly, train_docs) -> Optional[str]:
+    """SentencePiece on the train split (for from-scratch runs), in a temporary directory
+    → that directory, or None when resuming a run that already has one."""
+    from ernie_doc.tokenization.spm import train
+    cfg, task = run.cfg, run.task
+    if run.resume and os.path.isfile(os.path.join(run.out, "tokenizer", "spm.model")):
+        return None
+    if train_docs is None:   # a streamed corpus: its first documents
+        train_docs = task.tokenizer_sample()
+    tmp = tempfile.mkdtemp(prefix="ernie-doc-spm-")
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for doc in train_docs:
+            for text in task.tokenizer_texts(doc):
+                f.write(" ".join(text.split()) + "\n")
+    logger.info(f"training a SentencePiece tokenizer ({cfg.tokenizer_vocab_size} "
+                "pieces) on the train split")
+    try:
+        train(corpus, os.path.join(tmp, "spm"), cfg.tokenizer_vocab_size,
+              extra_options={"max_sentence_length": 1 << 20})
+    except RuntimeError as e:   # e.g. a vocabulary larger than the corpus allows
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = str(e).strip().splitlines()[-1].split("] ")[-1]
+        raise ConfigError(f"{cfg.source}: tokenizer_vocab_size "
+                          f"{cfg.tokenizer_vocab_size}: SentencePiece training on the "
+                          f"train split failed: {reason}") from None
+    return tmp
+
+
+def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, int]:
+    """The from-scratch model's vocab_size and pad_token_id: the tokenizer's (or the
+    pre-tokenized reader's). model_overrides may ask for a larger table, never a smaller
+    one or another padding id."""
+    cfg = run.cfg
+    vocabulary = run.task.id_vocabulary()
+    if run.tokenizer is not None:
+        size = len(run.tokenizer)
+    elif vocabulary is not None:
+        size = vocabulary[1]
+    else:
+        return {}
+    given = cfg.model_overrides
+    if "vocab_size" in given:
+        if not isinstance(given["vocab_size"], int) or given["vocab_size"] < size:
+            raise ConfigError(f"{cfg.source}: model_overrides.vocab_size "
+                              f"{given['vocab_size']!r} is smaller than the {size} ids the "
+                              "tokenizer produces")
+        if given["vocab_size"] > size:
+            logger.info(f"model_overrides.vocab_size {given['vocab_size']}: keeping it "
+                        f"(the tokenizer needs {size})")
+        size = given["vocab_size"]
+    if "pad_token_id" in given and given["pad_token_id"] != special["pad"]:
+        raise ConfigError(f"{cfg.source}: model_overrides.pad_token_id "
+                          f"{given['pad_token_id']!r} is not the tokenizer's [PAD] id "
+                          f"{special['pad']}")
+    return {"vocab_size": size, "pad_token_id": special["pad"]}
+
+
+def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tokens: int,
+                 memory_len: int) -> None:
+    """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds
+    what this device has, before the model is built: `build(n)` makes the model with n
+    layers, for resources.parameter_count (under paddle.LazyGuard, which allocates nothing).
+    An eval_only run (and predict) counts no gradients and rows of eval_batch_size; a
+    training run's evaluations, eval_batch_size rows beside the training state."""
+    from ernie_doc import resources
+    cfg = run.cfg
+    rows = ((run.eval_rows or cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only
+            else cfg.batch_size)
+    params = resources.parameter_count(build, layers)
+    parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
+                                     heads, training=not cfg.eval_only)
+    resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, batch_size {rows}, "
+                                f"{tokens} tokens per row", run.device)
+    if not cfg.eval_only and (cfg.eval_batch_size or 0) > rows:
+        parts = resources.training_parts(params, layers, cfg.eval_batch_size, tokens,
+                                         memory_len, hidden, heads, training=False)
+        parts["gradients + Adam moments"] = 3 * parts["weights"]   # kept while evaluating
+        resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, eval_batch_size "
+                                    f"{cfg.eval_batch_size}, {tokens} tokens per row",
+                             run.device)
+
+
+def check_head_memory(run: Assembly, config: ErnieDocConfig) -> None:
+    """check_memory for the task's ERNIE-Doc head over `config` (its encoder's layers)."""
+    head, task = run.task.head_class, run.task
+    memory = 0 if config.recurrence == "none" else config.memory_len
+    check_memory(run, lambda n: head(config.replace(num_hidden_layers=n), **task.model_kwargs()),
+                 config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+                 run.cfg.max_seq_len, memory)
+
+
+def checkpoint_config(cfg: TrainConfig, overrides) -> Optional[ErnieDocConfig]:
+    """init_checkpoint's model config with `overrides`, read from its config file alone
+    (no tensor is loaded), or None when it has none (from_pretrained then says so)."""
+    from ernie_doc.checkpoint import io
+    _, _, path = io.detect_format(cfg.init_checkpoint)
+    if path is None:
+        return None
+    values, _ = io.read_config_file(path)
+    return ErnieDocConfig.from_dict(values, source=path).replace(**overrides)
+
+
+@contextlib.contextmanager
+def _loader_line_held(held: bool):
+    """While loading a checkpoint: the loader's "loaded N tensors" line dropped when `held`
+    (the run log reports it instead)."""
+    import logging
+    if not held:
+        yield
+        return
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and
+                    record.getMessage().startswith("loaded "))
+    loader = logging.getLogger("ernie_doc.checkpoint")
+    loader.addFilter(drop)
+    try:
+        yield
+    finally:
+        loader.removeFilter(drop)
+
+
+def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
+    """The task's ERNIE-Doc head: from init_checkpoint, or new from the `model` preset or
+    config with the tokenizer's vocabulary; the memory estimate is checked first."""
+    cfg, task = run.cfg, run.task
+    head = task.head_class
+    overrides = dict(task.model_config_overrides())
+    overrides.update(cfg.model_overrides)
+    try:
+        if cfg.init_checkpoint:
+            config = checkpoint_config(cfg, overrides)
+        else:
+            overrides.update(vocabulary_overrides(run, special))
+            config = ErnieDocConfig.from_any(cfg.model, **overrides)
+    except ConfigError as e:   # name the keys the bad value can come from
+        keys = "init_checkpoint" if cfg.init_checkpoint else f"model {cfg.model!r}"
+        raise ConfigError(f"{cfg.source}: {keys} with model_overrides: {e}") from None
+    if config is not None:
+        check_head_memory(run, config)
+    paddle.seed(cfg.seed)   # the same initial weights on every rank
+    if cfg.init_checkpoint:
+        # the loader logs the report's first line ("loaded N tensors ...", logger
+        # ernie_doc.checkpoint); a run's own log (setup_logging: console and train.log) logs
+        # the whole report, so the loader's copy is held back then (a tool's notes handler
+        # would print it a second time); without a run log the loader's line is the one
+        with _loader_line_held(bool(logger.handlers)):
+            model = head.from_pretrained(cfg.init_checkpoint, **task.model_kwargs(),
+                                         allow_partial=cfg.allow_partial_checkpoint,
+                                         **overrides)
+        lines = model.load_report.summary().splitlines()
+        for line in lines if logger.handlers else lines[1:]:
+            logger.info(line)
+        missing, other = model.load_report.missing, model.load_report.other_head
+        if cfg.eval_only and (missing or other):   # a fresh head's predictions are noise
+            raise UntrainedHead(f"{cfg.source}: eval_only: {cfg.init_checkpoint} lacks "
+                                f"{len(missing)} tensors of {head.__name__} ("
+                                f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+                                "): there is no trained model to evaluate",
+                                str(cfg.init_checkpoint), head.__name__, list(missing), other)
+    else:
+        model = head(config, **task.model_kwargs())
+    vocab = model.config.vocab_size
+    if run.tokenizer is not None and len(run.tokenizer) > vocab:
+        raise ConfigError(f"tokenizer has {len(run.tokenizer)} tokens but the model's "
+                          f"vocabulary has {vocab}")
+    model.ernie_doc.recompute = cfg.recompute
+    return model
+
+
+# -- saved runs ---------------------------------------------------------------------------------
+class SavedReader:
+    """The reader a saved model's task kind is built over: the label names saved beside the
+    model (task.json) instead of a data directory; a pre-tokenized task's `id_vocabulary` from
+    its reader when the task folder is there."""
+
+    def __init__(self, labels: Sequence[str], task: str):
+        self.saved = list(labels)
+        self.id_vocabulary = None
+        try:
+            self.id_vocabulary = getattr(load_reader(task), "id_vocabulary", None)
+        except DataError:   # a task folder that is not installed: a text task reads none
+            pass
+
+    def labels(self, data_dir, options) -> List[str]:
+        return self.saved
+
+    def read(self, data_dir, split, options):
+        raise DataError("a saved model's task reads its documents from the predict input")
+
+
+class OptionsReader:
+    """The reader a saved model's self-building kind (the language model) is built over: its
+    options only (the documents come from the predict input, the vocabulary from the model
+    directory)."""
+
+    @staticmethod
+    def options(given):
+        return dict(given)
+
+    def read(self, data_dir, split, options):
+        raise DataError("a saved language model reads its documents from the predict input")
+
+
+def _builds_model(kind: Any) -> bool:
+    try:
+        return bool(kind_class(kind).builds_model)
+    except ValueError:   # config_from_values names the unknown kind
+        return False
+
+
+def saved_run(directory: str, record: Mapping[str, Any], source: str, device: str = "cpu",
+              rows: Optional[int] = None,
+              load_model: Optional[Callable[[Assembly], Any]] = None) -> Assembly:
+    """A saved model folder → its Assembly, nothing written: the config as the run wrote it
+    (`record`: task.json's fields, read from `source`) with the model, tokenizer and labels
+    taken from `directory`; the kind over the saved labels; the tokenizer; and the model,
+    its memory estimate (`rows` rows) checked first: `load_model(run)` (an export behind the
+    dygraph call), else the dygraph head from `directory`. A kind that builds its own model
+    (the language model) loads it and its vocabulary (run.tokenizer) itself.
+    Raises ConfigError / DataError / CheckpointError / UntrainedHead (a folder without the
+    kind's trained head)."""
+    given = dict(record["config"])
+    given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
+                 device=device)
+    own_model = _builds_model(record["kind"])
+    if own_model:   # the saved lm_config.json already holds the run's model_overrides
+        given.update(model_overrides={})
+    else:           # the folder holds the tokenizer
+        given.update(tokenizer="")
+    cfg = config_from_values(given, source)
+    if own_model:
+        paddle.set_device("gpu" if device == "gpu" else "cpu")
+        task = build_task(cfg, OptionsReader())
+        rows = rows or cfg.eval_batch_size or cfg.batch_size
+        model, vocab = task.load_saved(directory, rows, "gpu" if device == "gpu" else "cpu")
+        return Assembly(cfg=cfg, task=task, tokenizer=vocab, model=model, device=device,
+                        eval_rows=rows)
+    flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
+    paddle.set_device("gpu" if device == "gpu" else "cpu")
+    task = build_task(cfg, SavedReader(record["labels"], cfg.task))
+    # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
+    amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()
+    run = Assembly(cfg=cfg, task=task, device=device, amp=amp, eval_rows=rows)
+    pretokenized = task.id_vocabulary() is not None
+    run.tokenizer, run.special, _ = choose_tokenizer(run, [] if pretokenized else None)
+    if load_model is not None:
+        run.model = load_model(run)
+        check_head_memory(run, run.model.config)   # the rows an export will read
+    else:
+        run.model = build_model(run, run.special)
+    setup_reading(run, run.special)
+    return run

@@ -1,0 +1,79 @@
+"""The classification kind: one label per document, from its segments' pooled [CLS]."""
+import numpy as np
+import paddle.nn.functional as F
+
+from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
+from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.heads import ErnieDocForSequenceClassification
+from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
+
+
+class ClassificationTask(DocumentTask):
+    """Document classification: every segment carries the document label; the pooled [CLS]
+    feeds a linear layer; the document is the mean (or last) of its segments' softmax."""
+    head_class = ErnieDocForSequenceClassification
+    main_metric = "accuracy"
+    input_fields = ("text",)
+
+    def __init__(self, cfg, reader):
+        super().__init__(cfg, reader)
+        self.metric_names = tuple(cfg.metrics)
+        unknown = set(self.metric_names) - {"accuracy", "f1", "macro_f1"}
+        if not self.metric_names or unknown:
+            raise ConfigError(f"{cfg.source}: metrics: unknown {sorted(unknown)}; "
+                              "classification has accuracy, f1, macro_f1")
+        self.main_metric = self.metric_names[0]
+        positive = cfg.positive_label
+        if positive is not None and str(positive) not in self.label_ids:
+            raise ConfigError(f"{cfg.source}: positive_label {positive!r} is not a label "
+                              f"({self.labels[:10]})")
+        self.positive = self.label_ids[str(positive)] if positive is not None else 1
+
+    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+        self.segmenter = ClassificationSegmenter(max_seq_len, stride, special_ids["cls"],
+                                                 special_ids["sep"], special_ids["pad"],
+                                                 self.cfg.segment_layout)
+
+    def model_kwargs(self):
+        return {"num_labels": len(self.labels)}
+
+    def model_config_overrides(self):
+        return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
+
+    def label_id(self, doc):
+        if doc.label is None:
+            raise DataError(f"document {doc.doc_id!r} has no label")
+        if doc.label not in self.label_ids:
+            raise DataError(f"document {doc.doc_id!r}: label {doc.label!r} is not in the "
+                            f"label set ({len(self.labels)} labels)")
+        return self.label_ids[doc.label]
+
+    def segments(self, doc, doc_index, ids):
+        if doc.label is None:   # a document to predict: label 0 is a placeholder, never read
+            return without_training(self.segmenter(ids, doc_index, {"label": 0}))
+        return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
+
+    def loss(self, out, batch, weight):
+        ce = F.cross_entropy(out.logits, batch["target_label"].unsqueeze(-1),
+                             reduction="none").reshape([-1])
+        return masked_mean(ce, weight)
+
+    def row_outputs(self, out, batch=None):
+        return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
+
+    def predict_document(self, doc, rows, steps=None):
+        """→ {doc_id, pred: label name, probs: [C] (the document's mean, or last, segment
+        softmax, 6 decimals), segments}."""
+        probs = aggregate_segments(rows, self.cfg.doc_prediction)
+        return {"doc_id": doc.doc_id, "pred": self.labels[int(probs.argmax())],
+                "probs": [round(float(x), 6) for x in probs], "segments": len(rows)}
+
+    def evaluate(self, docs, rows, passes=None):
+        predictions = self.predict(docs, rows, passes)
+        # label names are unique, so the predicted name gives back the argmax
+        pred = np.asarray([self.label_ids[p["pred"]] for p in predictions])
+        gold = np.asarray([self.label_id(d) for d in docs])
+        metrics = classification_metrics(pred, gold, len(self.labels), self.metric_names,
+                                         self.positive)
+        return metrics, [with_gold(p, label=d.label) for p, d in zip(predictions, docs)]
