@@ -14,13 +14,14 @@ import json
 import math
 import os
 import zlib
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
+import paddle
 
 from ernie_doc.data.splits import Evaluation, Split
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.kinds.base import Task, data_dir_required
+from ernie_doc.kinds.base import Config, Task, data_dir_required
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLLM, load_lm_config
 
@@ -162,7 +163,7 @@ class LanguageModelTask(Task):
     metric_names = ("ppl", "loss", "bpt", "tokens", "unk_in_split")
     option_defaults = EVAL_DEFAULTS
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         if not callable(getattr(reader, "options", None)):
             raise ConfigError(f"{cfg.source}: task {cfg.task!r}: its reader must define "
@@ -203,7 +204,7 @@ class LanguageModelTask(Task):
             return {s: self.reader.read(self.cfg.data_dir, s, opts)
                     for s in dict.fromkeys(names)}
 
-    def check_data(self, world):
+    def check_data(self, world: int) -> None:
         """Find, encode (or load from the cache) and check every split; the vocabulary comes
         from reader.vocab, the init checkpoint, or is counted on reader.vocab_from."""
         o = self.reader_options
@@ -337,10 +338,11 @@ class LanguageModelTask(Task):
                 "eval protocol: " + " ".join(f"{k}={v}" for k, v in self.lengths.items())]
 
     # -- steps ------------------------------------------------------------------------------------
-    def init_carry(self, model, rows):
+    def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
         return {}   # no memory yet (Transformer-XL's start); zeros would be attended to
 
-    def forward(self, model, batch, carry):
+    def forward(self, model: paddle.nn.Layer, batch: Dict[str, Any], carry: Dict[str, Any]
+                ) -> Tuple[Any, Dict[str, Any]]:
         memories, memory_positions = carry.get("memories"), carry.get("memory_positions")
         if "reset_memory" in batch and bool(batch["reset_memory"].all()):
             memories = memory_positions = None   # a new pass over the corpus
@@ -349,24 +351,25 @@ class LanguageModelTask(Task):
         carry = {"memories": out.memories, "memory_positions": out.memory_positions}
         return out, {k: v for k, v in carry.items() if v is not None}
 
-    def train_weight(self, batch):
+    def train_weight(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
         return np.ones(len(batch["input_ids"]), dtype=bool)
 
-    def batch_tokens(self, batch):
+    def batch_tokens(self, batch: Dict[str, np.ndarray]) -> int:
         return int(batch["target"].size)
 
     def loss(self, out, batch, weight=None):
         """Mean negative log-likelihood per predicted token (every rank predicts as many)."""
         return out.nll.mean()
 
-    def train_loss(self, out, batch, weight):
+    def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
+                   ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
         nll = out.nll.astype("float32")
         return nll.mean(), {"nll": (float(nll.sum()), float(np.prod(nll.shape)))}
 
-    def combine_metrics(self, means):
+    def combine_metrics(self, means: Dict[str, float]) -> Dict[str, float]:
         return {"ppl": math.exp(min(means["nll"], 50.0))} if "nll" in means else {}
 
-    def better(self, metric, value, best):
+    def better(self, metric: str, value: float, best: float) -> bool:
         return value < best if metric in ("ppl", "loss", "bpt") else value > best
 
     def load_saved(self, directory: str, rows: int, device: str
@@ -378,7 +381,7 @@ class LanguageModelTask(Task):
         vocab = load_vocabulary(directory)
         return TransformerXLLM.from_pretrained(directory), vocab
 
-    def model_files(self, atomic_entry):
+    def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
         if self.vocab_file is None:   # no cache: keep a copy in the run's folder
             with atomic_entry(self.cfg.output_dir, VOCAB_FILE) as tmp:
                 self.corpus.vocab.save(tmp)   # listed in the run's manifest first
