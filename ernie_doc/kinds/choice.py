@@ -9,7 +9,7 @@ SemanticMatchingIterator), which both kinds follow by default; task_options `tok
 `window` and `missing_choices` give the other behaviours. Details: docs/design-notes.md,
 "Multiple choice and pair matching".
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -193,7 +193,7 @@ class MultipleChoiceTask(_GroupTask):
     def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return out.logits.astype("float32").numpy()   # [B / g, g]; masked in evaluate
 
-    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: the chosen choice's index as a string (the label), choice: its
         text, probs: [n choices] (mean, or last, segment softmax over the question's own
@@ -208,7 +208,8 @@ class MultipleChoiceTask(_GroupTask):
                 else "",
                 "probs": [round(float(x), 6) for x in p], "segments": len(rows)}
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         gold = [self._label(d) for d in docs]
         pred = [int(p["pred"]) for p in predictions]
@@ -259,7 +260,7 @@ class PairMatchingTask(_GroupTask):
     def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return F.sigmoid(out.logits.astype("float32")).numpy()   # [B / 2]: P(B is closer)
 
-    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: "B" when P(B is closer) > 0.5 else the other label, prob_B: that
         probability (mean, or last, of the segments'; 6 decimals), segments}."""
@@ -269,7 +270,8 @@ class PairMatchingTask(_GroupTask):
         return {"doc_id": doc.doc_id, "pred": self.positive if p > 0.5 else other,
                 "prob_" + self.positive: round(p, 6), "segments": len(rows)}
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         pred = [p["pred"] for p in predictions]
         gold = [d.label for d in docs]

@@ -1,5 +1,5 @@
 """The classification kind: one label per document, from its segments' pooled [CLS]."""
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -46,7 +46,7 @@ class ClassificationTask(DocumentTask):
     def model_config_overrides(self) -> Dict[str, Any]:
         return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
 
-    def label_id(self, doc):
+    def label_id(self, doc: Document) -> int:
         if doc.label is None:
             raise DataError(f"document {doc.doc_id!r} has no label")
         if doc.label not in self.label_ids:
@@ -67,14 +67,16 @@ class ClassificationTask(DocumentTask):
     def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
 
-    def predict_document(self, doc, rows, steps=None):
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
+                         steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: label name, probs: [C] (the document's mean, or last, segment
         softmax, 6 decimals), segments}."""
         probs = aggregate_segments(rows, self.cfg.doc_prediction)
         return {"doc_id": doc.doc_id, "pred": self.labels[int(probs.argmax())],
                 "probs": [round(float(x), 6) for x in probs], "segments": len(rows)}
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         # label names are unique, so the predicted name gives back the argmax
         pred = np.asarray([self.label_ids[p["pred"]] for p in predictions])

@@ -23,7 +23,7 @@ from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, reading_p
 from ernie_doc.data.splits import Split
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import NUM_REORDER_CLASSES, ErnieDocForPretraining
-from ernie_doc.kinds.base import DocumentTask
+from ernie_doc.kinds.base import Config, DocumentTask
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.pretraining import corpus
 from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,
@@ -66,7 +66,7 @@ class PretrainingTask(DocumentTask):
     option_defaults = OBJECTIVE_DEFAULTS
     streaming = True   # the trainer streams the train split (pretraining.stream)
 
-    def __init__(self, cfg, reader=None):
+    def __init__(self, cfg: Config, reader: Any = None):
         super().__init__(cfg, None)
         unknown = set(cfg.reader) - set(READER_DEFAULTS)
         if unknown:
@@ -104,11 +104,11 @@ class PretrainingTask(DocumentTask):
                               f"documents are reader.eval_corpus)")
 
     # -- corpus -------------------------------------------------------------------------------
-    def corpus_args(self):
+    def corpus_args(self) -> Dict[str, Any]:
         c = self.corpus_options
         return dict(text_field=c["text_field"], min_chars=c["min_chars"], split=c["format"])
 
-    def num_shards(self, world):
+    def num_shards(self, world: int) -> int:
         shards = self.corpus_options["data_shards"] or world
         if shards % world:
             raise ConfigError(f"{self.cfg.source}: reader.data_shards {shards} must be a "
@@ -188,7 +188,7 @@ class PretrainingTask(DocumentTask):
         raise ConfigError(f"{self.cfg.source}: task_options.whole_word_mask: needs a WordPiece "
                           f"or SentencePiece tokenizer, got {kind}")
 
-    def document_steps(self, doc, epoch, doc_index):
+    def document_steps(self, doc: Document, epoch: int, doc_index: int) -> Optional[list]:
         """One corpus document → its reading passes (steps), or None when it is too short
         to train on (the caller counts the skip)."""
         segments = self._segments(doc, epoch, doc_index)
@@ -317,7 +317,8 @@ class PretrainingTask(DocumentTask):
                                   "scores the masked tokens and chunk order it hides itself); "
                                   "predict with a fine-tuned model")
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         nll = correct = count = 0.0
         r_right = r_total = 0
         predictions = []

@@ -151,7 +151,7 @@ class SpanTask(DocumentTask):
                 "score": best["score"], "start": best["start"], "end": best["end"],
                 "n_best": n_best, "segments": len(rows)}
 
-    def references(self, doc) -> List[str]:
+    def references(self, doc: Document) -> List[str]:
         if self.options["metric"] == "triviaqa" and doc.fields.get("answer"):
             from ernie_doc.metrics.triviaqa import ground_truths
             return ground_truths(doc.fields["answer"])
