@@ -11,7 +11,7 @@ import difflib
 import json
 import math
 import os
-from typing import Any, Iterator, TextIO, Tuple, Union
+from typing import Any, Iterator, NoReturn, TextIO, Tuple, Union
 
 import yaml
 
@@ -438,52 +438,59 @@ def _check_model_overrides(cfg) -> None:
                               f"{name} key{hint}")
 
 
-def validate(cfg):
-    where = cfg.source
+def _fail(cfg: TrainConfig, key: str, message: str) -> NoReturn:
+    """Raise the ConfigError naming `key`; the message quotes the value given: at most a few
+    lines' worth."""
+    raise ConfigError(f"{cfg.source}: {clip(key)}: {clip(message, 300)}")
 
-    def fail(key, message):   # the message quotes the value given: at most a few lines' worth
-        raise ConfigError(f"{where}: {clip(key)}: {clip(message, 300)}")
 
+def _check_names(cfg: TrainConfig) -> None:
+    """Check the names, paths and choices: task, kind, model_overrides, the paths, data_dir."""
     # names and paths: a NUL cannot reach the OS; a newline, CR or tab in a name or path is
     # a slip (a pasted line end), never meant
     for key, text in _strings(cfg):
         control = control_character(text)
         if control:
-            fail(repr(key) if control_character(key) else key,
+            _fail(cfg, repr(key) if control_character(key) else key,
                  f"holds a control character ({control}): {text!r}")
     if not cfg.task:
         raise missing_key(cfg, "task", "the name of a folder in tasks/")
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
-        fail("task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
+        _fail(cfg, "task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
     # the closed registry of kinds: a name is looked up, never imported
     from ernie_doc.kinds import kind_name
     try:
         kind_name(cfg.kind)
     except ValueError as e:
-        fail("kind", str(e))
+        _fail(cfg, "kind", str(e))
     _check_model_overrides(cfg)
     for key in ("output_dir", "model", "init_checkpoint", "tokenizer"):
         if not isinstance(cfg[key], str):
-            fail(key, f"must be a string (a name or a path), got {cfg[key]!r}")
+            _fail(cfg, key, f"must be a string (a name or a path), got {cfg[key]!r}")
     data = cfg.data_dir if isinstance(cfg.data_dir, list) else [cfg.data_dir]
     if not all(isinstance(d, str) for d in data) or (isinstance(cfg.data_dir, list)
                                                      and not cfg.data_dir):
-        fail("data_dir", f"must be a path (or, for pretraining, a list of paths), got "
+        _fail(cfg, "data_dir", f"must be a path (or, for pretraining, a list of paths), got "
                          f"{cfg.data_dir!r}")
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
-            fail(key, f"{cfg[key]!r} is not one of {list(choices)}")
+            _fail(cfg, key, f"{cfg[key]!r} is not one of {list(choices)}")
     if cfg.device == "gpu":
         from ernie_doc.distributed import gpu_problem
         problem = gpu_problem()
         if problem:
-            fail("device", f"gpu: {problem}")
+            _fail(cfg, "device", f"gpu: {problem}")
+
+
+def _check_numbers(cfg: TrainConfig) -> None:
+    """Check the numbers (integers, rates, seed, threads) and amp; floats given as strings are
+    read as floats."""
     if cfg.max_doc_tokens is None:   # null = no limit, as 0
         cfg["max_doc_tokens"] = 0
     for key, low in INTEGER_KEYS.items():   # true and false are not integers here
         problem = integer_problem(cfg[key], low, nullable=key in NULLABLE_KEYS)
         if problem:
-            fail(key, problem)
+            _fail(cfg, key, problem)
     for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
                 "max_grad_norm", "adam_epsilon"):
         if isinstance(cfg[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
@@ -493,72 +500,89 @@ def validate(cfg):
                 pass
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) \
                 or not math.isfinite(cfg[key]) or cfg[key] < 0:
-            fail(key, f"must be a finite non-negative number, got {cfg[key]!r}")
+            _fail(cfg, key, f"must be a finite non-negative number, got {cfg[key]!r}")
     if cfg.warmup_proportion > 1:
-        fail("warmup_proportion", "must be at most 1")
+        _fail(cfg, "warmup_proportion", "must be at most 1")
     if cfg.adam_epsilon == 0:   # Adam divides by sqrt(v) + epsilon: 0/0 on unused weights
-        fail("adam_epsilon", "must be positive, got 0")
+        _fail(cfg, "adam_epsilon", "must be positive, got 0")
     seed = cfg.seed
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
-        fail("seed", f"must be an integer in [0, 2^32), got {seed!r}")
+        _fail(cfg, "seed", f"must be an integer in [0, 2^32), got {seed!r}")
     threads = threads_problem(cfg.threads)
     if threads:
-        fail("threads", threads)
+        _fail(cfg, "threads", threads)
     if cfg.max_doc_tokens and cfg.kind == "language_model":
-        fail("max_doc_tokens", "does not apply to language_model (it reads token streams)")
+        _fail(cfg, "max_doc_tokens", "does not apply to language_model (it reads token streams)")
     amp_problem = check_amp_value(cfg.amp)
     if amp_problem:
-        fail("amp", amp_problem)
+        _fail(cfg, "amp", amp_problem)
+
+
+def _check_switches(cfg: TrainConfig) -> None:
+    """Check the true/false switches and how they combine, the mappings and the name lists."""
     for key in ("retro_feed", "train_skim", "shuffle", "eval_every_epoch", "progress",
                 "overwrite_output_dir", "recompute", "compile", "flush_denormals", "eval_only",
                 "allow_partial_checkpoint"):
         if not isinstance(cfg[key], bool):
-            fail(key, f"must be true or false, got {cfg[key]!r}")
+            _fail(cfg, key, f"must be true or false, got {cfg[key]!r}")
     if cfg.compile and cfg.recompute:   # recompute hooks into dygraph's autograd only
-        fail("compile", "cannot be combined with recompute: true (recompute runs in dygraph "
+        _fail(cfg, "compile", "cannot be combined with recompute: true (recompute runs in dygraph "
                         "only); turn one of them off")
     if cfg.train_skim and not cfg.retro_feed:
-        fail("train_skim", "trains the skim pass of the retrospective feed; with "
+        _fail(cfg, "train_skim", "trains the skim pass of the retrospective feed; with "
                            "retro_feed: false there is none")
     for key in FREE_DICTS:
         if not isinstance(cfg[key], dict):
-            fail(key, f"must be a mapping, got {cfg[key]!r}")
+            _fail(cfg, key, f"must be a mapping, got {cfg[key]!r}")
     for key in NAME_LISTS:
         if isinstance(cfg[key], str):
             cfg[key] = [cfg[key]]
         if not isinstance(cfg[key], list) or not all(isinstance(x, str) for x in cfg[key]):
-            fail(key, f"must be a list of names, got {cfg[key]!r}")
+            _fail(cfg, key, f"must be a list of names, got {cfg[key]!r}")
         if len(cfg[key]) > MAX_NAMES:
-            fail(key, f"lists {len(cfg[key])} names; at most {MAX_NAMES}")
+            _fail(cfg, key, f"lists {len(cfg[key])} names; at most {MAX_NAMES}")
         seen = set()
         for name in cfg[key]:
             if name in seen:
-                fail(key, f"names {name!r} twice")
+                _fail(cfg, key, f"names {name!r} twice")
             seen.add(name)
+
+
+def _check_splits(cfg: TrainConfig) -> None:
+    """Check max_examples and main_metric against the run's splits, and what the run needs to
+    train or evaluate (init_checkpoint, max_steps, eval_splits)."""
     splits = ["train"] + list(cfg.eval_splits) + list(cfg.test_splits)
     for split, n in cfg.max_examples.items():
         if split not in splits:
-            fail(f"max_examples.{split}", f"{split!r} is not a split of this run "
+            _fail(cfg, f"max_examples.{split}", f"{split!r} is not a split of this run "
                                           f"({', '.join(dict.fromkeys(splits))})")
         problem = integer_problem(n, 1)
         if problem:
-            fail(f"max_examples.{split}", problem)
+            _fail(cfg, f"max_examples.{split}", problem)
     if cfg.main_metric is not None and not isinstance(cfg.main_metric, str):
-        fail("main_metric", f"must be a metric name, got {cfg.main_metric!r}")
+        _fail(cfg, "main_metric", f"must be a metric name, got {cfg.main_metric!r}")
     if cfg.eval_only:
         if not cfg.init_checkpoint:
             raise missing_key(cfg, "init_checkpoint", "eval_only evaluates it (a trained "
                                                       "model directory)")
         if cfg.kind == "pretraining":
-            fail("eval_only", "not for pretraining (its held-out MLM metrics come with "
+            _fail(cfg, "eval_only", "not for pretraining (its held-out MLM metrics come with "
                               "training runs: reader.eval_corpus)")
         if not (cfg.eval_splits or cfg.test_splits):
-            fail("eval_only", "give eval_splits or test_splits to evaluate")
+            _fail(cfg, "eval_only", "give eval_splits or test_splits to evaluate")
     elif cfg.kind in STREAMED_KINDS:
         if not cfg.max_steps:
-            fail("max_steps", f"{cfg.kind} streams its corpus: give the number of steps")
+            _fail(cfg, "max_steps", f"{cfg.kind} streams its corpus: give the number of steps")
     elif not cfg.eval_splits:
-        fail("eval_splits", "needs at least one split (it picks the best checkpoint)")
+        _fail(cfg, "eval_splits", "needs at least one split (it picks the best checkpoint)")
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Check every key of `cfg` (in place: some values are normalised) and return it."""
+    _check_names(cfg)
+    _check_numbers(cfg)
+    _check_switches(cfg)
+    _check_splits(cfg)
     if not cfg.output_dir:
         cfg["output_dir"] = os.path.join("output", str(cfg.task))
     return cfg

@@ -20,7 +20,7 @@ import shlex
 import sys
 import time
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
-from typing import List, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 # paddle is imported only once the arguments are read: --help and a bad argument answer at
 # once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc.cli
@@ -163,6 +163,31 @@ def check_paths(args: argparse.Namespace):
     return inputs, exists
 
 
+def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[int]]:
+    """The documents --input holds, and how many (None when unknown): a task's split under
+    --format task, else the records of the file."""
+    from ernie_doc.predict.inputs import task_record
+    from ernie_doc.predict.pipeline import count_inputs, read_inputs, task_documents
+    if args.format == TASK_FORMAT:
+        record = task_record(model_directories(args)[0], args.task)
+        documents = task_documents(record, args.input, args.split)
+        return documents, len(documents)
+    return read_inputs(args.input, args.format), count_inputs(args.input, args.format)
+
+
+def write_records(records: Iterable[dict], out: Any, counts: dict, progress: dict,
+                  bar: Any) -> None:
+    """Write each record as a line of `out`, flushed when complete (after a stop, --resume
+    continues from it), counting documents and errors in `counts`, records in `progress`."""
+    from ernie_doc.predict.inputs import record_line
+    for record in records:
+        out.write(record_line(record))   # UTF-8; never fails on a record
+        out.flush()
+        counts["errors" if "error" in record else "documents"] += 1
+        progress["records"] += 1
+        bar.update(1)
+
+
 def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON). `progress`
     (a dict, filled as the run goes): "created", whether --output holds this run's records,
@@ -176,9 +201,9 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
 
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import (STDIO, completed_ids, provenance, provenance_bytes,
-                                          provenance_path, record_line, task_record)
+                                          provenance_path)
     from ernie_doc.predict.outputs import OutputFolder
-    from ernie_doc.predict.pipeline import count_inputs, pipeline, read_inputs, task_documents
+    from ernie_doc.predict.pipeline import pipeline
     from ernie_doc.utils import set_paddle_threads, show_progress
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
@@ -197,13 +222,7 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
             folder.open_append(checked)
             done = completed_ids(args.output, origin, folder)
             progress.update(created=True, records=len(done))
-        if args.format == TASK_FORMAT:   # read (and refused) before the model loads
-            record = task_record(model_directories(args)[0], args.task)
-            documents = task_documents(record, args.input, args.split)
-            total = len(documents)
-        else:
-            documents = read_inputs(args.input, args.format)
-            total = count_inputs(args.input, args.format)
+        documents, total = input_documents(args)   # read (and refused) before the model loads
         if args.threads:
             set_paddle_threads(args.threads, "--threads", PipelineError)
         pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error,
@@ -218,14 +237,8 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
             folder.create({os.path.basename(provenance_path(args.output)):
                            provenance_bytes(origin)}, replace=args.overwrite)
         progress["created"] = True
-        # each line is flushed when complete: after a stop, --resume continues from it
         out = records_writer(stdout if to_stdout else folder.file)
-        for record in pipe.stream(documents, skip=done):
-            out.write(record_line(record))   # UTF-8; never fails on a record
-            out.flush()
-            counts["errors" if "error" in record else "documents"] += 1
-            progress["records"] += 1
-            bar.update(1)
+        write_records(pipe.stream(documents, skip=done), out, counts, progress, bar)
         if out is not stdout:
             out.detach()   # the file (or standard output) stays open for its owner
     bar.close()

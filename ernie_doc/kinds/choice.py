@@ -9,15 +9,17 @@ SemanticMatchingIterator), which both kinds follow by default; task_options `tok
 `window` and `missing_choices` give the other behaviours. Details: docs/design-notes.md,
 "Multiple choice and pair matching".
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import paddle
 import paddle.nn.functional as F
 
+from ernie_doc.data.document import Document
 from ernie_doc.data.segment import Segment, pack_row, windows
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForMultipleChoice, ErnieDocForPairMatching
-from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold, without_training
 from ernie_doc.metrics.classification import accuracy, aggregate_segments
 
 NEG = -1e9
@@ -74,10 +76,11 @@ class _GroupTask(DocumentTask):
     main_metric = "accuracy"
     metric_names = ("accuracy",)
 
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+    def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
+              tokenizer: Any = None) -> None:
         self.special, self.seq_len, self.stride = special_ids, max_seq_len, stride
 
-    def model_config_overrides(self):
+    def model_config_overrides(self) -> Dict[str, Any]:
         return {"cls_token_idx": 0}
 
     def _row(self, parts):
@@ -113,7 +116,7 @@ class MultipleChoiceTask(_GroupTask):
                        "window": "paddlenlp", "missing_choices": "mask"}
     input_fields = ("context", "question", "choices")
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         self.check_options(("num_choices", "max_query_len"),
                            {"token_types": TOKEN_TYPES, "window": WINDOWS,
@@ -126,13 +129,13 @@ class MultipleChoiceTask(_GroupTask):
             raise ConfigError(f"{cfg.source}: task_options.num_choices "
                               f"{self.group_size}: the reader has {len(self.labels)} labels")
 
-    def model_kwargs(self):
+    def model_kwargs(self) -> Dict[str, Any]:
         return {"num_choices": self.group_size}
 
-    def tokenizer_texts(self, doc):
+    def tokenizer_texts(self, doc: Document) -> List[str]:
         return [doc.fields["context"], doc.fields["question"]] + list(doc.fields["choices"])
 
-    def document_segments(self, doc, doc_index, tokenizer):
+    def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         choices = list(doc.fields["choices"])
         if not 1 <= len(choices) <= self.group_size:
             raise DataError(f"question {doc.doc_id!r}: {len(choices)} choices (1 to "
@@ -179,7 +182,7 @@ class MultipleChoiceTask(_GroupTask):
         g = self.group_size
         return out.logits.astype("float32") + (1.0 - batch["target_choice_mask"][::g]) * NEG
 
-    def loss(self, out, batch, weight):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
         """Cross-entropy of each group's masked softmax [B / g], mean over the groups whose
         first row has weight 1."""
         g = self.group_size
@@ -187,10 +190,10 @@ class MultipleChoiceTask(_GroupTask):
                              reduction="none").reshape([-1])
         return masked_mean(ce, weight[::g])
 
-    def row_outputs(self, out, batch=None):
+    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return out.logits.astype("float32").numpy()   # [B / g, g]; masked in evaluate
 
-    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: the chosen choice's index as a string (the label), choice: its
         text, probs: [n choices] (mean, or last, segment softmax over the question's own
@@ -205,7 +208,8 @@ class MultipleChoiceTask(_GroupTask):
                 else "",
                 "probs": [round(float(x), 6) for x in p], "segments": len(rows)}
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         gold = [self._label(d) for d in docs]
         pred = [int(p["pred"]) for p in predictions]
@@ -220,17 +224,17 @@ class PairMatchingTask(_GroupTask):
     input_fields = ("A", "B", "C")
     option_defaults = {"token_types": "paddlenlp"}
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         self.check_options(choices={"token_types": TOKEN_TYPES})
         if self.positive not in self.label_ids or len(self.labels) != 2:
             raise ConfigError(f"{cfg.source}: pair matching needs the labels ['B', 'C'], the "
                               f"reader gives {self.labels}")
 
-    def tokenizer_texts(self, doc):
+    def tokenizer_texts(self, doc: Document) -> List[str]:
         return [doc.fields[k] for k in ("A", "B", "C")]
 
-    def document_segments(self, doc, doc_index, tokenizer):
+    def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         # an unlabelled pair (one to predict): 0 is a placeholder target, never read
         label = 0.0 if doc.label is None else \
             1.0 if self.labels[self._label(doc)] == self.positive else 0.0
@@ -246,17 +250,17 @@ class PairMatchingTask(_GroupTask):
         steps = self._steps(doc_index, rows, {"label": np.float32(label)})
         return steps if doc.label is not None else without_training(steps)
 
-    def loss(self, out, batch, weight):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
         """Binary cross-entropy of each pair's logit [B / 2] (target 1: B is closer), mean
         over the pairs whose (A,B) row has weight 1."""
         bce = F.binary_cross_entropy_with_logits(out.logits.astype("float32"),
                                                  batch["target_label"][::2], reduction="none")
         return masked_mean(bce.reshape([-1]), weight[::2])
 
-    def row_outputs(self, out, batch=None):
+    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return F.sigmoid(out.logits.astype("float32")).numpy()   # [B / 2]: P(B is closer)
 
-    def predict_document(self, doc, rows: List[Tuple[int, Any]],
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: "B" when P(B is closer) > 0.5 else the other label, prob_B: that
         probability (mean, or last, of the segments'; 6 decimals), segments}."""
@@ -266,7 +270,8 @@ class PairMatchingTask(_GroupTask):
         return {"doc_id": doc.doc_id, "pred": self.positive if p > 0.5 else other,
                 "prob_" + self.positive: round(p, 6), "segments": len(rows)}
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         pred = [p["pred"] for p in predictions]
         gold = [d.label for d in docs]

@@ -1,11 +1,15 @@
 """The classification kind: one label per document, from its segments' pooled [CLS]."""
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
 import numpy as np
+import paddle
 import paddle.nn.functional as F
 
+from ernie_doc.data.document import Document
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold, without_training
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 
 
@@ -16,7 +20,7 @@ class ClassificationTask(DocumentTask):
     main_metric = "accuracy"
     input_fields = ("text",)
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         self.metric_names = tuple(cfg.metrics)
         unknown = set(self.metric_names) - {"accuracy", "f1", "macro_f1"}
@@ -30,18 +34,19 @@ class ClassificationTask(DocumentTask):
                               f"({self.labels[:10]})")
         self.positive = self.label_ids[str(positive)] if positive is not None else 1
 
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+    def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
+              tokenizer: Any = None) -> None:
         self.segmenter = ClassificationSegmenter(max_seq_len, stride, special_ids["cls"],
                                                  special_ids["sep"], special_ids["pad"],
                                                  self.cfg.segment_layout)
 
-    def model_kwargs(self):
+    def model_kwargs(self) -> Dict[str, Any]:
         return {"num_labels": len(self.labels)}
 
-    def model_config_overrides(self):
+    def model_config_overrides(self) -> Dict[str, Any]:
         return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
 
-    def label_id(self, doc):
+    def label_id(self, doc: Document) -> int:
         if doc.label is None:
             raise DataError(f"document {doc.doc_id!r} has no label")
         if doc.label not in self.label_ids:
@@ -49,27 +54,29 @@ class ClassificationTask(DocumentTask):
                             f"label set ({len(self.labels)} labels)")
         return self.label_ids[doc.label]
 
-    def segments(self, doc, doc_index, ids):
+    def segments(self, doc: Document, doc_index: int, ids: Any) -> list:
         if doc.label is None:   # a document to predict: label 0 is a placeholder, never read
             return without_training(self.segmenter(ids, doc_index, {"label": 0}))
         return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
 
-    def loss(self, out, batch, weight):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
         ce = F.cross_entropy(out.logits, batch["target_label"].unsqueeze(-1),
                              reduction="none").reshape([-1])
         return masked_mean(ce, weight)
 
-    def row_outputs(self, out, batch=None):
+    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
 
-    def predict_document(self, doc, rows, steps=None):
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
+                         steps: Optional[Sequence] = None) -> Dict[str, Any]:
         """→ {doc_id, pred: label name, probs: [C] (the document's mean, or last, segment
         softmax, 6 decimals), segments}."""
         probs = aggregate_segments(rows, self.cfg.doc_prediction)
         return {"doc_id": doc.doc_id, "pred": self.labels[int(probs.argmax())],
                 "probs": [round(float(x), 6) for x in probs], "segments": len(rows)}
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         # label names are unique, so the predicted name gives back the argmax
         pred = np.asarray([self.label_ids[p["pred"]] for p in predictions])

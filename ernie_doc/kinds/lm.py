@@ -14,13 +14,14 @@ import json
 import math
 import os
 import zlib
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
+import paddle
 
-from ernie_doc.data.splits import Evaluation, Split
+from ernie_doc.data.splits import Batch, Evaluation, Split
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.kinds.base import Task, data_dir_required
+from ernie_doc.kinds.base import Config, Task, data_dir_required
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLLM, load_lm_config
 
@@ -55,42 +56,43 @@ class LMTrainStream(Split):
     name = "train"
     endless = True
 
-    def __init__(self, data, positions, rows, rank, world, tgt_len, ext_len):
+    def __init__(self, data: np.ndarray, positions: Optional[np.ndarray], rows: int, rank: int,
+                 world: int, tgt_len: int, ext_len: int):
         self.streams = LMStreams(data, rows * world, tgt_len, ext_len, positions)
         self.rows = slice(rank * rows, (rank + 1) * rows)
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Micro-steps in one pass over the corpus."""
         return len(self.streams)
 
-    def batch(self, micro):
+    def batch(self, micro: int) -> Tuple[int, Batch]:
         epoch, index = divmod(micro, len(self.streams))
         out = _rank_rows(self.streams.batch(index), self.rows)
         out["reset_memory"] = np.full(self.rows.stop - self.rows.start, index == 0)
         return epoch, out
 
-    def num_steps(self, epoch):
+    def num_steps(self, epoch: int) -> Optional[int]:
         return None
 
-    def batches(self, epoch=0, start=0):
+    def batches(self, epoch: int = 0, start: int = 0) -> Iterator[Tuple[int, Batch]]:
         micro = start
         while True:
             yield self.batch(micro)
             micro += 1
 
-    def describe(self):
+    def describe(self) -> str:
         return f"train {len(self)} micro-steps per pass"
 
-    def layout(self):
+    def layout(self) -> Dict[str, int]:
         s = self.streams
         return {"bsz": s.bsz, "tgt_len": s.tgt_len, "ext_len": s.ext_len, "n_step": s.n_step}
 
-    def state_array(self):
+    def state_array(self) -> np.ndarray:
         """Not a position (the micro-step is one) but the stream's layout, so that a resume
         with other data, batch size, ranks or tgt_len is refused."""
         return np.frombuffer(json.dumps(self.layout()).encode("utf-8"), dtype=np.uint8)
 
-    def load_state_array(self, array):
+    def load_state_array(self, array: np.ndarray) -> None:
         saved = json.loads(bytes(np.asarray(array, dtype=np.uint8)).decode("utf-8"))
         if saved != self.layout():
             raise DataError(f"the checkpoint's training stream was {saved}, this run's is "
@@ -102,21 +104,22 @@ class LMEvalStream(Split):
     """A split read once in order under the eval protocol, `rows` rows per rank of a
     rows×world stream; `protocol(model)` switches the model's lengths for the reading."""
 
-    def __init__(self, name, data, positions, rows, rank, world, lengths, oov):
+    def __init__(self, name: str, data: np.ndarray, positions: Optional[np.ndarray], rows: int,
+                 rank: int, world: int, lengths: Dict[str, Any], oov: int):
         self.name, self.lengths, self.oov = name, lengths, oov
         self.streams = LMStreams(data, rows * world, lengths["tgt_len"], lengths["ext_len"],
                                  positions)
         self.rows = slice(rank * rows, (rank + 1) * rows)
 
-    def num_steps(self, epoch=0):
+    def num_steps(self, epoch: int = 0) -> int:
         return len(self.streams)
 
-    def batches(self, epoch=0, start=0):
+    def batches(self, epoch: int = 0, start: int = 0) -> Iterator[Tuple[int, Batch]]:
         for index in range(start, len(self.streams)):
             yield 0, _rank_rows(self.streams.batch(index), self.rows)
 
     @contextlib.contextmanager
-    def protocol(self, model):
+    def protocol(self, model: paddle.nn.Layer) -> Iterator[None]:
         saved = model.config
         model.config = dataclasses.replace(
             saved, **{k: v for k, v in self.lengths.items() if k != "tgt_len"})
@@ -125,7 +128,7 @@ class LMEvalStream(Split):
         finally:
             model.config = saved
 
-    def evaluation(self, task):
+    def evaluation(self, task: Any) -> "LMEvaluation":
         return LMEvaluation(self)
 
 
@@ -133,18 +136,18 @@ class LMEvaluation(Evaluation):
     """Negative log-likelihood summed over every predicted token of a stream, over ranks →
     perplexity, loss (nats per token), bits per token."""
 
-    def __init__(self, split):
+    def __init__(self, split: LMEvalStream):
         self.split, self.nll, self.tokens = split, 0.0, 0.0
 
-    def add(self, batch, tensors, out):
+    def add(self, batch: Batch, tensors: Dict[str, Any], out: Any) -> None:
         nll = out.nll.astype("float32")
         self.nll += float(nll.sum())
         self.tokens += float(np.prod(nll.shape))
 
-    def part(self):
+    def part(self) -> Tuple[float, float]:
         return self.nll, self.tokens
 
-    def finish(self, parts):
+    def finish(self, parts: List[Any]) -> Tuple[Dict[str, float], Optional[List[dict]]]:
         nll, tokens = sum(p[0] for p in parts), sum(p[1] for p in parts)
         loss = nll / tokens if tokens else float("nan")
         return {"ppl": math.exp(min(loss, 50.0)), "loss": loss, "bpt": loss / math.log(2),
@@ -162,7 +165,7 @@ class LanguageModelTask(Task):
     metric_names = ("ppl", "loss", "bpt", "tokens", "unk_in_split")
     option_defaults = EVAL_DEFAULTS
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         if not callable(getattr(reader, "options", None)):
             raise ConfigError(f"{cfg.source}: task {cfg.task!r}: its reader must define "
@@ -195,7 +198,7 @@ class LanguageModelTask(Task):
         self.corpus = None
 
     # -- data (before any collective call: every rank fails alike) ----------------------------
-    def split_files(self):
+    def split_files(self) -> Dict[str, Any]:
         names = [] if self.cfg.eval_only else ["train"]
         names += list(self.cfg.eval_splits) + list(self.cfg.test_splits)
         opts = dict(self.cfg.reader)
@@ -203,7 +206,7 @@ class LanguageModelTask(Task):
             return {s: self.reader.read(self.cfg.data_dir, s, opts)
                     for s in dict.fromkeys(names)}
 
-    def check_data(self, world):
+    def check_data(self, world: int) -> None:
         """Find, encode (or load from the cache) and check every split; the vocabulary comes
         from reader.vocab, the init checkpoint, or is counted on reader.vocab_from."""
         o = self.reader_options
@@ -246,7 +249,7 @@ class LanguageModelTask(Task):
         self.files, self.corpus = files, corpus
         return corpus
 
-    def eval_lengths(self):
+    def eval_lengths(self) -> Dict[str, Any]:
         """The eval protocol: tgt_len, mem_len, clamp_len, same_length, ext_len."""
         c, o = self.config, self.options
         tgt = o["eval_tgt_len"] or c.tgt_len
@@ -337,10 +340,11 @@ class LanguageModelTask(Task):
                 "eval protocol: " + " ".join(f"{k}={v}" for k, v in self.lengths.items())]
 
     # -- steps ------------------------------------------------------------------------------------
-    def init_carry(self, model, rows):
+    def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
         return {}   # no memory yet (Transformer-XL's start); zeros would be attended to
 
-    def forward(self, model, batch, carry):
+    def forward(self, model: paddle.nn.Layer, batch: Dict[str, Any], carry: Dict[str, Any]
+                ) -> Tuple[Any, Dict[str, Any]]:
         memories, memory_positions = carry.get("memories"), carry.get("memory_positions")
         if "reset_memory" in batch and bool(batch["reset_memory"].all()):
             memories = memory_positions = None   # a new pass over the corpus
@@ -349,24 +353,26 @@ class LanguageModelTask(Task):
         carry = {"memories": out.memories, "memory_positions": out.memory_positions}
         return out, {k: v for k, v in carry.items() if v is not None}
 
-    def train_weight(self, batch):
+    def train_weight(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
         return np.ones(len(batch["input_ids"]), dtype=bool)
 
-    def batch_tokens(self, batch):
+    def batch_tokens(self, batch: Dict[str, np.ndarray]) -> int:
         return int(batch["target"].size)
 
-    def loss(self, out, batch, weight=None):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: Optional[paddle.Tensor] = None
+             ) -> paddle.Tensor:
         """Mean negative log-likelihood per predicted token (every rank predicts as many)."""
         return out.nll.mean()
 
-    def train_loss(self, out, batch, weight):
+    def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
+                   ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
         nll = out.nll.astype("float32")
         return nll.mean(), {"nll": (float(nll.sum()), float(np.prod(nll.shape)))}
 
-    def combine_metrics(self, means):
+    def combine_metrics(self, means: Dict[str, float]) -> Dict[str, float]:
         return {"ppl": math.exp(min(means["nll"], 50.0))} if "nll" in means else {}
 
-    def better(self, metric, value, best):
+    def better(self, metric: str, value: float, best: float) -> bool:
         return value < best if metric in ("ppl", "loss", "bpt") else value > best
 
     def load_saved(self, directory: str, rows: int, device: str
@@ -378,7 +384,7 @@ class LanguageModelTask(Task):
         vocab = load_vocabulary(directory)
         return TransformerXLLM.from_pretrained(directory), vocab
 
-    def model_files(self, atomic_entry):
+    def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
         if self.vocab_file is None:   # no cache: keep a copy in the run's folder
             with atomic_entry(self.cfg.output_dir, VOCAB_FILE) as tmp:
                 self.corpus.vocab.save(tmp)   # listed in the run's manifest first

@@ -11,16 +11,19 @@ and `reorder_label` (the document's label; its loss is taken on the last segment
 """
 import math
 import zlib
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 
 from ernie_doc import distributed as dist
+from ernie_doc.data.document import Document
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter, reading_passes
+from ernie_doc.data.splits import Split
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import NUM_REORDER_CLASSES, ErnieDocForPretraining
-from ernie_doc.kinds.base import DocumentTask
+from ernie_doc.kinds.base import Config, DocumentTask
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.pretraining import corpus
 from ernie_doc.pretraining.objectives import (mask_tokens, num_reorder_classes, reorder_document,
@@ -63,7 +66,7 @@ class PretrainingTask(DocumentTask):
     option_defaults = OBJECTIVE_DEFAULTS
     streaming = True   # the trainer streams the train split (pretraining.stream)
 
-    def __init__(self, cfg, reader=None):
+    def __init__(self, cfg: Config, reader: Any = None):
         super().__init__(cfg, None)
         unknown = set(cfg.reader) - set(READER_DEFAULTS)
         if unknown:
@@ -101,11 +104,11 @@ class PretrainingTask(DocumentTask):
                               f"documents are reader.eval_corpus)")
 
     # -- corpus -------------------------------------------------------------------------------
-    def corpus_args(self):
+    def corpus_args(self) -> Dict[str, Any]:
         c = self.corpus_options
         return dict(text_field=c["text_field"], min_chars=c["min_chars"], split=c["format"])
 
-    def num_shards(self, world):
+    def num_shards(self, world: int) -> int:
         shards = self.corpus_options["data_shards"] or world
         if shards % world:
             raise ConfigError(f"{self.cfg.source}: reader.data_shards {shards} must be a "
@@ -115,7 +118,7 @@ class PretrainingTask(DocumentTask):
                               f"the {self.cfg.batch_size * world} rows of a global batch")
         return shards
 
-    def check_data(self, world):
+    def check_data(self, world: int) -> None:
         """Before any collective call, on every rank alike: bad corpus files and empty
         corpora raise here, on every rank at once."""
         shards = self.num_shards(world)
@@ -131,7 +134,7 @@ class PretrainingTask(DocumentTask):
             corpus.check_corpus(self.corpus_options["eval_corpus"], 1, **self.corpus_args())
         return n
 
-    def read(self, split):
+    def read(self, split: str) -> list:
         """Held-out documents for evaluation (the `dev` split = reader.eval_corpus)."""
         paths = self.corpus_options["eval_corpus"]
         if split != "dev" or not paths:
@@ -145,18 +148,20 @@ class PretrainingTask(DocumentTask):
                 break
         return docs
 
-    def train_stream(self, rank, world, rows, seq_len, pad_id, seed):
+    def train_stream(self, rank: int, world: int, rows: int, seq_len: int, pad_id: int,
+                     seed: int) -> Optional[Split]:
         """The streamed train split (pretraining.stream)."""
         return StreamSplit(self, rank, world, rows, seq_len, pad_id, seed)
 
-    def tokenizer_sample(self):
+    def tokenizer_sample(self) -> Optional[list]:
         """The first documents of the corpus (tokenizer=train trains on them)."""
         limit = self.corpus_options["tokenizer_sample_docs"]
         return [d for _, d in zip(range(limit), corpus.iter_documents(self.cfg.data_dir,
                                                                      **self.corpus_args()))]
 
     # -- documents → segments -----------------------------------------------------------------
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+    def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
+              tokenizer: Any = None) -> None:
         if tokenizer is None or tokenizer.mask_token_id is None:
             raise ConfigError(f"{self.cfg.source}: tokenizer: pretraining needs a tokenizer "
                               f"with a [MASK] token")
@@ -183,7 +188,7 @@ class PretrainingTask(DocumentTask):
         raise ConfigError(f"{self.cfg.source}: task_options.whole_word_mask: needs a WordPiece "
                           f"or SentencePiece tokenizer, got {kind}")
 
-    def document_steps(self, doc, epoch, doc_index):
+    def document_steps(self, doc: Document, epoch: int, doc_index: int) -> Optional[list]:
         """One corpus document → its reading passes (steps), or None when it is too short
         to train on (the caller counts the skip)."""
         segments = self._segments(doc, epoch, doc_index)
@@ -207,7 +212,7 @@ class PretrainingTask(DocumentTask):
         return self.segmenter(masked, doc_index, targets={"reorder_label": label},
                               aligned={"mlm_labels": mlm})
 
-    def document_segments(self, doc, doc_index, tokenizer):
+    def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         """Held-out documents: one pass, with the masks and shuffle of epoch 0 (fixed)."""
         segments = self._segments(doc, 0, doc_index)
         if segments is None:
@@ -215,17 +220,17 @@ class PretrainingTask(DocumentTask):
                             f"{self.min_doc_tokens} tokens")
         return segments
 
-    def tokenizer_texts(self, doc):
+    def tokenizer_texts(self, doc: Document) -> List[str]:
         return [doc.text]
 
     # -- model ---------------------------------------------------------------------------------
-    def model_kwargs(self):
+    def model_kwargs(self) -> Dict[str, Any]:
         return {"num_reorder_classes": self.options["reorder_classes"]}
 
-    def model_config_overrides(self):
+    def model_config_overrides(self) -> Dict[str, Any]:
         return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
 
-    def model_inputs(self, batch):
+    def model_inputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         labels = batch["target_mlm_labels"].reshape([-1])
         positions = paddle.nonzero(labels >= 0).reshape([-1])
         if positions.shape[0] == 0:   # no masked token in this batch: one dummy, weight 0
@@ -259,13 +264,14 @@ class PretrainingTask(DocumentTask):
             total = total + coef * (nll * w).sum() / n
         return total
 
-    def loss(self, out, batch, weight):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
         """Mean MLM loss over masked tokens + mean reorder loss over last segments (the
         official total), over this batch."""
         terms = self._terms(out, batch, weight)
         return self._loss(terms, [max(float(w.sum()), 1.0) for _, _, w in terms])
 
-    def train_loss(self, out, batch, weight):
+    def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
+                   ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
         """Training: the means are over the masked tokens (last segments) of ALL ranks, so
         the averaged data-parallel gradient equals one process's on the union of the
         ranks' rows. Scalars: MLM and reorder loss and accuracy over this rank's rows."""
@@ -279,7 +285,7 @@ class PretrainingTask(DocumentTask):
             metrics[f"{name}_accuracy"] = (float((correct * w).sum()), n)
         return loss, metrics
 
-    def combine_metrics(self, means):
+    def combine_metrics(self, means: Dict[str, float]) -> Dict[str, float]:
         o = self.options
         if "mlm_loss" in means:
             means["loss"] = (o["mlm_weight"] * means["mlm_loss"]
@@ -287,7 +293,7 @@ class PretrainingTask(DocumentTask):
         return means
 
     # -- evaluation ----------------------------------------------------------------------------
-    def row_outputs(self, out, batch=None):
+    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         """Per row: MLM (nll sum, correct, count) and the reorder (prediction, label)."""
         mlm, reorder = self._terms(out, batch, paddle.ones([batch["input_ids"].shape[0]]))
         nll, correct, w = (t.numpy() for t in mlm)
@@ -303,14 +309,16 @@ class PretrainingTask(DocumentTask):
                  "reorder_pred": int(pred[r]), "reorder_label": int(labels[r])}
                 for r in range(B)]
 
-    def predict(self, docs, rows, passes):
+    def predict(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                passes: Optional[Sequence[Sequence]]) -> List[Dict[str, Any]]:
         """Pretraining scores how well masked tokens and the chunk order are recovered, from
         masks and a shuffle it draws itself: there is no per-document prediction to make."""
         raise NotImplementedError("pretraining has no per-document prediction (its evaluation "
                                   "scores the masked tokens and chunk order it hides itself); "
                                   "predict with a fine-tuned model")
 
-    def evaluate(self, docs, rows, passes=None):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any = None) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         nll = correct = count = 0.0
         r_right = r_total = 0
         predictions = []

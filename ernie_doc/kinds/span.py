@@ -9,15 +9,16 @@ multi_process_eval.py and utils/metrics.py) by default; task_options `loss_posit
 `n_best_pool`, `answer_unit`, `empty_answer` and `unreferenced` switch. Details:
 docs/design-notes.md, "Span extraction".
 """
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import paddle
 
+from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import POOLS, UNITS, SpanSegmenter, best_spans, tokenize_with_offsets
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForQuestionAnswering
-from ernie_doc.kinds.base import DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold, without_training
 
 NEG = -1e9
 
@@ -63,7 +64,7 @@ class SpanTask(DocumentTask):
                "triviaqa": ("em", "f1", "total", "missing")}     # metrics.triviaqa.evaluate
     FORMATS = {"sep": ("[SEP]", "[SEP]"), "markers": ("[q]", "[/q]")}
 
-    def __init__(self, cfg, reader):
+    def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
         self.check_options(("max_query_len", "max_answer_len", "n_best"),
                            {"question_format": self.FORMATS, "metric": self.METRICS,
@@ -78,7 +79,8 @@ class SpanTask(DocumentTask):
             self.options["n_best_pool"] = self.options["loss_positions"]
         self._word_cache = {}
 
-    def setup(self, special_ids, max_seq_len, stride, tokenizer=None):
+    def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
+              tokenizer: Any = None) -> None:
         if tokenizer is None:
             raise ConfigError(f"task {self.cfg.task}: span extraction needs a tokenizer")
         open_tok, close_tok = self.FORMATS[self.options["question_format"]]
@@ -92,13 +94,13 @@ class SpanTask(DocumentTask):
                                        self.options["max_query_len"],
                                        self.options["answer_unit"])
 
-    def model_config_overrides(self):
+    def model_config_overrides(self) -> Dict[str, Any]:
         return {"cls_token_idx": 0}
 
-    def tokenizer_texts(self, doc):
+    def tokenizer_texts(self, doc: Document) -> List[str]:
         return [doc.fields["context"], doc.fields["question"]]
 
-    def document_segments(self, doc, doc_index, tokenizer):
+    def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         context = tokenize_with_offsets(doc.fields["context"], tokenizer, self._word_cache)
         if len(context) == 0:
             raise DataError(f"question {doc.doc_id!r}: the context has no tokens")
@@ -115,15 +117,15 @@ class SpanTask(DocumentTask):
         # a question to predict has none, and its [CLS] targets must not train
         return segments if "answers" in doc.fields else without_training(segments)
 
-    def loss(self, out, batch, weight):
+    def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
         return masked_mean(span_nll(out.logits, batch,
                                     self.options["loss_positions"] == "all"), weight)
 
-    def row_outputs(self, out, batch=None):
+    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         return out.logits.astype("float32").numpy()
 
-    def predict_document(self, doc, rows: List[Tuple[int, Any]],
-                         steps: Sequence) -> Dict[str, Any]:
+    def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
+                         steps: Optional[Sequence]) -> Dict[str, Any]:
         """→ {doc_id, question, pred: the best span's text (task_options.empty_answer when
         no span qualifies), score: its start + end logit (4 decimals; None without a span),
         start / end: its character offsets into the context (context[start:end] == pred;
@@ -149,13 +151,14 @@ class SpanTask(DocumentTask):
                 "score": best["score"], "start": best["start"], "end": best["end"],
                 "n_best": n_best, "segments": len(rows)}
 
-    def references(self, doc) -> List[str]:
+    def references(self, doc: Document) -> List[str]:
         if self.options["metric"] == "triviaqa" and doc.fields.get("answer"):
             from ernie_doc.metrics.triviaqa import ground_truths
             return ground_truths(doc.fields["answer"])
         return list(doc.fields.get("references", []))
 
-    def evaluate(self, docs, rows, passes):
+    def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
+                 passes: Any) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         predictions = self.predict(docs, rows, passes)
         refs = {d.doc_id: self.references(d) for d in docs}
         scored = {k: v for k, v in refs.items() if v}

@@ -467,19 +467,9 @@ class Predictor:
                                       f"{arr.min()} max {arr.max()}")
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None,
-            memories: Optional[np.ndarray] = None, reset_memory: Any = None,
-            memory_mask: Optional[np.ndarray] = None, **head_inputs: Any
-            ) -> Dict[str, np.ndarray]:
-        """One segment. input_ids [B,T] (T = the exported seq_len; pad the segment yourself,
-        as in training); attention_mask [B,T] 1 = token (default all ones); token_type_ids
-        [B,T] (default zeros); memories [L,B,M,H] (default zeros = a new document);
-        reset_memory [B] bool/int, rows that start a new document; memory_mask [B,M] under
-        mask_empty_memory (default: zeros without memories, ones with them); head_inputs:
-        the inputs the head declared at export (self.head_inputs, e.g. OpenKP's word_index
-        [B,T] int, values in [0, T)), each required.
-        Returns {output name: np.ndarray}, e.g. sequence_output, pooled_output (or logits)
-        and "memories" — pass that back as `memories` for the next segment."""
+    def _batch_rows(self, input_ids: Any) -> Tuple[np.ndarray, int]:
+        """input_ids as an array and its batch size, checked against the export's shape and
+        rows per example."""
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or ids.shape[1] != self.seq_len:
             b = self.batch_size if self.batch_size is not None else "batch"
@@ -501,16 +491,12 @@ class Predictor:
         if group and batch % group:
             raise PredictorInputError(f"input_ids rows ({batch}) must be a multiple of "
                                       f"{group} (the rows of one example)")
-        c = self.config
-        feeds = {"input_ids": self._check("input_ids", ids, batch, "int")}
-        self._check_range("input_ids", feeds["input_ids"], c.vocab_size)
-        feeds["token_type_ids"] = (
-            np.zeros([batch, self.seq_len], "int64") if token_type_ids is None
-            else self._check("token_type_ids", token_type_ids, batch, "int"))
-        self._check_range("token_type_ids", feeds["token_type_ids"], c.task_type_vocab_size)
-        feeds["attention_mask"] = (
-            np.ones([batch, self.seq_len], "float32") if attention_mask is None
-            else self._check("attention_mask", attention_mask, batch, "mask"))
+        return ids, batch
+
+    def _memory_feeds(self, feeds: Dict[str, np.ndarray], batch: int, memories: Any,
+                      reset_memory: Any, memory_mask: Any) -> None:
+        """Add the checked (or default) memory inputs to `feeds`; refuse them for a model
+        without memory."""
         if self.has_memory:
             feeds["memories"] = (self.init_memories(batch) if memories is None
                                  else self._check("memories", memories, batch, "float"))
@@ -530,6 +516,10 @@ class Predictor:
         elif memories is not None or reset_memory is not None or memory_mask is not None:
             raise PredictorInputError("this model has no memory (recurrence 'none'): do not "
                                       "pass memories, reset_memory or memory_mask")
+
+    def _head_feeds(self, feeds: Dict[str, np.ndarray], batch: int,
+                    head_inputs: Dict[str, Any]) -> None:
+        """Add the checked head inputs to `feeds`: each one the export declares, no other."""
         unknown = sorted(set(head_inputs) - set(self.head_inputs))
         if unknown:
             have = ", ".join(self.head_inputs) or "none"
@@ -544,6 +534,10 @@ class Predictor:
             feeds[name] = self._check(name, head_inputs[name], batch, kind)
             if spec.get("high") is not None:
                 self._check_range(name, feeds[name], int(spec["high"]))
+
+    def _execute(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run the predictor on `feeds` and return its outputs; paddle's errors become one-line
+        ExportErrors."""
         for name, arr in feeds.items():
             handle = self._input_handles[name]
             handle.reshape(list(arr.shape))
@@ -566,6 +560,34 @@ class Predictor:
         return {name: _float32(h.copy_to_cpu(), spec["dtype"])
                 for name, h, spec in zip(self.output_names, self._output_handles,
                                          self.meta["outputs"])}
+
+    def run(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None,
+            memories: Optional[np.ndarray] = None, reset_memory: Any = None,
+            memory_mask: Optional[np.ndarray] = None, **head_inputs: Any
+            ) -> Dict[str, np.ndarray]:
+        """One segment. input_ids [B,T] (T = the exported seq_len; pad the segment yourself,
+        as in training); attention_mask [B,T] 1 = token (default all ones); token_type_ids
+        [B,T] (default zeros); memories [L,B,M,H] (default zeros = a new document);
+        reset_memory [B] bool/int, rows that start a new document; memory_mask [B,M] under
+        mask_empty_memory (default: zeros without memories, ones with them); head_inputs:
+        the inputs the head declared at export (self.head_inputs, e.g. OpenKP's word_index
+        [B,T] int, values in [0, T)), each required.
+        Returns {output name: np.ndarray}, e.g. sequence_output, pooled_output (or logits)
+        and "memories" — pass that back as `memories` for the next segment."""
+        ids, batch = self._batch_rows(input_ids)
+        c = self.config
+        feeds = {"input_ids": self._check("input_ids", ids, batch, "int")}
+        self._check_range("input_ids", feeds["input_ids"], c.vocab_size)
+        feeds["token_type_ids"] = (
+            np.zeros([batch, self.seq_len], "int64") if token_type_ids is None
+            else self._check("token_type_ids", token_type_ids, batch, "int"))
+        self._check_range("token_type_ids", feeds["token_type_ids"], c.task_type_vocab_size)
+        feeds["attention_mask"] = (
+            np.ones([batch, self.seq_len], "float32") if attention_mask is None
+            else self._check("attention_mask", attention_mask, batch, "mask"))
+        self._memory_feeds(feeds, batch, memories, reset_memory, memory_mask)
+        self._head_feeds(feeds, batch, head_inputs)
+        return self._execute(feeds)
 
     def iter_stream(self, document_segments: Iterable[Any],
                     memories: Optional[np.ndarray] = None,

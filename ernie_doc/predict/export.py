@@ -140,6 +140,96 @@ def _previous_model_file(path):
     return name if name in (base + ".json", base + ".pdmodel") else None
 
 
+def _check_sizes(model: paddle.nn.Layer, is_head: bool, max_positions: int, seq_len: int,
+                 batch_size: Optional[int]) -> None:
+    """Raise ExportError unless seq_len and batch_size are sizes the model can be exported at."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or \
+            not 1 <= seq_len <= max_positions:
+        raise ExportError(f"seq_len must be an integer in [1, max_position_embeddings="
+                          f"{max_positions}], got {seq_len!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or
+                                   not isinstance(batch_size, int) or batch_size < 1):
+        raise ExportError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    if is_head and batch_size is not None:
+        problem = model.rows_problem("batch_size", batch_size)
+        if problem:
+            raise ExportError(problem)
+
+
+def _save_program(wrapper: nn.Layer, inputs: List[Spec], tmp_dir: str,
+                  base: str) -> Tuple[List[str], str, str]:
+    """Trace `wrapper` and save it in `tmp_dir` as `base`: the files written, the model file's
+    name and its IR ("pir" or "program")."""
+    # full_graph=True: AST conversion, so `paddle.in_dynamic_mode()` is False while tracing
+    # and the model takes its general (static) path; the SOT tracer would run it "dynamic".
+    static = paddle.jit.to_static(wrapper, input_spec=_input_specs(inputs), full_graph=True)
+    paddle.jit.save(static, os.path.join(tmp_dir, base))
+    written = sorted(os.listdir(tmp_dir))
+    if base + ".json" in written:
+        model_file, ir = base + ".json", "pir"
+    elif base + ".pdmodel" in written:
+        model_file, ir = base + ".pdmodel", "program"
+    else:
+        raise ExportError(f"paddle.jit.save wrote no model file, only {written}")
+    if base + ".pdiparams" not in written:
+        raise ExportError(f"paddle.jit.save wrote no parameters file, only {written}")
+    return written, model_file, ir
+
+
+def _sidecar(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int],
+             inputs: List[Spec], outputs: List[Spec], extra: list,
+             model_file: str, ir: str) -> Dict[str, Any]:
+    """The sidecar (<path>.meta.json) describing an export of `model`."""
+    enc = _encoder_of(model)
+    c = enc.config
+    is_head = model is not enc
+    base = os.path.splitext(model_file)[0]
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "paddle_version": paddle.__version__,
+        "ir": ir,
+        "model_file": model_file,
+        "params_file": base + ".pdiparams",
+        "model_class": type(model).__name__,
+        "config": c.to_dict(),
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "memory_shape": ([c.num_hidden_layers, -1 if batch_size is None else batch_size,
+                          enc.memory_len, c.hidden_size] if enc.memory_len else None),
+        "inputs": inputs,
+        "outputs": outputs,
+    }
+    head_sizes = model.architecture()["kwargs"]
+    meta.update({k: head_sizes[k] for k in ("num_labels", "num_choices") if k in head_sizes})
+    if is_head and model.rows_per_example > 1 and "num_choices" not in meta:
+        meta["rows_per_example"] = model.rows_per_example   # e.g. pair matching: 2
+    if extra:   # only then: the sidecars of the other exports stay as they were
+        meta["head_inputs"] = {x.name: {"high": x.high, "doc": x.doc} for x in extra}
+    return meta
+
+
+def _move_into_place(tmp_dir: str, path: str, written: List[str], meta: Dict[str, Any]) -> None:
+    """Move the export's files from `tmp_dir` to `path`, the sidecar last, and drop the program
+    file an earlier export by the other paddle major version left under the same prefix."""
+    directory, base = os.path.split(path)
+    model_file = meta["model_file"]
+    stale = _previous_model_file(path)
+    # Every file is complete in the temporary directory before any moves (a full disk
+    # fails here, with nothing of this export in place); then the model files, and the
+    # sidecar last: a sidecar means a complete export. Renames need no space.
+    atomic_write_text(os.path.join(tmp_dir, base + META_SUFFIX),
+                      json.dumps(meta, indent=2) + "\n")
+    for name in written:
+        os.replace(os.path.join(tmp_dir, name), os.path.join(directory, name))
+    os.replace(os.path.join(tmp_dir, base + META_SUFFIX), path + META_SUFFIX)
+    if stale and stale != model_file:
+        # An earlier export here by the other paddle major version: drop its program file
+        # so the folder does not hold two different programs under one prefix.
+        for name in (stale, base + ".pdiparams.info"):
+            if name not in written and os.path.isfile(os.path.join(directory, name)):
+                os.remove(os.path.join(directory, name))
+
+
 def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
            batch_size: Optional[int] = None) -> Dict[str, Any]:
     """Export `model` (ErnieDocModel or a task head) for paddle.inference at `path` (a prefix).
@@ -153,17 +243,7 @@ def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
     enc = _encoder_of(model)
     c = enc.config
     is_head = model is not enc
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or \
-            not 1 <= seq_len <= c.max_position_embeddings:
-        raise ExportError(f"seq_len must be an integer in [1, max_position_embeddings="
-                          f"{c.max_position_embeddings}], got {seq_len!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or
-                                   not isinstance(batch_size, int) or batch_size < 1):
-        raise ExportError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-    if is_head and batch_size is not None:
-        problem = model.rows_problem("batch_size", batch_size)
-        if problem:
-            raise ExportError(problem)
+    _check_sizes(model, is_head, c.max_position_embeddings, seq_len, batch_size)
 
     inputs, outputs = io_signature(model, seq_len, batch_size)
     head_outputs = [name for name, _ in model.export_outputs(1, seq_len)] if is_head else None
@@ -183,55 +263,9 @@ def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
         raise OSError(e.errno, e.strerror, path) from None
     model.eval()
     try:
-        # full_graph=True: AST conversion, so `paddle.in_dynamic_mode()` is False while tracing
-        # and the model takes its general (static) path; the SOT tracer would run it "dynamic".
-        static = paddle.jit.to_static(wrapper, input_spec=_input_specs(inputs), full_graph=True)
-        paddle.jit.save(static, os.path.join(tmp_dir, base))
-        written = sorted(os.listdir(tmp_dir))
-        if base + ".json" in written:
-            model_file, ir = base + ".json", "pir"
-        elif base + ".pdmodel" in written:
-            model_file, ir = base + ".pdmodel", "program"
-        else:
-            raise ExportError(f"paddle.jit.save wrote no model file, only {written}")
-        if base + ".pdiparams" not in written:
-            raise ExportError(f"paddle.jit.save wrote no parameters file, only {written}")
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "paddle_version": paddle.__version__,
-            "ir": ir,
-            "model_file": model_file,
-            "params_file": base + ".pdiparams",
-            "model_class": type(model).__name__,
-            "config": c.to_dict(),
-            "seq_len": seq_len,
-            "batch_size": batch_size,
-            "memory_shape": ([c.num_hidden_layers, -1 if batch_size is None else batch_size,
-                              enc.memory_len, c.hidden_size] if enc.memory_len else None),
-            "inputs": inputs,
-            "outputs": outputs,
-        }
-        head_sizes = model.architecture()["kwargs"]
-        meta.update({k: head_sizes[k] for k in ("num_labels", "num_choices") if k in head_sizes})
-        if is_head and model.rows_per_example > 1 and "num_choices" not in meta:
-            meta["rows_per_example"] = model.rows_per_example   # e.g. pair matching: 2
-        if extra:   # only then: the sidecars of the other exports stay as they were
-            meta["head_inputs"] = {x.name: {"high": x.high, "doc": x.doc} for x in extra}
-        stale = _previous_model_file(path)
-        # Every file is complete in the temporary directory before any moves (a full disk
-        # fails here, with nothing of this export in place); then the model files, and the
-        # sidecar last: a sidecar means a complete export. Renames need no space.
-        atomic_write_text(os.path.join(tmp_dir, base + META_SUFFIX),
-                          json.dumps(meta, indent=2) + "\n")
-        for name in written:
-            os.replace(os.path.join(tmp_dir, name), os.path.join(directory, name))
-        os.replace(os.path.join(tmp_dir, base + META_SUFFIX), path + META_SUFFIX)
-        if stale and stale != model_file:
-            # An earlier export here by the other paddle major version: drop its program file
-            # so the folder does not hold two different programs under one prefix.
-            for name in (stale, base + ".pdiparams.info"):
-                if name not in written and os.path.isfile(os.path.join(directory, name)):
-                    os.remove(os.path.join(directory, name))
+        written, model_file, ir = _save_program(wrapper, inputs, tmp_dir, base)
+        meta = _sidecar(model, seq_len, batch_size, inputs, outputs, extra, model_file, ir)
+        _move_into_place(tmp_dir, path, written, meta)
     except OSError as e:
         # paddle.jit.save on a full disk raises without a file name, or names a file in the
         # temporary directory: report the export prefix the caller asked for

@@ -538,37 +538,9 @@ def _open_input(path: str):
     return open_regular(path, "--input", PipelineError)
 
 
-def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProblem]]:
-    """Documents from an input path, one at a time (never the whole file in memory, and
-    never more than MAX_ITEM_BYTES of one document), as dicts of the task's fields; an item
-    that cannot be read is an InputProblem whose message names it (file:line). A directory
-    input: one item per `.txt` entry (named by its file name) and per folder
-    (_directory_entries); an entry that is not a readable regular file, or whose name is
-    not UTF-8, is an error record."""
-    fmt = input_format(path, fmt)
-    if fmt == "dir":
-        for name in _directory_entries(path):
-            full = os.path.join(path, name)
-            if shown(name) != name:
-                yield InputProblem(None, f"{shown(full)}: the file name is not UTF-8")
-            elif os.path.isdir(full):
-                yield InputProblem(name, f"{shown(full)}: a folder (only the .txt files "
-                                         f"directly in the input folder are read)")
-            else:
-                yield _read_document(full, name)
-        return
-    if fmt == "txt" and path == STDIO:   # one document: standard input to its end
-        import sys
-        data = sys.stdin.buffer.read(MAX_ITEM_BYTES + 1)
-        text = InputProblem("stdin", f"standard input: more than the {MAX_ITEM_BYTES >> 20} "
-                                     f"MiB one document may hold") \
-            if len(data) > MAX_ITEM_BYTES else _decode(data, "standard input", doc_id="stdin")
-        yield text if isinstance(text, InputProblem) else {"id": "stdin", "text": text}
-        return
-    if fmt == "txt":
-        name = os.path.basename(path)
-        yield _read_document(path, name if shown(name) == name else None)
-        return
+def _file_items(path: str, fmt: str) -> Iterator[Union[dict, InputProblem]]:
+    """The items of a JSON Lines or TSV input (a file or standard input), one per line; a line
+    that cannot be read is an InputProblem naming it (file:line)."""
     with _open_input(path) as f:
         header = None
         for number, raw in _lines(f):
@@ -607,6 +579,40 @@ def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProbl
                 continue
             yield item if isinstance(item, dict) else \
                 InputProblem(None, f"{where}: expected a JSON object")
+
+
+def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProblem]]:
+    """Documents from an input path, one at a time (never the whole file in memory, and
+    never more than MAX_ITEM_BYTES of one document), as dicts of the task's fields; an item
+    that cannot be read is an InputProblem whose message names it (file:line). A directory
+    input: one item per `.txt` entry (named by its file name) and per folder
+    (_directory_entries); an entry that is not a readable regular file, or whose name is
+    not UTF-8, is an error record."""
+    fmt = input_format(path, fmt)
+    if fmt == "dir":
+        for name in _directory_entries(path):
+            full = os.path.join(path, name)
+            if shown(name) != name:
+                yield InputProblem(None, f"{shown(full)}: the file name is not UTF-8")
+            elif os.path.isdir(full):
+                yield InputProblem(name, f"{shown(full)}: a folder (only the .txt files "
+                                         f"directly in the input folder are read)")
+            else:
+                yield _read_document(full, name)
+        return
+    if fmt == "txt" and path == STDIO:   # one document: standard input to its end
+        import sys
+        data = sys.stdin.buffer.read(MAX_ITEM_BYTES + 1)
+        text = InputProblem("stdin", f"standard input: more than the {MAX_ITEM_BYTES >> 20} "
+                                     f"MiB one document may hold") \
+            if len(data) > MAX_ITEM_BYTES else _decode(data, "standard input", doc_id="stdin")
+        yield text if isinstance(text, InputProblem) else {"id": "stdin", "text": text}
+        return
+    if fmt == "txt":
+        name = os.path.basename(path)
+        yield _read_document(path, name if shown(name) == name else None)
+        return
+    yield from _file_items(path, fmt)
 
 
 def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:

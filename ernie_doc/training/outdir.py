@@ -472,20 +472,9 @@ def check_resumable(output_dir: str, listed: List[str]) -> None:
             raise ConfigError(f"{where}: {path} is not a regular file or folder")
 
 
-def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool = False,
-                     overwrite: bool = False, marker: str = "run_config.yaml",
-                     source: str = "config") -> None:
-    """Refuse an output directory this run must not write into (ConfigError, one line).
-
-    inputs: paths the run reads (data directory, checkpoint, tokenizer ...); output_dir may
-    not be, contain or lie inside any of them. A new run goes into a new or empty directory,
-    or (overwrite) into one holding only what its manifest lists, run's `marker` among them;
-    --resume into a run's directory (`marker` there) where nothing is in the run's way
-    (check_resumable). Paths are taken as given (no `~` expansion: the caller resolves the
-    config's paths once, and writes to what was checked). Nothing is created or changed
-    here."""
-    out = _real(output_dir)
-    where = f"output_dir {output_dir}"
+def _check_apart(out: str, where: str, inputs: Iterable[str], source: str) -> None:
+    """Refuse an output directory (`out`, resolved) that is, contains or lies inside an input
+    of the run, or is or contains the current directory, the repository, $HOME or /."""
     for path in inputs:
         for given in dict.fromkeys([os.fspath(path or ""),
                                     os.path.expanduser(os.fspath(path or ""))]):
@@ -505,6 +494,23 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
             relation = "is" if out == real else "contains"
             raise ConfigError(f"{source}: {where} {relation} {what} ({real}): choose a "
                               "directory of its own")
+
+
+def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool = False,
+                     overwrite: bool = False, marker: str = "run_config.yaml",
+                     source: str = "config") -> None:
+    """Refuse an output directory this run must not write into (ConfigError, one line).
+
+    inputs: paths the run reads (data directory, checkpoint, tokenizer ...); output_dir may
+    not be, contain or lie inside any of them. A new run goes into a new or empty directory,
+    or (overwrite) into one holding only what its manifest lists, run's `marker` among them;
+    --resume into a run's directory (`marker` there) where nothing is in the run's way
+    (check_resumable). Paths are taken as given (no `~` expansion: the caller resolves the
+    config's paths once, and writes to what was checked). Nothing is created or changed
+    here."""
+    out = _real(output_dir)
+    where = f"output_dir {output_dir}"
+    _check_apart(out, where, inputs, source)
     if not os.path.lexists(out):
         return
     if not os.path.isdir(out):
