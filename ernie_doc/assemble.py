@@ -367,14 +367,10 @@ def _builds_model(kind: Any) -> bool:
 def saved_run(directory: str, record: Mapping[str, Any], source: str, device: str = "cpu",
               rows: Optional[int] = None,
               load_model: Optional[Callable[[Assembly], Any]] = None) -> Assembly:
-    """A saved model folder → its Assembly, nothing written: the config as the run wrote it
-    (`record`: task.json's fields, read from `source`) with the model, tokenizer and labels
-    taken from `directory`; the kind over the saved labels; the tokenizer; and the model,
-    its memory estimate (`rows` rows) checked first: `load_model(run)` (an export behind the
-    dygraph call), else the dygraph head from `directory`. A kind that builds its own model
-    (the language model) loads it and its vocabulary (run.tokenizer) itself.
-    Raises ConfigError / DataError / CheckpointError / UntrainedHead (a folder without the
-    kind's trained head)."""
+    """A saved model folder → its Assembly, nothing written: `record` (task.json's fields, read
+    from `source`) with model, tokenizer and labels from `directory`; the model's memory
+    estimate (`rows` rows) is checked before it loads (`load_model(run)`, else the dygraph head).
+    Raises ConfigError / DataError / CheckpointError / UntrainedHead."""
     given = dict(record["config"])
     given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
                  device=device)

@@ -157,16 +157,9 @@ def model_class_names() -> List[str]:
 
 
 class AutoModel:
-    """The model class a checkpoint records, loaded: one door for every head.
-
-        model = AutoModel.from_pretrained("output/imdb/best")   # ErnieDocForSequenceClassification
-        model = AutoModel.from_pretrained("ernie-doc-base-en")  # ErnieDocModel (the encoder)
-
-    The class is model_class_for's: the class the checkpoint's config.json records, else the
-    official head tensors present, else the bare ErnieDocModel. The pretraining heads alone,
-    with no class recorded (the released checkpoints hold them), are a pretrained encoder:
-    ErnieDocModel, as Hugging Face's AutoModel; ErnieDocForPretraining.from_pretrained loads
-    them with their heads. Not instantiable itself."""
+    """The model class a checkpoint records (model_class_for), loaded: one door for every head.
+    Released checkpoints (pretraining heads, no class recorded) load as ErnieDocModel, as
+    Hugging Face's AutoModel. Not instantiable itself."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise TypeError("AutoModel is not instantiated: use AutoModel.from_pretrained(path), "

@@ -149,12 +149,8 @@ def _architecture(raw: Dict[str, Any], flat: Dict[str, Any], source: str,
 def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] = ValueError
                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
-
-    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
-    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
-    does not know: they are dropped with a warning rather than blocking the load. A file that
-    cannot be read this way raises `error` (checkpoint.io: CheckpointError) naming `source`.
-    """
+    Our own files must hold only known keys; other tools' unknown keys are dropped with a
+    warning. Unreadable: raises `error` naming `source`."""
     if not isinstance(raw, dict):
         raise error(f"{source}: expected a JSON object, got {type(raw).__name__}")
     ours = "architecture" in raw and "model_type" not in raw
@@ -384,14 +380,9 @@ class ErnieDocConfig:
 
     @classmethod
     def from_pretrained(cls, path: "str | os.PathLike[str]", **overrides) -> "ErnieDocConfig":
-        """The config of a saved or released model, as the model's from_pretrained reads it.
-
-        path: a save_pretrained directory, a PaddleNLP or official checkpoint directory or weights
-            file (its config.json / model_config.json / ernie_config.json), a config JSON file, or a
-            released name or preset ("ernie-doc-base-en", "ernie-doc-small": the preset, nothing is
-            downloaded). For a URL or archive, load the model: its `.config` is this.
-        overrides: config keys. ConfigError, one line naming the path, or the file and the key.
-        """
+        """The config of a saved or released model. path: a saved / PaddleNLP / official
+        checkpoint directory or weights file, a config JSON file, or a released name or preset
+        (nothing downloaded). overrides: config keys. ConfigError, one line."""
         spec = os.fspath(path)
         if os.path.exists(spec):
             found = _config_file(spec)
@@ -409,14 +400,10 @@ class ErnieDocConfig:
             raise ConfigError(f"{spec}: {e}") from None
 
     def save_pretrained(self, directory: "str | os.PathLike[str]") -> "str | os.PathLike[str]":
-        """Write config.json into `directory` (created if needed; written whole or not at all,
-        other files kept), readable by from_pretrained and by the models' from_pretrained.
-        A config.json already there (a saved model's, PaddleNLP's) keeps every key this config
-        does not own: the head class it records ("architecture", "architectures"),
-        "model_type", and "id2label" / "label2id" while they still count num_labels classes;
-        so the folder still loads as that head, in this project and in PaddleNLP. A warning
-        line says so when the sizes written differ from those of the config replaced (the
-        weights beside it were saved with those). Returns `directory`."""
+        """Write config.json into `directory` (created if needed; atomic, other files kept) →
+        `directory`. An existing config.json keeps the keys this config does not own (head
+        class, model_type, labels while they count num_labels), so the folder still loads as
+        that head; a warning says so when the sizes differ from those replaced."""
         os.makedirs(directory, exist_ok=True)
         target = os.path.join(directory, CONFIG_FILES[0])
         values = self.to_dict()

@@ -53,14 +53,9 @@ PretrainingOutput = namedtuple("PretrainingOutput",
 
 
 class Head(PretrainedMixin, nn.Layer):
-    """The base of every head (and the extension point of a task's own head, e.g.
-    tasks/hotpotqa/head.py): the encoder under `ernie_doc.`, from_pretrained /
-    save_pretrained, and `official_names` ({own parameter key: official static name}).
-
-    Export (ernie_doc.predict.engine) asks the head itself: `exportable` (its forward needs the
-    encoder's inputs, and the `export_inputs` it declares), `export_outputs` (the names and
-    shapes of what it hands back) and `rows_per_example` (rows of a batch that make one
-    example)."""
+    """The base of every head (and of a task's own head): the encoder under `ernie_doc.`,
+    from_pretrained / save_pretrained, `official_names`. Export asks the head for `exportable`,
+    `export_inputs`, `export_outputs` and `rows_per_example`."""
     official_names = {}
     abstract_base = True   # not a head itself: a config naming it names no head
     encoder_prefix = names.PREFIX   # the encoder's keys: "ernie_doc." + ErnieDocModel's

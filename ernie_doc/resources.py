@@ -108,13 +108,9 @@ def available_memory(device: Optional[str] = None) -> Optional[int]:
 
 
 def parameter_count(build: Callable[[int], object], layers: int) -> int:
-    """Parameters of the model `build(layers)` returns (`build(n)`: the same model with n
-    Transformer layers), exact and in milliseconds whatever its size. No parameter memory is
-    allocated (the model is built under paddle.LazyGuard), and only the models of one and two
-    layers are built: every further layer adds what the second one added, since the layers
-    are alike and tensors stacked per layer (untied biases [L, heads, d_head]) grow by one
-    slice per layer. Building all the layers, even lazily, takes minutes for a mistyped
-    num_hidden_layers of 100000."""
+    """Parameters of the model `build(layers)` returns, exact and fast: built under
+    paddle.LazyGuard with one and two layers only (every further layer adds what the second
+    added), so a mistyped num_hidden_layers of 100000 costs nothing."""
     import paddle
 
     def count(n: int) -> int:

@@ -225,14 +225,8 @@ MAX_CONFIG_CHARS = 1 << 18   # a config file's size (the task configs are about 
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load (plain data, no tags that build objects), except that these are errors
-    at their file:line:
-    - a key given twice in one mapping (PyYAML keeps the last one silently, so a duplicated
-      key would hide the value the user meant);
-    - an anchor or alias (`&name`, `*name`, and the `<<` merges built on them): an alias
-      repeats a value without repeating its text, so a few hundred bytes can stand for
-      gigabytes once printed or copied (the "billion laughs"), and a config needs none;
-    - nesting deeper than MAX_YAML_DEPTH (PyYAML recurses per level: a RecursionError)."""
+    """yaml.safe_load, except these are errors at their file:line: a duplicated key, an anchor
+    or alias (a "billion laughs" risk; configs need none), nesting deeper than MAX_YAML_DEPTH."""
 
     def compose_node(self, parent, index):
         event = self.peek_event()

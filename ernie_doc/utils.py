@@ -358,15 +358,10 @@ def _safetensors_write_reason(error: BaseException) -> Optional[str]:
 
 def write_failure(error: BaseException, target: str, what: str = "output_dir",
                   target_is_dir: bool = True) -> Optional[str]:
-    """The one-line report of `error` raised while a tool wrote `target` (its output
-    directory, or file when target_is_dir is False), or None when `error` is not a failed
-    write there (the caller then re-raises it: a bug keeps its traceback).
-
-    Reported: an OSError whose errno says no write can succeed (WRITE_ERRNOS: full disk,
-    read-only filesystem ...), one about `target` or a parent of it, one about a path inside
-    `target` that makes the place unusable, and safetensors' serialisation error (a full disk).
-    Shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it (<reason>)",
-    "<file>: <reason>".
+    """The one-line report of `error` raised while writing `target` (a directory, or a file
+    when target_is_dir is False), or None when it is no failed write there (the caller then
+    re-raises). Reported: WRITE_ERRNOS, errors about `target`, a parent or a path inside it,
+    and safetensors' serialisation error.
     """
     target = os.fspath(target)
     if isinstance(error, OSError):

@@ -174,12 +174,8 @@ def read_safetensors(path: PathLike) -> Dict[str, np.ndarray]:
 
 def _read_pdparams(path):
     """A paddle.save state dict (PaddleNLP's format) → ({name: ndarray}, [skipped entries]).
-
-    Read with the restricted unpickler of ernie_doc.checkpoint.safe_pickle: nothing in the
-    file runs, and anything paddle.save does not write is refused (CheckpointError). paddle
-    saves bfloat16 tensors as their uint16 bit patterns (it has no uint16 tensors): uint16
-    arrays come back as float32, exactly.
-    """
+    Read with ernie_doc.checkpoint.safe_pickle: nothing runs, anything paddle.save does not
+    write is a CheckpointError. uint16 arrays (paddle's bfloat16 bits) come back as float32."""
     state = safe_pickle.load_state_dict(path)
     tensors, skipped = {}, []
     for key, value in state.items():
@@ -192,12 +188,8 @@ def _read_pdparams(path):
 
 def _read_official(directory, upcast, head_names):
     """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]).
-
-    A file named like a parameter (of the encoder or of any head) must be a valid LoDTensor
-    file: an empty, garbage or truncated one is an error naming it, never a "missing" tensor
-    left at its initialisation. Optimizer / LR state files are not read. Other files are read
-    when they start like a LoDTensor (they become "unexpected") and skipped otherwise
-    (configs, vocab)."""
+    A file named like a parameter must be a valid LoDTensor file (else an error naming it);
+    optimizer / LR state is not read; other LoDTensor files become "unexpected"."""
     tensors, ignored = {}, []
     for name in lodtensor.list_regular_files(directory):
         if names.is_ignored_official(name):

@@ -186,13 +186,9 @@ def _read_header(f, path: str, size: int) -> Tuple[int, List[int], int]:
 
 
 def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
-    """One LoDTensor file → np.ndarray with the stored shape (LoD offsets are discarded).
-
-    upcast=True turns FP16 and BF16 into float32 (exact); upcast=False returns FP16 as float16
-    and BF16 as its raw uint16 bits. Every size the header declares (LoD levels, the data) is
-    checked against the file's length before anything is read or allocated, so a corrupt or
-    hostile header is a LoDTensorFormatError naming the file, never a MemoryError.
-    """
+    """One LoDTensor file → np.ndarray of the stored shape (LoD offsets discarded). upcast:
+    FP16 / BF16 → float32 (exact); else FP16 as float16, BF16 as raw uint16. Every declared
+    size is checked against the file length first: a corrupt header is a LoDTensorFormatError."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size

@@ -86,12 +86,9 @@ def exit_on_user_error(error: BaseException, debug: bool,
                        target: Optional[str] = None, what: str = "output_dir",
                        target_is_dir: bool = True) -> None:
     """For a command's `except user_error_types()` clause: print one `error:` line and exit
-    when `error` is bad input (an ErnieDocError: its message is the line, its `exit_status`
-    the status) or a failed write to `target` (ernie_doc.utils.write_failure: a full disk, a
-    read-only filesystem, a file where a directory should be; status 2). Return otherwise,
-    and the caller re-raises: a bug keeps its traceback, and so does every error under
-    `debug` (--debug). `target`: the output directory (or file: target_is_dir False) the
-    command writes, named `what` in the line."""
+    when `error` is an ErnieDocError (status: its `exit_status`) or a failed write to `target`
+    (utils.write_failure; status 2). Return otherwise (also under `debug`): the caller
+    re-raises, so a bug keeps its traceback."""
     if debug:
         return
     if isinstance(error, ErnieDocError):
@@ -197,15 +194,10 @@ def launch_command(command: str, nproc: int, argv: List[str],
 
 
 def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
-    """Run paddle's launcher (`launch_command`) and wait for it → its exit status, or 128 +
-    the signal when the run was interrupted (rank 0 said so).
-
-    The launcher runs in its own session (so its own process group), and this process is
-    its only relay: SIGINT and SIGTERM received here (Ctrl-C in the terminal, `kill -INT` to
-    this process, or to its group) are passed on exactly once (the launcher then stops the
-    ranks, which save the step they are at; a second signal would make it force-quit them),
-    SIGHUP as SIGTERM. Rank 0's `interrupted ...` line, in the launcher's
-    log_dir/workerlog.0, is repeated on stderr."""
+    """Run paddle's launcher (`launch_command`) → its exit status, or 128 + the signal when
+    rank 0 reported an interruption. The launcher runs in its own session; SIGINT / SIGTERM
+    are relayed to it exactly once (a second would force-quit the ranks), SIGHUP as SIGTERM.
+    Rank 0's `interrupted ...` line (log_dir/workerlog.0) is repeated on stderr."""
     import signal
     import subprocess
     log = os.path.join(log_dir, "workerlog.0")

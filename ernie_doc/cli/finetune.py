@@ -59,14 +59,9 @@ def config_path(config):
 
 
 def main(argv=None, description=__doc__, config_flag=False, kind=None):
-    """kind: the task kind this entry point accepts (None: any).
-
-    Exit status 2 with one `error:` line for bad input (the project's error types) and for a
-    run that cannot write its output (full disk, read-only filesystem, a file where
-    OUTPUT_DIR should be: ernie_doc.utils.write_failure); 1 for a training failure (a
-    non-finite loss); 130 / 143 for SIGINT / SIGTERM, with one line naming the step saved
-    and the command that resumes it. Any other exception is a bug and keeps its traceback;
-    --debug shows the traceback of every error."""
+    """kind: the task kind this entry point accepts (None: any). Exit status: 2 with one
+    `error:` line for bad input or an unwritable output, 1 for a non-finite loss, 130 / 143 for
+    SIGINT / SIGTERM (naming the step saved); other exceptions keep their traceback."""
     args = parse_args(argv, description, config_flag)
     if args.help_config:   # the table only: nothing below (no config, no run) is needed
         from ernie_doc.run_config import help_config

@@ -120,13 +120,10 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 
 def check_paths(args: argparse.Namespace):
-    """Input and output checked before the model is loaded (PipelineError: one line) →
-    (the inputs, an ernie_doc.predict.outputs.InputSet; the file id of an existing --output, or
-    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.predict.outputs' rule
-    against --input and the model folders: never one of them or a file inside them (links
-    followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
-    regular file or nothing; an existing output only with --resume (a file with no other name
-    or link) or --overwrite."""
+    """Input and output checked before the model loads (PipelineError: one line) → (the
+    InputSet of the inputs, the file id of an existing --output or None). --output and its
+    sidecar follow ernie_doc.predict.outputs' rule; an existing output needs --resume or
+    --overwrite."""
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import STDIO, provenance_path
     from ernie_doc.predict.outputs import InputSet, check_appendable, check_output, check_stream

@@ -54,21 +54,14 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
                     tokenizer: Any = None, *, stride: Optional[int] = None,
                     pad_id: Optional[int] = None, special_tokens: bool = True,
                     return_tensors: Optional[str] = None) -> Iterator[SegmentBatch]:
-    """Yield the SegmentBatch of each step that reads `documents` in `batch_size` parallel rows.
+    """Yield the SegmentBatch of each step reading `documents` in `batch_size` parallel rows.
 
-    documents: token ids per document (no special tokens), or str when a tokenizer is given;
-        any iterable, read lazily. seq_len: T, at most the model's max_position_embeddings.
-    tokenizer: gives the [CLS] / [SEP] / [PAD] ids; with it (special_tokens=True) segments take
-        the official layout: T−2 tokens, [SEP], padding, [CLS] last, windows advancing by
-        `stride` (default T−2: no overlap). Otherwise: windows of T tokens padded with pad_id.
-    pad_id: the padding id (default the tokenizer's; required without one).
-    return_tensors: None (numpy arrays) or "pd" (paddle tensors, on the default device).
-
-    Each row reads one document start to end; a row whose document ended takes the next one with
-    new_doc set, and once the documents run out finished rows are padding (doc_index −1).
-    ValueError, naming the argument or the document: a seq_len (1..2^20), batch_size (1..2^16) or
-    stride out of range, a bad return_tensors, a missing pad_id, a str document without a
-    tokenizer, ids that are not integers in [0, vocab_size).
+    documents: token ids per document (str with a tokenizer), read lazily. seq_len: T.
+    tokenizer: gives special ids; with special_tokens segments take the official layout (T−2
+    tokens, [SEP], padding, [CLS] last; `stride` default T−2), else T tokens padded with pad_id.
+    return_tensors: None (numpy) or "pd". A row whose document ended takes the next (new_doc);
+    once documents run out rows are padding (doc_index −1). ValueError naming the bad
+    argument or document.
     """
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)

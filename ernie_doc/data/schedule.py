@@ -38,13 +38,9 @@ def document_order(num_docs, shuffle, seed, epoch):
 
 
 class RowScheduler:
-    """Online greedy row assignment, one step at a time: a row whose document has ended takes
-    the next document (lowest row first). The same rule serves a precomputed epoch
-    (`schedule_rows`) and a streamed corpus, which learns a document's length only when the
-    document is read.
-
-    `step(next_doc)`: next_doc() → (key, number of steps) or None once the source is
-    exhausted. Returns [(key or None, segment index, reset)] per row; None = padding."""
+    """Online greedy row assignment: a row whose document ended takes the next document (lowest
+    row first); serves precomputed epochs and streamed corpora. `step(next_doc)`: next_doc() →
+    (key, steps) or None → [(key or None, segment index, reset)] per row; None = padding."""
 
     def __init__(self, rows: int):
         if rows < 1:

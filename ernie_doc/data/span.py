@@ -138,16 +138,10 @@ def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
 
 
 class SpanSegmenter:
-    """An example (context tokens, question ids, gold character spans) → segments laid out
-    `[CLS] context-window open question close PAD…` (open/close = [SEP]/[SEP] for the
-    Chinese tasks, [q]/[/q] for TriviaQA). Windows hold T − |question| − 3 context tokens and
-    advance by `stride`.
-
-    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts / ends
-    in the window (several for distant supervision; [CLS] when there is none, official), and
-    `allowed` the positions a span may use. Gold spans mark tokens by their own characters
-    (answer_unit "token", as the official `_improve_answer_span`) or by their words ("word").
-    `meta` keeps what decoding needs: the window, word and piece spans, max-context flags."""
+    """An example (context tokens, question ids, gold char spans) → segments `[CLS] window open
+    question close PAD…` (open/close: [SEP]/[SEP], or [q]/[/q] for TriviaQA), windows of
+    T − |question| − 3 tokens advancing by `stride`. Targets ([T] float32): `start_gold`,
+    `end_gold` ([CLS] when none), `allowed`; `meta` keeps what decoding needs."""
 
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):
@@ -211,16 +205,10 @@ def _top_context(logits: np.ndarray, n: int, n_best: int, pool: str) -> np.ndarr
 
 
 def best_spans(segments, logits, n_best=20, max_answer_len=30, pool="context", unit="word"):
-    """Candidate answers of one example, best first.
-
-    segments: its final-pass segments' `meta` dicts; logits: the matching [T, 2] arrays of
-    start/end logits. Candidates: the top-n starts and ends of each segment (`pool`: among
-    its context rows, or among all T rows keeping those in the context, official), start ≤
-    end, at most `max_answer_len` tokens, the start's window giving it its maximum context;
-    ranked by start + end logit across all segments (BERT / official); a character span
-    found in several windows keeps its best score. unit: "word" cuts the text at word
-    bounds, "token" at the sub-tokens' own characters (a meta without piece spans counts
-    as "word"). → [(score, char_start, char_end)], ties broken by character offsets."""
+    """Candidate answers of one example, best first → [(score, char_start, char_end)].
+    segments: its final-pass `meta` dicts; logits: matching [T, 2] start/end arrays. Top-n
+    starts and ends per segment, start ≤ end, ≤ max_answer_len tokens, in their max-context
+    window, ranked by start + end logit (official); ties by character offsets."""
     if pool not in POOLS:
         raise ValueError(f"pool {pool!r} is not one of {list(POOLS)}")
     if unit not in UNITS:

@@ -769,14 +769,10 @@ def _archive_entry(path: str) -> str:
 
 
 def resolve(spec, kind: str = "model", source: Optional[str] = None) -> str:
-    """A local path for `spec` (see the module docstring); fetches into the cache if needed.
-
-    kind: "model" (weights, config and tokenizer files) or "tokenizer" (the tokenizer files
-    only; matters for released names). source: "official" or "paddlenlp" weights of a released
-    name (default $ERNIE_DOC_SOURCE, else "official"). HubError, one line: an unknown name or
-    missing path, offline without the files, a network error (with the URL and the path to put
-    the file at by hand), a checksum mismatch, an unsafe archive, a damaged cache entry.
-    """
+    """A local path for `spec` (see the module docstring), fetched into the cache if needed.
+    kind: "model" or "tokenizer" (files only). source: "official" or "paddlenlp" (default
+    $ERNIE_DOC_SOURCE). HubError, one line (unknown name, offline, network, checksum, unsafe
+    archive, damaged cache entry)."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: choose one of {KINDS}")
     spec = os.fspath(spec)

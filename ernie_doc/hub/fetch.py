@@ -207,13 +207,9 @@ def sha256_file(path: str) -> str:
 
 @contextlib.contextmanager
 def file_lock(path: str, what: str, wait: Optional[float] = None) -> Iterator[bool]:
-    """Hold an exclusive lock on `path` (created if needed) for the block: N processes (e.g.
-    the ranks of a fleetrun job) that want the same cache entry fetch it once, the others
-    wait and then find it there. The lock dies with its process, so a killed download never
-    leaves the entry locked. `wait`: the longest wait for another holder in seconds (default
-    ERNIE_DOC_DOWNLOAD_DEADLINE), then a HubError naming the lock. Yields True when the lock
-    is held (False on a system without flock: then nothing left by another process may be
-    taken as stale)."""
+    """Hold an exclusive flock on `path` (created if needed) for the block, so concurrent
+    processes fetch an entry once; it dies with its process. `wait`: seconds (default
+    ERNIE_DOC_DOWNLOAD_DEADLINE), then a HubError. Yields True when held (False without flock)."""
     try:
         import fcntl
     except ImportError:   # Windows: no flock; concurrent downloads then race (still atomic)
@@ -424,15 +420,9 @@ def _timed_handlers(clock: _Clock) -> list:
 def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
              room_factor: float = 1.0, max_bytes: Optional[int] = None) -> Tuple[str, int]:
     """Fetch `url` (through ERNIE_DOC_MIRROR) into the new file `dest` → (sha256 hex, bytes).
-
-    `dest` must not exist and should lie in a folder private to the caller (it is created with
-    O_EXCL | O_NOFOLLOW). `manual`: where the user can put the file by hand (named in every
-    error). `sha256`: the expected hash. `room_factor`: how many times the announced size must be
-    free. `max_bytes`: the cap of the body (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB).
-    HubError, one line naming the URL and `manual`, on ERNIE_DOC_OFFLINE, a network error, or a
-    body that is short, too long, encoded, HTML, late, unframed without a sha256, of a wrong hash
-    or redirected elsewhere; `dest` then does not exist. The bounds: docs/design-notes.md,
-    "Hub: fetching a file".
+    `dest` must not exist (O_EXCL | O_NOFOLLOW). `manual`: where to put the file by hand.
+    HubError, one line naming the URL and `manual`, on any failure; `dest` then does not
+    exist. Bounds: docs/design-notes.md, "Hub: fetching a file".
     """
     fetched = mirrored(url)
     check_url(fetched)

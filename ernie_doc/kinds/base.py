@@ -165,16 +165,10 @@ def load_reader(task: Any) -> ModuleType:
 
 
 class Task:
-    """What the trainer asks of every task kind: the contract of the loop.
-
-    Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
-    ERNIE-Doc head), its streamed subclass `kinds.pretraining.PretrainingTask`, and
-    `kinds.lm.LanguageModelTask`, which builds its own model and splits (`builds_model`).
-
-    The memory state ("carry") is a dict of tensors that one row stream carries from a segment
-    to the next: the memories [L, B, M, H] and what goes with them (their mask, Segatron
-    positions). The trainer keeps it and saves it in checkpoints; only the task reads it.
-    `options` (config `task_options`) are checked against `option_defaults`."""
+    """What the trainer asks of every task kind. Families: `DocumentTask`, its streamed
+    `kinds.pretraining.PretrainingTask`, and `kinds.lm.LanguageModelTask` (`builds_model`).
+    The "carry" is the dict of tensors a row stream carries between segments (memories
+    [L, B, M, H], their mask, positions). `options` are checked against `option_defaults`."""
     main_metric: Optional[str] = None
     metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
                                          # main_metric's choices, checked before anything runs
@@ -430,16 +424,10 @@ class DocumentTask(Task):
 
     def predict(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                 passes: Optional[Sequence[Sequence]]) -> List[Dict[str, Any]]:
-        """Documents and their predicted rows → one prediction record per document, in order,
-        read from the inputs and the model's outputs only (no gold field is read).
-
-        docs: [Document]; rows: doc index → [(segment index, row output)] of that document's
-        predicted (final-pass) steps, in any order; passes: per document, its steps (Segments or
-        tuples of them, with their `meta`), or None for kinds that do not read them. A record is a
-        JSON-able dict: `doc_id`, the kind's prediction keys and `segments`. Each record depends
-        only on its own document's rows and steps (`predict([doc], {0: rows[i]}, [passes[i]])`
-        is the i-th record); a document without rows predicts from none (a kind that cannot
-        raises)."""
+        """Documents and their predicted rows → one JSON-able record per document, in order
+        (`doc_id`, the kind's keys, `segments`); no gold is read. rows: doc index → [(segment
+        index, row output)]; passes: per document its steps, or None. Each record depends only
+        on its own document."""
         return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
                 for i, doc in enumerate(docs)]
 

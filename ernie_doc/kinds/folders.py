@@ -81,13 +81,9 @@ def _load_installed() -> None:
 
 
 def task_package() -> str:
-    """Where the task folders are imported from: `tasks` when it is the tasks/ folder of the
-    checkout this package lives in (tests and tools/*.py import it so; its __init__.py carries
-    the ERNIE_DOC_TASKS marker), else the installed copy `ernie_doc_tasks` (setup.py installs
-    tasks/ under that name, never as a generic top-level `tasks`), loaded from beside this
-    package. Decided without importing anything from sys.path: a `tasks` or
-    `ernie_doc_tasks` package elsewhere (the current directory under `python -m`, another
-    distribution) is never imported."""
+    """Where the task folders come from: `tasks` when it is this checkout's tasks/ (with the
+    ERNIE_DOC_TASKS marker), else the installed `ernie_doc_tasks` beside this package. Decided
+    without importing from sys.path, so a stray `tasks` package is never imported."""
     try:
         spec = importlib.util.find_spec("tasks")
     except (ImportError, ValueError):

@@ -124,16 +124,9 @@ class _Adaptive(nn.Layer):
 
 
 class AdaptiveEmbedding(_Adaptive):
-    """Adaptive input representations (Baevski & Auli), as in Transformer-XL.
-
-    ids [...] int64 in [0, vocab_size) → [..., d_model] (e.g. [B, T] → [B, T, d_model]).
-    Cluster i looks its ids up in a [n_i, d_embed // div_val**i] table and projects to d_model;
-    the result is scaled by sqrt(d_model) (Transformer-XL's emb_scale).
-
-    Parameters: `emb_weights` (one [V, d_embed] table if div_val == 1, else one per cluster) and
-    `emb_projs` ([d_i, d_model] per cluster if div_val > 1; one if div_val == 1 and
-    d_embed != d_model; none otherwise).
-    """
+    """Adaptive input representations (Baevski & Auli): ids [...] int64 → [..., d_model],
+    scaled by sqrt(d_model). Cluster i: a [n_i, d_embed // div_val**i] table projected to
+    d_model (`emb_weights`, `emb_projs`)."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                  div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):
@@ -179,16 +172,10 @@ class AdaptiveEmbedding(_Adaptive):
 
 
 class ProjectedAdaptiveLogSoftmax(_Adaptive):
-    """Adaptive softmax with projections (Grave et al.; Transformer-XL's output layer).
-
-    log_prob(hidden [..., d_model]) → [..., V] full log-probabilities;
-    forward(hidden [..., d_model], target [...] int64 in [0, V)) → nll [...], computing the head
-    for every row but each tail cluster only for the rows whose target falls in it.
-
-    Parameters: `out_weights` / `out_biases`, `out_projs` and, with tail clusters,
-    `cluster_weight` [n_tail, d_embed] / `cluster_bias` [n_tail]; tail cluster i's head logit is
-    row n_tail − i, as in Transformer-XL, so its checkpoints map over without reordering rows
-    (its projections are stored [d_model, d_i], the transpose of ours). Tie with `tie_to`.
+    """Adaptive softmax with projections (Transformer-XL's output layer).
+    log_prob(hidden [..., d_model]) → [..., V]; forward(hidden, target [...] int64) → nll [...].
+    Tail cluster i's head logit is row n_tail − i, as in Transformer-XL, so its checkpoints
+    map over. Tie with `tie_to`.
     """
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
@@ -219,15 +206,9 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
     def tie_to(self, embedding: AdaptiveEmbedding, tie_weight: bool = True,
                tie_projs: Union[None, bool, Sequence[bool]] = None
                ) -> "ProjectedAdaptiveLogSoftmax":
-        """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry).
-
-        tie_weight: the output tables become the embedding tables (the biases stay own).
-        tie_projs: None, a bool for every cluster, or one bool per cluster (n_clusters of
-        them; WT103: [False, True, True, True]); cluster i's output projection becomes the
-        embedding's projection of cluster i (its single one if div_val == 1). Without
-        projections on either side (div_val == 1, d_embed == d_model) it has nothing to tie.
-        The replaced parameters are dropped: the model then holds each shared tensor once in
-        parameters() (hence once in the optimizer). Returns self.
+        """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry) →
+        self. tie_weight: output tables; tie_projs: None, one bool, or one per cluster.
+        Replaced parameters are dropped, so each shared tensor is in parameters() once.
         """
         if not isinstance(embedding, AdaptiveEmbedding):
             raise TypeError(f"embedding must be an AdaptiveEmbedding, got {type(embedding)}")

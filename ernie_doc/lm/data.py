@@ -423,13 +423,10 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
                 cache_dir: Optional[PathArg] = None, *, positions: Optional[str] = None,
                 vocab_from: Union[str, Sequence[str]] = "train", min_freq: int = 1,
                 max_size: Optional[int] = None, mmap: bool = False) -> Corpus:
-    """Vocabulary + encoded splits, cached under `cache_dir` (None: no cache).
-
-    `paths` {split: .tokens path}. The vocabulary is `vocab_path` when given, else built from the
-    split(s) `vocab_from`. Each split is cached as `{split}.ids.npy` (+ `{split}.pos.npy`) with a
-    `{split}.json` of the source's size and hash, the vocabulary's fingerprint and the counts; it
-    is re-encoded unless all match. Files are written atomically, the JSON last. `positions`:
-    None, "local" or "global" (see `sega_positions`). `mmap`: memory-map the cached arrays."""
+    """Vocabulary + encoded splits, cached under `cache_dir` (None: no cache). `paths`:
+    {split: .tokens path}; vocabulary from `vocab_path`, else built from `vocab_from`. A cached
+    split is re-encoded unless source size/hash and vocabulary fingerprint match. `positions`:
+    None, "local" or "global". `mmap`: memory-map the cached arrays."""
     if positions not in (None, "local", "global"):
         raise ValueError(f"positions must be None, 'local' or 'global', got {positions!r}")
     if not paths:

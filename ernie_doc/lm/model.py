@@ -53,14 +53,9 @@ Rel = Tuple[Any, ...]
 # ------------------------------------------------------------------------------------ config
 @dataclasses.dataclass
 class TransformerXLConfig:
-    """Hyper-parameters; the defaults are Transformer-XL's WikiText-103 base (training side).
-
-    Besides the Transformer-XL keys: recurrence ("enhanced" = ERNIE-Doc, "xl", "none"),
-    segment_positions (Segatron), sega_relative ("exact" | "segatron", module docstring),
-    d_embed (None = d_model), untie_r (per-layer r_w/r_r biases, the TF scripts' setting),
-    init_std / proj_init_std. tie_projs: None (= [False] + [True] * len(cutoffs), WT103's), a
-    bool for every cluster, or one bool per cluster. clamp_len ≤ 0: no clamping.
-    Every value is checked on construction; ValueError messages start with the key.
+    """Hyper-parameters; defaults are Transformer-XL's WikiText-103 base. Extra keys:
+    recurrence ("enhanced", "xl", "none"), segment_positions, sega_relative, untie_r, tie_projs
+    (None = WT103's). Checked on construction; ValueError messages start with the key.
     """
     n_layer: int = 16
     d_model: int = 410
@@ -243,15 +238,9 @@ def sinusoid(pos: paddle.Tensor, dim: int) -> paddle.Tensor:
 
 
 def pad_reshape_rel_shift(x: paddle.Tensor) -> paddle.Tensor:
-    """Transformer-XL's relative shift of x [..., T, K] (column c = distance K−1−c), same shape:
-    out[..., i, j] = x[..., i, j + T − 1 − i] wherever j ≤ K − T + i (the causal keys);
-    the entries above that diagonal are junk, to be masked.
-
-    Pad a zero column on the left, view [K+1, T], drop the first row, view [T, K]. The
-    encoder's `ernie_doc.modeling.attention.gather_rel_shift` is one gather of flat indices
-    instead (faster on CPU, and exact everywhere since the encoder attends to every key); on
-    the causal keys the two agree, above the diagonal they leave different junk, so the LM
-    keeps Transformer-XL's own form.
+    """Transformer-XL's relative shift of x [..., T, K], same shape: out[..., i, j] =
+    x[..., i, j + T − 1 − i] for the causal keys (j ≤ K − T + i); junk above, to be masked.
+    Differs from the encoder's gather_rel_shift only in that junk.
     """
     lead, (t, k) = list(x.shape[:-2]), list(x.shape[-2:])
     zero = paddle.zeros(lead + [t, 1], dtype=x.dtype)
@@ -645,16 +634,9 @@ class TransformerXLLM(nn.Layer):
                 memory_positions: Optional[paddle.Tensor] = None,
                 return_log_probs: bool = False) -> LMOutput:
         """input_ids [B, T] int → LMOutput; inputs are never modified.
-
-        target [B, T'] int (T' ≤ T: the last T' positions are predicted, which skips an
-        `ext_len` prefix) or None · memories None (no memory: Transformer-XL's start state), a
-        list of n_layer [B, M, d_model] or one [n_layer, B, M, d_model] · reset_memory [B] bool:
-        rows whose memory is zeroed first · positions [3, B, T] (paragraph, sentence, token)
-        running counters, required iff config.segment_positions · memory_positions [3, B, M],
-        required with memories when segment_positions (the previous out.memory_positions).
-        LMOutput: nll [B, T'] or None, log_probs [B, T', V] if return_log_probs, memories
-        [n_layer, B, M', d_model] detached or None, hidden [B, T, d_model] (what the softmax
-        reads), memory_positions [3, B, M'] or None."""
+        target [B, T'] (the last T' positions predicted) or None; memories None, n_layer ×
+        [B, M, d_model] or [n_layer, B, M, d_model]; reset_memory [B] bool; positions [3, B, T]
+        and memory_positions [3, B, M], required iff config.segment_positions."""
         c = self.config
         if paddle.in_dynamic_mode():
             self._check(input_ids, target, memories, reset_memory, positions, memory_positions)

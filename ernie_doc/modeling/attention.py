@@ -47,15 +47,9 @@ def relative_position_ids(seg_len: int, mem_len: int, max_position: int,
 
 def gather_rel_shift(x: paddle.Tensor, key_len: int,
                      offset: Optional[int] = None) -> paddle.Tensor:
-    """The encoder's relative shift, as one gather: [B, n, T, W] → [B, n, T, key_len] with
-    out[a, b] = x[a, b + offset − a].
-
-    offset = T reproduces the official XLNet-style reshape/slice of the full [T, 2T+M] score
-    exactly, every entry (the encoder masks nothing by position, so all of them are read).
-    Done as one gather of flat indices offset + a(W−1) + b: the strided slice copy is slower
-    on CPU. The language model's `ernie_doc.lm.model.pad_reshape_rel_shift` is
-    Transformer-XL's pad-a-zero-column-and-reshape shift instead: the same on the causal keys
-    but with other junk above the diagonal, which its causal mask hides.
+    """The encoder's relative shift as one gather: [B, n, T, W] → [B, n, T, key_len],
+    out[a, b] = x[a, b + offset − a]. offset = T matches the official reshape/slice exactly
+    (faster on CPU than the strided copy).
     """
     t, w = x.shape[2], x.shape[3]
     offset = t if offset is None else offset

@@ -53,14 +53,9 @@ def encoder_attention_bias(
         reset_memory: Optional[paddle.Tensor], memories_given: bool, batch: int, seg_len: int,
         mem_len: int, num_heads: int, mask_empty_memory: bool
 ) -> Tuple[Optional[paddle.Tensor], Optional[paddle.Tensor]]:
-    """The bias every layer adds to its scores, and the memory mask the next segment gets.
-
-    attention_mask [B,T] (1 = token, 0 = pad) or None (all tokens); memory_mask [B,M] or None;
-    reset_memory [B] bool or None; memories_given: whether the caller passed memories (else
-    the zero start state). → (mask_bias [B,n,T,M+T] or None when nothing is masked,
-    new_memory_mask [B,M] float32, only under mask_empty_memory with memory, else None).
-    Under mask_empty_memory the memory mask follows update_memory exactly like the memories:
-    the last M of [memory_mask; attention_mask].
+    """attention_mask [B,T] or None, memory_mask [B,M] or None, reset_memory [B] or None →
+    (mask_bias [B,n,T,M+T] or None when nothing is masked, new_memory_mask [B,M] float32
+    under mask_empty_memory with memory, else None: the last M of [memory_mask; attention_mask]).
     """
     use_memory_mask = bool(mask_empty_memory and mem_len)
     mask_bias, new_memory_mask = None, None

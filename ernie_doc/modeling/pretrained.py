@@ -219,13 +219,9 @@ def describe_class(name: Any) -> str:
 
 def other_head(cls: type, ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]]
                ) -> Optional[str]:
-    """Why the checkpoint's head tensors must not load into `cls`'s head, as the class they
-    belong to (for the report), else None (they are this head's, or there are none).
-
-    Every head keeps its parameters under the same names (`linear.weight` ...), so the recorded
-    class decides: the same class or a base of `cls` is the same head, anything else (or no known
-    class) is not, except official names, which identify a head (cls_mrc_out is a span head's).
-    Details: docs/design-notes.md, "Checkpoints: which head loads"."""
+    """Why the checkpoint's head tensors must not load into `cls`'s head: the class they belong
+    to, else None. The recorded class decides (same class or a base: same head); official names
+    identify a head. Details: docs/design-notes.md, "Checkpoints: which head loads"."""
     if _is_bare(cls):
         return None
     recorded = recorded_class(ckpt)
@@ -462,30 +458,16 @@ class PretrainedMixin:
     def from_pretrained(cls: Type[Model], path: Any, config: Any = None, strict: bool = False,
                         allow_partial: bool = False, source: Optional[str] = None,
                         **kwargs: Any) -> Model:
-        """Build `cls` and load a checkpoint into it.
+        """Build `cls` and load a checkpoint into it → the model (mode unchanged) with
+        `.load_report`.
 
-        path: a released name (fetched once into the cache, verified on every load), an http(s)
-            URL, a .tar.gz archive, a checkpoint directory or weights file of any layout, or a
-            read ernie_doc.checkpoint.io.Checkpoint; see ernie_doc.hub.resolve.
-        source: for a released name, "official" (PaddlePaddle/ERNIE's static files) or
-            "paddlenlp" (its .pdparams copy); default $ERNIE_DOC_SOURCE, else official.
-        config: ErnieDocConfig, preset name, JSON path or dict; wins over the checkpoint's
-            config, required when the checkpoint has none.
-        strict: raise if any model tensor is missing or any checkpoint tensor is unused, the
-            always-accepted ones below included.
-        allow_partial: load a partial match (encoder tensors missing, this head partly there,
-            tensors of no known head) with a warning; without it these raise. Always accepted:
-            this class's head wholly absent (`.missing`), other known heads' tensors
-            (`.unexpected`; a config recording another head class never has its head reused,
-            `.other_head` names it), optimizer / LR state (`.ignored`).
-        kwargs: config keys override the config; constructor arguments (num_labels, ...) go to
-            the constructor; an absent head size is taken from the checkpoint's tensor.
-
-        Returns the model (mode unchanged: call .eval() for inference) with `.load_report`.
-        Raises CheckpointError, one line naming the checkpoint (HubError for a name that cannot
-        be fetched): no checkpoint or config, an unreadable or refused file, no encoder tensor
-        matched, a partial match without allow_partial, strict violations, differing shapes,
-        dtypes that cannot be cast (integer or bool into float).
+        path: a released name, URL, .tar.gz, checkpoint directory or file of any layout, or a
+            Checkpoint (ernie_doc.hub.resolve). source: "official" or "paddlenlp".
+        config: wins over the checkpoint's config. strict: no missing or unused tensor at all.
+        allow_partial: a partial match loads with a warning. Always accepted: this head wholly
+            absent, other heads' tensors, optimizer / LR state. kwargs: config keys or
+            constructor arguments.
+        Raises CheckpointError (HubError for a name that cannot be fetched), one line.
         """
         ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)
@@ -529,12 +511,8 @@ class PretrainedMixin:
         return {"class": type(self).__name__, "kwargs": kwargs}
 
     def save_pretrained(self, directory: PathLike, format: str = "safetensors") -> PathLike:
-        """Write the weights and config into `directory` (created if needed).
-
-        format: "safetensors" (ours: model.safetensors + config.json), "paddlenlp"
-        (model_state.pdparams with PaddleNLP keys + config.json) or "official" (one LoDTensor
-        file per official name + ernie_config.json). All files appear together or not at all;
-        other files in the directory (vocab, ...) are kept. Returns `directory`.
+        """Write weights and config into `directory` → `directory`. format: "safetensors",
+        "paddlenlp" or "official". All files appear together or not at all; others are kept.
         """
         import paddle
 

@@ -95,17 +95,9 @@ def inference_settings(device: str = "cpu", precision: str = "fp32",
                        gpu_capability: Optional[Tuple[int, int]] = None
                        ) -> InferenceSettings:
     """Decide the engine from what is asked and what the machine has; no paddle calls.
-
-    device: "cpu", "gpu" or "auto" (the GPU when paddle is compiled with CUDA and one is
-    visible, else the CPU). precision: "fp32", "bf16" or "fp16". cuda_compiled:
-    paddle.is_compiled_with_cuda(); gpu_count: visible CUDA devices; flags: the CPU's
-    feature flags (cpu_flags()); gpu_capability: (major, minor) of the GPU, for bf16 (≥ 8.0).
-
-    CPU fp32: oneDNN as asked. CPU bf16: oneDNN on and the CPU has avx512_bf16 or amx_bf16.
-    CPU fp16: refused (no fp16 CPU kernels in paddle.inference). GPU: only with a CUDA build
-    and a visible device; fp16 / bf16 through enable_use_gpu's precision (mixed precision:
-    paddle keeps numerically sensitive ops in fp32); bf16 needs compute capability ≥ 8.0.
-    Anything refused is an EngineError, one line naming what is missing."""
+    device: "cpu", "gpu" or "auto"; precision: "fp32", "bf16" or "fp16"; flags: cpu_flags();
+    gpu_capability: (major, minor). CPU bf16 needs avx512_bf16 or amx_bf16, CPU fp16 is
+    refused, GPU bf16 needs capability ≥ 8.0. Refusal: EngineError, one line."""
     if device not in DEVICES:
         raise EngineError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if precision not in PRECISIONS:
@@ -355,15 +347,9 @@ def _check_paddle_bf16() -> None:
 
 
 class Predictor:
-    """Runs an exported ERNIE-Doc model with paddle.inference, on CPU (oneDNN, fp32 or bf16)
-    or on a GPU (fp32, fp16 or bf16; CUDA builds of paddle only).
-
-    The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
-    is explicit: `run` takes it and returns the new one; the predictor keeps none. threads: CPU
-    math library threads; enable_onednn: oneDNN kernels (default on); device / precision: see
-    inference_settings (`settings` holds the choice). Errors, one line each: EngineError for a
-    combination this host cannot run (never a fall back), ExportError for a missing or damaged
-    export file, ConfigError for a bad config in the sidecar.
+    """Runs an exported ERNIE-Doc model with paddle.inference, on CPU or GPU. The recurrence
+    state (memories [L,B,M,H], memory_mask [B,M]) is explicit: `run` takes and returns it.
+    Errors, one line: EngineError (never a fall back), ExportError, ConfigError.
     """
 
     def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,

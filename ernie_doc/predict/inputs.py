@@ -144,15 +144,9 @@ class DocumentStream:
 
     def admit(self, index: int, item: Any, skip: set, seen: dict) -> Union[Document, dict,
                                                                            None]:
-        """An input item → the Document to read, an error record (a repeated id, an item that
-        is not a document, token ids that are not ids of this model), or None (its name is in
-        `skip`: already predicted). Every check runs before the document is read.
-
-        Names are decided in input order alone, so a resumed run names every item as an
-        uninterrupted one did: an item's `id`, else its position ("3"; "#3" for an error record).
-        `seen` ({name: (given, input index)}) holds every name handed out; the first item to give an
-        id owns it, and later clashes are made unique ("<id>#<index>"), so no two records
-        share a doc_id. Details: docs/design-notes.md, "Prediction: naming the records"."""
+        """An input item → its Document, an error record, or None (its name is in `skip`).
+        Names depend on input order alone, so a resumed run names items as the first did; clashes
+        become "<id>#<index>". Details: docs/design-notes.md, "Prediction: naming the records"."""
         doc = to_document(index, item)
         if isinstance(doc, InputProblem):
             given = doc.doc_id is not None
@@ -295,13 +289,9 @@ def _positional(item: Any) -> bool:
 
 
 def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
-    """A str (text), a Document, or a dict of the task's fields (`id` / `doc_id`, `text`,
-    `ids`, anything else into `fields`) → Document, named by its id, else by its position
-    (str(index)). A dict's `label` stays a field: predict reads no gold, so a label outside
-    the model's set is no error. InputProblem: a dict giving both `text` and `ids` (which of
-    the two the model should read is not ours to guess), an id that is not a string or an
-    integer, a string that is not valid Unicode (a lone surrogate: it could never be written
-    out)."""
+    """A str, a Document, or a dict of the task's fields → Document, named by its id, else by
+    its position. A dict's `label` stays a field. InputProblem: both `text` and `ids`, an id not
+    a string or integer, a string that is not valid Unicode."""
     if isinstance(item, InputProblem):
         return item
     if isinstance(item, Document):
@@ -723,15 +713,10 @@ def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> Non
 
 
 def completed_ids(output: str, record: dict, folder=None) -> List[str]:
-    """Document ids already in a predictions file that this tool wrote for the model(s) of
-    `record` (its sidecar checked first: anything else is refused unchanged). A last line
-    cut short by an interrupted run (no final newline) is removed from the file; any other
-    line that is not a prediction record is refused, with the file unchanged. The file is
-    read a line at a time (none over MAX_RECORD_LINE bytes), never whole.
-
-    folder: the run's ernie_doc.predict.outputs.OutputFolder of `output`, whose `file` (opened with
-    open_append: locked, checked) is read and left at its end for appending; None opens
-    `output` here for this call alone."""
+    """Document ids already in a predictions file written for the model(s) of `record` (its
+    sidecar checked first). A last line cut short is removed; any other bad line is refused,
+    the file unchanged. Read line by line (≤ MAX_RECORD_LINE bytes). folder: the run's
+    OutputFolder of `output`, left at its end for appending; None opens `output` here."""
     from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:

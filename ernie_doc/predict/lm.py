@@ -191,13 +191,9 @@ class LMPipeline(DocumentStream):
                     r.memory_positions = out.memory_positions[:, row:row + 1]   # [3, 1, M]
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        """Score documents as they come → records in the order documents finish, each with
-        `index`, its input position: {"doc_id", "ppl", "nll" (mean nats per predicted
-        token), "tokens" (predicted tokens), "unk" (`<unk>` ids in the document), "oov"
-        (words outside the vocabulary), "token_logprobs" ([word, natural log-probability]
-        per predicted token, in order; a word outside the vocabulary is scored as `<unk>`),
-        "index"}; a bad document {"doc_id", "index", "error"} (on_error "record") or
-        PipelineError ("fail"). `skip`: document ids not to score (resume)."""
+        """Score documents as they come → records in finishing order: {"doc_id", "ppl", "nll",
+        "tokens", "unk", "oov", "token_logprobs", "index"}; a bad document {"doc_id", "index",
+        "error"} (on_error "record") or PipelineError ("fail"). `skip`: ids not to score."""
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
         active: List[_Reading] = []

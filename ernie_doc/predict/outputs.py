@@ -119,14 +119,9 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
                  what: str = "--output", exists_ok: bool = False,
                  hint: str = "--overwrite replaces it",
                  error: Type[Exception] = OutputError) -> Optional[FileId]:
-    """Refuse `path` as an output file (error(one line)) unless it follows the module's rule;
-    → the file id of what is there already (the name itself: a link's own id), or None.
-
-    inputs: every file and folder the command reads (missing ones are skipped), or an
-    InputSet of them (walked once for several outputs). exists_ok: an existing output may be
-    replaced or continued (--overwrite / --resume); otherwise its existence is refused with
-    `hint` ("--overwrite replaces it"). Nothing is opened: a FIFO is recognised from its
-    status."""
+    """Refuse `path` as an output file (error(one line)) unless it follows the module's rule
+    → the file id of what is there already, or None. inputs: paths read, or an InputSet.
+    exists_ok: --overwrite / --resume. Nothing is opened."""
     path = os.fspath(path)
     where = f"{what} {path}"
     if not path or path.endswith(os.sep) or os.path.isdir(path):

@@ -155,13 +155,9 @@ class Pipeline(DocumentStream):
                         on_error: str = "record", device: str = "cpu", engine: str = "auto",
                         precision: str = "fp32", threads: int = 1,
                         task: Optional[str] = None) -> "Pipeline":
-        """`path`: a fine-tuning run directory (its best/, else final/), a saved model
-        directory with task.json, or an export of one (`ernie-doc export --config best/`
-        copies task.json and the tokenizer beside it); with `task` (a task folder's name,
-        e.g. "imdb"), also a directory written by save_pretrained, read with that task's
-        config (inputs.task_record). engine: dygraph, inference (the
-        export under paddle.inference: precision fp32 or bf16 on CPU, fp16 / bf16 on GPU;
-        threads: its CPU threads), or auto (inference for an export)."""
+        """`path`: a fine-tuning run directory, a saved model directory with task.json, or an
+        export of one; with `task`, a save_pretrained directory. engine: "dygraph", "inference"
+        (precision, threads) or "auto" (inference for an export)."""
         if engine not in ENGINES:
             raise PipelineError(f"engine must be one of {ENGINES}, got {engine!r}")
         check_batch_size(batch_size)
@@ -328,15 +324,9 @@ def task_split(record: dict, split: Optional[str] = None) -> str:
 
 def task_documents(record: dict, path: Optional[str] = None,
                    split: Optional[str] = None) -> List[Document]:
-    """Documents read by a saved model's own task reader (tasks/<task>/reader.py), as
-    fine-tuning reads them, so a model predicts on the very files it was trained or evaluated
-    on; ids are the reader's.
-
-    record: the model's task_record. path: a data directory (None: the run's data_dir), read as
-    `split` with the run's reader options, or one file in the task's format (the reader's
-    `read_input`, else `split` of its folder through the reader option `files`). The whole
-    split is read (max_examples does not apply). PipelineError (one line) for what the reader
-    refuses."""
+    """Documents read by a saved model's own task reader, as fine-tuning reads them. record:
+    task_record; path: a data directory (None: the run's) read as `split`, or one file in the
+    task's format. PipelineError (one line) for what the reader refuses."""
     from ernie_doc.errors import NotSet
     from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})

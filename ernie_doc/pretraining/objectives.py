@@ -118,15 +118,9 @@ def _check_classes(max_chunks: int, num_classes: int) -> None:
 
 def reorder_document(ids, rng: np.random.Generator, max_chunks: int = DEFAULT_MAX_CHUNKS,
                      num_classes: int = _DEFAULT_NUM_CLASSES) -> Tuple[np.ndarray, int, int]:
-    """Cut a document into k chunks and shuffle them (paper §3.4).
-
-    ids: [n] token ids (list or array), n >= 1; not modified.
-    Returns (permuted [n] array of the input dtype, label, k) with
-    ``permuted = concat(chunk[p] for p in permutation_of(label))``.
-    k ~ uniform{1..max_chunks}, then clamped to n; the permutation is uniform over all k!
-    orders (the identity included). Draws: one ``integers`` then one ``permutation``.
-    Raises ValueError for an empty document or when the head has fewer than
-    ``num_reorder_classes(max_chunks)`` classes.
+    """Cut a document ids [n] into k chunks and shuffle them (paper §3.4) → (permuted [n],
+    label, k); k ~ uniform{1..max_chunks} clamped to n. Draws one ``integers``, one
+    ``permutation``. ValueError: an empty document or too few head classes.
     """
     _check_classes(max_chunks, num_classes)
     ids = np.asarray(ids)
@@ -219,15 +213,9 @@ def mask_tokens(ids, rng: np.random.Generator, vocab_size: int, mask_id: int,
                 special_ids: Iterable[int], mask_prob: float = 0.15,
                 word_starts: Optional[np.ndarray] = None
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """BERT 80/10/10 masking of [T] or [B, T] ids (rows are masked independently).
-
-    special_ids: ids never selected nor drawn as random replacements (cls/sep/pad/mask...;
-    ``mask_id`` is always added). word_starts: None (every token its own unit) or a bool
-    array of ids' shape, True at the first piece of a word (whole-word masking; a word never
-    spans two rows).
-    Returns (masked copy of ids (int64), positions [N] int64, labels [N] int64): positions are
-    ascending flat indices into ids.reshape(-1) (the [B*T] layout of ``masked_positions``),
-    labels the original ids there. The random replacement may equal the original id (BERT).
+    """BERT 80/10/10 masking of [T] or [B, T] ids → (masked copy int64, positions [N] int64,
+    labels [N] int64); positions are ascending flat indices into ids.reshape(-1).
+    special_ids are never masked nor drawn; word_starts: whole-word masking.
     """
     if not 0.0 < mask_prob <= 1.0:
         raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob}")

@@ -167,20 +167,10 @@ class TokenizerCallMixin:
                  return_attention_mask: Optional[bool] = None,
                  return_token_type_ids: bool = True,
                  return_tensors: Optional[str] = None, **unsupported: Any) -> BatchEncoding:
-        """Encode one text (or pair), or a batch of them.
-
-        text / text_pair: a str, or a list of str (a batch: every value is then a list per
-            example). max_length counts the special tokens (default: model_max_length, used
-            by truncation=True and padding="max_length" only, as in Hugging Face). truncation:
-            True or "longest_first", "only_first", "only_second", False.
-        padding: True / "longest" (to the batch's longest), "max_length" (to max_length), False;
-            right padding with [PAD], attention_mask 0, token_type 0 and offset (0, 0) there.
-        return_offsets_mapping: (start, end) character offsets into the original text per
-            token; (0, 0) for special tokens and padding.
-        return_attention_mask: default True. return_tensors: None (lists: per example for a
-            batch, flat for one str), "np" (int64 arrays [B, T]; [1, T] for one str, as Hugging
-            Face and PaddleNLP) or "pd" (paddle int64 tensors, the same shapes); a ragged batch
-            needs padding.
+        """Encode one text (or pair), or a batch of them, as Hugging Face's tokenizers do.
+        truncation: True / "longest_first" / "only_first" / "only_second" / False. padding:
+        True / "longest", "max_length", False (right, with [PAD]). return_tensors: None, "np" or
+        "pd" (int64 [B, T]; [1, T] for one str); a ragged batch needs padding.
         """
         self._check_call(text, max_length, unsupported)
         batched = not isinstance(text, str)

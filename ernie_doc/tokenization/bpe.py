@@ -118,16 +118,9 @@ def _keep_sentence_spaces(text: str, tentative: List[int]) -> str:
 
 
 class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
-    """ERNIE-Doc English tokenizer (official reader semantics).
-
-    Args:
-        vocab_file: ``vocab.txt`` (model ids; GPT-2 ids as decimal strings).
-        encoder_json_file: GPT-2 ``encoder.json``.
-        vocab_bpe_file: GPT-2 ``vocab.bpe`` merges.
-        special_tokens: words kept whole; pass ``OFFICIAL_SPECIAL_TOKENS`` for
-            the exact official set.
-        sentence_splitter: callable text -> sentences; default
-            ``split_sentences`` (NLTK Punkt, else a rule-based fallback).
+    """ERNIE-Doc English tokenizer (official reader semantics): vocab.txt, GPT-2 encoder.json
+    and vocab.bpe. special_tokens: words kept whole (OFFICIAL_SPECIAL_TOKENS: the official set).
+    sentence_splitter: text -> sentences (default ``split_sentences``).
     """
 
     def __init__(
@@ -351,14 +344,9 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
                 for string, piece in zip(strings, map(self._piece_of, strings))]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text for ``ids`` (a list, a 1-D array or tensor): the pieces' bytes
-        as UTF-8; a special word is set apart by spaces (skipped, by one space).
-
-        The official encoding gives a sentence's first word no leading space, so the
-        space between sentences is not in the ids: it is put back where a sentence end
-        (. ! ? and closing quotes) meets a capitalised word, a quote or a non-ASCII
-        character and the rule-based splitter (sentences.py) starts a sentence there
-        ("end.Next" → "end. Next", not "U.S." or "3.14")."""
+        """Best-effort text for ``ids``: pieces' bytes as UTF-8, special words set apart by
+        spaces. The space between sentences (absent from official ids) is put back where
+        the rule-based splitter starts a sentence ("end.Next" → "end. Next")."""
         from .base import as_ids
         text = ""
         tentative: List[int] = []   # where a space was put back between two sentences

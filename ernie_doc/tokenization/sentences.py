@@ -223,12 +223,8 @@ def nltk_available() -> bool:
 
 
 def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
-    """Split English ``text`` into sentences.
-
-    ``use_nltk=None`` (default): NLTK Punkt when available, else the rule-based
-    fallback (warning once per process, when a text first has a candidate sentence end:
-    only there can the two differ). ``False``: always the fallback.
-    ``True``: NLTK or a RuntimeError.
+    """Split English ``text`` into sentences. use_nltk: None (NLTK Punkt, else the rule-based
+    fallback with one warning), False (the fallback), True (NLTK or a RuntimeError).
     """
     global _fallback_warned
     if use_nltk is False:

@@ -104,13 +104,8 @@ def basic_tokenize(text: str, do_lower_case: bool = True, split_symbols: bool = 
 
 
 class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
-    """ERNIE-Doc Chinese (BERT-style) tokenizer.
-
-    Args:
-        vocab_file: ``vocab.txt`` ("token<TAB>id" or one token per line).
-        do_lower_case: lower-case and strip accents (official default True).
-        split_symbols: also split on Unicode symbols, like PaddleNLP 2.x.
-        max_input_chars_per_word: longer words become [UNK].
+    """ERNIE-Doc Chinese (BERT-style) tokenizer. vocab_file: vocab.txt; do_lower_case: also
+    strip accents; split_symbols: split on Unicode symbols (PaddleNLP 2.x).
     """
 
     def __init__(

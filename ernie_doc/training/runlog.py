@@ -110,13 +110,9 @@ def check_run_logs(output_dir):
 
 
 def _records(path, warn=True):
-    """[(line number, record, raw line bytes)] of a JSON-lines log (train_log.jsonl,
-    eval_history.jsonl).
-
-    A run stopped by a full disk or a kill can leave the last line cut short: that line is
-    dropped with one warning naming the file and line, and what came before is kept. A line
-    before it that is not a JSON object (or not UTF-8) is damage that a later append cannot
-    explain: a DataError naming the file and line. So is a record without an integer step."""
+    """[(line number, record, raw bytes)] of a JSON-lines log. A last line cut short (a full
+    disk, a kill) is dropped with one warning; any earlier bad line, or a record without an
+    integer step, is a DataError naming file and line."""
     from ernie_doc.errors import DataError
     if not os.path.lexists(path):
         return []
