@@ -212,11 +212,9 @@ def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, in
 
 def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tokens: int,
                  memory_len: int) -> None:
-    """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds
-    what this device has, before the model is built: `build(n)` makes the model with n
-    layers, for resources.parameter_count (under paddle.LazyGuard, which allocates nothing).
-    An eval_only run (and predict) counts no gradients and rows of eval_batch_size; a
-    training run's evaluations, eval_batch_size rows beside the training state."""
+    """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds what
+    the device has, before the model is built; `build(n)`: the model with n layers. Eval-only
+    runs count no gradients and eval_batch_size rows."""
     from ernie_doc import resources
     cfg = run.cfg
     rows = ((run.eval_rows or cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only

@@ -112,11 +112,8 @@ def _official_heads_present(tensors: Collection[str]) -> Set[str]:
 
 
 def model_class_for(ckpt: Checkpoint) -> ModelClass:
-    """The model class a checkpoint was saved from: its config's architecture when that names
-    a known class, else the head tensors present (official names, or `lm_head.` keys), else
-    the bare ErnieDocModel. CheckpointError when several heads or an ambiguous `linear.` head
-    leave the choice open (naming the recorded class, when it is an unknown one, and the
-    known classes)."""
+    """The model class a checkpoint was saved from: the config's architecture, else the head
+    tensors present, else ErnieDocModel. CheckpointError when several heads leave it open."""
     recorded = (ckpt.architecture or {}).get("class")
     if recorded:
         cls = model_class(recorded)
@@ -167,12 +164,9 @@ class AutoModel:
 
     @staticmethod
     def from_pretrained(path: Any, source: Optional[str] = None, **kwargs: Any) -> Any:
-        """path, source: as for ErnieDocModel.from_pretrained (a released name, URL, .tar.gz,
-        checkpoint directory or file; source picks a released name's weights). kwargs go to
-        the chosen class's from_pretrained (config=, strict=, allow_partial=, config keys,
-        constructor arguments). Returns the model with `.load_report`; CheckpointError /
-        HubError as from_pretrained, and when the checkpoint leaves the class open (several
-        heads: load it with the head class instead)."""
+        """path, source, kwargs: as for the chosen class's from_pretrained → the model with
+        `.load_report`. CheckpointError also when the checkpoint leaves the class open (load
+        it with the head class instead)."""
         ckpt = _read_any(path, source)
         cls = model_class_for(ckpt)
         if cls is head_class("pretraining") and not ckpt.architecture:

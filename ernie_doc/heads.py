@@ -227,11 +227,9 @@ class ErnieDocForMultipleChoice(Head):
 
 
 class ErnieDocForPairMatching(Head):
-    """Triplet matching (CAIL2019-SCM): rows come in pairs (A,B), (A,C), each its own memory
-    stream; pooled(A,B) − pooled(A,C) → dropout → linear(H, 1): logits [B/2], > 0 when B is
-    the closer one (binary cross-entropy). PaddleNLP's ErnieDocForTextMatching puts
-    linear(H, 2) and a softmax over [B, C] on the same difference: the same model, as
-    sigmoid(l_B − l_C) = softmax([l_B, l_C])[B]."""
+    """Triplet matching (CAIL2019-SCM): rows in pairs (A,B), (A,C); pooled(A,B) − pooled(A,C)
+    → dropout → linear(H, 1): logits [B/2], > 0 when B is closer (binary cross-entropy;
+    equivalent to PaddleNLP's ErnieDocForTextMatching)."""
     official_names = dict(names.CLASSIFICATION_HEAD)
     exportable = True
     rows_per_example = 2   # (A,B) and (A,C)

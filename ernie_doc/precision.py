@@ -78,11 +78,8 @@ def cpu_bf16_problem() -> Optional[str]:
 def amp_settings(value: Union[bool, str], device: str,
                  capability: Optional[Tuple[int, int]] = None,
                  compiled: bool = False) -> AmpSettings:
-    """The autocast for config value `value` on `device` ("cpu" or "gpu"; `capability`: the
-    GPU's compute capability where known; `compiled`: the config's `compile`) →
-    AmpSettings. Raises ValueError (the reason, without the key) for fp16 on CPU, bf16 on CPU
-    without compile or where cpu_bf16_problem says no, a GPU too old for the precision, or a
-    value not in AMP_VALUES."""
+    """The autocast for config value `value` on `device` → AmpSettings. ValueError (the
+    reason) for fp16 on CPU, unsupported CPU bf16, a GPU too old, an unknown value."""
     problem = check_amp_value(value)
     if problem:
         raise ValueError(problem)

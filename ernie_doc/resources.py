@@ -90,11 +90,8 @@ def current_device() -> str:
 
 
 def available_memory(device: Optional[str] = None) -> Optional[int]:
-    """Bytes this process can still allocate on `device` ("cpu" or "gpu"; None: paddle's
-    current device), or None when unknown. CPU: MemAvailable, lowered by a cgroup limit and
-    by the process's RLIMIT_AS / RLIMIT_DATA (what they leave beyond its mappings now). GPU:
-    the device's total memory (paddle reserves and caches as it goes, so what is free now
-    says little)."""
+    """Bytes this process can still allocate on `device` (None: paddle's current), or None
+    when unknown. CPU: MemAvailable within cgroup and rlimits; GPU: the total memory."""
     device = device or current_device()
     if device == "gpu":
         try:

@@ -310,11 +310,8 @@ def denormals_flushed() -> Optional[bool]:
 
 
 def flush_denormals(enable: bool = True) -> bool:
-    """Flush denormal floats to zero (FTZ and DAZ) in this thread, and so in the threads it
-    starts after (paddle's math threads took it up in practice even when they already
-    existed); `enable=False` restores IEEE denormals → whether the setting was applied (False
-    off x86-64 Linux/glibc, where nothing changes). Values below 1.2e-38 become 0: nothing a
-    float32 model's outputs show, and a denormal-heavy backward runs at full speed."""
+    """Flush denormal floats to zero (FTZ, DAZ) in this thread and those it starts;
+    `enable=False` restores them → whether applied (only on x86-64 Linux/glibc)."""
     import ctypes
     import warnings
     got = _fenv()
@@ -410,11 +407,8 @@ _PROGRESS_OFF = ("0", "false", "no", "off")
 
 
 def show_progress(requested: bool = True) -> bool:
-    """Whether to draw a progress bar: every tqdm bar of the package asks here. One switch,
-    spelled three ways: the environment variable ERNIE_DOC_PROGRESS=0 turns every bar of the
-    process off (downloads too; for scripts and CI); the run key `progress: false` (finetune,
-    pretrain) and predict's `--no-progress` are the same switch for one run, passed in as
-    `requested`."""
+    """Whether to draw a progress bar (every tqdm bar asks here): off with ERNIE_DOC_PROGRESS=0,
+    or for one run with `requested` False (`progress: false`, --no-progress)."""
     return bool(requested) and os.environ.get("ERNIE_DOC_PROGRESS", "1").strip().lower() \
         not in _PROGRESS_OFF
 

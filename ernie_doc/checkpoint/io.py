@@ -107,11 +107,8 @@ def _is_official_param(name, head_names):
 
 def detect_format(path: PathLike, head_names: Optional[Collection[str]] = None
                   ) -> Tuple[str, str, Optional[str]]:
-    """path → (format, weights path, config path or None). CheckpointError when the path holds
-    none of the supported layouts (the message lists what was looked for).
-
-    head_names: the official head parameter names that mark a file of an official directory
-    as a parameter, as the backbone's do (default: all_official_names())."""
+    """path → (format, weights path, config path or None); CheckpointError listing what was
+    looked for. head_names: official head names marking a parameter file (default: all)."""
     path = os.fspath(path)
     if os.path.isfile(path):
         directory = os.path.dirname(os.path.abspath(path))
@@ -209,11 +206,8 @@ def _read_official(directory, upcast, head_names):
 
 def read_checkpoint(path: PathLike, upcast: bool = True,
                     head_names: Optional[Collection[str]] = None) -> Checkpoint:
-    """Any supported layout → Checkpoint (tensors named as stored).
-
-    upcast: official FP16 / BF16 files as float32 (see lodtensor.read_lodtensor). head_names:
-    the official head parameter names (default: all_official_names()); an official file
-    named like one must be a valid LoDTensor file (see detect_format)."""
+    """Any supported layout → Checkpoint (tensors named as stored). upcast: official FP16 /
+    BF16 as float32. head_names: as for detect_format."""
     if head_names is None:
         head_names = all_official_names()
     fmt, weights, config_path = detect_format(path, head_names)
@@ -266,11 +260,9 @@ def _json_writer(obj):
 
 def official_config_dict(config: "ErnieDocConfig",
                          architecture: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """ErnieDocConfig → the official ernie_config.json keys, + our "architecture" (the head
-    class and its arguments) when given: the official code's ErnieConfig reads the file as a
-    dict and looks keys up by name, so an extra key is never read there, while the head
-    classes that share the official names (cls_out_*: classification, multiple choice, pair
-    matching) are told apart on our side."""
+    """ErnieDocConfig → the official ernie_config.json keys, + our "architecture" when given
+    (the official ErnieConfig never reads an extra key; it tells apart the heads that share
+    official names)."""
     values = config.to_dict()
     out = {k: values[k] for k in OFFICIAL_CONFIG_KEYS if k in values}
     out["sent_type_vocab_size"] = 4  # present in every official config, read by nothing
@@ -297,11 +289,8 @@ def paddlenlp_config_dict(config: "ErnieDocConfig", architecture: Dict[str, Any]
 
 def write_checkpoint(directory: PathLike, fmt: str, tensors: Dict[str, Any],
                      config: "ErnieDocConfig", architecture: Dict[str, Any]) -> None:
-    """Write tensors (named for `fmt`: official names for "official", state_dict keys
-    otherwise) and the config into `directory`, all or nothing.
-
-    tensors: {name: ndarray}; for "paddlenlp", paddle Tensors are also accepted.
-    """
+    """Write tensors ({name: ndarray}, named for `fmt`; paddle Tensors too for "paddlenlp")
+    and the config into `directory`, all or nothing."""
     fmt = normalize_format(fmt)
     if fmt == "safetensors":
         from safetensors.numpy import save_file

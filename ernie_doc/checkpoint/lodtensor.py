@@ -290,11 +290,8 @@ def list_tensor_files(directory: PathLike) -> List[str]:
 
 
 def read_official_dir(directory: PathLike, upcast: bool = True) -> Dict[str, np.ndarray]:
-    """{file name: ndarray} for every LoDTensor file in `directory` (or its `params/`).
-
-    Files that do not start like a LoDTensor (configs, vocab) are skipped; a file that does but
-    fails to parse raises LoDTensorFormatError naming it.
-    """
+    """{file name: ndarray} for every LoDTensor file in `directory` (or its `params/`); other
+    files are skipped, a LoDTensor file that fails to parse raises LoDTensorFormatError."""
     directory = params_dir(directory)
     return {name: read_lodtensor(os.path.join(directory, name), upcast=upcast)
             for name in list_tensor_files(directory)}

@@ -149,11 +149,8 @@ def official_to_backbone(name: str) -> Optional[str]:
 
 def ours_to_official(key: str, head_names: Optional[Dict[str, str]] = None,
                      prefixed: Optional[bool] = None) -> Optional[str]:
-    """One of our state_dict keys → official name, or None.
-
-    head_names: the head class's `official_names` ({head key: official}). prefixed: whether
-    backbone keys carry `ernie_doc.` (a head model); None accepts both.
-    """
+    """One of our state_dict keys → official name, or None. head_names: the head's
+    `official_names`. prefixed: backbone keys carry `ernie_doc.` (None: either)."""
     head_names = head_names or {}
     if key in head_names:
         return head_names[key]

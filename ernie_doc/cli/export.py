@@ -155,12 +155,9 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 
 
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
-    """Every file the export writes (its model, parameters and sidecar under either paddle
-    version's names, and the predict files copied from `directory`), checked by
-    ernie_doc.predict.outputs' rule against --config and every file in its folder (ExportError, one
-    line): never the checkpoint, a file of its folder (links followed) or inside it, a
-    regular file or nothing, a name that fits, an existing one only with --overwrite. All are
-    checked before anything is written. → the paths of the predict files to write."""
+    """Every file the export writes, checked by ernie_doc.predict.outputs' rule against --config
+    and its folder (ExportError, one line; existing ones only with --overwrite), before anything
+    is written → the paths of the predict files to write."""
     from ernie_doc.errors import ExportError
     from ernie_doc.predict.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])

@@ -26,11 +26,9 @@ MAX_BATCH_SIZE = 1 << 16
 
 
 class SegmentBatch(namedtuple("SegmentBatch", ["input_ids", "attention_mask", "new_doc"])):
-    """One step of the batch rows: input_ids [B, T] int64, attention_mask [B, T] float32,
-    new_doc [B] bool (the row starts a document, or is padding: pass it as reset_memory).
-    Unpacks as (ids, mask, new_doc); `doc_index` [B] int64 (which document each row reads,
-    in input order; −1: a padding row) and `is_last` [B] bool (its last segment: the row's
-    output for the whole document) say whose output each row is."""
+    """One step: input_ids [B, T] int64, attention_mask [B, T] float32, new_doc [B] bool (pass
+    as reset_memory); unpacks as those three. doc_index [B] int64 (−1: padding) and is_last
+    [B] bool say whose output each row is."""
     doc_index: np.ndarray
     is_last: np.ndarray
 

@@ -16,11 +16,9 @@ CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's c
 
 @dataclass
 class Segment:
-    """One model input row. input_ids / attention_mask / token_type_ids: [T] arrays.
-    `final` marks the pass that is predicted (the retrospective one, or the only one);
-    `has_loss` the rows that train. `targets` holds the task's per-segment targets (arrays of
-    a fixed shape per task: they are collated); `meta` anything the task needs back at
-    evaluation (token → text maps ...; never collated)."""
+    """One model input row: input_ids / attention_mask / token_type_ids [T]. `final`: the
+    predicted pass; `has_loss`: trains; `targets`: fixed-shape arrays (collated); `meta`:
+    what evaluation needs back (never collated)."""
     input_ids: np.ndarray
     attention_mask: np.ndarray
     doc_index: int

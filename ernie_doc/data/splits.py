@@ -73,12 +73,9 @@ class Evaluation:
 
 
 class DocumentSplit(Split):
-    """A split of documents ready to schedule: `docs` and, for each, its reading passes
-    `passes[d]` = [step], a step being a Segment (or a tuple of `group` Segments read in
-    lockstep, one row each: the choices of a question, the texts of a pair).
-
-    `rows` batch rows per rank (a multiple of `group`); the epoch's schedule is drawn from
-    (seed, epoch) when `shuffle`, so any epoch can be rebuilt on resume."""
+    """A split ready to schedule: `docs` and `passes[d]` = [step], a step being a Segment or a
+    tuple of `group` Segments read in lockstep. `rows` per rank; the epoch's schedule is
+    drawn from (seed, epoch), so any epoch can be rebuilt on resume."""
 
     def __init__(self, name: str, docs: Sequence, passes: Sequence[Sequence], group: int = 1,
                  rows: int = 1, seq_len: int = 0, pad_id: int = 0, rank: int = 0,

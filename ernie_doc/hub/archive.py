@@ -178,11 +178,9 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parent_fd: int,
 
 def extract(archive: str, dest: str, what: Optional[str] = None,
             max_bytes: int = MAX_UNPACKED) -> None:
-    """Unpack `archive` into the existing, empty directory `dest` after checking every member
-    and the free space. `what`: how messages name the archive (the URL it came from; default
-    its path). HubError for an unreadable or unsafe archive; `dest` may then hold a partial
-    tree, which the caller (who created it) removes. OSError naming the file for a write
-    failure in the cache (a full disk)."""
+    """Unpack `archive` into the existing, empty `dest` after checking every member and the
+    free space. HubError (named by `what`) for an unreadable or unsafe archive (the caller
+    removes `dest`); OSError naming the file for a write failure."""
     what = what or archive
     try:
         with tarfile.open(archive, "r:*") as tar:

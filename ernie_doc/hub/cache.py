@@ -99,11 +99,8 @@ def _normal_path(path: str) -> str:
 
 
 def _checksum_key(url: str) -> str:
-    """What a trusted checksum (and a URL entry) is keyed by: the full URL normalised, so one
-    file has one record whatever the spelling, and the same path on two hosts is two records.
-    Scheme and host lower-cased (a trailing dot dropped), an IP address in its canonical form
-    (`[0:0::1]` is `[::1]`), a default port dropped, the path as `_normal_path` spells it, the
-    query kept as given, no fragment."""
+    """The normalised full URL a trusted checksum is keyed by: scheme and host lower-cased,
+    canonical IP, default port dropped, `_normal_path`, query kept, no fragment."""
     parts = check_url(url)
     scheme, host = parts.scheme.lower(), parts.hostname.lower().rstrip(".")
     with contextlib.suppress(ValueError):
@@ -394,11 +391,9 @@ def _record_checksum(fetched: Fetched) -> None:
 
 
 def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetched:
-    """The file of `remote`, verified against its pinned or trusted sha256 → Fetched. A file
-    put by hand in downloads/ is checked like a download and used where it is; otherwise the
-    file is downloaded into the private folder `into`. Nothing is recorded here: the caller
-    records an unpinned checksum once the entry is built and checked. The caller holds the
-    lock of the entry the file is for."""
+    """The file of `remote`, verified against its pinned or trusted sha256 → Fetched: a file
+    put by hand in downloads/, else a download into `into`. Records nothing; the caller holds
+    the entry's lock."""
     manual = download_path(remote.url)
     want, origin = _expected_sha256(remote)
     if os.path.isfile(manual):   # put there by hand (a FIFO or device is not a file)
@@ -606,12 +601,9 @@ def _encoder_gaps(ckpt) -> List[str]:
 
 
 def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
-    """Read the checkpoint in `root` once (through the restricted readers) before its
-    checksum is trusted → whether there is one. A file that is not the weights (an HTML page
-    saved as .pdparams, a truncated tensor) or a checkpoint missing any encoder tensor (an
-    archive cut short at a member boundary) is a HubError naming `origin`. `required`: a
-    folder with no checkpoint at all is an error too (a released model; a URL may hold only
-    tokenizer files)."""
+    """Read the checkpoint in `root` once before its checksum is trusted → whether there is
+    one. Not weights, or missing an encoder tensor: HubError naming `origin`; so is no
+    checkpoint when `required`."""
     from ernie_doc.checkpoint import io
     try:
         io.detect_format(root)

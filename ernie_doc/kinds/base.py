@@ -61,12 +61,9 @@ class Cuts:
 
 
 def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
-    """`limit` of `docs`, drawn at random from (seed, split), in their order in `docs` (all of
-    them, as they are, when there are no more). A reader's files are often sorted (by label,
-    by source): their first N would be one class or one source. When every document has a
-    label, the draw is stratified (stratified_counts): every label is kept at least once when
-    `limit` allows, the rest in proportion, so a split of two balanced classes stays
-    balanced and a rare class is not lost."""
+    """`limit` of `docs` drawn at random from (seed, split), kept in order (all when there are
+    no more): a reader's first N are often one class. Labelled documents are drawn
+    stratified (stratified_counts)."""
     docs = list(docs)
     if limit >= len(docs):
         return docs
@@ -87,11 +84,9 @@ def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
 
 def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
                       ) -> List[int]:
-    """How many of each class (of `sizes` documents each; limit < sum(sizes)) a sample of
-    `limit` keeps: one of every class when limit >= the number of classes (a class of a few
-    documents is not rounded away), the rest in proportion to what each has left (largest
-    remainders round); fewer seats than classes go to classes drawn at random. Ties are
-    broken by `rng`, never by label order."""
+    """How many of each class (`sizes`; limit < sum(sizes)) a sample of `limit` keeps: one of
+    each when limit allows, the rest in proportion (largest remainders); ties broken by
+    `rng`, never by label order."""
     n = len(sizes)
     if limit < n:
         counts = [0] * n
@@ -253,13 +248,9 @@ class Task:
 
 
 class DocumentTask(Task):
-    """The document family: reading, label ids, segment passes and an ERNIE-Doc head;
-    subclasses (the kinds) add the segmenter, head, loss and metrics.
-
-    `group_size` g > 1: an example occupies g adjacent batch rows read in lockstep (one per
-    choice, one per text pair), each row its own memory stream; `segments` then returns
-    steps that are tuples of g Segments, `loss` gets the row weights [B] and `row_outputs`
-    returns one entry per group [B // g, ...]."""
+    """The document family: reading, label ids, segment passes and an ERNIE-Doc head; the kinds
+    add segmenter, head, loss and metrics. `group_size` g > 1: an example takes g adjacent rows
+    in lockstep; steps are tuples of g Segments, `row_outputs` gives [B // g, ...]."""
     head_class = None
     group_size = 1
 

@@ -276,11 +276,9 @@ class LanguageModelTask(Task):
         return TransformerXLLM(dataclasses.replace(self.config, n_layer=n))
 
     def check_eval_memory(self, rows: int, device: Optional[str] = None) -> None:
-        """Refuse (ConfigError naming the eval protocol's keys) an evaluation whose memory
-        estimate (ernie_doc.resources, no gradients) exceeds what `device` has: `rows` rows
-        reading eval_tgt_len tokens each with eval_mem_len memories. Checked before the
-        evaluation streams or a predict batch are made: eval_mem_len is not bounded by the
-        training memory_plan, and memories grow to it as a document is read."""
+        """Refuse (ConfigError naming the eval protocol's keys) an evaluation of `rows` rows
+        (eval_tgt_len tokens, eval_mem_len memories) whose memory estimate exceeds what
+        `device` has, before anything is built."""
         from ernie_doc import resources
         c, lengths = self.config, self.eval_lengths()
         params = resources.parameter_count(self._build_layers, c.n_layer)

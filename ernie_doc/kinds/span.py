@@ -124,11 +124,8 @@ class SpanTask(DocumentTask):
 
     def predict_document(self, doc, rows: List[Tuple[int, Any]],
                          steps: Sequence) -> Dict[str, Any]:
-        """→ {doc_id, question, pred: the best span's text (task_options.empty_answer when
-        no span qualifies), score: its start + end logit (4 decimals; None without a span),
-        start / end: its character offsets into the context (context[start:end] == pred;
-        None without a span), n_best: up to task_options.n_best [{text, score, start, end}]
-        with distinct texts, best first, segments}."""
+        """→ {doc_id, question, pred (task_options.empty_answer without a span), score (start
+        + end logit, 4 decimals), start / end (context[start:end] == pred), n_best, segments}."""
         metas = {m.seg_index: m.meta for step in steps for m in step_members(step) if m.final}
         got = sorted(rows, key=lambda x: x[0])
         cands = best_spans([metas[s] for s, _ in got], [lg for _, lg in got],

@@ -31,12 +31,8 @@ def _positive_int(value, name):
 
 def cluster_layout(vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                    div_val: int) -> Tuple[int, int, int, List[int], int, List[int], List[int]]:
-    """Validate the arguments shared by both layers.
-
-    Returns (vocab_size, d_embed, d_model, cutoffs list, div_val, cutoff_ends, dims) where
-    cutoff_ends = [0, *cutoffs, vocab_size] and dims[i] = d_embed // div_val**i.
-    Raises ValueError naming the faulty argument.
-    """
+    """Validate the shared arguments → (vocab_size, d_embed, d_model, cutoffs, div_val,
+    cutoff_ends = [0, *cutoffs, V], dims[i] = d_embed // div_val**i); ValueError otherwise."""
     vocab_size = _positive_int(vocab_size, "vocab_size")
     d_embed = _positive_int(d_embed, "d_embed")
     d_model = _positive_int(d_model, "d_model")
@@ -72,12 +68,8 @@ def _zeros():
 
 
 def _share(plist, i, param):
-    """Make entry i of ParameterList `plist` the very object `param`.
-
-    Not `plist[i] = param`: paddle 3.x's ParameterList.__setitem__ assigns the VALUES into the
-    existing parameter (a copy, silently untied), while 2.6's replaces the object. Registering
-    through setattr replaces the entry on both.
-    """
+    """Make entry i of `plist` the very object `param`: paddle 3.x's
+    ParameterList.__setitem__ copies values (silently untied); setattr works on 2.6 and 3.x."""
     setattr(plist, str(i), param)
     if plist[i] is not param:
         raise RuntimeError("paddle did not share the parameter (ParameterList semantics changed)")

@@ -529,12 +529,9 @@ class LMBatch(NamedTuple):
 
 
 class LMStreams:
-    """Transformer-XL's ordered LM iterator, batch-major. `data` (1-D ids) is trimmed to
-    n = len // bsz tokens per row and row b holds tokens b*n ... (b+1)*n - 1; batch i covers
-    steps [i*tgt_len, min((i+1)*tgt_len, n-1)) with targets one step later, so the last batch
-    may be shorter and every row's inputs cover its first n-1 tokens exactly once. `positions`
-    ([K, len(data)], e.g. `sega_positions`) is laid out the same way. Iterating continues from
-    the saved batch index (`state`/`load_state`); after the last batch it starts over."""
+    """Transformer-XL's ordered LM iterator, batch-major: row b holds tokens b*n .. (b+1)*n−1
+    (n = len // bsz); batch i covers steps [i*tgt_len, min((i+1)*tgt_len, n-1)), targets one
+    later. `positions` [K, len(data)] is laid out alike. Resumable (`state`/`load_state`)."""
 
     def __init__(self, data: np.ndarray, bsz: int, tgt_len: int, ext_len: int = 0,
                  positions: Optional[np.ndarray] = None):

@@ -439,11 +439,9 @@ class TransformerXLLM(nn.Layer):
     @classmethod
     def from_pretrained(cls, directory: Union[str, "os.PathLike[str]"],
                         **overrides: Any) -> "TransformerXLLM":
-        """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
-        mem_len or recurrence, replace the saved ones). Reads model.safetensors (no pickle
-        is ever read). Every tensor must match by
-        name and shape, with a dtype that casts (float widths; uint16 is bfloat16 bits):
-        CheckpointError, one line naming the file and the tensors, otherwise."""
+        """A `save_pretrained` directory → the model (`overrides` replace saved config keys).
+        Reads model.safetensors; every tensor must match by name, shape and a castable dtype:
+        CheckpointError, one line, otherwise."""
         from ernie_doc.checkpoint import io
         from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)

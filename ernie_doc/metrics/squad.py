@@ -18,12 +18,8 @@ _TRIVIAQA_PUNCT = _ASCII_PUNCT | frozenset("\u2018\u2019\u00b4")
 
 
 def normalize_answer(text, triviaqa=False):
-    """Lower-case, drop punctuation, the articles a/an/the and extra whitespace.
-
-    triviaqa=True gives the TriviaQA variant: underscores become spaces and punctuation
-    (ASCII plus ‘ ’ ´) is replaced by a space rather than deleted, so "rock-n-roll" is
-    "rock n roll" there but "rocknroll" for SQuAD/HotpotQA.
-    """
+    """Lower-case, drop punctuation, articles and extra whitespace. triviaqa=True: underscores
+    and punctuation become spaces ("rock n roll", not SQuAD's "rocknroll")."""
     text = str(text).lower()
     if triviaqa:
         text = text.replace("_", " ")

@@ -17,12 +17,8 @@ from ernie_doc.modeling.memory import reset_rows, update_memory
 def memory_slot_mask(memory_mask: Optional[paddle.Tensor], batch: int, mem_len: int,
                      memories_given: bool,
                      reset_memory: Optional[paddle.Tensor]) -> paddle.Tensor:
-    """Which memory slots hold document content → [B,M] float32, 1 = content.
-
-    memory_mask [B,M] (any dtype) or None; reset_memory [B] bool or None. Without a
-    memory_mask, the zero start state (no memories given) is all empty and given memories are
-    taken as full; rows that start a new document are emptied either way.
-    """
+    """Which memory slots hold content → [B,M] float32. Without memory_mask the zero start
+    state is empty and given memories full; reset_memory [B] rows are emptied."""
     if memory_mask is None:
         memory_mask = paddle.full([batch, mem_len], 1.0 if memories_given else 0.0,
                                   dtype="float32")
@@ -34,11 +30,9 @@ def memory_slot_mask(memory_mask: Optional[paddle.Tensor], batch: int, mem_len: 
 
 def additive_mask(query_mask: paddle.Tensor, key_mask: paddle.Tensor,
                   bias_shape: List[int]) -> Optional[paddle.Tensor]:
-    """query_mask [B,T], key_mask [B,K] float 1/0 → bias [B,n,T,K] (bias_shape): 0 where both
-    are real, −MASK_VALUE elsewhere, detached. In dygraph, None when every key is real (the
-    segment's tokens are keys too, so every query is real as well): nothing to mask, and each
-    layer skips the add. A traced program cannot branch on values, so it always gets the bias.
-    """
+    """query_mask [B,T], key_mask [B,K] → detached bias [B,n,T,K]: 0 where both are real,
+    −MASK_VALUE elsewhere. In dygraph None when every key is real; traced programs always
+    get the bias."""
     # One exit, no early return: the function is traced by paddle.jit under export.
     bias = None
     if not (paddle.in_dynamic_mode() and bool(key_mask.min() > 0)):

@@ -98,11 +98,8 @@ def _constructor_params(cls: type) -> List[str]:
 
 def checkpoint_key_map(names_in_checkpoint: Iterable[str], fmt: str,
                        cls: type) -> Dict[str, Optional[str]]:
-    """{checkpoint name: model key or None} for a model of class `cls`.
-
-    Official names go through names.py (+ cls.official_names for the head); PaddleNLP / our
-    names are model keys already, with or without the `ernie_doc.` prefix.
-    """
+    """{checkpoint name: model key or None} for `cls`: official names through names.py (and
+    cls.official_names), others are model keys with or without `ernie_doc.`."""
     prefixed = not _is_bare(cls)
     head_names = cls.official_names
     out = {}

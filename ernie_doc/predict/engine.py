@@ -52,12 +52,9 @@ GPU_MEMORY_POOL_MB = 256   # paddle.inference's initial GPU pool; it grows on de
 
 @dataclass(frozen=True)
 class InferenceSettings:
-    """How a Predictor configures paddle.inference (inference_settings decides it).
-
-    device: "cpu" or "gpu" · precision: "fp32", "bf16" or "fp16" (the compute precision;
-    inputs and outputs stay float32 / int64 either way) · onednn: oneDNN kernels (CPU) ·
-    gpu_precision: the paddle.inference.PrecisionType member handed to enable_use_gpu
-    ("Float32", "Half", "Bfloat16"), None on CPU · onednn_bf16: enable_mkldnn_bfloat16 (CPU)."""
+    """How a Predictor configures paddle.inference (decided by inference_settings). Inputs and
+    outputs stay float32 / int64 whatever the precision; gpu_precision: the PrecisionType
+    name for enable_use_gpu (None on CPU)."""
     device: str
     precision: str
     onednn: bool
@@ -236,11 +233,8 @@ def _read_meta(meta_path):
 
 def _check_sidecar(meta: Dict[str, Any], config: ErnieDocConfig, meta_path: str,
                    params_path: str) -> None:
-    """The sidecar's sizes checked against each other and against the parameters file,
-    before paddle.inference is asked to run anything: a hand-edited `config.hidden_size`,
-    `config.vocab_size` or `memory_shape` would otherwise feed the program memories of
-    the wrong shape (a C++ error deep in a run) or let token ids past the embedding table
-    through run()'s range check. ExportError naming the sidecar and the key."""
+    """The sidecar's sizes checked against each other and the parameters file before
+    paddle.inference runs, so a hand-edited one never reaches C++. ExportError naming the key."""
     def disagree(key, value, what):
         return ExportError(f"{meta_path}: {key} {value} disagrees with {what} (was the "
                            f"sidecar edited? export again)")
@@ -556,11 +550,8 @@ class Predictor:
     def iter_stream(self, document_segments: Iterable[Any],
                     memories: Optional[np.ndarray] = None,
                     memory_mask: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
-        """Yield run()'s output for each segment, carrying the memories (and memory mask).
-
-        Each segment is input_ids [B,T] or a dict of run()'s arguments (input_ids,
-        attention_mask, token_type_ids, reset_memory, and the head's inputs); the B rows are
-        B independent documents read in step. memories: the state to start from (default zeros)."""
+        """Yield run()'s output per segment (input_ids [B,T] or a dict of run()'s arguments),
+        carrying memories and mask; B rows are B documents in step. memories: start state."""
         for i, seg in enumerate(document_segments):
             kwargs = dict(seg) if isinstance(seg, dict) else {"input_ids": seg}
             unknown = set(kwargs) - {"input_ids", "attention_mask", "token_type_ids",

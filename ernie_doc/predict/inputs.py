@@ -240,11 +240,8 @@ def read_task_record(directory: str) -> dict:
 
 
 def task_record(directory: str, task: Optional[str] = None) -> dict:
-    """What a saved model is for (read_task_record's fields): its task.json; or, for a
-    directory without one (save_pretrained's) and a `task` named, that task folder's
-    config.yaml, its reader's label names (else "0".."num_labels-1" from config.json) and
-    max_seq_len at most the model's max_position_embeddings. A task.json naming another task
-    than `task` is refused."""
+    """What a saved model is for: its task.json; without one, with `task` named, that task's
+    config.yaml and labels. A task.json naming another task is refused."""
     if os.path.isfile(os.path.join(directory, TASK_FILE)):
         record = read_task_record(directory)
         if task is not None and task != record["task"]:

@@ -115,11 +115,8 @@ class LMPipeline(DocumentStream):
     def from_pretrained(cls, directory: str, batch_size: Optional[int] = None,
                         on_error: str = "record", device: str = "cpu",
                         prepend_eos: bool = False) -> "LMPipeline":
-        """`directory`: a saved language model with task.json (a run's best/ or final/,
-        resolved by `ernie_doc.predict.pipeline.model_directory`). batch_size None: the run's
-        eval_batch_size, else batch_size. PipelineError (one line) for any problem, among
-        them a batch or eval protocol (task_options eval_mem_len ...) whose memory estimate
-        cannot fit, refused before the model is loaded."""
+        """`directory`: a saved language model with task.json. batch_size None: the run's
+        eval_batch_size. PipelineError (one line), memory estimates refused before loading."""
         from ernie_doc.errors import CheckpointError
         from ernie_doc.predict.inputs import check_batch_size
         check_batch_size(batch_size)

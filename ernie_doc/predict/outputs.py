@@ -362,11 +362,9 @@ class OutputFolder:
             os.unlink(name, dir_fd=self.fd)
 
     def create(self, beside: Mapping[str, bytes], replace: bool) -> BinaryIO:
-        """A new, empty output file in place ("wb"), locked for the run, after the files
-        `beside` it ({name: content}, e.g. its sidecar) are written. Nothing of an existing
-        output is lost before the new one exists: every file is first complete under a
-        temporary name, then renamed onto its name (replace: the output too; else the output
-        is created at its name with O_EXCL, so a file that appeared since is kept)."""
+        """A new, empty output file, locked, after the files `beside` it ({name: content})
+        are written. Each is complete under a temporary name before its rename, so nothing of
+        an existing output is lost (without replace: O_EXCL keeps a file that appeared)."""
         made = []   # (name, id) of what this run created, removed on failure
         try:
             staged = []

@@ -68,11 +68,9 @@ def is_export(directory: str) -> bool:
 
 
 class ExportedModel:
-    """An exported model (ernie_doc.predict.engine.Predictor: paddle.inference, oneDNN fp32 or bf16
-    on CPU, or GPU) behind the call the task kinds make of a dygraph head: (input_ids [B, T],
-    memories [L, B, M, H], token_type_ids, attention_mask, reset_memory [B], memory_mask,
-    head inputs) → an object with the head's outputs (logits ...) and the new memories as
-    tensors. The task's own forward and row_outputs then run unchanged."""
+    """An exported model (ernie_doc.predict.engine.Predictor) behind the call the task kinds
+    make of a dygraph head → the head's outputs and new memories as tensors, so the task's
+    forward and row_outputs run unchanged."""
 
     def __init__(self, predictor):
         self.predictor = predictor
@@ -266,12 +264,9 @@ class Pipeline(DocumentStream):
 
 
 class TwoStagePipeline(DocumentStream):
-    """HotpotQA's two models in a row: the evidence model picks each question's paragraphs,
-    the answer model reads them (the paper's two stages; fine-tuned with task_options.stage
-    evidence, then answer). A question's stage-1 record sets its `evidence` field exactly as
-    the stage-2 run read stage 1's predictions_<split>.jsonl. Records: the answer model's
-    (its `evidence` lists the titles read); a question stage 1 could not read gets its error
-    record."""
+    """HotpotQA's two models in a row: the evidence model picks paragraphs, the answer model
+    reads them, exactly as stage-2 training read stage 1's predictions. Records: the answer
+    model's; a question stage 1 could not read gets its error record."""
 
     def __init__(self, evidence: Pipeline, answer: Pipeline):
         stages = (evidence.task.options.get("stage"), answer.task.options.get("stage"))
@@ -361,10 +356,8 @@ def task_documents(record: dict, path: Optional[str] = None,
 def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
              on_error: str = "record", device: str = "cpu", engine: str = "auto",
              precision: str = "fp32", threads: int = 1, task: Optional[str] = None):
-    """The pipeline for a saved model (a run directory, best/ or final/, or an export; with
-    `task`, also a save_pretrained directory), whatever its kind: document kinds → Pipeline;
-    the language model → predict.lm.LMPipeline (dygraph); HotpotQA's evidence model with
-    `answer_model` → TwoStagePipeline. All have `__call__(documents)` (input order) and
+    """The pipeline for a saved model, whatever its kind: Pipeline, predict.lm.LMPipeline, or
+    TwoStagePipeline (with `answer_model`). All have `__call__(documents)` and
     `stream(documents, skip)`."""
     check_device(device)
     directory = model_directory(model, task)

@@ -179,11 +179,9 @@ def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
                    world_size: int = 1, text_field: str = "text", min_chars: int = 1,
                    split: str = "blank_lines",
                    skips: Optional[Skips] = None) -> Iterator[CorpusDocument]:
-    """Stream this rank's documents: kept document i goes to rank i % world_size.
-
-    Skipped (too short) documents are counted in `skips` (the caller reports them); without
-    one, rank 0 logs the counts when the pass ends. A corpus with no document raises DataError
-    at the end of the pass; call `check_corpus` first to fail before any collective call."""
+    """Stream this rank's documents (kept document i → rank i % world_size). Skips are
+    counted in `skips`, else logged by rank 0. No document at all: DataError at the end
+    (`check_corpus` fails earlier)."""
     paths = _as_list(paths)
     _check_args(rank, world_size, split, min_chars)
     own_skips = skips is None

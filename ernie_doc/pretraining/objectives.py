@@ -161,12 +161,7 @@ def tokenizer_special_ids(tokenizer) -> Tuple[int, ...]:
 
 
 def wordpiece_word_starts(tokens: Sequence[str]) -> np.ndarray:
-    """[T] bool: True at the first piece of a word.
-
-    A WordPiece continuation ("##xx") is not a start, except when it is a CJK character:
-    in Chinese every CJK character is its own word (so "##字" pieces of some Chinese
-    vocabularies are still whole-word units).
-    """
+    """[T] bool, True at a word's first piece; a CJK "##" piece is a word of its own."""
     out = np.ones(len(tokens), dtype=bool)
     for i, tok in enumerate(tokens):
         if tok.startswith("##") and len(tok) > 2:

@@ -284,11 +284,8 @@ class TokenizerCallMixin:
 
     # -- saving -------------------------------------------------------------------------------
     def saved_config(self) -> Dict:
-        """What tokenizer_config.json records: the class, which decides how the folder loads
-        (load_tokenizer; not the files that happen to be there), the options that change
-        ids, and model_max_length when the tokenizer has one of its own (recorded in its
-        folder or set): a model folder saved by training then keeps its config.json's
-        max_position_embeddings as the limit, not the default."""
+        """What tokenizer_config.json records: the class (it decides how the folder loads),
+        the options that change ids, and model_max_length when the tokenizer has its own."""
         config = dict(self._config(), tokenizer_class=type(self).__name__)
         if self._model_max_length is not None:
             config["model_max_length"] = self._model_max_length

@@ -241,11 +241,8 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def encode_with_offsets(self, text: str,
                             sentence_split: bool = True) -> Tuple[List[int], List[Tuple[int, int]]]:
-        """encode(text) and each token's (start, end) character offsets in `text`. A token
-        covers the characters whose bytes it holds (all of a character split across tokens);
-        GPT-2's leading space ("Ġ") is not counted (Hugging Face's trim_offsets). Should the
-        sentence splitter return a sentence that is not a substring of the text, its tokens
-        get the span of what is left of the text."""
+        """encode(text) and each token's (start, end) character offsets in `text` (without
+        GPT-2's leading "Ġ", as Hugging Face's trim_offsets)."""
         # " ".join(text.split()) with, for each of its characters, the index in `text`
         normal_chars, index = [], []
         i, n = 0, len(text)

@@ -113,11 +113,8 @@ class _Tok:
 
 
 def _cannot_start_sentence(tok: _Tok) -> bool:
-    """Stand-in for the negative half of Punkt's orthographic heuristic.
-
-    Punkt also answers "surely a sentence start" for capitalised words it saw
-    in lower case but never capitalised mid-sentence; without its statistics
-    that answer is never given here (the main source of disagreement)."""
+    """Stand-in for the negative half of Punkt's orthographic heuristic (its positive half
+    needs statistics we lack: the main source of disagreement)."""
     # Punkt has usually seen a lower-case word capitalised somewhere, which
     # makes a lower-case occurrence evidence against a sentence start.
     return tok.text in _PUNCT_TOKENS or tok.text[0].islower()

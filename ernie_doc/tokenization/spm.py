@@ -43,11 +43,8 @@ def train(
     seed_sentencepiece_size: Optional[int] = None,
     extra_options: Optional[dict] = None,
 ) -> str:
-    """Train a SentencePiece model; returns the path of ``<model_prefix>.model``.
-
-    ``files`` are plain-text files, one sentence or paragraph per line.
-    ``input_sentence_size=0`` uses every line (no sampling, deterministic).
-    """
+    """Train a SentencePiece model on plain-text ``files`` → path of ``<model_prefix>.model``.
+    ``input_sentence_size=0`` uses every line (deterministic)."""
     spm = _sentencepiece()
     files = _training_files(files)
     if model_type not in ("unigram", "bpe", "char", "word"):

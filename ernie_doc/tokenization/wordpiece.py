@@ -243,11 +243,8 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return self.vocab.to_tokens(as_ids(ids))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text, as Hugging Face's BERT decode: words joined by spaces, "##"
-        pieces glued to the word before, no space before . , ! ? and the English
-        contractions ('s n't ...); and no space next to a CJK character or CJK punctuation
-        (tokenization put those spaces there). Case and accents removed by tokenization are
-        not restored. `ids`: a list, a 1-D array or tensor."""
+        """Best-effort text, as Hugging Face's BERT decode ("##" glued, no space before
+        punctuation, contractions or around CJK). `ids`: a list, 1-D array or tensor."""
         from .base import as_ids
         specials = {self.pad_token, self.cls_token, self.sep_token, self.mask_token, self.unk_token}
         text = ""

@@ -83,12 +83,9 @@ def _signature(info: os.stat_result) -> tuple:
 
 
 def _load(output_dir: str) -> Optional[Tuple[List[str], Set[str]]]:
-    """(entries, the same as a set) of the manifest in `output_dir`, or None when there is
-    none: from memory while the file is the one this process last read or wrote, so that
-    each claim costs one lstat, not a read of the whole list. ConfigError (one line naming
-    the file) for a manifest that is not one a run wrote: not a regular file, unreadable,
-    more than MAX_ENTRIES entries, or an entry outside the closed set of a run's names
-    (is_run_entry; a damaged or planted manifest never makes a run delete anything else)."""
+    """(entries, the same as a set) of the manifest in `output_dir`, or None; cached while the
+    file is unchanged. ConfigError (one line) for a manifest no run wrote (an entry outside
+    is_run_entry's closed set, so a planted manifest never makes a run delete anything)."""
     path = os.path.join(output_dir, MANIFEST)
     try:
         info = os.lstat(path)
@@ -189,11 +186,8 @@ def _not_ours(output_dir: str, entry: str) -> ConfigError:
 
 
 def claim(output_dir: str, *entries: str) -> None:
-    """List `entries` in the manifest before they are created ("name/child" lists its folder
-    "name/" too). A name becomes the run's only while nothing is there: an existing entry the
-    manifest does not list is refused (ConfigError naming it), never replaced or appended to.
-    Nothing happens in a directory without a manifest (a function of the run called on its
-    own, outside a run): such a directory is never cleaned either."""
+    """List `entries` in the manifest before they are created. An existing entry not listed is
+    refused (ConfigError naming it). Does nothing in a directory without a manifest."""
     loaded = _load(output_dir)
     if loaded is None:
         return
@@ -365,11 +359,8 @@ def _holder(info: os.stat_result) -> str:
 
 
 def lock_output_dir(output_dir: str) -> bool:
-    """Hold an exclusive lock on the directory `output_dir` (flock on a descriptor of the
-    directory itself, so nothing is written for it) until release_output_dir or the
-    process's end; the directory is created if missing → whether this call created it.
-    Re-entrant within a process. ConfigError (one line, the holder's pid) when another run
-    holds it. Only a run's main process calls this."""
+    """Hold an exclusive flock on `output_dir` (created if missing → whether it was) until
+    release_output_dir or exit; re-entrant. ConfigError (the holder's pid) if held elsewhere."""
     import fcntl
     key = os.path.abspath(output_dir)
     fd = _LOCKS.get(key)
@@ -437,11 +428,9 @@ def _shown(names: List[str]) -> str:
 
 
 def check_resumable(output_dir: str, listed: List[str]) -> None:
-    """--resume: ConfigError (one line naming the entry) unless every name the run writes is
-    absent or listed (`listed`: the manifest's entries), and every listed entry is what the
-    run created: a real file
-    or folder, not a symbolic link, except `best` and `checkpoints/latest`, which must point
-    to a folder in OUTPUT_DIR/checkpoints. Reads only."""
+    """--resume: ConfigError (naming the entry) unless every name the run writes is absent or
+    in `listed`, each a real file or folder (`best`, `checkpoints/latest`: links into
+    checkpoints/). Reads only."""
     where = f"--resume {output_dir}"
     names = set(listed)
     for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):

@@ -272,11 +272,8 @@ def _load_model(path, model):
 
 
 def _load_optimizer(path, model):
-    """→ the optimizer state dict, checked: every tensor optimizer.json lists is in
-    optimizer.safetensors with its dtype and shape, and each one belongs to a parameter of
-    the model with a fitting shape (its own, or [1] for the beta powers). Which tensors an
-    optimizer keeps is its own business (paddle creates them at the first step): the list
-    saved with them is what "every optimizer tensor" means here."""
+    """→ the optimizer state dict, checked: every tensor optimizer.json lists is present with
+    its dtype and shape, and fits a parameter of the model (or is [1]: beta powers)."""
     meta_path = os.path.join(path, OPTIMIZER_META)
     meta = _read_json(meta_path)
     listing, entries = meta.get("tensors"), meta.get("entries")

@@ -115,11 +115,9 @@ def _latest_step(output_dir: str) -> Optional[int]:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM while a run is on (`installed`). Outside training (`defer` off)
-    a signal raises Interrupted at once. While training, the first one is only recorded
-    (`signum`): the loop stops at the end of the step under way, after saving it; the same
-    signal again raises Interrupted. Inside `writing()` (a checkpoint being written) every
-    signal waits until the write is done."""
+    """SIGINT and SIGTERM while a run is on: outside training raise Interrupted at once; in
+    training the first is recorded and the loop stops after saving the step, a repeat raises.
+    Inside `writing()` every signal waits for the write."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -394,11 +392,8 @@ class Trainer:
         return state, carry
 
     def _extend_schedule(self, state, scheduler):
-        """A finished run resumed with max_steps or epochs raised: the LR schedule becomes the
-        one of a run planned for the new total from the start, evaluated at the step reached
-        (the saved scheduler holds the old schedule's end, 0 for a decay to 0). It cannot be
-        faithful to the steps already taken, which followed the old, shorter schedule: said
-        in one log line."""
+        """A finished run resumed with more steps: the LR schedule becomes that of the new total,
+        at the step reached (one log line says the steps taken followed the old one)."""
         cfg, old, new, step = self.cfg, self.run.extends, self.run.total_steps, state["step"]
         before = scheduler.last_lr
         scheduler.step(step)   # last_lr = base lr x the new schedule's factor at `step`
