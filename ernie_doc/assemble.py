@@ -36,10 +36,8 @@ logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog s
 
 @dataclass
 class Assembly:
-    """A run's task, tokenizer and model, built and checked. `special`: the cls / sep / pad
-    ids documents are cut with; `eval_rows`: rows read at once without gradients (predict's
-    batch size), what the memory estimate counts for eval_only (None: eval_batch_size, else
-    batch_size); `resume`: a --resume run (its trained tokenizer is kept)."""
+    """A run's task, tokenizer and model, built and checked. `special`: cls / sep / pad ids;
+    `eval_rows`: rows read without gradients (None: the batch size); `resume`: --resume."""
     cfg: TrainConfig             # released names and URLs resolved to local paths
     task: Any                    # kinds.base.Task
     tokenizer: object = None
@@ -56,10 +54,8 @@ class Assembly:
 
 
 def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
-    """`cfg` with `init_checkpoint`, `tokenizer` and a URL or archive `model` replaced by
-    local paths (ernie_doc.hub.resolve: a released name or URL is fetched into the cache
-    once, by one process of a distributed job, and verified). A released name as `model`
-    stays a config preset: it names an architecture, not weights."""
+    """`cfg` with `init_checkpoint`, `tokenizer` and a URL / archive `model` resolved to local
+    paths (ernie_doc.hub.resolve); a released name as `model` stays a config preset."""
     from ernie_doc.errors import HubError
     from ernie_doc.hub import is_url, resolve
     from ernie_doc.hub.archive import is_archive

@@ -209,10 +209,8 @@ def _config_file(path: str) -> Optional[str]:
 
 def integer_problem(value: object, low: int = 0, high: int = MAX_DIM,
                     nullable: bool = False) -> Optional[str]:
-    """Why `value` cannot be an integer setting in [low, high] (or None, when `nullable`):
-    "must be a positive integer, got True", or None when it can. A bool is never an integer
-    here (YAML's `true` would read as 1); `high` defaults to MAX_DIM, the largest tensor
-    dimension paddle takes."""
+    """Why `value` cannot be an integer setting in [low, high] (None allowed when `nullable`),
+    or None. A bool is never an integer; `high` defaults to MAX_DIM."""
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < low:

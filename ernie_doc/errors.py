@@ -24,10 +24,8 @@ class ConfigError(ErnieDocError, ValueError):
 
 
 class UntrainedHead(ConfigError):
-    """eval_only (or predict) on a checkpoint that lacks the task's head: the head would be
-    newly initialised, its predictions noise. `checkpoint`, `head` (the class name),
-    `missing` (its tensors the checkpoint lacks), `other_head` (the head class the checkpoint
-    records instead, or None)."""
+    """eval_only (or predict) on a checkpoint without the task's head (its predictions would be
+    noise). Attributes: checkpoint, head, missing, other_head."""
 
     def __init__(self, message: str, checkpoint: str, head: str, missing: List[str],
                  other_head: Optional[str]):
@@ -60,10 +58,8 @@ class LoDTensorFormatError(ErnieDocError, ValueError):
 
 
 class HubError(CheckpointError):
-    """A released model or a remote file that cannot be fetched, verified or unpacked; the
-    message is one line naming the URL or cache path (and, for a failed download, where to
-    put the file by hand). A CheckpointError: `from_pretrained` promises one for any path it
-    cannot load, a missing file and a name that cannot be fetched alike."""
+    """A released model or remote file that cannot be fetched, verified or unpacked (one line
+    naming the URL or cache path). A CheckpointError, as from_pretrained promises."""
 
 
 # -- training -----------------------------------------------------------------------------------
@@ -98,10 +94,8 @@ class PredictorInputError(ErnieDocError, ValueError):
 
 
 class EngineError(ErnieDocError, ValueError):
-    """A device / precision this host or paddle build cannot run (one line naming what is
-    missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
-    3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
-    a processor without it."""
+    """A device / precision this host or paddle build cannot run; raised instead of
+    paddle.inference's silent fall back to fp32."""
 
 
 class OutputError(ErnieDocError, ValueError):

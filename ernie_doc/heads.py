@@ -41,10 +41,8 @@ class HeadOutput(namedtuple("HeadOutput", ["logits", "memories", "memory_mask", 
 
 
 class ExportInput(namedtuple("ExportInput", ["name", "shape", "dtype", "high", "doc"])):
-    """An input a head's forward takes beyond the encoder's (a keyword argument of forward),
-    fed after them in an export: name · shape (batch -1: dynamic) · dtype ("int64",
-    "float32") · high: integer values must lie in [0, high) (None: not checked) · doc: the
-    shape in words, for error messages (e.g. "[batch, seq_len]")."""
+    """An input a head's forward takes beyond the encoder's, fed after them in an export:
+    name, shape (batch -1: dynamic), dtype, high (values in [0, high)), doc (for messages)."""
 
 
 PretrainingOutput = namedtuple("PretrainingOutput",

@@ -28,10 +28,8 @@ class Remote:
 
 @dataclass(frozen=True)
 class Release:
-    """A released model: its config (a preset name of ernie_doc.config.PRESETS or a dict of
-    config keys), its weights per source
-    (an archive of official per-parameter files, or one PaddleNLP .pdparams file) and its
-    tokenizer files ({file name: Remote})."""
+    """A released model: its config (a PRESETS name or a dict), its weights per source (an
+    official archive or a PaddleNLP .pdparams) and its tokenizer files ({name: Remote})."""
     name: str
     preset: str
     weights: Dict[str, Remote]

@@ -60,10 +60,8 @@ def _status_bytes(field: str) -> Optional[int]:
 
 
 def _rlimit_available() -> Optional[int]:
-    """What this process's own limits leave (`ulimit -v`, `prlimit --as`, a batch system's
-    RLIMIT_DATA): the soft RLIMIT_AS less the address space mapped now (VmSize), and the
-    soft RLIMIT_DATA less the data segment now (VmData); None when neither is set. Past
-    them an allocation fails however much memory the machine has free."""
+    """What this process's own limits leave: soft RLIMIT_AS less VmSize and soft RLIMIT_DATA
+    less VmData; None when neither is set."""
     try:
         import resource
     except ImportError:   # not on a POSIX system

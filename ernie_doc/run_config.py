@@ -331,10 +331,8 @@ def load_yaml(path):
 
 
 def parse_override(text):
-    """'a.b=value' → (['a', 'b'], value parsed as YAML). A value that YAML reads as a plain
-    string is refused when it holds a control character: YAML would fold a newline into a
-    space and drop a final CR, and the run would quietly use another name than the one
-    given."""
+    """'a.b=value' → (['a', 'b'], value parsed as YAML). A plain string holding a control
+    character is refused (YAML would silently fold or drop it)."""
     if "=" not in text:
         raise ConfigError(f"override {clip(repr(text))}: expected key=value")
     key, raw = text.split("=", 1)

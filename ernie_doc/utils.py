@@ -33,10 +33,8 @@ def _named(error: OSError, path: str) -> OSError:
 
 @contextlib.contextmanager
 def atomic_path(path, tmp_dir=None):
-    """Yield a temporary path next to `path` (or in `tmp_dir`, a folder on the same
-    filesystem); move it into place only if the block succeeds. An OSError without a file
-    name (a write cut short by a full disk) or naming the temporary file is raised again
-    naming `path`, the file the caller meant to write."""
+    """Yield a temporary path next to `path` (or in `tmp_dir`), moved into place if the block
+    succeeds. An OSError without a file name, or naming the temporary, is raised naming `path`."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -114,10 +112,8 @@ def regular_file_problem(path, what: str = "file") -> Optional[str]:
 
 
 def open_regular(path, what: str = "file", error=ValueError):
-    """A binary file object of a regular file. Anything else (missing, a FIFO, a device, a
-    directory) raises `error` naming the path without ever blocking: the file is checked
-    before it is opened, opened non-blocking, and checked again on the open descriptor (it
-    may have been swapped in between)."""
+    """A binary file object of a regular file; anything else raises `error` naming the path
+    without blocking (checked before, opened non-blocking, checked again on the descriptor)."""
     problem = regular_file_problem(path, what)
     if problem:
         raise error(problem)
@@ -222,10 +218,8 @@ def clip(text: str, limit: int = 200) -> str:
 
 
 def control_character(text: str) -> Optional[str]:
-    """The first control character (Unicode category Cc: NUL, tab, newline, CR, DEL ...) in
-    `text` as "U+000A", or None. No name or path the package reads holds one: a NUL cannot
-    reach the OS, and a newline or CR is a pasted line end (YAML folds or drops it, and it
-    would split a log line)."""
+    """The first control character (category Cc) in `text` as "U+000A", or None: no name or
+    path the package reads may hold one."""
     for char in text:
         if unicodedata.category(char) == "Cc":
             return f"U+{ord(char):04X}"
@@ -253,10 +247,8 @@ def threads_problem(threads) -> Optional[str]:
 
 
 def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueError) -> None:
-    """CPU math threads for paddle (set OMP_NUM_THREADS before importing paddle as well for
-    the OpenMP parts). `error` (the caller's one-line error class) naming `what` (the key or
-    option that gave them) for a count threads_problem refuses, before paddle's OpenMP sees
-    it (too many threads abort the process)."""
+    """CPU math threads for paddle; `error` (naming `what`) for a count threads_problem refuses,
+    before paddle's OpenMP sees it (too many threads abort the process)."""
     problem = threads_problem(threads)
     if problem:
         raise error(f"{what}: {problem}")
@@ -470,10 +462,8 @@ def write_error_types() -> tuple:
 
 
 def quiet_failed_closes() -> None:
-    """After a write failed for lack of space, files still open fail again when they are
-    closed by the garbage collector (numpy's savez ZipFile), and Python prints those as
-    "Exception ignored in ..." tracebacks after the one error line. Drop exactly those
-    (OSError with a WRITE_ERRNOS errno); any other unraisable error is still printed."""
+    """After a write failed for lack of space, drop the "Exception ignored in ..." tracebacks of
+    files the garbage collector closes (OSError with a WRITE_ERRNOS errno); print any other."""
     previous = sys.unraisablehook
 
     def hook(unraisable):

@@ -94,10 +94,8 @@ def _first_file(directories, filenames):
 
 
 def all_official_names() -> Set[str]:
-    """Every official head parameter name: those of the official heads (names.OFFICIAL_HEADS,
-    which the head classes declare theirs from) and the official head variants no class of
-    ours has (names.OTHER_OFFICIAL_HEAD_NAMES). ernie_doc.auto.official_head_names adds those
-    of every registered head class."""
+    """Every official head parameter name (names.OFFICIAL_HEADS and OTHER_OFFICIAL_HEAD_NAMES);
+    ernie_doc.auto.official_head_names adds every registered head's."""
     return names.official_head_names()
 
 
@@ -227,9 +225,7 @@ def read_checkpoint(path: PathLike, upcast: bool = True,
 # -- writing ------------------------------------------------------------------------------------
 def commit_files(directory: PathLike, writers: Dict[str, Callable[[str], None]]) -> None:
     """Write several files into `directory` all or nothing: each writer(tmp_path) fills a file
-    in a hidden staging folder inside `directory`, and only when every one succeeded are they
-    moved into place (os.replace, atomic per file). Other files are left alone.
-    """
+    in a hidden staging folder, moved into place (os.replace) once all succeeded."""
     directory = os.fspath(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise CheckpointError(f"{directory}: exists and is not a directory")

@@ -254,10 +254,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def run_command(command, argv: Optional[List[str]] = None) -> int:
-    """command(argv) → its exit status; a Ctrl-C it did not report itself is one line
-    ("interrupted ...") and INTERRUPTED_STATUS, an ErnieDocError it did not report itself
-    one `error:` line and the error's exit status, each with the traceback under --debug.
-    What the `ernie-doc` command and the tools/ scripts run."""
+    """command(argv) → its exit status; an unreported Ctrl-C or ErnieDocError becomes one line
+    and its status (traceback under --debug). Run by `ernie-doc` and the tools/ scripts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(argv)

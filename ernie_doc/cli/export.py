@@ -171,10 +171,8 @@ def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
 
 
 def stage_copies(sources: List[str], out_dir: str) -> List[str]:
-    """Copy each file of `sources` into `out_dir` under a new temporary name (O_EXCL: never
-    through a link) → those names; they are renamed into place once the export is done. A
-    source that cannot be read is an ExportError (one line), with the copies made so far
-    removed."""
+    """Copy `sources` into `out_dir` under new temporary names (O_EXCL) → those names, renamed
+    once the export is done. ExportError (one line) for an unreadable source, copies removed."""
     from ernie_doc.errors import ExportError
     from ernie_doc.predict.outputs import temp_name
     from ernie_doc.utils import open_regular

@@ -154,10 +154,8 @@ def read_lines(path):
 
 
 def read_tsv(path, required=()) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]]]:
-    """A tab-separated UTF-8 file with a header row → (its column names, [(line number,
-    {column: value})] for every non-blank row). DataError naming the file and line for an
-    empty file, a header without a `required` column, or a row with another number of
-    columns."""
+    """A tab-separated UTF-8 file with a header → (column names, [(line number, {column:
+    value})]). DataError naming file and line: empty, missing `required` column, ragged row."""
     lines = read_lines(path)
     if not lines:
         raise DataError(f"{where(path)}: empty file (expected a header row)")

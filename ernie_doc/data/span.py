@@ -194,10 +194,8 @@ class SpanSegmenter:
 
 
 def _top_context(logits: np.ndarray, n: int, n_best: int, pool: str) -> np.ndarray:
-    """Context indices 0..n-1 (row 1..n of a segment) of the n-best logits of one segment:
-    pool "context" ranks the context rows only; "all" ranks all T rows, as the official
-    decoder does, and then keeps those that fall in the context (so there may be fewer than
-    n_best, or none)."""
+    """Context indices (row − 1) of one segment's n-best logits: pool "context" ranks context
+    rows only; "all" ranks all T rows (official), then keeps those in the context."""
     if pool == "context":
         return np.argsort(-logits[1:n + 1], kind="stable")[:n_best]
     top = np.argsort(-logits, kind="stable")[:n_best]   # stable: ties to the lower position

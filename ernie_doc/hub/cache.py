@@ -183,10 +183,8 @@ def _remove_tree_at(parent_fd: int, name: str) -> None:
 
 @contextlib.contextmanager
 def _stale_names(parent: str, prefix: str, kind: int):
-    """(descriptor of `parent`, names) of what a killed process of ours left in `parent`:
-    names `prefix` + mkstemp's 8 random characters, of type `kind` (stat.S_IFDIR or S_IFREG,
-    by lstat), owned by this user. Yields (None, []) when `parent` is not a real folder of the
-    cache."""
+    """(descriptor of `parent`, names) a killed process left there: `prefix` + 8 random
+    characters, of type `kind`, owned by this user; (None, []) if `parent` is no real folder."""
     with _cache_dir_fd(parent) as fd:
         if fd is None:
             yield None, []
@@ -278,10 +276,8 @@ def _file_problem(file: str, want: Dict) -> Optional[str]:
 
 
 def verify_entry(root: str) -> Dict:
-    """Check a cache entry against its manifest → the manifest: every listed file present
-    with its recorded size and sha256, and nothing else there (a file added to an entry, e.g.
-    a `model.safetensors` beside the fetched weights, would be loaded in their place). HubError
-    naming the entry and the first file that is missing, differs or is not listed."""
+    """Check a cache entry against its manifest → the manifest: every file with its size and
+    sha256, nothing else (an added file could load instead). HubError naming the file."""
     manifest = _read_manifest(root)
     files = manifest["files"]
     for rel, want in files.items():
@@ -430,10 +426,8 @@ def _building(final: str):
 
 
 def _clean_stale(final: str) -> None:
-    """Remove the temporary folders of `final` that a killed process left (the caller holds
-    the entry's lock, so none is in use): only real folders of this user named exactly as
-    `_building` names them, reached from the cache root without following a link, and
-    removed without following one."""
+    """Remove the temporary folders of `final` a killed process left (caller holds the lock):
+    only this user's real folders named as `_building` names them, never following a link."""
     prefix = f".tmp-{os.path.basename(final)}-"
     with _stale_names(os.path.dirname(final), prefix, stat.S_IFDIR) as (fd, names):
         for name in names:

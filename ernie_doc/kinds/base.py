@@ -221,10 +221,8 @@ class Task:
 
     def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
                    ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
-        """→ (the loss a training micro-step backpropagates, extra training scalars
-        {name: (sum, count)}). The loss may normalise over all ranks (every rank calls this
-        at every micro-step; evaluation uses `loss`); the trainer sums the scalars over
-        micro-steps and ranks and logs sum / count at each optimizer step."""
+        """→ (the loss a training micro-step backpropagates, {name: (sum, count)} scalars the
+        trainer sums over micro-steps and ranks). Called on every rank at every micro-step."""
         return self.loss(out, batch, weight), {}
 
     def combine_metrics(self, means: Dict[str, float]) -> Dict[str, float]:

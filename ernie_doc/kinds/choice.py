@@ -192,10 +192,8 @@ class MultipleChoiceTask(_GroupTask):
 
     def predict_document(self, doc, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
-        """→ {doc_id, pred: the chosen choice's index as a string (the label), choice: its
-        text, probs: [n choices] (mean, or last, segment softmax over the question's own
-        choices, 6 decimals; with missing_choices: paddlenlp over all num_choices, a padded
-        choice's text being ""), segments}."""
+        """→ {doc_id, pred (the chosen index as a string), choice (its text), probs ([n
+        choices], 6 decimals), segments}."""
         choices = doc.fields["choices"]
         n = self.group_size if self.options["missing_choices"] == "paddlenlp" else len(choices)
         per_segment = [(s, _softmax(lg[:n])) for s, lg in rows]

@@ -34,9 +34,7 @@ RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
 
 def missing_key(cfg: Mapping[str, Any], key: str, what: str) -> ConfigError:
     """The one-line error for a required key left empty: the config file, the key, what it
-    should hold and how to set it (`--set`, and run.sh's environment variable when there is
-    one), e.g. "tasks/imdb/config.yaml: data_dir is not set: ...; give it with --set
-    data_dir=PATH, or DATA_DIR=PATH bash tasks/imdb/run.sh"."""
+    holds and how to set it (`--set`, and run.sh's environment variable if any)."""
     how = f"give it with --set {key}=..."
     variable = RUN_SH_VARIABLES.get(key)
     run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
@@ -122,10 +120,8 @@ def task_folders_package() -> Optional[ModuleType]:
 
 
 def register(registry: Dict[str, type], what: str, name: str, cls: K) -> K:
-    """Put `cls` in `registry` under `name`. The same class again is a no-op, as is a class of
-    the same name and qualified name: one task module imported as `tasks.…` and as
-    `ernie_doc_tasks.…` (the first stays registered). Another class under a taken name is a
-    ValueError."""
+    """Put `cls` in `registry` under `name`. The same class (or one task module imported as
+    `tasks.…` and `ernie_doc_tasks.…`) is a no-op; another class under a taken name: ValueError."""
     existing = registry.get(name)
     if existing is None:
         registry[name] = cls

@@ -48,10 +48,9 @@ def _rank_rows(batch, rows):
 
 
 class LMTrainStream(Split):
-    """This rank's rows of the training stream, an endless split (data.splits):
-    micro-step m reads batch m mod len(streams) of corpus pass m // len(streams), so the
-    micro-step index alone is the position. Batches: input_ids [B, L], target [B, T],
-    reset_memory [B] (all True at the first batch of a pass), positions [3, B, L] (Segatron)."""
+    """This rank's endless training stream: micro-step m reads batch m mod len(streams) of pass
+    m // len(streams). Batches: input_ids [B, L], target [B, T], reset_memory [B],
+    positions [3, B, L]."""
     name = "train"
     endless = True
 
@@ -152,10 +151,8 @@ class LMEvaluation(Evaluation):
 
 
 class LanguageModelTask(Task):
-    """Word-level language modelling with the memory-enhanced Transformer-XL: the family of
-    tasks that build their own model and splits (`builds_model`). Beyond the loop's members
-    (kinds.base.Task), training.prepare calls, in this order: `check_data(world)`,
-    `memory_plan()`, `build_model()`, `build_splits(rank, world)`, `describe(device, world)`."""
+    """Word-level language modelling with the memory-enhanced Transformer-XL (`builds_model`):
+    training.prepare calls check_data, memory_plan, build_model, build_splits, describe."""
     builds_model = True     # the trainer asks for the model and splits (no tokenizer)
     streaming = True        # the train split is a stream run for max_steps
     main_metric = "ppl"

@@ -155,10 +155,8 @@ def assign_array(param: "paddle.Tensor", array: np.ndarray) -> None:
 
 def _known_head_modules(cls: type, target: Dict[str, Any],
                         ckpt: io.Checkpoint) -> Optional[Set[str]]:
-    """First name components of head tensors that belong to a known head: those of the
-    official heads (checkpoint.names.OFFICIAL_HEADS, which the built-in head classes declare
-    theirs from) and of `cls`; None when the checkpoint's own config names a head class (every
-    tensor outside its encoder is then that head's)."""
+    """First name components of known heads' tensors (official heads and `cls`'s); None when
+    the checkpoint's config names a head class (then every non-encoder tensor is its)."""
     arch = (ckpt.architecture or {}).get("class")
     if arch and arch != "ErnieDocModel":
         return None
@@ -188,10 +186,8 @@ def _official_head_names(cls: type) -> Set[str]:
 
 
 def model_class_names() -> Set[str]:
-    """__name__ of every concrete model class defined so far: ErnieDocModel and every head
-    class (imported: the built-in heads, a task's own once its module ran). Base classes
-    (heads.Head) mark themselves `abstract_base = True` and are left out: a config that
-    records one names no head."""
+    """__name__ of every concrete model class defined so far (ErnieDocModel and the heads);
+    bases marked `abstract_base = True` are left out."""
     out, todo = set(), list(PretrainedMixin.__subclasses__())
     while todo:
         c = todo.pop()
@@ -303,10 +299,8 @@ def _apply_overrides(cfg: ErnieDocConfig, overrides: Dict[str, Any],
 def _head_arguments(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
                     ctor_params: List[str], given: Dict[str, Any],
                     same_head: bool = True) -> Dict[str, Any]:
-    """The constructor arguments: given > the checkpoint's head tensors (num_labels from
-    linear.bias [num_labels], num_reorder_classes from reorder_head.bias [classes]) > the
-    "architecture" kwargs of our config (only when it records this class: another head's
-    sizes are not this one's)."""
+    """The constructor arguments: given > the checkpoint's head tensors (num_labels,
+    num_reorder_classes) > our config's "architecture" kwargs when it records this class."""
     ctor_kwargs = dict(given)
     for arg, (head_key, axis) in _SIZE_FROM_CHECKPOINT.items():
         if arg in ctor_params and arg not in ctor_kwargs:
@@ -330,10 +324,8 @@ class TensorMatch:
 
 def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
                    target: Dict[str, Any]) -> TensorMatch:
-    """Pair checkpoint tensors with the model's parameters (`target`: its state_dict). Each
-    pair must agree in shape (checkpoint [..] == model [..], e.g. linear.weight [H, num_labels])
-    and the array must cast to the parameter's dtype: CheckpointError listing every tensor
-    that does not, with both shapes."""
+    """Pair checkpoint tensors with `target` (the state_dict); shapes must agree and arrays
+    cast: CheckpointError listing every tensor that does not, with both shapes."""
     where = ckpt.path
     assigned, unexpected, mismatched, uncastable = {}, [], [], []
     for name, key in key_map.items():

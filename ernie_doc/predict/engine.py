@@ -284,10 +284,8 @@ def _check_sidecar(meta: Dict[str, Any], config: ErnieDocConfig, meta_path: str,
 
 
 def _float32(arr: np.ndarray, dtype: str) -> np.ndarray:
-    """An output as the sidecar's dtype. Low-precision engines keep float32 outputs by default;
-    should one come back as float16, or as bfloat16 (numpy has none: paddle hands over its raw
-    bits as uint16), it is widened here rather than returned in a dtype callers do not
-    expect."""
+    """An output as the sidecar's dtype: a float16 or bfloat16 (raw uint16 bits) output is
+    widened to float32."""
     if dtype != "float32" or arr.dtype == np.float32:
         return arr
     if arr.dtype == np.uint16:   # bfloat16 bits: the high half of a float32

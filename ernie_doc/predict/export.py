@@ -43,10 +43,8 @@ def _encoder_of(model):
 
 
 class _FlatExport(nn.Layer):
-    """The flat-signature wrapper of every export (module docstring): the encoder's inputs,
-    memories present or not, then the head's own inputs; out come the head's outputs (the
-    bare model: sequence_output, pooled_output), then the memories (and their mask) when the
-    model has memory."""
+    """The flat-signature wrapper of every export: encoder inputs, memories, the head's inputs
+    in; the head's outputs, then the memories (and mask) out."""
 
     # paddle.jit.to_static maps InputSpecs onto named positional parameters (no *args), so
     # the slots are spelled out: input_ids + up to 9 more (5 encoder inputs + 4 of the head).

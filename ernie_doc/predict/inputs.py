@@ -86,10 +86,8 @@ def record_line(record: dict) -> str:
 
 
 class DocumentStream:
-    """What every predict pipeline shares: `stream(documents, skip)` (each pipeline's own)
-    yields one record per document as documents finish; `__call__` gives them in input order;
-    `admit` decides what becomes of each input item, and `problem` makes a bad one an error
-    record (on_error "record") or a PipelineError naming it ("fail")."""
+    """What every predict pipeline shares: `stream(documents, skip)`, `__call__` (input order),
+    `admit` (what becomes of each item), `problem` (error record or PipelineError)."""
     on_error = "record"
 
     def check_on_error(self, on_error: str) -> str:
@@ -352,10 +350,8 @@ def ids_problem(ids: Any, vocab_size: int) -> Optional[str]:
 
 def document_problem(doc: Document, vocab_size: Optional[int],
                      reads_text: bool = True) -> Optional[str]:
-    """What makes a Document unreadable by a model before any of it is tokenized, or None:
-    text and ids together; ids for a model that reads none (vocab_size None) or that are not
-    its token ids (ids_problem); no ids for a model without a tokenizer (reads_text False).
-    Documents given directly (the Python API) are checked as those read from a file."""
+    """What makes a Document unreadable by the model, or None, checked before tokenizing: text
+    and ids together, ids it reads none of or not its token ids, no ids without a tokenizer."""
     if doc.ids is None:
         return None if reads_text or doc.text is None else \
             "this model reads token ids ('ids'), not text"
@@ -441,10 +437,8 @@ def _too_big(what: str) -> str:
 
 
 def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
-    """A .txt document → {"id": name, "text"}; an InputProblem (named `name`) when it is not
-    a readable regular file (a FIFO, a device, a folder, a link loop: refused before it is
-    opened, never blocking), holds more than MAX_ITEM_BYTES (never read whole) or is not
-    UTF-8."""
+    """A .txt document → {"id": name, "text"}; InputProblem when it is no readable regular file
+    (never blocking), exceeds MAX_ITEM_BYTES (never read whole) or is not UTF-8."""
     from ernie_doc.utils import open_regular
     where = shown(path)
     try:
@@ -462,10 +456,8 @@ def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
 
 
 def _directory_entries(path: str) -> List[str]:
-    """The entries of a directory input that are read, sorted: every `.txt` entry, and every
-    folder not hidden (a folder is an error record: only the .txt files directly in --input
-    are read, and a folder of documents left out would otherwise pass unnoticed). Other
-    files (a README, .DS_Store) are not documents and are passed over."""
+    """The entries of a directory input that are read, sorted: `.txt` entries and non-hidden
+    folders (an error record, not silently skipped); other files are passed over."""
     names = []
     with os.scandir(path) as entries:
         for entry in entries:
@@ -502,10 +494,8 @@ TSV_ALIASES = {"text_a": "text", "qid": "id"}
 
 
 def _tsv_header(line: str, where: str) -> List[str]:
-    """A TSV input's header row (at `where`, path:line) → its column names, the official
-    ones (TSV_ALIASES) renamed when the header lacks the field's own name; a column named
-    twice is refused (PipelineError naming where and the column): one of the two values
-    would be dropped."""
+    """A TSV input's header row (at `where`) → column names, official ones (TSV_ALIASES)
+    renamed when the field's own name is absent; a repeated column is a PipelineError."""
     header = line.split("\t")
     repeated = next((c for i, c in enumerate(header) if c in header[:i]), None)
     if repeated is not None:
@@ -655,10 +645,8 @@ def _file_digest(path: str, size: int, digest) -> None:
 
 
 def model_fingerprint(directory: str) -> str:
-    """sha256 (hex) of a saved model folder: the names and contents of the regular files
-    directly in it (task.json, config, weights, tokenizer; hidden files and folders aside),
-    large files by a sample (_file_digest). The same model copied elsewhere has the same
-    fingerprint; another training, other labels or another tokenizer have another."""
+    """sha256 (hex) of a saved model folder: names and contents of its regular, non-hidden
+    files (large ones sampled), so a copy elsewhere has the same fingerprint."""
     import hashlib
     digest = hashlib.sha256()
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):

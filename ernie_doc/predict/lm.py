@@ -45,10 +45,8 @@ def document_lines(text: str) -> List[str]:
 
 @dataclasses.dataclass
 class EncodedDocument:
-    """ids [N] int64 (one `<eos>` per line), words [N] (the text's words, `<eos>` at line
-    ends), positions [3, N] int32 global Segatron counters or None, unk (`<unk>` ids: the
-    text's own `<unk>` and the unknown words), oov (unknown words only: evaluation's
-    unk_in_split)."""
+    """ids [N] int64 (`<eos>` per line), words [N], positions [3, N] int32 or None, unk
+    (`<unk>` ids), oov (unknown words only)."""
     ids: np.ndarray
     words: List[str]
     positions: Optional[np.ndarray]

@@ -57,10 +57,8 @@ class InputSet:
             self._walk(folder)
 
     def _walk(self, top: str) -> None:
-        """The entries directly in `top`, by what they are (links followed): what a command
-        reads of a folder it is given (predict's .txt documents, a model's files). Subfolders
-        are not walked: none of them is read, and a link inside to an ancestor (`up -> ..`)
-        must not make the whole tree an input."""
+        """The entries directly in `top`, by kind (links followed). Subfolders are not walked,
+        so a link to an ancestor cannot make the whole tree an input."""
         try:
             with os.scandir(top) as entries:
                 for entry in entries:
@@ -160,10 +158,8 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
 def check_stream(fd: int, inputs: InputSet, *, what: str = "--output -",
                  stream: str = "standard output",
                  error: Type[Exception] = OutputError) -> None:
-    """Refuse an output already opened by the shell (`--output - >> input.jsonl`): error(one
-    line) when descriptor `fd` is closed, or is a regular file that is one of `inputs` (the
-    module's rule, by file id; a file the shell created inside an input folder is an entry of
-    it). Pipes, terminals and other files pass."""
+    """Refuse an output the shell already opened (`--output - >> input.jsonl`): error(one line)
+    when `fd` is closed or is one of `inputs`. Pipes, terminals and other files pass."""
     try:
         st = os.fstat(fd)
     except OSError:
@@ -214,10 +210,8 @@ def temp_name() -> str:
 
 
 class OutputFolder:
-    """The folder of one output file, opened once (see the module's doc): the file and the
-    files beside it (a sidecar) are opened, created and renamed relative to it, and the file
-    is locked while the run writes it. Check the path first (check_output); then
-    `open_append` continues the existing file, `create` puts a new one in place."""
+    """The folder of one output file, opened once: the file and its sidecar are opened,
+    created and renamed relative to it, the file locked. See check_output, open_append, create."""
 
     def __init__(self, path: str, inputs: InputSet, *, what: str = "--output",
                  error: Type[Exception] = OutputError, writer: str = "another run"):

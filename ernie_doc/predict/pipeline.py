@@ -53,10 +53,8 @@ def check_device(device: str) -> str:
 
 
 def reads_token_ids(task) -> bool:
-    """Whether documents of `task` may be given as token ids (`ids`): its kind cuts documents
-    with DocumentTask's own document_segments (the token ids of doc.text, or doc.ids). Kinds
-    that read named text fields their own way (span, choice, keyphrase, HotpotQA) read no
-    ids."""
+    """Whether documents of `task` may be given as token ids: its kind cuts them with
+    DocumentTask's document_segments (span, choice, keyphrase, HotpotQA read none)."""
     from ernie_doc.kinds.base import DocumentTask
     return getattr(type(task), "document_segments", None) is DocumentTask.document_segments
 

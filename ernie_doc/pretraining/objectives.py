@@ -48,10 +48,8 @@ def num_reorder_classes(max_chunks: int = DEFAULT_MAX_CHUNKS) -> int:
 
 @lru_cache(maxsize=None)
 def permutations_table(max_chunks: int = DEFAULT_MAX_CHUNKS) -> Tuple[Tuple[int, ...], ...]:
-    """All permutations of range(k), k = 1..max_chunks: k ascending, then lexicographic.
-
-    Returns a tuple of K tuples; entry ``label`` is ``permutation_of(label)``.
-    """
+    """All permutations of range(k), k = 1..max_chunks (k ascending, then lexicographic): a
+    tuple of K tuples, entry ``label`` being ``permutation_of(label)``."""
     if max_chunks < 1:
         raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
     # itertools.permutations of a sorted input yields lexicographic order.
@@ -66,10 +64,7 @@ def _check_perm(perm: Sequence[int]) -> Tuple[int, ...]:
 
 
 def reorder_label(perm: Sequence[int]) -> int:
-    """Index of ``perm`` (a permutation of range(k)) in the canonical table.
-
-    = (number of permutations with fewer chunks, sum_{j<k} j!) + lexicographic rank of perm.
-    """
+    """Index of ``perm`` in the canonical table: sum_{j<k} j! + lexicographic rank of perm."""
     perm = _check_perm(perm)
     k = len(perm)
     offset = num_reorder_classes(k - 1) if k > 1 else 0

@@ -103,10 +103,8 @@ class TokenizerCallMixin:
     @classmethod
     def from_pretrained(cls, path, *, do_lower_case: Optional[bool] = None,
                         model_max_length: Optional[int] = None):
-        """Load the tokenizer of `path` (anything load_tokenizer reads: a released name, a
-        directory written by save_pretrained or a trainer, a URL, an archive) and check it is
-        this class: a folder holding another kind is a TokenizerError naming it (use
-        AutoTokenizer.from_pretrained to take whichever it holds)."""
+        """Load the tokenizer of `path` (anything load_tokenizer reads); a folder holding another
+        class is a TokenizerError (AutoTokenizer.from_pretrained takes whichever it holds)."""
         from ernie_doc.errors import TokenizerError
         tokenizer = _loader(path, do_lower_case=do_lower_case,
                             model_max_length=model_max_length)

@@ -163,10 +163,8 @@ def first_line(error: BaseException) -> str:
 
 def try_compiled(step: Callable[[Any], Any], compiled: CompiledForward, fallback: Any,
                  undo: Callable[[], None]) -> Any:
-    """Run `step(compiled)`; if the very first compiled micro-step fails, log why, call `undo`
-    (clear gradients, reseed) and run `step(fallback)` (dygraph) instead. Returns
-    (result, the model callable to keep using). A CPU bf16 step has no dygraph equivalent:
-    its failure raises Bf16ProgramError instead of training fp32 under a bf16 name."""
+    """Run `step(compiled)` → (result, the model callable to keep); a failing first step is
+    logged, `undo` called and `step(fallback)` run, except CPU bf16: Bf16ProgramError."""
     if compiled.proven:
         return step(compiled), compiled
     try:

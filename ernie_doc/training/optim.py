@@ -31,10 +31,8 @@ def decays(param):
 
 
 def lr_lambda(schedule, warmup_steps, total_steps):
-    """Multiplier of the peak LR at optimizer step g (0-based; the first update has 0).
-    linear: g/warmup, then linearly from 1 at the end of warmup to 0 at total_steps.
-    official: g/warmup, then 1 − g/total (the official code's jump at the end of warmup).
-    cosine: g/warmup, then (1 + cos(π g/total)) / 2 (Transformer-XL's CosineAnnealingLR)."""
+    """Multiplier of the peak LR at optimizer step g (0-based), g/warmup during warmup, then:
+    linear to 0 at total_steps; official 1 − g/total; cosine (1 + cos(π g/total)) / 2."""
     total = max(1, total_steps)
 
     def f(g):

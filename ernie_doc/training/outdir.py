@@ -228,10 +228,8 @@ def _path(output_dir: str, entry: str) -> Optional[str]:
 
 def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
         -> Tuple[List[str], List[str]]:
-    """Remove `entries` (each listed; children before their folders) → (removed, still
-    there). A file or link is unlinked (never its target), an owned folder removed whole, a
-    listed folder ("name/") only once its listed contents are gone and nothing else is in
-    it."""
+    """Remove listed `entries` (children first) → (removed, still there). Links are unlinked,
+    never followed; a listed folder goes only once nothing unlisted is in it."""
     removed, kept = [], []
     gone: Set[str] = set()
     for entry in sorted(entries, key=lambda e: (-len(_parts(e)), e.endswith("/"), e)):
@@ -299,10 +297,8 @@ def rename_entry(output_dir: str, src: str, dst: str) -> None:
 
 @contextlib.contextmanager
 def atomic_entry(output_dir: str, entry: str) -> Iterator[str]:
-    """ernie_doc.utils.atomic_path for OUTPUT_DIR/entry: a temporary path moved into place
-    when the block succeeds. In a run's folder, `entry` is listed first (claim: an existing
-    entry the run did not write is refused, never replaced) and the temporary file lives in
-    the run's own folder TEMP, so a kill leaves nothing unlisted."""
+    """utils.atomic_path for OUTPUT_DIR/entry; in a run's folder `entry` is claimed first and
+    the temporary file lives in the run's TEMP, so a kill leaves nothing unlisted."""
     path = os.path.join(output_dir, *entry.split("/"))
     if _load(output_dir) is None:
         with atomic_path(path) as tmp:

@@ -39,10 +39,8 @@ RUN_CONFIG = "run_config.yaml"
 
 @dataclass
 class PreparedRun(Assembly):
-    """What a training or evaluation run needs, built and checked (the task, tokenizer and
-    model: ernie_doc.assemble). `model` is the network itself (what is saved); `wrapped` is
-    what the loop calls: `model` inside paddle's DataParallel when there are several ranks,
-    else `model` itself."""
+    """What a run needs, built and checked. `model`: the network (what is saved); `wrapped`:
+    what the loop calls (`model` in paddle's DataParallel when there are several ranks)."""
     given: Optional[TrainConfig] = None   # the config as written (run_config.yaml keeps it)
     wrapped: Optional[paddle.nn.Layer] = None
     train: Optional[Split] = None   # None with eval_only
@@ -263,10 +261,8 @@ LONG_DOCUMENT_READS = 100   # below this, one long document is no concern
 
 def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tokens) \
         -> List[str]:
-    """Log lines on a split's longest documents (segment reads, both passes), so that one
-    huge document (a 5 MB line) is seen up front: a row reads one document at a time, so
-    the longest document alone sets a lower bound on an epoch's steps. Also the documents
-    that max_doc_tokens cut short."""
+    """Log lines on a split's longest documents (they bound an epoch's steps from below) and
+    on the documents max_doc_tokens cut short."""
     lengths = np.asarray(split.lengths)
     if not len(lengths):
         return []
@@ -333,10 +329,8 @@ def check_extension(run: PreparedRun, state: dict) -> int:
 
 
 def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
-    """OUTPUT_DIR with its manifest (training.outdir: every entry listed before it is
-    created), run_config.yaml and a freshly trained tokenizer; with overwrite_output_dir, the
-    entries a previous run's manifest lists go first (nothing else). A resumed run that
-    raised max_steps or epochs records them in run_config.yaml."""
+    """OUTPUT_DIR with its manifest, run_config.yaml and a freshly trained tokenizer; with
+    overwrite_output_dir, the previous run's listed entries go first (nothing else)."""
     if run.is_main:
         if not run.resume:
             removed = outdir.clear_previous_run(run.out)

@@ -173,10 +173,8 @@ _WARNED_NO_MATPLOTLIB = False
 
 
 def plot_curves(output_dir, metric):
-    """curves.png: training losses by step (the total and each `*_loss` a task logs),
-    training accuracies a task logs (`*_accuracy`), and the eval metric by step. Without
-    matplotlib (it comes with visualdl; `pip install matplotlib` otherwise) the plot is
-    skipped with one warning: the logs hold the same numbers."""
+    """curves.png: training losses, accuracies and the eval metric by step; skipped with one
+    warning without matplotlib."""
     try:
         import matplotlib
     except ImportError:

@@ -346,10 +346,8 @@ def _load_rank_arrays(path):
 
 
 def read_training_state(path, model):
-    """Read and check every file of checkpoint `path` against `model`, then restore the
-    model's weights → (trainer_state dict, this rank's arrays, the optimizer state for
-    `load_optimizer_state`). Nothing is touched before everything has been checked, so a
-    resume can be refused before the run writes anything."""
+    """Check every file of checkpoint `path` against `model`, then restore its weights →
+    (trainer_state, this rank's arrays, optimizer state). Nothing is touched before the checks."""
     state = _read_json(os.path.join(path, TRAINER_STATE))
     for key in ("step", "total_steps"):
         if not isinstance(state.get(key), int):

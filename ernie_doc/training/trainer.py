@@ -38,10 +38,8 @@ __all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "run",
 
 
 class Interrupted(KeyboardInterrupt):
-    """The run stopped on a signal (SIGINT, SIGTERM). `step`: the optimizer steps it had
-    done (None: before its first); what can be resumed is read from OUTPUT_DIR itself
-    (`message`), so a run aborted by a second signal reports it as truly as one that
-    stopped at a step's end. A KeyboardInterrupt, so that cleanup written for Ctrl-C runs."""
+    """The run stopped on SIGINT / SIGTERM. `step`: optimizer steps done (None: none); the
+    `message` reads what can be resumed from OUTPUT_DIR. A KeyboardInterrupt, for cleanup."""
 
     def __init__(self, signum: int, output_dir: Optional[str] = None,
                  step: Optional[int] = None):
@@ -468,10 +466,8 @@ class Trainer:
         return result
 
     def _forward_backward(self, batch, carry, scaler, sync, model):
-        """One micro-step of `model` (the wrapped model or its compiled forward) → (loss
-        value, rows that trained, new memory state, the task's metric sums). Gradients are
-        all-reduced across ranks only when `sync` (the last micro-step of an optimizer
-        step)."""
+        """One micro-step → (loss value, rows that trained, new memory state, metric sums);
+        gradients are all-reduced only when `sync` (an optimizer step's last micro-step)."""
         cfg = self.cfg
         t = _to_tensors(batch)
         weight = paddle.to_tensor(self.task.train_weight(batch).astype("float32"))
@@ -617,10 +613,8 @@ class Trainer:
         return results
 
     def _finish(self, log):
-        """The final model of a streamed run, then the test splits with the best model (the
-        final one when no eval split picks a best; its first test split is then
-        eval_results.json) → eval_results.json's content (results.json's when there is
-        none)."""
+        """The final model of a streamed run, then the test splits with the best (else final)
+        model → eval_results.json's content (results.json's when there is none)."""
         results = self._finish_streamed() if self.run.train.endless else None
         best_step = self.state["best_step"]
         if self.cfg.test_splits:
