@@ -79,9 +79,8 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
 
 
 def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
-    """Set the task's segmenter up for the model (window T = max_seq_len, advance `stride`,
-    default the model's memory_len) and check the batch sizes hold whole examples → the
-    stride. Training, evaluation and predict (ernie_doc.predict.pipeline) read documents alike."""
+    """Set the task's segmenter up for the model (window max_seq_len, `stride` default the
+    memory_len), checking batch sizes hold whole examples → the stride."""
     cfg, task, config = run.cfg, run.task, run.model.config
     if cfg.max_seq_len > config.max_position_embeddings:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
@@ -178,9 +177,8 @@ def train_spm(run: Assembly, train_docs) -> Optional[str]:
 
 
 def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, int]:
-    """The from-scratch model's vocab_size and pad_token_id: the tokenizer's (or the
-    pre-tokenized reader's). model_overrides may ask for a larger table, never a smaller
-    one or another padding id."""
+    """The from-scratch model's vocab_size and pad_token_id (the tokenizer's); model_overrides
+    may ask for a larger table, never a smaller one or another padding id."""
     cfg = run.cfg
     vocabulary = run.task.id_vocabulary()
     if run.tokenizer is not None:
@@ -208,9 +206,8 @@ def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, in
 
 def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tokens: int,
                  memory_len: int) -> None:
-    """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds what
-    the device has, before the model is built; `build(n)`: the model with n layers. Eval-only
-    runs count no gradients and eval_batch_size rows."""
+    """Refuse (ConfigError) a run whose estimated memory exceeds the device's, before the model
+    is built; `build(n)`: the model with n layers. Eval-only runs count no gradients."""
     from ernie_doc import resources
     cfg = run.cfg
     rows = ((run.eval_rows or cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only
@@ -319,9 +316,8 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
 
 # -- saved runs ---------------------------------------------------------------------------------
 class SavedReader:
-    """The reader a saved model's task kind is built over: the label names saved beside the
-    model (task.json) instead of a data directory; a pre-tokenized task's `id_vocabulary` from
-    its reader when the task folder is there."""
+    """The reader of a saved model's kind: labels from task.json instead of a data directory
+    (and a pre-tokenized task's `id_vocabulary` when its folder is there)."""
 
     def __init__(self, labels: Sequence[str], task: str):
         self.saved = list(labels)
@@ -339,9 +335,7 @@ class SavedReader:
 
 
 class OptionsReader:
-    """The reader a saved model's self-building kind (the language model) is built over: its
-    options only (the documents come from the predict input, the vocabulary from the model
-    directory)."""
+    """The reader of a saved self-building kind (the language model): its options only."""
 
     @staticmethod
     def options(given):

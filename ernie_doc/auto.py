@@ -97,9 +97,8 @@ def read_checkpoint(path: PathLike, upcast: bool = True) -> Checkpoint:
 
 
 def _official_heads_present(tensors: Collection[str]) -> Set[str]:
-    """Names of the registered heads whose official parameters are among `tensors`. A head
-    whose official names an earlier head has too (multiple choice and pair matching share
-    classification's cls_out_*) cannot be told apart from it: the earlier one stands."""
+    """Names of the registered heads whose official parameters are among `tensors`; of heads
+    sharing official names (cls_out_*), the earlier one stands."""
     found, seen = set(), []
     for name, cls in head_classes().items():
         official = set(cls.official_names.values())
@@ -154,9 +153,8 @@ def model_class_names() -> List[str]:
 
 
 class AutoModel:
-    """The model class a checkpoint records (model_class_for), loaded: one door for every head.
-    Released checkpoints (pretraining heads, no class recorded) load as ErnieDocModel, as
-    Hugging Face's AutoModel. Not instantiable itself."""
+    """The model class a checkpoint records (model_class_for), loaded; released checkpoints
+    load as ErnieDocModel, as Hugging Face's AutoModel. Not instantiable itself."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise TypeError("AutoModel is not instantiated: use AutoModel.from_pretrained(path), "
@@ -164,9 +162,8 @@ class AutoModel:
 
     @staticmethod
     def from_pretrained(path: Any, source: Optional[str] = None, **kwargs: Any) -> Any:
-        """path, source, kwargs: as for the chosen class's from_pretrained → the model with
-        `.load_report`. CheckpointError also when the checkpoint leaves the class open (load
-        it with the head class instead)."""
+        """As the chosen class's from_pretrained → the model with `.load_report`;
+        CheckpointError also when the checkpoint leaves the class open."""
         ckpt = _read_any(path, source)
         cls = model_class_for(ckpt)
         if cls is head_class("pretraining") and not ckpt.architecture:

@@ -148,9 +148,8 @@ def _architecture(raw: Dict[str, Any], flat: Dict[str, Any], source: str,
 
 def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] = ValueError
                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
-    Our own files must hold only known keys; other tools' unknown keys are dropped with a
-    warning. Unreadable: raises `error` naming `source`."""
+    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture);
+    other tools' unknown keys are dropped with a warning. `error` naming `source` otherwise."""
     if not isinstance(raw, dict):
         raise error(f"{source}: expected a JSON object, got {type(raw).__name__}")
     ours = "architecture" in raw and "model_type" not in raw
@@ -194,9 +193,8 @@ def read_config_file(path: "str | os.PathLike[str]", error: Type[Exception] = Va
 
 
 def _config_file(path: str) -> Optional[str]:
-    """The config file of a local model path: the path itself when it is a file ending in
-    .json, else the first of CONFIG_FILES in its folder (a weights file's folder), and for an
-    official `params/` folder in the one above; None when there is none."""
+    """The config file of a local model path: the .json file itself, else the first of
+    CONFIG_FILES in its folder (or the one above `params/`); None when there is none."""
     if os.path.isfile(path) and path.endswith(".json"):
         return path
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
@@ -307,9 +305,8 @@ class ErnieDocConfig:
 
     @property
     def min_parameters(self):
-        """A lower bound on the encoder's parameter count, known without building it: the
-        word embeddings and, per layer, the 12·H² of its attention and feed-forward
-        matrices."""
+        """A lower bound on the encoder's parameter count without building it: the word
+        embeddings and 12·H² per layer."""
         H = self.hidden_size
         return self.vocab_size * H + self.num_hidden_layers * 12 * H * H
 
@@ -378,9 +375,8 @@ class ErnieDocConfig:
 
     @classmethod
     def from_pretrained(cls, path: "str | os.PathLike[str]", **overrides) -> "ErnieDocConfig":
-        """The config of a saved or released model. path: a saved / PaddleNLP / official
-        checkpoint directory or weights file, a config JSON file, or a released name or preset
-        (nothing downloaded). overrides: config keys. ConfigError, one line."""
+        """The config of a saved or released model (a checkpoint directory or file, a config
+        JSON, a released name or preset). overrides: config keys. ConfigError, one line."""
         spec = os.fspath(path)
         if os.path.exists(spec):
             found = _config_file(spec)

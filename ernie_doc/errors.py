@@ -85,8 +85,7 @@ class PipelineError(ErnieDocError, ValueError):
 
 class ExportError(ErnieDocError, ValueError):
     """A model or argument that cannot be exported, or an export that cannot be loaded (a
-    missing, damaged or hand-edited sidecar, program or parameters file). The message is one
-    line naming the file."""
+    missing, damaged or edited file); one line naming the file."""
 
 
 class PredictorInputError(ErnieDocError, ValueError):

@@ -51,9 +51,8 @@ PretrainingOutput = namedtuple("PretrainingOutput",
 
 
 class Head(PretrainedMixin, nn.Layer):
-    """The base of every head (and of a task's own head): the encoder under `ernie_doc.`,
-    from_pretrained / save_pretrained, `official_names`. Export asks the head for `exportable`,
-    `export_inputs`, `export_outputs` and `rows_per_example`."""
+    """The base of every head: the encoder under `ernie_doc.`, from/save_pretrained,
+    `official_names`; export reads exportable, export_inputs/outputs, rows_per_example."""
     official_names = {}
     abstract_base = True   # not a head itself: a config naming it names no head
     encoder_prefix = names.PREFIX   # the encoder's keys: "ernie_doc." + ErnieDocModel's
@@ -103,9 +102,8 @@ class Head(PretrainedMixin, nn.Layer):
         return [("logits", self.logits_shape(batch, seq_len))]
 
     def export_inputs(self, batch: int, seq_len: int) -> List[ExportInput]:
-        """The inputs forward needs beyond the encoder's (keyword arguments of forward), in the
-        order an export feeds them after the encoder's; batch -1 marks a dynamic batch. None
-        by default: the export's signature is then the encoder's alone."""
+        """The inputs forward needs beyond the encoder's, in export order (batch -1: dynamic);
+        None: the export's signature is the encoder's alone."""
         return []
 
     def _grouped(self, batch: int) -> int:
@@ -113,9 +111,8 @@ class Head(PretrainedMixin, nn.Layer):
         return batch // self.rows_per_example if batch > 0 else -1
 
     def _visible(self, enc):
-        """The encoder output handed back, without pooled_output when the head never reads
-        it: data parallelism waits for the gradients of every parameter an output depends
-        on, and the pooler's never come."""
+        """The encoder output without pooled_output when the head never reads it (data
+        parallelism would wait for the pooler's gradients)."""
         if self.uses_pooled:
             return enc
         # Field by field rather than enc._replace: paddle 2.6's static conversion (export)
@@ -225,9 +222,8 @@ class ErnieDocForMultipleChoice(Head):
 
 
 class ErnieDocForPairMatching(Head):
-    """Triplet matching (CAIL2019-SCM): rows in pairs (A,B), (A,C); pooled(A,B) − pooled(A,C)
-    → dropout → linear(H, 1): logits [B/2], > 0 when B is closer (binary cross-entropy;
-    equivalent to PaddleNLP's ErnieDocForTextMatching)."""
+    """Triplet matching (CAIL2019-SCM): rows (A,B), (A,C); pooled(A,B) − pooled(A,C) → dropout →
+    linear(H, 1): logits [B/2], > 0 when B is closer (binary cross-entropy)."""
     official_names = dict(names.CLASSIFICATION_HEAD)
     exportable = True
     rows_per_example = 2   # (A,B) and (A,C)

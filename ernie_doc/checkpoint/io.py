@@ -168,9 +168,8 @@ def read_safetensors(path: PathLike) -> Dict[str, np.ndarray]:
 
 
 def _read_pdparams(path):
-    """A paddle.save state dict (PaddleNLP's format) → ({name: ndarray}, [skipped entries]).
-    Read with ernie_doc.checkpoint.safe_pickle: nothing runs, anything paddle.save does not
-    write is a CheckpointError. uint16 arrays (paddle's bfloat16 bits) come back as float32."""
+    """A paddle.save state dict → ({name: ndarray}, [skipped]), read by safe_pickle (nothing
+    runs; anything else is a CheckpointError); bfloat16 bits come back as float32."""
     state = safe_pickle.load_state_dict(path)
     tensors, skipped = {}, []
     for key, value in state.items():
@@ -182,9 +181,8 @@ def _read_pdparams(path):
 
 
 def _read_official(directory, upcast, head_names):
-    """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]).
-    A file named like a parameter must be a valid LoDTensor file (else an error naming it);
-    optimizer / LR state is not read; other LoDTensor files become "unexpected"."""
+    """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]);
+    a file named like a parameter must be a valid LoDTensor file."""
     tensors, ignored = {}, []
     for name in lodtensor.list_regular_files(directory):
         if names.is_ignored_official(name):
@@ -257,8 +255,7 @@ def _json_writer(obj):
 def official_config_dict(config: "ErnieDocConfig",
                          architecture: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """ErnieDocConfig → the official ernie_config.json keys, + our "architecture" when given
-    (the official ErnieConfig never reads an extra key; it tells apart the heads that share
-    official names)."""
+    (the official code ignores it; it tells apart heads sharing official names)."""
     values = config.to_dict()
     out = {k: values[k] for k in OFFICIAL_CONFIG_KEYS if k in values}
     out["sent_type_vocab_size"] = 4  # present in every official config, read by nothing

@@ -137,9 +137,8 @@ def bf16_to_fp32(bits: np.ndarray) -> np.ndarray:
 
 
 def _read_header(f, path: str, size: int) -> Tuple[int, List[int], int]:
-    """The header of the LoDTensor at `f`'s position (a file of `size` bytes) → (data_type,
-    dims, data bytes), `f` left at the data. Every size the header declares (LoD levels, the
-    data) is checked against what the file holds before anything is read."""
+    """The header of the LoDTensor at `f` (a file of `size` bytes) → (data_type, dims, data
+    bytes), `f` left at the data; every declared size is checked against the file first."""
     (version,) = struct.unpack("<I", _read_exact(f, 4, path, "the version"))
     if version != 0:
         raise LoDTensorFormatError(f"{path}: not a LoDTensor file (version {version}, "
@@ -186,9 +185,8 @@ def _read_header(f, path: str, size: int) -> Tuple[int, List[int], int]:
 
 
 def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
-    """One LoDTensor file → np.ndarray of the stored shape (LoD offsets discarded). upcast:
-    FP16 / BF16 → float32 (exact); else FP16 as float16, BF16 as raw uint16. Every declared
-    size is checked against the file length first: a corrupt header is a LoDTensorFormatError."""
+    """One LoDTensor file → np.ndarray (LoD discarded). upcast: FP16 / BF16 → float32, else
+    float16 / raw uint16. Sizes are checked first: a corrupt header is a LoDTensorFormatError."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -210,9 +208,8 @@ def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
 
 
 def combined_shapes(path: PathLike) -> List[List[int]]:
-    """The shapes of the tensors in a combined parameters file (paddle.jit.save's
-    `.pdiparams`: LoDTensors one after another, names in the program), in file order, read
-    from their headers alone (the data is skipped, never loaded)."""
+    """The shapes of the tensors in a combined `.pdiparams` file, in file order, read from
+    their headers alone (the data is never loaded)."""
     path = os.fspath(path)
     shapes = []
     with open(path, "rb") as f:

@@ -119,9 +119,8 @@ def paddle_installed() -> bool:
 
 
 def head_choices(**options) -> Optional[List[str]]:
-    """The head names an option accepts (ernie_doc.auto.head_names(**options)), or None
-    (any) when paddle is not installed: `--help` still answers, and a run then stops with
-    the one paddle-missing line."""
+    """The head names an option accepts, or None (any) without paddle, so `--help` still
+    answers."""
     try:
         with nothing_written_yet():   # paddle's import, seconds long
             from ernie_doc import auto
@@ -133,9 +132,8 @@ def head_choices(**options) -> Optional[List[str]]:
 
 
 def with_notes_on_stdout(main, argv: Optional[List[str]]) -> int:
-    """Run a tool's main(argv) for the command line: readers' and loaders' notes go to stdout
-    with the run's log (stderr holds only an error line) → the exit status (0 when main
-    returns a result instead)."""
+    """Run a tool's main(argv) with readers' and loaders' notes on stdout (stderr holds only an
+    error line) → the exit status (0 when main returns a result)."""
     import logging
 
     from ernie_doc.utils import notes_to_stdout
@@ -246,9 +244,8 @@ def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """`ernie-doc ARGV` → the exit status. Ctrl-C that no subcommand reported itself (during
-    the imports, which take seconds, or in a tool without its own line) is one line and
-    130; --debug adds the traceback."""
+    """`ernie-doc ARGV` → the exit status; an unreported Ctrl-C is one line and 130 (--debug
+    adds the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     return run_command(_dispatch, argv)
 

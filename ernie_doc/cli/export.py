@@ -129,9 +129,8 @@ PREDICT_FILES = ("task.json", "encoder.json", "vocab.bpe", "vocab.txt", "tokeniz
 
 
 def predict_files(source: str) -> List[str]:
-    """A fine-tuned model directory's files that `ernie-doc predict` needs beside an export:
-    task.json (task kind, labels, reading settings) and the tokenizer's files; [] when
-    `source` is not such a directory."""
+    """The files `ernie-doc predict` needs beside an export (task.json, tokenizer files) of a
+    fine-tuned model directory; [] when `source` is not one."""
     if not os.path.isfile(os.path.join(source, "task.json")):
         return []
     names = [n for n in sorted(os.listdir(source))
@@ -155,9 +154,8 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 
 
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
-    """Every file the export writes, checked by ernie_doc.predict.outputs' rule against --config
-    and its folder (ExportError, one line; existing ones only with --overwrite), before anything
-    is written → the paths of the predict files to write."""
+    """Every file the export writes, checked by ernie_doc.predict.outputs' rule (ExportError,
+    one line) before anything is written → the paths of the predict files to write."""
     from ernie_doc.errors import ExportError
     from ernie_doc.predict.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])

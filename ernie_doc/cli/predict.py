@@ -235,9 +235,8 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
 
 
 def records_writer(target):
-    """A text stream writing UTF-8 lines to `target`: a binary file, or a text stream
-    (standard output: its bytes underneath when it has them, so a record is UTF-8 whatever
-    the locale; a stream without them, e.g. a notebook's, itself)."""
+    """A text stream writing UTF-8 lines to `target` (a binary file, or a text stream: its
+    byte buffer when it has one, so records are UTF-8 whatever the locale)."""
     if isinstance(target, io.TextIOBase):
         buffer = getattr(target, "buffer", None)
         if buffer is None:
@@ -262,9 +261,8 @@ def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Exit 2 with one `error:` line for a bad model directory, input or document (--on-error
-    fail) and for an output that cannot be written; Ctrl-C: one line (`interrupted_line`)
-    and 130. --debug shows the traceback."""
+    """Exit 2 with one `error:` line for bad model, input, document (--on-error fail) or output;
+    Ctrl-C: one line and 130. --debug shows the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types

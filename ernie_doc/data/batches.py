@@ -26,18 +26,16 @@ MAX_BATCH_SIZE = 1 << 16
 
 
 class SegmentBatch(namedtuple("SegmentBatch", ["input_ids", "attention_mask", "new_doc"])):
-    """One step: input_ids [B, T] int64, attention_mask [B, T] float32, new_doc [B] bool (pass
-    as reset_memory); unpacks as those three. doc_index [B] int64 (−1: padding) and is_last
-    [B] bool say whose output each row is."""
+    """One step: input_ids [B, T] int64, attention_mask [B, T] float32, new_doc [B] bool (unpacks
+    as those three); doc_index [B] int64 (−1: padding) and is_last [B] bool."""
     doc_index: np.ndarray
     is_last: np.ndarray
 
 
 def raw_segments(ids: Sequence[int], doc_index: int, seq_len: int, pad_id: int,
                  stride: Optional[int] = None) -> List[Segment]:
-    """ids → consecutive windows of `seq_len` tokens (the next starting `stride` later,
-    default seq_len: no overlap), padded with pad_id, no special tokens: the encoder reads
-    the text as it is (run-document's cut)."""
+    """ids → consecutive windows of `seq_len` tokens (`stride` apart, default seq_len), padded
+    with pad_id, no special tokens (run-document's cut)."""
     out = []
     spans = windows(len(ids), seq_len, stride or seq_len)
     for i, (start, end) in enumerate(spans):
@@ -126,9 +124,8 @@ def _check_size(name: str, value: Any, high: int) -> None:
 
 
 def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) -> np.ndarray:
-    """Document `index` as int64 ids [n]: token ids as they are, a str through
-    tokenizer.encode; ValueError naming the document for a str without a tokenizer, or ids
-    that are not integers in [0, vocab)."""
+    """Document `index` as int64 ids [n] (a str through tokenizer.encode); ValueError naming
+    the document for a str without a tokenizer or ids outside [0, vocab)."""
     if isinstance(doc, str):
         if tokenizer is None:
             raise ValueError(f"document {index}: documents are token ids: pass a tokenizer or "

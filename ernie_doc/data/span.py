@@ -66,9 +66,8 @@ class TokenizedText:
 
     def token_span(self, char_start: int, char_end: int,
                    unit: str = "word") -> Optional[Tuple[int, int]]:
-        """The tokens covering characters [char_start, char_end) → (first, last) inclusive,
-        or None when no token overlaps them (e.g. whitespace only). unit: overlap with the
-        token's word or with its own characters (see `spans`)."""
+        """The tokens covering characters [char_start, char_end) → (first, last) inclusive, or
+        None; unit: overlap with the token's word or its own characters."""
         starts, ends = self.spans(unit)
         inside = np.nonzero((ends > char_start) & (starts < char_end))[0]
         if len(inside) == 0:
@@ -77,9 +76,8 @@ class TokenizedText:
 
 
 def _piece_offsets(tokenizer, word: str, pieces: List[int]) -> List[Tuple[int, int]]:
-    """[(start, end)] of each piece's characters inside `word`: the tokenizer's own offsets
-    when it gives the same pieces for the word alone and they are non-empty, else the whole
-    word for every piece."""
+    """[(start, end)] of each piece's characters inside `word`: the tokenizer's own offsets when
+    it gives the same non-empty pieces for the word alone, else the whole word."""
     whole = [(0, len(word))] * len(pieces)
     encode = getattr(tokenizer, "encode_with_offsets", None)
     if encode is None or len(pieces) < 2:
@@ -122,9 +120,8 @@ def tokenize_with_offsets(text: str, tokenizer, cache: Optional[Dict] = None) ->
 
 
 def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
-    """Per window [start, end) of tokens: a bool per token, True where this window gives the
-    token its largest context (min(left, right) + 0.01·window length, the BERT SQuAD rule;
-    the first window wins ties), so each token is predicted from one window only."""
+    """Per window [start, end): True per token where this window gives it its largest context
+    (the BERT SQuAD rule; the first window wins ties)."""
     total = max((e for _, e in spans), default=0)
     best = np.full(total, -1.0)
     owner = np.full(total, -1)

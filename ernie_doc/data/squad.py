@@ -21,9 +21,8 @@ EMPTY_QUESTION = "empty question"
 
 
 def find_all(context, text, ignore_case=False, whole_word=False):
-    """Start offsets of every occurrence of `text` in `context`, overlapping ones included.
-    whole_word: the match may not touch a word character on either side ("the" is not found
-    in "there"); ignore_case: case-insensitive (offsets stay those of `context`)."""
+    """Start offsets of every (overlapping) occurrence of `text` in `context`; whole_word: no
+    word character on either side; ignore_case keeps `context`'s offsets."""
     if not text:
         return []
     if not ignore_case and not whole_word:

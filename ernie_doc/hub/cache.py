@@ -68,9 +68,8 @@ def default_source() -> str:
 
 
 def download_path(url: str) -> str:
-    """Where the file of `url` is fetched to, and where to put it by hand: downloads/ + the
-    URL's path (the host is dropped, so a mirror fills the same place). HubError for a URL
-    that is malformed or holds a control character (%00)."""
+    """Where the file of `url` is fetched to and put by hand: downloads/ + the URL's path (no
+    host, so a mirror fills it too). HubError for a malformed URL or a control character."""
     path = urllib.parse.unquote(check_url(url).path).lstrip("/")
     parts = [p for p in path.split("/") if p not in ("", ".", "..")]
     if not parts:
@@ -79,9 +78,8 @@ def download_path(url: str) -> str:
 
 
 def _normal_path(path: str) -> str:
-    """A URL path in one spelling: %-escapes of unreserved characters decoded and the others
-    upper-cased, empty and `.` segments dropped, `..` segments applied (RFC 3986 6.2.2; the
-    empty segments of `//` as well, which static servers read as one `/`)."""
+    """A URL path in one spelling (RFC 3986 6.2.2): unreserved %-escapes decoded, others
+    upper-cased, empty and `.` segments dropped, `..` applied."""
     def escape(match):
         char = chr(int(match.group(1), 16))
         return char if re.fullmatch(r"[A-Za-z0-9._~-]", char) else "%" + match.group(1).upper()
@@ -114,9 +112,8 @@ def _checksum_key(url: str) -> str:
 
 # -- the cache's own folders ----------------------------------------------------------------
 def _cache_dir(path: str) -> str:
-    """`path`, a folder under the cache root, made if needed, after checking that every
-    component below the root is a real folder (lstat): a link planted in the cache (a shared
-    one) is never followed to write elsewhere. HubError naming the component otherwise."""
+    """`path` under the cache root, made if needed, every component checked to be a real
+    folder (a planted link is never followed); HubError naming the component otherwise."""
     root = home()
     os.makedirs(root, exist_ok=True)
     current = root
@@ -138,9 +135,8 @@ def _cache_dir(path: str) -> str:
 
 @contextlib.contextmanager
 def _cache_dir_fd(path: str):
-    """A descriptor of the folder `path` under the cache root, opened one component at a time
-    with O_NOFOLLOW (a link anywhere below the root is never entered), or None when it does
-    not exist (or is not a real folder)."""
+    """A descriptor of folder `path` under the cache root, opened component by component with
+    O_NOFOLLOW, or None when it is not a real folder."""
     root = home()
     try:
         fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
@@ -298,9 +294,8 @@ def verify_entry(root: str) -> Dict:
 # -- trust on first use -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fetched:
-    """A remote file ready to be used by an entry being built: `path` (in the entry's
-    temporary folder, or in downloads/ when `by_hand`), its sha256 and size, and whether its
-    checksum is still to be recorded (trust on first use) once the entry is checked."""
+    """A remote file for an entry being built: `path`, its sha256 and size, and whether its
+    checksum is still to be recorded (trust on first use)."""
     url: str
     path: str
     sha256: str
@@ -343,9 +338,8 @@ def _read_checksums() -> Dict:
 
 
 def _trusted(url: str) -> Optional[Dict]:
-    """The checksums.json record trusted for `url` (keyed by the full URL: the same path on
-    another host is another record), or None. HubError, one line naming the key, for a
-    record that is not an object holding a sha256."""
+    """The checksums.json record trusted for `url` (keyed by the full URL), or None; HubError
+    naming the key for a record that is no object with a sha256."""
     data = _read_checksums()
     key = _checksum_key(url)
     if key not in data:
@@ -387,9 +381,8 @@ def _record_checksum(fetched: Fetched) -> None:
 
 
 def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetched:
-    """The file of `remote`, verified against its pinned or trusted sha256 → Fetched: a file
-    put by hand in downloads/, else a download into `into`. Records nothing; the caller holds
-    the entry's lock."""
+    """The file of `remote`, verified against its pinned or trusted sha256 → Fetched (put by
+    hand in downloads/, else downloaded into `into`). The caller holds the entry's lock."""
     manual = download_path(remote.url)
     want, origin = _expected_sha256(remote)
     if os.path.isfile(manual):   # put there by hand (a FIFO or device is not a file)
@@ -411,9 +404,8 @@ def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetch
 # -- building entries -------------------------------------------------------------------------
 @contextlib.contextmanager
 def _building(final: str):
-    """A fresh private (0700) temporary directory beside `final`, `.tmp-<name>-XXXXXXXX`;
-    removed unless the block renamed it. The block builds the entry in a subfolder (named by
-    the block) and downloads into `<tmp>/.fetch`, so nothing fetched lands in the entry."""
+    """A fresh private temporary directory beside `final`, removed unless the block renamed it;
+    downloads go to `<tmp>/.fetch`, never into the entry."""
     parent = _cache_dir(os.path.dirname(final))
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(final)}-", dir=parent)
     try:
@@ -446,9 +438,8 @@ def _ready(entry: str) -> bool:
 
 
 def _entry(final: str, build, what: str) -> str:
-    """`final` verified, built under its lock by `build(tmp, fetched) -> root` first if
-    absent. `build` appends every remote file it used to `fetched`; the checksums still to be
-    trusted are recorded only after `build` returned (the entry unpacked and checked)."""
+    """`final` verified, built under its lock by `build(tmp, fetched) -> root` if absent;
+    checksums are trusted only after `build` returned."""
     if _ready(final):
         verify_entry(final)
         return final
@@ -572,9 +563,8 @@ def _relative(message: str, root: str) -> str:
 
 
 def _encoder_gaps(ckpt) -> List[str]:
-    """The official names of the encoder tensors (embeddings, every layer, pooler) that the
-    read checkpoint `ckpt` lacks: its config says how many layers and which bias layout it
-    has; without a config, its own highest layer and bias names do."""
+    """The official names of encoder tensors `ckpt` lacks (its layer count and bias layout
+    from its config, else from its own tensors)."""
     from ernie_doc.checkpoint import names
     from ernie_doc.config import ErnieDocConfig
     present = set()
@@ -595,9 +585,8 @@ def _encoder_gaps(ckpt) -> List[str]:
 
 
 def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
-    """Read the checkpoint in `root` once before its checksum is trusted → whether there is
-    one. Not weights, or missing an encoder tensor: HubError naming `origin`; so is no
-    checkpoint when `required`."""
+    """Read the checkpoint in `root` once before trusting its checksum → whether there is one.
+    HubError naming `origin`: not weights, a missing encoder tensor, none when `required`."""
     from ernie_doc.checkpoint import io
     try:
         io.detect_format(root)
@@ -642,9 +631,8 @@ def _check_tokenizer_files(root: str, origin: str) -> None:
 
 
 def _complete_model_dir(root: str, release: registry.Release, origin: str) -> None:
-    """Add what a released archive or file may lack: a config (from the release's preset)
-    and the tokenizer files (the release's, pinned). Only regular files are read or written
-    (archive.py unpacks no link, and a new file is created with O_EXCL | O_NOFOLLOW)."""
+    """Add a missing config (the release's preset) and tokenizer files (pinned); only regular
+    files are read or written (O_EXCL | O_NOFOLLOW)."""
     from ernie_doc.checkpoint import io
     from ernie_doc.config import ErnieDocConfig
     try:
@@ -709,9 +697,8 @@ def _url_file_problem(url: str) -> Optional[str]:
 
 
 def _url_entry(url: str) -> str:
-    """The entry of a URL given directly, keyed by the URL normalised (one entry however it
-    is spelt). Its file must be an archive holding a checkpoint or tokenizer files, a
-    checkpoint file, or a tokenizer file, and must read as one before it is trusted."""
+    """The entry of a URL (keyed by its normalised form): an archive with a checkpoint or
+    tokenizer files, a checkpoint file, or a tokenizer file, read before it is trusted."""
     key = hashlib.sha256(_checksum_key(url).encode("utf-8")).hexdigest()[:16]
     problem = _url_file_problem(url)
     if problem:

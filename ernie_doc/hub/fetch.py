@@ -45,9 +45,7 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) 
 
 
 def shown(text: str) -> str:
-    """`text` (a name from an archive, a server or the file system) as it may appear in a
-    one-line message: as is when printable, else its repr (a newline cannot start a forged
-    second line)."""
+    """`text` for a one-line message: as is when printable, else its repr (no forged lines)."""
     text = str(text)
     return text if text.isprintable() else repr(text)
 
@@ -91,9 +89,8 @@ def seconds_env(name: str, default: float) -> float:
 
 
 def bytes_env(name: str, default: int) -> int:
-    """The environment variable `name` as a byte count above 0 and at most 1 PiB (`default`
-    when unset): `N`, or `N` followed by K, M, G or T (binary units; `KiB`, `MB` ... also read
-    as binary). HubError, one line naming the variable, otherwise."""
+    """Environment variable `name` as a byte count in (0, 1 PiB] (`default` when unset): `N`
+    or `N` K/M/G/T (binary units). HubError naming the variable otherwise."""
     raw = _env(name)
     if not raw:
         return default
@@ -107,9 +104,8 @@ def bytes_env(name: str, default: int) -> int:
 
 
 def check_url(url: str, what: str = "URL") -> urllib.parse.SplitResult:
-    """`url` split, after checking it is an http(s) URL with a host and a valid port, and
-    holds no control character (raw or %-encoded: a NUL byte cannot name a file); HubError,
-    one line naming it, otherwise."""
+    """`url` split, once checked to be http(s) with a host, a valid port and no control
+    character (raw or %-encoded); HubError naming it otherwise."""
     def bad(reason):
         return HubError(f"{what} {url!r}: {reason}")
 
@@ -161,9 +157,8 @@ _READ_NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NON
 
 
 def open_own(path: str) -> BinaryIO:
-    """A binary file object of the regular file `path` inside the cache: a link, FIFO, device
-    or folder there (planted, or left by an archive) is a HubError naming it, never followed,
-    opened or read."""
+    """A binary file object of the regular file `path` in the cache; a link, FIFO, device or
+    folder there is a HubError, never followed or opened."""
     try:
         fd = os.open(path, _READ_NOFOLLOW)
     except OSError as e:
@@ -207,9 +202,8 @@ def sha256_file(path: str) -> str:
 
 @contextlib.contextmanager
 def file_lock(path: str, what: str, wait: Optional[float] = None) -> Iterator[bool]:
-    """Hold an exclusive flock on `path` (created if needed) for the block, so concurrent
-    processes fetch an entry once; it dies with its process. `wait`: seconds (default
-    ERNIE_DOC_DOWNLOAD_DEADLINE), then a HubError. Yields True when held (False without flock)."""
+    """Hold an exclusive flock on `path` for the block (dies with its process); `wait` seconds
+    at most, then a HubError. Yields True when held (False without flock)."""
     try:
         import fcntl
     except ImportError:   # Windows: no flock; concurrent downloads then race (still atomic)
@@ -283,9 +277,8 @@ def _origin(parts: urllib.parse.SplitResult) -> Tuple[str, str, int]:
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follow a redirect only to the same scheme, host and port (or from http on the default
-    port to https on the default port of the same host, never back), or anywhere http(s) when
-    a mirror is configured (the user chose that server)."""
+    """Follow a redirect only to the same scheme, host and port (or http → https on the same
+    host), or anywhere http(s) under a configured mirror."""
 
     def __init__(self, by_hand: str):
         self.by_hand = by_hand
@@ -352,9 +345,8 @@ class _Clock:
 
 
 class _TimedReader(io.RawIOBase):
-    """The socket's raw reader, its timeout set from the clock before every read (headers,
-    chunk-size lines and body all come through here), so a server sending a byte now and
-    then stops at the deadline."""
+    """The socket's raw reader with its timeout set from the deadline before every read, so a
+    trickling server stops at the deadline."""
 
     def __init__(self, sock, clock: _Clock):
         super().__init__()
@@ -529,9 +521,8 @@ class _Body:
 
 def _announced_size(response, body: _Body, html_ok: bool, cap: int, said: str,
                     sha256: Optional[str]) -> Optional[int]:
-    """The body's size its headers announce (None: not announced), after refusing what the
-    headers already show to be wrong: an encoding, an HTML page, a size over `cap`, or no
-    framing at all when no sha256 could tell a cut body from the whole file."""
+    """The body's announced size (None: not announced), refusing an encoding, HTML, a size
+    over `cap`, or no framing when no sha256 could detect a cut body."""
     fetched, by_hand = body.fetched, body.by_hand
     encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding != "identity":
