@@ -20,9 +20,8 @@ AMP_VALUES = (False, True, "fp16", "bf16")
 
 
 class AmpSettings(NamedTuple):
-    """enabled: autocast on · dtype: "float16" / "bfloat16" (paddle's names) · loss_scaling:
-    dynamic loss scaling (fp16 only) · in_program: the autocast is entered inside the
-    compiled training step only (CPU bf16), not around dygraph calls."""
+    """enabled · dtype: "float16" / "bfloat16" · loss_scaling: dynamic (fp16 only) ·
+    in_program: autocast inside the compiled training step only (CPU bf16)."""
     enabled: bool = False
     dtype: str = "float16"
     loss_scaling: bool = False

@@ -18,9 +18,8 @@ _PADDLENLP = "https://bj.bcebos.com/paddlenlp/models/transformers"
 
 @dataclass(frozen=True)
 class Remote:
-    """One file to fetch: its URL, when known its sha256 (hex), and the most bytes its body
-    may hold (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB; a Content-Length announcing
-    more is refused before the body is read)."""
+    """One file to fetch: URL, sha256 (hex) when known, and the most bytes its body may hold
+    (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB)."""
     url: str
     sha256: Optional[str] = None
     max_bytes: Optional[int] = None

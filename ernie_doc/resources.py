@@ -103,9 +103,8 @@ def available_memory(device: Optional[str] = None) -> Optional[int]:
 
 
 def parameter_count(build: Callable[[int], object], layers: int) -> int:
-    """Parameters of the model `build(layers)` returns, exact and fast: built under
-    paddle.LazyGuard with one and two layers only (every further layer adds what the second
-    added), so a mistyped num_hidden_layers of 100000 costs nothing."""
+    """Parameters of `build(layers)`'s model, exact and fast: only one- and two-layer models are
+    built (under paddle.LazyGuard); each further layer adds what the second did."""
     import paddle
 
     def count(n: int) -> int:
@@ -133,9 +132,8 @@ def describe(nbytes: float) -> str:
 
 def check_fits(parts: dict, what: str, device: Optional[str] = None,
                available: Optional[int] = None) -> int:
-    """Raise ConfigError when the bytes in `parts` ({label: bytes}) exceed what `device` has
-    available (None: paddle's current device; `available` overrides the measurement, for
-    tests) → the total."""
+    """The total of `parts` ({label: bytes}); ConfigError when it exceeds what `device` has
+    (`available` overrides the measurement)."""
     device = device or current_device()
     total = int(sum(parts.values()))
     free = available_memory(device) if available is None else available

@@ -285,9 +285,8 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def parse_yaml(stream: Union[str, TextIO]) -> Any:
-    """YAML text (or a text stream) → its value, read by _StrictLoader: every YAML the package
-    reads goes through here. yaml.YAMLError for what it refuses, with problem_mark at the
-    place."""
+    """YAML text (or stream) → its value via _StrictLoader (all YAML the package reads);
+    yaml.YAMLError with problem_mark for what it refuses."""
     return yaml.load(stream, Loader=_StrictLoader)
 
 

@@ -71,9 +71,8 @@ def atomic_write_text(path, text):
 # Opening a FIFO blocks until another process writes to it, and a device never ends: every
 # reader of user files opens regular files only.
 def file_kind(path) -> Optional[str]:
-    """None for a regular file (symbolic links followed), else what is there instead:
-    "missing", "a directory", "a FIFO", "a socket", "a character device", "a block device",
-    "unreadable (<reason>)" or "not a regular file"."""
+    """None for a regular file (links followed), else what is there: "missing", "a directory",
+    "a FIFO", "a socket", "a ... device", "unreadable (<reason>)", "not a regular file"."""
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL byte
@@ -177,9 +176,8 @@ def long_integer_problem(digits: int) -> str:
 
 
 def parse_json(text: str, where: str, error=ValueError):
-    """`text` (the content of the file `where`) parsed as JSON; invalid or too deeply nested
-    JSON, and an integer of more than MAX_INT_DIGITS digits, raise `error` naming `where`
-    (and the line)."""
+    """`text` (of file `where`) parsed as JSON; invalid, too deep, or an integer over
+    MAX_INT_DIGITS digits raises `error` naming `where` (and the line)."""
     try:
         return json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as e:
@@ -235,9 +233,8 @@ def available_cpus() -> int:
 
 
 def threads_problem(threads) -> Optional[str]:
-    """Why `threads` cannot be the number of CPU math threads, or None (0: the library's
-    default). More threads than the CPUs this process may use are refused: paddle's OpenMP
-    aborts the whole process (signal 6) when it cannot start them."""
+    """Why `threads` cannot be the CPU math thread count, or None (0: default); more than the
+    usable CPUs is refused (paddle's OpenMP aborts)."""
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         return f"must be a non-negative integer, got {clip(repr(threads))}"
     cpus = available_cpus()
@@ -378,9 +375,8 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
 
 
 def unwritable_file(path: str) -> Optional[str]:
-    """Why `path` cannot be written as a file, checked before a long job rather than after
-    it, or None. The nearest existing parent must be a writable directory; `path` itself
-    must not be a directory. (The write itself still reports what fails: a disk can fill.)"""
+    """Why `path` cannot be written as a file (checked before a long job), or None: the nearest
+    existing parent must be a writable directory and `path` no directory."""
     path = os.fspath(path)
     if path.endswith(os.sep) or os.path.isdir(path):
         return f"{path}: is a directory; give a file name"
@@ -412,9 +408,8 @@ def _bars_drawn() -> bool:
 
 
 class BarSafeHandler(logging.StreamHandler):
-    """A console log handler that writes through tqdm.write while a progress bar is drawn, so
-    that a log line clears the bar and the bar is redrawn below it (a plain write leaves a
-    stale copy of the bar above each line); otherwise a StreamHandler."""
+    """A console log handler writing through tqdm.write while a progress bar is drawn (so the
+    bar is redrawn below the line); otherwise a StreamHandler."""
 
     def emit(self, record: logging.LogRecord) -> None:
         if not _bars_drawn():
@@ -431,9 +426,8 @@ class BarSafeHandler(logging.StreamHandler):
 
 
 def notes_to_stdout(name: str = "ernie_doc") -> None:
-    """Send the `name` logger's records (the checkpoint loader's "loaded 34 tensors ...") to
-    stdout with the rest of a tool's report, so that stderr holds only an error line. For a
-    tool's `__main__`: it changes process-wide logging."""
+    """Send the `name` logger's records to stdout with a tool's report (stderr: only errors).
+    For a tool's `__main__`: changes process-wide logging."""
     class CurrentStdout(BarSafeHandler):
         """Writes to sys.stdout as it is when a record comes (it may have been replaced,
         e.g. captured, since the handler was made)."""

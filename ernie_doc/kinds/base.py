@@ -29,9 +29,8 @@ Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute acc
 
 
 def truncate_tokens(tokens: Any, limit: int) -> Any:
-    """The first `limit` tokens of a tokenized text: a list or array, an object with its own
-    `truncate(limit)`, or a dataclass of per-token arrays (TokenizedText, Layout: every field
-    as long as the text is cut alike)."""
+    """The first `limit` tokens of a tokenized text: a list or array, an object with
+    `truncate(limit)`, or a dataclass of per-token arrays (every field cut alike)."""
     if hasattr(tokens, "truncate"):
         return tokens.truncate(limit)
     if dataclasses.is_dataclass(tokens):
@@ -61,9 +60,8 @@ class Cuts:
 
 
 def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
-    """`limit` of `docs` drawn at random from (seed, split), kept in order (all when there are
-    no more): a reader's first N are often one class. Labelled documents are drawn
-    stratified (stratified_counts)."""
+    """`limit` of `docs` drawn at random from (seed, split), kept in order (a reader's first N
+    are often one class); stratified by label when all have one (stratified_counts)."""
     docs = list(docs)
     if limit >= len(docs):
         return docs
@@ -84,9 +82,8 @@ def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
 
 def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
                       ) -> List[int]:
-    """How many of each class (`sizes`; limit < sum(sizes)) a sample of `limit` keeps: one of
-    each when limit allows, the rest in proportion (largest remainders); ties broken by
-    `rng`, never by label order."""
+    """How many of each class (`sizes`) a sample of `limit` keeps: one of each when limit
+    allows, the rest in proportion (largest remainders); ties broken by `rng`."""
     n = len(sizes)
     if limit < n:
         counts = [0] * n
@@ -108,9 +105,8 @@ def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
 
 
 def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
-    """The run summary's lines on a split's labels: how many documents carry each (none when
-    the documents carry no labels), and a WARNING line when a task of several labels sees one
-    only: accuracy on such a split says nothing, and F1 of a class never seen is 0."""
+    """The run summary's lines on a split's labels (documents per label), with a WARNING when a
+    task of several labels sees one only (accuracy then says nothing)."""
     counts: Dict[str, int] = {}
     for doc in docs:
         label = getattr(doc, "label", None)   # spans, corpora: no labels
@@ -142,9 +138,8 @@ def data_dir_required(cfg: Config) -> Iterator[None]:
 
 
 def load_reader(task: Any) -> ModuleType:
-    """tasks/<task>/reader.py as a module (from the checkout or the installed copy). `task`
-    must name one of the task folders (task_names): a name read from a config or a saved
-    task.json is never imported otherwise."""
+    """tasks/<task>/reader.py as a module; `task` must be one of task_names (a name from a
+    config or task.json is never imported otherwise)."""
     package = task_package()
     if not isinstance(task, str) or task not in task_names():
         raise DataError(f"task {clip(repr(task), 80)}: no tasks/{clip(task, 80)}/reader.py")
@@ -239,16 +234,14 @@ class Task:
         return value > best
 
     def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
-        """Files saved beside exported models when there is no tokenizer. `atomic_entry`
-        (output_dir, entry) → a temporary path moved into the run's folder when its block
-        succeeds: how a kind writes such a file there (the trainer passes its own)."""
+        """Files saved beside exported models when there is no tokenizer; `atomic_entry`
+        (output_dir, entry) gives the temporary path to write."""
         return []
 
 
 class DocumentTask(Task):
-    """The document family: reading, label ids, segment passes and an ERNIE-Doc head; the kinds
-    add segmenter, head, loss and metrics. `group_size` g > 1: an example takes g adjacent rows
-    in lockstep; steps are tuples of g Segments, `row_outputs` gives [B // g, ...]."""
+    """The document family: reading, label ids, segment passes, an ERNIE-Doc head. `group_size`
+    g > 1: an example takes g rows in lockstep (steps: tuples of g Segments)."""
     head_class = None
     group_size = 1
 
@@ -300,9 +293,8 @@ class DocumentTask(Task):
         raise NotImplementedError
 
     def cap(self, tokens: Any, doc: Document) -> Any:
-        """A document's tokens cut to the first `max_doc_tokens` (config; 0 = no limit), see
-        truncate_tokens. Cut documents are counted in `self.cuts`; the trainer reports them
-        per split."""
+        """A document's tokens cut to `max_doc_tokens` (0 = no limit); cuts are counted in
+        `self.cuts`."""
         limit = self.cfg.get("max_doc_tokens") or 0
         if not limit or len(tokens) <= limit:
             return tokens
@@ -343,8 +335,7 @@ class DocumentTask(Task):
 
     def model_inputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
-        (e.g. per-segment word positions); they go through forward, so data parallelism
-        sees every parameter used."""
+        (through forward, so data parallelism sees every parameter used)."""
         return {}
 
     # -- one micro-step: an ERNIE-Doc head on collated rows -----------------------------------
@@ -385,9 +376,8 @@ class DocumentTask(Task):
     input_fields: Tuple[str, ...] = ("text",)
 
     def check_input(self, doc: Document) -> Optional[str]:
-        """A document to predict, before it is segmented → one line saying what is wrong with
-        its input fields ("missing field 'question'", "empty text" ...), or None when
-        `document_segments` can read it. Gold fields are not looked at."""
+        """A document to predict → one line saying what is wrong with its input fields, or
+        None when `document_segments` can read it. Gold fields are not looked at."""
         for name in self.input_fields:
             value = input_value(doc, name)
             if value is None:

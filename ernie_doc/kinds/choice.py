@@ -62,9 +62,8 @@ def context_window(seq_len: int, pairs: Sequence[Tuple[list, list]],
 
 
 def first_text_types(ids_len: int, first_len: int, seq_len: int) -> np.ndarray:
-    """Token types [T] int64 of a row `[CLS] first [SEP] rest…` of ids_len real tokens:
-    0 for [CLS], the first text and its [SEP]; 1 for the other real tokens; 0 for padding
-    (PaddleNLP pads the types with the pad id, 0)."""
+    """Token types [T] int64 of a row `[CLS] first [SEP] rest…`: 0 up to the first [SEP], 1 for
+    the other real tokens, 0 for padding (as PaddleNLP)."""
     types = np.zeros(seq_len, dtype=np.int64)
     types[first_len + 2:ids_len] = 1
     return types

@@ -58,9 +58,8 @@ def _same_file(origin: Optional[str], folder: str) -> bool:
 
 
 def _load_installed() -> None:
-    """Make `ernie_doc_tasks` the copy installed beside this package (site-packages), or this
-    checkout's tasks/ (an editable install maps it there), never one that comes first on
-    sys.path: under `python -m` that is the current directory."""
+    """Make `ernie_doc_tasks` the copy installed beside this package (or this checkout's
+    tasks/), never one found first on sys.path (the current directory under `python -m`)."""
     import sys
     folder = next((f for f in (_INSTALLED_TASKS, _CHECKOUT_TASKS) if _ours(f)), None)
     module = sys.modules.get("ernie_doc_tasks")
@@ -79,9 +78,8 @@ def _load_installed() -> None:
 
 
 def task_package() -> str:
-    """Where the task folders come from: `tasks` when it is this checkout's tasks/ (with the
-    ERNIE_DOC_TASKS marker), else the installed `ernie_doc_tasks` beside this package. Decided
-    without importing from sys.path, so a stray `tasks` package is never imported."""
+    """Where the task folders come from: this checkout's `tasks` (ERNIE_DOC_TASKS marker), else
+    the installed `ernie_doc_tasks`; never a stray package from sys.path."""
     try:
         spec = importlib.util.find_spec("tasks")
     except (ImportError, ValueError):
@@ -132,9 +130,8 @@ def register(registry: Dict[str, type], what: str, name: str, cls: K) -> K:
 
 
 def load_task_folders(what: str, register_all: str) -> None:
-    """Run the task folders' `register_all` (register_kinds / register_heads: explicit imports
-    of the modules whose decorators register their `what`) once. Without any task folders (a
-    package installed without them) there is nothing to register."""
+    """Run the task folders' `register_all` once (explicit imports of the modules that register
+    their `what`); nothing without task folders."""
     if _loaded.get(what):
         return
     package = task_folders_package()

@@ -262,9 +262,8 @@ class LanguageModelTask(Task):
 
     # -- what the trainer builds ----------------------------------------------------------------
     def memory_plan(self) -> Tuple[Callable[[], TransformerXLLM], int, int, int, int, int]:
-        """(a function building the model, layers, hidden, heads, tokens per row, memory
-        length): what the memory estimate (assemble.check_memory) needs, before
-        build_model."""
+        """(model builder, layers, hidden, heads, tokens per row, memory length) for the memory
+        estimate (assemble.check_memory), before build_model."""
         c = self.config
         return self._build_layers, c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
 
@@ -274,8 +273,7 @@ class LanguageModelTask(Task):
 
     def check_eval_memory(self, rows: int, device: Optional[str] = None) -> None:
         """Refuse (ConfigError naming the eval protocol's keys) an evaluation of `rows` rows
-        (eval_tgt_len tokens, eval_mem_len memories) whose memory estimate exceeds what
-        `device` has, before anything is built."""
+        whose memory estimate exceeds what `device` has, before anything is built."""
         from ernie_doc import resources
         c, lengths = self.config, self.eval_lengths()
         params = resources.parameter_count(self._build_layers, c.n_layer)
@@ -366,9 +364,8 @@ class LanguageModelTask(Task):
 
     def load_saved(self, directory: str, rows: int, device: str
                    ) -> Tuple[TransformerXLLM, Vocabulary]:
-        """A saved language model (its lm_config.json, weights and vocabulary in `directory`)
-        → (model, vocabulary), the eval protocol's memory estimate for `rows` rows on
-        `device` checked before anything is loaded (ernie_doc.assemble.saved_run)."""
+        """A saved language model in `directory` → (model, vocabulary), the eval memory
+        estimate for `rows` rows on `device` checked before loading."""
         self.check_eval_memory(rows, device)
         vocab = load_vocabulary(directory)
         return TransformerXLLM.from_pretrained(directory), vocab

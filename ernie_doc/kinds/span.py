@@ -28,9 +28,8 @@ def _logsumexp_where(logits, mask):
 
 
 def span_nll(logits, batch, all_positions: bool = False):
-    """logits [B, T, 2] → per-row loss [B]: mean of the start and end negative log of the
-    summed gold probability; the softmax runs over batch["target_allowed"] [B, T] ([CLS] and
-    the context), or over all T positions with all_positions (official)."""
+    """logits [B, T, 2] → loss [B]: mean start / end −log of the summed gold probability, the
+    softmax over batch["target_allowed"] [B, T], or all T with all_positions (official)."""
     logits = logits.astype("float32")
     allowed = batch["target_allowed"]
     if all_positions:

@@ -76,9 +76,8 @@ def _share(plist, i, param):
 
 
 def log_softmax(x: paddle.Tensor) -> paddle.Tensor:
-    """log_softmax over the last axis as x − logsumexp(x): paddle's CPU log_softmax kernel
-    takes time quadratic in the axis size, which would make every adaptive-softmax cluster the
-    bottleneck."""
+    """log_softmax over the last axis as x − logsumexp(x): paddle's CPU log_softmax kernel is
+    quadratic in the axis size."""
     return x - paddle.logsumexp(x, axis=-1, keepdim=True)
 
 
@@ -116,9 +115,8 @@ class _Adaptive(nn.Layer):
 
 
 class AdaptiveEmbedding(_Adaptive):
-    """Adaptive input representations (Baevski & Auli): ids [...] int64 → [..., d_model],
-    scaled by sqrt(d_model). Cluster i: a [n_i, d_embed // div_val**i] table projected to
-    d_model (`emb_weights`, `emb_projs`)."""
+    """Adaptive input (Baevski & Auli): ids [...] int64 → [..., d_model] × sqrt(d_model);
+    cluster i: a [n_i, d_embed // div_val**i] table projected to d_model."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                  div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):

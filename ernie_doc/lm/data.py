@@ -195,9 +195,8 @@ class Vocabulary:
 
     # encoding
     def encode_lines(self, lines, return_oov: bool = False):
-        """Ids (int64) of token lines, one `<eos>` after each line. `lines` is a path, an iterable
-        of text lines, or an iterable of token lists. With return_oov: (ids, number of tokens
-        mapped to `<unk>` because they are not in the vocabulary)."""
+        """Ids (int64) of token lines (a path, text lines or token lists), `<eos>` after each;
+        with return_oov also the number of tokens mapped to `<unk>`."""
         if isinstance(lines, (str, os.PathLike)):
             token_lines = read_token_lines(lines)
         else:
@@ -286,9 +285,8 @@ def _sentence_runs(token_lines: Iterable[List[str]]):
 
 
 def sega_positions(source, scheme: str = "local") -> np.ndarray:
-    """[3, N] int32 (paragraph, sentence, token) for every token of the stream `encode_file`
-    gives for the same source (a path, an iterable of text lines or of token lists).
-    scheme "local" or "global" (module docstring)."""
+    """[3, N] int32 (paragraph, sentence, token) per token of `encode_file`'s stream for the
+    same source; scheme "local" or "global" (module docstring)."""
     if scheme not in ("local", "global"):
         raise ValueError(f"scheme must be 'local' or 'global', got {scheme!r}")
     if isinstance(source, (str, os.PathLike)):
@@ -325,9 +323,8 @@ def to_global(local: np.ndarray) -> np.ndarray:
 # --- corpus cache --------------------------------------------------------------------------------
 
 def _file_fingerprint(path) -> dict:
-    """What a cached file is keyed by: its size and a BLAKE2b digest of its bytes (content,
-    not path or mtime: an edit that keeps the size and restores the mtime still changes the
-    key). Hashing is far cheaper than encoding the file again."""
+    """A cached file's key: its size and a BLAKE2b digest of its bytes (not path or mtime,
+    which an edit can preserve)."""
     digest = hashlib.blake2b(digest_size=32)
     size = 0
     with open_regular(path, "token file") as f:
@@ -468,9 +465,8 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
 def _cached_split(split: str, path: str, key: Optional[dict], cache_dir: Optional[str],
                   positions: Optional[str], mmap: bool, fingerprints: "_Fingerprints"
                   ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], Optional[dict]]:
-    """(ids, positions or None, meta) of a split from the cache when its key matches (its
-    positions computed and cached now when asked for and missing or stale); (None, None, None)
-    when it must be encoded."""
+    """(ids, positions or None, meta) of a split from the cache when its key matches (missing
+    positions computed now); (None, None, None) when it must be encoded."""
     if cache_dir is None:
         return None, None, None
     pos = None
@@ -519,9 +515,8 @@ def _encode_split(split: str, path: str, key: Optional[dict], vocab: Vocabulary,
 # --- ordered batches -----------------------------------------------------------------------------
 
 class LMBatch(NamedTuple):
-    """input [bsz, L] (L = seq_len + the ext_len context before it, fewer at the start),
-    target [bsz, seq_len] (the token after each of the last seq_len inputs), seq_len, and
-    positions [K, bsz, L] of the input tokens (None when the streams have none)."""
+    """input [bsz, L] (seq_len + ext_len context), target [bsz, seq_len], seq_len, positions
+    [K, bsz, L] or None."""
     input: np.ndarray
     target: np.ndarray
     seq_len: int
@@ -530,8 +525,7 @@ class LMBatch(NamedTuple):
 
 class LMStreams:
     """Transformer-XL's ordered LM iterator, batch-major: row b holds tokens b*n .. (b+1)*n−1
-    (n = len // bsz); batch i covers steps [i*tgt_len, min((i+1)*tgt_len, n-1)), targets one
-    later. `positions` [K, len(data)] is laid out alike. Resumable (`state`/`load_state`)."""
+    (n = len // bsz), targets one step later; resumable (`state`/`load_state`)."""
 
     def __init__(self, data: np.ndarray, bsz: int, tgt_len: int, ext_len: int = 0,
                  positions: Optional[np.ndarray] = None):

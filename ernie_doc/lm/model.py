@@ -277,9 +277,8 @@ def _shape_list(t: paddle.Tensor) -> List[int]:
 
 # -------------------------------------------------------------------------------- layers
 class RelPartialLearnableMultiHeadAttn(nn.Layer):
-    """Transformer-XL's attention (attn_type 0). `rel` is the position term (see
-    TransformerXLLM.relative_encoding): ("shared", R [K, d]), ("batch", R [B, K, d]) or
-    ("exact", tables [N, d_c] ×3, indices [B, n_head, T, K] ×3)."""
+    """Transformer-XL's attention (attn_type 0); `rel`: the position term of
+    TransformerXLLM.relative_encoding ("shared", "batch" or "exact")."""
 
     def __init__(self, c: TransformerXLConfig):
         super().__init__()
@@ -439,9 +438,8 @@ class TransformerXLLM(nn.Layer):
     @classmethod
     def from_pretrained(cls, directory: Union[str, "os.PathLike[str]"],
                         **overrides: Any) -> "TransformerXLLM":
-        """A `save_pretrained` directory → the model (`overrides` replace saved config keys).
-        Reads model.safetensors; every tensor must match by name, shape and a castable dtype:
-        CheckpointError, one line, otherwise."""
+        """A `save_pretrained` directory → the model (`overrides` replace config keys); every
+        tensor of model.safetensors must match by name, shape and dtype, else CheckpointError."""
         from ernie_doc.checkpoint import io
         from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)

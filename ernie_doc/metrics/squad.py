@@ -54,9 +54,8 @@ def max_over_ground_truths(metric, prediction, ground_truths):
 
 
 def average_scores(predictions, references, em_of, f1_of):
-    """Mean EM and F1 ×100 over every reference question (the official scripts' averaging):
-    em_of / f1_of(prediction, references[qid]) → [0, 1]; a question without a prediction
-    scores 0. → (em, f1, total, missing)."""
+    """Mean EM and F1 ×100 over every reference question (em_of / f1_of → [0, 1]; no prediction
+    scores 0) → (em, f1, total, missing)."""
     em = f1 = 0.0
     missing = 0
     for qid, ref in references.items():

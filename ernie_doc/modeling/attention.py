@@ -94,9 +94,8 @@ class RelativeMultiHeadAttention(nn.Layer):
     def forward(self, x: paddle.Tensor, memory: Optional[paddle.Tensor], pos_emb: paddle.Tensor,
                 task_emb: Optional[paddle.Tensor], key_task_ids: Optional[paddle.Tensor],
                 mask_bias: Optional[paddle.Tensor]) -> paddle.Tensor:
-        """x [B,T,H]; memory [B,M,H] or None; pos_emb [2T+M,H] or [B,2T+M,H]; task_emb: [C,H]
-        with key_task_ids [B,K], or [B,K,H], or None (constant per row); mask_bias [B,n,T,K]
-        or None → [B,T,H]."""
+        """x [B,T,H]; memory [B,M,H] or None; pos_emb [2T+M,H] or [B,2T+M,H]; task_emb [C,H] with
+        key_task_ids [B,K], [B,K,H], or None; mask_bias [B,n,T,K] or None → [B,T,H]."""
         context = x if memory is None else paddle.concat([memory, x], axis=1)
         key_len = context.shape[1]
         r_w, r_r, r_t = self._biases()

@@ -30,9 +30,8 @@ def memory_slot_mask(memory_mask: Optional[paddle.Tensor], batch: int, mem_len: 
 
 def additive_mask(query_mask: paddle.Tensor, key_mask: paddle.Tensor,
                   bias_shape: List[int]) -> Optional[paddle.Tensor]:
-    """query_mask [B,T], key_mask [B,K] → detached bias [B,n,T,K]: 0 where both are real,
-    −MASK_VALUE elsewhere. In dygraph None when every key is real; traced programs always
-    get the bias."""
+    """query_mask [B,T], key_mask [B,K] → detached bias [B,n,T,K] (0 where both real, else
+    −MASK_VALUE); in dygraph None when every key is real."""
     # One exit, no early return: the function is traced by paddle.jit under export.
     bias = None
     if not (paddle.in_dynamic_mode() and bool(key_mask.min() > 0)):

@@ -119,9 +119,8 @@ _FLOAT_PARAMS = ("float16", "float32", "float64", "bfloat16")
 
 
 def cast_problem(array: np.ndarray, param_dtype: str) -> Optional[str]:
-    """Why `array` cannot load into a parameter of paddle dtype name `param_dtype`, or None.
-    Any float width casts to a float parameter; a uint16 array is bfloat16 bits (paddle saves
-    bfloat16 that way) and is converted; integers, bools and complex never become floats."""
+    """Why `array` cannot load into a parameter of dtype `param_dtype`, or None: floats cast,
+    uint16 is bfloat16 bits; integers, bools and complex never become floats."""
     kind = array.dtype.kind
     if param_dtype in _FLOAT_PARAMS:
         if kind == "f" or array.dtype == np.uint16:
@@ -167,9 +166,8 @@ def _known_head_modules(cls: type, target: Dict[str, Any],
 
 
 def _leftover_kind(name: str, fmt: str, cls: type, head_modules: Optional[Set[str]]) -> str:
-    """What a checkpoint tensor the model does not use is: "head" (another known head's: fine
-    to leave aside), "encoder" (an encoder tensor this model does not have: a config that
-    differs) or "unknown" (it belongs to nothing we know)."""
+    """An unused checkpoint tensor: "head" (another known head's), "encoder" (a differing
+    config) or "unknown"."""
     if fmt == "official":
         if names.official_to_backbone(name) is not None:
             return "encoder"
@@ -198,9 +196,7 @@ def model_class_names() -> Set[str]:
 
 
 def recorded_class(ckpt: io.Checkpoint) -> Optional[str]:
-    """The model class the checkpoint's config records when it is a known one
-    (model_class_names), else None: no config, no class, or a name no class has (an empty
-    string, a base class, anything hand-written)."""
+    """The known model class (model_class_names) the checkpoint's config records, else None."""
     recorded = (ckpt.architecture or {}).get("class")
     return recorded if isinstance(recorded, str) and recorded in model_class_names() else None
 
@@ -212,9 +208,8 @@ def describe_class(name: Any) -> str:
 
 def other_head(cls: type, ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]]
                ) -> Optional[str]:
-    """Why the checkpoint's head tensors must not load into `cls`'s head: the class they belong
-    to, else None. The recorded class decides (same class or a base: same head); official names
-    identify a head. Details: docs/design-notes.md, "Checkpoints: which head loads"."""
+    """Why the checkpoint's head tensors must not load into `cls`'s head: their class, else
+    None. Details: docs/design-notes.md, "Checkpoints: which head loads"."""
     if _is_bare(cls):
         return None
     recorded = recorded_class(ckpt)
@@ -282,9 +277,8 @@ def _resolve_config(ckpt: io.Checkpoint, config: Any) -> Tuple[ErnieDocConfig, s
 
 def _apply_overrides(cfg: ErnieDocConfig, overrides: Dict[str, Any],
                      key_map: Dict[str, Optional[str]], where: str) -> ErnieDocConfig:
-    """cfg with the config keys given to from_pretrained, and rel_pos_params_sharing as the
-    tensor names say when it was not given: official configs do not say whether the
-    r_{w,r,t} biases are shared."""
+    """cfg with from_pretrained's config keys, and rel_pos_params_sharing from the tensor
+    names when not given (official configs do not say)."""
     overrides = dict(overrides)
     if "rel_pos_params_sharing" not in overrides:
         layout = names.bias_layout(names.strip_prefix(k) for k in key_map.values() if k)
@@ -364,9 +358,8 @@ def _check_strict(where: str, match: TensorMatch) -> None:
 
 def _partial_problems(cls: type, ckpt: io.Checkpoint, target: Dict[str, Any],
                       match: TensorMatch) -> List[str]:
-    """What makes the match partial, one phrase each (empty: a whole match). The encoder (bare
-    model: everything) must be there, this class's head wholly or not at all, and what is left
-    over must be a known head's. CheckpointError when no encoder tensor matched at all."""
+    """What makes the match partial, one phrase each (empty: whole). CheckpointError when no
+    encoder tensor matched at all."""
     where, assigned = ckpt.path, match.assigned
     bare = _is_bare(cls)
     encoder_keys = [k for k in target if bare or k.startswith(names.PREFIX)]
@@ -408,8 +401,7 @@ def _assign(target: Dict[str, Any], match: TensorMatch, tensors: Dict[str, np.nd
 def _report(cls: type, ckpt: io.Checkpoint, config_source: str, match: TensorMatch,
             problems: List[str], other: Optional[str] = None) -> "LoadReport":
     """The LoadReport of a finished load, logged: a summary line, then warnings for a partial
-    load, missing and unused tensors (one line when the checkpoint holds `other`, another
-    class's head: this head is new, that one is not used)."""
+    load and missing or unused tensors."""
     where = ckpt.path
     report = LoadReport(ckpt.format, where, config_source, sorted(match.assigned),
                         match.missing, match.unexpected, list(ckpt.ignored), other)
@@ -500,9 +492,8 @@ class PretrainedMixin:
         return {"class": type(self).__name__, "kwargs": kwargs}
 
     def save_pretrained(self, directory: PathLike, format: str = "safetensors") -> PathLike:
-        """Write weights and config into `directory` → `directory`. format: "safetensors",
-        "paddlenlp" or "official". All files appear together or not at all; others are kept.
-        """
+        """Write weights and config into `directory` → `directory`; format: "safetensors",
+        "paddlenlp" or "official". All files appear together or not at all."""
         import paddle
 
         fmt = io.normalize_format(format)

@@ -52,9 +52,8 @@ GPU_MEMORY_POOL_MB = 256   # paddle.inference's initial GPU pool; it grows on de
 
 @dataclass(frozen=True)
 class InferenceSettings:
-    """How a Predictor configures paddle.inference (decided by inference_settings). Inputs and
-    outputs stay float32 / int64 whatever the precision; gpu_precision: the PrecisionType
-    name for enable_use_gpu (None on CPU)."""
+    """How a Predictor configures paddle.inference (inference_settings decides); inputs and
+    outputs stay float32 / int64 whatever the precision."""
     device: str
     precision: str
     onednn: bool
@@ -68,9 +67,8 @@ class InferenceSettings:
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
-    """The CPU's feature flags (the `flags` line of /proc/cpuinfo). Where that file cannot be
-    read (not Linux), paddle's own check stands in: its supports_bfloat16_fast_performance()
-    tests the same AVX512-BF16 instruction set; an empty set otherwise."""
+    """The CPU's feature flags (/proc/cpuinfo); elsewhere paddle's
+    supports_bfloat16_fast_performance() stands in for AVX512-BF16; else an empty set."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -171,9 +169,8 @@ def _find_meta(path):
 
 
 def _read_meta(meta_path):
-    """The sidecar of an export, checked: every key Predictor uses, with its type. A damaged
-    or hand-edited sidecar is an ExportError naming it (and the key), never a KeyError deep
-    in Predictor; file names must be plain names inside the export's directory."""
+    """The sidecar of an export, checked (every key Predictor uses, typed; file names inside
+    the export's directory): ExportError naming it and the key otherwise."""
     from ernie_doc.utils import read_json
     meta = read_json(meta_path, ExportError)
     if not isinstance(meta, dict):

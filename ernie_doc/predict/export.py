@@ -51,9 +51,8 @@ class _FlatExport(nn.Layer):
     MAX_INPUTS = 10
 
     def __init__(self, model, input_names, head_inputs, head_outputs, use_memory_mask):
-        """input_names: every input in signature order; head_inputs: the head's own (the
-        last ones); head_outputs: the names of the head's outputs to return (fields of its
-        forward's output), or None for the bare model."""
+        """input_names: every input in signature order; head_inputs: the head's own (last);
+        head_outputs: the head outputs to return, or None for the bare model."""
         super().__init__()
         if len(input_names) > self.MAX_INPUTS:
             raise ExportError(f"{type(model).__name__}: {len(input_names)} inputs, the export "
@@ -87,9 +86,8 @@ class _FlatExport(nn.Layer):
 
 def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int] = None
                  ) -> Tuple[List[Spec], List[Spec]]:
-    """(inputs, outputs): lists of {"name", "shape", "dtype"}; -1 marks the dynamic batch.
-    The encoder's inputs come first, then those the head declares (export_inputs). A head's
-    outputs are those its export_outputs names, then the memories."""
+    """(inputs, outputs): lists of {"name", "shape", "dtype"} (-1: dynamic batch); encoder
+    inputs then the head's export_inputs; the head's export_outputs then the memories."""
     enc = _encoder_of(model)
     c = enc.config
     b = -1 if batch_size is None else int(batch_size)

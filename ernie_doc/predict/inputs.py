@@ -22,9 +22,8 @@ STDIO = "-"   # --input - reads standard input, --output - writes standard outpu
 
 @dataclass
 class InputProblem:
-    """An input item that is not a document (undecodable bytes, a bad JSON line ...): with
-    on_error "record" it becomes an output line with an `error` field. `doc_id` None: the
-    item has no usable id, and its record is named `#<input index>` (DocumentStream.admit)."""
+    """An input item that is not a document: with on_error "record" an output line with an
+    `error` field; `doc_id` None names it `#<input index>`."""
     doc_id: Optional[str]
     message: str
 
@@ -52,9 +51,8 @@ def shown(text: str) -> str:
 
 
 def _not_unicode(value: Any, key: str = "") -> Optional[str]:
-    """The key path of the first string (or dict key) in `value` that UTF-8 cannot encode (a
-    lone surrogate, which JSON's \\ud800 escape gives), or None. Such a string cannot be
-    written to the predictions file; nested lists and dicts are walked without recursion."""
+    """The key path of the first string (or key) in `value` that UTF-8 cannot encode (a lone
+    surrogate), or None; walked without recursion."""
     stack = [(key, value)]
     while stack:
         key, value = stack.pop()
@@ -74,9 +72,8 @@ def _not_unicode(value: Any, key: str = "") -> Optional[str]:
 
 
 def record_line(record: dict) -> str:
-    """One predictions-file line (JSON, UTF-8, non-ASCII kept as it is). A record that still
-    holds a lone surrogate (a document checked by nothing else) is written with JSON's
-    \\uXXXX escapes instead, so the writer never fails on it."""
+    """One predictions-file line (JSON, UTF-8); a record holding a lone surrogate is written
+    with \\uXXXX escapes instead, so writing never fails."""
     line = json.dumps(to_jsonable(record), ensure_ascii=False)
     try:
         line.encode("utf-8")
@@ -109,9 +106,8 @@ class DocumentStream:
 
     @staticmethod
     def skip_ids(skip: Optional[Iterable[Any]]) -> Set[str]:
-        """`stream`'s `skip` → the set of document ids (strings, as documents are named) not
-        to predict; None skips nothing. A single string is refused: it would be read as a
-        set of one-character ids."""
+        """`stream`'s `skip` → the set of document ids not to predict (None: none); a single
+        string is refused (it would read as one-character ids)."""
         if skip is None:
             return set()
         if isinstance(skip, (str, bytes)):
@@ -130,9 +126,8 @@ class DocumentStream:
 
     @staticmethod
     def items(documents: Any) -> Iterable[Any]:
-        """`documents` as an iterable of input items: a single str, dict or Document is one
-        document (as a Hugging Face pipeline reads a bare string), never its characters or
-        keys."""
+        """`documents` as input items: a single str, dict or Document is one document (as a
+        Hugging Face pipeline reads a bare string)."""
         if isinstance(documents, (str, dict, Document, InputProblem)):
             return [documents]
         if isinstance(documents, bytes):
@@ -143,8 +138,7 @@ class DocumentStream:
     def admit(self, index: int, item: Any, skip: set, seen: dict) -> Union[Document, dict,
                                                                            None]:
         """An input item → its Document, an error record, or None (its name is in `skip`).
-        Names depend on input order alone, so a resumed run names items as the first did; clashes
-        become "<id>#<index>". Details: docs/design-notes.md, "Prediction: naming the records"."""
+        Details: docs/design-notes.md, "Prediction: naming the records"."""
         doc = to_document(index, item)
         if isinstance(doc, InputProblem):
             given = doc.doc_id is not None
@@ -171,9 +165,8 @@ class DocumentStream:
 
 
 def check_batch_size(batch_size: Optional[int]) -> None:
-    """PipelineError unless `batch_size` is None (the run's eval_batch_size, else batch_size)
-    or a positive integer: 0 is not "the default". Whether it fits is the memory estimate's
-    to say (assemble.check_memory), before any row is allocated."""
+    """PipelineError unless `batch_size` is None (the run's) or a positive integer; whether it
+    fits is the memory estimate's to say."""
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
         raise PipelineError(f"batch_size must be a positive integer or None, got "
@@ -184,9 +177,8 @@ MODEL_CONFIG = "config.json"   # what save_pretrained writes beside the weights
 
 
 def model_directory(path: str, task: Optional[str] = None) -> str:
-    """A run directory (its best/, else final/) or a saved model directory → the directory
-    holding task.json; with `task` (a task folder's name), also a directory written by
-    save_pretrained (config.json, weights and tokenizer files, no task.json)."""
+    """A run directory (best/, else final/) or saved model directory → the one with task.json;
+    with `task`, also a save_pretrained directory."""
     if not os.path.isdir(path):
         raise PipelineError(f"{path}: not a directory (give a fine-tuning run's OUTPUT_DIR, "
                             f"or its best/ or final/)")
@@ -205,9 +197,8 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
 
 
 def read_task_record(directory: str) -> dict:
-    """task.json of a saved model, checked: an object with `task`, `kind` (which must be
-    its config's `kind`, the one the model is built for), `labels` and `config`; at most
-    MAX_TASK_FILE_BYTES (never read whole when larger)."""
+    """task.json of a saved model, checked: `task`, `kind` (its config's), `labels`, `config`;
+    at most MAX_TASK_FILE_BYTES."""
     from ernie_doc.utils import open_regular, parse_json
     path = os.path.join(directory, TASK_FILE)
     try:
@@ -284,9 +275,8 @@ def _positional(item: Any) -> bool:
 
 
 def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
-    """A str, a Document, or a dict of the task's fields → Document, named by its id, else by
-    its position. A dict's `label` stays a field. InputProblem: both `text` and `ids`, an id not
-    a string or integer, a string that is not valid Unicode."""
+    """A str, Document, or dict of the task's fields → Document, named by its id, else its
+    position. InputProblem: both `text` and `ids`, a bad id, invalid Unicode."""
     if isinstance(item, InputProblem):
         return item
     if isinstance(item, Document):
@@ -325,9 +315,8 @@ def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
 
 
 def ids_problem(ids: Any, vocab_size: int) -> Optional[str]:
-    """What is wrong with a document's token ids (`ids`), in one line, or None: they must be
-    a flat list of integers (not bools, floats or strings) in [0, vocab_size), the rows of
-    the model's embedding table."""
+    """What is wrong with a document's `ids` in one line, or None: a flat list of integers (no
+    bools, floats, strings) in [0, vocab_size)."""
     if isinstance(ids, np.ndarray):
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             return f"'ids' must be a flat list of integers, got an array of {ids.dtype} " \
@@ -422,9 +411,8 @@ def _header_in_txt(path: str) -> Optional[List[str]]:
 
 def _decode(data: bytes, where: str, first: bool = True,
             doc_id: Optional[str] = None) -> Union[str, InputProblem]:
-    """UTF-8 bytes → text, a BOM dropped from the start of a file (`first`: data is a whole
-    file or its first line), or an InputProblem (named `doc_id`) whose message names
-    `where`."""
+    """UTF-8 bytes → text, a BOM dropped at a file's start (`first`), or an InputProblem
+    (named `doc_id`) naming `where`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -587,9 +575,8 @@ def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProbl
 
 
 def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
-    """How many items read_inputs will yield, at most (for the progress bar), or None. The
-    input is opened as read_inputs opens it (a regular file only, never blocking), and a
-    TSV header is checked here, before any output is written."""
+    """How many items read_inputs will yield at most (for the progress bar), or None; a TSV
+    header is checked here, before any output is written."""
     fmt = input_format(path, fmt)
     if fmt == "txt":
         return 1
@@ -629,9 +616,8 @@ def provenance_path(output: str) -> str:
 
 
 def _file_digest(path: str, size: int, digest) -> None:
-    """Feed a file's identity to `digest`: its size, then its bytes when it is at most 16 MiB,
-    else 16 blocks of 1 MiB spread evenly from its start to its end (two trainings' weights
-    differ in every block, so a large model is told apart by reading 16 MiB of it)."""
+    """Feed a file's size and bytes to `digest`; over 16 MiB, 16 evenly spread 1 MiB blocks
+    (enough to tell two trainings' weights apart)."""
     from ernie_doc.utils import open_regular
     digest.update(str(size).encode() + b"\0")
     with open_regular(path, "model file", PipelineError) as f:

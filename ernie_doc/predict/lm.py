@@ -32,9 +32,8 @@ __all__ = ["LMPipeline", "document_lines", "encode_document"]
 
 
 def document_lines(text: str) -> List[str]:
-    """A document's text → its lines, as `utf8_lines` reads a file: split at "\\n" only (not
-    at the "\\r", "\\x0b" ... `str.splitlines` also splits at), no empty line after a final
-    "\\n", a leading BOM dropped. ("\\r" left at a line end is whitespace to ``split``.)"""
+    """A document's text → its lines, as `utf8_lines` reads a file: split at "\\n" only, no
+    empty line after a final "\\n", a leading BOM dropped."""
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
@@ -73,9 +72,8 @@ def encode_document(text: str, vocab: Vocabulary, segment_positions: bool,
 
 @dataclasses.dataclass
 class _Reading:
-    """A document in a batch row: its segments, the next one, its memory slices (memories
-    [n_layer, 1, M, d_model], memory_positions [3, 1, M]; None before the first segment) and
-    the per-token nll read so far."""
+    """A document in a batch row: its segments, the next one, its memory slices (None before
+    the first segment) and the per-token nll so far."""
     index: int
     doc: Document
     encoded: EncodedDocument
@@ -87,9 +85,8 @@ class _Reading:
 
 
 class LMPipeline(DocumentStream):
-    """A trained Transformer-XL language model ready to score documents (module docstring).
-    `lengths`: the eval protocol (tgt_len, mem_len, clamp_len, same_length, ext_len);
-    `rows`: documents read at once."""
+    """A trained Transformer-XL language model ready to score documents. `lengths`: the eval
+    protocol; `rows`: documents read at once."""
 
     def __init__(self, model: TransformerXLLM, vocab: Vocabulary, lengths: Dict[str, Any],
                  rows: int = 1, on_error: str = "record", prepend_eos: bool = False,
@@ -186,9 +183,8 @@ class LMPipeline(DocumentStream):
                     r.memory_positions = out.memory_positions[:, row:row + 1]   # [3, 1, M]
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        """Score documents as they come → records in finishing order: {"doc_id", "ppl", "nll",
-        "tokens", "unk", "oov", "token_logprobs", "index"}; a bad document {"doc_id", "index",
-        "error"} (on_error "record") or PipelineError ("fail"). `skip`: ids not to score."""
+        """Score documents as they come → records in finishing order ({"doc_id", "ppl", "nll",
+        "tokens", "unk", "oov", "token_logprobs", "index"}, or an error record / PipelineError)."""
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
         active: List[_Reading] = []

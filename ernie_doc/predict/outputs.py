@@ -39,9 +39,8 @@ def _file_id(st: os.stat_result) -> FileId:
 
 
 class InputSet:
-    """What a command reads, by file id (see the module's rule): the files it is given, the
-    folders it is given, and every file directly in those folders (a linked entry by what it
-    points to)."""
+    """What a command reads, by file id: the files and folders given and every file directly
+    in those folders."""
 
     def __init__(self, paths: Iterable[Optional[str]] = ()):
         self.files: Dict[FileId, str] = {}
@@ -117,9 +116,8 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
                  what: str = "--output", exists_ok: bool = False,
                  hint: str = "--overwrite replaces it",
                  error: Type[Exception] = OutputError) -> Optional[FileId]:
-    """Refuse `path` as an output file (error(one line)) unless it follows the module's rule
-    → the file id of what is there already, or None. inputs: paths read, or an InputSet.
-    exists_ok: --overwrite / --resume. Nothing is opened."""
+    """Refuse `path` as an output (error(one line)) unless it follows the module's rule → the
+    file id already there, or None. exists_ok: --overwrite / --resume. Opens nothing."""
     path = os.fspath(path)
     where = f"{what} {path}"
     if not path or path.endswith(os.sep) or os.path.isdir(path):
@@ -313,9 +311,8 @@ class OutputFolder:
         return data
 
     def open_append(self, expected: Optional[FileId] = None) -> BinaryIO:
-        """The existing output, opened for reading and writing ("r+b", at its start) and
-        locked for the run: a regular file with one name, no input, and (when given) the file
-        `expected` that was checked; anything else is refused without being read."""
+        """The existing output opened "r+b" and locked: a regular file with one name, no input,
+        and (when given) the checked file `expected`; anything else is refused unread."""
         st = _stat_at(self.name, self.fd)
         if st is None or mode_kind(st.st_mode):
             raise self.error(f"{self.where}: changed since it was checked; run again")
@@ -356,9 +353,8 @@ class OutputFolder:
             os.unlink(name, dir_fd=self.fd)
 
     def create(self, beside: Mapping[str, bytes], replace: bool) -> BinaryIO:
-        """A new, empty output file, locked, after the files `beside` it ({name: content})
-        are written. Each is complete under a temporary name before its rename, so nothing of
-        an existing output is lost (without replace: O_EXCL keeps a file that appeared)."""
+        """A new, empty, locked output file after the files `beside` it; each is complete under
+        a temporary name before its rename, so nothing of an existing output is lost."""
         made = []   # (name, id) of what this run created, removed on failure
         try:
             staged = []

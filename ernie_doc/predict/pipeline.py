@@ -38,9 +38,8 @@ DEVICES = ("cpu", "gpu")
 
 
 def check_device(device: str) -> str:
-    """`device` when this host and paddle build can run it; else PipelineError, one line
-    naming what is missing (a paddle without CUDA, no visible GPU). The decision is
-    ernie_doc.predict.engine.inference_settings's, which the export engine also follows."""
+    """`device` when this host and paddle build can run it (inference_settings decides); else
+    PipelineError naming what is missing."""
     from ernie_doc.errors import EngineError
     from ernie_doc.predict.engine import machine_settings
     if device not in DEVICES:
@@ -66,9 +65,8 @@ def is_export(directory: str) -> bool:
 
 
 class ExportedModel:
-    """An exported model (ernie_doc.predict.engine.Predictor) behind the call the task kinds
-    make of a dygraph head → the head's outputs and new memories as tensors, so the task's
-    forward and row_outputs run unchanged."""
+    """An exported model (engine.Predictor) behind a dygraph head's call → its outputs and new
+    memories as tensors, so the task's forward and row_outputs run unchanged."""
 
     def __init__(self, predictor):
         self.predictor = predictor
@@ -101,9 +99,8 @@ class ExportedModel:
 
 def exported_model(directory: str, cfg, task, device: str, precision: str,
                    threads: int, tokenizer=None) -> ExportedModel:
-    """The export in `directory` under paddle.inference, checked against the task: the head
-    class it was trained with, segments of the run's max_seq_len, and a vocabulary that holds
-    every id the tokenizer beside it produces."""
+    """The export in `directory` under paddle.inference, checked against the task: head class,
+    max_seq_len, and a vocabulary holding every id the tokenizer produces."""
     from ernie_doc.errors import EngineError, ExportError
     from ernie_doc.predict.engine import Predictor
     try:
@@ -151,9 +148,8 @@ class Pipeline(DocumentStream):
                         on_error: str = "record", device: str = "cpu", engine: str = "auto",
                         precision: str = "fp32", threads: int = 1,
                         task: Optional[str] = None) -> "Pipeline":
-        """`path`: a fine-tuning run directory, a saved model directory with task.json, or an
-        export of one; with `task`, a save_pretrained directory. engine: "dygraph", "inference"
-        (precision, threads) or "auto" (inference for an export)."""
+        """`path`: a run directory, a saved model with task.json or its export (with `task`,
+        a save_pretrained directory). engine: "dygraph", "inference" or "auto"."""
         if engine not in ENGINES:
             raise PipelineError(f"engine must be one of {ENGINES}, got {engine!r}")
         check_batch_size(batch_size)
@@ -205,9 +201,8 @@ class Pipeline(DocumentStream):
         return reading_passes(steps, self.cfg.retro_feed, self.cfg.train_skim)
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        """Predict documents as they come → records in the order documents finish, each with
-        `index`, its position in the input. `skip`: document ids not to predict (resume).
-        A single str, dict or Document is one document."""
+        """Predict documents as they come → records in finishing order, each with its input
+        `index`. `skip`: document ids not to predict (resume)."""
         task, g = self.task, self.group
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
@@ -262,9 +257,8 @@ class Pipeline(DocumentStream):
 
 
 class TwoStagePipeline(DocumentStream):
-    """HotpotQA's two models in a row: the evidence model picks paragraphs, the answer model
-    reads them, exactly as stage-2 training read stage 1's predictions. Records: the answer
-    model's; a question stage 1 could not read gets its error record."""
+    """HotpotQA's two models in a row (evidence, then answer) as stage-2 training read stage 1;
+    records are the answer model's, or stage 1's error record."""
 
     def __init__(self, evidence: Pipeline, answer: Pipeline):
         stages = (evidence.task.options.get("stage"), answer.task.options.get("stage"))
@@ -317,9 +311,8 @@ def task_split(record: dict, split: Optional[str] = None) -> str:
 
 def task_documents(record: dict, path: Optional[str] = None,
                    split: Optional[str] = None) -> List[Document]:
-    """Documents read by a saved model's own task reader, as fine-tuning reads them. record:
-    task_record; path: a data directory (None: the run's) read as `split`, or one file in the
-    task's format. PipelineError (one line) for what the reader refuses."""
+    """Documents read by a saved model's own task reader from `path` (a data directory read as
+    `split`, or one file); PipelineError (one line) for what the reader refuses."""
     from ernie_doc.errors import NotSet
     from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})
@@ -354,9 +347,8 @@ def task_documents(record: dict, path: Optional[str] = None,
 def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
              on_error: str = "record", device: str = "cpu", engine: str = "auto",
              precision: str = "fp32", threads: int = 1, task: Optional[str] = None):
-    """The pipeline for a saved model, whatever its kind: Pipeline, predict.lm.LMPipeline, or
-    TwoStagePipeline (with `answer_model`). All have `__call__(documents)` and
-    `stream(documents, skip)`."""
+    """The pipeline for a saved model, whatever its kind (Pipeline, LMPipeline, or
+    TwoStagePipeline with `answer_model`), each with `__call__` and `stream`."""
     check_device(device)
     directory = model_directory(model, task)
     if task_record(directory, task)["kind"] == "language_model":

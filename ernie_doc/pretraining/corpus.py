@@ -44,9 +44,8 @@ def _describe(paths) -> str:
 
 
 def corpus_files(paths, skipped: Optional[Skips] = None) -> List[Tuple[str, str]]:
-    """[(file path, relative name)] of the corpus, in the global (sorted) order. Entries of a
-    directory that are not regular files are counted in `skipped` (reason NOT_REGULAR);
-    without it they are logged here, one warning line."""
+    """[(file path, relative name)] of the corpus in sorted order; non-regular entries counted
+    in `skipped`, else logged once."""
     paths = _as_list(paths)
     own = skipped is None
     if own:
@@ -179,9 +178,8 @@ def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
                    world_size: int = 1, text_field: str = "text", min_chars: int = 1,
                    split: str = "blank_lines",
                    skips: Optional[Skips] = None) -> Iterator[CorpusDocument]:
-    """Stream this rank's documents (kept document i → rank i % world_size). Skips are
-    counted in `skips`, else logged by rank 0. No document at all: DataError at the end
-    (`check_corpus` fails earlier)."""
+    """Stream this rank's documents (document i → rank i % world_size); skips counted in
+    `skips`, else logged. No document: DataError at the end."""
     paths = _as_list(paths)
     _check_args(rank, world_size, split, min_chars)
     own_skips = skips is None
@@ -232,9 +230,8 @@ def count_documents(paths: Union[PathArg, Sequence[PathArg]], text_field: str = 
 def check_corpus(paths: Union[PathArg, Sequence[PathArg]], world_size: int = 1,
                  text_field: str = "text", min_chars: int = 1,
                  split: str = "blank_lines") -> int:
-    """Raise DataError when the corpus has no documents, or fewer than `world_size` (a rank
-    would get none); else return the count. Deterministic, so every rank raises alike: call
-    it on every rank before the first collective call."""
+    """The document count; DataError when fewer than `world_size`. Deterministic: call it on
+    every rank before the first collective call."""
     paths = _as_list(paths)
     n, skips = _count(paths, world_size, text_field, min_chars, split)
     if n == 0:

@@ -125,9 +125,8 @@ class ShardStream:
 
 
 class StreamSplit(Split):
-    """This rank's train rows over its shards, an endless split (data.splits):
-    `batches()` yields (corpus epoch, batch) forever; `state()`/`load_state()` carry the
-    position across a resume."""
+    """This rank's endless train rows over its shards: `batches()` yields (corpus epoch, batch);
+    `state()`/`load_state()` carry the position across a resume."""
     name = "train"
     endless = True
 

@@ -206,9 +206,8 @@ def _load(path: Path, do_lower_case: Optional[bool]) -> Tokenizer:
 
 
 class AutoTokenizer:
-    """`AutoTokenizer.from_pretrained(dir_or_name)`: the tokenizer a folder, released name,
-    URL or archive holds, whichever kind it is (load_tokenizer), as in PaddleNLP and Hugging
-    Face. Not instantiated."""
+    """`AutoTokenizer.from_pretrained(dir_or_name)`: whichever tokenizer the path holds
+    (load_tokenizer). Not instantiated."""
 
     def __init__(self):
         raise TypeError("AutoTokenizer is not instantiated: use "

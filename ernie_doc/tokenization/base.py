@@ -290,9 +290,8 @@ class TokenizerCallMixin:
         return config
 
     def save_pretrained(self, directory) -> List[str]:
-        """Write the tokenizer's files (byte-for-byte copies of those it was loaded from) and
-        tokenizer_config.json into `directory` (created if needed); all appear together or
-        none, other files there are kept. → the written paths."""
+        """Write the tokenizer's files (byte copies) and tokenizer_config.json into `directory`,
+        all or none, others kept → the written paths."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         files = dict(self._files())
@@ -313,9 +312,8 @@ class TokenizerCallMixin:
 
 
 def check_model_max_length(value: Any, where: str) -> int:
-    """`value` as a model_max_length: an int from 1 to MAX_MODEL_MAX_LENGTH (not a bool), else
-    a TokenizerError naming `where` (a downloaded folder's 10**12 would have
-    padding="max_length" ask for that many ids per text)."""
+    """`value` as a model_max_length: an int in [1, MAX_MODEL_MAX_LENGTH] (not a bool), else a
+    TokenizerError naming `where`."""
     from ernie_doc.errors import TokenizerError
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 1 <= value <= MAX_MODEL_MAX_LENGTH:
@@ -325,9 +323,8 @@ def check_model_max_length(value: Any, where: str) -> int:
 
 
 def as_ids(ids: Any) -> List[int]:
-    """One sequence of ids as ints: a list, a 1-D numpy array or paddle tensor, or one id; a
-    [1, T] array or tensor (a call's input_ids for one text) is its row. Several rows are a
-    TypeError pointing at batch_decode."""
+    """One sequence of ids as ints (a list, 1-D array or tensor, one id, or a [1, T] row);
+    several rows are a TypeError pointing at batch_decode."""
     if hasattr(ids, "numpy"):
         ids = ids.numpy()
     shape = getattr(ids, "shape", None)

@@ -50,9 +50,8 @@ def bytes_to_unicode() -> Dict[int, str]:
 
 
 def load_merges(path: PathLike) -> List[Tuple[str, str]]:
-    """Read GPT-2 ``vocab.bpe``: a "#version" header line, then one merge "a b" per line, in
-    rank order. No merge at all (an empty or header-only file) is a TokenizerError, as is a
-    line that is not two symbols: BPE would silently cut every word into single bytes."""
+    """Read GPT-2 ``vocab.bpe`` (a "#version" line, then "a b" merges in rank order); no merge,
+    or a line not two symbols, is a TokenizerError."""
     path = os.fspath(path)
     lines = read_tokenizer_text(path, "BPE merges file").split("\n")
     if lines and lines[-1] == "":
@@ -341,9 +340,8 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
                 for string, piece in zip(strings, map(self._piece_of, strings))]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text for ``ids``: pieces' bytes as UTF-8, special words set apart by
-        spaces. The space between sentences (absent from official ids) is put back where
-        the rule-based splitter starts a sentence ("end.Next" → "end. Next")."""
+        """Best-effort text for ``ids`` (UTF-8 bytes, special words spaced); the space between
+        sentences is put back where the rule-based splitter starts one ("end.Next")."""
         from .base import as_ids
         text = ""
         tentative: List[int] = []   # where a space was put back between two sentences

@@ -221,8 +221,7 @@ def nltk_available() -> bool:
 
 def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
     """Split English ``text`` into sentences. use_nltk: None (NLTK Punkt, else the rule-based
-    fallback with one warning), False (the fallback), True (NLTK or a RuntimeError).
-    """
+    fallback with one warning), False (the fallback), True (NLTK or a RuntimeError)."""
     global _fallback_warned
     if use_nltk is False:
         return rule_split_sentences(text)

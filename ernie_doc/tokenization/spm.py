@@ -142,8 +142,7 @@ class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def encode_with_offsets(self, text: str) -> Tuple[List[int], List[Tuple[int, int]]]:
         """encode(text) and each piece's (start, end) character offsets in `text`, from
-        sentencepiece's own alignment (byte offsets into the UTF-8 text, converted; the
-        "▁" word-boundary marker covers no character)."""
+        sentencepiece's byte alignment ("▁" covers no character)."""
         from .base import char_offsets_of_bytes
         proto = self.sp.encode(text, return_type="proto")
         chars = char_offsets_of_bytes(text)

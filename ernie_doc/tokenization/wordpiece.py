@@ -105,8 +105,7 @@ def basic_tokenize(text: str, do_lower_case: bool = True, split_symbols: bool = 
 
 class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
     """ERNIE-Doc Chinese (BERT-style) tokenizer. vocab_file: vocab.txt; do_lower_case: also
-    strip accents; split_symbols: split on Unicode symbols (PaddleNLP 2.x).
-    """
+    strip accents; split_symbols: split on Unicode symbols (PaddleNLP 2.x)."""
 
     def __init__(
         self,
@@ -159,9 +158,8 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return tokens
 
     def _words_with_offsets(self, text: str) -> List[Tuple[str, List[int]]]:
-        """basic_tokenize's words, each with the index in `text` of every one of its
-        characters (lower-casing or accent stripping may change a word's length: its
-        characters then all point at the word's whole span)."""
+        """basic_tokenize's words, each with the index in `text` of each character (a word
+        whose length changed maps all to its whole span)."""
         raw: List[List[int]] = []   # words as lists of indices into text, before normalising
         current: List[int] = []
         for i, ch in enumerate(text):

@@ -21,9 +21,8 @@ from ernie_doc.training.runlog import logger
 
 
 class _FlatForward(paddle.nn.Layer):
-    """The model's call with the inputs as one list and one dict, returning a flat list: a
-    captured program returns nested tuples only, so the output's own types (HeadOutput and
-    the like) are recorded while tracing (`template`) and rebuilt around the results."""
+    """The model's call with inputs as one list and dict, returning a flat list; the output
+    types are recorded while tracing (`template`) and rebuilt around results."""
 
     def __init__(self, model: paddle.nn.Layer,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext):
@@ -50,9 +49,8 @@ class _FlatForward(paddle.nn.Layer):
 
 
 class CompiledForward:
-    """Called like `model`; the first call for each input signature (shapes, which inputs are
-    None) traces a program, and later calls replay it. Evaluation keeps calling the model
-    itself: this object is used only for training micro-steps."""
+    """Called like `model`: the first call per input signature traces a program, later calls
+    replay it. Used only for training micro-steps."""
 
     def __init__(self, model: paddle.nn.Layer, amp: Optional[AmpSettings] = None):
         self.model = model
@@ -102,9 +100,8 @@ class CompiledForward:
 
 
 def bf16_program_problem(program: Any) -> Optional[str]:
-    """Why a captured (PIR) training program must not run as CPU bf16, or None: it holds no
-    bfloat16 matmul, or a bfloat16 matmul has one input that takes a gradient and one that
-    does not (paddle 3.3.1's oneDNN matmul_grad then crashes with a segmentation fault)."""
+    """Why a captured training program must not run as CPU bf16, or None: no bfloat16 matmul,
+    or one mixing inputs with and without gradient (paddle 3.3.1 oneDNN segfaults)."""
     found, one_sided = 0, 0
     for op in program.global_block().ops:
         if op.name() not in ("pd_op.matmul", "onednn_op.matmul"):
@@ -127,9 +124,8 @@ def bf16_program_problem(program: Any) -> Optional[str]:
 
 def compiled_or_none(model: paddle.nn.Layer, enabled: bool, world: int = 1,
                      amp: Optional[AmpSettings] = None) -> Optional[CompiledForward]:
-    """The compiled forward of `model` (the unwrapped network) when `enabled`, else None (the
-    trainer then calls the model itself). `amp`: the run's AmpSettings (prepare refuses CPU
-    bf16 with several ranks)."""
+    """The compiled forward of `model` when `enabled`, else None (the model is called
+    itself). `amp`: the run's AmpSettings."""
     if not enabled:
         return None
     if world > 1:
@@ -147,9 +143,8 @@ def compiled_or_none(model: paddle.nn.Layer, enabled: bool, world: int = 1,
 
 
 def first_line(error: BaseException) -> str:
-    """A one-line reason from a paddle error, whose messages run over many lines: the error
-    paddle's conversion wrapped ("In transformed code: ... TypeError: (InvalidType) ..."), else
-    the first line that is not a code location."""
+    """A one-line reason from a multi-line paddle error: the error its conversion wrapped,
+    else the first line that is not a code location."""
     lines = [line.strip() for line in str(error).splitlines()]
     if lines and lines[0].startswith("In transformed code"):
         inner = [line for line in lines[1:] if re.match(r"[A-Za-z]+(Error|Exception): ", line)]

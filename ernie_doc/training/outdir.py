@@ -83,9 +83,8 @@ def _signature(info: os.stat_result) -> tuple:
 
 
 def _load(output_dir: str) -> Optional[Tuple[List[str], Set[str]]]:
-    """(entries, the same as a set) of the manifest in `output_dir`, or None; cached while the
-    file is unchanged. ConfigError (one line) for a manifest no run wrote (an entry outside
-    is_run_entry's closed set, so a planted manifest never makes a run delete anything)."""
+    """(entries, as a set) of `output_dir`'s manifest, or None; cached while unchanged.
+    ConfigError for a manifest no run wrote (so a planted one never makes a run delete)."""
     path = os.path.join(output_dir, MANIFEST)
     try:
         info = os.lstat(path)
@@ -171,9 +170,8 @@ def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
 
 
 def open_run(output_dir: str) -> None:
-    """Create `output_dir` if needed and start an empty manifest when it has none (a new run:
-    a resumed one has its own, check_output_dir). Temporary files a killed run left in TEMP
-    go."""
+    """Create `output_dir` if needed, start an empty manifest when it has none, and remove
+    temporary files a killed run left in TEMP."""
     os.makedirs(output_dir, exist_ok=True)
     if read_manifest(output_dir) is None:
         _write_manifest(output_dir, [])
@@ -255,9 +253,8 @@ def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
 
 
 def remove_entries(output_dir: str, entries: Iterable[str]) -> bool:
-    """Delete each of `entries` that the manifest lists (then unlist them, in one rewrite of
-    the manifest) → whether every one of them is gone. With remove_entry, the one way a run
-    deletes anything in OUTPUT_DIR besides clear_previous_run."""
+    """Delete each listed entry of `entries`, then unlist them in one rewrite → whether all
+    are gone."""
     entries = list(entries)
     loaded = _load(output_dir)
     names = set() if loaded is None else loaded[1]
@@ -321,9 +318,8 @@ def write_text(output_dir: str, entry: str, text: str) -> None:
 
 
 def open_append(path: str):
-    """A run's log file opened for appending (text, UTF-8), never through a symbolic link
-    (O_NOFOLLOW): a link put in place of the run's train.log is refused, not written
-    through."""
+    """A run's log file opened for appending (UTF-8) with O_NOFOLLOW: a link in its place is
+    refused."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o666)
@@ -395,9 +391,8 @@ def release_output_dir(output_dir: str) -> None:
 
 # -- what is in a directory ------------------------------------------------------------------
 def foreign_entries(directory: str) -> List[str]:
-    """What in `directory` its manifest does not list (sorted; folders end in '/'): every
-    name when there is no manifest; inside a listed folder ("checkpoints/"), what is not
-    listed there either (checkpoints/epoch-9/)."""
+    """What in `directory` its manifest does not list (sorted; folders end in '/'), looking
+    inside listed folders too; every name when there is no manifest."""
     loaded = _load(directory)
     listed = set() if loaded is None else loaded[1] | {MANIFEST}
     top = {e.split("/")[0] for e in listed}
@@ -424,9 +419,8 @@ def _shown(names: List[str]) -> str:
 
 
 def check_resumable(output_dir: str, listed: List[str]) -> None:
-    """--resume: ConfigError (naming the entry) unless every name the run writes is absent or
-    in `listed`, each a real file or folder (`best`, `checkpoints/latest`: links into
-    checkpoints/). Reads only."""
+    """--resume: ConfigError naming the entry unless every name the run writes is absent or in
+    `listed` and real (`best`, `checkpoints/latest`: links into checkpoints/)."""
     where = f"--resume {output_dir}"
     names = set(listed)
     for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
@@ -529,9 +523,8 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
 
 
 def clear_previous_run(output_dir: str) -> Optional[List[str]]:
-    """Remove what the manifest of `output_dir` lists (anything else stays; a directory
-    without a manifest is left as it is) → the names removed that were there, or None when
-    the directory does not exist. The manifest keeps listing whatever could not go."""
+    """Remove what `output_dir`'s manifest lists (nothing else) → the names removed, or None
+    when the directory does not exist."""
     if not os.path.isdir(output_dir):
         return None
     listed = read_manifest(output_dir)

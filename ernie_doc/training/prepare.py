@@ -58,9 +58,8 @@ class PreparedRun(Assembly):
 
 
 def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
-    """Build and check everything a run needs, then create OUTPUT_DIR (see the module doc).
-    Raises ConfigError / DataError / CheckpointError naming the key or file at fault, before
-    anything is written."""
+    """Build and check everything a run needs, then create OUTPUT_DIR. ConfigError / DataError
+    / CheckpointError naming the key or file, before anything is written."""
     if resume and cfg.eval_only:
         raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
     given, cfg = cfg, resolve_inputs(cfg)
@@ -243,9 +242,8 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
 
 
 def task_record(run: PreparedRun) -> dict:
-    """What a saved model needs besides its weights and tokenizer to read new documents as
-    this run did (ernie_doc.predict.pipeline): the config as written and the label names. Saved as
-    task.json in best/ and final/."""
+    """task.json of best/ and final/: the config as written and the label names, for reading
+    new documents as this run did."""
     config = dict(run.given)
     options = getattr(run.task, "options", None)
     if options:
@@ -284,9 +282,8 @@ def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tok
 
 # -- resume and OUTPUT_DIR ----------------------------------------------------------------------
 def read_resume_state(run: PreparedRun) -> tuple:
-    """--resume: the latest checkpoint read and checked against the model (its weights
-    restored) and the run's logs checked, before the run writes anything → (path,
-    trainer state, this rank's arrays, optimizer state)."""
+    """--resume: the latest checkpoint checked (weights restored) and logs checked, before any
+    write → (path, trainer state, this rank's arrays, optimizer state)."""
     from ernie_doc.training.runlog import check_run_logs
     path = ckpt.latest_checkpoint(run.out)
     if path is None:
@@ -309,9 +306,8 @@ LIMITS = ("max_steps", "epochs")   # what --resume may raise to continue a finis
 
 
 def check_extension(run: PreparedRun, state: dict) -> int:
-    """--resume of a run that finished (trainer state at its last step): allowed only when
-    --set raised max_steps or epochs (run_config.yaml holds the values it ran with) so that
-    it has steps left; else ConfigError naming the keys → its total_steps then."""
+    """--resume of a finished run: only when --set raised max_steps or epochs, else
+    ConfigError naming the keys → the new total_steps."""
     from ernie_doc.run_config import load_yaml
     cfg, step = run.cfg, state["step"]
     saved = load_yaml(os.path.join(run.out, RUN_CONFIG))

@@ -30,9 +30,8 @@ def setup_logging(output_dir=None, is_main=True):
 
 
 class _RunFileHandler(logging.FileHandler):
-    """train.log. A write that fails (full disk, read-only filesystem) stops the run as an
-    OSError naming the file, like every other write of the run, instead of logging's
-    "--- Logging error ---" traceback on stderr while the run carries on."""
+    """train.log; a failed write stops the run as an OSError naming the file (not logging's
+    "--- Logging error ---" while the run carries on)."""
 
     def handleError(self, record):
         error = sys.exc_info()[1]
@@ -102,17 +101,15 @@ def _append(path, record):
 
 
 def check_run_logs(output_dir):
-    """Raise DataError (file and line) when a run's train_log.jsonl or eval_history.jsonl is
-    damaged beyond a cut-short last line: for --resume to call before it writes anything.
-    Reads only; the cut-short line is dropped (and logged) when RunLog opens the run."""
+    """DataError (file and line) when train_log.jsonl or eval_history.jsonl is damaged beyond
+    a cut-short last line; reads only."""
     for name in ("train_log.jsonl", "eval_history.jsonl"):
         _records(os.path.join(output_dir, name), warn=False)
 
 
 def _records(path, warn=True):
-    """[(line number, record, raw bytes)] of a JSON-lines log. A last line cut short (a full
-    disk, a kill) is dropped with one warning; any earlier bad line, or a record without an
-    integer step, is a DataError naming file and line."""
+    """[(line number, record, raw bytes)] of a JSON-lines log; a cut-short last line is dropped
+    with a warning, any other bad line (or no integer step) is a DataError."""
     from ernie_doc.errors import DataError
     if not os.path.lexists(path):
         return []

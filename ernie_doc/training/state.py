@@ -88,9 +88,8 @@ def _rename(state, mapping):
 
 
 def optimizer_state(model, optimizer):
-    """The optimizer's state keyed by structured parameter names (layers.0.pos_ff...):
-    paddle keys it by generated names (linear_3.w_0), which depend on how many layers the
-    process created before, so another process (or model) could not load it."""
+    """The optimizer's state keyed by structured parameter names (paddle's generated names
+    depend on the process's history)."""
     names = {p.name: n for n, p in model.named_parameters()}
     return dict(_rename(optimizer.state_dict(), names), **{STRUCTURED: True})
 
@@ -172,9 +171,8 @@ def _write_model(path, model):
 
 
 def _write_optimizer(directory, model, optimizer):
-    """optimizer.safetensors: every tensor of the optimizer's state (accumulators keyed by
-    structured parameter names, AMP master weights under "master_weights/"); optimizer.json:
-    the other entries and {"tensors": {key: [dtype, shape]}}, the list resume checks."""
+    """optimizer.safetensors (every state tensor, by structured name) and optimizer.json (the
+    rest, and {"tensors": {key: [dtype, shape]}} that resume checks)."""
     state = optimizer_state(model, optimizer)
     arrays, listing, entries = {}, {}, {}
     for key, value in state.items():
@@ -370,9 +368,8 @@ def load_training_state(path, model, optimizer):
 
 
 def _save_model_dir(path, model, tokenizer_files, task, tokenizer_config=None):
-    """A from_pretrained directory at `path`: weights and config, the tokenizer's files (and
-    tokenizer_config.json recording its type: the folder loads as that type or not at all) and
-    task.json (the task kind, label names and reading settings of the run)."""
+    """A from_pretrained directory at `path`: weights, config, tokenizer files (with
+    tokenizer_config.json) and task.json."""
     model.save_pretrained(path)
     for src in tokenizer_files:
         shutil.copy2(src, os.path.join(path, os.path.basename(src)))

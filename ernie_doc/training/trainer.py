@@ -53,9 +53,8 @@ class Interrupted(KeyboardInterrupt):
         return 128 + int(self.signum)
 
     def message(self, command: str) -> Optional[str]:
-        """The one line for the user: the step, and the command that continues the run
-        (`command`: the tool, e.g. "ernie-doc finetune") or what to do instead → None on a
-        rank other than 0 (rank 0 speaks for the run)."""
+        """The one line for the user (the step, and the command that continues the run), or
+        None on a rank other than 0."""
         if dist.rank() != 0:
             return None
         where = "interrupted before the first step" if self.step is None else \
@@ -113,9 +112,8 @@ def _latest_step(output_dir: str) -> Optional[int]:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM while a run is on: outside training raise Interrupted at once; in
-    training the first is recorded and the loop stops after saving the step, a repeat raises.
-    Inside `writing()` every signal waits for the write."""
+    """SIGINT / SIGTERM during a run: before training raise Interrupted at once; in training stop
+    after saving the step (a repeat raises); inside `writing()` wait for the write."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -307,9 +305,8 @@ class Trainer:
 
     def _evaluate_and_save(self, log: RunLog, carry: dict, epoch_end: bool,
                            last: bool) -> Tuple[bool, bool]:
-        """After an optimizer step: evaluate when due (last step, eval_steps, epoch end), and
-        save a checkpoint when evaluated, stopping or due (save_steps) → (stop at stop_at_step,
-        stop on a signal)."""
+        """After an optimizer step: evaluate and save when due → (stop at stop_at_step, stop
+        on a signal)."""
         cfg, state = self.cfg, self.state
         evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
             or (epoch_end and cfg.eval_every_epoch)
@@ -345,9 +342,8 @@ class Trainer:
         return results
 
     def _stop_requested(self):
-        """The signal that stops the run at this step's end, or None: with several ranks,
-        the one some rank had received when the step's records were gathered (so all stop
-        after the same step); in one process, one received up to now."""
+        """The signal that stops the run at this step's end, or None (with several ranks, the
+        one gathered with the step's records, so all stop alike)."""
         return self._stop_signal if self.world > 1 else self.signals.signum
 
     def _write_timing(self, timing):
@@ -433,9 +429,8 @@ class Trainer:
             self._since_log = (0.0, 0.0)
 
     def _micro_batches(self, train, state):
-        """→ (epoch, micro-step, batch, ends an optimizer step, ends the epoch) from the
-        resume position on. A stream has no epochs: it is read from the saved micro-step
-        until max_steps, and reports the corpus pass it is on as its epoch."""
+        """→ (epoch, micro-step, batch, ends an optimizer step, ends the epoch) from the resume
+        position on; a stream reports its corpus pass as the epoch."""
         cfg, accum = self.cfg, self.cfg.grad_accum_steps
         first = 0 if train.endless else state["epoch"]
         for epoch in range(first, 1 if train.endless else cfg.epochs):
@@ -514,8 +509,7 @@ class Trainer:
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split_name: str):
         """Read an evaluated split once from an empty memory state (eval mode) → (metrics,
-        predictions or None) on every rank; each rank reads its rows, the split's
-        evaluation merges them."""
+        predictions or None) on every rank."""
         from tqdm import tqdm
 
         from ernie_doc.utils import show_progress
@@ -588,9 +582,8 @@ class Trainer:
                           "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
 
     def _finish_streamed(self):
-        """A streamed train split (pretraining, language model): the final model
-        (OUTPUT_DIR/final, a from_pretrained directory) and results.json: the training scalars
-        averaged over the last tenth of the steps, and the last evaluation."""
+        """A streamed split's end: OUTPUT_DIR/final and results.json (training scalars over
+        the last tenth of the steps, and the last evaluation)."""
         from ernie_doc.training.runlog import read_jsonl
         records = read_jsonl(os.path.join(self.out, "train_log.jsonl")) if self.is_main else []
         tail = records[-max(1, len(records) // 10):]
@@ -645,9 +638,8 @@ class Trainer:
 
     # -- evaluation only -------------------------------------------------------------------
     def evaluate_only(self):
-        """eval_only: the init_checkpoint model on eval_splits then test_splits, each into
-        {split}_results.json (+ predictions), the first also into eval_results.json → its
-        metrics."""
+        """eval_only: the model on eval_splits then test_splits into {split}_results.json, the
+        first also into eval_results.json → its metrics."""
         cfg = self.cfg
         log = self._run_log()
         splits = list(dict.fromkeys(list(cfg.eval_splits) + list(cfg.test_splits)))
@@ -668,9 +660,8 @@ class Trainer:
 
 
 def run(cfg, resume: bool = False):
-    """Prepare the run described by `cfg` and train it (or only evaluate, eval_only).
-    SIGINT / SIGTERM raise Interrupted (see StopSignals): at once before training, at the
-    end of the step under way, with its checkpoint written, during it."""
+    """Prepare the run described by `cfg` and train it (or only evaluate, eval_only);
+    SIGINT / SIGTERM raise Interrupted (see StopSignals)."""
     signals, trainer, prepared = StopSignals(), None, None
     try:
         with signals.installed():
