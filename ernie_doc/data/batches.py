@@ -57,8 +57,7 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
     tokens, [SEP], padding, [CLS] last; `stride` default T−2), else T tokens padded with pad_id.
     return_tensors: None (numpy) or "pd". A row whose document ended takes the next (new_doc);
     once documents run out rows are padding (doc_index −1). ValueError naming the bad
-    argument or document.
-    """
+    argument or document."""
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)
     if stride is not None:

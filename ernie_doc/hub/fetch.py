@@ -414,8 +414,7 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     """Fetch `url` (through ERNIE_DOC_MIRROR) into the new file `dest` → (sha256 hex, bytes).
     `dest` must not exist (O_EXCL | O_NOFOLLOW). `manual`: where to put the file by hand.
     HubError, one line naming the URL and `manual`, on any failure; `dest` then does not
-    exist. Bounds: docs/design-notes.md, "Hub: fetching a file".
-    """
+    exist. Bounds: docs/design-notes.md, "Hub: fetching a file"."""
     fetched = mirrored(url)
     check_url(fetched)
     by_hand = f"download {fetched} yourself and put it at {manual}"

@@ -165,8 +165,7 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
     """Adaptive softmax with projections (Transformer-XL's output layer).
     log_prob(hidden [..., d_model]) → [..., V]; forward(hidden, target [...] int64) → nll [...].
     Tail cluster i's head logit is row n_tail − i, as in Transformer-XL, so its checkpoints
-    map over. Tie with `tie_to`.
-    """
+    map over. Tie with `tie_to`."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                  div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):
@@ -198,8 +197,7 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
                ) -> "ProjectedAdaptiveLogSoftmax":
         """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry) →
         self. tie_weight: output tables; tie_projs: None, one bool, or one per cluster.
-        Replaced parameters are dropped, so each shared tensor is in parameters() once.
-        """
+        Replaced parameters are dropped, so each shared tensor is in parameters() once."""
         if not isinstance(embedding, AdaptiveEmbedding):
             raise TypeError(f"embedding must be an AdaptiveEmbedding, got {type(embedding)}")
         mine = (self.vocab_size, self.d_embed, self.d_model, self.cutoffs, self.div_val)

@@ -55,8 +55,7 @@ Rel = Tuple[Any, ...]
 class TransformerXLConfig:
     """Hyper-parameters; defaults are Transformer-XL's WikiText-103 base. Extra keys:
     recurrence ("enhanced", "xl", "none"), segment_positions, sega_relative, untie_r, tie_projs
-    (None = WT103's). Checked on construction; ValueError messages start with the key.
-    """
+    (None = WT103's). Checked on construction; ValueError messages start with the key."""
     n_layer: int = 16
     d_model: int = 410
     n_head: int = 10
@@ -240,8 +239,7 @@ def sinusoid(pos: paddle.Tensor, dim: int) -> paddle.Tensor:
 def pad_reshape_rel_shift(x: paddle.Tensor) -> paddle.Tensor:
     """Transformer-XL's relative shift of x [..., T, K], same shape: out[..., i, j] =
     x[..., i, j + T − 1 − i] for the causal keys (j ≤ K − T + i); junk above, to be masked.
-    Differs from the encoder's gather_rel_shift only in that junk.
-    """
+    Differs from the encoder's gather_rel_shift only in that junk."""
     lead, (t, k) = list(x.shape[:-2]), list(x.shape[-2:])
     zero = paddle.zeros(lead + [t, 1], dtype=x.dtype)
     padded = paddle.concat([zero, x], axis=-1).reshape(lead + [k + 1, t])

@@ -45,8 +45,7 @@ def gather_rel_shift(x: paddle.Tensor, key_len: int,
                      offset: Optional[int] = None) -> paddle.Tensor:
     """The encoder's relative shift as one gather: [B, n, T, W] → [B, n, T, key_len],
     out[a, b] = x[a, b + offset − a]. offset = T matches the official reshape/slice exactly
-    (faster on CPU than the strided copy).
-    """
+    (faster on CPU than the strided copy)."""
     t, w = x.shape[2], x.shape[3]
     offset = t if offset is None else offset
     rows = paddle.arange(t, dtype="int64").unsqueeze(1) * (w - 1) + offset

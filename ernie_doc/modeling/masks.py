@@ -48,8 +48,7 @@ def encoder_attention_bias(
 ) -> Tuple[Optional[paddle.Tensor], Optional[paddle.Tensor]]:
     """attention_mask [B,T] or None, memory_mask [B,M] or None, reset_memory [B] or None →
     (mask_bias [B,n,T,M+T] or None when nothing is masked, new_memory_mask [B,M] float32
-    under mask_empty_memory with memory, else None: the last M of [memory_mask; attention_mask]).
-    """
+    under mask_empty_memory with memory, else None: the last M of [memory_mask; attention_mask])."""
     use_memory_mask = bool(mask_empty_memory and mem_len)
     mask_bias, new_memory_mask = None, None
     # Without padding or tracked memory every pair is allowed: no bias tensor at all.

@@ -448,8 +448,7 @@ class PretrainedMixin:
         allow_partial: a partial match loads with a warning. Always accepted: this head wholly
             absent, other heads' tensors, optimizer / LR state. kwargs: config keys or
             constructor arguments.
-        Raises CheckpointError (HubError for a name that cannot be fetched), one line.
-        """
+        Raises CheckpointError (HubError for a name that cannot be fetched), one line."""
         ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)
         ctor_kwargs, overrides = _split_arguments(cls, ctor_params, kwargs)

@@ -338,8 +338,7 @@ def _check_paddle_bf16() -> None:
 class Predictor:
     """Runs an exported ERNIE-Doc model with paddle.inference, on CPU or GPU. The recurrence
     state (memories [L,B,M,H], memory_mask [B,M]) is explicit: `run` takes and returns it.
-    Errors, one line: EngineError (never a fall back), ExportError, ConfigError.
-    """
+    Errors, one line: EngineError (never a fall back), ExportError, ConfigError."""
 
     def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,
                  device: str = "cpu", precision: str = "fp32"):

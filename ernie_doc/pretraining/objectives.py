@@ -115,8 +115,7 @@ def reorder_document(ids, rng: np.random.Generator, max_chunks: int = DEFAULT_MA
                      num_classes: int = _DEFAULT_NUM_CLASSES) -> Tuple[np.ndarray, int, int]:
     """Cut a document ids [n] into k chunks and shuffle them (paper §3.4) → (permuted [n],
     label, k); k ~ uniform{1..max_chunks} clamped to n. Draws one ``integers``, one
-    ``permutation``. ValueError: an empty document or too few head classes.
-    """
+    ``permutation``. ValueError: an empty document or too few head classes."""
     _check_classes(max_chunks, num_classes)
     ids = np.asarray(ids)
     if ids.ndim != 1:
@@ -205,8 +204,7 @@ def mask_tokens(ids, rng: np.random.Generator, vocab_size: int, mask_id: int,
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """BERT 80/10/10 masking of [T] or [B, T] ids → (masked copy int64, positions [N] int64,
     labels [N] int64); positions are ascending flat indices into ids.reshape(-1).
-    special_ids are never masked nor drawn; word_starts: whole-word masking.
-    """
+    special_ids are never masked nor drawn; word_starts: whole-word masking."""
     if not 0.0 < mask_prob <= 1.0:
         raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob}")
     src = np.asarray(ids)

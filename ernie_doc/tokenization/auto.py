@@ -163,8 +163,7 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
                    model_max_length: Optional[int] = None) -> Tokenizer:
     """Load the tokenizer at ``path``: a released name, URL or archive (ernie_doc.hub.resolve),
     a directory (its parent searched too) or a file. Priority: encoder.json + vocab.bpe +
-    vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt → WordPiece.
-    """
+    vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt → WordPiece."""
     from ernie_doc.hub import is_released, is_url, resolve
     from ernie_doc.hub.archive import is_archive
     from ernie_doc.utils import file_kind

@@ -168,8 +168,7 @@ class TokenizerCallMixin:
         """Encode one text (or pair), or a batch of them, as Hugging Face's tokenizers do.
         truncation: True / "longest_first" / "only_first" / "only_second" / False. padding:
         True / "longest", "max_length", False (right, with [PAD]). return_tensors: None, "np" or
-        "pd" (int64 [B, T]; [1, T] for one str); a ragged batch needs padding.
-        """
+        "pd" (int64 [B, T]; [1, T] for one str); a ragged batch needs padding."""
         self._check_call(text, max_length, unsupported)
         batched = not isinstance(text, str)
         texts = list(text) if batched else [text]

@@ -119,8 +119,7 @@ def _keep_sentence_spaces(text: str, tentative: List[int]) -> str:
 class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
     """ERNIE-Doc English tokenizer (official reader semantics): vocab.txt, GPT-2 encoder.json
     and vocab.bpe. special_tokens: words kept whole (OFFICIAL_SPECIAL_TOKENS: the official set).
-    sentence_splitter: text -> sentences (default ``split_sentences``).
-    """
+    sentence_splitter: text -> sentences (default ``split_sentences``)."""
 
     def __init__(
         self,
