@@ -258,9 +258,7 @@ def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueE
         setter(int(threads))
 
 
-# ---------------------------------------------------------------------------------------------
-# denormal floats
-# ---------------------------------------------------------------------------------------------
+# -- denormal floats -----------------------------------------------------------------------
 # x86-64 MXCSR bits: flush-to-zero (denormal results become 0) and denormals-are-zero
 # (denormal inputs read as 0). Without them a CPU computes each denormal operand in microcode,
 # tens of times slower: once a fine-tuning loss nears 0, backward's products fall below
@@ -316,9 +314,7 @@ def flush_denormals(enable: bool = True) -> bool:
     return libm.fesetenv(ctypes.byref(env)) == 0
 
 
-# ---------------------------------------------------------------------------------------------
-# failed writes, for the command-line tools
-# ---------------------------------------------------------------------------------------------
+# -- failed writes, for the command-line tools -----------------------------------------------------
 def path_within(path: str, root: str) -> bool:
     """Whether `path` is `root` or lies under it (after resolving links and '..')."""
     path, root = os.path.realpath(path), os.path.realpath(root)

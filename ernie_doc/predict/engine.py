@@ -39,9 +39,7 @@ _BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_
                              "conv2d_bias_fuse_pass")
 
 
-# ---------------------------------------------------------------------------------------------
-# engine choice
-# ---------------------------------------------------------------------------------------------
+# -- engine choice -------------------------------------------------------------------------
 DEVICES = ("cpu", "gpu", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")
 # CPU flags (Linux /proc/cpuinfo names) under which oneDNN runs bf16 natively; on others
@@ -144,9 +142,7 @@ def machine_settings(device: str = "cpu", precision: str = "fp32",
     return inference_settings(device, precision, enable_onednn, cuda, count, flags, capability)
 
 
-# ---------------------------------------------------------------------------------------------
-# inference
-# ---------------------------------------------------------------------------------------------
+# -- inference -----------------------------------------------------------------------------
 def _find_meta(path):
     """The sidecar of an export: `path` is the prefix, the sidecar itself, a model file of the
     export, or a directory holding exactly one export."""
