@@ -355,10 +355,8 @@ def _builds_model(kind: Any) -> bool:
 def saved_run(directory: str, record: Mapping[str, Any], source: str, device: str = "cpu",
               rows: Optional[int] = None,
               load_model: Optional[Callable[[Assembly], Any]] = None) -> Assembly:
-    """A saved model folder → its Assembly, nothing written: `record` (task.json's fields, read
-    from `source`) with model, tokenizer and labels from `directory`; the model's memory
-    estimate (`rows` rows) is checked before it loads (`load_model(run)`, else the dygraph head).
-    Raises ConfigError / DataError / CheckpointError / UntrainedHead."""
+    """A saved model folder → its Assembly, nothing written; the memory estimate (`rows` rows) is
+    checked first. ConfigError / DataError / CheckpointError / UntrainedHead."""
     given = dict(record["config"])
     given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
                  device=device)

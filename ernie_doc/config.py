@@ -394,10 +394,8 @@ class ErnieDocConfig:
             raise ConfigError(f"{spec}: {e}") from None
 
     def save_pretrained(self, directory: "str | os.PathLike[str]") -> "str | os.PathLike[str]":
-        """Write config.json into `directory` (created if needed; atomic, other files kept) →
-        `directory`. An existing config.json keeps the keys this config does not own (head
-        class, model_type, labels while they count num_labels), so the folder still loads as
-        that head; a warning says so when the sizes differ from those replaced."""
+        """Write config.json into `directory` (atomic, other files kept) → `directory`; keys of
+        an existing config.json this config does not own (head class, labels) are kept."""
         os.makedirs(directory, exist_ok=True)
         target = os.path.join(directory, CONFIG_FILES[0])
         values = self.to_dict()

@@ -340,10 +340,8 @@ def _safetensors_write_reason(error: BaseException) -> Optional[str]:
 
 def write_failure(error: BaseException, target: str, what: str = "output_dir",
                   target_is_dir: bool = True) -> Optional[str]:
-    """The one-line report of `error` raised while writing `target` (a directory, or a file
-    when target_is_dir is False), or None when it is no failed write there (the caller then
-    re-raises). Reported: WRITE_ERRNOS, errors about `target`, a parent or a path inside it,
-    and safetensors' serialisation error."""
+    """The one-line report of `error` raised while writing `target`, or None when it is no
+    failed write there (the caller then re-raises)."""
     target = os.fspath(target)
     if isinstance(error, OSError):
         reason = error.strerror or str(error)

@@ -85,10 +85,8 @@ def user_error_types() -> tuple:
 def exit_on_user_error(error: BaseException, debug: bool,
                        target: Optional[str] = None, what: str = "output_dir",
                        target_is_dir: bool = True) -> None:
-    """For a command's `except user_error_types()` clause: print one `error:` line and exit
-    when `error` is an ErnieDocError (status: its `exit_status`) or a failed write to `target`
-    (utils.write_failure; status 2). Return otherwise (also under `debug`): the caller
-    re-raises, so a bug keeps its traceback."""
+    """For `except user_error_types()`: print one `error:` line and exit for an ErnieDocError
+    (its `exit_status`) or a failed write to `target` (status 2); else return, to re-raise."""
     if debug:
         return
     if isinstance(error, ErnieDocError):
@@ -192,10 +190,8 @@ def launch_command(command: str, nproc: int, argv: List[str],
 
 
 def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
-    """Run paddle's launcher (`launch_command`) → its exit status, or 128 + the signal when
-    rank 0 reported an interruption. The launcher runs in its own session; SIGINT / SIGTERM
-    are relayed to it exactly once (a second would force-quit the ranks), SIGHUP as SIGTERM.
-    Rank 0's `interrupted ...` line (log_dir/workerlog.0) is repeated on stderr."""
+    """Run paddle's launcher in its own session → its exit status (128 + the signal after an
+    interruption); SIGINT / SIGTERM relayed once, SIGHUP as SIGTERM."""
     import signal
     import subprocess
     log = os.path.join(log_dir, "workerlog.0")

@@ -120,10 +120,8 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 
 def check_paths(args: argparse.Namespace):
-    """Input and output checked before the model loads (PipelineError: one line) → (the
-    InputSet of the inputs, the file id of an existing --output or None). --output and its
-    sidecar follow ernie_doc.predict.outputs' rule; an existing output needs --resume or
-    --overwrite."""
+    """Input and output checked before the model loads (PipelineError, one line) → (InputSet,
+    file id of an existing --output or None), by ernie_doc.predict.outputs' rule."""
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import STDIO, provenance_path
     from ernie_doc.predict.outputs import InputSet, check_appendable, check_output, check_stream

@@ -50,13 +50,9 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
                     tokenizer: Any = None, *, stride: Optional[int] = None,
                     pad_id: Optional[int] = None, special_tokens: bool = True,
                     return_tensors: Optional[str] = None) -> Iterator[SegmentBatch]:
-    """Yield the SegmentBatch of each step reading `documents` in `batch_size` parallel rows.
-
-    documents: token ids per document (str with a tokenizer), read lazily. seq_len: T.
-    tokenizer: gives special ids; with special_tokens segments take the official layout (T−2
-    tokens, [SEP], padding, [CLS] last; `stride` default T−2), else T tokens padded with pad_id.
-    return_tensors: None (numpy) or "pd". A row whose document ended takes the next (new_doc);
-    once documents run out rows are padding (doc_index −1). ValueError naming the bad
+    """Yield the SegmentBatch of each step reading `documents` (ids, or str with a tokenizer)
+    lazily in `batch_size` rows of `seq_len`; with special_tokens the official layout (T−2
+    tokens, [SEP], padding, [CLS]). return_tensors: None or "pd". ValueError naming the bad
     argument or document."""
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)

@@ -8,10 +8,8 @@ from ernie_doc.data.segment import Segment
 
 def collate(rows: List[Optional[Segment]], resets, seq_len, pad_id,
             template: Optional[Dict] = None) -> Dict[str, np.ndarray]:
-    """rows: B segments (None = padding) → input_ids / token_type_ids [B,T] int64,
-    attention_mask [B,T] float32, reset_memory / has_loss / final / is_last [B] bool,
-    doc_index [B] int64 (−1 = padding), seg_index [B], `target_<name>` per target.
-    `template`: targets of any segment, so an all-padding step has the same keys."""
+    """rows: B segments (None = padding) → {name: [B, T] or [B] array}, one `target_<name>` per
+    target; `template` gives an all-padding step the same keys."""
     B = len(rows)
     batch = {
         "input_ids": np.full((B, seq_len), pad_id, dtype=np.int64),

@@ -136,9 +136,7 @@ def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
 
 class SpanSegmenter:
     """An example (context tokens, question ids, gold char spans) → segments `[CLS] window open
-    question close PAD…` (open/close: [SEP]/[SEP], or [q]/[/q] for TriviaQA), windows of
-    T − |question| − 3 tokens advancing by `stride`. Targets ([T] float32): `start_gold`,
-    `end_gold` ([CLS] when none), `allowed`; `meta` keeps what decoding needs."""
+    question close PAD…` with [T] float32 targets `start_gold`, `end_gold`, `allowed`."""
 
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):
@@ -200,10 +198,8 @@ def _top_context(logits: np.ndarray, n: int, n_best: int, pool: str) -> np.ndarr
 
 
 def best_spans(segments, logits, n_best=20, max_answer_len=30, pool="context", unit="word"):
-    """Candidate answers of one example, best first → [(score, char_start, char_end)].
-    segments: its final-pass `meta` dicts; logits: matching [T, 2] start/end arrays. Top-n
-    starts and ends per segment, start ≤ end, ≤ max_answer_len tokens, in their max-context
-    window, ranked by start + end logit (official); ties by character offsets."""
+    """Candidate answers of one example, best first → [(score, char_start, char_end)]; logits:
+    [T, 2] per final-pass segment `meta`; ranked by start + end logit (official)."""
     if pool not in POOLS:
         raise ValueError(f"pool {pool!r} is not one of {list(POOLS)}")
     if unit not in UNITS:

@@ -742,10 +742,8 @@ def _archive_entry(path: str) -> str:
 
 
 def resolve(spec, kind: str = "model", source: Optional[str] = None) -> str:
-    """A local path for `spec` (see the module docstring), fetched into the cache if needed.
-    kind: "model" or "tokenizer" (files only). source: "official" or "paddlenlp" (default
-    $ERNIE_DOC_SOURCE). HubError, one line (unknown name, offline, network, checksum, unsafe
-    archive, damaged cache entry)."""
+    """A local path for `spec`, fetched into the cache if needed. kind: "model" or "tokenizer";
+    source: "official" or "paddlenlp" (default $ERNIE_DOC_SOURCE). HubError, one line."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: choose one of {KINDS}")
     spec = os.fspath(spec)

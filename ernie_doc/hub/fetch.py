@@ -411,10 +411,8 @@ def _timed_handlers(clock: _Clock) -> list:
 
 def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
              room_factor: float = 1.0, max_bytes: Optional[int] = None) -> Tuple[str, int]:
-    """Fetch `url` (through ERNIE_DOC_MIRROR) into the new file `dest` → (sha256 hex, bytes).
-    `dest` must not exist (O_EXCL | O_NOFOLLOW). `manual`: where to put the file by hand.
-    HubError, one line naming the URL and `manual`, on any failure; `dest` then does not
-    exist. Bounds: docs/design-notes.md, "Hub: fetching a file"."""
+    """Fetch `url` into the new file `dest` (O_EXCL | O_NOFOLLOW) → (sha256 hex, bytes). HubError
+    naming the URL and `manual` on any failure; `dest` then does not exist."""
     fetched = mirrored(url)
     check_url(fetched)
     by_hand = f"download {fetched} yourself and put it at {manual}"

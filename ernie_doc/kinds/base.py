@@ -155,10 +155,8 @@ def load_reader(task: Any) -> ModuleType:
 
 
 class Task:
-    """What the trainer asks of every task kind. Families: `DocumentTask`, its streamed
-    `kinds.pretraining.PretrainingTask`, and `kinds.lm.LanguageModelTask` (`builds_model`).
-    The "carry" is the dict of tensors a row stream carries between segments (memories
-    [L, B, M, H], their mask, positions). `options` are checked against `option_defaults`."""
+    """What the trainer asks of every task kind. The "carry": the dict of tensors a row stream
+    carries between segments (memories [L, B, M, H] ...). `options`: see `option_defaults`."""
     main_metric: Optional[str] = None
     metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
                                          # main_metric's choices, checked before anything runs
@@ -403,10 +401,8 @@ class DocumentTask(Task):
 
     def predict(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                 passes: Optional[Sequence[Sequence]]) -> List[Dict[str, Any]]:
-        """Documents and their predicted rows → one JSON-able record per document, in order
-        (`doc_id`, the kind's keys, `segments`); no gold is read. rows: doc index → [(segment
-        index, row output)]; passes: per document its steps, or None. Each record depends only
-        on its own document."""
+        """Documents and their predicted rows (doc index → [(segment, output)]) → one JSON-able
+        record per document, in order; no gold is read, each depends on its document only."""
         return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
                 for i, doc in enumerate(docs)]
 

@@ -162,10 +162,8 @@ class AdaptiveEmbedding(_Adaptive):
 
 
 class ProjectedAdaptiveLogSoftmax(_Adaptive):
-    """Adaptive softmax with projections (Transformer-XL's output layer).
-    log_prob(hidden [..., d_model]) → [..., V]; forward(hidden, target [...] int64) → nll [...].
-    Tail cluster i's head logit is row n_tail − i, as in Transformer-XL, so its checkpoints
-    map over. Tie with `tie_to`."""
+    """Transformer-XL's adaptive softmax: log_prob(hidden [..., d_model]) → [..., V];
+    forward(hidden, target [...] int64) → nll [...]. Tie with `tie_to`."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                  div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):

@@ -420,10 +420,8 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
                 cache_dir: Optional[PathArg] = None, *, positions: Optional[str] = None,
                 vocab_from: Union[str, Sequence[str]] = "train", min_freq: int = 1,
                 max_size: Optional[int] = None, mmap: bool = False) -> Corpus:
-    """Vocabulary + encoded splits, cached under `cache_dir` (None: no cache). `paths`:
-    {split: .tokens path}; vocabulary from `vocab_path`, else built from `vocab_from`. A cached
-    split is re-encoded unless source size/hash and vocabulary fingerprint match. `positions`:
-    None, "local" or "global". `mmap`: memory-map the cached arrays."""
+    """Vocabulary + encoded splits (`paths`: {split: .tokens path}), cached under `cache_dir`
+    and re-encoded when source or vocabulary changed. `positions`: None, "local", "global"."""
     if positions not in (None, "local", "global"):
         raise ValueError(f"positions must be None, 'local' or 'global', got {positions!r}")
     if not paths:

@@ -627,10 +627,8 @@ class TransformerXLLM(nn.Layer):
                 positions: Optional[paddle.Tensor] = None,
                 memory_positions: Optional[paddle.Tensor] = None,
                 return_log_probs: bool = False) -> LMOutput:
-        """input_ids [B, T] int → LMOutput; inputs are never modified.
-        target [B, T'] (the last T' positions predicted) or None; memories None, n_layer ×
-        [B, M, d_model] or [n_layer, B, M, d_model]; reset_memory [B] bool; positions [3, B, T]
-        and memory_positions [3, B, M], required iff config.segment_positions."""
+        """input_ids [B, T] → LMOutput; target [B, T'] or None; memories [n_layer, B, M, d_model]
+        (or a list) or None; reset_memory [B]; positions [3, B, T] iff segment_positions."""
         c = self.config
         if paddle.in_dynamic_mode():
             self._check(input_ids, target, memories, reset_memory, positions, memory_positions)

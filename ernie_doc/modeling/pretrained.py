@@ -6,8 +6,7 @@
 
 `path` may hold any layout of ernie_doc.checkpoint.io. Names are mapped with
 ernie_doc.checkpoint.names; the model's own state_dict keys are PaddleNLP's (heads keep the
-encoder under `ernie_doc.`). What may load partially: `from_pretrained`'s docstring and
-docs/design-notes.md, "Checkpoints: which head loads".
+encoder under `ernie_doc.`). What may load partially: docs/checkpoints.md.
 """
 import inspect
 import logging
@@ -439,16 +438,10 @@ class PretrainedMixin:
     def from_pretrained(cls: Type[Model], path: Any, config: Any = None, strict: bool = False,
                         allow_partial: bool = False, source: Optional[str] = None,
                         **kwargs: Any) -> Model:
-        """Build `cls` and load a checkpoint into it → the model (mode unchanged) with
-        `.load_report`.
-
-        path: a released name, URL, .tar.gz, checkpoint directory or file of any layout, or a
-            Checkpoint (ernie_doc.hub.resolve). source: "official" or "paddlenlp".
-        config: wins over the checkpoint's config. strict: no missing or unused tensor at all.
-        allow_partial: a partial match loads with a warning. Always accepted: this head wholly
-            absent, other heads' tensors, optimizer / LR state. kwargs: config keys or
-            constructor arguments.
-        Raises CheckpointError (HubError for a name that cannot be fetched), one line."""
+        """Build `cls` and load a checkpoint into it → the model with `.load_report`. path: any
+        ernie_doc.hub.resolve spec or a Checkpoint; source: "official" or "paddlenlp"; config
+        wins over the checkpoint's; strict / allow_partial: docs/checkpoints.md. kwargs:
+        config keys or constructor arguments. CheckpointError (HubError), one line."""
         ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)
         ctor_kwargs, overrides = _split_arguments(cls, ctor_params, kwargs)

@@ -87,10 +87,8 @@ def inference_settings(device: str = "cpu", precision: str = "fp32",
                        gpu_count: int = 0, flags: AbstractSet[str] = frozenset(),
                        gpu_capability: Optional[Tuple[int, int]] = None
                        ) -> InferenceSettings:
-    """Decide the engine from what is asked and what the machine has; no paddle calls.
-    device: "cpu", "gpu" or "auto"; precision: "fp32", "bf16" or "fp16"; flags: cpu_flags();
-    gpu_capability: (major, minor). CPU bf16 needs avx512_bf16 or amx_bf16, CPU fp16 is
-    refused, GPU bf16 needs capability ≥ 8.0. Refusal: EngineError, one line."""
+    """Decide the engine (device "cpu" / "gpu" / "auto", precision "fp32" / "bf16" / "fp16") from
+    what the machine has, without paddle calls; EngineError, one line, for what it cannot run."""
     if device not in DEVICES:
         raise EngineError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if precision not in PRECISIONS:

@@ -684,10 +684,8 @@ def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> Non
 
 
 def completed_ids(output: str, record: dict, folder=None) -> List[str]:
-    """Document ids already in a predictions file written for the model(s) of `record` (its
-    sidecar checked first). A last line cut short is removed; any other bad line is refused,
-    the file unchanged. Read line by line (≤ MAX_RECORD_LINE bytes). folder: the run's
-    OutputFolder of `output`, left at its end for appending; None opens `output` here."""
+    """Document ids already in a predictions file written for `record`'s model (sidecar checked
+    first); a cut-short last line is removed, other bad lines refused. Read line by line."""
     from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:

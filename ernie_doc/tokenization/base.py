@@ -165,10 +165,8 @@ class TokenizerCallMixin:
                  return_attention_mask: Optional[bool] = None,
                  return_token_type_ids: bool = True,
                  return_tensors: Optional[str] = None, **unsupported: Any) -> BatchEncoding:
-        """Encode one text (or pair), or a batch of them, as Hugging Face's tokenizers do.
-        truncation: True / "longest_first" / "only_first" / "only_second" / False. padding:
-        True / "longest", "max_length", False (right, with [PAD]). return_tensors: None, "np" or
-        "pd" (int64 [B, T]; [1, T] for one str); a ragged batch needs padding."""
+        """Encode one text (or pair), or a batch, as Hugging Face's tokenizers do (truncation,
+        padding, return_tensors None / "np" / "pd": int64 [B, T]; [1, T] for one str)."""
         self._check_call(text, max_length, unsupported)
         batched = not isinstance(text, str)
         texts = list(text) if batched else [text]
