@@ -286,10 +286,8 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
         check_head_memory(run, config)
     paddle.seed(cfg.seed)   # the same initial weights on every rank
     if cfg.init_checkpoint:
-        # the loader logs the report's first line ("loaded N tensors ...", logger
-        # ernie_doc.checkpoint); a run's own log (setup_logging: console and train.log) logs
-        # the whole report, so the loader's copy is held back then (a tool's notes handler
-        # would print it a second time); without a run log the loader's line is the one
+        # a run's own log prints the whole load report: the loader's first line is held back
+        # then, so it is not printed twice
         with _loader_line_held(bool(logger.handlers)):
             model = head.from_pretrained(cfg.init_checkpoint, **task.model_kwargs(),
                                          allow_partial=cfg.allow_partial_checkpoint,

@@ -20,13 +20,10 @@ CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json")
 logger = logging.getLogger("ernie_doc.checkpoint")
 
 RECURRENCE_MODES = ("enhanced", "xl", "none")
-# Paddle hands tensor shapes to its kernels as 32-bit integers: a larger dimension is an
-# IndexError deep inside paddle, raised even under paddle.LazyGuard (the memory estimate
-# builds the model there), so no size may pass this before a tensor is made of it.
+# Paddle's kernels take 32-bit shapes: a larger dimension is an IndexError deep inside paddle
+# (even under paddle.LazyGuard), so no size may pass this.
 MAX_DIM = 2 ** 31 - 1
-# The most classes (num_labels) or choices (num_choices) a head takes: far beyond any task,
-# and a [hidden, classes] head of this size still fits; a config asking for more is refused
-# before anything is allocated.
+# The most classes or choices a head takes: far beyond any task, refused before allocation.
 MAX_HEAD_SIZE = 1 << 16
 # The head arguments a saved "architecture" may carry as sizes, each bounded by MAX_HEAD_SIZE.
 HEAD_SIZE_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes")

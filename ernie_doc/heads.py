@@ -301,9 +301,7 @@ class ErnieDocForPretraining(Head):
         return PretrainingOutput(mlm, reorder, enc.memories, enc.memory_mask, enc)
 
 
-# The built-in heads by name, read-only. ernie_doc.auto registers them (it is the lookup every
-# caller uses: it also knows the heads of the task folders); kept here for code written
-# against this table.
+# The built-in heads by name, read-only (ernie_doc.auto is the registry every caller uses).
 HEADS: Mapping[str, Type[Head]] = MappingProxyType({
     "sequence_classification": ErnieDocForSequenceClassification,
     "question_answering": ErnieDocForQuestionAnswering,

@@ -145,10 +145,8 @@ def check_fits(parts: dict, what: str, device: Optional[str] = None,
     return total
 
 
-# What a layer costs beyond its tensors' data (its Python objects, each parameter's tensor and
-# allocator block), counted low so that no real model is refused for it: it makes a mistyped
-# num_hidden_layers of 10**6 with a tiny hidden size one line instead of hours of building and
-# a MemoryError.
+# What a layer costs beyond its tensors' data, counted low: a mistyped num_hidden_layers of
+# 10**6 with a tiny hidden size is then refused at once.
 LAYER_OVERHEAD = 128 << 10
 
 

@@ -22,9 +22,8 @@ from ernie_doc.precision import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              threads_problem)
 
-# Every key: (name, default, one line of meaning), in groups. This table is the one source of
-# the defaults (DEFAULTS), the meanings `--help-config` prints (help_config) and the names an
-# unknown key is matched against (suggest_keys): the help cannot drift from the code.
+# Every key: (name, default, meaning), in groups: the one source of DEFAULTS, `--help-config`
+# and suggest_keys.
 KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
     ("what to run", (
         ("task", None, "the task: a folder tasks/<task>/ with reader.py (--list-tasks)"),
@@ -182,9 +181,8 @@ CHOICES = {
 # kinds that stream their training data for max_steps (eval_splits may be empty)
 STREAMED_KINDS = ("pretraining", "language_model")
 FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
-# Integer keys → the least value each takes (the greatest is MAX_DIM, the largest tensor
-# dimension paddle takes: far above any real count, step or size). seed and threads have
-# their own checks below. null stands for the default in stride and eval_batch_size.
+# Integer keys → the least value each takes (the greatest is MAX_DIM); seed and threads are
+# checked below; null means the default in stride and eval_batch_size.
 INTEGER_KEYS = {
     **dict.fromkeys(("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
                      "tokenizer_vocab_size", "stride", "eval_batch_size"), 1),

@@ -12,13 +12,10 @@ import tempfile
 import unicodedata
 from typing import Optional
 
-# errno values that mean "this write cannot succeed here": a full disk or quota, a read-only
-# filesystem, a file over the size limit. Whatever path they come with, they are the user's
-# environment, never a bug.
+# errno values that mean "this write cannot succeed here" (the user's environment, never a bug)
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
-# errno values that, for a path inside the output location, mean the location is unusable
-# (a file where a directory should be, no permission ...). ENOENT is not among them: a file
-# of ours that vanished is a bug (or another process), and keeps its traceback.
+# errno values that, for a path inside the output location, make it unusable (not ENOENT: a
+# file of ours that vanished is a bug and keeps its traceback)
 _PLACE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR,
                            errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK,
                            errno.ENOTEMPTY})
@@ -68,8 +65,7 @@ def atomic_write_text(path, text):
 
 
 # -- reading regular files only ------------------------------------------------------------
-# Opening a FIFO blocks until another process writes to it, and a device never ends: every
-# reader of user files opens regular files only.
+# A FIFO blocks and a device never ends: every reader of user files opens regular files only.
 def file_kind(path) -> Optional[str]:
     """None for a regular file (links followed), else what is there: "missing", "a directory",
     "a FIFO", "a socket", "a ... device", "unreadable (<reason>)", "not a regular file"."""
@@ -153,9 +149,8 @@ def read_json(path, error=ValueError):
     return parse_json(read_utf8(path, error), os.fspath(path), error)
 
 
-# The most digits an integer read from a config or data file may have: far beyond any count,
-# size or id (2**64 has 20), far below Python's 4300-digit limit on int() (a ValueError), and
-# cheap to convert (int() of n digits takes time quadratic in n).
+# The most digits an integer read from a file may have: far beyond any count (2**64 has 20),
+# far below int()'s 4300-digit limit, and cheap to convert.
 MAX_INT_DIGITS = 30
 
 
@@ -259,10 +254,8 @@ def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueE
 
 
 # -- denormal floats -----------------------------------------------------------------------
-# x86-64 MXCSR bits: flush-to-zero (denormal results become 0) and denormals-are-zero
-# (denormal inputs read as 0). Without them a CPU computes each denormal operand in microcode,
-# tens of times slower: once a fine-tuning loss nears 0, backward's products fall below
-# 1.2e-38 and whole steps slow down severalfold. GPUs' kernels flush by default.
+# x86-64 MXCSR bits flush-to-zero and denormals-are-zero: a CPU computes denormals in
+# microcode, and once a loss nears 0 whole backward steps slow down severalfold.
 _MXCSR_FTZ_DAZ = 0x8040
 _FENV_SIZE, _MXCSR_OFFSET = 32, 28   # glibc's x86-64 fenv_t: the x87 state, then mxcsr
 

@@ -69,9 +69,7 @@ def normalize_format(fmt: str) -> str:
 
 
 # -- config files -------------------------------------------------------------------------------
-# The spellings of config files (ours, PaddleNLP's, the official one) are read in
-# ernie_doc.config, which ErnieDocConfig.from_pretrained shares; here their errors are
-# CheckpointErrors, as every error of a checkpoint's files.
+# Config spellings are read by ernie_doc.config; here their errors are CheckpointErrors.
 def parse_config_dict(raw: Any, source: str = "config"
                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """config.parse_config_dict: (ErnieDocConfig kwargs, architecture); CheckpointError."""

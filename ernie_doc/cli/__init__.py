@@ -20,9 +20,8 @@ from typing import Dict, List, Optional, Tuple
 from ernie_doc._version import __version__
 from ernie_doc.errors import ErnieDocError
 
-# paddle's import warns (paddle.utils.cpp_extension) about a C++ compiler cache no command
-# here uses; every subcommand module imports this package first, so this one filter covers
-# them all: stderr holds the progress bar and, on bad input, the one error line
+# paddle's import warns about a C++ compiler cache no command uses; stderr is kept for the
+# progress bar and the one error line (every subcommand imports this package first)
 warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 # what a command that needs paddle says when it is not installed (one line, exit 2)

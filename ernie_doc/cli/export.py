@@ -21,10 +21,8 @@ import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import Any, Dict, List, Optional
 
-# the static-graph conversion warns about its own internals (2.6: a deprecated attribute of
-# its own ops; 3.x: C++ glog lines) on stderr, where only an error line belongs;
-# GLOG_minloglevel=0 in the environment shows the C++ ones again. (paddle's ccache warning:
-# ernie_doc.cli.)
+# the static-graph conversion warns about its own internals on stderr, where only an error
+# line belongs (GLOG_minloglevel=0 shows the C++ ones again)
 warnings.filterwarnings("ignore", message=r"The Attr\(force_cpu\) of Op", category=UserWarning)
 os.environ.setdefault("GLOG_minloglevel", "2")
 
@@ -221,9 +219,8 @@ def _export(args):
     out_dir = os.path.dirname(os.path.abspath(args.output))
     made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    # the predict files are complete under temporary names before the export writes, and
-    # renamed into place right after it: a failed export leaves none of them (nor a folder
-    # it created), and an existing file is replaced (never written through) only on success
+    # the predict files are staged before the export writes and renamed after it: a failed
+    # export leaves none of them, and replaces nothing
     staged = []
     try:
         staged = stage_copies(predict_files(directory) if directory else [], out_dir)

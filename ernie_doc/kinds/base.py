@@ -368,9 +368,8 @@ class DocumentTask(Task):
         raise NotImplementedError
 
     # -- prediction (ernie-doc predict; every kind's evaluate = predict + gold) --------------
-    # The Document fields a prediction reads: "text" is `doc.text` (or `doc.ids`, a
-    # pre-tokenized document), any other name `doc.fields[name]`. Gold fields (label,
-    # answers, supporting facts, keyphrases ...) are never among them.
+    # The Document fields a prediction reads ("text": `doc.text` or `doc.ids`, else
+    # `doc.fields[name]`); never a gold field.
     input_fields: Tuple[str, ...] = ("text",)
 
     def check_input(self, doc: Document) -> Optional[str]:

@@ -151,10 +151,8 @@ class AdaptiveEmbedding(_Adaptive):
             pieces.append(paddle.matmul(F.embedding(local, self.emb_weights[i]),
                                         self.emb_projs[i]))
             positions.append(rows)
-        # Each cluster is computed only for its own tokens; the pieces come out grouped by
-        # cluster, so put them back in token order with the inverse permutation (a gather,
-        # hence differentiable). An id outside [0, V) is in no cluster: the count no longer
-        # matches and the reshape below fails loudly instead of returning garbage.
+        # Pieces come out grouped by cluster: restore token order with the inverse permutation
+        # (a gather). An id outside [0, V) makes the reshape below fail loudly.
         order = paddle.concat(positions) if len(positions) > 1 else positions[0]
         out = paddle.concat(pieces) if len(pieces) > 1 else pieces[0]
         out = paddle.gather(out, paddle.argsort(order))
@@ -277,9 +275,8 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
             rows_all.append(rows)
             tail_all.append(-paddle.take_along_axis(tail, local, axis=-1).squeeze(-1))
         if rows_all:
-            # Rows are distinct across clusters, so an overwriting scatter into zeros places
-            # every tail term at its row (Transformer-XL's default instead returns the nll
-            # grouped by cluster, out of token order).
+            # Rows are distinct across clusters: a scatter into zeros keeps token order
+            # (Transformer-XL returns the nll grouped by cluster).
             rows = paddle.concat(rows_all) if len(rows_all) > 1 else rows_all[0]
             vals = paddle.concat(tail_all) if len(tail_all) > 1 else tail_all[0]
             nll = nll + paddle.scatter(paddle.zeros_like(nll), rows, vals, overwrite=True)

@@ -400,9 +400,8 @@ class TransformerXLLM(nn.Layer):
         if not isinstance(config, TransformerXLConfig):
             raise TypeError(f"config must be a TransformerXLConfig or a dict, got {type(config)}")
         c = self.config = config.validate()
-        # Refuse weights that cannot fit before allocating them: a lower bound on the count is
-        # each layer's attention (q, k, v, output) and feed-forward matrices plus the
-        # embedding rows of the most frequent words (full width).
+        # Refuse weights that cannot fit before allocating them (a lower bound: attention and
+        # feed-forward matrices, and the head cluster's embedding rows).
         from ernie_doc import resources
         attention = 4 * c.n_head * c.d_head * c.d_model + 2 * c.d_model * c.d_inner
         head_rows = (c.cutoffs[0] if c.cutoffs else c.vocab_size) * c.embed_dim

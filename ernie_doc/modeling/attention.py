@@ -118,9 +118,7 @@ class RelativeMultiHeadAttention(nn.Layer):
         q_r = self._heads((q + r_r) * scale)
         if len(rel.shape) == 3 and (self.training or (paddle.in_dynamic_mode()
                                                       and paddle.is_grad_enabled())):
-            # Shared position rows: expand instead of a broadcasting matmul, whose gradient
-            # fails on paddle 3.3.1 CPU (in dygraph and in a compiled training step alike);
-            # the copy is small next to the score tensor.
+            # expand, not a broadcasting matmul: its gradient fails on paddle 3.3.1 CPU
             rel = rel.unsqueeze(0).expand([q_w.shape[0]] + list(rel.shape))
         task_bias = None
         if task is not None:

@@ -141,9 +141,8 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         # Activation recompute (gradient checkpointing) of each encoder layer in training;
         # a runtime switch, not a config field: saved configs and state_dict are unchanged.
         self.recompute = False
-        # Whether every row has one task type, decided by the caller instead of from the
-        # values: a compiled step (training/compiled.py) cannot look at them while tracing,
-        # and sets this so its program takes the same branch as dygraph. None = look.
+        # Whether every row has one task type, set by a compiled step (it cannot look at the
+        # values while tracing); None = look.
         self.uniform_task_types: Optional[bool] = None
 
     @property

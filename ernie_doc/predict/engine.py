@@ -26,15 +26,9 @@ from ernie_doc.precision import MIN_CAPABILITY, gpu_capability
 from ernie_doc.predict.export import FORMAT_VERSION, META_SUFFIX
 
 # paddle 3.x (PIR) inference passes that break this model under oneDNN (seen on 3.3.1):
-# - constant_folding_pass folds the input-independent position and task tables through the
-#   oneDNN layer_norm, which leaves its mean/variance outputs unallocated in inference mode;
-#   create_predictor then fails with "Tensor holds no memory" (pd_op.cast).
-# - reshape_transpose_matmul_fuse_pass folds the head split of the position rows [n,R,d] into
-#   a fused_matmul with q [B,n,T,d]; oneDNN rejects that broadcast at run time (dnnl::error,
-#   surfacing as a bare "RuntimeError: std::exception").
-# - conv2d_bias_fuse_pass (OpenKP's n-gram Conv1D layers; no other head has a conv): the fused
-#   oneDNN conv is right on the first run only, later runs of the same predictor return
-#   garbage (|logits| ~ 1e27).
+# constant_folding_pass ("Tensor holds no memory" at create_predictor),
+# reshape_transpose_matmul_fuse_pass (dnnl::error on the position rows' broadcast) and
+# conv2d_bias_fuse_pass (OpenKP's Conv1D: garbage after the first run).
 _BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_fuse_pass",
                              "conv2d_bias_fuse_pass")
 
@@ -297,9 +291,8 @@ def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
     """Apply `settings` to a paddle.inference.Config (2.6 and 3.x spell these alike)."""
     from paddle import inference
     if settings.device == "gpu":
-        # Mixed precision in one step (paddle ≥ 2.5): enable_use_gpu's precision_mode runs
-        # the auto_mixed_precision pass, inputs and outputs stay float32
-        # (enable_low_precision_io is off by default). The CPU tests cannot run this path.
+        # enable_use_gpu's precision_mode runs the auto_mixed_precision pass (paddle ≥ 2.5);
+        # inputs and outputs stay float32. The CPU tests cannot run this path.
         precision = getattr(inference.PrecisionType, settings.gpu_precision)
         cfg.enable_use_gpu(GPU_MEMORY_POOL_MB, 0, precision)
     else:

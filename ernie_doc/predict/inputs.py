@@ -28,10 +28,8 @@ class InputProblem:
     message: str
 
 
-# What one input item may hold, checked before it is read whole: a document (a .txt file, a
-# JSONL or TSV line) of more is an error record, task.json of more is refused. 64 MiB of text
-# is some 15 million words, far beyond any document a model reads; the cap keeps a 3 GB line
-# or a link to a 3 GB file from being read into memory at all.
+# The most one input item (document, task.json) may hold, checked before it is read whole:
+# 64 MiB is some 15 million words, far beyond any document.
 MAX_ITEM_BYTES = 64 << 20
 MAX_TASK_FILE_BYTES = 16 << 20
 
@@ -475,9 +473,8 @@ def _lines(f) -> Iterator[tuple]:
         yield number, raw.rstrip(b"\r\n")
 
 
-# The official data files' column names (ERNIE-Doc's and GLUE-style TSVs: `qid label score
-# text_a`) read as the fields they hold, so a task's own TSV predicts as it is; a header that
-# also has the field's own name keeps it, and the official column stays a field.
+# Official TSV column names (`qid label score text_a`) read as the fields they hold, unless
+# the header also has the field's own name.
 TSV_ALIASES = {"text_a": "text", "qid": "id"}
 
 
@@ -600,10 +597,8 @@ def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
 
 
 # -- the predictions file and its provenance ---------------------------------------------------
-# A predictions file holds one record per line, as users parse it; what wrote it lives beside
-# it, in `<output>.meta.json`, written (atomically) before the first record. --resume
-# continues only a file whose sidecar names this model: anything else (a user's notes, the
-# predictions of another model) is refused and left exactly as it is.
+# One record per line; what wrote it lives in `<output>.meta.json`, written before the first
+# record. --resume continues only a file whose sidecar names this model.
 PROVENANCE_SUFFIX = ".meta.json"
 WRITTEN_BY = "ernie-doc predict"
 _WHOLE_FILE = 16 << 20      # files up to this size are hashed whole
@@ -655,9 +650,7 @@ def provenance_bytes(record: dict) -> bytes:
     return (json.dumps(record, indent=1) + "\n").encode("utf-8")
 
 
-# A sidecar is a few hundred bytes; anything far larger is not one (and is not read whole). A
-# prediction record is one line; --resume reads the file a line at a time, none longer than
-# this (a longer one is no record of ours).
+# A sidecar is a few hundred bytes; a record is one line, none longer than MAX_RECORD_LINE.
 MAX_SIDECAR = 64 << 10
 MAX_RECORD_LINE = 64 << 20
 

@@ -31,9 +31,7 @@ TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PADDINGS = ("longest", "max_length")
 CONFIG_FILE = "tokenizer_config.json"
 logger = logging.getLogger("ernie_doc.tokenization")
-# load_tokenizer, which lives in auto.py (it imports every tokenizer class) and registers itself
-# here when imported (the package always imports it): <Class>.from_pretrained calls it without
-# this module importing auto (no import cycle)
+# load_tokenizer, registered here by auto.py when imported (no import cycle)
 _loader: Optional[Callable[..., Any]] = None
 
 

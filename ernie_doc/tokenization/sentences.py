@@ -17,8 +17,7 @@ from typing import Callable, List, Optional
 __all__ = ["split_sentences", "rule_split_sentences", "nltk_available"]
 
 # --- character classes (the ones Punkt's English language vars use) ----------
-# Punctuation that may directly follow a sentence end, and that never
-# belongs to a word token.
+# Punctuation that may follow a sentence end and never belongs to a word token.
 _NON_WORD = r"""[)";}\]*:@'({\[!?]"""
 _MULTI_PUNCT = r"(?:-{2,}|\.{2,}|(?:\.\s){2,}\.)"
 # Characters that cannot start a word token (they become one-char tokens).
@@ -39,10 +38,8 @@ _CLOSERS_RE = re.compile(r"""["')\]}]+?(?:\s+|(?=--)|$)""", re.M)
 _PUNCT_TOKENS = frozenset(";:,.!?")
 
 # --- hand-written tables -------------------------------------------------------
-# Lower-cased, without the final period. Single letters are initials; the
-# ones listed here also behave as abbreviations (they never end a sentence).
-# "e.g", "i.e", "etc" and "no" are deliberately absent: Punkt's English
-# model does not know them either.
+# Lower-cased, without the final period; single letters listed here never end a sentence.
+# "e.g", "i.e", "etc" and "no" are absent: Punkt's English model does not know them either.
 _ABBREVIATIONS = frozenset(
     """
     mr mrs ms messrs dr prof rev gen col lt maj sen rep reps gov jr sr st ft mt
@@ -63,9 +60,8 @@ _SENTENCE_STARTERS = frozenset(
     according under
     """.split()
 )
-# Everyday words that also occur in lower case: capitalised after an
-# initial ("Plan B. The") they signal a new sentence, unlike a name
-# ("J. Smith"). "I" is never lower-case, so it is not one of them.
+# Everyday words: capitalised after an initial ("Plan B. The") they start a sentence,
+# unlike a name ("J. Smith").
 _COMMON_WORDS = (_SENTENCE_STARTERS - {"i"}) | frozenset(
     """
     she we you a an and or as at by for from of on to with what who why how

@@ -55,10 +55,8 @@ class CompiledForward:
     def __init__(self, model: paddle.nn.Layer, amp: Optional[AmpSettings] = None):
         self.model = model
         self.amp = amp or AmpSettings()
-        # The executor's multi-thread mode runs independent operators concurrently, and the
-        # dropout operators then take their draws from the shared generator in a varying
-        # order: the masks would change from run to run. In program order they are dygraph's,
-        # and a seed reproduces a run. (A process-wide flag; programs are only made here.)
+        # Serial execution: concurrent dropout operators would draw from the shared generator
+        # in a varying order; in program order the masks are dygraph's (a process-wide flag).
         paddle.set_flags({"FLAGS_new_executor_serial_run": True})
         # A wrapper converted, not the model: converting the model would replace its
         # forward for evaluation and export too.
@@ -75,9 +73,8 @@ class CompiledForward:
             raise RuntimeError("CompiledForward runs training steps; call the model itself "
                                "in eval mode")
         inputs = (list(args), dict(kwargs), self._uniform_task_types(args, kwargs))
-        # Tracing a new program draws from the random generator; restoring its state keeps
-        # the step's dropout masks independent of when the trace happened (so a resumed run
-        # equals an uninterrupted one).
+        # Tracing draws from the random generator: restore it, so a resumed run equals an
+        # uninterrupted one.
         state = paddle.get_rng_state()
         concrete, _ = self._program.get_concrete_program(*inputs)
         paddle.set_rng_state(state)

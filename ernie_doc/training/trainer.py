@@ -153,9 +153,8 @@ class StopSignals:
         if self._writing:
             self._pending = self._pending or signum
             return
-        # the other signal after the first is the same request delivered twice (a terminal
-        # sends SIGINT to every rank, and the launcher forwards SIGTERM): only the same
-        # signal again means "do not wait"
+        # the other signal is the same request delivered twice (terminal and launcher): only
+        # the same signal again means "do not wait"
         if self.defer and signum != self.signum:
             self.signum = self.signum or signum
             return
