@@ -1,15 +1,11 @@
 """A config or a saved run → the task kind, tokenizer and model that read its documents: the
-one place that assembles them, for training (training.prepare), evaluation and both prediction
-pipelines (ernie_doc.predict).
+one place that assembles them, for training, evaluation and prediction.
 
     resolve_inputs(cfg)          released names / URLs → local paths (ernie_doc.hub)
-    choose_tokenizer(run, docs)  the tokenizer: given, the released model's, the checkpoint's,
-                                 or trained (SentencePiece on the train split)
+    choose_tokenizer(run, docs)  the tokenizer: given, released, the checkpoint's, or trained
     build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
     setup_reading(run, special)  the kind's segmenter set up for the model
     saved_run(directory, ...)    a saved model folder (task.json) → all of the above
-
-Nothing here writes a run's folder or trains; `Assembly` holds what is built.
 """
 import contextlib
 import copy

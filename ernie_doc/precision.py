@@ -1,15 +1,12 @@
 """Mixed precision (`amp:`): which autocast a run uses, decided once from the config value,
 the device and `compile`.
 
-    amp: false   fp32 everywhere (the default)
-    amp: true    the same as fp16 (the released pretraining configs' setting)
+    amp: false   fp32 everywhere (the default); amp: true is fp16
     amp: fp16    GPU: float16 autocast (paddle's O1 lists) with dynamic loss scaling
-    amp: bf16    GPU: bfloat16 autocast, no loss scaling (bf16 has fp32's exponent range)
-                 CPU: bfloat16 matmuls inside the compiled training step (needs compile: true)
+    amp: bf16    GPU: bfloat16 autocast; CPU: bf16 matmuls in the compiled step (compile: true)
 
-Paddle's dygraph autocast does nothing on CPU, so CPU bf16 is the compiled step only; other
-unsupported cases are refused with the reason. Details: docs/design-notes.md, "Training: mixed
-precision".
+Unsupported cases are refused with the reason. Details: docs/design-notes.md, "Training:
+mixed precision".
 """
 import contextlib
 from typing import NamedTuple, Optional, Tuple, Union

@@ -1,14 +1,12 @@
 """Finding, reading and writing checkpoints in the three supported layouts.
 
-    "official"     one LoDTensor file per parameter, named by the official static name, in the
-                   directory or its `params/`; config `ernie_config.json` beside it or one up.
-    "paddlenlp"    `model_state.pdparams` (read by ernie_doc.checkpoint.safe_pickle) +
-                   `config.json` or `model_config.json`; keys are PaddleNLP's (= ours).
-    "safetensors"  ours: `model.safetensors` + `config.json` with an "architecture" entry.
+    "official"     one LoDTensor file per parameter (or in `params/`) + `ernie_config.json`
+    "paddlenlp"    `model_state.pdparams` + `config.json` or `model_config.json`
+    "safetensors"  ours: `model.safetensors` + `config.json` with an "architecture" entry
 
-Only name-as-stored tensors and a config dict come out of here: this package knows formats and
-names, never a model class. A file that cannot be read is a CheckpointError naming it.
-Details: docs/design-notes.md, "Checkpoints: layouts".
+Only tensors named as stored and a config dict come out of here, never a model class; an
+unreadable file is a CheckpointError naming it. Details: docs/design-notes.md, "Checkpoints:
+layouts".
 """
 import json
 import logging

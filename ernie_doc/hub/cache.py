@@ -3,13 +3,10 @@
     resolve("ernie-doc-base-en")                     released weights + config + tokenizer files
     resolve("ernie-doc-base-en", source="paddlenlp") PaddleNLP's .pdparams copy instead
     resolve("ernie-doc-base-zh", kind="tokenizer")   the tokenizer files only (no weights)
-    resolve("https://host/path/model.tar.gz")        a URL: fetched, unpacked, cached
-    resolve("model.tar.gz")                          a local archive: unpacked once, cached
-    resolve("some/dir"), resolve("w.pdparams")       returned as given
+    resolve("https://host/path/model.tar.gz")        a URL or archive: fetched, unpacked, cached
 
-The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc); entries are built privately,
-renamed into place with a manifest and checked on every load. Details (layout, trust on first
-use): docs/design-notes.md, "Hub: the cache".
+The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc). Details (layout, trust on
+first use): docs/design-notes.md, "Hub: the cache".
 """
 import contextlib
 import datetime

@@ -6,16 +6,10 @@ built-in kinds, and the one registry that maps a config's `kind:` to its class.
     kind_names()              → every known kind, sorted
     build_task(cfg[, reader]) → the kind of `cfg` over its reader
 
-The built-in kinds are imported explicitly below (on first use: they import paddle, and this
-package's names and `kinds.folders` must not). A task folder that brings its own kind
-registers it from its module, and the task folders' package imports those modules in its
-`register_kinds()`:
-
-    @register_kind("hotpotqa")
-    class HotpotTask(DocumentTask): ...
-
-The registry is closed: a name read from a config, task.json or a sidecar is only looked up,
-never imported. Details: docs/design-notes.md, "Registries".
+Built-in kinds are imported on first use (they import paddle); task folders register their own
+(`@register_kind("hotpotqa")`) from their `register_kinds()`. The registry is closed: a name
+read from a config, task.json or a sidecar is only looked up, never imported. Details:
+docs/design-notes.md, "Registries".
 """
 import difflib
 import functools

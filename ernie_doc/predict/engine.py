@@ -1,15 +1,11 @@
 """Run a model exported for `paddle.inference` (ernie_doc.predict.export) with explicit memory
 state: the engine choice (device, precision, oneDNN) and the Predictor.
 
-    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN; precision="bf16" on CPU,
-                                                    # device="gpu", precision="fp16" on CUDA
+    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN
     out = pred.run(input_ids)                       # zero memories: a new document
     out = pred.run(next_ids, memories=out["memories"])
-    outs = pred.stream([seg0, seg1, seg2])          # carries memories across segments
 
-The program has a flat signature (input_ids, memories, token_type_ids, attention_mask,
-reset_memory, then the head's inputs); T is fixed at export time. A sidecar
-`<prefix>.meta.json` records it. Details: docs/design-notes.md, "Export: the program".
+Details: docs/design-notes.md, "Export: the program".
 """
 import os
 from collections import Counter

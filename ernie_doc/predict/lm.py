@@ -1,14 +1,10 @@
 """Per-document perplexity and per-token log-probabilities from a trained language model
-(kind `language_model`): the `ernie_doc.predict.pipeline.Pipeline` interface for Transformer-XL.
+(kind `language_model`), with the Pipeline interface.
 
-    from ernie_doc.predict.lm import LMPipeline
     pipe = LMPipeline.from_pretrained("output/wt103/best")   # the directory with task.json
-    pipe(["a document , one paragraph per line .\\nanother paragraph ."])
-    # → [{"doc_id": "0", "ppl": 312.4, "nll": 5.74, "tokens": 12, "unk": 0, "oov": 0,
-    #     "token_logprobs": [["document", -7.1], [",", -2.3], ...], "index": 0}]
+    pipe(["a document , one paragraph per line ."])  # → [{"doc_id", "ppl", "nll", ...}]
 
-A document is encoded and read exactly as the run's evaluation reads a split with one row, so a
-whole split file gets the numbers evaluation reports. Details: docs/design-notes.md,
+A document is read as evaluation reads a split with one row. Details: docs/design-notes.md,
 "Language model: prediction".
 """
 import dataclasses

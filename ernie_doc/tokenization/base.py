@@ -1,14 +1,11 @@
 """The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
 
     tok = AutoTokenizer.from_pretrained("ernie-doc-base-zh")
-    tok("一段文本")     → {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
-    tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True)
     tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
 
-Layout as PaddleNLP's ErnieDocTokenizer and BERT: `[CLS] A [SEP] B [SEP]`, token types 0 / 1.
-A tokenizer class supplies `encode(text)`, `encode_with_offsets(text)` → (ids, [(start, end)]
-character offsets) and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling".
+Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1. A tokenizer class supplies `encode(text)`,
+`encode_with_offsets(text)` and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling".
 """
 from __future__ import annotations
 
