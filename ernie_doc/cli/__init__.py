@@ -116,8 +116,7 @@ def paddle_installed() -> bool:
 
 
 def head_choices(**options) -> Optional[List[str]]:
-    """The head names an option accepts, or None (any) without paddle, so `--help` still
-    answers."""
+    """The head names an option accepts, or None (any) without paddle, so `--help` still answers."""
     try:
         with nothing_written_yet():   # paddle's import, seconds long
             from ernie_doc import auto

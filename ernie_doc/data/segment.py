@@ -111,8 +111,7 @@ def reading_passes(segments: List[Step], retro_feed=True, train_skim=False) -> L
 
 def pack_row(parts: Sequence[Sequence[int]], seq_len: int, cls_id: int, sep_id: int,
              pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
-    """`[CLS] part1 [SEP] part2 [SEP] …` padded to seq_len → (ids [T] int64, mask [T]
-    float32)."""
+    """`[CLS] part1 [SEP] part2 [SEP] …` padded to seq_len → (ids [T] int64, mask [T] float32)."""
     row = [cls_id]
     for part in parts:
         row.extend(part)

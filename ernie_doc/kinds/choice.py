@@ -92,8 +92,7 @@ class _GroupTask(DocumentTask):
         return self.label_ids[doc.label]
 
     def _steps(self, doc_index, parts_per_row, targets):
-        """parts_per_row: per step, the parts of each of the group's rows → [tuple of
-        Segments]."""
+        """parts_per_row: per step, the parts of each of the group's rows → [tuple of Segments]."""
         n = len(parts_per_row)
         steps = []
         for k, rows in enumerate(parts_per_row):

@@ -139,8 +139,7 @@ def _as_list(answers):
 
 
 def f1_score(prediction: str, answers, nltk_rules: str = "3.6") -> float:
-    """Max over the gold answers (a string or a list; none = [""]) of the segment-LCS F1
-    (0..1)."""
+    """Max over the gold answers (a string or a list; none = [""]) of the segment-LCS F1 (0..1)."""
     pred_segs = mixed_segmentation(prediction, True, nltk_rules)
     best = 0.0
     for answer in _as_list(answers):

@@ -214,8 +214,7 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return str(self.encoder[piece]) if piece in self.encoder else self.unk_token
 
     def encode_sentence_gpt2(self, sentence: str) -> List[str]:
-        """vocab.txt strings of one sentence: GPT-2 ids (as decimal strings) and special
-        words."""
+        """vocab.txt strings of one sentence: GPT-2 ids (as decimal strings) and special words."""
         return [token if special else self._vocab_string(token)
                 for token, special in self._pieces(sentence)]
 
