@@ -1,13 +1,9 @@
 """The errors this package raises for bad input: one base, ErnieDocError, and a subclass
 wherever a caller needs to tell one kind from another.
 
-Every message is one line naming the file, key or argument at fault, so that a command can
-print it as its one `error:` line (ernie_doc.cli.exit_on_user_error, with the class's
-`exit_status`). Most subclasses are also ValueError (a bad value was handed in) and the
-training ones RuntimeError (the run cannot go on), so an `except ValueError` around a call
-keeps working.
-
-This module imports nothing: every layer of the package may raise these.
+Every message is one line naming the file, key or argument at fault (a command's one `error:`
+line, with the class's `exit_status`). Most are also ValueError, the training ones
+RuntimeError, so existing `except` clauses keep working. This module imports nothing.
 """
 from typing import List, Optional
 

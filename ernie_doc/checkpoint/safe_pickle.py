@@ -1,12 +1,10 @@
 """Reading `paddle.save` files (.pdparams / .pdopt) without running anything they contain.
 
-A .pdparams file is a pickle, and unpickling an untrusted pickle runs whatever callables it
-names. PaddleNLP checkpoints come from the internet, so they are never given to Python's or
-paddle's own loaders. Two passes: a scan of the opcodes before any object is built, then
-`pickle.Unpickler` with `find_class` restricted to exactly what `paddle.save` writes, each
-mapped to a function of ours that checks its arguments. Anything else is a CheckpointError
-naming the file. bfloat16 tensors come back as their uint16 bits. Details:
-docs/design-notes.md, "Checkpoints: the restricted unpickler".
+Unpickling an untrusted pickle runs whatever callables it names, so PaddleNLP checkpoints are
+never given to Python's or paddle's loaders: the opcodes are scanned first, then `find_class`
+admits exactly what `paddle.save` writes, each checked by a function of ours. Anything else is
+a CheckpointError naming the file. Details: docs/design-notes.md, "Checkpoints: the restricted
+unpickler".
 """
 import _compat_pickle
 import math

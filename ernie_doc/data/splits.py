@@ -1,12 +1,9 @@
 """Where a batch comes from: the one protocol every split implements, and the document split.
 
-A split is built for one rank of one run and answers the trainer's three questions: how many
-micro-steps in epoch e (`num_steps(e)`, None for an endless stream), what they are
-(`batches(e, start)`: (epoch, dict of numpy arrays, one row per memory stream)), and how they
-are scored (`evaluation(task)`, `protocol(model)`). `DocumentSplit` (here) reads whole
-documents as reading passes scheduled onto rows; `pretraining.stream.StreamSplit` and
-`kinds.lm.LMTrainStream` / `LMEvalStream` are the streams. Details: docs/design-notes.md,
-"Training: splits".
+A split, built for one rank, says how many micro-steps epoch e has (`num_steps(e)`, None when
+endless), what they are (`batches(e, start)`) and how they are scored (`evaluation(task)`,
+`protocol(model)`). `DocumentSplit` reads whole documents; `pretraining.stream.StreamSplit` and
+`kinds.lm` are the streams. Details: docs/design-notes.md, "Training: splits".
 """
 import contextlib
 from collections import defaultdict

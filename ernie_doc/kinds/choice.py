@@ -1,13 +1,10 @@
 """Task kinds whose example occupies several batch rows read in lockstep, each row its own
 memory stream (Task.group_size > 1).
 
-`multiple_choice` (C3): one row per choice, `[CLS] context-window [SEP] question [SEP] choice
-[SEP]`, softmax over the choices' [CLS] logits. `pair_matching` (CAIL2019-SCM): rows (A,B) and
-(A,C), the difference of the two [CLS] outputs → one logit, binary cross-entropy. The only
-public reference is PaddleNLP's port (model_zoo/ernie-doc/data.py, MCQIterator and
-SemanticMatchingIterator), which both kinds follow by default; task_options `token_types`,
-`window` and `missing_choices` give the other behaviours. Details: docs/design-notes.md,
-"Multiple choice and pair matching".
+`multiple_choice` (C3): one row per choice, softmax over the choices' [CLS] logits.
+`pair_matching` (CAIL2019-SCM): rows (A,B) and (A,C), one logit from the difference of their
+[CLS] outputs. Both follow PaddleNLP's port by default (task_options `token_types`, `window`,
+`missing_choices`). Details: docs/design-notes.md, "Multiple choice and pair matching".
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

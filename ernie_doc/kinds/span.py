@@ -1,13 +1,9 @@
 """Span-extraction task kind (`kind: span`): TriviaQA, CMRC2018, DRCD, DuReader.
 
-Every segment reads `[CLS] context-window [SEP] question [SEP]` (or `[q] question [/q]`);
-the head scores each token as a start and an end; the answer is the best-scoring span over
-all the example's predicted segments, mapped back to the original context text. The loss sums
-the probability of all gold starts (ends) of a segment (Clark & Gardner 2018). Decoding and
-scoring follow the official code (PaddlePaddle/ERNIE, branch repro, ernie-doc/utils/
-multi_process_eval.py and utils/metrics.py) by default; task_options `loss_positions`,
-`n_best_pool`, `answer_unit`, `empty_answer` and `unreferenced` switch. Details:
-docs/design-notes.md, "Span extraction".
+Every segment reads `[CLS] context-window [SEP] question [SEP]`; the answer is the best span over
+all the example's predicted segments, mapped back to the context text. The loss sums the gold
+starts' (ends') probability (Clark & Gardner 2018); decoding and scoring follow the official
+code by default. Details: docs/design-notes.md, "Span extraction".
 """
 from typing import Any, Dict, List, Sequence, Tuple
 

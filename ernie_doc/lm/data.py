@@ -1,12 +1,9 @@
 """WikiText-103 language-model data: vocabulary, cached token streams, Segatron positions and
 Transformer-XL's ordered batch iterator. Pure numpy (no paddle).
 
-A line's tokens are ``line.split()`` and every line, blank ones included, ends with `<eos>`:
-Transformer-XL's WikiText convention, which its perplexities are averaged over. Id 0 is
-`<eos>`; the other tokens follow by decreasing count. `sega_positions` gives Segatron's
-(paragraph, sentence, token) rows, `wikitext_sentences` splits tokenized WikiText, and
-`LMStreams` is Transformer-XL's ``LMOrderedIterator``, batch-major: row b of the [bsz, n]
-matrix holds tokens b*n ... (b+1)*n - 1. Details: docs/design-notes.md, "Language model: corpus".
+Every line, blank ones included, ends with `<eos>` (Transformer-XL's WikiText convention); id
+0 is `<eos>`, the other tokens follow by decreasing count. Details: docs/design-notes.md,
+"Language model: corpus".
 """
 import hashlib
 import json

@@ -1,12 +1,8 @@
 """Memory-enhanced Transformer-XL language model (paper §4.1), optionally segment-aware (Segatron).
 
-`TransformerXLLM` follows kimiyoung/transformer-xl pytorch/mem_transformer.py: adaptive
-embedding, relative partial-learnable attention, a tied adaptive softmax, and Transformer-XL's
-parameter names (paddle Linear weights are [in, out], the transpose of torch's). The memory
-follows `ernie_doc.modeling.memory` (its recurrence "enhanced", "xl" or "none"); with
-segment_positions the relative encoding adds Segatron-XL's sentence and paragraph distances.
-forward's docstring gives its contract. Details (architecture, mask, Segatron distances):
-docs/design-notes.md, "Language model: Transformer-XL".
+`TransformerXLLM` follows kimiyoung/transformer-xl's mem_transformer.py (adaptive embedding and
+softmax, relative attention, its parameter names); the memory follows ernie_doc.modeling.memory.
+Details: docs/design-notes.md, "Language model: Transformer-XL".
 """
 import dataclasses
 import json

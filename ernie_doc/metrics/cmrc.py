@@ -1,12 +1,9 @@
 """CMRC2018 span-extraction metrics (also used for DRCD and DuReader), reproducing the
 official cmrc2018_evaluate.py (ymcui/cmrc2018, v5).
 
-Text is lower-cased and cut into segments (each CJK character and punctuation mark, and the
-words of the runs between them); F1 is over the longest common contiguous run of segments, EM
-is string equality without punctuation, and a question takes the max over its gold answers.
-`treebank_tokenize` reimplements the word tokenizer of nltk 3.6.2, which ERNIE-Doc pins
-(`nltk_rules="3.7"` gives the later rules). Deviations, and how the rule sets compare:
-docs/design-notes.md, "Metrics: CMRC2018".
+F1 over the longest common run of segments (CJK characters, punctuation, Treebank words), EM
+without punctuation, max over gold answers. `treebank_tokenize` reimplements nltk 3.6.2's word
+tokenizer. Deviations: docs/design-notes.md, "Metrics: CMRC2018".
 """
 import re
 from typing import Dict, List, Sequence

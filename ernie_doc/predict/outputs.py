@@ -1,13 +1,9 @@
-"""Where a command may write a file: one rule for every output path (`ernie-doc predict`, the
-benchmarks' reports, `export`, `convert`), checked before any work and before any byte is
-written. Errors are one line, raised as the caller's error class.
+"""Where a command may write a file: one rule for every output path, checked before any work
+and before any byte is written. Errors are one line, raised as the caller's error class.
 
-An output is never an input (compared by device and inode), never inside an input folder,
-never in /dev, /proc or /sys, and never a FIFO or device. It is replaced only when asked
-(`--overwrite`: a new file renamed onto the name, never written through a link) or appended to
-(`--resume`). Files written during a run go through their folder's descriptor. Details:
-docs/design-notes.md, "Output paths". Imports only the standard library and ernie_doc.utils,
-so every command can check its paths before it imports paddle.
+An output is never an input (by device and inode), never inside an input folder, never in /dev,
+/proc or /sys, never a FIFO or device; replaced only with `--overwrite`, appended to only with
+`--resume`. Details: docs/design-notes.md, "Output paths". Imports no paddle.
 """
 import os
 import stat

@@ -1,12 +1,8 @@
 """The pretraining corpus: documents streamed from files, sharded deterministically over ranks.
 
-`paths` are files or directories (searched recursively, sorted by relative path, so every rank
-sees one order); each file is JSON lines (`text_field`) or plain text split by blank lines,
-WikiText headings or whole files. Document i goes to rank i % world_size, so the ranks' streams
-are disjoint and their union is the corpus exactly once. `doc_id` is "relative path:first
-line", stable across runs. Call `check_corpus` on EVERY rank before the first collective call,
-so an empty corpus fails on every rank instead of leaving one waiting. Details (formats, skips,
-errors): docs/design-notes.md, "Pretraining: the corpus".
+Files are JSON lines or plain text, in sorted order; document i goes to rank i % world_size.
+Call `check_corpus` on EVERY rank before the first collective call, so an empty corpus fails
+everywhere. Details: docs/design-notes.md, "Pretraining: the corpus".
 """
 import logging
 import os

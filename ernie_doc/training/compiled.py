@@ -1,12 +1,9 @@
 """A compiled training forward (`compile: true`): the model's training call captured once as a
 static program with `paddle.jit.to_static`, then replayed every micro-step.
 
-Why: in dygraph every operator is dispatched from Python, and for small configs that dispatch
-costs more than the arithmetic. The weights stay the model's own parameters, memories go in
-and out as tensors, and dropout draws the same masks as dygraph's, so the loss curve equals
-dygraph's to float rounding. CPU bf16 (`amp: bf16`) enters its autocast inside the traced
-forward; `bf16_program_problem` checks each new program before it runs. Details:
-docs/design-notes.md, "Training: the compiled step".
+Why: dygraph's per-operator Python dispatch dominates small configs. Weights stay the model's
+parameters and dropout draws dygraph's masks, so the loss curve equals dygraph's to rounding.
+Details: docs/design-notes.md, "Training: the compiled step".
 """
 import contextlib
 import inspect
