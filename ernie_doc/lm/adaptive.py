@@ -1,13 +1,9 @@
 """Adaptive input embedding and projected adaptive log-softmax (Transformer-XL's WT103 setup).
 
-The vocabulary (ids sorted by frequency) is cut into clusters; cluster i gets the dimension
-d_embed // div_val**i and a projection to d_model, so rare words get cheaper vectors. The
-softmax factorises p(w) = p(cluster | h) * p(w | cluster, h). Embedding and softmax use one
-orientation, so tying shares the same Parameter objects, never copies:
-
-    weights[i]  [n_i, d_i]      projs[i]  [d_i, d_model]      (d_i = d_embed // div_val**i)
-
-Details: docs/design-notes.md, "Language model: adaptive input and softmax".
+Frequency-sorted ids are cut into clusters; cluster i gets dimension d_i = d_embed // div_val**i
+and a projection to d_model. Embedding and softmax share one orientation (weights[i] [n_i, d_i],
+projs[i] [d_i, d_model]), so tying shares Parameter objects. Details: docs/design-notes.md,
+"Language model: adaptive input and softmax".
 """
 import operator
 from typing import List, Sequence, Tuple, Union

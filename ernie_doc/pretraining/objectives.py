@@ -1,12 +1,9 @@
 """Pretraining objectives on token ids: segment reordering (paper §3.4) and MLM masking.
 
-Pure numpy, no paddle. Every random draw comes from a ``numpy.random.Generator`` passed in,
-so the driver can derive it from (seed, rank, step) and resume exactly.
-
-Segment reordering cuts a document into ``k`` chunks (``k`` uniform in ``1..m``), shuffles them
-and labels the shuffle with one of ``K = sum_{i=1..m} i!`` classes (33 for m = 4). MLM masking
-is BERT's 80/10/10, optionally by whole words. Details (label table, chunking rule, masking
-counts): docs/design-notes.md, "Pretraining: objectives".
+Pure numpy; every draw comes from a ``numpy.random.Generator`` passed in, so a resume is exact.
+Reordering labels a shuffle of k chunks with one of ``K = sum_{i=1..m} i!`` classes (33 for
+m = 4); masking is BERT's 80/10/10, optionally by whole words. Details: docs/design-notes.md,
+"Pretraining: objectives".
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """A config → a prepared run: the task, tokenizer, model, splits and a summary, every input
 checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 
-    prepare(cfg): resolve released names (hub) → build_task → check data, device, OUTPUT_DIR
-      (locked for the run) → read splits, choose or train the tokenizer, build the model
-      (memory estimate first), cut documents into reading passes → --resume: check the
-      checkpoint → create OUTPUT_DIR, write run_config.yaml → PreparedRun for the trainer.
-
-Nothing here trains; the trainer receives the objects and never asks what kind of task
-it runs.
+    prepare(cfg): resolve released names → build_task → check data, device, OUTPUT_DIR (locked)
+      → read splits, tokenizer, model (memory estimate first), reading passes → --resume:
+      check the checkpoint → create OUTPUT_DIR, run_config.yaml → PreparedRun for the trainer.
 """
 import contextlib
 import math
