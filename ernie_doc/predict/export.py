@@ -212,8 +212,9 @@ def export(model: paddle.nn.Layer, path: PathLike, seq_len: int,
         if extra:   # only then: the sidecars of the other exports stay as they were
             meta["head_inputs"] = {x.name: {"high": x.high, "doc": x.doc} for x in extra}
         stale = _previous_model_file(path)
-        # Every file is complete in the temporary directory before any move; the sidecar
-        # moves last, so a sidecar means a complete export.
+        # Every file is complete in the temporary directory before any moves (a full disk
+        # fails here, with nothing of this export in place); then the model files, and the
+        # sidecar last: a sidecar means a complete export. Renames need no space.
         atomic_write_text(os.path.join(tmp_dir, base + META_SUFFIX),
                           json.dumps(meta, indent=2) + "\n")
         for name in written:
