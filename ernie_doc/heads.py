@@ -1,11 +1,8 @@
 """Task heads over ErnieDocModel, shared by every task.
 
-Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix, so its .pdparams load as is)
-and declares `official_names`: its own parameters → the official static names. Every forward
-takes the encoder's arguments and returns the new memories with the logits.
-
-Heads are looked up by name through ernie_doc.auto (the registry: these built-in heads, and
-the heads tasks declare in their own modules); HEADS below is the built-in part, read-only.
+Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix) and declares `official_names`;
+every forward takes the encoder's arguments and returns the new memories with the logits.
+Heads are looked up by name through ernie_doc.auto.
 """
 from collections import namedtuple
 from types import MappingProxyType

@@ -1,11 +1,7 @@
 """The one name map between official static names and ours (= PaddleNLP's bare-model names).
 
-Official names: the static parameters of the official `model/static/ernie.py` and
-`transformer_encoder.py` (PaddlePaddle/ERNIE, `ernie-doc/`); ours are those of PaddleNLP's
-`paddlenlp/transformers/ernie_doc/modeling.py`. Both sides
-store fc/Linear weights [in, out], so values need no transpose. Head models hold the encoder
-under `ernie_doc.` (PaddleNLP's prefix); their own parameters map through the head class's
-`official_names`.
+Both sides store Linear weights [in, out], so values need no transpose. Head models hold the
+encoder under `ernie_doc.`; their own parameters map through the head class's `official_names`.
 """
 import re
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set

@@ -1,11 +1,7 @@
 """Span extraction across segments (TriviaQA, CMRC2018, DRCD, DuReader; HotpotQA's answer
-stage): a context as sub-tokens that remember their characters, windows over it with the
-question in every segment, gold token spans per window, and n-best decoding of the
-start/end logits of all an example's segments back to a piece of the original text.
-
-Each word is tokenized alone, so every sub-token knows its word's character span and offsets
-never shift. `best_spans(unit="token")` cuts the answer as the official `get_final_text` does;
-"word" widens it to whole words. Details: docs/design-notes.md, "Span data: tokens and text".
+stage): sub-tokens that remember their characters, windows with the question in every segment,
+gold spans per window, and n-best decoding back to the original text. Details:
+docs/design-notes.md, "Span data: tokens and text".
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple

@@ -1,10 +1,7 @@
 """Fetching one file over HTTP(S) into the cache: mirror, offline mode, lock, progress bar,
 checksum, bounds, and nothing half-written.
 
-A file is streamed into a private temporary folder while its sha256 is computed, and checked
-against the announced length and the expected hash before the caller uses it; every download
-is bounded in time and size. Environment (a malformed value is a one-line HubError naming the
-variable): ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
+Environment: ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
 ERNIE_DOC_DOWNLOAD_MAX_BYTES. Details: docs/design-notes.md, "Hub: fetching a file".
 """
 import contextlib

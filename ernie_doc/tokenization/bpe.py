@@ -1,11 +1,8 @@
 """English tokenizer of ERNIE-Doc: GPT-2 byte-level BPE, ids through vocab.txt.
 
-Reproduces the official reader (``BPETokenizer.tokenize``): whitespace collapsed, each sentence
-encoded on its own (so the first word of *each sentence* carries no "Ġ" marker, unlike
-RoBERTa), GPT-2 merges, and each GPT-2 id looked up as a decimal string in ``vocab.txt``.
-Special-token words are looked up directly; nothing is lower-cased. Tokens are shown as
-Hugging Face shows byte-level BPE ("Ġworld"). Details: docs/design-notes.md,
-"Tokenizers: English BPE".
+Reproduces the official reader: each sentence encoded on its own (its first word without "Ġ"),
+GPT-2 merges, each GPT-2 id looked up as a decimal string in ``vocab.txt``. Details:
+docs/design-notes.md, "Tokenizers: English BPE".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Sentence splitting for the English BPE tokenizer.
 
-The official ERNIE-Doc reader encodes every sentence separately, with the sentences coming
-from ``nltk.tokenize.sent_tokenize`` (Punkt, English model), so sentence boundaries change
-token ids: the first word of a sentence is encoded without the leading-space marker.
-``split_sentences`` uses NLTK when its package and ``punkt`` data load; otherwise a built-in
-splitter that mimics Punkt's decision procedure with small hand-written tables, warning once.
-Where the two differ, and how often: docs/design-notes.md, "Sentence splitting".
+The official reader encodes every sentence separately (``nltk.tokenize.sent_tokenize``), so
+boundaries change token ids. NLTK Punkt when available, else a built-in splitter mimicking it
+(one warning). Where the two differ: docs/design-notes.md, "Sentence splitting".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What a run may put in OUTPUT_DIR, and the only things it ever deletes there.
 
-A run lists every entry it creates in a manifest, `.ernie-doc-run.json`, before creating it
-(`claim`), and deletes only what the manifest lists (`remove_entry`, `clear_previous_run`), so a
-user's notes, a dataset or another tool's files are never touched, even when named like a
-run's. `lock_output_dir` keeps to one run at a time; a directory that holds or lies inside an
-input is refused before anything is written. Details (manifest format, --resume checks):
-docs/design-notes.md, "Training: the output directory".
+A run lists every entry in a manifest (`.ernie-doc-run.json`) before creating it and deletes
+only what it lists, so no user file is ever touched; `lock_output_dir` keeps to one run at a
+time. Details: docs/design-notes.md, "Training: the output directory".
 """
 import contextlib
 import errno
