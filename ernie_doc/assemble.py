@@ -1,15 +1,11 @@
 """A config or a saved run → the task kind, tokenizer and model that read its documents: the
-one place that assembles them, for training (training.prepare), evaluation and both prediction
-pipelines (ernie_doc.predict).
+one place that assembles them, for training, evaluation and prediction.
 
     resolve_inputs(cfg)          released names / URLs → local paths (ernie_doc.hub)
-    choose_tokenizer(run, docs)  the tokenizer: given, the released model's, the checkpoint's,
-                                 or trained (SentencePiece on the train split)
+    choose_tokenizer(run, docs)  the tokenizer: given, released, the checkpoint's, or trained
     build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
     setup_reading(run, special)  the kind's segmenter set up for the model
     saved_run(directory, ...)    a saved model folder (task.json) → all of the above
-
-Nothing here writes a run's folder or trains; `Assembly` holds what is built.
 """
 import contextlib
 import copy
@@ -36,10 +32,8 @@ logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog s
 
 @dataclass
 class Assembly:
-    """A run's task, tokenizer and model, built and checked. `special`: the cls / sep / pad
-    ids documents are cut with; `eval_rows`: rows read at once without gradients (predict's
-    batch size), what the memory estimate counts for eval_only (None: eval_batch_size, else
-    batch_size); `resume`: a --resume run (its trained tokenizer is kept)."""
+    """A run's task, tokenizer and model, built and checked. `special`: cls / sep / pad ids;
+    `eval_rows`: rows read without gradients (None: the batch size); `resume`: --resume."""
     cfg: TrainConfig             # released names and URLs resolved to local paths
     task: Any                    # kinds.base.Task
     tokenizer: object = None
@@ -56,10 +50,8 @@ class Assembly:
 
 
 def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
-    """`cfg` with `init_checkpoint`, `tokenizer` and a URL or archive `model` replaced by
-    local paths (ernie_doc.hub.resolve: a released name or URL is fetched into the cache
-    once, by one process of a distributed job, and verified). A released name as `model`
-    stays a config preset: it names an architecture, not weights."""
+    """`cfg` with `init_checkpoint`, `tokenizer` and a URL / archive `model` resolved to local
+    paths (ernie_doc.hub.resolve); a released name as `model` stays a config preset."""
     from ernie_doc.errors import HubError
     from ernie_doc.hub import is_url, resolve
     from ernie_doc.hub.archive import is_archive
@@ -83,9 +75,8 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
 
 
 def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
-    """Set the task's segmenter up for the model (window T = max_seq_len, advance `stride`,
-    default the model's memory_len) and check the batch sizes hold whole examples → the
-    stride. Training, evaluation and predict (ernie_doc.predict.pipeline) read documents alike."""
+    """Set the task's segmenter up for the model (window max_seq_len, `stride` default the
+    memory_len), checking batch sizes hold whole examples → the stride."""
     cfg, task, config = run.cfg, run.task, run.model.config
     if cfg.max_seq_len > config.max_position_embeddings:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
@@ -182,9 +173,8 @@ def train_spm(run: Assembly, train_docs) -> Optional[str]:
 
 
 def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, int]:
-    """The from-scratch model's vocab_size and pad_token_id: the tokenizer's (or the
-    pre-tokenized reader's). model_overrides may ask for a larger table, never a smaller
-    one or another padding id."""
+    """The from-scratch model's vocab_size and pad_token_id (the tokenizer's); model_overrides
+    may ask for a larger table, never a smaller one or another padding id."""
     cfg = run.cfg
     vocabulary = run.task.id_vocabulary()
     if run.tokenizer is not None:
@@ -212,11 +202,8 @@ def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, in
 
 def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tokens: int,
                  memory_len: int) -> None:
-    """Refuse (ConfigError) a run whose estimated memory (ernie_doc.resources) exceeds
-    what this device has, before the model is built: `build(n)` makes the model with n
-    layers, for resources.parameter_count (under paddle.LazyGuard, which allocates nothing).
-    An eval_only run (and predict) counts no gradients and rows of eval_batch_size; a
-    training run's evaluations, eval_batch_size rows beside the training state."""
+    """Refuse (ConfigError) a run whose estimated memory exceeds the device's, before the model
+    is built; `build(n)`: the model with n layers. Eval-only runs count no gradients."""
     from ernie_doc import resources
     cfg = run.cfg
     rows = ((run.eval_rows or cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only
@@ -295,10 +282,8 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
         check_head_memory(run, config)
     paddle.seed(cfg.seed)   # the same initial weights on every rank
     if cfg.init_checkpoint:
-        # the loader logs the report's first line ("loaded N tensors ...", logger
-        # ernie_doc.checkpoint); a run's own log (setup_logging: console and train.log) logs
-        # the whole report, so the loader's copy is held back then (a tool's notes handler
-        # would print it a second time); without a run log the loader's line is the one
+        # a run's own log prints the whole load report: the loader's first line is held back
+        # then, so it is not printed twice
         with _loader_line_held(bool(logger.handlers)):
             model = head.from_pretrained(cfg.init_checkpoint, **task.model_kwargs(),
                                          allow_partial=cfg.allow_partial_checkpoint,
@@ -325,9 +310,8 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
 
 # -- saved runs ---------------------------------------------------------------------------------
 class SavedReader:
-    """The reader a saved model's task kind is built over: the label names saved beside the
-    model (task.json) instead of a data directory; a pre-tokenized task's `id_vocabulary` from
-    its reader when the task folder is there."""
+    """The reader of a saved model's kind: labels from task.json instead of a data directory
+    (and a pre-tokenized task's `id_vocabulary` when its folder is there)."""
 
     def __init__(self, labels: Sequence[str], task: str):
         self.saved = list(labels)
@@ -345,9 +329,7 @@ class SavedReader:
 
 
 class OptionsReader:
-    """The reader a saved model's self-building kind (the language model) is built over: its
-    options only (the documents come from the predict input, the vocabulary from the model
-    directory)."""
+    """The reader of a saved self-building kind (the language model): its options only."""
 
     @staticmethod
     def options(given):
@@ -367,14 +349,8 @@ def _builds_model(kind: Any) -> bool:
 def saved_run(directory: str, record: Mapping[str, Any], source: str, device: str = "cpu",
               rows: Optional[int] = None,
               load_model: Optional[Callable[[Assembly], Any]] = None) -> Assembly:
-    """A saved model folder → its Assembly, nothing written: the config as the run wrote it
-    (`record`: task.json's fields, read from `source`) with the model, tokenizer and labels
-    taken from `directory`; the kind over the saved labels; the tokenizer; and the model,
-    its memory estimate (`rows` rows) checked first: `load_model(run)` (an export behind the
-    dygraph call), else the dygraph head from `directory`. A kind that builds its own model
-    (the language model) loads it and its vocabulary (run.tokenizer) itself.
-    Raises ConfigError / DataError / CheckpointError / UntrainedHead (a folder without the
-    kind's trained head)."""
+    """A saved model folder → its Assembly, nothing written; the memory estimate (`rows` rows) is
+    checked first. ConfigError / DataError / CheckpointError / UntrainedHead."""
     given = dict(record["config"])
     given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
                  device=device)

@@ -97,9 +97,8 @@ def read_checkpoint(path: PathLike, upcast: bool = True) -> Checkpoint:
 
 
 def _official_heads_present(tensors: Collection[str]) -> Set[str]:
-    """Names of the registered heads whose official parameters are among `tensors`. A head
-    whose official names an earlier head has too (multiple choice and pair matching share
-    classification's cls_out_*) cannot be told apart from it: the earlier one stands."""
+    """Names of the registered heads whose official parameters are among `tensors`; of heads
+    sharing official names (cls_out_*), the earlier one stands."""
     found, seen = set(), []
     for name, cls in head_classes().items():
         official = set(cls.official_names.values())
@@ -112,11 +111,8 @@ def _official_heads_present(tensors: Collection[str]) -> Set[str]:
 
 
 def model_class_for(ckpt: Checkpoint) -> ModelClass:
-    """The model class a checkpoint was saved from: its config's architecture when that names
-    a known class, else the head tensors present (official names, or `lm_head.` keys), else
-    the bare ErnieDocModel. CheckpointError when several heads or an ambiguous `linear.` head
-    leave the choice open (naming the recorded class, when it is an unknown one, and the
-    known classes)."""
+    """The model class a checkpoint was saved from: the config's architecture, else the head
+    tensors present, else ErnieDocModel. CheckpointError when several heads leave it open."""
     recorded = (ckpt.architecture or {}).get("class")
     if recorded:
         cls = model_class(recorded)
@@ -157,16 +153,8 @@ def model_class_names() -> List[str]:
 
 
 class AutoModel:
-    """The model class a checkpoint records, loaded: one door for every head.
-
-        model = AutoModel.from_pretrained("output/imdb/best")   # ErnieDocForSequenceClassification
-        model = AutoModel.from_pretrained("ernie-doc-base-en")  # ErnieDocModel (the encoder)
-
-    The class is model_class_for's: the class the checkpoint's config.json records, else the
-    official head tensors present, else the bare ErnieDocModel. The pretraining heads alone,
-    with no class recorded (the released checkpoints hold them), are a pretrained encoder:
-    ErnieDocModel, as Hugging Face's AutoModel; ErnieDocForPretraining.from_pretrained loads
-    them with their heads. Not instantiable itself."""
+    """The model class a checkpoint records (model_class_for), loaded; released checkpoints
+    load as ErnieDocModel, as Hugging Face's AutoModel. Not instantiable itself."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise TypeError("AutoModel is not instantiated: use AutoModel.from_pretrained(path), "
@@ -174,12 +162,8 @@ class AutoModel:
 
     @staticmethod
     def from_pretrained(path: Any, source: Optional[str] = None, **kwargs: Any) -> Any:
-        """path, source: as for ErnieDocModel.from_pretrained (a released name, URL, .tar.gz,
-        checkpoint directory or file; source picks a released name's weights). kwargs go to
-        the chosen class's from_pretrained (config=, strict=, allow_partial=, config keys,
-        constructor arguments). Returns the model with `.load_report`; CheckpointError /
-        HubError as from_pretrained, and when the checkpoint leaves the class open (several
-        heads: load it with the head class instead)."""
+        """As the chosen class's from_pretrained → the model with `.load_report`;
+        CheckpointError also when the checkpoint leaves the class open."""
         ckpt = _read_any(path, source)
         cls = model_class_for(ckpt)
         if cls is head_class("pretraining") and not ckpt.architecture:

@@ -20,13 +20,10 @@ CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json")
 logger = logging.getLogger("ernie_doc.checkpoint")
 
 RECURRENCE_MODES = ("enhanced", "xl", "none")
-# Paddle hands tensor shapes to its kernels as 32-bit integers: a larger dimension is an
-# IndexError deep inside paddle, raised even under paddle.LazyGuard (the memory estimate
-# builds the model there), so no size may pass this before a tensor is made of it.
+# Paddle's kernels take 32-bit shapes: a larger dimension is an IndexError deep inside paddle
+# (even under paddle.LazyGuard), so no size may pass this.
 MAX_DIM = 2 ** 31 - 1
-# The most classes (num_labels) or choices (num_choices) a head takes: far beyond any task,
-# and a [hidden, classes] head of this size still fits; a config asking for more is refused
-# before anything is allocated.
+# The most classes or choices a head takes: far beyond any task, refused before allocation.
 MAX_HEAD_SIZE = 1 << 16
 # The head arguments a saved "architecture" may carry as sizes, each bounded by MAX_HEAD_SIZE.
 HEAD_SIZE_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes")
@@ -148,13 +145,8 @@ def _architecture(raw: Dict[str, Any], flat: Dict[str, Any], source: str,
 
 def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] = ValueError
                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
-    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture).
-
-    Our own files (they carry "architecture" and no PaddleNLP "model_type") must hold only
-    known keys. Files written by other tools (PaddleNLP, official) may hold keys this project
-    does not know: they are dropped with a warning rather than blocking the load. A file that
-    cannot be read this way raises `error` (checkpoint.io: CheckpointError) naming `source`.
-    """
+    """A config JSON object in any supported spelling → (ErnieDocConfig kwargs, architecture);
+    other tools' unknown keys are dropped with a warning. `error` naming `source` otherwise."""
     if not isinstance(raw, dict):
         raise error(f"{source}: expected a JSON object, got {type(raw).__name__}")
     ours = "architecture" in raw and "model_type" not in raw
@@ -198,9 +190,8 @@ def read_config_file(path: "str | os.PathLike[str]", error: Type[Exception] = Va
 
 
 def _config_file(path: str) -> Optional[str]:
-    """The config file of a local model path: the path itself when it is a file ending in
-    .json, else the first of CONFIG_FILES in its folder (a weights file's folder), and for an
-    official `params/` folder in the one above; None when there is none."""
+    """The config file of a local model path: the .json file itself, else the first of
+    CONFIG_FILES in its folder (or the one above `params/`); None when there is none."""
     if os.path.isfile(path) and path.endswith(".json"):
         return path
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
@@ -213,10 +204,8 @@ def _config_file(path: str) -> Optional[str]:
 
 def integer_problem(value: object, low: int = 0, high: int = MAX_DIM,
                     nullable: bool = False) -> Optional[str]:
-    """Why `value` cannot be an integer setting in [low, high] (or None, when `nullable`):
-    "must be a positive integer, got True", or None when it can. A bool is never an integer
-    here (YAML's `true` would read as 1); `high` defaults to MAX_DIM, the largest tensor
-    dimension paddle takes."""
+    """Why `value` cannot be an integer setting in [low, high] (None allowed when `nullable`),
+    or None. A bool is never an integer; `high` defaults to MAX_DIM."""
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -313,9 +302,8 @@ class ErnieDocConfig:
 
     @property
     def min_parameters(self):
-        """A lower bound on the encoder's parameter count, known without building it: the
-        word embeddings and, per layer, the 12·H² of its attention and feed-forward
-        matrices."""
+        """A lower bound on the encoder's parameter count without building it: the word
+        embeddings and 12·H² per layer."""
         H = self.hidden_size
         return self.vocab_size * H + self.num_hidden_layers * 12 * H * H
 
@@ -384,14 +372,8 @@ class ErnieDocConfig:
 
     @classmethod
     def from_pretrained(cls, path: "str | os.PathLike[str]", **overrides) -> "ErnieDocConfig":
-        """The config of a saved or released model, as the model's from_pretrained reads it.
-
-        path: a save_pretrained directory, a PaddleNLP or official checkpoint directory or weights
-            file (its config.json / model_config.json / ernie_config.json), a config JSON file, or a
-            released name or preset ("ernie-doc-base-en", "ernie-doc-small": the preset, nothing is
-            downloaded). For a URL or archive, load the model: its `.config` is this.
-        overrides: config keys. ConfigError, one line naming the path, or the file and the key.
-        """
+        """The config of a saved or released model (a checkpoint directory or file, a config
+        JSON, a released name or preset). overrides: config keys. ConfigError, one line."""
         spec = os.fspath(path)
         if os.path.exists(spec):
             found = _config_file(spec)
@@ -409,14 +391,8 @@ class ErnieDocConfig:
             raise ConfigError(f"{spec}: {e}") from None
 
     def save_pretrained(self, directory: "str | os.PathLike[str]") -> "str | os.PathLike[str]":
-        """Write config.json into `directory` (created if needed; written whole or not at all,
-        other files kept), readable by from_pretrained and by the models' from_pretrained.
-        A config.json already there (a saved model's, PaddleNLP's) keeps every key this config
-        does not own: the head class it records ("architecture", "architectures"),
-        "model_type", and "id2label" / "label2id" while they still count num_labels classes;
-        so the folder still loads as that head, in this project and in PaddleNLP. A warning
-        line says so when the sizes written differ from those of the config replaced (the
-        weights beside it were saved with those). Returns `directory`."""
+        """Write config.json into `directory` (atomic, other files kept) → `directory`; keys of
+        an existing config.json this config does not own (head class, labels) are kept."""
         os.makedirs(directory, exist_ok=True)
         target = os.path.join(directory, CONFIG_FILES[0])
         values = self.to_dict()

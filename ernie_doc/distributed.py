@@ -50,9 +50,8 @@ def init(device="auto"):
 
 
 def wrap(model):
-    # find_unused_parameters: heads that leave part of the model out of the loss (the span
-    # head never reads the pooler; multi-task heads skip a part on some steps) would otherwise
-    # stop the gradient all-reduce waiting for gradients that never come
+    # find_unused_parameters: heads that leave part of the model out of the loss would
+    # otherwise stall the gradient all-reduce
     if world_size() == 1:
         return model
     return paddle.DataParallel(model, find_unused_parameters=True)

@@ -1,13 +1,9 @@
 """The errors this package raises for bad input: one base, ErnieDocError, and a subclass
 wherever a caller needs to tell one kind from another.
 
-Every message is one line naming the file, key or argument at fault, so that a command can
-print it as its one `error:` line (ernie_doc.cli.exit_on_user_error, with the class's
-`exit_status`). Most subclasses are also ValueError (a bad value was handed in) and the
-training ones RuntimeError (the run cannot go on), so an `except ValueError` around a call
-keeps working.
-
-This module imports nothing: every layer of the package may raise these.
+Every message is one line naming the file, key or argument at fault (a command's one `error:`
+line, with the class's `exit_status`). Most are also ValueError, the training ones
+RuntimeError, so existing `except` clauses keep working. This module imports nothing.
 """
 from typing import List, Optional
 
@@ -24,10 +20,8 @@ class ConfigError(ErnieDocError, ValueError):
 
 
 class UntrainedHead(ConfigError):
-    """eval_only (or predict) on a checkpoint that lacks the task's head: the head would be
-    newly initialised, its predictions noise. `checkpoint`, `head` (the class name),
-    `missing` (its tensors the checkpoint lacks), `other_head` (the head class the checkpoint
-    records instead, or None)."""
+    """eval_only (or predict) on a checkpoint without the task's head (its predictions would be
+    noise). Attributes: checkpoint, head, missing, other_head."""
 
     def __init__(self, message: str, checkpoint: str, head: str, missing: List[str],
                  other_head: Optional[str]):
@@ -60,10 +54,8 @@ class LoDTensorFormatError(ErnieDocError, ValueError):
 
 
 class HubError(CheckpointError):
-    """A released model or a remote file that cannot be fetched, verified or unpacked; the
-    message is one line naming the URL or cache path (and, for a failed download, where to
-    put the file by hand). A CheckpointError: `from_pretrained` promises one for any path it
-    cannot load, a missing file and a name that cannot be fetched alike."""
+    """A released model or remote file that cannot be fetched, verified or unpacked (one line
+    naming the URL or cache path). A CheckpointError, as from_pretrained promises."""
 
 
 # -- training -----------------------------------------------------------------------------------
@@ -89,8 +81,7 @@ class PipelineError(ErnieDocError, ValueError):
 
 class ExportError(ErnieDocError, ValueError):
     """A model or argument that cannot be exported, or an export that cannot be loaded (a
-    missing, damaged or hand-edited sidecar, program or parameters file). The message is one
-    line naming the file."""
+    missing, damaged or edited file); one line naming the file."""
 
 
 class PredictorInputError(ErnieDocError, ValueError):
@@ -98,10 +89,8 @@ class PredictorInputError(ErnieDocError, ValueError):
 
 
 class EngineError(ErnieDocError, ValueError):
-    """A device / precision this host or paddle build cannot run (one line naming what is
-    missing). Raised instead of letting paddle.inference fall back silently: paddle 2.6 and
-    3.x log "CPU does not support BFLOAT16 calculations" and run fp32 when asked for bf16 on
-    a processor without it."""
+    """A device / precision this host or paddle build cannot run; raised instead of
+    paddle.inference's silent fall back to fp32."""
 
 
 class OutputError(ErnieDocError, ValueError):

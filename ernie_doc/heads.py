@@ -1,11 +1,8 @@
 """Task heads over ErnieDocModel, shared by every task.
 
-Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix, so its .pdparams load as is)
-and declares `official_names`: its own parameters → the official static names. Every forward
-takes the encoder's arguments and returns the new memories with the logits.
-
-Heads are looked up by name through ernie_doc.auto (the registry: these built-in heads, and
-the heads tasks declare in their own modules); HEADS below is the built-in part, read-only.
+Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix) and declares `official_names`;
+every forward takes the encoder's arguments and returns the new memories with the logits.
+Heads are looked up by name through ernie_doc.auto.
 """
 from collections import namedtuple
 from types import MappingProxyType
@@ -41,10 +38,8 @@ class HeadOutput(namedtuple("HeadOutput", ["logits", "memories", "memory_mask", 
 
 
 class ExportInput(namedtuple("ExportInput", ["name", "shape", "dtype", "high", "doc"])):
-    """An input a head's forward takes beyond the encoder's (a keyword argument of forward),
-    fed after them in an export: name · shape (batch -1: dynamic) · dtype ("int64",
-    "float32") · high: integer values must lie in [0, high) (None: not checked) · doc: the
-    shape in words, for error messages (e.g. "[batch, seq_len]")."""
+    """An input a head's forward takes beyond the encoder's, fed after them in an export:
+    name, shape (batch -1: dynamic), dtype, high (values in [0, high)), doc (for messages)."""
 
 
 PretrainingOutput = namedtuple("PretrainingOutput",
@@ -53,14 +48,8 @@ PretrainingOutput = namedtuple("PretrainingOutput",
 
 
 class Head(PretrainedMixin, nn.Layer):
-    """The base of every head (and the extension point of a task's own head, e.g.
-    tasks/hotpotqa/head.py): the encoder under `ernie_doc.`, from_pretrained /
-    save_pretrained, and `official_names` ({own parameter key: official static name}).
-
-    Export (ernie_doc.predict.engine) asks the head itself: `exportable` (its forward needs the
-    encoder's inputs, and the `export_inputs` it declares), `export_outputs` (the names and
-    shapes of what it hands back) and `rows_per_example` (rows of a batch that make one
-    example)."""
+    """The base of every head: the encoder under `ernie_doc.`, from/save_pretrained,
+    `official_names`; export reads exportable, export_inputs/outputs, rows_per_example."""
     official_names = {}
     abstract_base = True   # not a head itself: a config naming it names no head
     encoder_prefix = names.PREFIX   # the encoder's keys: "ernie_doc." + ErnieDocModel's
@@ -110,9 +99,8 @@ class Head(PretrainedMixin, nn.Layer):
         return [("logits", self.logits_shape(batch, seq_len))]
 
     def export_inputs(self, batch: int, seq_len: int) -> List[ExportInput]:
-        """The inputs forward needs beyond the encoder's (keyword arguments of forward), in the
-        order an export feeds them after the encoder's; batch -1 marks a dynamic batch. None
-        by default: the export's signature is then the encoder's alone."""
+        """The inputs forward needs beyond the encoder's, in export order (batch -1: dynamic);
+        None: the export's signature is the encoder's alone."""
         return []
 
     def _grouped(self, batch: int) -> int:
@@ -120,9 +108,8 @@ class Head(PretrainedMixin, nn.Layer):
         return batch // self.rows_per_example if batch > 0 else -1
 
     def _visible(self, enc):
-        """The encoder output handed back, without pooled_output when the head never reads
-        it: data parallelism waits for the gradients of every parameter an output depends
-        on, and the pooler's never come."""
+        """The encoder output without pooled_output when the head never reads it (data
+        parallelism would wait for the pooler's gradients)."""
         if self.uses_pooled:
             return enc
         # Field by field rather than enc._replace: paddle 2.6's static conversion (export)
@@ -232,11 +219,8 @@ class ErnieDocForMultipleChoice(Head):
 
 
 class ErnieDocForPairMatching(Head):
-    """Triplet matching (CAIL2019-SCM): rows come in pairs (A,B), (A,C), each its own memory
-    stream; pooled(A,B) − pooled(A,C) → dropout → linear(H, 1): logits [B/2], > 0 when B is
-    the closer one (binary cross-entropy). PaddleNLP's ErnieDocForTextMatching puts
-    linear(H, 2) and a softmax over [B, C] on the same difference: the same model, as
-    sigmoid(l_B − l_C) = softmax([l_B, l_C])[B]."""
+    """Triplet matching (CAIL2019-SCM): rows (A,B), (A,C); pooled(A,B) − pooled(A,C) → dropout →
+    linear(H, 1): logits [B/2], > 0 when B is closer (binary cross-entropy)."""
     official_names = dict(names.CLASSIFICATION_HEAD)
     exportable = True
     rows_per_example = 2   # (A,B) and (A,C)
@@ -314,9 +298,7 @@ class ErnieDocForPretraining(Head):
         return PretrainingOutput(mlm, reorder, enc.memories, enc.memory_mask, enc)
 
 
-# The built-in heads by name, read-only. ernie_doc.auto registers them (it is the lookup every
-# caller uses: it also knows the heads of the task folders); kept here for code written
-# against this table.
+# The built-in heads by name, read-only (ernie_doc.auto is the registry every caller uses).
 HEADS: Mapping[str, Type[Head]] = MappingProxyType({
     "sequence_classification": ErnieDocForSequenceClassification,
     "question_answering": ErnieDocForQuestionAnswering,

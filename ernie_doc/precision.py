@@ -1,15 +1,12 @@
 """Mixed precision (`amp:`): which autocast a run uses, decided once from the config value,
 the device and `compile`.
 
-    amp: false   fp32 everywhere (the default)
-    amp: true    the same as fp16 (the released pretraining configs' setting)
+    amp: false   fp32 everywhere (the default); amp: true is fp16
     amp: fp16    GPU: float16 autocast (paddle's O1 lists) with dynamic loss scaling
-    amp: bf16    GPU: bfloat16 autocast, no loss scaling (bf16 has fp32's exponent range)
-                 CPU: bfloat16 matmuls inside the compiled training step (needs compile: true)
+    amp: bf16    GPU: bfloat16 autocast; CPU: bf16 matmuls in the compiled step (compile: true)
 
-Paddle's dygraph autocast does nothing on CPU, so CPU bf16 is the compiled step only; other
-unsupported cases are refused with the reason. Details: docs/design-notes.md, "Training: mixed
-precision".
+Unsupported cases are refused with the reason. Details: docs/design-notes.md, "Training:
+mixed precision".
 """
 import contextlib
 from typing import NamedTuple, Optional, Tuple, Union
@@ -20,9 +17,8 @@ AMP_VALUES = (False, True, "fp16", "bf16")
 
 
 class AmpSettings(NamedTuple):
-    """enabled: autocast on · dtype: "float16" / "bfloat16" (paddle's names) · loss_scaling:
-    dynamic loss scaling (fp16 only) · in_program: the autocast is entered inside the
-    compiled training step only (CPU bf16), not around dygraph calls."""
+    """enabled · dtype: "float16" / "bfloat16" · loss_scaling: dynamic (fp16 only) ·
+    in_program: autocast inside the compiled training step only (CPU bf16)."""
     enabled: bool = False
     dtype: str = "float16"
     loss_scaling: bool = False
@@ -78,11 +74,8 @@ def cpu_bf16_problem() -> Optional[str]:
 def amp_settings(value: Union[bool, str], device: str,
                  capability: Optional[Tuple[int, int]] = None,
                  compiled: bool = False) -> AmpSettings:
-    """The autocast for config value `value` on `device` ("cpu" or "gpu"; `capability`: the
-    GPU's compute capability where known; `compiled`: the config's `compile`) →
-    AmpSettings. Raises ValueError (the reason, without the key) for fp16 on CPU, bf16 on CPU
-    without compile or where cpu_bf16_problem says no, a GPU too old for the precision, or a
-    value not in AMP_VALUES."""
+    """The autocast for config value `value` on `device` → AmpSettings. ValueError (the
+    reason) for fp16 on CPU, unsupported CPU bf16, a GPU too old, an unknown value."""
     problem = check_amp_value(value)
     if problem:
         raise ValueError(problem)

@@ -18,9 +18,8 @@ _PADDLENLP = "https://bj.bcebos.com/paddlenlp/models/transformers"
 
 @dataclass(frozen=True)
 class Remote:
-    """One file to fetch: its URL, when known its sha256 (hex), and the most bytes its body
-    may hold (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB; a Content-Length announcing
-    more is refused before the body is read)."""
+    """One file to fetch: URL, sha256 (hex) when known, and the most bytes its body may hold
+    (None: ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB)."""
     url: str
     sha256: Optional[str] = None
     max_bytes: Optional[int] = None
@@ -28,10 +27,8 @@ class Remote:
 
 @dataclass(frozen=True)
 class Release:
-    """A released model: its config (a preset name of ernie_doc.config.PRESETS or a dict of
-    config keys), its weights per source
-    (an archive of official per-parameter files, or one PaddleNLP .pdparams file) and its
-    tokenizer files ({file name: Remote})."""
+    """A released model: its config (a PRESETS name or a dict), its weights per source (an
+    official archive or a PaddleNLP .pdparams) and its tokenizer files ({name: Remote})."""
     name: str
     preset: str
     weights: Dict[str, Remote]

@@ -60,10 +60,8 @@ def _status_bytes(field: str) -> Optional[int]:
 
 
 def _rlimit_available() -> Optional[int]:
-    """What this process's own limits leave (`ulimit -v`, `prlimit --as`, a batch system's
-    RLIMIT_DATA): the soft RLIMIT_AS less the address space mapped now (VmSize), and the
-    soft RLIMIT_DATA less the data segment now (VmData); None when neither is set. Past
-    them an allocation fails however much memory the machine has free."""
+    """What this process's own limits leave: soft RLIMIT_AS less VmSize and soft RLIMIT_DATA
+    less VmData; None when neither is set."""
     try:
         import resource
     except ImportError:   # not on a POSIX system
@@ -90,11 +88,8 @@ def current_device() -> str:
 
 
 def available_memory(device: Optional[str] = None) -> Optional[int]:
-    """Bytes this process can still allocate on `device` ("cpu" or "gpu"; None: paddle's
-    current device), or None when unknown. CPU: MemAvailable, lowered by a cgroup limit and
-    by the process's RLIMIT_AS / RLIMIT_DATA (what they leave beyond its mappings now). GPU:
-    the device's total memory (paddle reserves and caches as it goes, so what is free now
-    says little)."""
+    """Bytes this process can still allocate on `device` (None: paddle's current), or None
+    when unknown. CPU: MemAvailable within cgroup and rlimits; GPU: the total memory."""
     device = device or current_device()
     if device == "gpu":
         try:
@@ -108,13 +103,8 @@ def available_memory(device: Optional[str] = None) -> Optional[int]:
 
 
 def parameter_count(build: Callable[[int], object], layers: int) -> int:
-    """Parameters of the model `build(layers)` returns (`build(n)`: the same model with n
-    Transformer layers), exact and in milliseconds whatever its size. No parameter memory is
-    allocated (the model is built under paddle.LazyGuard), and only the models of one and two
-    layers are built: every further layer adds what the second one added, since the layers
-    are alike and tensors stacked per layer (untied biases [L, heads, d_head]) grow by one
-    slice per layer. Building all the layers, even lazily, takes minutes for a mistyped
-    num_hidden_layers of 100000."""
+    """Parameters of `build(layers)`'s model, exact and fast: only one- and two-layer models are
+    built (under paddle.LazyGuard); each further layer adds what the second did."""
     import paddle
 
     def count(n: int) -> int:
@@ -142,9 +132,8 @@ def describe(nbytes: float) -> str:
 
 def check_fits(parts: dict, what: str, device: Optional[str] = None,
                available: Optional[int] = None) -> int:
-    """Raise ConfigError when the bytes in `parts` ({label: bytes}) exceed what `device` has
-    available (None: paddle's current device; `available` overrides the measurement, for
-    tests) → the total."""
+    """The total of `parts` ({label: bytes}); ConfigError when it exceeds what `device` has
+    (`available` overrides the measurement)."""
     device = device or current_device()
     total = int(sum(parts.values()))
     free = available_memory(device) if available is None else available
@@ -156,10 +145,8 @@ def check_fits(parts: dict, what: str, device: Optional[str] = None,
     return total
 
 
-# What a layer costs beyond its tensors' data (its Python objects, each parameter's tensor and
-# allocator block), counted low so that no real model is refused for it: it makes a mistyped
-# num_hidden_layers of 10**6 with a tiny hidden size one line instead of hours of building and
-# a MemoryError.
+# What a layer costs beyond its tensors' data, counted low: a mistyped num_hidden_layers of
+# 10**6 with a tiny hidden size is then refused at once.
 LAYER_OVERHEAD = 128 << 10
 
 

@@ -22,9 +22,8 @@ from ernie_doc.precision import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              threads_problem)
 
-# Every key: (name, default, one line of meaning), in groups. This table is the one source of
-# the defaults (DEFAULTS), the meanings `--help-config` prints (help_config) and the names an
-# unknown key is matched against (suggest_keys): the help cannot drift from the code.
+# Every key: (name, default, meaning), in groups: the one source of DEFAULTS, `--help-config`
+# and suggest_keys.
 KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
     ("what to run", (
         ("task", None, "the task: a folder tasks/<task>/ with reader.py (--list-tasks)"),
@@ -182,9 +181,8 @@ CHOICES = {
 # kinds that stream their training data for max_steps (eval_splits may be empty)
 STREAMED_KINDS = ("pretraining", "language_model")
 FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
-# Integer keys → the least value each takes (the greatest is MAX_DIM, the largest tensor
-# dimension paddle takes: far above any real count, step or size). seed and threads have
-# their own checks below. null stands for the default in stride and eval_batch_size.
+# Integer keys → the least value each takes (the greatest is MAX_DIM); seed and threads are
+# checked below; null means the default in stride and eval_batch_size.
 INTEGER_KEYS = {
     **dict.fromkeys(("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
                      "tokenizer_vocab_size", "stride", "eval_batch_size"), 1),
@@ -225,14 +223,8 @@ MAX_CONFIG_CHARS = 1 << 18   # a config file's size (the task configs are about 
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load (plain data, no tags that build objects), except that these are errors
-    at their file:line:
-    - a key given twice in one mapping (PyYAML keeps the last one silently, so a duplicated
-      key would hide the value the user meant);
-    - an anchor or alias (`&name`, `*name`, and the `<<` merges built on them): an alias
-      repeats a value without repeating its text, so a few hundred bytes can stand for
-      gigabytes once printed or copied (the "billion laughs"), and a config needs none;
-    - nesting deeper than MAX_YAML_DEPTH (PyYAML recurses per level: a RecursionError)."""
+    """yaml.safe_load, except these are errors at their file:line: a duplicated key, an anchor
+    or alias (a "billion laughs" risk; configs need none), nesting deeper than MAX_YAML_DEPTH."""
 
     def compose_node(self, parent, index):
         event = self.peek_event()
@@ -291,9 +283,8 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def parse_yaml(stream: Union[str, TextIO]) -> Any:
-    """YAML text (or a text stream) → its value, read by _StrictLoader: every YAML the package
-    reads goes through here. yaml.YAMLError for what it refuses, with problem_mark at the
-    place."""
+    """YAML text (or stream) → its value via _StrictLoader (all YAML the package reads);
+    yaml.YAMLError with problem_mark for what it refuses."""
     return yaml.load(stream, Loader=_StrictLoader)
 
 
@@ -337,10 +328,8 @@ def load_yaml(path):
 
 
 def parse_override(text):
-    """'a.b=value' → (['a', 'b'], value parsed as YAML). A value that YAML reads as a plain
-    string is refused when it holds a control character: YAML would fold a newline into a
-    space and drop a final CR, and the run would quietly use another name than the one
-    given."""
+    """'a.b=value' → (['a', 'b'], value parsed as YAML). A plain string holding a control
+    character is refused (YAML would silently fold or drop it)."""
     if "=" not in text:
         raise ConfigError(f"override {clip(repr(text))}: expected key=value")
     key, raw = text.split("=", 1)

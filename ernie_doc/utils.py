@@ -12,13 +12,10 @@ import tempfile
 import unicodedata
 from typing import Optional
 
-# errno values that mean "this write cannot succeed here": a full disk or quota, a read-only
-# filesystem, a file over the size limit. Whatever path they come with, they are the user's
-# environment, never a bug.
+# errno values that mean "this write cannot succeed here" (the user's environment, never a bug)
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
-# errno values that, for a path inside the output location, mean the location is unusable
-# (a file where a directory should be, no permission ...). ENOENT is not among them: a file
-# of ours that vanished is a bug (or another process), and keeps its traceback.
+# errno values that, for a path inside the output location, make it unusable (not ENOENT: a
+# file of ours that vanished is a bug and keeps its traceback)
 _PLACE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR,
                            errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK,
                            errno.ENOTEMPTY})
@@ -33,10 +30,8 @@ def _named(error: OSError, path: str) -> OSError:
 
 @contextlib.contextmanager
 def atomic_path(path, tmp_dir=None):
-    """Yield a temporary path next to `path` (or in `tmp_dir`, a folder on the same
-    filesystem); move it into place only if the block succeeds. An OSError without a file
-    name (a write cut short by a full disk) or naming the temporary file is raised again
-    naming `path`, the file the caller meant to write."""
+    """Yield a temporary path next to `path` (or in `tmp_dir`), moved into place if the block
+    succeeds. An OSError without a file name, or naming the temporary, is raised naming `path`."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -70,12 +65,10 @@ def atomic_write_text(path, text):
 
 
 # -- reading regular files only ------------------------------------------------------------
-# Opening a FIFO blocks until another process writes to it, and a device never ends: every
-# reader of user files opens regular files only.
+# A FIFO blocks and a device never ends: every reader of user files opens regular files only.
 def file_kind(path) -> Optional[str]:
-    """None for a regular file (symbolic links followed), else what is there instead:
-    "missing", "a directory", "a FIFO", "a socket", "a character device", "a block device",
-    "unreadable (<reason>)" or "not a regular file"."""
+    """None for a regular file (links followed), else what is there: "missing", "a directory",
+    "a FIFO", "a socket", "a ... device", "unreadable (<reason>)", "not a regular file"."""
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL byte
@@ -114,10 +107,8 @@ def regular_file_problem(path, what: str = "file") -> Optional[str]:
 
 
 def open_regular(path, what: str = "file", error=ValueError):
-    """A binary file object of a regular file. Anything else (missing, a FIFO, a device, a
-    directory) raises `error` naming the path without ever blocking: the file is checked
-    before it is opened, opened non-blocking, and checked again on the open descriptor (it
-    may have been swapped in between)."""
+    """A binary file object of a regular file; anything else raises `error` naming the path
+    without blocking (checked before, opened non-blocking, checked again on the descriptor)."""
     problem = regular_file_problem(path, what)
     if problem:
         raise error(problem)
@@ -158,9 +149,8 @@ def read_json(path, error=ValueError):
     return parse_json(read_utf8(path, error), os.fspath(path), error)
 
 
-# The most digits an integer read from a config or data file may have: far beyond any count,
-# size or id (2**64 has 20), far below Python's 4300-digit limit on int() (a ValueError), and
-# cheap to convert (int() of n digits takes time quadratic in n).
+# The most digits an integer read from a file may have: far beyond any count (2**64 has 20),
+# far below int()'s 4300-digit limit, and cheap to convert.
 MAX_INT_DIGITS = 30
 
 
@@ -181,9 +171,8 @@ def long_integer_problem(digits: int) -> str:
 
 
 def parse_json(text: str, where: str, error=ValueError):
-    """`text` (the content of the file `where`) parsed as JSON; invalid or too deeply nested
-    JSON, and an integer of more than MAX_INT_DIGITS digits, raise `error` naming `where`
-    (and the line)."""
+    """`text` (of file `where`) parsed as JSON; invalid, too deep, or an integer over
+    MAX_INT_DIGITS digits raises `error` naming `where` (and the line)."""
     try:
         return json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as e:
@@ -222,10 +211,8 @@ def clip(text: str, limit: int = 200) -> str:
 
 
 def control_character(text: str) -> Optional[str]:
-    """The first control character (Unicode category Cc: NUL, tab, newline, CR, DEL ...) in
-    `text` as "U+000A", or None. No name or path the package reads holds one: a NUL cannot
-    reach the OS, and a newline or CR is a pasted line end (YAML folds or drops it, and it
-    would split a log line)."""
+    """The first control character (category Cc) in `text` as "U+000A", or None: no name or
+    path the package reads may hold one."""
     for char in text:
         if unicodedata.category(char) == "Cc":
             return f"U+{ord(char):04X}"
@@ -241,9 +228,8 @@ def available_cpus() -> int:
 
 
 def threads_problem(threads) -> Optional[str]:
-    """Why `threads` cannot be the number of CPU math threads, or None (0: the library's
-    default). More threads than the CPUs this process may use are refused: paddle's OpenMP
-    aborts the whole process (signal 6) when it cannot start them."""
+    """Why `threads` cannot be the CPU math thread count, or None (0: default); more than the
+    usable CPUs is refused (paddle's OpenMP aborts)."""
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         return f"must be a non-negative integer, got {clip(repr(threads))}"
     cpus = available_cpus()
@@ -253,10 +239,8 @@ def threads_problem(threads) -> Optional[str]:
 
 
 def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueError) -> None:
-    """CPU math threads for paddle (set OMP_NUM_THREADS before importing paddle as well for
-    the OpenMP parts). `error` (the caller's one-line error class) naming `what` (the key or
-    option that gave them) for a count threads_problem refuses, before paddle's OpenMP sees
-    it (too many threads abort the process)."""
+    """CPU math threads for paddle; `error` (naming `what`) for a count threads_problem refuses,
+    before paddle's OpenMP sees it (too many threads abort the process)."""
     problem = threads_problem(threads)
     if problem:
         raise error(f"{what}: {problem}")
@@ -269,13 +253,9 @@ def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueE
         setter(int(threads))
 
 
-# ---------------------------------------------------------------------------------------------
-# denormal floats
-# ---------------------------------------------------------------------------------------------
-# x86-64 MXCSR bits: flush-to-zero (denormal results become 0) and denormals-are-zero
-# (denormal inputs read as 0). Without them a CPU computes each denormal operand in microcode,
-# tens of times slower: once a fine-tuning loss nears 0, backward's products fall below
-# 1.2e-38 and whole steps slow down severalfold. GPUs' kernels flush by default.
+# -- denormal floats -----------------------------------------------------------------------
+# x86-64 MXCSR bits flush-to-zero and denormals-are-zero: a CPU computes denormals in
+# microcode, and once a loss nears 0 whole backward steps slow down severalfold.
 _MXCSR_FTZ_DAZ = 0x8040
 _FENV_SIZE, _MXCSR_OFFSET = 32, 28   # glibc's x86-64 fenv_t: the x87 state, then mxcsr
 
@@ -310,11 +290,8 @@ def denormals_flushed() -> Optional[bool]:
 
 
 def flush_denormals(enable: bool = True) -> bool:
-    """Flush denormal floats to zero (FTZ and DAZ) in this thread, and so in the threads it
-    starts after (paddle's math threads took it up in practice even when they already
-    existed); `enable=False` restores IEEE denormals → whether the setting was applied (False
-    off x86-64 Linux/glibc, where nothing changes). Values below 1.2e-38 become 0: nothing a
-    float32 model's outputs show, and a denormal-heavy backward runs at full speed."""
+    """Flush denormal floats to zero (FTZ, DAZ) in this thread and those it starts;
+    `enable=False` restores them → whether applied (only on x86-64 Linux/glibc)."""
     import ctypes
     import warnings
     got = _fenv()
@@ -330,9 +307,7 @@ def flush_denormals(enable: bool = True) -> bool:
     return libm.fesetenv(ctypes.byref(env)) == 0
 
 
-# ---------------------------------------------------------------------------------------------
-# failed writes, for the command-line tools
-# ---------------------------------------------------------------------------------------------
+# -- failed writes, for the command-line tools -----------------------------------------------------
 def path_within(path: str, root: str) -> bool:
     """Whether `path` is `root` or lies under it (after resolving links and '..')."""
     path, root = os.path.realpath(path), os.path.realpath(root)
@@ -358,16 +333,8 @@ def _safetensors_write_reason(error: BaseException) -> Optional[str]:
 
 def write_failure(error: BaseException, target: str, what: str = "output_dir",
                   target_is_dir: bool = True) -> Optional[str]:
-    """The one-line report of `error` raised while a tool wrote `target` (its output
-    directory, or file when target_is_dir is False), or None when `error` is not a failed
-    write there (the caller then re-raises it: a bug keeps its traceback).
-
-    Reported: an OSError whose errno says no write can succeed (WRITE_ERRNOS: full disk,
-    read-only filesystem ...), one about `target` or a parent of it, one about a path inside
-    `target` that makes the place unusable, and safetensors' serialisation error (a full disk).
-    Shapes: "<file>: cannot write (<reason>)", "<what> <target>: cannot create it (<reason>)",
-    "<file>: <reason>".
-    """
+    """The one-line report of `error` raised while writing `target`, or None when it is no
+    failed write there (the caller then re-raises)."""
     target = os.fspath(target)
     if isinstance(error, OSError):
         reason = error.strerror or str(error)
@@ -394,9 +361,8 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
 
 
 def unwritable_file(path: str) -> Optional[str]:
-    """Why `path` cannot be written as a file, checked before a long job rather than after
-    it, or None. The nearest existing parent must be a writable directory; `path` itself
-    must not be a directory. (The write itself still reports what fails: a disk can fill.)"""
+    """Why `path` cannot be written as a file (checked before a long job), or None: the nearest
+    existing parent must be a writable directory and `path` no directory."""
     path = os.fspath(path)
     if path.endswith(os.sep) or os.path.isdir(path):
         return f"{path}: is a directory; give a file name"
@@ -415,11 +381,8 @@ _PROGRESS_OFF = ("0", "false", "no", "off")
 
 
 def show_progress(requested: bool = True) -> bool:
-    """Whether to draw a progress bar: every tqdm bar of the package asks here. One switch,
-    spelled three ways: the environment variable ERNIE_DOC_PROGRESS=0 turns every bar of the
-    process off (downloads too; for scripts and CI); the run key `progress: false` (finetune,
-    pretrain) and predict's `--no-progress` are the same switch for one run, passed in as
-    `requested`."""
+    """Whether to draw a progress bar (every tqdm bar asks here): off with ERNIE_DOC_PROGRESS=0,
+    or for one run with `requested` False (`progress: false`, --no-progress)."""
     return bool(requested) and os.environ.get("ERNIE_DOC_PROGRESS", "1").strip().lower() \
         not in _PROGRESS_OFF
 
@@ -431,9 +394,8 @@ def _bars_drawn() -> bool:
 
 
 class BarSafeHandler(logging.StreamHandler):
-    """A console log handler that writes through tqdm.write while a progress bar is drawn, so
-    that a log line clears the bar and the bar is redrawn below it (a plain write leaves a
-    stale copy of the bar above each line); otherwise a StreamHandler."""
+    """A console log handler writing through tqdm.write while a progress bar is drawn (so the
+    bar is redrawn below the line); otherwise a StreamHandler."""
 
     def emit(self, record: logging.LogRecord) -> None:
         if not _bars_drawn():
@@ -450,9 +412,8 @@ class BarSafeHandler(logging.StreamHandler):
 
 
 def notes_to_stdout(name: str = "ernie_doc") -> None:
-    """Send the `name` logger's records (the checkpoint loader's "loaded 34 tensors ...") to
-    stdout with the rest of a tool's report, so that stderr holds only an error line. For a
-    tool's `__main__`: it changes process-wide logging."""
+    """Send the `name` logger's records to stdout with a tool's report (stderr: only errors).
+    For a tool's `__main__`: changes process-wide logging."""
     class CurrentStdout(BarSafeHandler):
         """Writes to sys.stdout as it is when a record comes (it may have been replaced,
         e.g. captured, since the handler was made)."""
@@ -481,10 +442,8 @@ def write_error_types() -> tuple:
 
 
 def quiet_failed_closes() -> None:
-    """After a write failed for lack of space, files still open fail again when they are
-    closed by the garbage collector (numpy's savez ZipFile), and Python prints those as
-    "Exception ignored in ..." tracebacks after the one error line. Drop exactly those
-    (OSError with a WRITE_ERRNOS errno); any other unraisable error is still printed."""
+    """After a write failed for lack of space, drop the "Exception ignored in ..." tracebacks of
+    files the garbage collector closes (OSError with a WRITE_ERRNOS errno); print any other."""
     previous = sys.unraisablehook
 
     def hook(unraisable):

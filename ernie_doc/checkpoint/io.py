@@ -1,14 +1,12 @@
 """Finding, reading and writing checkpoints in the three supported layouts.
 
-    "official"     one LoDTensor file per parameter, named by the official static name, in the
-                   directory or its `params/`; config `ernie_config.json` beside it or one up.
-    "paddlenlp"    `model_state.pdparams` (read by ernie_doc.checkpoint.safe_pickle) +
-                   `config.json` or `model_config.json`; keys are PaddleNLP's (= ours).
-    "safetensors"  ours: `model.safetensors` + `config.json` with an "architecture" entry.
+    "official"     one LoDTensor file per parameter (or in `params/`) + `ernie_config.json`
+    "paddlenlp"    `model_state.pdparams` + `config.json` or `model_config.json`
+    "safetensors"  ours: `model.safetensors` + `config.json` with an "architecture" entry
 
-Only name-as-stored tensors and a config dict come out of here: this package knows formats and
-names, never a model class. A file that cannot be read is a CheckpointError naming it.
-Details: docs/design-notes.md, "Checkpoints: layouts".
+Only tensors named as stored and a config dict come out of here, never a model class; an
+unreadable file is a CheckpointError naming it. Details: docs/design-notes.md, "Checkpoints:
+layouts".
 """
 import json
 import logging
@@ -69,9 +67,7 @@ def normalize_format(fmt: str) -> str:
 
 
 # -- config files -------------------------------------------------------------------------------
-# The spellings of config files (ours, PaddleNLP's, the official one) are read in
-# ernie_doc.config, which ErnieDocConfig.from_pretrained shares; here their errors are
-# CheckpointErrors, as every error of a checkpoint's files.
+# Config spellings are read by ernie_doc.config; here their errors are CheckpointErrors.
 def parse_config_dict(raw: Any, source: str = "config"
                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """config.parse_config_dict: (ErnieDocConfig kwargs, architecture); CheckpointError."""
@@ -94,10 +90,8 @@ def _first_file(directories, filenames):
 
 
 def all_official_names() -> Set[str]:
-    """Every official head parameter name: those of the official heads (names.OFFICIAL_HEADS,
-    which the head classes declare theirs from) and the official head variants no class of
-    ours has (names.OTHER_OFFICIAL_HEAD_NAMES). ernie_doc.auto.official_head_names adds those
-    of every registered head class."""
+    """Every official head parameter name (names.OFFICIAL_HEADS and OTHER_OFFICIAL_HEAD_NAMES);
+    ernie_doc.auto.official_head_names adds every registered head's."""
     return names.official_head_names()
 
 
@@ -107,11 +101,8 @@ def _is_official_param(name, head_names):
 
 def detect_format(path: PathLike, head_names: Optional[Collection[str]] = None
                   ) -> Tuple[str, str, Optional[str]]:
-    """path → (format, weights path, config path or None). CheckpointError when the path holds
-    none of the supported layouts (the message lists what was looked for).
-
-    head_names: the official head parameter names that mark a file of an official directory
-    as a parameter, as the backbone's do (default: all_official_names())."""
+    """path → (format, weights path, config path or None); CheckpointError listing what was
+    looked for. head_names: official head names marking a parameter file (default: all)."""
     path = os.fspath(path)
     if os.path.isfile(path):
         directory = os.path.dirname(os.path.abspath(path))
@@ -173,13 +164,8 @@ def read_safetensors(path: PathLike) -> Dict[str, np.ndarray]:
 
 
 def _read_pdparams(path):
-    """A paddle.save state dict (PaddleNLP's format) → ({name: ndarray}, [skipped entries]).
-
-    Read with the restricted unpickler of ernie_doc.checkpoint.safe_pickle: nothing in the
-    file runs, and anything paddle.save does not write is refused (CheckpointError). paddle
-    saves bfloat16 tensors as their uint16 bit patterns (it has no uint16 tensors): uint16
-    arrays come back as float32, exactly.
-    """
+    """A paddle.save state dict → ({name: ndarray}, [skipped]), read by safe_pickle (nothing
+    runs; anything else is a CheckpointError); bfloat16 bits come back as float32."""
     state = safe_pickle.load_state_dict(path)
     tensors, skipped = {}, []
     for key, value in state.items():
@@ -191,13 +177,8 @@ def _read_pdparams(path):
 
 
 def _read_official(directory, upcast, head_names):
-    """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]).
-
-    A file named like a parameter (of the encoder or of any head) must be a valid LoDTensor
-    file: an empty, garbage or truncated one is an error naming it, never a "missing" tensor
-    left at its initialisation. Optimizer / LR state files are not read. Other files are read
-    when they start like a LoDTensor (they become "unexpected") and skipped otherwise
-    (configs, vocab)."""
+    """The LoDTensor files of an official directory → ({official name: ndarray}, [ignored]);
+    a file named like a parameter must be a valid LoDTensor file."""
     tensors, ignored = {}, []
     for name in lodtensor.list_regular_files(directory):
         if names.is_ignored_official(name):
@@ -217,11 +198,8 @@ def _read_official(directory, upcast, head_names):
 
 def read_checkpoint(path: PathLike, upcast: bool = True,
                     head_names: Optional[Collection[str]] = None) -> Checkpoint:
-    """Any supported layout → Checkpoint (tensors named as stored).
-
-    upcast: official FP16 / BF16 files as float32 (see lodtensor.read_lodtensor). head_names:
-    the official head parameter names (default: all_official_names()); an official file
-    named like one must be a valid LoDTensor file (see detect_format)."""
+    """Any supported layout → Checkpoint (tensors named as stored). upcast: official FP16 /
+    BF16 as float32. head_names: as for detect_format."""
     if head_names is None:
         head_names = all_official_names()
     fmt, weights, config_path = detect_format(path, head_names)
@@ -241,9 +219,7 @@ def read_checkpoint(path: PathLike, upcast: bool = True,
 # -- writing ------------------------------------------------------------------------------------
 def commit_files(directory: PathLike, writers: Dict[str, Callable[[str], None]]) -> None:
     """Write several files into `directory` all or nothing: each writer(tmp_path) fills a file
-    in a hidden staging folder inside `directory`, and only when every one succeeded are they
-    moved into place (os.replace, atomic per file). Other files are left alone.
-    """
+    in a hidden staging folder, moved into place (os.replace) once all succeeded."""
     directory = os.fspath(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise CheckpointError(f"{directory}: exists and is not a directory")
@@ -274,11 +250,8 @@ def _json_writer(obj):
 
 def official_config_dict(config: "ErnieDocConfig",
                          architecture: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """ErnieDocConfig → the official ernie_config.json keys, + our "architecture" (the head
-    class and its arguments) when given: the official code's ErnieConfig reads the file as a
-    dict and looks keys up by name, so an extra key is never read there, while the head
-    classes that share the official names (cls_out_*: classification, multiple choice, pair
-    matching) are told apart on our side."""
+    """ErnieDocConfig → the official ernie_config.json keys, + our "architecture" when given
+    (the official code ignores it; it tells apart heads sharing official names)."""
     values = config.to_dict()
     out = {k: values[k] for k in OFFICIAL_CONFIG_KEYS if k in values}
     out["sent_type_vocab_size"] = 4  # present in every official config, read by nothing
@@ -305,11 +278,8 @@ def paddlenlp_config_dict(config: "ErnieDocConfig", architecture: Dict[str, Any]
 
 def write_checkpoint(directory: PathLike, fmt: str, tensors: Dict[str, Any],
                      config: "ErnieDocConfig", architecture: Dict[str, Any]) -> None:
-    """Write tensors (named for `fmt`: official names for "official", state_dict keys
-    otherwise) and the config into `directory`, all or nothing.
-
-    tensors: {name: ndarray}; for "paddlenlp", paddle Tensors are also accepted.
-    """
+    """Write tensors ({name: ndarray}, named for `fmt`; paddle Tensors too for "paddlenlp")
+    and the config into `directory`, all or nothing."""
     fmt = normalize_format(fmt)
     if fmt == "safetensors":
         from safetensors.numpy import save_file

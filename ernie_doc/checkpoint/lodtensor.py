@@ -137,9 +137,8 @@ def bf16_to_fp32(bits: np.ndarray) -> np.ndarray:
 
 
 def _read_header(f, path: str, size: int) -> Tuple[int, List[int], int]:
-    """The header of the LoDTensor at `f`'s position (a file of `size` bytes) → (data_type,
-    dims, data bytes), `f` left at the data. Every size the header declares (LoD levels, the
-    data) is checked against what the file holds before anything is read."""
+    """The header of the LoDTensor at `f` (a file of `size` bytes) → (data_type, dims, data
+    bytes), `f` left at the data; every declared size is checked against the file first."""
     (version,) = struct.unpack("<I", _read_exact(f, 4, path, "the version"))
     if version != 0:
         raise LoDTensorFormatError(f"{path}: not a LoDTensor file (version {version}, "
@@ -186,13 +185,8 @@ def _read_header(f, path: str, size: int) -> Tuple[int, List[int], int]:
 
 
 def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
-    """One LoDTensor file → np.ndarray with the stored shape (LoD offsets are discarded).
-
-    upcast=True turns FP16 and BF16 into float32 (exact); upcast=False returns FP16 as float16
-    and BF16 as its raw uint16 bits. Every size the header declares (LoD levels, the data) is
-    checked against the file's length before anything is read or allocated, so a corrupt or
-    hostile header is a LoDTensorFormatError naming the file, never a MemoryError.
-    """
+    """One LoDTensor file → np.ndarray (LoD discarded). upcast: FP16 / BF16 → float32, else
+    float16 / raw uint16. Sizes are checked first: a corrupt header is a LoDTensorFormatError."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -214,9 +208,8 @@ def read_lodtensor(path: PathLike, upcast: bool = True) -> np.ndarray:
 
 
 def combined_shapes(path: PathLike) -> List[List[int]]:
-    """The shapes of the tensors in a combined parameters file (paddle.jit.save's
-    `.pdiparams`: LoDTensors one after another, names in the program), in file order, read
-    from their headers alone (the data is skipped, never loaded)."""
+    """The shapes of the tensors in a combined `.pdiparams` file, in file order, read from
+    their headers alone (the data is never loaded)."""
     path = os.fspath(path)
     shapes = []
     with open(path, "rb") as f:
@@ -294,11 +287,8 @@ def list_tensor_files(directory: PathLike) -> List[str]:
 
 
 def read_official_dir(directory: PathLike, upcast: bool = True) -> Dict[str, np.ndarray]:
-    """{file name: ndarray} for every LoDTensor file in `directory` (or its `params/`).
-
-    Files that do not start like a LoDTensor (configs, vocab) are skipped; a file that does but
-    fails to parse raises LoDTensorFormatError naming it.
-    """
+    """{file name: ndarray} for every LoDTensor file in `directory` (or its `params/`); other
+    files are skipped, a LoDTensor file that fails to parse raises LoDTensorFormatError."""
     directory = params_dir(directory)
     return {name: read_lodtensor(os.path.join(directory, name), upcast=upcast)
             for name in list_tensor_files(directory)}

@@ -1,11 +1,7 @@
 """The one name map between official static names and ours (= PaddleNLP's bare-model names).
 
-Official names: the static parameters of the official `model/static/ernie.py` and
-`transformer_encoder.py` (PaddlePaddle/ERNIE, `ernie-doc/`); ours are those of PaddleNLP's
-`paddlenlp/transformers/ernie_doc/modeling.py`. Both sides
-store fc/Linear weights [in, out], so values need no transpose. Head models hold the encoder
-under `ernie_doc.` (PaddleNLP's prefix); their own parameters map through the head class's
-`official_names`.
+Both sides store Linear weights [in, out], so values need no transpose. Head models hold the
+encoder under `ernie_doc.`; their own parameters map through the head class's `official_names`.
 """
 import re
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set
@@ -53,10 +49,8 @@ LAYER_NAMES = {
     "norm2.weight": "post_ffn_layer_norm_scale", "norm2.bias": "post_ffn_layer_norm_bias",
 }
 _PER_LAYER_BIASES = ("attn.r_w_bias", "attn.r_r_bias", "attn.r_t_bias")
-# The official head parameters, per head of the official networks: {our key: official name}
-# (our keys: PaddleNLP's, relative to the head model). The head classes of ernie_doc.heads
-# declare theirs (`official_names`) from these, and loaders read these tables rather than the
-# classes, so this package needs no model class to know which official files are parameters.
+# The official head parameters per official head: {our key: official name}. Head classes
+# declare their `official_names` from these; loaders read these tables, needing no model class.
 CLASSIFICATION_HEAD = {"linear.weight": "cls_out_w", "linear.bias": "cls_out_b"}
 SPAN_HEAD = {"linear.weight": "cls_mrc_out_w", "linear.bias": "cls_mrc_out_b"}
 SEQUENCE_LABELING_HEAD = {"linear.weight": "cls_seq_label_out_w",
@@ -71,9 +65,8 @@ PRETRAINING_HEAD = {
     "reorder_head.bias": "multi_sent_sorted_fc.b_0",
 }
 OFFICIAL_HEADS = (CLASSIFICATION_HEAD, SPAN_HEAD, SEQUENCE_LABELING_HEAD, PRETRAINING_HEAD)
-# Official head parameters that no head class here loads: the untied masked-LM output
-# projection of the official pretraining network (weight sharing off). Loaders count them as
-# another head's tensors, like cls_out_w in a pretraining checkpoint.
+# Official head parameters no head class loads (the untied masked-LM output projection):
+# counted as another head's tensors.
 OTHER_OFFICIAL_HEAD_NAMES = ("mask_lm_out_fc.w_0",)
 # The encoder's top-level modules (ErnieDocModel): a key under one of them that is no backbone
 # parameter of ours belongs to no head.
@@ -83,9 +76,8 @@ _GLOBAL_INV = {v: k for k, v in {**GLOBAL_NAMES, **SHARED_BIAS_NAMES}.items()}
 _OURS_LAYER = re.compile(r"^encoder\.layers\.(\d+)\.(.+)$")
 _OFFICIAL_LAYER = re.compile(r"^encoder_layer_(\d+)_(.+)$")
 
-# Official persistables that are not model parameters: optimizer moments and accumulators,
-# LR schedule state, AMP master copies and loss scaling, and fetch temporaries that the
-# official scripts mark persistable. Loaders list them as "ignored".
+# Official persistables that are not model parameters (optimizer, LR, AMP state, fetch
+# temporaries): listed as "ignored".
 _IGNORED_PATTERNS = [re.compile(p) for p in (
     r".*_moment\d+_\d+$",
     r".*_beta\d+_pow_acc_\d+$",
@@ -149,11 +141,8 @@ def official_to_backbone(name: str) -> Optional[str]:
 
 def ours_to_official(key: str, head_names: Optional[Dict[str, str]] = None,
                      prefixed: Optional[bool] = None) -> Optional[str]:
-    """One of our state_dict keys → official name, or None.
-
-    head_names: the head class's `official_names` ({head key: official}). prefixed: whether
-    backbone keys carry `ernie_doc.` (a head model); None accepts both.
-    """
+    """One of our state_dict keys → official name, or None. head_names: the head's
+    `official_names`. prefixed: backbone keys carry `ernie_doc.` (None: either)."""
     head_names = head_names or {}
     if key in head_names:
         return head_names[key]

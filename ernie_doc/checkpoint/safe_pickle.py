@@ -1,12 +1,10 @@
 """Reading `paddle.save` files (.pdparams / .pdopt) without running anything they contain.
 
-A .pdparams file is a pickle, and unpickling an untrusted pickle runs whatever callables it
-names. PaddleNLP checkpoints come from the internet, so they are never given to Python's or
-paddle's own loaders. Two passes: a scan of the opcodes before any object is built, then
-`pickle.Unpickler` with `find_class` restricted to exactly what `paddle.save` writes, each
-mapped to a function of ours that checks its arguments. Anything else is a CheckpointError
-naming the file. bfloat16 tensors come back as their uint16 bits. Details:
-docs/design-notes.md, "Checkpoints: the restricted unpickler".
+Unpickling an untrusted pickle runs whatever callables it names, so PaddleNLP checkpoints are
+never given to Python's or paddle's loaders: the opcodes are scanned first, then `find_class`
+admits exactly what `paddle.save` writes, each checked by a function of ours. Anything else is
+a CheckpointError naming the file. Details: docs/design-notes.md, "Checkpoints: the restricted
+unpickler".
 """
 import _compat_pickle
 import math
@@ -322,9 +320,8 @@ def _resolve(obj, depth=0, seen=None):
 
 
 def load(path: PathLike) -> Any:
-    """A paddle.save file → the object it holds, Tensors / LoDTensors / ndarrays as numpy
-    arrays (read-only views of the file's bytes; bfloat16 as uint16 bits). CheckpointError
-    (naming the file) for an unreadable file or anything paddle.save does not write."""
+    """A paddle.save file → its object, tensors as read-only numpy arrays (bfloat16 as uint16
+    bits). CheckpointError naming the file for anything paddle.save does not write."""
     path = os.fspath(path)
     with open_regular(path, "file", CheckpointError) as f:   # a FIFO would block open()
         size = os.fstat(f.fileno()).st_size
@@ -348,9 +345,8 @@ def load(path: PathLike) -> Any:
 
 
 def load_state_dict(path: PathLike) -> Dict[Any, Any]:
-    """A paddle.save'd state dict → {key: value} with tensors as numpy arrays; paddle's
-    name table is dropped and tensors it cut into slices (protocol 2/3, over 1 GiB) are put
-    back together. CheckpointError when the file holds no dict."""
+    """A paddle.save'd state dict → {key: numpy array}, the name table dropped and sliced
+    tensors (over 1 GiB) put back together. CheckpointError when the file holds no dict."""
     path = os.fspath(path)
     state = load(path)
     if not isinstance(state, dict):

@@ -20,9 +20,8 @@ from typing import Dict, List, Optional, Tuple
 from ernie_doc._version import __version__
 from ernie_doc.errors import ErnieDocError
 
-# paddle's import warns (paddle.utils.cpp_extension) about a C++ compiler cache no command
-# here uses; every subcommand module imports this package first, so this one filter covers
-# them all: stderr holds the progress bar and, on bad input, the one error line
+# paddle's import warns about a C++ compiler cache no command uses; stderr is kept for the
+# progress bar and the one error line (every subcommand imports this package first)
 warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 # what a command that needs paddle says when it is not installed (one line, exit 2)
@@ -85,13 +84,8 @@ def user_error_types() -> tuple:
 def exit_on_user_error(error: BaseException, debug: bool,
                        target: Optional[str] = None, what: str = "output_dir",
                        target_is_dir: bool = True) -> None:
-    """For a command's `except user_error_types()` clause: print one `error:` line and exit
-    when `error` is bad input (an ErnieDocError: its message is the line, its `exit_status`
-    the status) or a failed write to `target` (ernie_doc.utils.write_failure: a full disk, a
-    read-only filesystem, a file where a directory should be; status 2). Return otherwise,
-    and the caller re-raises: a bug keeps its traceback, and so does every error under
-    `debug` (--debug). `target`: the output directory (or file: target_is_dir False) the
-    command writes, named `what` in the line."""
+    """For `except user_error_types()`: print one `error:` line and exit for an ErnieDocError
+    (its `exit_status`) or a failed write to `target` (status 2); else return, to re-raise."""
     if debug:
         return
     if isinstance(error, ErnieDocError):
@@ -122,9 +116,7 @@ def paddle_installed() -> bool:
 
 
 def head_choices(**options) -> Optional[List[str]]:
-    """The head names an option accepts (ernie_doc.auto.head_names(**options)), or None
-    (any) when paddle is not installed: `--help` still answers, and a run then stops with
-    the one paddle-missing line."""
+    """The head names an option accepts, or None (any) without paddle, so `--help` still answers."""
     try:
         with nothing_written_yet():   # paddle's import, seconds long
             from ernie_doc import auto
@@ -136,9 +128,8 @@ def head_choices(**options) -> Optional[List[str]]:
 
 
 def with_notes_on_stdout(main, argv: Optional[List[str]]) -> int:
-    """Run a tool's main(argv) for the command line: readers' and loaders' notes go to stdout
-    with the run's log (stderr holds only an error line) → the exit status (0 when main
-    returns a result instead)."""
+    """Run a tool's main(argv) with readers' and loaders' notes on stdout (stderr holds only an
+    error line) → the exit status (0 when main returns a result)."""
     import logging
 
     from ernie_doc.utils import notes_to_stdout
@@ -197,15 +188,8 @@ def launch_command(command: str, nproc: int, argv: List[str],
 
 
 def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
-    """Run paddle's launcher (`launch_command`) and wait for it → its exit status, or 128 +
-    the signal when the run was interrupted (rank 0 said so).
-
-    The launcher runs in its own session (so its own process group), and this process is
-    its only relay: SIGINT and SIGTERM received here (Ctrl-C in the terminal, `kill -INT` to
-    this process, or to its group) are passed on exactly once (the launcher then stops the
-    ranks, which save the step they are at; a second signal would make it force-quit them),
-    SIGHUP as SIGTERM. Rank 0's `interrupted ...` line, in the launcher's
-    log_dir/workerlog.0, is repeated on stderr."""
+    """Run paddle's launcher in its own session → its exit status (128 + the signal after an
+    interruption); SIGINT / SIGTERM relayed once, SIGHUP as SIGTERM."""
     import signal
     import subprocess
     log = os.path.join(log_dir, "workerlog.0")
@@ -254,18 +238,15 @@ def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """`ernie-doc ARGV` → the exit status. Ctrl-C that no subcommand reported itself (during
-    the imports, which take seconds, or in a tool without its own line) is one line and
-    130; --debug adds the traceback."""
+    """`ernie-doc ARGV` → the exit status; an unreported Ctrl-C is one line and 130 (--debug
+    adds the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     return run_command(_dispatch, argv)
 
 
 def run_command(command, argv: Optional[List[str]] = None) -> int:
-    """command(argv) → its exit status; a Ctrl-C it did not report itself is one line
-    ("interrupted ...") and INTERRUPTED_STATUS, an ErnieDocError it did not report itself
-    one `error:` line and the error's exit status, each with the traceback under --debug.
-    What the `ernie-doc` command and the tools/ scripts run."""
+    """command(argv) → its exit status; an unreported Ctrl-C or ErnieDocError becomes one line
+    and its status (traceback under --debug). Run by `ernie-doc` and the tools/ scripts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(argv)

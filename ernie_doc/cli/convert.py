@@ -56,9 +56,8 @@ def written_names(dst: str, fmt: str) -> List[str]:
 
 
 def check_destination(args: argparse.Namespace, source: str) -> None:
-    """Refuse (OutputError, one line) a DST file that is, aliases or lies inside the source
-    `source` (a folder, or a file and its folder), a FIFO or device, or that exists without
-    --overwrite."""
+    """Refuse (OutputError, one line) a DST that is, aliases or lies inside `source`, a FIFO or
+    device, or that exists without --overwrite."""
     from ernie_doc.predict.outputs import InputSet, check_output
     if os.path.exists(args.dst) and not os.path.isdir(args.dst):
         from ernie_doc.errors import OutputError

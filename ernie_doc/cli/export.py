@@ -21,10 +21,8 @@ import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import Any, Dict, List, Optional
 
-# the static-graph conversion warns about its own internals (2.6: a deprecated attribute of
-# its own ops; 3.x: C++ glog lines) on stderr, where only an error line belongs;
-# GLOG_minloglevel=0 in the environment shows the C++ ones again. (paddle's ccache warning:
-# ernie_doc.cli.)
+# the static-graph conversion warns about its own internals on stderr, where only an error
+# line belongs (GLOG_minloglevel=0 shows the C++ ones again)
 warnings.filterwarnings("ignore", message=r"The Attr\(force_cpu\) of Op", category=UserWarning)
 os.environ.setdefault("GLOG_minloglevel", "2")
 
@@ -129,9 +127,8 @@ PREDICT_FILES = ("task.json", "encoder.json", "vocab.bpe", "vocab.txt", "tokeniz
 
 
 def predict_files(source: str) -> List[str]:
-    """A fine-tuned model directory's files that `ernie-doc predict` needs beside an export:
-    task.json (task kind, labels, reading settings) and the tokenizer's files; [] when
-    `source` is not such a directory."""
+    """The files `ernie-doc predict` needs beside an export (task.json, tokenizer files) of a
+    fine-tuned model directory; [] when `source` is not one."""
     if not os.path.isfile(os.path.join(source, "task.json")):
         return []
     names = [n for n in sorted(os.listdir(source))
@@ -155,12 +152,8 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 
 
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
-    """Every file the export writes (its model, parameters and sidecar under either paddle
-    version's names, and the predict files copied from `directory`), checked by
-    ernie_doc.predict.outputs' rule against --config and every file in its folder (ExportError, one
-    line): never the checkpoint, a file of its folder (links followed) or inside it, a
-    regular file or nothing, a name that fits, an existing one only with --overwrite. All are
-    checked before anything is written. → the paths of the predict files to write."""
+    """Every file the export writes, checked by ernie_doc.predict.outputs' rule (ExportError,
+    one line) before anything is written → the paths of the predict files to write."""
     from ernie_doc.errors import ExportError
     from ernie_doc.predict.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
@@ -174,10 +167,8 @@ def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
 
 
 def stage_copies(sources: List[str], out_dir: str) -> List[str]:
-    """Copy each file of `sources` into `out_dir` under a new temporary name (O_EXCL: never
-    through a link) → those names; they are renamed into place once the export is done. A
-    source that cannot be read is an ExportError (one line), with the copies made so far
-    removed."""
+    """Copy `sources` into `out_dir` under new temporary names (O_EXCL) → those names, renamed
+    once the export is done. ExportError (one line) for an unreadable source, copies removed."""
     from ernie_doc.errors import ExportError
     from ernie_doc.predict.outputs import temp_name
     from ernie_doc.utils import open_regular
@@ -228,9 +219,8 @@ def _export(args):
     out_dir = os.path.dirname(os.path.abspath(args.output))
     made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    # the predict files are complete under temporary names before the export writes, and
-    # renamed into place right after it: a failed export leaves none of them (nor a folder
-    # it created), and an existing file is replaced (never written through) only on success
+    # the predict files are staged before the export writes and renamed after it: a failed
+    # export leaves none of them, and replaces nothing
     staged = []
     try:
         staged = stage_copies(predict_files(directory) if directory else [], out_dir)

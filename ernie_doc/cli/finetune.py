@@ -49,9 +49,8 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
 
 
 def config_path(config):
-    """A config argument as given, or, when it is no file but a task's name, that task's
-    packaged config.yaml (`ernie-doc finetune imdb`, also where the user keeps the data in a
-    folder ./imdb: a config is a file, so a folder never shadows the task)."""
+    """A config argument as given, or when it is no file but a task's name, that task's
+    packaged config.yaml (a folder of that name never shadows the task)."""
     if config and not os.path.isfile(config):
         from ernie_doc.kinds.folders import task_config
         return task_config(config) or config
@@ -59,14 +58,8 @@ def config_path(config):
 
 
 def main(argv=None, description=__doc__, config_flag=False, kind=None):
-    """kind: the task kind this entry point accepts (None: any).
-
-    Exit status 2 with one `error:` line for bad input (the project's error types) and for a
-    run that cannot write its output (full disk, read-only filesystem, a file where
-    OUTPUT_DIR should be: ernie_doc.utils.write_failure); 1 for a training failure (a
-    non-finite loss); 130 / 143 for SIGINT / SIGTERM, with one line naming the step saved
-    and the command that resumes it. Any other exception is a bug and keeps its traceback;
-    --debug shows the traceback of every error."""
+    """kind: the task kind accepted (None: any). Exit 2 (one `error:` line) for bad input or
+    output, 1 for a non-finite loss, 130 / 143 for SIGINT / SIGTERM; bugs keep their traceback."""
     args = parse_args(argv, description, config_flag)
     if args.help_config:   # the table only: nothing below (no config, no run) is needed
         from ernie_doc.run_config import help_config

@@ -120,13 +120,8 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 
 def check_paths(args: argparse.Namespace):
-    """Input and output checked before the model is loaded (PipelineError: one line) →
-    (the inputs, an ernie_doc.predict.outputs.InputSet; the file id of an existing --output, or
-    None). --output and its sidecar (`<output>.meta.json`) follow ernie_doc.predict.outputs' rule
-    against --input and the model folders: never one of them or a file inside them (links
-    followed), never inside their folders, never in /dev, /proc or /sys, names that fit, a
-    regular file or nothing; an existing output only with --resume (a file with no other name
-    or link) or --overwrite."""
+    """Input and output checked before the model loads (PipelineError, one line) → (InputSet,
+    file id of an existing --output or None), by ernie_doc.predict.outputs' rule."""
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import STDIO, provenance_path
     from ernie_doc.predict.outputs import InputSet, check_appendable, check_output, check_stream
@@ -251,9 +246,8 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
 
 
 def records_writer(target):
-    """A text stream writing UTF-8 lines to `target`: a binary file, or a text stream
-    (standard output: its bytes underneath when it has them, so a record is UTF-8 whatever
-    the locale; a stream without them, e.g. a notebook's, itself)."""
+    """A text stream writing UTF-8 lines to `target` (a binary file, or a text stream: its
+    byte buffer when it has one, so records are UTF-8 whatever the locale)."""
     if isinstance(target, io.TextIOBase):
         buffer = getattr(target, "buffer", None)
         if buffer is None:
@@ -278,9 +272,8 @@ def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Exit 2 with one `error:` line for a bad model directory, input or document (--on-error
-    fail) and for an output that cannot be written; Ctrl-C: one line (`interrupted_line`)
-    and 130. --debug shows the traceback."""
+    """Exit 2 with one `error:` line for bad model, input, document (--on-error fail) or output;
+    Ctrl-C: one line and 130. --debug shows the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types

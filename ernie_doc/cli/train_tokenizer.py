@@ -78,9 +78,8 @@ def _arguments_problem(args: argparse.Namespace) -> Optional[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Everything is checked before SentencePiece runs; the model is trained in a temporary
-    directory and moved into --output-dir only when training succeeded (nothing is left
-    behind on failure). Bad input: one `error:` line, exit 2."""
+    """Everything is checked before SentencePiece runs, in a temporary directory moved into
+    --output-dir only on success. Bad input: one `error:` line, exit 2."""
     args = parse_args(argv)
 
     def fail(message: str) -> int:

@@ -26,20 +26,16 @@ MAX_BATCH_SIZE = 1 << 16
 
 
 class SegmentBatch(namedtuple("SegmentBatch", ["input_ids", "attention_mask", "new_doc"])):
-    """One step of the batch rows: input_ids [B, T] int64, attention_mask [B, T] float32,
-    new_doc [B] bool (the row starts a document, or is padding: pass it as reset_memory).
-    Unpacks as (ids, mask, new_doc); `doc_index` [B] int64 (which document each row reads,
-    in input order; −1: a padding row) and `is_last` [B] bool (its last segment: the row's
-    output for the whole document) say whose output each row is."""
+    """One step: input_ids [B, T] int64, attention_mask [B, T] float32, new_doc [B] bool (unpacks
+    as those three); doc_index [B] int64 (−1: padding) and is_last [B] bool."""
     doc_index: np.ndarray
     is_last: np.ndarray
 
 
 def raw_segments(ids: Sequence[int], doc_index: int, seq_len: int, pad_id: int,
                  stride: Optional[int] = None) -> List[Segment]:
-    """ids → consecutive windows of `seq_len` tokens (the next starting `stride` later,
-    default seq_len: no overlap), padded with pad_id, no special tokens: the encoder reads
-    the text as it is (run-document's cut)."""
+    """ids → consecutive windows of `seq_len` tokens (`stride` apart, default seq_len), padded
+    with pad_id, no special tokens (run-document's cut)."""
     out = []
     spans = windows(len(ids), seq_len, stride or seq_len)
     for i, (start, end) in enumerate(spans):
@@ -54,22 +50,10 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
                     tokenizer: Any = None, *, stride: Optional[int] = None,
                     pad_id: Optional[int] = None, special_tokens: bool = True,
                     return_tensors: Optional[str] = None) -> Iterator[SegmentBatch]:
-    """Yield the SegmentBatch of each step that reads `documents` in `batch_size` parallel rows.
-
-    documents: token ids per document (no special tokens), or str when a tokenizer is given;
-        any iterable, read lazily. seq_len: T, at most the model's max_position_embeddings.
-    tokenizer: gives the [CLS] / [SEP] / [PAD] ids; with it (special_tokens=True) segments take
-        the official layout: T−2 tokens, [SEP], padding, [CLS] last, windows advancing by
-        `stride` (default T−2: no overlap). Otherwise: windows of T tokens padded with pad_id.
-    pad_id: the padding id (default the tokenizer's; required without one).
-    return_tensors: None (numpy arrays) or "pd" (paddle tensors, on the default device).
-
-    Each row reads one document start to end; a row whose document ended takes the next one with
-    new_doc set, and once the documents run out finished rows are padding (doc_index −1).
-    ValueError, naming the argument or the document: a seq_len (1..2^20), batch_size (1..2^16) or
-    stride out of range, a bad return_tensors, a missing pad_id, a str document without a
-    tokenizer, ids that are not integers in [0, vocab_size).
-    """
+    """Yield the SegmentBatch of each step reading `documents` (ids, or str with a tokenizer)
+    lazily in `batch_size` rows of `seq_len`; with special_tokens the official layout (T−2
+    tokens, [SEP], padding, [CLS]). return_tensors: None or "pd". ValueError naming the bad
+    argument or document."""
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)
     if stride is not None:
@@ -135,9 +119,8 @@ def _check_size(name: str, value: Any, high: int) -> None:
 
 
 def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) -> np.ndarray:
-    """Document `index` as int64 ids [n]: token ids as they are, a str through
-    tokenizer.encode; ValueError naming the document for a str without a tokenizer, or ids
-    that are not integers in [0, vocab)."""
+    """Document `index` as int64 ids [n] (a str through tokenizer.encode); ValueError naming
+    the document for a str without a tokenizer or ids outside [0, vocab)."""
     if isinstance(doc, str):
         if tokenizer is None:
             raise ValueError(f"document {index}: documents are token ids: pass a tokenizer or "

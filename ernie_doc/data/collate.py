@@ -8,11 +8,8 @@ from ernie_doc.data.segment import Segment
 
 def collate(rows: List[Optional[Segment]], resets, seq_len, pad_id,
             template: Optional[Dict] = None) -> Dict[str, np.ndarray]:
-    """rows: B segments (None = padding row) → input_ids [B,T] int64, attention_mask [B,T]
-    float32, token_type_ids [B,T] int64, reset_memory [B] bool, has_loss [B] bool, final [B]
-    bool, doc_index [B] int64 (−1 = padding), seg_index [B], is_last [B] bool, and one
-    `target_<name>` array per target (zeros on padding rows). `template`: targets of any
-    segment of the split, so a step whose rows are all padding still has the same keys."""
+    """rows: B segments (None = padding) → {name: [B, T] or [B] array}, one `target_<name>` per
+    target; `template` gives an all-padding step the same keys."""
     B = len(rows)
     batch = {
         "input_ids": np.full((B, seq_len), pad_id, dtype=np.int64),

@@ -33,9 +33,8 @@ NOT_REGULAR = "not a regular file (a FIFO, device, socket, directory or broken l
 
 @dataclass
 class Document:
-    """One example. `text` is raw text (tokenized by the task's tokenizer) or `ids` are token
-    ids already (synthetic tasks). `label` is the label string (classification) or None.
-    `fields` holds anything else a task needs (question, answers, choices ...)."""
+    """One example: raw `text` or token `ids`, `label` (a string, or None), and `fields` for
+    anything else a task needs (question, answers, choices ...)."""
     doc_id: str
     text: Optional[str] = None
     label: Optional[str] = None
@@ -47,9 +46,8 @@ BOM = "\ufeff"
 
 
 def without_bom(text: str) -> str:
-    """`text` without a leading UTF-8 byte-order mark. Editors on Windows write one before the
-    first line; left in, it would become part of the first TSV column's name (`\\ufeffid`
-    for `id`), of a JSON line (invalid JSON) or of a document's first word."""
+    """`text` without a leading UTF-8 byte-order mark (Windows editors write one; it would end
+    up in a column name, a JSON line or a first word)."""
     return text[1:] if text.startswith(BOM) else text
 
 
@@ -64,9 +62,8 @@ def open_regular(path, what: str = "file") -> BinaryIO:
 
 
 def utf8_lines(path):
-    """(line number, line without newline / trailing "\\r"), decoded one line at a time (a
-    stream: files far larger than memory); invalid UTF-8 raises DataError naming path:line.
-    Only a regular file is read (`open_regular`)."""
+    """(line number, line without "\\n" / "\\r") of a regular file, decoded a line at a time;
+    invalid UTF-8 raises DataError naming path:line."""
     with open_regular(path) as f:
         # Binary lines split on b"\n" only, as read_lines does; a UTF-8 multi-byte sequence
         # never contains b"\n", so decoding per line is exact.
@@ -91,9 +88,8 @@ def require_file(path, what: str = "file"):
 
 
 def is_candidate_file(path) -> bool:
-    """For a file looked for under a conventional name: True when it is a regular file,
-    False when nothing (or a directory) is there; a FIFO, a device or a socket under that
-    name is refused (DataError), never silently passed over nor opened."""
+    """True for a regular file, False when nothing (or a directory) is there; a FIFO, device
+    or socket under a conventional name is a DataError, never opened."""
     kind = file_kind(path)
     if kind is None:
         return True
@@ -104,9 +100,8 @@ def is_candidate_file(path) -> bool:
 
 
 def regular_files(paths: Iterable, skips: Optional["Skips"] = None) -> List:
-    """The entries of `paths` (listed from a directory) that are regular files, in order; the
-    others (FIFOs, devices, sockets, directories, broken links) are counted in `skips` with
-    the reason NOT_REGULAR, when given."""
+    """The regular files among `paths`, in order; the others are counted in `skips` (reason
+    NOT_REGULAR) when given."""
     kept = []
     for path in paths:
         kind = file_kind(path)
@@ -154,10 +149,8 @@ def read_lines(path):
 
 
 def read_tsv(path, required=()) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]]]:
-    """A tab-separated UTF-8 file with a header row → (its column names, [(line number,
-    {column: value})] for every non-blank row). DataError naming the file and line for an
-    empty file, a header without a `required` column, or a row with another number of
-    columns."""
+    """A tab-separated UTF-8 file with a header → (column names, [(line number, {column:
+    value})]). DataError naming file and line: empty, missing `required` column, ragged row."""
     lines = read_lines(path)
     if not lines:
         raise DataError(f"{where(path)}: empty file (expected a header row)")
@@ -209,9 +202,8 @@ def read_json_list(path, what):
 
 
 class Skips:
-    """Counted skips of one file: `add(reason, where)` per skipped item, `report(total)` logs
-    one warning line per reason with its count and first location. Used where the issue's
-    policy is "skip and report" rather than "stop" (e.g. an answer not found in its context)."""
+    """Counted skips of one file: `add(reason, where)` per item, `report(total)` logs one line
+    per reason with its count and first location ("skip and report" policy)."""
 
     def __init__(self, path, what="examples"):
         self.path, self.what = os.fspath(path), what

@@ -14,9 +14,8 @@ import numpy as np
 
 @dataclass
 class Schedule:
-    """doc [S, R·B]: document index per step and global row (−1 = padding);
-    seg [S, R·B]: index into that document's segment list; reset [S, R·B]: row starts a new
-    document (or is padding) at this step."""
+    """doc [S, R·B]: document per step and global row (−1 = padding); seg [S, R·B]: segment
+    index in it; reset [S, R·B]: the row starts a new document (or is padding)."""
     doc: np.ndarray
     seg: np.ndarray
     reset: np.ndarray
@@ -38,13 +37,8 @@ def document_order(num_docs, shuffle, seed, epoch):
 
 
 class RowScheduler:
-    """Online greedy row assignment, one step at a time: a row whose document has ended takes
-    the next document (lowest row first). The same rule serves a precomputed epoch
-    (`schedule_rows`) and a streamed corpus, which learns a document's length only when the
-    document is read.
-
-    `step(next_doc)`: next_doc() → (key, number of steps) or None once the source is
-    exhausted. Returns [(key or None, segment index, reset)] per row; None = padding."""
+    """Online greedy row assignment (a free row takes the next document, lowest row first).
+    `step(next_doc)`: next_doc() → (key, steps) or None; → [(key, segment, reset) or None]."""
 
     def __init__(self, rows: int):
         if rows < 1:

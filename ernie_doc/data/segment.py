@@ -16,11 +16,8 @@ CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's c
 
 @dataclass
 class Segment:
-    """One model input row. input_ids / attention_mask / token_type_ids: [T] arrays.
-    `final` marks the pass that is predicted (the retrospective one, or the only one);
-    `has_loss` the rows that train. `targets` holds the task's per-segment targets (arrays of
-    a fixed shape per task: they are collated); `meta` anything the task needs back at
-    evaluation (token → text maps ...; never collated)."""
+    """One model input row: input_ids / attention_mask / token_type_ids [T]; `final` (predicted
+    pass), `has_loss`, `targets` (collated arrays), `meta` (for evaluation, never collated)."""
     input_ids: np.ndarray
     attention_mask: np.ndarray
     doc_index: int
@@ -38,9 +35,8 @@ class Segment:
 
 
 def windows(num_tokens: int, window: int, stride: int) -> List[Tuple[int, int]]:
-    """[(start, end)] token windows: each at most `window` long, the next starting
-    min(length, stride) later, stopping after the window that reaches the end (official).
-    An empty document gives one empty window."""
+    """[(start, end)] token windows of at most `window`, min(length, stride) apart, ending with
+    the one that reaches the end (official); an empty document gives one empty window."""
     if window < 1 or stride < 1:
         raise ValueError(f"window ({window}) and stride ({stride}) must be positive")
     spans, start = [], 0
@@ -101,9 +97,8 @@ def step_members(step: Step) -> Tuple[Segment, ...]:
 
 
 def reading_passes(segments: List[Step], retro_feed=True, train_skim=False) -> List[Step]:
-    """The steps a document's row(s) read, in order. With the retrospective feed the list is
-    read twice back to back: a skim pass (final=False; trains only with train_skim) whose
-    memory feeds the retrospective pass (final=True), which is predicted and trains."""
+    """The steps a document's row(s) read; with the retrospective feed, a skim pass
+    (final=False) then the predicted retrospective pass (final=True)."""
     if not retro_feed:
         return list(segments)
 
@@ -116,8 +111,7 @@ def reading_passes(segments: List[Step], retro_feed=True, train_skim=False) -> L
 
 def pack_row(parts: Sequence[Sequence[int]], seq_len: int, cls_id: int, sep_id: int,
              pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
-    """`[CLS] part1 [SEP] part2 [SEP] …` padded to seq_len → (ids [T] int64, mask [T]
-    float32)."""
+    """`[CLS] part1 [SEP] part2 [SEP] …` padded to seq_len → (ids [T] int64, mask [T] float32)."""
     row = [cls_id]
     for part in parts:
         row.extend(part)

@@ -1,11 +1,7 @@
 """Span extraction across segments (TriviaQA, CMRC2018, DRCD, DuReader; HotpotQA's answer
-stage): a context as sub-tokens that remember their characters, windows over it with the
-question in every segment, gold token spans per window, and n-best decoding of the
-start/end logits of all an example's segments back to a piece of the original text.
-
-Each word is tokenized alone, so every sub-token knows its word's character span and offsets
-never shift. `best_spans(unit="token")` cuts the answer as the official `get_final_text` does;
-"word" widens it to whole words. Details: docs/design-notes.md, "Span data: tokens and text".
+stage): sub-tokens that remember their characters, windows with the question in every segment,
+gold spans per window, and n-best decoding back to the original text. Details:
+docs/design-notes.md, "Span data: tokens and text".
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -66,9 +62,8 @@ class TokenizedText:
 
     def token_span(self, char_start: int, char_end: int,
                    unit: str = "word") -> Optional[Tuple[int, int]]:
-        """The tokens covering characters [char_start, char_end) → (first, last) inclusive,
-        or None when no token overlaps them (e.g. whitespace only). unit: overlap with the
-        token's word or with its own characters (see `spans`)."""
+        """The tokens covering characters [char_start, char_end) → (first, last) inclusive, or
+        None; unit: overlap with the token's word or its own characters."""
         starts, ends = self.spans(unit)
         inside = np.nonzero((ends > char_start) & (starts < char_end))[0]
         if len(inside) == 0:
@@ -77,9 +72,8 @@ class TokenizedText:
 
 
 def _piece_offsets(tokenizer, word: str, pieces: List[int]) -> List[Tuple[int, int]]:
-    """[(start, end)] of each piece's characters inside `word`: the tokenizer's own offsets
-    when it gives the same pieces for the word alone and they are non-empty, else the whole
-    word for every piece."""
+    """[(start, end)] of each piece's characters inside `word`: the tokenizer's own offsets when
+    it gives the same non-empty pieces for the word alone, else the whole word."""
     whole = [(0, len(word))] * len(pieces)
     encode = getattr(tokenizer, "encode_with_offsets", None)
     if encode is None or len(pieces) < 2:
@@ -122,9 +116,8 @@ def tokenize_with_offsets(text: str, tokenizer, cache: Optional[Dict] = None) ->
 
 
 def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
-    """Per window [start, end) of tokens: a bool per token, True where this window gives the
-    token its largest context (min(left, right) + 0.01·window length, the BERT SQuAD rule;
-    the first window wins ties), so each token is predicted from one window only."""
+    """Per window [start, end): True per token where this window gives it its largest context
+    (the BERT SQuAD rule; the first window wins ties)."""
     total = max((e for _, e in spans), default=0)
     best = np.full(total, -1.0)
     owner = np.full(total, -1)
@@ -138,16 +131,8 @@ def max_context_flags(spans: Sequence[Tuple[int, int]]) -> List[np.ndarray]:
 
 
 class SpanSegmenter:
-    """An example (context tokens, question ids, gold character spans) → segments laid out
-    `[CLS] context-window open question close PAD…` (open/close = [SEP]/[SEP] for the
-    Chinese tasks, [q]/[/q] for TriviaQA). Windows hold T − |question| − 3 context tokens and
-    advance by `stride`.
-
-    Targets per segment (all [T] float32): `start_gold` / `end_gold` mark the gold starts / ends
-    in the window (several for distant supervision; [CLS] when there is none, official), and
-    `allowed` the positions a span may use. Gold spans mark tokens by their own characters
-    (answer_unit "token", as the official `_improve_answer_span`) or by their words ("word").
-    `meta` keeps what decoding needs: the window, word and piece spans, max-context flags."""
+    """An example (context tokens, question ids, gold char spans) → segments `[CLS] window open
+    question close PAD…` with [T] float32 targets `start_gold`, `end_gold`, `allowed`."""
 
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):
@@ -200,10 +185,8 @@ class SpanSegmenter:
 
 
 def _top_context(logits: np.ndarray, n: int, n_best: int, pool: str) -> np.ndarray:
-    """Context indices 0..n-1 (row 1..n of a segment) of the n-best logits of one segment:
-    pool "context" ranks the context rows only; "all" ranks all T rows, as the official
-    decoder does, and then keeps those that fall in the context (so there may be fewer than
-    n_best, or none)."""
+    """Context indices (row − 1) of one segment's n-best logits: pool "context" ranks context
+    rows only; "all" ranks all T rows (official), then keeps those in the context."""
     if pool == "context":
         return np.argsort(-logits[1:n + 1], kind="stable")[:n_best]
     top = np.argsort(-logits, kind="stable")[:n_best]   # stable: ties to the lower position
@@ -211,16 +194,8 @@ def _top_context(logits: np.ndarray, n: int, n_best: int, pool: str) -> np.ndarr
 
 
 def best_spans(segments, logits, n_best=20, max_answer_len=30, pool="context", unit="word"):
-    """Candidate answers of one example, best first.
-
-    segments: its final-pass segments' `meta` dicts; logits: the matching [T, 2] arrays of
-    start/end logits. Candidates: the top-n starts and ends of each segment (`pool`: among
-    its context rows, or among all T rows keeping those in the context, official), start ≤
-    end, at most `max_answer_len` tokens, the start's window giving it its maximum context;
-    ranked by start + end logit across all segments (BERT / official); a character span
-    found in several windows keeps its best score. unit: "word" cuts the text at word
-    bounds, "token" at the sub-tokens' own characters (a meta without piece spans counts
-    as "word"). → [(score, char_start, char_end)], ties broken by character offsets."""
+    """Candidate answers of one example, best first → [(score, char_start, char_end)]; logits:
+    [T, 2] per final-pass segment `meta`; ranked by start + end logit (official)."""
     if pool not in POOLS:
         raise ValueError(f"pool {pool!r} is not one of {list(POOLS)}")
     if unit not in UNITS:

@@ -1,12 +1,9 @@
 """Where a batch comes from: the one protocol every split implements, and the document split.
 
-A split is built for one rank of one run and answers the trainer's three questions: how many
-micro-steps in epoch e (`num_steps(e)`, None for an endless stream), what they are
-(`batches(e, start)`: (epoch, dict of numpy arrays, one row per memory stream)), and how they
-are scored (`evaluation(task)`, `protocol(model)`). `DocumentSplit` (here) reads whole
-documents as reading passes scheduled onto rows; `pretraining.stream.StreamSplit` and
-`kinds.lm.LMTrainStream` / `LMEvalStream` are the streams. Details: docs/design-notes.md,
-"Training: splits".
+A split, built for one rank, says how many micro-steps epoch e has (`num_steps(e)`, None when
+endless), what they are (`batches(e, start)`) and how they are scored (`evaluation(task)`,
+`protocol(model)`). `DocumentSplit` reads whole documents; `pretraining.stream.StreamSplit` and
+`kinds.lm` are the streams. Details: docs/design-notes.md, "Training: splits".
 """
 import contextlib
 from collections import defaultdict
@@ -73,12 +70,8 @@ class Evaluation:
 
 
 class DocumentSplit(Split):
-    """A split of documents ready to schedule: `docs` and, for each, its reading passes
-    `passes[d]` = [step], a step being a Segment (or a tuple of `group` Segments read in
-    lockstep, one row each: the choices of a question, the texts of a pair).
-
-    `rows` batch rows per rank (a multiple of `group`); the epoch's schedule is drawn from
-    (seed, epoch) when `shuffle`, so any epoch can be rebuilt on resume."""
+    """A split ready to schedule: `docs` and `passes[d]` (steps: Segments or lockstep tuples of
+    `group`). `rows` per rank; each epoch's schedule is drawn from (seed, epoch)."""
 
     def __init__(self, name: str, docs: Sequence, passes: Sequence[Sequence], group: int = 1,
                  rows: int = 1, seq_len: int = 0, pad_id: int = 0, rank: int = 0,
@@ -121,17 +114,14 @@ class DocumentSplit(Split):
 
 
 def predicted_rows(batch: Batch) -> np.ndarray:
-    """bool [B]: the rows whose outputs make a document's prediction: a real document's
-    segment in the pass that is predicted (`final` in data.segment.Segment: the retrospective
-    pass, or the only one)."""
+    """bool [B]: rows of a real document in its predicted (`final`) pass."""
     return batch["final"] & (batch["doc_index"] >= 0)
 
 
 def collect_row_outputs(task, batch: Batch, tensors: Dict[str, Any], out, group: int,
                         rows: Dict[int, list]) -> List[int]:
-    """Append each predicted row's output (task.row_outputs: one per group of `group` rows) to
-    rows[doc_index] as (segment index, output) → the doc indices that got one. Evaluation and
-    predict (ernie_doc.predict.pipeline) collect alike."""
+    """Append each predicted row's output (task.row_outputs) to rows[doc_index] as (segment
+    index, output) → the doc indices that got one."""
     predicted = predicted_rows(batch)
     if not predicted.any():
         return []
@@ -146,9 +136,8 @@ def collect_row_outputs(task, batch: Batch, tensors: Dict[str, Any], out, group:
 
 
 class DocumentEvaluation(Evaluation):
-    """Per document, the outputs of its predicted rows (the rows of the retrospective pass,
-    `final` in data.segment.Segment) in segment order, and the loss over them; then the task
-    turns each document's rows into a prediction and the split's metrics."""
+    """Per document, its predicted rows' outputs in segment order and their loss; the task then
+    makes predictions and the split's metrics."""
 
     def __init__(self, task, split: DocumentSplit):
         self.task, self.split = task, split

@@ -1,11 +1,9 @@
 """Span-extraction QA: the Document every span reader returns, answer alignment, and the reader
 of SQuAD-v1-style JSON (CMRC2018, DRCD; tasks/cmrc2018, tasks/drcd).
 
-One Document per question: doc_id the question id, text the context, label None, fields
-{"question", "context", "answers": [{"text", "start"}] (verified character offsets, may be
-empty), "references": [str] (gold strings for the metric), "title", ...}. Bad input is a
-DataError naming the file and the JSON path of the question; misaligned answers are realigned
-or dropped and counted. Details: docs/design-notes.md, "Span data: SQuAD-style JSON".
+One Document per question (doc_id: the question id; text: the context; fields: question,
+context, verified answers, references, title). Details: docs/design-notes.md, "Span data:
+SQuAD-style JSON".
 """
 import re
 from typing import List, Tuple
@@ -21,9 +19,8 @@ EMPTY_QUESTION = "empty question"
 
 
 def find_all(context, text, ignore_case=False, whole_word=False):
-    """Start offsets of every occurrence of `text` in `context`, overlapping ones included.
-    whole_word: the match may not touch a word character on either side ("the" is not found
-    in "there"); ignore_case: case-insensitive (offsets stay those of `context`)."""
+    """Start offsets of every (overlapping) occurrence of `text` in `context`; whole_word: no
+    word character on either side; ignore_case keeps `context`'s offsets."""
     if not text:
         return []
     if not ignore_case and not whole_word:

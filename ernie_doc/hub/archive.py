@@ -69,9 +69,8 @@ def _kind(member: tarfile.TarInfo) -> Optional[str]:
 
 def plan(tar: tarfile.TarFile, what: str, max_bytes: int = MAX_UNPACKED
          ) -> List[tarfile.TarInfo]:
-    """The members to unpack, read lazily (a million-member archive stops at MAX_MEMBERS) and
-    each checked (see the module docstring) → the checked members, in archive order, with
-    `.name` normalised ("a/b", no "./"). HubError naming `what` and the first refused member."""
+    """The members to unpack, read lazily (at most MAX_MEMBERS) and checked → in archive order,
+    `.name` normalised. HubError naming `what` and the first refused member."""
     seen: Dict[str, str] = {}        # case-folded path → "file" / "dir"
     members: List[tarfile.TarInfo] = []
     total = count = 0
@@ -151,9 +150,8 @@ def _folder(root_fd: int, parts: List[str], made: set, dest: str):
 
 def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parent_fd: int, name: str,
                   path: str, what: str) -> None:
-    """Copy `member`'s bytes into the new file `name` of the folder `parent_fd` (O_EXCL,
-    O_NOFOLLOW). A read error propagates as tarfile raises it; a write error is an OSError
-    naming `path`."""
+    """Copy `member`'s bytes into the new file `name` of folder `parent_fd` (O_EXCL,
+    O_NOFOLLOW); a write error is an OSError naming `path`."""
     source = tar.extractfile(member)
     fd = os.open(name, _NEW_FILE, 0o644, dir_fd=parent_fd)
     written = 0
@@ -178,11 +176,8 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parent_fd: int,
 
 def extract(archive: str, dest: str, what: Optional[str] = None,
             max_bytes: int = MAX_UNPACKED) -> None:
-    """Unpack `archive` into the existing, empty directory `dest` after checking every member
-    and the free space. `what`: how messages name the archive (the URL it came from; default
-    its path). HubError for an unreadable or unsafe archive; `dest` may then hold a partial
-    tree, which the caller (who created it) removes. OSError naming the file for a write
-    failure in the cache (a full disk)."""
+    """Unpack `archive` into the existing, empty `dest` after checking every member and the
+    space. HubError (named `what`) if unreadable or unsafe; OSError naming a failed write."""
     what = what or archive
     try:
         with tarfile.open(archive, "r:*") as tar:

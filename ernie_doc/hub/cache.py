@@ -3,13 +3,10 @@
     resolve("ernie-doc-base-en")                     released weights + config + tokenizer files
     resolve("ernie-doc-base-en", source="paddlenlp") PaddleNLP's .pdparams copy instead
     resolve("ernie-doc-base-zh", kind="tokenizer")   the tokenizer files only (no weights)
-    resolve("https://host/path/model.tar.gz")        a URL: fetched, unpacked, cached
-    resolve("model.tar.gz")                          a local archive: unpacked once, cached
-    resolve("some/dir"), resolve("w.pdparams")       returned as given
+    resolve("https://host/path/model.tar.gz")        a URL or archive: fetched, unpacked, cached
 
-The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc); entries are built privately,
-renamed into place with a manifest and checked on every load. Details (layout, trust on first
-use): docs/design-notes.md, "Hub: the cache".
+The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc). Details (layout, trust on
+first use): docs/design-notes.md, "Hub: the cache".
 """
 import contextlib
 import datetime
@@ -68,9 +65,8 @@ def default_source() -> str:
 
 
 def download_path(url: str) -> str:
-    """Where the file of `url` is fetched to, and where to put it by hand: downloads/ + the
-    URL's path (the host is dropped, so a mirror fills the same place). HubError for a URL
-    that is malformed or holds a control character (%00)."""
+    """Where the file of `url` is fetched to and put by hand: downloads/ + the URL's path (no
+    host, so a mirror fills it too). HubError for a malformed URL or a control character."""
     path = urllib.parse.unquote(check_url(url).path).lstrip("/")
     parts = [p for p in path.split("/") if p not in ("", ".", "..")]
     if not parts:
@@ -79,9 +75,8 @@ def download_path(url: str) -> str:
 
 
 def _normal_path(path: str) -> str:
-    """A URL path in one spelling: %-escapes of unreserved characters decoded and the others
-    upper-cased, empty and `.` segments dropped, `..` segments applied (RFC 3986 6.2.2; the
-    empty segments of `//` as well, which static servers read as one `/`)."""
+    """A URL path in one spelling (RFC 3986 6.2.2): unreserved %-escapes decoded, others
+    upper-cased, empty and `.` segments dropped, `..` applied."""
     def escape(match):
         char = chr(int(match.group(1), 16))
         return char if re.fullmatch(r"[A-Za-z0-9._~-]", char) else "%" + match.group(1).upper()
@@ -99,11 +94,8 @@ def _normal_path(path: str) -> str:
 
 
 def _checksum_key(url: str) -> str:
-    """What a trusted checksum (and a URL entry) is keyed by: the full URL normalised, so one
-    file has one record whatever the spelling, and the same path on two hosts is two records.
-    Scheme and host lower-cased (a trailing dot dropped), an IP address in its canonical form
-    (`[0:0::1]` is `[::1]`), a default port dropped, the path as `_normal_path` spells it, the
-    query kept as given, no fragment."""
+    """The normalised full URL a trusted checksum is keyed by: scheme and host lower-cased,
+    canonical IP, default port dropped, `_normal_path`, query kept, no fragment."""
     parts = check_url(url)
     scheme, host = parts.scheme.lower(), parts.hostname.lower().rstrip(".")
     with contextlib.suppress(ValueError):
@@ -117,9 +109,8 @@ def _checksum_key(url: str) -> str:
 
 # -- the cache's own folders ----------------------------------------------------------------
 def _cache_dir(path: str) -> str:
-    """`path`, a folder under the cache root, made if needed, after checking that every
-    component below the root is a real folder (lstat): a link planted in the cache (a shared
-    one) is never followed to write elsewhere. HubError naming the component otherwise."""
+    """`path` under the cache root, made if needed, every component checked to be a real
+    folder (a planted link is never followed); HubError naming the component otherwise."""
     root = home()
     os.makedirs(root, exist_ok=True)
     current = root
@@ -141,9 +132,8 @@ def _cache_dir(path: str) -> str:
 
 @contextlib.contextmanager
 def _cache_dir_fd(path: str):
-    """A descriptor of the folder `path` under the cache root, opened one component at a time
-    with O_NOFOLLOW (a link anywhere below the root is never entered), or None when it does
-    not exist (or is not a real folder)."""
+    """A descriptor of folder `path` under the cache root, opened component by component with
+    O_NOFOLLOW, or None when it is not a real folder."""
     root = home()
     try:
         fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
@@ -186,10 +176,8 @@ def _remove_tree_at(parent_fd: int, name: str) -> None:
 
 @contextlib.contextmanager
 def _stale_names(parent: str, prefix: str, kind: int):
-    """(descriptor of `parent`, names) of what a killed process of ours left in `parent`:
-    names `prefix` + mkstemp's 8 random characters, of type `kind` (stat.S_IFDIR or S_IFREG,
-    by lstat), owned by this user. Yields (None, []) when `parent` is not a real folder of the
-    cache."""
+    """(descriptor of `parent`, names) a killed process left there: `prefix` + 8 random
+    characters, of type `kind`, owned by this user; (None, []) if `parent` is no real folder."""
     with _cache_dir_fd(parent) as fd:
         if fd is None:
             yield None, []
@@ -281,10 +269,8 @@ def _file_problem(file: str, want: Dict) -> Optional[str]:
 
 
 def verify_entry(root: str) -> Dict:
-    """Check a cache entry against its manifest → the manifest: every listed file present
-    with its recorded size and sha256, and nothing else there (a file added to an entry, e.g.
-    a `model.safetensors` beside the fetched weights, would be loaded in their place). HubError
-    naming the entry and the first file that is missing, differs or is not listed."""
+    """Check a cache entry against its manifest → the manifest: every file with its size and
+    sha256, nothing else (an added file could load instead). HubError naming the file."""
     manifest = _read_manifest(root)
     files = manifest["files"]
     for rel, want in files.items():
@@ -305,9 +291,8 @@ def verify_entry(root: str) -> Dict:
 # -- trust on first use -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fetched:
-    """A remote file ready to be used by an entry being built: `path` (in the entry's
-    temporary folder, or in downloads/ when `by_hand`), its sha256 and size, and whether its
-    checksum is still to be recorded (trust on first use) once the entry is checked."""
+    """A remote file for an entry being built: `path`, its sha256 and size, and whether its
+    checksum is still to be recorded (trust on first use)."""
     url: str
     path: str
     sha256: str
@@ -350,9 +335,8 @@ def _read_checksums() -> Dict:
 
 
 def _trusted(url: str) -> Optional[Dict]:
-    """The checksums.json record trusted for `url` (keyed by the full URL: the same path on
-    another host is another record), or None. HubError, one line naming the key, for a
-    record that is not an object holding a sha256."""
+    """The checksums.json record trusted for `url` (keyed by the full URL), or None; HubError
+    naming the key for a record that is no object with a sha256."""
     data = _read_checksums()
     key = _checksum_key(url)
     if key not in data:
@@ -394,11 +378,8 @@ def _record_checksum(fetched: Fetched) -> None:
 
 
 def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetched:
-    """The file of `remote`, verified against its pinned or trusted sha256 → Fetched. A file
-    put by hand in downloads/ is checked like a download and used where it is; otherwise the
-    file is downloaded into the private folder `into`. Nothing is recorded here: the caller
-    records an unpinned checksum once the entry is built and checked. The caller holds the
-    lock of the entry the file is for."""
+    """The file of `remote`, verified against its pinned or trusted sha256 → Fetched (put by
+    hand in downloads/, else downloaded into `into`). The caller holds the entry's lock."""
     manual = download_path(remote.url)
     want, origin = _expected_sha256(remote)
     if os.path.isfile(manual):   # put there by hand (a FIFO or device is not a file)
@@ -420,9 +401,8 @@ def fetch(remote: registry.Remote, into: str, room_factor: float = 1.0) -> Fetch
 # -- building entries -------------------------------------------------------------------------
 @contextlib.contextmanager
 def _building(final: str):
-    """A fresh private (0700) temporary directory beside `final`, `.tmp-<name>-XXXXXXXX`;
-    removed unless the block renamed it. The block builds the entry in a subfolder (named by
-    the block) and downloads into `<tmp>/.fetch`, so nothing fetched lands in the entry."""
+    """A fresh private temporary directory beside `final`, removed unless the block renamed it;
+    downloads go to `<tmp>/.fetch`, never into the entry."""
     parent = _cache_dir(os.path.dirname(final))
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(final)}-", dir=parent)
     try:
@@ -435,10 +415,8 @@ def _building(final: str):
 
 
 def _clean_stale(final: str) -> None:
-    """Remove the temporary folders of `final` that a killed process left (the caller holds
-    the entry's lock, so none is in use): only real folders of this user named exactly as
-    `_building` names them, reached from the cache root without following a link, and
-    removed without following one."""
+    """Remove the temporary folders of `final` a killed process left (caller holds the lock):
+    only this user's real folders named as `_building` names them, never following a link."""
     prefix = f".tmp-{os.path.basename(final)}-"
     with _stale_names(os.path.dirname(final), prefix, stat.S_IFDIR) as (fd, names):
         for name in names:
@@ -457,9 +435,8 @@ def _ready(entry: str) -> bool:
 
 
 def _entry(final: str, build, what: str) -> str:
-    """`final` verified, built under its lock by `build(tmp, fetched) -> root` first if
-    absent. `build` appends every remote file it used to `fetched`; the checksums still to be
-    trusted are recorded only after `build` returned (the entry unpacked and checked)."""
+    """`final` verified, built under its lock by `build(tmp, fetched) -> root` if absent;
+    checksums are trusted only after `build` returned."""
     if _ready(final):
         verify_entry(final)
         return final
@@ -583,9 +560,8 @@ def _relative(message: str, root: str) -> str:
 
 
 def _encoder_gaps(ckpt) -> List[str]:
-    """The official names of the encoder tensors (embeddings, every layer, pooler) that the
-    read checkpoint `ckpt` lacks: its config says how many layers and which bias layout it
-    has; without a config, its own highest layer and bias names do."""
+    """The official names of encoder tensors `ckpt` lacks (its layer count and bias layout
+    from its config, else from its own tensors)."""
     from ernie_doc.checkpoint import names
     from ernie_doc.config import ErnieDocConfig
     present = set()
@@ -606,12 +582,8 @@ def _encoder_gaps(ckpt) -> List[str]:
 
 
 def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
-    """Read the checkpoint in `root` once (through the restricted readers) before its
-    checksum is trusted → whether there is one. A file that is not the weights (an HTML page
-    saved as .pdparams, a truncated tensor) or a checkpoint missing any encoder tensor (an
-    archive cut short at a member boundary) is a HubError naming `origin`. `required`: a
-    folder with no checkpoint at all is an error too (a released model; a URL may hold only
-    tokenizer files)."""
+    """Read the checkpoint in `root` once before trusting its checksum → whether there is one.
+    HubError naming `origin`: not weights, a missing encoder tensor, none when `required`."""
     from ernie_doc.checkpoint import io
     try:
         io.detect_format(root)
@@ -656,9 +628,8 @@ def _check_tokenizer_files(root: str, origin: str) -> None:
 
 
 def _complete_model_dir(root: str, release: registry.Release, origin: str) -> None:
-    """Add what a released archive or file may lack: a config (from the release's preset)
-    and the tokenizer files (the release's, pinned). Only regular files are read or written
-    (archive.py unpacks no link, and a new file is created with O_EXCL | O_NOFOLLOW)."""
+    """Add a missing config (the release's preset) and tokenizer files (pinned); only regular
+    files are read or written (O_EXCL | O_NOFOLLOW)."""
     from ernie_doc.checkpoint import io
     from ernie_doc.config import ErnieDocConfig
     try:
@@ -723,9 +694,8 @@ def _url_file_problem(url: str) -> Optional[str]:
 
 
 def _url_entry(url: str) -> str:
-    """The entry of a URL given directly, keyed by the URL normalised (one entry however it
-    is spelt). Its file must be an archive holding a checkpoint or tokenizer files, a
-    checkpoint file, or a tokenizer file, and must read as one before it is trusted."""
+    """The entry of a URL (keyed by its normalised form): an archive with a checkpoint or
+    tokenizer files, a checkpoint file, or a tokenizer file, read before it is trusted."""
     key = hashlib.sha256(_checksum_key(url).encode("utf-8")).hexdigest()[:16]
     problem = _url_file_problem(url)
     if problem:
@@ -769,14 +739,8 @@ def _archive_entry(path: str) -> str:
 
 
 def resolve(spec, kind: str = "model", source: Optional[str] = None) -> str:
-    """A local path for `spec` (see the module docstring); fetches into the cache if needed.
-
-    kind: "model" (weights, config and tokenizer files) or "tokenizer" (the tokenizer files
-    only; matters for released names). source: "official" or "paddlenlp" weights of a released
-    name (default $ERNIE_DOC_SOURCE, else "official"). HubError, one line: an unknown name or
-    missing path, offline without the files, a network error (with the URL and the path to put
-    the file at by hand), a checksum mismatch, an unsafe archive, a damaged cache entry.
-    """
+    """A local path for `spec`, fetched into the cache if needed. kind: "model" or "tokenizer";
+    source: "official" or "paddlenlp" (default $ERNIE_DOC_SOURCE). HubError, one line."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: choose one of {KINDS}")
     spec = os.fspath(spec)

@@ -1,10 +1,7 @@
 """Fetching one file over HTTP(S) into the cache: mirror, offline mode, lock, progress bar,
 checksum, bounds, and nothing half-written.
 
-A file is streamed into a private temporary folder while its sha256 is computed, and checked
-against the announced length and the expected hash before the caller uses it; every download
-is bounded in time and size. Environment (a malformed value is a one-line HubError naming the
-variable): ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
+Environment: ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
 ERNIE_DOC_DOWNLOAD_MAX_BYTES. Details: docs/design-notes.md, "Hub: fetching a file".
 """
 import contextlib
@@ -45,9 +42,7 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) 
 
 
 def shown(text: str) -> str:
-    """`text` (a name from an archive, a server or the file system) as it may appear in a
-    one-line message: as is when printable, else its repr (a newline cannot start a forged
-    second line)."""
+    """`text` for a one-line message: as is when printable, else its repr (no forged lines)."""
     text = str(text)
     return text if text.isprintable() else repr(text)
 
@@ -91,9 +86,8 @@ def seconds_env(name: str, default: float) -> float:
 
 
 def bytes_env(name: str, default: int) -> int:
-    """The environment variable `name` as a byte count above 0 and at most 1 PiB (`default`
-    when unset): `N`, or `N` followed by K, M, G or T (binary units; `KiB`, `MB` ... also read
-    as binary). HubError, one line naming the variable, otherwise."""
+    """Environment variable `name` as a byte count in (0, 1 PiB] (`default` when unset): `N`
+    or `N` K/M/G/T (binary units). HubError naming the variable otherwise."""
     raw = _env(name)
     if not raw:
         return default
@@ -107,9 +101,8 @@ def bytes_env(name: str, default: int) -> int:
 
 
 def check_url(url: str, what: str = "URL") -> urllib.parse.SplitResult:
-    """`url` split, after checking it is an http(s) URL with a host and a valid port, and
-    holds no control character (raw or %-encoded: a NUL byte cannot name a file); HubError,
-    one line naming it, otherwise."""
+    """`url` split, once checked to be http(s) with a host, a valid port and no control
+    character (raw or %-encoded); HubError naming it otherwise."""
     def bad(reason):
         return HubError(f"{what} {url!r}: {reason}")
 
@@ -161,9 +154,8 @@ _READ_NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NON
 
 
 def open_own(path: str) -> BinaryIO:
-    """A binary file object of the regular file `path` inside the cache: a link, FIFO, device
-    or folder there (planted, or left by an archive) is a HubError naming it, never followed,
-    opened or read."""
+    """A binary file object of the regular file `path` in the cache; a link, FIFO, device or
+    folder there is a HubError, never followed or opened."""
     try:
         fd = os.open(path, _READ_NOFOLLOW)
     except OSError as e:
@@ -207,13 +199,8 @@ def sha256_file(path: str) -> str:
 
 @contextlib.contextmanager
 def file_lock(path: str, what: str, wait: Optional[float] = None) -> Iterator[bool]:
-    """Hold an exclusive lock on `path` (created if needed) for the block: N processes (e.g.
-    the ranks of a fleetrun job) that want the same cache entry fetch it once, the others
-    wait and then find it there. The lock dies with its process, so a killed download never
-    leaves the entry locked. `wait`: the longest wait for another holder in seconds (default
-    ERNIE_DOC_DOWNLOAD_DEADLINE), then a HubError naming the lock. Yields True when the lock
-    is held (False on a system without flock: then nothing left by another process may be
-    taken as stale)."""
+    """Hold an exclusive flock on `path` for the block (dies with its process); `wait` seconds
+    at most, then a HubError. Yields True when held (False without flock)."""
     try:
         import fcntl
     except ImportError:   # Windows: no flock; concurrent downloads then race (still atomic)
@@ -287,9 +274,8 @@ def _origin(parts: urllib.parse.SplitResult) -> Tuple[str, str, int]:
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follow a redirect only to the same scheme, host and port (or from http on the default
-    port to https on the default port of the same host, never back), or anywhere http(s) when
-    a mirror is configured (the user chose that server)."""
+    """Follow a redirect only to the same scheme, host and port (or http → https on the same
+    host), or anywhere http(s) under a configured mirror."""
 
     def __init__(self, by_hand: str):
         self.by_hand = by_hand
@@ -356,9 +342,8 @@ class _Clock:
 
 
 class _TimedReader(io.RawIOBase):
-    """The socket's raw reader, its timeout set from the clock before every read (headers,
-    chunk-size lines and body all come through here), so a server sending a byte now and
-    then stops at the deadline."""
+    """The socket's raw reader with its timeout set from the deadline before every read, so a
+    trickling server stops at the deadline."""
 
     def __init__(self, sock, clock: _Clock):
         super().__init__()
@@ -423,17 +408,8 @@ def _timed_handlers(clock: _Clock) -> list:
 
 def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
              room_factor: float = 1.0, max_bytes: Optional[int] = None) -> Tuple[str, int]:
-    """Fetch `url` (through ERNIE_DOC_MIRROR) into the new file `dest` → (sha256 hex, bytes).
-
-    `dest` must not exist and should lie in a folder private to the caller (it is created with
-    O_EXCL | O_NOFOLLOW). `manual`: where the user can put the file by hand (named in every
-    error). `sha256`: the expected hash. `room_factor`: how many times the announced size must be
-    free. `max_bytes`: the cap of the body (default ERNIE_DOC_DOWNLOAD_MAX_BYTES, else 8 GiB).
-    HubError, one line naming the URL and `manual`, on ERNIE_DOC_OFFLINE, a network error, or a
-    body that is short, too long, encoded, HTML, late, unframed without a sha256, of a wrong hash
-    or redirected elsewhere; `dest` then does not exist. The bounds: docs/design-notes.md,
-    "Hub: fetching a file".
-    """
+    """Fetch `url` into the new file `dest` (O_EXCL | O_NOFOLLOW) → (sha256 hex, bytes). HubError
+    naming the URL and `manual` on any failure; `dest` then does not exist."""
     fetched = mirrored(url)
     check_url(fetched)
     by_hand = f"download {fetched} yourself and put it at {manual}"
@@ -539,9 +515,8 @@ class _Body:
 
 def _announced_size(response, body: _Body, html_ok: bool, cap: int, said: str,
                     sha256: Optional[str]) -> Optional[int]:
-    """The body's size its headers announce (None: not announced), after refusing what the
-    headers already show to be wrong: an encoding, an HTML page, a size over `cap`, or no
-    framing at all when no sha256 could tell a cut body from the whole file."""
+    """The body's announced size (None: not announced), refusing an encoding, HTML, a size
+    over `cap`, or no framing when no sha256 could detect a cut body."""
     fetched, by_hand = body.fetched, body.by_hand
     encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding != "identity":

@@ -6,16 +6,10 @@ built-in kinds, and the one registry that maps a config's `kind:` to its class.
     kind_names()              → every known kind, sorted
     build_task(cfg[, reader]) → the kind of `cfg` over its reader
 
-The built-in kinds are imported explicitly below (on first use: they import paddle, and this
-package's names and `kinds.folders` must not). A task folder that brings its own kind
-registers it from its module, and the task folders' package imports those modules in its
-`register_kinds()`:
-
-    @register_kind("hotpotqa")
-    class HotpotTask(DocumentTask): ...
-
-The registry is closed: a name read from a config, task.json or a sidecar is only looked up,
-never imported. Details: docs/design-notes.md, "Registries".
+Built-in kinds are imported on first use (they import paddle); task folders register their own
+(`@register_kind("hotpotqa")`) from their `register_kinds()`. The registry is closed: a name
+read from a config, task.json or a sidecar is only looked up, never imported. Details:
+docs/design-notes.md, "Registries".
 """
 import difflib
 import functools
@@ -44,9 +38,8 @@ def builtin_kinds() -> Dict[str, type]:
 
 
 def register_kind(name: str) -> Callable[[K], K]:
-    """Class decorator: register a task folder's kind (a subclass of kinds.base.Task: not
-    checked here) under `name`, which configs then give as `kind: name` (see register for a
-    name registered twice; a built-in kind's name is a ValueError)."""
+    """Class decorator: register a task folder's kind under `name` (`kind: name` in configs);
+    a built-in kind's name is a ValueError."""
     def register_class(cls: K) -> K:
         if not isinstance(cls, type):
             raise TypeError(f"register_kind({name!r}): {cls!r} is not a class")
@@ -63,9 +56,8 @@ def kind_names() -> List[str]:
 
 
 def kind_name(value: object) -> str:
-    """`value` when it is a registered kind's name. Anything else (a "module:Class" string
-    included) is a ValueError, one line listing the known kinds (and the nearest, when one is
-    close). Nothing is imported but the kinds' own modules."""
+    """`value` when it names a registered kind; else a ValueError listing the known kinds (and
+    the nearest). Nothing is imported but the kinds' own modules."""
     if isinstance(value, str) and (value in builtin_kinds() or value in kind_names()):
         return value
     known = kind_names()
@@ -82,9 +74,8 @@ def kind_class(name: object) -> Type[Any]:
 
 
 def build_task(cfg: Any, reader: Optional[Any] = None) -> Any:
-    """The task kind of `cfg` (a registered name: kind_class) over its reader:
-    tasks/<cfg.task>/reader.py, or `reader` when given (predict: a saved model's labels
-    instead of a data directory)."""
+    """The task kind of `cfg` over its reader: tasks/<cfg.task>/reader.py, or `reader` when
+    given (predict: a saved model's labels)."""
     from ernie_doc.kinds.base import load_reader
     try:
         kind = kind_name(cfg.kind)

@@ -29,9 +29,8 @@ Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute acc
 
 
 def truncate_tokens(tokens: Any, limit: int) -> Any:
-    """The first `limit` tokens of a tokenized text: a list or array, an object with its own
-    `truncate(limit)`, or a dataclass of per-token arrays (TokenizedText, Layout: every field
-    as long as the text is cut alike)."""
+    """The first `limit` tokens of a tokenized text: a list or array, an object with
+    `truncate(limit)`, or a dataclass of per-token arrays (every field cut alike)."""
     if hasattr(tokens, "truncate"):
         return tokens.truncate(limit)
     if dataclasses.is_dataclass(tokens):
@@ -61,12 +60,8 @@ class Cuts:
 
 
 def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
-    """`limit` of `docs`, drawn at random from (seed, split), in their order in `docs` (all of
-    them, as they are, when there are no more). A reader's files are often sorted (by label,
-    by source): their first N would be one class or one source. When every document has a
-    label, the draw is stratified (stratified_counts): every label is kept at least once when
-    `limit` allows, the rest in proportion, so a split of two balanced classes stays
-    balanced and a rare class is not lost."""
+    """`limit` of `docs` drawn at random from (seed, split), kept in order (a reader's first N
+    are often one class); stratified by label when all have one (stratified_counts)."""
     docs = list(docs)
     if limit >= len(docs):
         return docs
@@ -87,11 +82,8 @@ def sample_examples(docs: Sequence, limit: int, seed: int, split: str) -> list:
 
 def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
                       ) -> List[int]:
-    """How many of each class (of `sizes` documents each; limit < sum(sizes)) a sample of
-    `limit` keeps: one of every class when limit >= the number of classes (a class of a few
-    documents is not rounded away), the rest in proportion to what each has left (largest
-    remainders round); fewer seats than classes go to classes drawn at random. Ties are
-    broken by `rng`, never by label order."""
+    """How many of each class (`sizes`) a sample of `limit` keeps: one of each when limit
+    allows, the rest in proportion (largest remainders); ties broken by `rng`."""
     n = len(sizes)
     if limit < n:
         counts = [0] * n
@@ -113,9 +105,8 @@ def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
 
 
 def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
-    """The run summary's lines on a split's labels: how many documents carry each (none when
-    the documents carry no labels), and a WARNING line when a task of several labels sees one
-    only: accuracy on such a split says nothing, and F1 of a class never seen is 0."""
+    """The run summary's lines on a split's labels (documents per label), with a WARNING when a
+    task of several labels sees one only (accuracy then says nothing)."""
     counts: Dict[str, int] = {}
     for doc in docs:
         label = getattr(doc, "label", None)   # spans, corpora: no labels
@@ -147,9 +138,8 @@ def data_dir_required(cfg: Config) -> Iterator[None]:
 
 
 def load_reader(task: Any) -> ModuleType:
-    """tasks/<task>/reader.py as a module (from the checkout or the installed copy). `task`
-    must name one of the task folders (task_names): a name read from a config or a saved
-    task.json is never imported otherwise."""
+    """tasks/<task>/reader.py as a module; `task` must be one of task_names (a name from a
+    config or task.json is never imported otherwise)."""
     package = task_package()
     if not isinstance(task, str) or task not in task_names():
         raise DataError(f"task {clip(repr(task), 80)}: no tasks/{clip(task, 80)}/reader.py")
@@ -165,16 +155,8 @@ def load_reader(task: Any) -> ModuleType:
 
 
 class Task:
-    """What the trainer asks of every task kind: the contract of the loop.
-
-    Three families implement it: `DocumentTask` (fine-tuning: documents → segments → an
-    ERNIE-Doc head), its streamed subclass `kinds.pretraining.PretrainingTask`, and
-    `kinds.lm.LanguageModelTask`, which builds its own model and splits (`builds_model`).
-
-    The memory state ("carry") is a dict of tensors that one row stream carries from a segment
-    to the next: the memories [L, B, M, H] and what goes with them (their mask, Segatron
-    positions). The trainer keeps it and saves it in checkpoints; only the task reads it.
-    `options` (config `task_options`) are checked against `option_defaults`."""
+    """What the trainer asks of every task kind. The "carry": the dict of tensors a row stream
+    carries between segments (memories [L, B, M, H] ...). `options`: see `option_defaults`."""
     main_metric: Optional[str] = None
     metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
                                          # main_metric's choices, checked before anything runs
@@ -232,10 +214,8 @@ class Task:
 
     def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
                    ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
-        """→ (the loss a training micro-step backpropagates, extra training scalars
-        {name: (sum, count)}). The loss may normalise over all ranks (every rank calls this
-        at every micro-step; evaluation uses `loss`); the trainer sums the scalars over
-        micro-steps and ranks and logs sum / count at each optimizer step."""
+        """→ (the loss a training micro-step backpropagates, {name: (sum, count)} scalars the
+        trainer sums over micro-steps and ranks). Called on every rank at every micro-step."""
         return self.loss(out, batch, weight), {}
 
     def combine_metrics(self, means: Dict[str, float]) -> Dict[str, float]:
@@ -252,20 +232,14 @@ class Task:
         return value > best
 
     def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
-        """Files saved beside exported models when there is no tokenizer. `atomic_entry`
-        (output_dir, entry) → a temporary path moved into the run's folder when its block
-        succeeds: how a kind writes such a file there (the trainer passes its own)."""
+        """Files saved beside exported models when there is no tokenizer; `atomic_entry`
+        (output_dir, entry) gives the temporary path to write."""
         return []
 
 
 class DocumentTask(Task):
-    """The document family: reading, label ids, segment passes and an ERNIE-Doc head;
-    subclasses (the kinds) add the segmenter, head, loss and metrics.
-
-    `group_size` g > 1: an example occupies g adjacent batch rows read in lockstep (one per
-    choice, one per text pair), each row its own memory stream; `segments` then returns
-    steps that are tuples of g Segments, `loss` gets the row weights [B] and `row_outputs`
-    returns one entry per group [B // g, ...]."""
+    """The document family: reading, label ids, segment passes, an ERNIE-Doc head. `group_size`
+    g > 1: an example takes g rows in lockstep (steps: tuples of g Segments)."""
     head_class = None
     group_size = 1
 
@@ -317,9 +291,8 @@ class DocumentTask(Task):
         raise NotImplementedError
 
     def cap(self, tokens: Any, doc: Document) -> Any:
-        """A document's tokens cut to the first `max_doc_tokens` (config; 0 = no limit), see
-        truncate_tokens. Cut documents are counted in `self.cuts`; the trainer reports them
-        per split."""
+        """A document's tokens cut to `max_doc_tokens` (0 = no limit); cuts are counted in
+        `self.cuts`."""
         limit = self.cfg.get("max_doc_tokens") or 0
         if not limit or len(tokens) <= limit:
             return tokens
@@ -360,8 +333,7 @@ class DocumentTask(Task):
 
     def model_inputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """Keyword inputs of the head's forward beyond the encoder's, from a batch's tensors
-        (e.g. per-segment word positions); they go through forward, so data parallelism
-        sees every parameter used."""
+        (through forward, so data parallelism sees every parameter used)."""
         return {}
 
     # -- one micro-step: an ERNIE-Doc head on collated rows -----------------------------------
@@ -396,15 +368,13 @@ class DocumentTask(Task):
         raise NotImplementedError
 
     # -- prediction (ernie-doc predict; every kind's evaluate = predict + gold) --------------
-    # The Document fields a prediction reads: "text" is `doc.text` (or `doc.ids`, a
-    # pre-tokenized document), any other name `doc.fields[name]`. Gold fields (label,
-    # answers, supporting facts, keyphrases ...) are never among them.
+    # The Document fields a prediction reads ("text": `doc.text` or `doc.ids`, else
+    # `doc.fields[name]`); never a gold field.
     input_fields: Tuple[str, ...] = ("text",)
 
     def check_input(self, doc: Document) -> Optional[str]:
-        """A document to predict, before it is segmented → one line saying what is wrong with
-        its input fields ("missing field 'question'", "empty text" ...), or None when
-        `document_segments` can read it. Gold fields are not looked at."""
+        """A document to predict → one line saying what is wrong with its input fields, or
+        None when `document_segments` can read it. Gold fields are not looked at."""
         for name in self.input_fields:
             value = input_value(doc, name)
             if value is None:
@@ -430,16 +400,8 @@ class DocumentTask(Task):
 
     def predict(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                 passes: Optional[Sequence[Sequence]]) -> List[Dict[str, Any]]:
-        """Documents and their predicted rows → one prediction record per document, in order,
-        read from the inputs and the model's outputs only (no gold field is read).
-
-        docs: [Document]; rows: doc index → [(segment index, row output)] of that document's
-        predicted (final-pass) steps, in any order; passes: per document, its steps (Segments or
-        tuples of them, with their `meta`), or None for kinds that do not read them. A record is a
-        JSON-able dict: `doc_id`, the kind's prediction keys and `segments`. Each record depends
-        only on its own document's rows and steps (`predict([doc], {0: rows[i]}, [passes[i]])`
-        is the i-th record); a document without rows predicts from none (a kind that cannot
-        raises)."""
+        """Documents and their predicted rows (doc index → [(segment, output)]) → one JSON-able
+        record per document, in order; no gold is read, each depends on its document only."""
         return [self.predict_document(doc, rows.get(i, []), None if passes is None else passes[i])
                 for i, doc in enumerate(docs)]
 

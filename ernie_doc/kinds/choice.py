@@ -1,13 +1,10 @@
 """Task kinds whose example occupies several batch rows read in lockstep, each row its own
 memory stream (Task.group_size > 1).
 
-`multiple_choice` (C3): one row per choice, `[CLS] context-window [SEP] question [SEP] choice
-[SEP]`, softmax over the choices' [CLS] logits. `pair_matching` (CAIL2019-SCM): rows (A,B) and
-(A,C), the difference of the two [CLS] outputs → one logit, binary cross-entropy. The only
-public reference is PaddleNLP's port (model_zoo/ernie-doc/data.py, MCQIterator and
-SemanticMatchingIterator), which both kinds follow by default; task_options `token_types`,
-`window` and `missing_choices` give the other behaviours. Details: docs/design-notes.md,
-"Multiple choice and pair matching".
+`multiple_choice` (C3): one row per choice, softmax over the choices' [CLS] logits.
+`pair_matching` (CAIL2019-SCM): rows (A,B) and (A,C), one logit from the difference of their
+[CLS] outputs. Both follow PaddleNLP's port by default (task_options `token_types`, `window`,
+`missing_choices`). Details: docs/design-notes.md, "Multiple choice and pair matching".
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -64,9 +61,8 @@ def context_window(seq_len: int, pairs: Sequence[Tuple[list, list]],
 
 
 def first_text_types(ids_len: int, first_len: int, seq_len: int) -> np.ndarray:
-    """Token types [T] int64 of a row `[CLS] first [SEP] rest…` of ids_len real tokens:
-    0 for [CLS], the first text and its [SEP]; 1 for the other real tokens; 0 for padding
-    (PaddleNLP pads the types with the pad id, 0)."""
+    """Token types [T] int64 of a row `[CLS] first [SEP] rest…`: 0 up to the first [SEP], 1 for
+    the other real tokens, 0 for padding (as PaddleNLP)."""
     types = np.zeros(seq_len, dtype=np.int64)
     types[first_len + 2:ids_len] = 1
     return types
@@ -96,8 +92,7 @@ class _GroupTask(DocumentTask):
         return self.label_ids[doc.label]
 
     def _steps(self, doc_index, parts_per_row, targets):
-        """parts_per_row: per step, the parts of each of the group's rows → [tuple of
-        Segments]."""
+        """parts_per_row: per step, the parts of each of the group's rows → [tuple of Segments]."""
         n = len(parts_per_row)
         steps = []
         for k, rows in enumerate(parts_per_row):
@@ -195,10 +190,8 @@ class MultipleChoiceTask(_GroupTask):
 
     def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
-        """→ {doc_id, pred: the chosen choice's index as a string (the label), choice: its
-        text, probs: [n choices] (mean, or last, segment softmax over the question's own
-        choices, 6 decimals; with missing_choices: paddlenlp over all num_choices, a padded
-        choice's text being ""), segments}."""
+        """→ {doc_id, pred (the chosen index as a string), choice (its text), probs ([n
+        choices], 6 decimals), segments}."""
         choices = doc.fields["choices"]
         n = self.group_size if self.options["missing_choices"] == "paddlenlp" else len(choices)
         per_segment = [(s, _softmax(lg[:n])) for s, lg in rows]

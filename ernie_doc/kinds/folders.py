@@ -34,9 +34,7 @@ RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
 
 def missing_key(cfg: Mapping[str, Any], key: str, what: str) -> ConfigError:
     """The one-line error for a required key left empty: the config file, the key, what it
-    should hold and how to set it (`--set`, and run.sh's environment variable when there is
-    one), e.g. "tasks/imdb/config.yaml: data_dir is not set: ...; give it with --set
-    data_dir=PATH, or DATA_DIR=PATH bash tasks/imdb/run.sh"."""
+    holds and how to set it (`--set`, and run.sh's environment variable if any)."""
     how = f"give it with --set {key}=..."
     variable = RUN_SH_VARIABLES.get(key)
     run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
@@ -60,9 +58,8 @@ def _same_file(origin: Optional[str], folder: str) -> bool:
 
 
 def _load_installed() -> None:
-    """Make `ernie_doc_tasks` the copy installed beside this package (site-packages), or this
-    checkout's tasks/ (an editable install maps it there), never one that comes first on
-    sys.path: under `python -m` that is the current directory."""
+    """Make `ernie_doc_tasks` the copy installed beside this package (or this checkout's
+    tasks/), never one found first on sys.path (the current directory under `python -m`)."""
     import sys
     folder = next((f for f in (_INSTALLED_TASKS, _CHECKOUT_TASKS) if _ours(f)), None)
     module = sys.modules.get("ernie_doc_tasks")
@@ -81,13 +78,8 @@ def _load_installed() -> None:
 
 
 def task_package() -> str:
-    """Where the task folders are imported from: `tasks` when it is the tasks/ folder of the
-    checkout this package lives in (tests and tools/*.py import it so; its __init__.py carries
-    the ERNIE_DOC_TASKS marker), else the installed copy `ernie_doc_tasks` (setup.py installs
-    tasks/ under that name, never as a generic top-level `tasks`), loaded from beside this
-    package. Decided without importing anything from sys.path: a `tasks` or
-    `ernie_doc_tasks` package elsewhere (the current directory under `python -m`, another
-    distribution) is never imported."""
+    """Where the task folders come from: this checkout's `tasks` (ERNIE_DOC_TASKS marker), else
+    the installed `ernie_doc_tasks`; never a stray package from sys.path."""
     try:
         spec = importlib.util.find_spec("tasks")
     except (ImportError, ValueError):
@@ -126,10 +118,8 @@ def task_folders_package() -> Optional[ModuleType]:
 
 
 def register(registry: Dict[str, type], what: str, name: str, cls: K) -> K:
-    """Put `cls` in `registry` under `name`. The same class again is a no-op, as is a class of
-    the same name and qualified name: one task module imported as `tasks.…` and as
-    `ernie_doc_tasks.…` (the first stays registered). Another class under a taken name is a
-    ValueError."""
+    """Put `cls` in `registry` under `name`. The same class (or one task module imported as
+    `tasks.…` and `ernie_doc_tasks.…`) is a no-op; another class under a taken name: ValueError."""
     existing = registry.get(name)
     if existing is None:
         registry[name] = cls
@@ -140,9 +130,8 @@ def register(registry: Dict[str, type], what: str, name: str, cls: K) -> K:
 
 
 def load_task_folders(what: str, register_all: str) -> None:
-    """Run the task folders' `register_all` (register_kinds / register_heads: explicit imports
-    of the modules whose decorators register their `what`) once. Without any task folders (a
-    package installed without them) there is nothing to register."""
+    """Run the task folders' `register_all` once (explicit imports of the modules that register
+    their `what`); nothing without task folders."""
     if _loaded.get(what):
         return
     package = task_folders_package()

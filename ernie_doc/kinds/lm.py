@@ -49,10 +49,9 @@ def _rank_rows(batch, rows):
 
 
 class LMTrainStream(Split):
-    """This rank's rows of the training stream, an endless split (data.splits):
-    micro-step m reads batch m mod len(streams) of corpus pass m // len(streams), so the
-    micro-step index alone is the position. Batches: input_ids [B, L], target [B, T],
-    reset_memory [B] (all True at the first batch of a pass), positions [3, B, L] (Segatron)."""
+    """This rank's endless training stream: micro-step m reads batch m mod len(streams) of pass
+    m // len(streams). Batches: input_ids [B, L], target [B, T], reset_memory [B],
+    positions [3, B, L]."""
     name = "train"
     endless = True
 
@@ -155,10 +154,8 @@ class LMEvaluation(Evaluation):
 
 
 class LanguageModelTask(Task):
-    """Word-level language modelling with the memory-enhanced Transformer-XL: the family of
-    tasks that build their own model and splits (`builds_model`). Beyond the loop's members
-    (kinds.base.Task), training.prepare calls, in this order: `check_data(world)`,
-    `memory_plan()`, `build_model()`, `build_splits(rank, world)`, `describe(device, world)`."""
+    """Word-level language modelling with the memory-enhanced Transformer-XL (`builds_model`):
+    training.prepare calls check_data, memory_plan, build_model, build_splits, describe."""
     builds_model = True     # the trainer asks for the model and splits (no tokenizer)
     streaming = True        # the train split is a stream run for max_steps
     main_metric = "ppl"
@@ -268,9 +265,8 @@ class LanguageModelTask(Task):
 
     # -- what the trainer builds ----------------------------------------------------------------
     def memory_plan(self) -> Tuple[Callable[[], TransformerXLLM], int, int, int, int, int]:
-        """(a function building the model, layers, hidden, heads, tokens per row, memory
-        length): what the memory estimate (assemble.check_memory) needs, before
-        build_model."""
+        """(model builder, layers, hidden, heads, tokens per row, memory length) for the memory
+        estimate (assemble.check_memory), before build_model."""
         c = self.config
         return self._build_layers, c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
 
@@ -279,11 +275,8 @@ class LanguageModelTask(Task):
         return TransformerXLLM(dataclasses.replace(self.config, n_layer=n))
 
     def check_eval_memory(self, rows: int, device: Optional[str] = None) -> None:
-        """Refuse (ConfigError naming the eval protocol's keys) an evaluation whose memory
-        estimate (ernie_doc.resources, no gradients) exceeds what `device` has: `rows` rows
-        reading eval_tgt_len tokens each with eval_mem_len memories. Checked before the
-        evaluation streams or a predict batch are made: eval_mem_len is not bounded by the
-        training memory_plan, and memories grow to it as a document is read."""
+        """Refuse (ConfigError naming the eval protocol's keys) an evaluation of `rows` rows
+        whose memory estimate exceeds what `device` has, before anything is built."""
         from ernie_doc import resources
         c, lengths = self.config, self.eval_lengths()
         params = resources.parameter_count(self._build_layers, c.n_layer)
@@ -377,9 +370,8 @@ class LanguageModelTask(Task):
 
     def load_saved(self, directory: str, rows: int, device: str
                    ) -> Tuple[TransformerXLLM, Vocabulary]:
-        """A saved language model (its lm_config.json, weights and vocabulary in `directory`)
-        → (model, vocabulary), the eval protocol's memory estimate for `rows` rows on
-        `device` checked before anything is loaded (ernie_doc.assemble.saved_run)."""
+        """A saved language model in `directory` → (model, vocabulary), the eval memory
+        estimate for `rows` rows on `device` checked before loading."""
         self.check_eval_memory(rows, device)
         vocab = load_vocabulary(directory)
         return TransformerXLLM.from_pretrained(directory), vocab

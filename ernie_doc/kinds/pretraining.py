@@ -272,9 +272,8 @@ class PretrainingTask(DocumentTask):
 
     def train_loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor
                    ) -> Tuple[paddle.Tensor, Dict[str, Tuple[float, float]]]:
-        """Training: the means are over the masked tokens (last segments) of ALL ranks, so
-        the averaged data-parallel gradient equals one process's on the union of the
-        ranks' rows. Scalars: MLM and reorder loss and accuracy over this rank's rows."""
+        """Means over the masked tokens (last segments) of ALL ranks, so the averaged gradient
+        equals one process's on all rows. Scalars: MLM / reorder loss and accuracy."""
         terms = self._terms(out, batch, weight)
         counts = [float(w.sum()) for _, _, w in terms]
         least = 1.0 / dist.world_size()

@@ -1,13 +1,9 @@
 """Span-extraction task kind (`kind: span`): TriviaQA, CMRC2018, DRCD, DuReader.
 
-Every segment reads `[CLS] context-window [SEP] question [SEP]` (or `[q] question [/q]`);
-the head scores each token as a start and an end; the answer is the best-scoring span over
-all the example's predicted segments, mapped back to the original context text. The loss sums
-the probability of all gold starts (ends) of a segment (Clark & Gardner 2018). Decoding and
-scoring follow the official code (PaddlePaddle/ERNIE, branch repro, ernie-doc/utils/
-multi_process_eval.py and utils/metrics.py) by default; task_options `loss_positions`,
-`n_best_pool`, `answer_unit`, `empty_answer` and `unreferenced` switch. Details:
-docs/design-notes.md, "Span extraction".
+Every segment reads `[CLS] context-window [SEP] question [SEP]`; the answer is the best span over
+all the example's predicted segments, mapped back to the context text. The loss sums the gold
+starts' (ends') probability (Clark & Gardner 2018); decoding and scoring follow the official
+code by default. Details: docs/design-notes.md, "Span extraction".
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -29,9 +25,8 @@ def _logsumexp_where(logits, mask):
 
 
 def span_nll(logits, batch, all_positions: bool = False):
-    """logits [B, T, 2] → per-row loss [B]: mean of the start and end negative log of the
-    summed gold probability; the softmax runs over batch["target_allowed"] [B, T] ([CLS] and
-    the context), or over all T positions with all_positions (official)."""
+    """logits [B, T, 2] → loss [B]: mean start / end −log of the summed gold probability, the
+    softmax over batch["target_allowed"] [B, T], or all T with all_positions (official)."""
     logits = logits.astype("float32")
     allowed = batch["target_allowed"]
     if all_positions:
@@ -126,11 +121,8 @@ class SpanTask(DocumentTask):
 
     def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence]) -> Dict[str, Any]:
-        """→ {doc_id, question, pred: the best span's text (task_options.empty_answer when
-        no span qualifies), score: its start + end logit (4 decimals; None without a span),
-        start / end: its character offsets into the context (context[start:end] == pred;
-        None without a span), n_best: up to task_options.n_best [{text, score, start, end}]
-        with distinct texts, best first, segments}."""
+        """→ {doc_id, question, pred (task_options.empty_answer without a span), score (start
+        + end logit, 4 decimals), start / end (context[start:end] == pred), n_best, segments}."""
         metas = {m.seg_index: m.meta for step in steps for m in step_members(step) if m.final}
         got = sorted(rows, key=lambda x: x[0])
         cands = best_spans([metas[s] for s, _ in got], [lg for _, lg in got],

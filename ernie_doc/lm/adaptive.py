@@ -1,13 +1,9 @@
 """Adaptive input embedding and projected adaptive log-softmax (Transformer-XL's WT103 setup).
 
-The vocabulary (ids sorted by frequency) is cut into clusters; cluster i gets the dimension
-d_embed // div_val**i and a projection to d_model, so rare words get cheaper vectors. The
-softmax factorises p(w) = p(cluster | h) * p(w | cluster, h). Embedding and softmax use one
-orientation, so tying shares the same Parameter objects, never copies:
-
-    weights[i]  [n_i, d_i]      projs[i]  [d_i, d_model]      (d_i = d_embed // div_val**i)
-
-Details: docs/design-notes.md, "Language model: adaptive input and softmax".
+Frequency-sorted ids are cut into clusters; cluster i gets dimension d_i = d_embed // div_val**i
+and a projection to d_model. Embedding and softmax share one orientation (weights[i] [n_i, d_i],
+projs[i] [d_i, d_model]), so tying shares Parameter objects. Details: docs/design-notes.md,
+"Language model: adaptive input and softmax".
 """
 import operator
 from typing import List, Sequence, Tuple, Union
@@ -31,12 +27,8 @@ def _positive_int(value, name):
 
 def cluster_layout(vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                    div_val: int) -> Tuple[int, int, int, List[int], int, List[int], List[int]]:
-    """Validate the arguments shared by both layers.
-
-    Returns (vocab_size, d_embed, d_model, cutoffs list, div_val, cutoff_ends, dims) where
-    cutoff_ends = [0, *cutoffs, vocab_size] and dims[i] = d_embed // div_val**i.
-    Raises ValueError naming the faulty argument.
-    """
+    """Validate the shared arguments → (vocab_size, d_embed, d_model, cutoffs, div_val,
+    cutoff_ends = [0, *cutoffs, V], dims[i] = d_embed // div_val**i); ValueError otherwise."""
     vocab_size = _positive_int(vocab_size, "vocab_size")
     d_embed = _positive_int(d_embed, "d_embed")
     d_model = _positive_int(d_model, "d_model")
@@ -72,21 +64,16 @@ def _zeros():
 
 
 def _share(plist, i, param):
-    """Make entry i of ParameterList `plist` the very object `param`.
-
-    Not `plist[i] = param`: paddle 3.x's ParameterList.__setitem__ assigns the VALUES into the
-    existing parameter (a copy, silently untied), while 2.6's replaces the object. Registering
-    through setattr replaces the entry on both.
-    """
+    """Make entry i of `plist` the very object `param`: paddle 3.x's
+    ParameterList.__setitem__ copies values (silently untied); setattr works on 2.6 and 3.x."""
     setattr(plist, str(i), param)
     if plist[i] is not param:
         raise RuntimeError("paddle did not share the parameter (ParameterList semantics changed)")
 
 
 def log_softmax(x: paddle.Tensor) -> paddle.Tensor:
-    """log_softmax over the last axis as x − logsumexp(x): paddle's CPU log_softmax kernel
-    takes time quadratic in the axis size, which would make every adaptive-softmax cluster the
-    bottleneck."""
+    """log_softmax over the last axis as x − logsumexp(x): paddle's CPU log_softmax kernel is
+    quadratic in the axis size."""
     return x - paddle.logsumexp(x, axis=-1, keepdim=True)
 
 
@@ -124,16 +111,8 @@ class _Adaptive(nn.Layer):
 
 
 class AdaptiveEmbedding(_Adaptive):
-    """Adaptive input representations (Baevski & Auli), as in Transformer-XL.
-
-    ids [...] int64 in [0, vocab_size) → [..., d_model] (e.g. [B, T] → [B, T, d_model]).
-    Cluster i looks its ids up in a [n_i, d_embed // div_val**i] table and projects to d_model;
-    the result is scaled by sqrt(d_model) (Transformer-XL's emb_scale).
-
-    Parameters: `emb_weights` (one [V, d_embed] table if div_val == 1, else one per cluster) and
-    `emb_projs` ([d_i, d_model] per cluster if div_val > 1; one if div_val == 1 and
-    d_embed != d_model; none otherwise).
-    """
+    """Adaptive input (Baevski & Auli): ids [...] int64 → [..., d_model] × sqrt(d_model);
+    cluster i: a [n_i, d_embed // div_val**i] table projected to d_model."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                  div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):
@@ -168,10 +147,8 @@ class AdaptiveEmbedding(_Adaptive):
             pieces.append(paddle.matmul(F.embedding(local, self.emb_weights[i]),
                                         self.emb_projs[i]))
             positions.append(rows)
-        # Each cluster is computed only for its own tokens; the pieces come out grouped by
-        # cluster, so put them back in token order with the inverse permutation (a gather,
-        # hence differentiable). An id outside [0, V) is in no cluster: the count no longer
-        # matches and the reshape below fails loudly instead of returning garbage.
+        # Pieces come out grouped by cluster: restore token order with the inverse permutation
+        # (a gather). An id outside [0, V) makes the reshape below fail loudly.
         order = paddle.concat(positions) if len(positions) > 1 else positions[0]
         out = paddle.concat(pieces) if len(pieces) > 1 else pieces[0]
         out = paddle.gather(out, paddle.argsort(order))
@@ -179,17 +156,8 @@ class AdaptiveEmbedding(_Adaptive):
 
 
 class ProjectedAdaptiveLogSoftmax(_Adaptive):
-    """Adaptive softmax with projections (Grave et al.; Transformer-XL's output layer).
-
-    log_prob(hidden [..., d_model]) → [..., V] full log-probabilities;
-    forward(hidden [..., d_model], target [...] int64 in [0, V)) → nll [...], computing the head
-    for every row but each tail cluster only for the rows whose target falls in it.
-
-    Parameters: `out_weights` / `out_biases`, `out_projs` and, with tail clusters,
-    `cluster_weight` [n_tail, d_embed] / `cluster_bias` [n_tail]; tail cluster i's head logit is
-    row n_tail − i, as in Transformer-XL, so its checkpoints map over without reordering rows
-    (its projections are stored [d_model, d_i], the transpose of ours). Tie with `tie_to`.
-    """
+    """Transformer-XL's adaptive softmax: log_prob(hidden [..., d_model]) → [..., V];
+    forward(hidden, target [...] int64) → nll [...]. Tie with `tie_to`."""
 
     def __init__(self, vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequence[int],
                  div_val: int = 1, init_std: float = 0.02, proj_init_std: float = 0.01):
@@ -219,16 +187,9 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
     def tie_to(self, embedding: AdaptiveEmbedding, tie_weight: bool = True,
                tie_projs: Union[None, bool, Sequence[bool]] = None
                ) -> "ProjectedAdaptiveLogSoftmax":
-        """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry).
-
-        tie_weight: the output tables become the embedding tables (the biases stay own).
-        tie_projs: None, a bool for every cluster, or one bool per cluster (n_clusters of
-        them; WT103: [False, True, True, True]); cluster i's output projection becomes the
-        embedding's projection of cluster i (its single one if div_val == 1). Without
-        projections on either side (div_val == 1, d_embed == d_model) it has nothing to tie.
-        The replaced parameters are dropped: the model then holds each shared tensor once in
-        parameters() (hence once in the optimizer). Returns self.
-        """
+        """Share parameters with `embedding` (an AdaptiveEmbedding of the same geometry) →
+        self. tie_weight: output tables; tie_projs: None, one bool, or one per cluster.
+        Replaced parameters are dropped, so each shared tensor is in parameters() once."""
         if not isinstance(embedding, AdaptiveEmbedding):
             raise TypeError(f"embedding must be an AdaptiveEmbedding, got {type(embedding)}")
         mine = (self.vocab_size, self.d_embed, self.d_model, self.cutoffs, self.div_val)
@@ -310,9 +271,8 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
             rows_all.append(rows)
             tail_all.append(-paddle.take_along_axis(tail, local, axis=-1).squeeze(-1))
         if rows_all:
-            # Rows are distinct across clusters, so an overwriting scatter into zeros places
-            # every tail term at its row (Transformer-XL's default instead returns the nll
-            # grouped by cluster, out of token order).
+            # Rows are distinct across clusters: a scatter into zeros keeps token order
+            # (Transformer-XL returns the nll grouped by cluster).
             rows = paddle.concat(rows_all) if len(rows_all) > 1 else rows_all[0]
             vals = paddle.concat(tail_all) if len(tail_all) > 1 else tail_all[0]
             nll = nll + paddle.scatter(paddle.zeros_like(nll), rows, vals, overwrite=True)

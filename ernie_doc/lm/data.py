@@ -1,12 +1,9 @@
 """WikiText-103 language-model data: vocabulary, cached token streams, Segatron positions and
 Transformer-XL's ordered batch iterator. Pure numpy (no paddle).
 
-A line's tokens are ``line.split()`` and every line, blank ones included, ends with `<eos>`:
-Transformer-XL's WikiText convention, which its perplexities are averaged over. Id 0 is
-`<eos>`; the other tokens follow by decreasing count. `sega_positions` gives Segatron's
-(paragraph, sentence, token) rows, `wikitext_sentences` splits tokenized WikiText, and
-`LMStreams` is Transformer-XL's ``LMOrderedIterator``, batch-major: row b of the [bsz, n]
-matrix holds tokens b*n ... (b+1)*n - 1. Details: docs/design-notes.md, "Language model: corpus".
+Every line, blank ones included, ends with `<eos>` (Transformer-XL's WikiText convention); id
+0 is `<eos>`, the other tokens follow by decreasing count. Details: docs/design-notes.md,
+"Language model: corpus".
 """
 import hashlib
 import json
@@ -195,9 +192,8 @@ class Vocabulary:
 
     # encoding
     def encode_lines(self, lines, return_oov: bool = False):
-        """Ids (int64) of token lines, one `<eos>` after each line. `lines` is a path, an iterable
-        of text lines, or an iterable of token lists. With return_oov: (ids, number of tokens
-        mapped to `<unk>` because they are not in the vocabulary)."""
+        """Ids (int64) of token lines (a path, text lines or token lists), `<eos>` after each;
+        with return_oov also the number of tokens mapped to `<unk>`."""
         if isinstance(lines, (str, os.PathLike)):
             token_lines = read_token_lines(lines)
         else:
@@ -286,9 +282,8 @@ def _sentence_runs(token_lines: Iterable[List[str]]):
 
 
 def sega_positions(source, scheme: str = "local") -> np.ndarray:
-    """[3, N] int32 (paragraph, sentence, token) for every token of the stream `encode_file`
-    gives for the same source (a path, an iterable of text lines or of token lists).
-    scheme "local" or "global" (module docstring)."""
+    """[3, N] int32 (paragraph, sentence, token) per token of `encode_file`'s stream for the
+    same source; scheme "local" or "global" (module docstring)."""
     if scheme not in ("local", "global"):
         raise ValueError(f"scheme must be 'local' or 'global', got {scheme!r}")
     if isinstance(source, (str, os.PathLike)):
@@ -325,9 +320,8 @@ def to_global(local: np.ndarray) -> np.ndarray:
 # --- corpus cache --------------------------------------------------------------------------------
 
 def _file_fingerprint(path) -> dict:
-    """What a cached file is keyed by: its size and a BLAKE2b digest of its bytes (content,
-    not path or mtime: an edit that keeps the size and restores the mtime still changes the
-    key). Hashing is far cheaper than encoding the file again."""
+    """A cached file's key: its size and a BLAKE2b digest of its bytes (not path or mtime,
+    which an edit can preserve)."""
     digest = hashlib.blake2b(digest_size=32)
     size = 0
     with open_regular(path, "token file") as f:
@@ -423,13 +417,8 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
                 cache_dir: Optional[PathArg] = None, *, positions: Optional[str] = None,
                 vocab_from: Union[str, Sequence[str]] = "train", min_freq: int = 1,
                 max_size: Optional[int] = None, mmap: bool = False) -> Corpus:
-    """Vocabulary + encoded splits, cached under `cache_dir` (None: no cache).
-
-    `paths` {split: .tokens path}. The vocabulary is `vocab_path` when given, else built from the
-    split(s) `vocab_from`. Each split is cached as `{split}.ids.npy` (+ `{split}.pos.npy`) with a
-    `{split}.json` of the source's size and hash, the vocabulary's fingerprint and the counts; it
-    is re-encoded unless all match. Files are written atomically, the JSON last. `positions`:
-    None, "local" or "global" (see `sega_positions`). `mmap`: memory-map the cached arrays."""
+    """Vocabulary + encoded splits (`paths`: {split: .tokens path}), cached under `cache_dir`
+    and re-encoded when source or vocabulary changed. `positions`: None, "local", "global"."""
     if positions not in (None, "local", "global"):
         raise ValueError(f"positions must be None, 'local' or 'global', got {positions!r}")
     if not paths:
@@ -471,9 +460,8 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
 def _cached_split(split: str, path: str, key: Optional[dict], cache_dir: Optional[str],
                   positions: Optional[str], mmap: bool, fingerprints: "_Fingerprints"
                   ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], Optional[dict]]:
-    """(ids, positions or None, meta) of a split from the cache when its key matches (its
-    positions computed and cached now when asked for and missing or stale); (None, None, None)
-    when it must be encoded."""
+    """(ids, positions or None, meta) of a split from the cache when its key matches (missing
+    positions computed now); (None, None, None) when it must be encoded."""
     if cache_dir is None:
         return None, None, None
     pos = None
@@ -522,9 +510,8 @@ def _encode_split(split: str, path: str, key: Optional[dict], vocab: Vocabulary,
 # --- ordered batches -----------------------------------------------------------------------------
 
 class LMBatch(NamedTuple):
-    """input [bsz, L] (L = seq_len + the ext_len context before it, fewer at the start),
-    target [bsz, seq_len] (the token after each of the last seq_len inputs), seq_len, and
-    positions [K, bsz, L] of the input tokens (None when the streams have none)."""
+    """input [bsz, L] (seq_len + ext_len context), target [bsz, seq_len], seq_len, positions
+    [K, bsz, L] or None."""
     input: np.ndarray
     target: np.ndarray
     seq_len: int
@@ -532,12 +519,8 @@ class LMBatch(NamedTuple):
 
 
 class LMStreams:
-    """Transformer-XL's ordered LM iterator, batch-major. `data` (1-D ids) is trimmed to
-    n = len // bsz tokens per row and row b holds tokens b*n ... (b+1)*n - 1; batch i covers
-    steps [i*tgt_len, min((i+1)*tgt_len, n-1)) with targets one step later, so the last batch
-    may be shorter and every row's inputs cover its first n-1 tokens exactly once. `positions`
-    ([K, len(data)], e.g. `sega_positions`) is laid out the same way. Iterating continues from
-    the saved batch index (`state`/`load_state`); after the last batch it starts over."""
+    """Transformer-XL's ordered LM iterator, batch-major: row b holds tokens b*n .. (b+1)*n−1
+    (n = len // bsz), targets one step later; resumable (`state`/`load_state`)."""
 
     def __init__(self, data: np.ndarray, bsz: int, tgt_len: int, ext_len: int = 0,
                  positions: Optional[np.ndarray] = None):

@@ -1,12 +1,8 @@
 """Memory-enhanced Transformer-XL language model (paper §4.1), optionally segment-aware (Segatron).
 
-`TransformerXLLM` follows kimiyoung/transformer-xl pytorch/mem_transformer.py: adaptive
-embedding, relative partial-learnable attention, a tied adaptive softmax, and Transformer-XL's
-parameter names (paddle Linear weights are [in, out], the transpose of torch's). The memory
-follows `ernie_doc.modeling.memory` (its recurrence "enhanced", "xl" or "none"); with
-segment_positions the relative encoding adds Segatron-XL's sentence and paragraph distances.
-forward's docstring gives its contract. Details (architecture, mask, Segatron distances):
-docs/design-notes.md, "Language model: Transformer-XL".
+`TransformerXLLM` follows kimiyoung/transformer-xl's mem_transformer.py (adaptive embedding and
+softmax, relative attention, its parameter names); the memory follows ernie_doc.modeling.memory.
+Details: docs/design-notes.md, "Language model: Transformer-XL".
 """
 import dataclasses
 import json
@@ -53,15 +49,9 @@ Rel = Tuple[Any, ...]
 # ------------------------------------------------------------------------------------ config
 @dataclasses.dataclass
 class TransformerXLConfig:
-    """Hyper-parameters; the defaults are Transformer-XL's WikiText-103 base (training side).
-
-    Besides the Transformer-XL keys: recurrence ("enhanced" = ERNIE-Doc, "xl", "none"),
-    segment_positions (Segatron), sega_relative ("exact" | "segatron", module docstring),
-    d_embed (None = d_model), untie_r (per-layer r_w/r_r biases, the TF scripts' setting),
-    init_std / proj_init_std. tie_projs: None (= [False] + [True] * len(cutoffs), WT103's), a
-    bool for every cluster, or one bool per cluster. clamp_len ≤ 0: no clamping.
-    Every value is checked on construction; ValueError messages start with the key.
-    """
+    """Hyper-parameters; defaults are Transformer-XL's WikiText-103 base. Extra keys:
+    recurrence ("enhanced", "xl", "none"), segment_positions, sega_relative, untie_r, tie_projs
+    (None = WT103's). Checked on construction; ValueError messages start with the key."""
     n_layer: int = 16
     d_model: int = 410
     n_head: int = 10
@@ -243,16 +233,9 @@ def sinusoid(pos: paddle.Tensor, dim: int) -> paddle.Tensor:
 
 
 def pad_reshape_rel_shift(x: paddle.Tensor) -> paddle.Tensor:
-    """Transformer-XL's relative shift of x [..., T, K] (column c = distance K−1−c), same shape:
-    out[..., i, j] = x[..., i, j + T − 1 − i] wherever j ≤ K − T + i (the causal keys);
-    the entries above that diagonal are junk, to be masked.
-
-    Pad a zero column on the left, view [K+1, T], drop the first row, view [T, K]. The
-    encoder's `ernie_doc.modeling.attention.gather_rel_shift` is one gather of flat indices
-    instead (faster on CPU, and exact everywhere since the encoder attends to every key); on
-    the causal keys the two agree, above the diagonal they leave different junk, so the LM
-    keeps Transformer-XL's own form.
-    """
+    """Transformer-XL's relative shift of x [..., T, K], same shape: out[..., i, j] =
+    x[..., i, j + T − 1 − i] for the causal keys (j ≤ K − T + i); junk above, to be masked.
+    Differs from the encoder's gather_rel_shift only in that junk."""
     lead, (t, k) = list(x.shape[:-2]), list(x.shape[-2:])
     zero = paddle.zeros(lead + [t, 1], dtype=x.dtype)
     padded = paddle.concat([zero, x], axis=-1).reshape(lead + [k + 1, t])
@@ -288,9 +271,8 @@ def _shape_list(t: paddle.Tensor) -> List[int]:
 
 # -------------------------------------------------------------------------------- layers
 class RelPartialLearnableMultiHeadAttn(nn.Layer):
-    """Transformer-XL's attention (attn_type 0). `rel` is the position term (see
-    TransformerXLLM.relative_encoding): ("shared", R [K, d]), ("batch", R [B, K, d]) or
-    ("exact", tables [N, d_c] ×3, indices [B, n_head, T, K] ×3)."""
+    """Transformer-XL's attention (attn_type 0); `rel`: the position term of
+    TransformerXLLM.relative_encoding ("shared", "batch" or "exact")."""
 
     def __init__(self, c: TransformerXLConfig):
         super().__init__()
@@ -414,9 +396,8 @@ class TransformerXLLM(nn.Layer):
         if not isinstance(config, TransformerXLConfig):
             raise TypeError(f"config must be a TransformerXLConfig or a dict, got {type(config)}")
         c = self.config = config.validate()
-        # Refuse weights that cannot fit before allocating them: a lower bound on the count is
-        # each layer's attention (q, k, v, output) and feed-forward matrices plus the
-        # embedding rows of the most frequent words (full width).
+        # Refuse weights that cannot fit before allocating them (a lower bound: attention and
+        # feed-forward matrices, and the head cluster's embedding rows).
         from ernie_doc import resources
         attention = 4 * c.n_head * c.d_head * c.d_model + 2 * c.d_model * c.d_inner
         head_rows = (c.cutoffs[0] if c.cutoffs else c.vocab_size) * c.embed_dim
@@ -450,11 +431,8 @@ class TransformerXLLM(nn.Layer):
     @classmethod
     def from_pretrained(cls, directory: Union[str, "os.PathLike[str]"],
                         **overrides: Any) -> "TransformerXLLM":
-        """A `save_pretrained` directory → the model (config keys in `overrides`, e.g.
-        mem_len or recurrence, replace the saved ones). Reads model.safetensors (no pickle
-        is ever read). Every tensor must match by
-        name and shape, with a dtype that casts (float widths; uint16 is bfloat16 bits):
-        CheckpointError, one line naming the file and the tensors, otherwise."""
+        """A `save_pretrained` directory → the model (`overrides` replace config keys); every
+        tensor of model.safetensors must match by name, shape and dtype, else CheckpointError."""
         from ernie_doc.checkpoint import io
         from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)
@@ -644,17 +622,8 @@ class TransformerXLLM(nn.Layer):
                 positions: Optional[paddle.Tensor] = None,
                 memory_positions: Optional[paddle.Tensor] = None,
                 return_log_probs: bool = False) -> LMOutput:
-        """input_ids [B, T] int → LMOutput; inputs are never modified.
-
-        target [B, T'] int (T' ≤ T: the last T' positions are predicted, which skips an
-        `ext_len` prefix) or None · memories None (no memory: Transformer-XL's start state), a
-        list of n_layer [B, M, d_model] or one [n_layer, B, M, d_model] · reset_memory [B] bool:
-        rows whose memory is zeroed first · positions [3, B, T] (paragraph, sentence, token)
-        running counters, required iff config.segment_positions · memory_positions [3, B, M],
-        required with memories when segment_positions (the previous out.memory_positions).
-        LMOutput: nll [B, T'] or None, log_probs [B, T', V] if return_log_probs, memories
-        [n_layer, B, M', d_model] detached or None, hidden [B, T, d_model] (what the softmax
-        reads), memory_positions [3, B, M'] or None."""
+        """input_ids [B, T] → LMOutput; target [B, T'] or None; memories [n_layer, B, M, d_model]
+        (or a list) or None; reset_memory [B]; positions [3, B, T] iff segment_positions."""
         c = self.config
         if paddle.in_dynamic_mode():
             self._check(input_ids, target, memories, reset_memory, positions, memory_positions)

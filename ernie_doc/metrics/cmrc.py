@@ -1,12 +1,9 @@
 """CMRC2018 span-extraction metrics (also used for DRCD and DuReader), reproducing the
 official cmrc2018_evaluate.py (ymcui/cmrc2018, v5).
 
-Text is lower-cased and cut into segments (each CJK character and punctuation mark, and the
-words of the runs between them); F1 is over the longest common contiguous run of segments, EM
-is string equality without punctuation, and a question takes the max over its gold answers.
-`treebank_tokenize` reimplements the word tokenizer of nltk 3.6.2, which ERNIE-Doc pins
-(`nltk_rules="3.7"` gives the later rules). Deviations, and how the rule sets compare:
-docs/design-notes.md, "Metrics: CMRC2018".
+F1 over the longest common run of segments (CJK characters, punctuation, Treebank words), EM
+without punctuation, max over gold answers. `treebank_tokenize` reimplements nltk 3.6.2's word
+tokenizer. Deviations: docs/design-notes.md, "Metrics: CMRC2018".
 """
 import re
 from typing import Dict, List, Sequence
@@ -79,9 +76,8 @@ _CLOSING = {"3.6": _CLOSING_COMMON + _CLOSING_36 + _CLITICS,
 
 
 def treebank_tokenize(text: str, nltk_rules: str = "3.6") -> List[str]:
-    """Word tokens of `text` by the Treebank rules of nltk.word_tokenize (one sentence).
-    nltk_rules: "3.6" = nltk 3.6.2, which ERNIE-Doc pins (default); "3.7" = nltk 3.7 and
-    later (3.9.1 checked), which also split a run-initial '' off its word."""
+    """Word tokens of `text` by nltk.word_tokenize's Treebank rules. nltk_rules: "3.6" (nltk
+    3.6.2, ERNIE-Doc's pin; default) or "3.7" (later nltk: splits a run-initial '')."""
     if nltk_rules not in _CLOSING:
         raise ValueError(f"nltk_rules {nltk_rules!r} is not one of {list(NLTK_RULES)}")
     for pattern, repl in _OPENING + _PUNCT:
@@ -97,9 +93,8 @@ def treebank_tokenize(text: str, nltk_rules: str = "3.6") -> List[str]:
 
 # --- official metric -----------------------------------------------------------------
 def mixed_segmentation(text: str, rm_punc: bool = False, nltk_rules: str = "3.6") -> List[str]:
-    """Segments of a Chinese/English string: one per CJK or punctuation character,
-    Treebank words (`treebank_tokenize`) for the runs in between; rm_punc drops the
-    punctuation characters."""
+    """Segments of a Chinese/English string: one per CJK or punctuation character, Treebank
+    words between; rm_punc drops punctuation."""
     segments, run = [], []
     for ch in str(text).lower().strip():
         if rm_punc and ch in PUNCTUATION:
@@ -141,8 +136,7 @@ def _as_list(answers):
 
 
 def f1_score(prediction: str, answers, nltk_rules: str = "3.6") -> float:
-    """Max over the gold answers (a string or a list; none = [""]) of the segment-LCS F1
-    (0..1)."""
+    """Max over the gold answers (a string or a list; none = [""]) of the segment-LCS F1 (0..1)."""
     pred_segs = mixed_segmentation(prediction, True, nltk_rules)
     best = 0.0
     for answer in _as_list(answers):
@@ -162,9 +156,8 @@ def exact_match(prediction: str, answers) -> float:
 
 def evaluate(predictions: Dict[str, str], references: Dict[str, Sequence[str]],
              nltk_rules: str = "3.6") -> Dict[str, float]:
-    """predictions: qid -> answer string; references: qid -> gold answer strings (an empty
-    list scores against [""]). → {"em", "f1", "avg"} ×100 over all references, "total",
-    "skipped" (no prediction). nltk_rules: see treebank_tokenize."""
+    """predictions: qid -> answer; references: qid -> gold answers ([] scores against [""]) →
+    {"em", "f1", "avg"} ×100, "total", "skipped". nltk_rules: see treebank_tokenize."""
     em, f1, total, skipped = average_scores(
         predictions, references, exact_match,
         lambda p, ref: f1_score(p, ref, nltk_rules))

@@ -51,9 +51,8 @@ def f1(precision, recall):
 
 def evaluate(predictions: Dict[str, List[Phrase]], references: Dict[str, List[Phrase]],
              depths: Sequence[int] = DEPTHS) -> Dict[str, float]:
-    """predictions: url -> ranked phrases; references: url -> gold phrases.
-    → {"f1@k", "p@k", "r@k"} for each k, "total" (documents), "missing" (without prediction).
-    A phrase that normalises to "" keeps its rank (the official rule)."""
+    """predictions: url -> ranked phrases; references: url -> gold phrases → {"f1@k", "p@k",
+    "r@k"} per k, "total", "missing". A phrase normalised to "" keeps its rank (official)."""
     sums = {f"{m}@{k}": 0.0 for k in depths for m in ("f1", "p", "r")}
     missing = 0
     for url, gold in references.items():

@@ -18,12 +18,8 @@ _TRIVIAQA_PUNCT = _ASCII_PUNCT | frozenset("\u2018\u2019\u00b4")
 
 
 def normalize_answer(text, triviaqa=False):
-    """Lower-case, drop punctuation, the articles a/an/the and extra whitespace.
-
-    triviaqa=True gives the TriviaQA variant: underscores become spaces and punctuation
-    (ASCII plus ‘ ’ ´) is replaced by a space rather than deleted, so "rock-n-roll" is
-    "rock n roll" there but "rocknroll" for SQuAD/HotpotQA.
-    """
+    """Lower-case, drop punctuation, articles and extra whitespace. triviaqa=True: underscores
+    and punctuation become spaces ("rock n roll", not SQuAD's "rocknroll")."""
     text = str(text).lower()
     if triviaqa:
         text = text.replace("_", " ")
@@ -58,9 +54,8 @@ def max_over_ground_truths(metric, prediction, ground_truths):
 
 
 def average_scores(predictions, references, em_of, f1_of):
-    """Mean EM and F1 ×100 over every reference question (the official scripts' averaging):
-    em_of / f1_of(prediction, references[qid]) → [0, 1]; a question without a prediction
-    scores 0. → (em, f1, total, missing)."""
+    """Mean EM and F1 ×100 over every reference question (em_of / f1_of → [0, 1]; no prediction
+    scores 0) → (em, f1, total, missing)."""
     em = f1 = 0.0
     missing = 0
     for qid, ref in references.items():

@@ -33,12 +33,8 @@ def truncated_normal(std: float) -> paddle.ParamAttr:
 
 def relative_position_ids(seg_len: int, mem_len: int, max_position: int,
                           mapping: str = "pretrained") -> paddle.Tensor:
-    """Row of the position table for each column of the raw position score, [2T+M] int64.
-
-    Column c stands for the distance δ = M + T − c (query minus key). Past keys (δ ≥ 1) use row
-    P−1+δ ("pretrained": the row that distance had in pretraining with T = P) or T−1+δ
-    ("official": the official reader's ids, correct only for T = P); δ ≤ 0 uses row −δ.
-    """
+    """Position-table row per column of the raw score, [2T+M] int64; column c is distance
+    δ = M + T − c. δ ≥ 1: row P−1+δ ("pretrained") or T−1+δ ("official"); δ ≤ 0: row −δ."""
     past_base = (max_position if mapping == "pretrained" else seg_len) - 1
     past = paddle.arange(seg_len + mem_len, 0, -1, dtype="int64") + past_base
     future = paddle.arange(0, seg_len, dtype="int64")
@@ -47,16 +43,9 @@ def relative_position_ids(seg_len: int, mem_len: int, max_position: int,
 
 def gather_rel_shift(x: paddle.Tensor, key_len: int,
                      offset: Optional[int] = None) -> paddle.Tensor:
-    """The encoder's relative shift, as one gather: [B, n, T, W] → [B, n, T, key_len] with
-    out[a, b] = x[a, b + offset − a].
-
-    offset = T reproduces the official XLNet-style reshape/slice of the full [T, 2T+M] score
-    exactly, every entry (the encoder masks nothing by position, so all of them are read).
-    Done as one gather of flat indices offset + a(W−1) + b: the strided slice copy is slower
-    on CPU. The language model's `ernie_doc.lm.model.pad_reshape_rel_shift` is
-    Transformer-XL's pad-a-zero-column-and-reshape shift instead: the same on the causal keys
-    but with other junk above the diagonal, which its causal mask hides.
-    """
+    """The encoder's relative shift as one gather: [B, n, T, W] → [B, n, T, key_len],
+    out[a, b] = x[a, b + offset − a]. offset = T matches the official reshape/slice exactly
+    (faster on CPU than the strided copy)."""
     t, w = x.shape[2], x.shape[3]
     offset = t if offset is None else offset
     rows = paddle.arange(t, dtype="int64").unsqueeze(1) * (w - 1) + offset
@@ -104,12 +93,8 @@ class RelativeMultiHeadAttention(nn.Layer):
     def forward(self, x: paddle.Tensor, memory: Optional[paddle.Tensor], pos_emb: paddle.Tensor,
                 task_emb: Optional[paddle.Tensor], key_task_ids: Optional[paddle.Tensor],
                 mask_bias: Optional[paddle.Tensor]) -> paddle.Tensor:
-        """x [B,T,H]; memory [B,M,H] or None; pos_emb [2T+M,H] or [B,2T+M,H];
-        task_emb: the task table [C,H] looked up with key_task_ids [B,K] (K = M+T keys), or,
-        when key_task_ids is None, one vector per key [B,K,H], or None when every key of a row
-        has the same task vector (the term is then constant per query and cancels in the
-        softmax); mask_bias [B,n,T,K] or None.
-        Returns [B,T,H]."""
+        """x [B,T,H]; memory [B,M,H] or None; pos_emb [2T+M,H] or [B,2T+M,H]; task_emb [C,H] with
+        key_task_ids [B,K], [B,K,H], or None; mask_bias [B,n,T,K] or None → [B,T,H]."""
         context = x if memory is None else paddle.concat([memory, x], axis=1)
         key_len = context.shape[1]
         r_w, r_r, r_t = self._biases()
@@ -133,9 +118,7 @@ class RelativeMultiHeadAttention(nn.Layer):
         q_r = self._heads((q + r_r) * scale)
         if len(rel.shape) == 3 and (self.training or (paddle.in_dynamic_mode()
                                                       and paddle.is_grad_enabled())):
-            # Shared position rows: expand instead of a broadcasting matmul, whose gradient
-            # fails on paddle 3.3.1 CPU (in dygraph and in a compiled training step alike);
-            # the copy is small next to the score tensor.
+            # expand, not a broadcasting matmul: its gradient fails on paddle 3.3.1 CPU
             rel = rel.unsqueeze(0).expand([q_w.shape[0]] + list(rel.shape))
         task_bias = None
         if task is not None:

@@ -1,11 +1,8 @@
 """The model's dense layer: `paddle.nn.Linear` with the same parameters, state_dict names and
 outputs, and a training path shaped for the CPU's faster backward kernels.
 
-When gradients are recorded, an input [..., in] is multiplied as one 2-D matrix [N, in] and the
-bias is added through an expand, not a broadcast: the CPU's gradient kernels are much faster
-that way (oneDNN bf16 matmul, broadcast add). Layers below SMALL output elements keep the plain
-form. The arithmetic is the same, so outputs equal the plain layer's; evaluation and export
-keep the plain form, which Paddle Inference fuses into one fc operator. Why and timings:
+With gradients, inputs are multiplied as one 2-D matrix and the bias added through an expand
+(much faster CPU gradients); evaluation and export keep the plain form. Why and timings:
 docs/design-notes.md, "Model: the dense layer".
 """
 import math

@@ -17,12 +17,8 @@ from ernie_doc.modeling.memory import reset_rows, update_memory
 def memory_slot_mask(memory_mask: Optional[paddle.Tensor], batch: int, mem_len: int,
                      memories_given: bool,
                      reset_memory: Optional[paddle.Tensor]) -> paddle.Tensor:
-    """Which memory slots hold document content → [B,M] float32, 1 = content.
-
-    memory_mask [B,M] (any dtype) or None; reset_memory [B] bool or None. Without a
-    memory_mask, the zero start state (no memories given) is all empty and given memories are
-    taken as full; rows that start a new document are emptied either way.
-    """
+    """Which memory slots hold content → [B,M] float32. Without memory_mask the zero start
+    state is empty and given memories full; reset_memory [B] rows are emptied."""
     if memory_mask is None:
         memory_mask = paddle.full([batch, mem_len], 1.0 if memories_given else 0.0,
                                   dtype="float32")
@@ -34,11 +30,8 @@ def memory_slot_mask(memory_mask: Optional[paddle.Tensor], batch: int, mem_len: 
 
 def additive_mask(query_mask: paddle.Tensor, key_mask: paddle.Tensor,
                   bias_shape: List[int]) -> Optional[paddle.Tensor]:
-    """query_mask [B,T], key_mask [B,K] float 1/0 → bias [B,n,T,K] (bias_shape): 0 where both
-    are real, −MASK_VALUE elsewhere, detached. In dygraph, None when every key is real (the
-    segment's tokens are keys too, so every query is real as well): nothing to mask, and each
-    layer skips the add. A traced program cannot branch on values, so it always gets the bias.
-    """
+    """query_mask [B,T], key_mask [B,K] → detached bias [B,n,T,K] (0 where both real, else
+    −MASK_VALUE); in dygraph None when every key is real."""
     # One exit, no early return: the function is traced by paddle.jit under export.
     bias = None
     if not (paddle.in_dynamic_mode() and bool(key_mask.min() > 0)):
@@ -53,15 +46,9 @@ def encoder_attention_bias(
         reset_memory: Optional[paddle.Tensor], memories_given: bool, batch: int, seg_len: int,
         mem_len: int, num_heads: int, mask_empty_memory: bool
 ) -> Tuple[Optional[paddle.Tensor], Optional[paddle.Tensor]]:
-    """The bias every layer adds to its scores, and the memory mask the next segment gets.
-
-    attention_mask [B,T] (1 = token, 0 = pad) or None (all tokens); memory_mask [B,M] or None;
-    reset_memory [B] bool or None; memories_given: whether the caller passed memories (else
-    the zero start state). → (mask_bias [B,n,T,M+T] or None when nothing is masked,
-    new_memory_mask [B,M] float32, only under mask_empty_memory with memory, else None).
-    Under mask_empty_memory the memory mask follows update_memory exactly like the memories:
-    the last M of [memory_mask; attention_mask].
-    """
+    """attention_mask [B,T] or None, memory_mask [B,M] or None, reset_memory [B] or None →
+    (mask_bias [B,n,T,M+T] or None when nothing is masked, new_memory_mask [B,M] float32
+    under mask_empty_memory with memory, else None: the last M of [memory_mask; attention_mask])."""
     use_memory_mask = bool(mask_empty_memory and mem_len)
     mask_bias, new_memory_mask = None, None
     # Without padding or tracked memory every pair is allowed: no bias tensor at all.

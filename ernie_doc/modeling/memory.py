@@ -21,10 +21,8 @@ def memory_source(mode: str, layer_input: paddle.Tensor,
 
 def update_memory(prev: Optional[paddle.Tensor], current: paddle.Tensor,
                   mem_len: int) -> paddle.Tensor:
-    """Last mem_len positions of [prev; current] along time, detached.
-
-    prev [B,M,*] or None, current [B,T,*] → [B,M,*]. For T ≥ M only `current` survives.
-    """
+    """Last mem_len positions of [prev; current] along time, detached: prev [B,M,*] or None,
+    current [B,T,*] → [B,M,*]."""
     seg_len = current.shape[1]
     if prev is None or (isinstance(seg_len, int) and seg_len >= mem_len):
         new = current[:, -mem_len:]

@@ -3,14 +3,11 @@
     out = model(input_ids, memories=None, token_type_ids=None, attention_mask=None,
                 reset_memory=None, memory_mask=None)
 
-input_ids [B,T] int64 · memories [L,B,M,H] float or None (= zeros) · token_type_ids [B,T]
-(default zeros) · attention_mask [B,T], 1 = token, 0 = pad (default all ones) · reset_memory
-[B] bool, rows that start a new document (memory zeroed first) · memory_mask [B,M], only with
-config.mask_empty_memory: 1 = the slot holds document content.
-
-Returns ErnieDocOutput(sequence_output [B,T,H], pooled_output [B,H], memories [L,B,M,H]
-detached, memory_mask [B,M] or None). Inputs are never modified. Under recurrence "none"
-there is no memory and `.memories` is None.
+input_ids [B,T] int64 · memories [L,B,M,H] or None (= zeros) · token_type_ids [B,T] ·
+attention_mask [B,T] (1 = token) · reset_memory [B] bool (memory zeroed first) · memory_mask
+[B,M] (mask_empty_memory only). Returns ErnieDocOutput(sequence_output [B,T,H], pooled_output
+[B,H], memories [L,B,M,H] detached or None under recurrence "none", memory_mask [B,M] or None).
+Inputs are never modified.
 """
 from collections import namedtuple
 from typing import Callable, List, Optional, Tuple
@@ -141,9 +138,8 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         # Activation recompute (gradient checkpointing) of each encoder layer in training;
         # a runtime switch, not a config field: saved configs and state_dict are unchanged.
         self.recompute = False
-        # Whether every row has one task type, decided by the caller instead of from the
-        # values: a compiled step (training/compiled.py) cannot look at them while tracing,
-        # and sets this so its program takes the same branch as dygraph. None = look.
+        # Whether every row has one task type, set by a compiled step (it cannot look at the
+        # values while tracing); None = look.
         self.uniform_task_types: Optional[bool] = None
 
     @property

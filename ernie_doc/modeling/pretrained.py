@@ -6,8 +6,7 @@
 
 `path` may hold any layout of ernie_doc.checkpoint.io. Names are mapped with
 ernie_doc.checkpoint.names; the model's own state_dict keys are PaddleNLP's (heads keep the
-encoder under `ernie_doc.`). What may load partially: `from_pretrained`'s docstring and
-docs/design-notes.md, "Checkpoints: which head loads".
+encoder under `ernie_doc.`). What may load partially: docs/checkpoints.md.
 """
 import inspect
 import logging
@@ -98,11 +97,8 @@ def _constructor_params(cls: type) -> List[str]:
 
 def checkpoint_key_map(names_in_checkpoint: Iterable[str], fmt: str,
                        cls: type) -> Dict[str, Optional[str]]:
-    """{checkpoint name: model key or None} for a model of class `cls`.
-
-    Official names go through names.py (+ cls.official_names for the head); PaddleNLP / our
-    names are model keys already, with or without the `ernie_doc.` prefix.
-    """
+    """{checkpoint name: model key or None} for `cls`: official names through names.py (and
+    cls.official_names), others are model keys with or without `ernie_doc.`."""
     prefixed = not _is_bare(cls)
     head_names = cls.official_names
     out = {}
@@ -122,9 +118,8 @@ _FLOAT_PARAMS = ("float16", "float32", "float64", "bfloat16")
 
 
 def cast_problem(array: np.ndarray, param_dtype: str) -> Optional[str]:
-    """Why `array` cannot load into a parameter of paddle dtype name `param_dtype`, or None.
-    Any float width casts to a float parameter; a uint16 array is bfloat16 bits (paddle saves
-    bfloat16 that way) and is converted; integers, bools and complex never become floats."""
+    """Why `array` cannot load into a parameter of dtype `param_dtype`, or None: floats cast,
+    uint16 is bfloat16 bits; integers, bools and complex never become floats."""
     kind = array.dtype.kind
     if param_dtype in _FLOAT_PARAMS:
         if kind == "f" or array.dtype == np.uint16:
@@ -158,10 +153,8 @@ def assign_array(param: "paddle.Tensor", array: np.ndarray) -> None:
 
 def _known_head_modules(cls: type, target: Dict[str, Any],
                         ckpt: io.Checkpoint) -> Optional[Set[str]]:
-    """First name components of head tensors that belong to a known head: those of the
-    official heads (checkpoint.names.OFFICIAL_HEADS, which the built-in head classes declare
-    theirs from) and of `cls`; None when the checkpoint's own config names a head class (every
-    tensor outside its encoder is then that head's)."""
+    """First name components of known heads' tensors (official heads and `cls`'s); None when
+    the checkpoint's config names a head class (then every non-encoder tensor is its)."""
     arch = (ckpt.architecture or {}).get("class")
     if arch and arch != "ErnieDocModel":
         return None
@@ -172,9 +165,8 @@ def _known_head_modules(cls: type, target: Dict[str, Any],
 
 
 def _leftover_kind(name: str, fmt: str, cls: type, head_modules: Optional[Set[str]]) -> str:
-    """What a checkpoint tensor the model does not use is: "head" (another known head's: fine
-    to leave aside), "encoder" (an encoder tensor this model does not have: a config that
-    differs) or "unknown" (it belongs to nothing we know)."""
+    """An unused checkpoint tensor: "head" (another known head's), "encoder" (a differing
+    config) or "unknown"."""
     if fmt == "official":
         if names.official_to_backbone(name) is not None:
             return "encoder"
@@ -191,10 +183,8 @@ def _official_head_names(cls: type) -> Set[str]:
 
 
 def model_class_names() -> Set[str]:
-    """__name__ of every concrete model class defined so far: ErnieDocModel and every head
-    class (imported: the built-in heads, a task's own once its module ran). Base classes
-    (heads.Head) mark themselves `abstract_base = True` and are left out: a config that
-    records one names no head."""
+    """__name__ of every concrete model class defined so far (ErnieDocModel and the heads);
+    bases marked `abstract_base = True` are left out."""
     out, todo = set(), list(PretrainedMixin.__subclasses__())
     while todo:
         c = todo.pop()
@@ -205,9 +195,7 @@ def model_class_names() -> Set[str]:
 
 
 def recorded_class(ckpt: io.Checkpoint) -> Optional[str]:
-    """The model class the checkpoint's config records when it is a known one
-    (model_class_names), else None: no config, no class, or a name no class has (an empty
-    string, a base class, anything hand-written)."""
+    """The known model class (model_class_names) the checkpoint's config records, else None."""
     recorded = (ckpt.architecture or {}).get("class")
     return recorded if isinstance(recorded, str) and recorded in model_class_names() else None
 
@@ -219,13 +207,8 @@ def describe_class(name: Any) -> str:
 
 def other_head(cls: type, ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]]
                ) -> Optional[str]:
-    """Why the checkpoint's head tensors must not load into `cls`'s head, as the class they
-    belong to (for the report), else None (they are this head's, or there are none).
-
-    Every head keeps its parameters under the same names (`linear.weight` ...), so the recorded
-    class decides: the same class or a base of `cls` is the same head, anything else (or no known
-    class) is not, except official names, which identify a head (cls_mrc_out is a span head's).
-    Details: docs/design-notes.md, "Checkpoints: which head loads"."""
+    """Why the checkpoint's head tensors must not load into `cls`'s head: their class, else
+    None. Details: docs/design-notes.md, "Checkpoints: which head loads"."""
     if _is_bare(cls):
         return None
     recorded = recorded_class(ckpt)
@@ -293,9 +276,8 @@ def _resolve_config(ckpt: io.Checkpoint, config: Any) -> Tuple[ErnieDocConfig, s
 
 def _apply_overrides(cfg: ErnieDocConfig, overrides: Dict[str, Any],
                      key_map: Dict[str, Optional[str]], where: str) -> ErnieDocConfig:
-    """cfg with the config keys given to from_pretrained, and rel_pos_params_sharing as the
-    tensor names say when it was not given: official configs do not say whether the
-    r_{w,r,t} biases are shared."""
+    """cfg with from_pretrained's config keys, and rel_pos_params_sharing from the tensor
+    names when not given (official configs do not say)."""
     overrides = dict(overrides)
     if "rel_pos_params_sharing" not in overrides:
         layout = names.bias_layout(names.strip_prefix(k) for k in key_map.values() if k)
@@ -310,10 +292,8 @@ def _apply_overrides(cfg: ErnieDocConfig, overrides: Dict[str, Any],
 def _head_arguments(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
                     ctor_params: List[str], given: Dict[str, Any],
                     same_head: bool = True) -> Dict[str, Any]:
-    """The constructor arguments: given > the checkpoint's head tensors (num_labels from
-    linear.bias [num_labels], num_reorder_classes from reorder_head.bias [classes]) > the
-    "architecture" kwargs of our config (only when it records this class: another head's
-    sizes are not this one's)."""
+    """The constructor arguments: given > the checkpoint's head tensors (num_labels,
+    num_reorder_classes) > our config's "architecture" kwargs when it records this class."""
     ctor_kwargs = dict(given)
     for arg, (head_key, axis) in _SIZE_FROM_CHECKPOINT.items():
         if arg in ctor_params and arg not in ctor_kwargs:
@@ -337,10 +317,8 @@ class TensorMatch:
 
 def _match_tensors(ckpt: io.Checkpoint, key_map: Dict[str, Optional[str]],
                    target: Dict[str, Any]) -> TensorMatch:
-    """Pair checkpoint tensors with the model's parameters (`target`: its state_dict). Each
-    pair must agree in shape (checkpoint [..] == model [..], e.g. linear.weight [H, num_labels])
-    and the array must cast to the parameter's dtype: CheckpointError listing every tensor
-    that does not, with both shapes."""
+    """Pair checkpoint tensors with `target` (the state_dict); shapes must agree and arrays
+    cast: CheckpointError listing every tensor that does not, with both shapes."""
     where = ckpt.path
     assigned, unexpected, mismatched, uncastable = {}, [], [], []
     for name, key in key_map.items():
@@ -379,9 +357,8 @@ def _check_strict(where: str, match: TensorMatch) -> None:
 
 def _partial_problems(cls: type, ckpt: io.Checkpoint, target: Dict[str, Any],
                       match: TensorMatch) -> List[str]:
-    """What makes the match partial, one phrase each (empty: a whole match). The encoder (bare
-    model: everything) must be there, this class's head wholly or not at all, and what is left
-    over must be a known head's. CheckpointError when no encoder tensor matched at all."""
+    """What makes the match partial, one phrase each (empty: whole). CheckpointError when no
+    encoder tensor matched at all."""
     where, assigned = ckpt.path, match.assigned
     bare = _is_bare(cls)
     encoder_keys = [k for k in target if bare or k.startswith(names.PREFIX)]
@@ -423,8 +400,7 @@ def _assign(target: Dict[str, Any], match: TensorMatch, tensors: Dict[str, np.nd
 def _report(cls: type, ckpt: io.Checkpoint, config_source: str, match: TensorMatch,
             problems: List[str], other: Optional[str] = None) -> "LoadReport":
     """The LoadReport of a finished load, logged: a summary line, then warnings for a partial
-    load, missing and unused tensors (one line when the checkpoint holds `other`, another
-    class's head: this head is new, that one is not used)."""
+    load and missing or unused tensors."""
     where = ckpt.path
     report = LoadReport(ckpt.format, where, config_source, sorted(match.assigned),
                         match.missing, match.unexpected, list(ckpt.ignored), other)
@@ -462,31 +438,10 @@ class PretrainedMixin:
     def from_pretrained(cls: Type[Model], path: Any, config: Any = None, strict: bool = False,
                         allow_partial: bool = False, source: Optional[str] = None,
                         **kwargs: Any) -> Model:
-        """Build `cls` and load a checkpoint into it.
-
-        path: a released name (fetched once into the cache, verified on every load), an http(s)
-            URL, a .tar.gz archive, a checkpoint directory or weights file of any layout, or a
-            read ernie_doc.checkpoint.io.Checkpoint; see ernie_doc.hub.resolve.
-        source: for a released name, "official" (PaddlePaddle/ERNIE's static files) or
-            "paddlenlp" (its .pdparams copy); default $ERNIE_DOC_SOURCE, else official.
-        config: ErnieDocConfig, preset name, JSON path or dict; wins over the checkpoint's
-            config, required when the checkpoint has none.
-        strict: raise if any model tensor is missing or any checkpoint tensor is unused, the
-            always-accepted ones below included.
-        allow_partial: load a partial match (encoder tensors missing, this head partly there,
-            tensors of no known head) with a warning; without it these raise. Always accepted:
-            this class's head wholly absent (`.missing`), other known heads' tensors
-            (`.unexpected`; a config recording another head class never has its head reused,
-            `.other_head` names it), optimizer / LR state (`.ignored`).
-        kwargs: config keys override the config; constructor arguments (num_labels, ...) go to
-            the constructor; an absent head size is taken from the checkpoint's tensor.
-
-        Returns the model (mode unchanged: call .eval() for inference) with `.load_report`.
-        Raises CheckpointError, one line naming the checkpoint (HubError for a name that cannot
-        be fetched): no checkpoint or config, an unreadable or refused file, no encoder tensor
-        matched, a partial match without allow_partial, strict violations, differing shapes,
-        dtypes that cannot be cast (integer or bool into float).
-        """
+        """Build `cls` and load a checkpoint into it → the model with `.load_report`. path: any
+        ernie_doc.hub.resolve spec or a Checkpoint; source: "official" or "paddlenlp"; config
+        wins over the checkpoint's; strict / allow_partial: docs/checkpoints.md. kwargs:
+        config keys or constructor arguments. CheckpointError (HubError), one line."""
         ckpt = _read(cls, path, source)
         ctor_params = _constructor_params(cls)
         ctor_kwargs, overrides = _split_arguments(cls, ctor_params, kwargs)
@@ -529,13 +484,8 @@ class PretrainedMixin:
         return {"class": type(self).__name__, "kwargs": kwargs}
 
     def save_pretrained(self, directory: PathLike, format: str = "safetensors") -> PathLike:
-        """Write the weights and config into `directory` (created if needed).
-
-        format: "safetensors" (ours: model.safetensors + config.json), "paddlenlp"
-        (model_state.pdparams with PaddleNLP keys + config.json) or "official" (one LoDTensor
-        file per official name + ernie_config.json). All files appear together or not at all;
-        other files in the directory (vocab, ...) are kept. Returns `directory`.
-        """
+        """Write weights and config into `directory` → `directory`; format: "safetensors",
+        "paddlenlp" or "official". All files appear together or not at all."""
         import paddle
 
         fmt = io.normalize_format(format)

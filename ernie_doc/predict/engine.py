@@ -1,15 +1,11 @@
 """Run a model exported for `paddle.inference` (ernie_doc.predict.export) with explicit memory
 state: the engine choice (device, precision, oneDNN) and the Predictor.
 
-    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN; precision="bf16" on CPU,
-                                                    # device="gpu", precision="fp16" on CUDA
+    pred = Predictor("out/ernie_doc", threads=4)    # CPU fp32, oneDNN
     out = pred.run(input_ids)                       # zero memories: a new document
     out = pred.run(next_ids, memories=out["memories"])
-    outs = pred.stream([seg0, seg1, seg2])          # carries memories across segments
 
-The program has a flat signature (input_ids, memories, token_type_ids, attention_mask,
-reset_memory, then the head's inputs); T is fixed at export time. A sidecar
-`<prefix>.meta.json` records it. Details: docs/design-notes.md, "Export: the program".
+Details: docs/design-notes.md, "Export: the program".
 """
 import os
 from collections import Counter
@@ -26,22 +22,14 @@ from ernie_doc.precision import MIN_CAPABILITY, gpu_capability
 from ernie_doc.predict.export import FORMAT_VERSION, META_SUFFIX
 
 # paddle 3.x (PIR) inference passes that break this model under oneDNN (seen on 3.3.1):
-# - constant_folding_pass folds the input-independent position and task tables through the
-#   oneDNN layer_norm, which leaves its mean/variance outputs unallocated in inference mode;
-#   create_predictor then fails with "Tensor holds no memory" (pd_op.cast).
-# - reshape_transpose_matmul_fuse_pass folds the head split of the position rows [n,R,d] into
-#   a fused_matmul with q [B,n,T,d]; oneDNN rejects that broadcast at run time (dnnl::error,
-#   surfacing as a bare "RuntimeError: std::exception").
-# - conv2d_bias_fuse_pass (OpenKP's n-gram Conv1D layers; no other head has a conv): the fused
-#   oneDNN conv is right on the first run only, later runs of the same predictor return
-#   garbage (|logits| ~ 1e27).
+# constant_folding_pass ("Tensor holds no memory" at create_predictor),
+# reshape_transpose_matmul_fuse_pass (dnnl::error on the position rows' broadcast) and
+# conv2d_bias_fuse_pass (OpenKP's Conv1D: garbage after the first run).
 _BROKEN_ONEDNN_PIR_PASSES = ("constant_folding_pass", "reshape_transpose_matmul_fuse_pass",
                              "conv2d_bias_fuse_pass")
 
 
-# ---------------------------------------------------------------------------------------------
-# engine choice
-# ---------------------------------------------------------------------------------------------
+# -- engine choice -------------------------------------------------------------------------
 DEVICES = ("cpu", "gpu", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")
 # CPU flags (Linux /proc/cpuinfo names) under which oneDNN runs bf16 natively; on others
@@ -52,12 +40,8 @@ GPU_MEMORY_POOL_MB = 256   # paddle.inference's initial GPU pool; it grows on de
 
 @dataclass(frozen=True)
 class InferenceSettings:
-    """How a Predictor configures paddle.inference (inference_settings decides it).
-
-    device: "cpu" or "gpu" · precision: "fp32", "bf16" or "fp16" (the compute precision;
-    inputs and outputs stay float32 / int64 either way) · onednn: oneDNN kernels (CPU) ·
-    gpu_precision: the paddle.inference.PrecisionType member handed to enable_use_gpu
-    ("Float32", "Half", "Bfloat16"), None on CPU · onednn_bf16: enable_mkldnn_bfloat16 (CPU)."""
+    """How a Predictor configures paddle.inference (inference_settings decides); inputs and
+    outputs stay float32 / int64 whatever the precision."""
     device: str
     precision: str
     onednn: bool
@@ -71,9 +55,8 @@ class InferenceSettings:
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
-    """The CPU's feature flags (the `flags` line of /proc/cpuinfo). Where that file cannot be
-    read (not Linux), paddle's own check stands in: its supports_bfloat16_fast_performance()
-    tests the same AVX512-BF16 instruction set; an empty set otherwise."""
+    """The CPU's feature flags (/proc/cpuinfo); elsewhere paddle's
+    supports_bfloat16_fast_performance() stands in for AVX512-BF16; else an empty set."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -94,18 +77,8 @@ def inference_settings(device: str = "cpu", precision: str = "fp32",
                        gpu_count: int = 0, flags: AbstractSet[str] = frozenset(),
                        gpu_capability: Optional[Tuple[int, int]] = None
                        ) -> InferenceSettings:
-    """Decide the engine from what is asked and what the machine has; no paddle calls.
-
-    device: "cpu", "gpu" or "auto" (the GPU when paddle is compiled with CUDA and one is
-    visible, else the CPU). precision: "fp32", "bf16" or "fp16". cuda_compiled:
-    paddle.is_compiled_with_cuda(); gpu_count: visible CUDA devices; flags: the CPU's
-    feature flags (cpu_flags()); gpu_capability: (major, minor) of the GPU, for bf16 (≥ 8.0).
-
-    CPU fp32: oneDNN as asked. CPU bf16: oneDNN on and the CPU has avx512_bf16 or amx_bf16.
-    CPU fp16: refused (no fp16 CPU kernels in paddle.inference). GPU: only with a CUDA build
-    and a visible device; fp16 / bf16 through enable_use_gpu's precision (mixed precision:
-    paddle keeps numerically sensitive ops in fp32); bf16 needs compute capability ≥ 8.0.
-    Anything refused is an EngineError, one line naming what is missing."""
+    """Decide the engine (device "cpu" / "gpu" / "auto", precision "fp32" / "bf16" / "fp16") from
+    what the machine has, without paddle calls; EngineError, one line, for what it cannot run."""
     if device not in DEVICES:
         raise EngineError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if precision not in PRECISIONS:
@@ -157,9 +130,7 @@ def machine_settings(device: str = "cpu", precision: str = "fp32",
     return inference_settings(device, precision, enable_onednn, cuda, count, flags, capability)
 
 
-# ---------------------------------------------------------------------------------------------
-# inference
-# ---------------------------------------------------------------------------------------------
+# -- inference -----------------------------------------------------------------------------
 def _find_meta(path):
     """The sidecar of an export: `path` is the prefix, the sidecar itself, a model file of the
     export, or a directory holding exactly one export."""
@@ -182,9 +153,8 @@ def _find_meta(path):
 
 
 def _read_meta(meta_path):
-    """The sidecar of an export, checked: every key Predictor uses, with its type. A damaged
-    or hand-edited sidecar is an ExportError naming it (and the key), never a KeyError deep
-    in Predictor; file names must be plain names inside the export's directory."""
+    """The sidecar of an export, checked (every key Predictor uses, typed; file names inside
+    the export's directory): ExportError naming it and the key otherwise."""
     from ernie_doc.utils import read_json
     meta = read_json(meta_path, ExportError)
     if not isinstance(meta, dict):
@@ -244,11 +214,8 @@ def _read_meta(meta_path):
 
 def _check_sidecar(meta: Dict[str, Any], config: ErnieDocConfig, meta_path: str,
                    params_path: str) -> None:
-    """The sidecar's sizes checked against each other and against the parameters file,
-    before paddle.inference is asked to run anything: a hand-edited `config.hidden_size`,
-    `config.vocab_size` or `memory_shape` would otherwise feed the program memories of
-    the wrong shape (a C++ error deep in a run) or let token ids past the embedding table
-    through run()'s range check. ExportError naming the sidecar and the key."""
+    """The sidecar's sizes checked against each other and the parameters file before
+    paddle.inference runs, so a hand-edited one never reaches C++. ExportError naming the key."""
     def disagree(key, value, what):
         return ExportError(f"{meta_path}: {key} {value} disagrees with {what} (was the "
                            f"sidecar edited? export again)")
@@ -298,10 +265,8 @@ def _check_sidecar(meta: Dict[str, Any], config: ErnieDocConfig, meta_path: str,
 
 
 def _float32(arr: np.ndarray, dtype: str) -> np.ndarray:
-    """An output as the sidecar's dtype. Low-precision engines keep float32 outputs by default;
-    should one come back as float16, or as bfloat16 (numpy has none: paddle hands over its raw
-    bits as uint16), it is widened here rather than returned in a dtype callers do not
-    expect."""
+    """An output as the sidecar's dtype: a float16 or bfloat16 (raw uint16 bits) output is
+    widened to float32."""
     if dtype != "float32" or arr.dtype == np.float32:
         return arr
     if arr.dtype == np.uint16:   # bfloat16 bits: the high half of a float32
@@ -322,9 +287,8 @@ def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
     """Apply `settings` to a paddle.inference.Config (2.6 and 3.x spell these alike)."""
     from paddle import inference
     if settings.device == "gpu":
-        # Mixed precision in one step (paddle ≥ 2.5): enable_use_gpu's precision_mode runs
-        # the auto_mixed_precision pass, inputs and outputs stay float32
-        # (enable_low_precision_io is off by default). The CPU tests cannot run this path.
+        # enable_use_gpu's precision_mode runs the auto_mixed_precision pass (paddle ≥ 2.5);
+        # inputs and outputs stay float32. The CPU tests cannot run this path.
         precision = getattr(inference.PrecisionType, settings.gpu_precision)
         cfg.enable_use_gpu(GPU_MEMORY_POOL_MB, 0, precision)
     else:
@@ -355,16 +319,9 @@ def _check_paddle_bf16() -> None:
 
 
 class Predictor:
-    """Runs an exported ERNIE-Doc model with paddle.inference, on CPU (oneDNN, fp32 or bf16)
-    or on a GPU (fp32, fp16 or bf16; CUDA builds of paddle only).
-
-    The recurrence state (memories [L,B,M,H], and memory_mask [B,M] under mask_empty_memory)
-    is explicit: `run` takes it and returns the new one; the predictor keeps none. threads: CPU
-    math library threads; enable_onednn: oneDNN kernels (default on); device / precision: see
-    inference_settings (`settings` holds the choice). Errors, one line each: EngineError for a
-    combination this host cannot run (never a fall back), ExportError for a missing or damaged
-    export file, ConfigError for a bad config in the sidecar.
-    """
+    """Runs an exported ERNIE-Doc model with paddle.inference, on CPU or GPU. The recurrence
+    state (memories [L,B,M,H], memory_mask [B,M]) is explicit: `run` takes and returns it.
+    Errors, one line: EngineError (never a fall back), ExportError, ConfigError."""
 
     def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,
                  device: str = "cpu", precision: str = "fp32"):
@@ -592,11 +549,8 @@ class Predictor:
     def iter_stream(self, document_segments: Iterable[Any],
                     memories: Optional[np.ndarray] = None,
                     memory_mask: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
-        """Yield run()'s output for each segment, carrying the memories (and memory mask).
-
-        Each segment is input_ids [B,T] or a dict of run()'s arguments (input_ids,
-        attention_mask, token_type_ids, reset_memory, and the head's inputs); the B rows are
-        B independent documents read in step. memories: the state to start from (default zeros)."""
+        """Yield run()'s output per segment (input_ids [B,T] or a dict of run()'s arguments),
+        carrying memories and mask; B rows are B documents in step. memories: start state."""
         for i, seg in enumerate(document_segments):
             kwargs = dict(seg) if isinstance(seg, dict) else {"input_ids": seg}
             unknown = set(kwargs) - {"input_ids", "attention_mask", "token_type_ids",

@@ -29,9 +29,7 @@ FORMAT_VERSION = 1
 Spec = Dict[str, Any]   # {"name": str, "shape": [int] (-1: the dynamic batch), "dtype": str}
 
 
-# ---------------------------------------------------------------------------------------------
-# export
-# ---------------------------------------------------------------------------------------------
+# -- export --------------------------------------------------------------------------------
 def _encoder_of(model):
     if isinstance(model, ErnieDocModel):
         return model
@@ -43,19 +41,16 @@ def _encoder_of(model):
 
 
 class _FlatExport(nn.Layer):
-    """The flat-signature wrapper of every export (module docstring): the encoder's inputs,
-    memories present or not, then the head's own inputs; out come the head's outputs (the
-    bare model: sequence_output, pooled_output), then the memories (and their mask) when the
-    model has memory."""
+    """The flat-signature wrapper of every export: encoder inputs, memories, the head's inputs
+    in; the head's outputs, then the memories (and mask) out."""
 
     # paddle.jit.to_static maps InputSpecs onto named positional parameters (no *args), so
     # the slots are spelled out: input_ids + up to 9 more (5 encoder inputs + 4 of the head).
     MAX_INPUTS = 10
 
     def __init__(self, model, input_names, head_inputs, head_outputs, use_memory_mask):
-        """input_names: every input in signature order; head_inputs: the head's own (the
-        last ones); head_outputs: the names of the head's outputs to return (fields of its
-        forward's output), or None for the bare model."""
+        """input_names: every input in signature order; head_inputs: the head's own (last);
+        head_outputs: the head outputs to return, or None for the bare model."""
         super().__init__()
         if len(input_names) > self.MAX_INPUTS:
             raise ExportError(f"{type(model).__name__}: {len(input_names)} inputs, the export "
@@ -89,9 +84,8 @@ class _FlatExport(nn.Layer):
 
 def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int] = None
                  ) -> Tuple[List[Spec], List[Spec]]:
-    """(inputs, outputs): lists of {"name", "shape", "dtype"}; -1 marks the dynamic batch.
-    The encoder's inputs come first, then those the head declares (export_inputs). A head's
-    outputs are those its export_outputs names, then the memories."""
+    """(inputs, outputs): lists of {"name", "shape", "dtype"} (-1: dynamic batch); encoder
+    inputs then the head's export_inputs; the head's export_outputs then the memories."""
     enc = _encoder_of(model)
     c = enc.config
     b = -1 if batch_size is None else int(batch_size)

@@ -22,17 +22,14 @@ STDIO = "-"   # --input - reads standard input, --output - writes standard outpu
 
 @dataclass
 class InputProblem:
-    """An input item that is not a document (undecodable bytes, a bad JSON line ...): with
-    on_error "record" it becomes an output line with an `error` field. `doc_id` None: the
-    item has no usable id, and its record is named `#<input index>` (DocumentStream.admit)."""
+    """An input item that is not a document: with on_error "record" an output line with an
+    `error` field; `doc_id` None names it `#<input index>`."""
     doc_id: Optional[str]
     message: str
 
 
-# What one input item may hold, checked before it is read whole: a document (a .txt file, a
-# JSONL or TSV line) of more is an error record, task.json of more is refused. 64 MiB of text
-# is some 15 million words, far beyond any document a model reads; the cap keeps a 3 GB line
-# or a link to a 3 GB file from being read into memory at all.
+# The most one input item (document, task.json) may hold, checked before it is read whole:
+# 64 MiB is some 15 million words, far beyond any document.
 MAX_ITEM_BYTES = 64 << 20
 MAX_TASK_FILE_BYTES = 16 << 20
 
@@ -52,9 +49,8 @@ def shown(text: str) -> str:
 
 
 def _not_unicode(value: Any, key: str = "") -> Optional[str]:
-    """The key path of the first string (or dict key) in `value` that UTF-8 cannot encode (a
-    lone surrogate, which JSON's \\ud800 escape gives), or None. Such a string cannot be
-    written to the predictions file; nested lists and dicts are walked without recursion."""
+    """The key path of the first string (or key) in `value` that UTF-8 cannot encode (a lone
+    surrogate), or None; walked without recursion."""
     stack = [(key, value)]
     while stack:
         key, value = stack.pop()
@@ -74,9 +70,8 @@ def _not_unicode(value: Any, key: str = "") -> Optional[str]:
 
 
 def record_line(record: dict) -> str:
-    """One predictions-file line (JSON, UTF-8, non-ASCII kept as it is). A record that still
-    holds a lone surrogate (a document checked by nothing else) is written with JSON's
-    \\uXXXX escapes instead, so the writer never fails on it."""
+    """One predictions-file line (JSON, UTF-8); a record holding a lone surrogate is written
+    with \\uXXXX escapes instead, so writing never fails."""
     line = json.dumps(to_jsonable(record), ensure_ascii=False)
     try:
         line.encode("utf-8")
@@ -86,10 +81,8 @@ def record_line(record: dict) -> str:
 
 
 class DocumentStream:
-    """What every predict pipeline shares: `stream(documents, skip)` (each pipeline's own)
-    yields one record per document as documents finish; `__call__` gives them in input order;
-    `admit` decides what becomes of each input item, and `problem` makes a bad one an error
-    record (on_error "record") or a PipelineError naming it ("fail")."""
+    """What every predict pipeline shares: `stream(documents, skip)`, `__call__` (input order),
+    `admit` (what becomes of each item), `problem` (error record or PipelineError)."""
     on_error = "record"
 
     def check_on_error(self, on_error: str) -> str:
@@ -111,9 +104,8 @@ class DocumentStream:
 
     @staticmethod
     def skip_ids(skip: Optional[Iterable[Any]]) -> Set[str]:
-        """`stream`'s `skip` → the set of document ids (strings, as documents are named) not
-        to predict; None skips nothing. A single string is refused: it would be read as a
-        set of one-character ids."""
+        """`stream`'s `skip` → the set of document ids not to predict (None: none); a single
+        string is refused (it would read as one-character ids)."""
         if skip is None:
             return set()
         if isinstance(skip, (str, bytes)):
@@ -132,9 +124,8 @@ class DocumentStream:
 
     @staticmethod
     def items(documents: Any) -> Iterable[Any]:
-        """`documents` as an iterable of input items: a single str, dict or Document is one
-        document (as a Hugging Face pipeline reads a bare string), never its characters or
-        keys."""
+        """`documents` as input items: a single str, dict or Document is one document (as a
+        Hugging Face pipeline reads a bare string)."""
         if isinstance(documents, (str, dict, Document, InputProblem)):
             return [documents]
         if isinstance(documents, bytes):
@@ -144,15 +135,8 @@ class DocumentStream:
 
     def admit(self, index: int, item: Any, skip: set, seen: dict) -> Union[Document, dict,
                                                                            None]:
-        """An input item → the Document to read, an error record (a repeated id, an item that
-        is not a document, token ids that are not ids of this model), or None (its name is in
-        `skip`: already predicted). Every check runs before the document is read.
-
-        Names are decided in input order alone, so a resumed run names every item as an
-        uninterrupted one did: an item's `id`, else its position ("3"; "#3" for an error record).
-        `seen` ({name: (given, input index)}) holds every name handed out; the first item to give an
-        id owns it, and later clashes are made unique ("<id>#<index>"), so no two records
-        share a doc_id. Details: docs/design-notes.md, "Prediction: naming the records"."""
+        """An input item → its Document, an error record, or None (its name is in `skip`).
+        Details: docs/design-notes.md, "Prediction: naming the records"."""
         doc = to_document(index, item)
         if isinstance(doc, InputProblem):
             given = doc.doc_id is not None
@@ -179,9 +163,8 @@ class DocumentStream:
 
 
 def check_batch_size(batch_size: Optional[int]) -> None:
-    """PipelineError unless `batch_size` is None (the run's eval_batch_size, else batch_size)
-    or a positive integer: 0 is not "the default". Whether it fits is the memory estimate's
-    to say (assemble.check_memory), before any row is allocated."""
+    """PipelineError unless `batch_size` is None (the run's) or a positive integer; whether it
+    fits is the memory estimate's to say."""
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
         raise PipelineError(f"batch_size must be a positive integer or None, got "
@@ -192,9 +175,8 @@ MODEL_CONFIG = "config.json"   # what save_pretrained writes beside the weights
 
 
 def model_directory(path: str, task: Optional[str] = None) -> str:
-    """A run directory (its best/, else final/) or a saved model directory → the directory
-    holding task.json; with `task` (a task folder's name), also a directory written by
-    save_pretrained (config.json, weights and tokenizer files, no task.json)."""
+    """A run directory (best/, else final/) or saved model directory → the one with task.json;
+    with `task`, also a save_pretrained directory."""
     if not os.path.isdir(path):
         raise PipelineError(f"{path}: not a directory (give a fine-tuning run's OUTPUT_DIR, "
                             f"or its best/ or final/)")
@@ -213,9 +195,8 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
 
 
 def read_task_record(directory: str) -> dict:
-    """task.json of a saved model, checked: an object with `task`, `kind` (which must be
-    its config's `kind`, the one the model is built for), `labels` and `config`; at most
-    MAX_TASK_FILE_BYTES (never read whole when larger)."""
+    """task.json of a saved model, checked: `task`, `kind` (its config's), `labels`, `config`;
+    at most MAX_TASK_FILE_BYTES."""
     from ernie_doc.utils import open_regular, parse_json
     path = os.path.join(directory, TASK_FILE)
     try:
@@ -246,11 +227,8 @@ def read_task_record(directory: str) -> dict:
 
 
 def task_record(directory: str, task: Optional[str] = None) -> dict:
-    """What a saved model is for (read_task_record's fields): its task.json; or, for a
-    directory without one (save_pretrained's) and a `task` named, that task folder's
-    config.yaml, its reader's label names (else "0".."num_labels-1" from config.json) and
-    max_seq_len at most the model's max_position_embeddings. A task.json naming another task
-    than `task` is refused."""
+    """What a saved model is for: its task.json; without one, with `task` named, that task's
+    config.yaml and labels. A task.json naming another task is refused."""
     if os.path.isfile(os.path.join(directory, TASK_FILE)):
         record = read_task_record(directory)
         if task is not None and task != record["task"]:
@@ -295,13 +273,8 @@ def _positional(item: Any) -> bool:
 
 
 def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
-    """A str (text), a Document, or a dict of the task's fields (`id` / `doc_id`, `text`,
-    `ids`, anything else into `fields`) → Document, named by its id, else by its position
-    (str(index)). A dict's `label` stays a field: predict reads no gold, so a label outside
-    the model's set is no error. InputProblem: a dict giving both `text` and `ids` (which of
-    the two the model should read is not ours to guess), an id that is not a string or an
-    integer, a string that is not valid Unicode (a lone surrogate: it could never be written
-    out)."""
+    """A str, Document, or dict of the task's fields → Document, named by its id, else its
+    position. InputProblem: both `text` and `ids`, a bad id, invalid Unicode."""
     if isinstance(item, InputProblem):
         return item
     if isinstance(item, Document):
@@ -340,9 +313,8 @@ def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
 
 
 def ids_problem(ids: Any, vocab_size: int) -> Optional[str]:
-    """What is wrong with a document's token ids (`ids`), in one line, or None: they must be
-    a flat list of integers (not bools, floats or strings) in [0, vocab_size), the rows of
-    the model's embedding table."""
+    """What is wrong with a document's `ids` in one line, or None: a flat list of integers (no
+    bools, floats, strings) in [0, vocab_size)."""
     if isinstance(ids, np.ndarray):
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             return f"'ids' must be a flat list of integers, got an array of {ids.dtype} " \
@@ -365,10 +337,8 @@ def ids_problem(ids: Any, vocab_size: int) -> Optional[str]:
 
 def document_problem(doc: Document, vocab_size: Optional[int],
                      reads_text: bool = True) -> Optional[str]:
-    """What makes a Document unreadable by a model before any of it is tokenized, or None:
-    text and ids together; ids for a model that reads none (vocab_size None) or that are not
-    its token ids (ids_problem); no ids for a model without a tokenizer (reads_text False).
-    Documents given directly (the Python API) are checked as those read from a file."""
+    """What makes a Document unreadable by the model, or None, checked before tokenizing: text
+    and ids together, ids it reads none of or not its token ids, no ids without a tokenizer."""
     if doc.ids is None:
         return None if reads_text or doc.text is None else \
             "this model reads token ids ('ids'), not text"
@@ -439,9 +409,8 @@ def _header_in_txt(path: str) -> Optional[List[str]]:
 
 def _decode(data: bytes, where: str, first: bool = True,
             doc_id: Optional[str] = None) -> Union[str, InputProblem]:
-    """UTF-8 bytes → text, a BOM dropped from the start of a file (`first`: data is a whole
-    file or its first line), or an InputProblem (named `doc_id`) whose message names
-    `where`."""
+    """UTF-8 bytes → text, a BOM dropped at a file's start (`first`), or an InputProblem
+    (named `doc_id`) naming `where`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -454,10 +423,8 @@ def _too_big(what: str) -> str:
 
 
 def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
-    """A .txt document → {"id": name, "text"}; an InputProblem (named `name`) when it is not
-    a readable regular file (a FIFO, a device, a folder, a link loop: refused before it is
-    opened, never blocking), holds more than MAX_ITEM_BYTES (never read whole) or is not
-    UTF-8."""
+    """A .txt document → {"id": name, "text"}; InputProblem when it is no readable regular file
+    (never blocking), exceeds MAX_ITEM_BYTES (never read whole) or is not UTF-8."""
     from ernie_doc.utils import open_regular
     where = shown(path)
     try:
@@ -475,10 +442,8 @@ def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
 
 
 def _directory_entries(path: str) -> List[str]:
-    """The entries of a directory input that are read, sorted: every `.txt` entry, and every
-    folder not hidden (a folder is an error record: only the .txt files directly in --input
-    are read, and a folder of documents left out would otherwise pass unnoticed). Other
-    files (a README, .DS_Store) are not documents and are passed over."""
+    """The entries of a directory input that are read, sorted: `.txt` entries and non-hidden
+    folders (an error record, not silently skipped); other files are passed over."""
     names = []
     with os.scandir(path) as entries:
         for entry in entries:
@@ -508,17 +473,14 @@ def _lines(f) -> Iterator[tuple]:
         yield number, raw.rstrip(b"\r\n")
 
 
-# The official data files' column names (ERNIE-Doc's and GLUE-style TSVs: `qid label score
-# text_a`) read as the fields they hold, so a task's own TSV predicts as it is; a header that
-# also has the field's own name keeps it, and the official column stays a field.
+# Official TSV column names (`qid label score text_a`) read as the fields they hold, unless
+# the header also has the field's own name.
 TSV_ALIASES = {"text_a": "text", "qid": "id"}
 
 
 def _tsv_header(line: str, where: str) -> List[str]:
-    """A TSV input's header row (at `where`, path:line) → its column names, the official
-    ones (TSV_ALIASES) renamed when the header lacks the field's own name; a column named
-    twice is refused (PipelineError naming where and the column): one of the two values
-    would be dropped."""
+    """A TSV input's header row (at `where`) → column names, official ones (TSV_ALIASES)
+    renamed when the field's own name is absent; a repeated column is a PipelineError."""
     header = line.split("\t")
     repeated = next((c for i, c in enumerate(header) if c in header[:i]), None)
     if repeated is not None:
@@ -616,9 +578,8 @@ def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProbl
 
 
 def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
-    """How many items read_inputs will yield, at most (for the progress bar), or None. The
-    input is opened as read_inputs opens it (a regular file only, never blocking), and a
-    TSV header is checked here, before any output is written."""
+    """How many items read_inputs will yield at most (for the progress bar), or None; a TSV
+    header is checked here, before any output is written."""
     fmt = input_format(path, fmt)
     if fmt == "txt":
         return 1
@@ -642,10 +603,8 @@ def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
 
 
 # -- the predictions file and its provenance ---------------------------------------------------
-# A predictions file holds one record per line, as users parse it; what wrote it lives beside
-# it, in `<output>.meta.json`, written (atomically) before the first record. --resume
-# continues only a file whose sidecar names this model: anything else (a user's notes, the
-# predictions of another model) is refused and left exactly as it is.
+# One record per line; what wrote it lives in `<output>.meta.json`, written before the first
+# record. --resume continues only a file whose sidecar names this model.
 PROVENANCE_SUFFIX = ".meta.json"
 WRITTEN_BY = "ernie-doc predict"
 _WHOLE_FILE = 16 << 20      # files up to this size are hashed whole
@@ -658,9 +617,8 @@ def provenance_path(output: str) -> str:
 
 
 def _file_digest(path: str, size: int, digest) -> None:
-    """Feed a file's identity to `digest`: its size, then its bytes when it is at most 16 MiB,
-    else 16 blocks of 1 MiB spread evenly from its start to its end (two trainings' weights
-    differ in every block, so a large model is told apart by reading 16 MiB of it)."""
+    """Feed a file's size and bytes to `digest`; over 16 MiB, 16 evenly spread 1 MiB blocks
+    (enough to tell two trainings' weights apart)."""
     from ernie_doc.utils import open_regular
     digest.update(str(size).encode() + b"\0")
     with open_regular(path, "model file", PipelineError) as f:
@@ -674,10 +632,8 @@ def _file_digest(path: str, size: int, digest) -> None:
 
 
 def model_fingerprint(directory: str) -> str:
-    """sha256 (hex) of a saved model folder: the names and contents of the regular files
-    directly in it (task.json, config, weights, tokenizer; hidden files and folders aside),
-    large files by a sample (_file_digest). The same model copied elsewhere has the same
-    fingerprint; another training, other labels or another tokenizer have another."""
+    """sha256 (hex) of a saved model folder: names and contents of its regular, non-hidden
+    files (large ones sampled), so a copy elsewhere has the same fingerprint."""
     import hashlib
     digest = hashlib.sha256()
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
@@ -700,9 +656,7 @@ def provenance_bytes(record: dict) -> bytes:
     return (json.dumps(record, indent=1) + "\n").encode("utf-8")
 
 
-# A sidecar is a few hundred bytes; anything far larger is not one (and is not read whole). A
-# prediction record is one line; --resume reads the file a line at a time, none longer than
-# this (a longer one is no record of ours).
+# A sidecar is a few hundred bytes; a record is one line, none longer than MAX_RECORD_LINE.
 MAX_SIDECAR = 64 << 10
 MAX_RECORD_LINE = 64 << 20
 
@@ -729,15 +683,8 @@ def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> Non
 
 
 def completed_ids(output: str, record: dict, folder=None) -> List[str]:
-    """Document ids already in a predictions file that this tool wrote for the model(s) of
-    `record` (its sidecar checked first: anything else is refused unchanged). A last line
-    cut short by an interrupted run (no final newline) is removed from the file; any other
-    line that is not a prediction record is refused, with the file unchanged. The file is
-    read a line at a time (none over MAX_RECORD_LINE bytes), never whole.
-
-    folder: the run's ernie_doc.predict.outputs.OutputFolder of `output`, whose `file` (opened with
-    open_append: locked, checked) is read and left at its end for appending; None opens
-    `output` here for this call alone."""
+    """Document ids already in a predictions file written for `record`'s model (sidecar checked
+    first); a cut-short last line is removed, other bad lines refused. Read line by line."""
     from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:

@@ -1,14 +1,10 @@
 """Per-document perplexity and per-token log-probabilities from a trained language model
-(kind `language_model`): the `ernie_doc.predict.pipeline.Pipeline` interface for Transformer-XL.
+(kind `language_model`), with the Pipeline interface.
 
-    from ernie_doc.predict.lm import LMPipeline
     pipe = LMPipeline.from_pretrained("output/wt103/best")   # the directory with task.json
-    pipe(["a document , one paragraph per line .\\nanother paragraph ."])
-    # → [{"doc_id": "0", "ppl": 312.4, "nll": 5.74, "tokens": 12, "unk": 0, "oov": 0,
-    #     "token_logprobs": [["document", -7.1], [",", -2.3], ...], "index": 0}]
+    pipe(["a document , one paragraph per line ."])  # → [{"doc_id", "ppl", "nll", ...}]
 
-A document is encoded and read exactly as the run's evaluation reads a split with one row, so a
-whole split file gets the numbers evaluation reports. Details: docs/design-notes.md,
+A document is read as evaluation reads a split with one row. Details: docs/design-notes.md,
 "Language model: prediction".
 """
 import dataclasses
@@ -32,9 +28,8 @@ __all__ = ["LMPipeline", "document_lines", "encode_document"]
 
 
 def document_lines(text: str) -> List[str]:
-    """A document's text → its lines, as `utf8_lines` reads a file: split at "\\n" only (not
-    at the "\\r", "\\x0b" ... `str.splitlines` also splits at), no empty line after a final
-    "\\n", a leading BOM dropped. ("\\r" left at a line end is whitespace to ``split``.)"""
+    """A document's text → its lines, as `utf8_lines` reads a file: split at "\\n" only, no
+    empty line after a final "\\n", a leading BOM dropped."""
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
@@ -45,10 +40,8 @@ def document_lines(text: str) -> List[str]:
 
 @dataclasses.dataclass
 class EncodedDocument:
-    """ids [N] int64 (one `<eos>` per line), words [N] (the text's words, `<eos>` at line
-    ends), positions [3, N] int32 global Segatron counters or None, unk (`<unk>` ids: the
-    text's own `<unk>` and the unknown words), oov (unknown words only: evaluation's
-    unk_in_split)."""
+    """ids [N] int64 (`<eos>` per line), words [N], positions [3, N] int32 or None, unk
+    (`<unk>` ids), oov (unknown words only)."""
     ids: np.ndarray
     words: List[str]
     positions: Optional[np.ndarray]
@@ -75,9 +68,8 @@ def encode_document(text: str, vocab: Vocabulary, segment_positions: bool,
 
 @dataclasses.dataclass
 class _Reading:
-    """A document in a batch row: its segments, the next one, its memory slices (memories
-    [n_layer, 1, M, d_model], memory_positions [3, 1, M]; None before the first segment) and
-    the per-token nll read so far."""
+    """A document in a batch row: its segments, the next one, its memory slices (None before
+    the first segment) and the per-token nll so far."""
     index: int
     doc: Document
     encoded: EncodedDocument
@@ -89,9 +81,8 @@ class _Reading:
 
 
 class LMPipeline(DocumentStream):
-    """A trained Transformer-XL language model ready to score documents (module docstring).
-    `lengths`: the eval protocol (tgt_len, mem_len, clamp_len, same_length, ext_len);
-    `rows`: documents read at once."""
+    """A trained Transformer-XL language model ready to score documents. `lengths`: the eval
+    protocol; `rows`: documents read at once."""
 
     def __init__(self, model: TransformerXLLM, vocab: Vocabulary, lengths: Dict[str, Any],
                  rows: int = 1, on_error: str = "record", prepend_eos: bool = False,
@@ -115,11 +106,8 @@ class LMPipeline(DocumentStream):
     def from_pretrained(cls, directory: str, batch_size: Optional[int] = None,
                         on_error: str = "record", device: str = "cpu",
                         prepend_eos: bool = False) -> "LMPipeline":
-        """`directory`: a saved language model with task.json (a run's best/ or final/,
-        resolved by `ernie_doc.predict.pipeline.model_directory`). batch_size None: the run's
-        eval_batch_size, else batch_size. PipelineError (one line) for any problem, among
-        them a batch or eval protocol (task_options eval_mem_len ...) whose memory estimate
-        cannot fit, refused before the model is loaded."""
+        """`directory`: a saved language model with task.json. batch_size None: the run's
+        eval_batch_size. PipelineError (one line), memory estimates refused before loading."""
         from ernie_doc.errors import CheckpointError
         from ernie_doc.predict.inputs import check_batch_size
         check_batch_size(batch_size)
@@ -191,13 +179,8 @@ class LMPipeline(DocumentStream):
                     r.memory_positions = out.memory_positions[:, row:row + 1]   # [3, 1, M]
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        """Score documents as they come → records in the order documents finish, each with
-        `index`, its input position: {"doc_id", "ppl", "nll" (mean nats per predicted
-        token), "tokens" (predicted tokens), "unk" (`<unk>` ids in the document), "oov"
-        (words outside the vocabulary), "token_logprobs" ([word, natural log-probability]
-        per predicted token, in order; a word outside the vocabulary is scored as `<unk>`),
-        "index"}; a bad document {"doc_id", "index", "error"} (on_error "record") or
-        PipelineError ("fail"). `skip`: document ids not to score (resume)."""
+        """Score documents as they come → records in finishing order ({"doc_id", "ppl", "nll",
+        "tokens", "unk", "oov", "token_logprobs", "index"}, or an error record / PipelineError)."""
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
         active: List[_Reading] = []

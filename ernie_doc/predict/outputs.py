@@ -1,13 +1,9 @@
-"""Where a command may write a file: one rule for every output path (`ernie-doc predict`, the
-benchmarks' reports, `export`, `convert`), checked before any work and before any byte is
-written. Errors are one line, raised as the caller's error class.
+"""Where a command may write a file: one rule for every output path, checked before any work
+and before any byte is written. Errors are one line, raised as the caller's error class.
 
-An output is never an input (compared by device and inode), never inside an input folder,
-never in /dev, /proc or /sys, and never a FIFO or device. It is replaced only when asked
-(`--overwrite`: a new file renamed onto the name, never written through a link) or appended to
-(`--resume`). Files written during a run go through their folder's descriptor. Details:
-docs/design-notes.md, "Output paths". Imports only the standard library and ernie_doc.utils,
-so every command can check its paths before it imports paddle.
+An output is never an input (by device and inode), never inside an input folder, never in /dev,
+/proc or /sys, never a FIFO or device; replaced only with `--overwrite`, appended to only with
+`--resume`. Details: docs/design-notes.md, "Output paths". Imports no paddle.
 """
 import os
 import stat
@@ -39,9 +35,8 @@ def _file_id(st: os.stat_result) -> FileId:
 
 
 class InputSet:
-    """What a command reads, by file id (see the module's rule): the files it is given, the
-    folders it is given, and every file directly in those folders (a linked entry by what it
-    points to)."""
+    """What a command reads, by file id: the files and folders given and every file directly
+    in those folders."""
 
     def __init__(self, paths: Iterable[Optional[str]] = ()):
         self.files: Dict[FileId, str] = {}
@@ -57,10 +52,8 @@ class InputSet:
             self._walk(folder)
 
     def _walk(self, top: str) -> None:
-        """The entries directly in `top`, by what they are (links followed): what a command
-        reads of a folder it is given (predict's .txt documents, a model's files). Subfolders
-        are not walked: none of them is read, and a link inside to an ancestor (`up -> ..`)
-        must not make the whole tree an input."""
+        """The entries directly in `top`, by kind (links followed). Subfolders are not walked,
+        so a link to an ancestor cannot make the whole tree an input."""
         try:
             with os.scandir(top) as entries:
                 for entry in entries:
@@ -119,14 +112,8 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
                  what: str = "--output", exists_ok: bool = False,
                  hint: str = "--overwrite replaces it",
                  error: Type[Exception] = OutputError) -> Optional[FileId]:
-    """Refuse `path` as an output file (error(one line)) unless it follows the module's rule;
-    → the file id of what is there already (the name itself: a link's own id), or None.
-
-    inputs: every file and folder the command reads (missing ones are skipped), or an
-    InputSet of them (walked once for several outputs). exists_ok: an existing output may be
-    replaced or continued (--overwrite / --resume); otherwise its existence is refused with
-    `hint` ("--overwrite replaces it"). Nothing is opened: a FIFO is recognised from its
-    status."""
+    """Refuse `path` as an output (error(one line)) unless it follows the module's rule → the
+    file id already there, or None. exists_ok: --overwrite / --resume. Opens nothing."""
     path = os.fspath(path)
     where = f"{what} {path}"
     if not path or path.endswith(os.sep) or os.path.isdir(path):
@@ -165,10 +152,8 @@ def check_output(path: str, inputs: Union[Sequence[str], InputSet] = (), *,
 def check_stream(fd: int, inputs: InputSet, *, what: str = "--output -",
                  stream: str = "standard output",
                  error: Type[Exception] = OutputError) -> None:
-    """Refuse an output already opened by the shell (`--output - >> input.jsonl`): error(one
-    line) when descriptor `fd` is closed, or is a regular file that is one of `inputs` (the
-    module's rule, by file id; a file the shell created inside an input folder is an entry of
-    it). Pipes, terminals and other files pass."""
+    """Refuse an output the shell already opened (`--output - >> input.jsonl`): error(one line)
+    when `fd` is closed or is one of `inputs`. Pipes, terminals and other files pass."""
     try:
         st = os.fstat(fd)
     except OSError:
@@ -219,10 +204,8 @@ def temp_name() -> str:
 
 
 class OutputFolder:
-    """The folder of one output file, opened once (see the module's doc): the file and the
-    files beside it (a sidecar) are opened, created and renamed relative to it, and the file
-    is locked while the run writes it. Check the path first (check_output); then
-    `open_append` continues the existing file, `create` puts a new one in place."""
+    """The folder of one output file, opened once: the file and its sidecar are opened,
+    created and renamed relative to it, the file locked. See check_output, open_append, create."""
 
     def __init__(self, path: str, inputs: InputSet, *, what: str = "--output",
                  error: Type[Exception] = OutputError, writer: str = "another run"):
@@ -324,9 +307,8 @@ class OutputFolder:
         return data
 
     def open_append(self, expected: Optional[FileId] = None) -> BinaryIO:
-        """The existing output, opened for reading and writing ("r+b", at its start) and
-        locked for the run: a regular file with one name, no input, and (when given) the file
-        `expected` that was checked; anything else is refused without being read."""
+        """The existing output opened "r+b" and locked: a regular file with one name, no input,
+        and (when given) the checked file `expected`; anything else is refused unread."""
         st = _stat_at(self.name, self.fd)
         if st is None or mode_kind(st.st_mode):
             raise self.error(f"{self.where}: changed since it was checked; run again")
@@ -367,11 +349,8 @@ class OutputFolder:
             os.unlink(name, dir_fd=self.fd)
 
     def create(self, beside: Mapping[str, bytes], replace: bool) -> BinaryIO:
-        """A new, empty output file in place ("wb"), locked for the run, after the files
-        `beside` it ({name: content}, e.g. its sidecar) are written. Nothing of an existing
-        output is lost before the new one exists: every file is first complete under a
-        temporary name, then renamed onto its name (replace: the output too; else the output
-        is created at its name with O_EXCL, so a file that appeared since is kept)."""
+        """A new, empty, locked output file after the files `beside` it; each is complete under
+        a temporary name before its rename, so nothing of an existing output is lost."""
         made = []   # (name, id) of what this run created, removed on failure
         try:
             staged = []

@@ -38,9 +38,8 @@ DEVICES = ("cpu", "gpu")
 
 
 def check_device(device: str) -> str:
-    """`device` when this host and paddle build can run it; else PipelineError, one line
-    naming what is missing (a paddle without CUDA, no visible GPU). The decision is
-    ernie_doc.predict.engine.inference_settings's, which the export engine also follows."""
+    """`device` when this host and paddle build can run it (inference_settings decides); else
+    PipelineError naming what is missing."""
     from ernie_doc.errors import EngineError
     from ernie_doc.predict.engine import machine_settings
     if device not in DEVICES:
@@ -53,10 +52,8 @@ def check_device(device: str) -> str:
 
 
 def reads_token_ids(task) -> bool:
-    """Whether documents of `task` may be given as token ids (`ids`): its kind cuts documents
-    with DocumentTask's own document_segments (the token ids of doc.text, or doc.ids). Kinds
-    that read named text fields their own way (span, choice, keyphrase, HotpotQA) read no
-    ids."""
+    """Whether documents of `task` may be given as token ids: its kind cuts them with
+    DocumentTask's document_segments (span, choice, keyphrase, HotpotQA read none)."""
     from ernie_doc.kinds.base import DocumentTask
     return getattr(type(task), "document_segments", None) is DocumentTask.document_segments
 
@@ -68,11 +65,8 @@ def is_export(directory: str) -> bool:
 
 
 class ExportedModel:
-    """An exported model (ernie_doc.predict.engine.Predictor: paddle.inference, oneDNN fp32 or bf16
-    on CPU, or GPU) behind the call the task kinds make of a dygraph head: (input_ids [B, T],
-    memories [L, B, M, H], token_type_ids, attention_mask, reset_memory [B], memory_mask,
-    head inputs) → an object with the head's outputs (logits ...) and the new memories as
-    tensors. The task's own forward and row_outputs then run unchanged."""
+    """An exported model (engine.Predictor) behind a dygraph head's call → its outputs and new
+    memories as tensors, so the task's forward and row_outputs run unchanged."""
 
     def __init__(self, predictor):
         self.predictor = predictor
@@ -105,9 +99,8 @@ class ExportedModel:
 
 def exported_model(directory: str, cfg, task, device: str, precision: str,
                    threads: int, tokenizer=None) -> ExportedModel:
-    """The export in `directory` under paddle.inference, checked against the task: the head
-    class it was trained with, segments of the run's max_seq_len, and a vocabulary that holds
-    every id the tokenizer beside it produces."""
+    """The export in `directory` under paddle.inference, checked against the task: head class,
+    max_seq_len, and a vocabulary holding every id the tokenizer produces."""
     from ernie_doc.errors import EngineError, ExportError
     from ernie_doc.predict.engine import Predictor
     try:
@@ -155,13 +148,8 @@ class Pipeline(DocumentStream):
                         on_error: str = "record", device: str = "cpu", engine: str = "auto",
                         precision: str = "fp32", threads: int = 1,
                         task: Optional[str] = None) -> "Pipeline":
-        """`path`: a fine-tuning run directory (its best/, else final/), a saved model
-        directory with task.json, or an export of one (`ernie-doc export --config best/`
-        copies task.json and the tokenizer beside it); with `task` (a task folder's name,
-        e.g. "imdb"), also a directory written by save_pretrained, read with that task's
-        config (inputs.task_record). engine: dygraph, inference (the
-        export under paddle.inference: precision fp32 or bf16 on CPU, fp16 / bf16 on GPU;
-        threads: its CPU threads), or auto (inference for an export)."""
+        """`path`: a run directory, a saved model with task.json or its export (with `task`,
+        a save_pretrained directory). engine: "dygraph", "inference" or "auto"."""
         if engine not in ENGINES:
             raise PipelineError(f"engine must be one of {ENGINES}, got {engine!r}")
         check_batch_size(batch_size)
@@ -213,9 +201,8 @@ class Pipeline(DocumentStream):
         return reading_passes(steps, self.cfg.retro_feed, self.cfg.train_skim)
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        """Predict documents as they come → records in the order documents finish, each with
-        `index`, its position in the input. `skip`: document ids not to predict (resume).
-        A single str, dict or Document is one document."""
+        """Predict documents as they come → records in finishing order, each with its input
+        `index`. `skip`: document ids not to predict (resume)."""
         task, g = self.task, self.group
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
@@ -270,12 +257,8 @@ class Pipeline(DocumentStream):
 
 
 class TwoStagePipeline(DocumentStream):
-    """HotpotQA's two models in a row: the evidence model picks each question's paragraphs,
-    the answer model reads them (the paper's two stages; fine-tuned with task_options.stage
-    evidence, then answer). A question's stage-1 record sets its `evidence` field exactly as
-    the stage-2 run read stage 1's predictions_<split>.jsonl. Records: the answer model's
-    (its `evidence` lists the titles read); a question stage 1 could not read gets its error
-    record."""
+    """HotpotQA's two models in a row (evidence, then answer) as stage-2 training read stage 1;
+    records are the answer model's, or stage 1's error record."""
 
     def __init__(self, evidence: Pipeline, answer: Pipeline):
         stages = (evidence.task.options.get("stage"), answer.task.options.get("stage"))
@@ -328,15 +311,8 @@ def task_split(record: dict, split: Optional[str] = None) -> str:
 
 def task_documents(record: dict, path: Optional[str] = None,
                    split: Optional[str] = None) -> List[Document]:
-    """Documents read by a saved model's own task reader (tasks/<task>/reader.py), as
-    fine-tuning reads them, so a model predicts on the very files it was trained or evaluated
-    on; ids are the reader's.
-
-    record: the model's task_record. path: a data directory (None: the run's data_dir), read as
-    `split` with the run's reader options, or one file in the task's format (the reader's
-    `read_input`, else `split` of its folder through the reader option `files`). The whole
-    split is read (max_examples does not apply). PipelineError (one line) for what the reader
-    refuses."""
+    """Documents read by a saved model's own task reader from `path` (a data directory read as
+    `split`, or one file); PipelineError (one line) for what the reader refuses."""
     from ernie_doc.errors import NotSet
     from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})
@@ -371,11 +347,8 @@ def task_documents(record: dict, path: Optional[str] = None,
 def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
              on_error: str = "record", device: str = "cpu", engine: str = "auto",
              precision: str = "fp32", threads: int = 1, task: Optional[str] = None):
-    """The pipeline for a saved model (a run directory, best/ or final/, or an export; with
-    `task`, also a save_pretrained directory), whatever its kind: document kinds → Pipeline;
-    the language model → predict.lm.LMPipeline (dygraph); HotpotQA's evidence model with
-    `answer_model` → TwoStagePipeline. All have `__call__(documents)` (input order) and
-    `stream(documents, skip)`."""
+    """The pipeline for a saved model, whatever its kind (Pipeline, LMPipeline, or
+    TwoStagePipeline with `answer_model`), each with `__call__` and `stream`."""
     check_device(device)
     directory = model_directory(model, task)
     if task_record(directory, task)["kind"] == "language_model":

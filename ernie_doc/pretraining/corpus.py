@@ -1,12 +1,8 @@
 """The pretraining corpus: documents streamed from files, sharded deterministically over ranks.
 
-`paths` are files or directories (searched recursively, sorted by relative path, so every rank
-sees one order); each file is JSON lines (`text_field`) or plain text split by blank lines,
-WikiText headings or whole files. Document i goes to rank i % world_size, so the ranks' streams
-are disjoint and their union is the corpus exactly once. `doc_id` is "relative path:first
-line", stable across runs. Call `check_corpus` on EVERY rank before the first collective call,
-so an empty corpus fails on every rank instead of leaving one waiting. Details (formats, skips,
-errors): docs/design-notes.md, "Pretraining: the corpus".
+Files are JSON lines or plain text, in sorted order; document i goes to rank i % world_size.
+Call `check_corpus` on EVERY rank before the first collective call, so an empty corpus fails
+everywhere. Details: docs/design-notes.md, "Pretraining: the corpus".
 """
 import logging
 import os
@@ -44,9 +40,8 @@ def _describe(paths) -> str:
 
 
 def corpus_files(paths, skipped: Optional[Skips] = None) -> List[Tuple[str, str]]:
-    """[(file path, relative name)] of the corpus, in the global (sorted) order. Entries of a
-    directory that are not regular files are counted in `skipped` (reason NOT_REGULAR);
-    without it they are logged here, one warning line."""
+    """[(file path, relative name)] of the corpus in sorted order; non-regular entries counted
+    in `skipped`, else logged once."""
     paths = _as_list(paths)
     own = skipped is None
     if own:
@@ -179,11 +174,8 @@ def iter_documents(paths: Union[PathArg, Sequence[PathArg]], rank: int = 0,
                    world_size: int = 1, text_field: str = "text", min_chars: int = 1,
                    split: str = "blank_lines",
                    skips: Optional[Skips] = None) -> Iterator[CorpusDocument]:
-    """Stream this rank's documents: kept document i goes to rank i % world_size.
-
-    Skipped (too short) documents are counted in `skips` (the caller reports them); without
-    one, rank 0 logs the counts when the pass ends. A corpus with no document raises DataError
-    at the end of the pass; call `check_corpus` first to fail before any collective call."""
+    """Stream this rank's documents (document i → rank i % world_size); skips counted in
+    `skips`, else logged. No document: DataError at the end."""
     paths = _as_list(paths)
     _check_args(rank, world_size, split, min_chars)
     own_skips = skips is None
@@ -234,9 +226,8 @@ def count_documents(paths: Union[PathArg, Sequence[PathArg]], text_field: str = 
 def check_corpus(paths: Union[PathArg, Sequence[PathArg]], world_size: int = 1,
                  text_field: str = "text", min_chars: int = 1,
                  split: str = "blank_lines") -> int:
-    """Raise DataError when the corpus has no documents, or fewer than `world_size` (a rank
-    would get none); else return the count. Deterministic, so every rank raises alike: call
-    it on every rank before the first collective call."""
+    """The document count; DataError when fewer than `world_size`. Deterministic: call it on
+    every rank before the first collective call."""
     paths = _as_list(paths)
     n, skips = _count(paths, world_size, text_field, min_chars, split)
     if n == 0:

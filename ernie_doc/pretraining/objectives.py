@@ -1,12 +1,9 @@
 """Pretraining objectives on token ids: segment reordering (paper §3.4) and MLM masking.
 
-Pure numpy, no paddle. Every random draw comes from a ``numpy.random.Generator`` passed in,
-so the driver can derive it from (seed, rank, step) and resume exactly.
-
-Segment reordering cuts a document into ``k`` chunks (``k`` uniform in ``1..m``), shuffles them
-and labels the shuffle with one of ``K = sum_{i=1..m} i!`` classes (33 for m = 4). MLM masking
-is BERT's 80/10/10, optionally by whole words. Details (label table, chunking rule, masking
-counts): docs/design-notes.md, "Pretraining: objectives".
+Pure numpy; every draw comes from a ``numpy.random.Generator`` passed in, so a resume is exact.
+Reordering labels a shuffle of k chunks with one of ``K = sum_{i=1..m} i!`` classes (33 for
+m = 4); masking is BERT's 80/10/10, optionally by whole words. Details: docs/design-notes.md,
+"Pretraining: objectives".
 """
 from __future__ import annotations
 
@@ -48,10 +45,8 @@ def num_reorder_classes(max_chunks: int = DEFAULT_MAX_CHUNKS) -> int:
 
 @lru_cache(maxsize=None)
 def permutations_table(max_chunks: int = DEFAULT_MAX_CHUNKS) -> Tuple[Tuple[int, ...], ...]:
-    """All permutations of range(k), k = 1..max_chunks: k ascending, then lexicographic.
-
-    Returns a tuple of K tuples; entry ``label`` is ``permutation_of(label)``.
-    """
+    """All permutations of range(k), k = 1..max_chunks (k ascending, then lexicographic): a
+    tuple of K tuples, entry ``label`` being ``permutation_of(label)``."""
     if max_chunks < 1:
         raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
     # itertools.permutations of a sorted input yields lexicographic order.
@@ -66,10 +61,7 @@ def _check_perm(perm: Sequence[int]) -> Tuple[int, ...]:
 
 
 def reorder_label(perm: Sequence[int]) -> int:
-    """Index of ``perm`` (a permutation of range(k)) in the canonical table.
-
-    = (number of permutations with fewer chunks, sum_{j<k} j!) + lexicographic rank of perm.
-    """
+    """Index of ``perm`` in the canonical table: sum_{j<k} j! + lexicographic rank of perm."""
     perm = _check_perm(perm)
     k = len(perm)
     offset = num_reorder_classes(k - 1) if k > 1 else 0
@@ -118,16 +110,9 @@ def _check_classes(max_chunks: int, num_classes: int) -> None:
 
 def reorder_document(ids, rng: np.random.Generator, max_chunks: int = DEFAULT_MAX_CHUNKS,
                      num_classes: int = _DEFAULT_NUM_CLASSES) -> Tuple[np.ndarray, int, int]:
-    """Cut a document into k chunks and shuffle them (paper §3.4).
-
-    ids: [n] token ids (list or array), n >= 1; not modified.
-    Returns (permuted [n] array of the input dtype, label, k) with
-    ``permuted = concat(chunk[p] for p in permutation_of(label))``.
-    k ~ uniform{1..max_chunks}, then clamped to n; the permutation is uniform over all k!
-    orders (the identity included). Draws: one ``integers`` then one ``permutation``.
-    Raises ValueError for an empty document or when the head has fewer than
-    ``num_reorder_classes(max_chunks)`` classes.
-    """
+    """Cut a document ids [n] into k chunks and shuffle them (paper §3.4) → (permuted [n],
+    label, k); k ~ uniform{1..max_chunks} clamped to n. Draws one ``integers``, one
+    ``permutation``. ValueError: an empty document or too few head classes."""
     _check_classes(max_chunks, num_classes)
     ids = np.asarray(ids)
     if ids.ndim != 1:
@@ -167,12 +152,7 @@ def tokenizer_special_ids(tokenizer) -> Tuple[int, ...]:
 
 
 def wordpiece_word_starts(tokens: Sequence[str]) -> np.ndarray:
-    """[T] bool: True at the first piece of a word.
-
-    A WordPiece continuation ("##xx") is not a start, except when it is a CJK character:
-    in Chinese every CJK character is its own word (so "##字" pieces of some Chinese
-    vocabularies are still whole-word units).
-    """
+    """[T] bool, True at a word's first piece; a CJK "##" piece is a word of its own."""
     out = np.ones(len(tokens), dtype=bool)
     for i, tok in enumerate(tokens):
         if tok.startswith("##") and len(tok) > 2:
@@ -219,16 +199,9 @@ def mask_tokens(ids, rng: np.random.Generator, vocab_size: int, mask_id: int,
                 special_ids: Iterable[int], mask_prob: float = 0.15,
                 word_starts: Optional[np.ndarray] = None
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """BERT 80/10/10 masking of [T] or [B, T] ids (rows are masked independently).
-
-    special_ids: ids never selected nor drawn as random replacements (cls/sep/pad/mask...;
-    ``mask_id`` is always added). word_starts: None (every token its own unit) or a bool
-    array of ids' shape, True at the first piece of a word (whole-word masking; a word never
-    spans two rows).
-    Returns (masked copy of ids (int64), positions [N] int64, labels [N] int64): positions are
-    ascending flat indices into ids.reshape(-1) (the [B*T] layout of ``masked_positions``),
-    labels the original ids there. The random replacement may equal the original id (BERT).
-    """
+    """BERT 80/10/10 masking of [T] or [B, T] ids → (masked copy int64, positions [N] int64,
+    labels [N] int64); positions are ascending flat indices into ids.reshape(-1).
+    special_ids are never masked nor drawn; word_starts: whole-word masking."""
     if not 0.0 < mask_prob <= 1.0:
         raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob}")
     src = np.asarray(ids)

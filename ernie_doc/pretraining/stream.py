@@ -1,11 +1,8 @@
 """The streamed train split of pretraining: document shards → batch rows, step by step.
 
-The corpus is cut into S shards (document i → shard i % S; S = reader.data_shards, default one
-per rank), each read epoch after epoch through a seeded shuffle buffer and scheduled onto rows
-like fine-tuning, with no padding. The shards do not depend on the number of ranks, so one
-process with `data_shards: 2` and 2B rows reads exactly what two ranks with B rows read; a
-resumed shard continues with exactly the rows it left. Details: docs/design-notes.md,
-"Pretraining: the stream".
+S shards (document i → shard i % S; S = reader.data_shards), each read through a seeded shuffle
+buffer; they do not depend on the number of ranks, and a resumed shard continues exactly.
+Details: docs/design-notes.md, "Pretraining: the stream".
 """
 import json
 import logging
@@ -125,9 +122,8 @@ class ShardStream:
 
 
 class StreamSplit(Split):
-    """This rank's train rows over its shards, an endless split (data.splits):
-    `batches()` yields (corpus epoch, batch) forever; `state()`/`load_state()` carry the
-    position across a resume."""
+    """This rank's endless train rows over its shards: `batches()` yields (corpus epoch, batch);
+    `state()`/`load_state()` carry the position across a resume."""
     name = "train"
     endless = True
 

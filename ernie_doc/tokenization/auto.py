@@ -161,15 +161,9 @@ def _with_files(tokenizer, files):
 
 def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
                    model_max_length: Optional[int] = None) -> Tokenizer:
-    """Load the tokenizer described by the files at ``path``.
-
-    ``path`` is a released model name (its tokenizer files fetched once and checked against
-    their pinned sha256), an http(s) URL or .tar.gz archive (``ernie_doc.hub.resolve``), a
-    directory (a checkpoint directory or its ``params/``; the parent is searched too) or a file
-    (``.model``: SentencePiece; any other file stands for its directory). Priority:
-    encoder.json + vocab.bpe + vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt →
-    WordPiece (``do_lower_case`` default True). ``model_max_length`` overrides the folder's.
-    """
+    """Load the tokenizer at ``path``: a released name, URL or archive (ernie_doc.hub.resolve),
+    a directory (its parent searched too) or a file. Priority: encoder.json + vocab.bpe +
+    vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt → WordPiece."""
     from ernie_doc.hub import is_released, is_url, resolve
     from ernie_doc.hub.archive import is_archive
     from ernie_doc.utils import file_kind
@@ -211,9 +205,8 @@ def _load(path: Path, do_lower_case: Optional[bool]) -> Tokenizer:
 
 
 class AutoTokenizer:
-    """`AutoTokenizer.from_pretrained(dir_or_name)`: the tokenizer a folder, released name,
-    URL or archive holds, whichever kind it is (load_tokenizer), as in PaddleNLP and Hugging
-    Face. Not instantiated."""
+    """`AutoTokenizer.from_pretrained(dir_or_name)`: whichever tokenizer the path holds
+    (load_tokenizer). Not instantiated."""
 
     def __init__(self):
         raise TypeError("AutoTokenizer is not instantiated: use "

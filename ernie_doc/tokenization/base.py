@@ -1,14 +1,11 @@
 """The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
 
     tok = AutoTokenizer.from_pretrained("ernie-doc-base-zh")
-    tok("一段文本")     → {"input_ids": [...], "token_type_ids": [...], "attention_mask": [...]}
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
-    tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True)
     tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
 
-Layout as PaddleNLP's ErnieDocTokenizer and BERT: `[CLS] A [SEP] B [SEP]`, token types 0 / 1.
-A tokenizer class supplies `encode(text)`, `encode_with_offsets(text)` → (ids, [(start, end)]
-character offsets) and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling".
+Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1. A tokenizer class supplies `encode(text)`,
+`encode_with_offsets(text)` and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling".
 """
 from __future__ import annotations
 
@@ -31,9 +28,7 @@ TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PADDINGS = ("longest", "max_length")
 CONFIG_FILE = "tokenizer_config.json"
 logger = logging.getLogger("ernie_doc.tokenization")
-# load_tokenizer, which lives in auto.py (it imports every tokenizer class) and registers itself
-# here when imported (the package always imports it): <Class>.from_pretrained calls it without
-# this module importing auto (no import cycle)
+# load_tokenizer, registered here by auto.py when imported (no import cycle)
 _loader: Optional[Callable[..., Any]] = None
 
 
@@ -103,10 +98,8 @@ class TokenizerCallMixin:
     @classmethod
     def from_pretrained(cls, path, *, do_lower_case: Optional[bool] = None,
                         model_max_length: Optional[int] = None):
-        """Load the tokenizer of `path` (anything load_tokenizer reads: a released name, a
-        directory written by save_pretrained or a trainer, a URL, an archive) and check it is
-        this class: a folder holding another kind is a TokenizerError naming it (use
-        AutoTokenizer.from_pretrained to take whichever it holds)."""
+        """Load the tokenizer of `path` (anything load_tokenizer reads); a folder holding another
+        class is a TokenizerError (AutoTokenizer.from_pretrained takes whichever it holds)."""
         from ernie_doc.errors import TokenizerError
         tokenizer = _loader(path, do_lower_case=do_lower_case,
                             model_max_length=model_max_length)
@@ -167,21 +160,8 @@ class TokenizerCallMixin:
                  return_attention_mask: Optional[bool] = None,
                  return_token_type_ids: bool = True,
                  return_tensors: Optional[str] = None, **unsupported: Any) -> BatchEncoding:
-        """Encode one text (or pair), or a batch of them.
-
-        text / text_pair: a str, or a list of str (a batch: every value is then a list per
-            example). max_length counts the special tokens (default: model_max_length, used
-            by truncation=True and padding="max_length" only, as in Hugging Face). truncation:
-            True or "longest_first", "only_first", "only_second", False.
-        padding: True / "longest" (to the batch's longest), "max_length" (to max_length), False;
-            right padding with [PAD], attention_mask 0, token_type 0 and offset (0, 0) there.
-        return_offsets_mapping: (start, end) character offsets into the original text per
-            token; (0, 0) for special tokens and padding.
-        return_attention_mask: default True. return_tensors: None (lists: per example for a
-            batch, flat for one str), "np" (int64 arrays [B, T]; [1, T] for one str, as Hugging
-            Face and PaddleNLP) or "pd" (paddle int64 tensors, the same shapes); a ragged batch
-            needs padding.
-        """
+        """Encode one text (or pair), or a batch, as Hugging Face's tokenizers do (truncation,
+        padding, return_tensors None / "np" / "pd": int64 [B, T]; [1, T] for one str)."""
         self._check_call(text, max_length, unsupported)
         batched = not isinstance(text, str)
         texts = list(text) if batched else [text]
@@ -294,20 +274,16 @@ class TokenizerCallMixin:
 
     # -- saving -------------------------------------------------------------------------------
     def saved_config(self) -> Dict:
-        """What tokenizer_config.json records: the class, which decides how the folder loads
-        (load_tokenizer; not the files that happen to be there), the options that change
-        ids, and model_max_length when the tokenizer has one of its own (recorded in its
-        folder or set): a model folder saved by training then keeps its config.json's
-        max_position_embeddings as the limit, not the default."""
+        """What tokenizer_config.json records: the class (it decides how the folder loads),
+        the options that change ids, and model_max_length when the tokenizer has its own."""
         config = dict(self._config(), tokenizer_class=type(self).__name__)
         if self._model_max_length is not None:
             config["model_max_length"] = self._model_max_length
         return config
 
     def save_pretrained(self, directory) -> List[str]:
-        """Write the tokenizer's files (byte-for-byte copies of those it was loaded from) and
-        tokenizer_config.json into `directory` (created if needed); all appear together or
-        none, other files there are kept. → the written paths."""
+        """Write the tokenizer's files (byte copies) and tokenizer_config.json into `directory`,
+        all or none, others kept → the written paths."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         files = dict(self._files())
@@ -328,9 +304,8 @@ class TokenizerCallMixin:
 
 
 def check_model_max_length(value: Any, where: str) -> int:
-    """`value` as a model_max_length: an int from 1 to MAX_MODEL_MAX_LENGTH (not a bool), else
-    a TokenizerError naming `where` (a downloaded folder's 10**12 would have
-    padding="max_length" ask for that many ids per text)."""
+    """`value` as a model_max_length: an int in [1, MAX_MODEL_MAX_LENGTH] (not a bool), else a
+    TokenizerError naming `where`."""
     from ernie_doc.errors import TokenizerError
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 1 <= value <= MAX_MODEL_MAX_LENGTH:
@@ -340,9 +315,8 @@ def check_model_max_length(value: Any, where: str) -> int:
 
 
 def as_ids(ids: Any) -> List[int]:
-    """One sequence of ids as ints: a list, a 1-D numpy array or paddle tensor, or one id; a
-    [1, T] array or tensor (a call's input_ids for one text) is its row. Several rows are a
-    TypeError pointing at batch_decode."""
+    """One sequence of ids as ints (a list, 1-D array or tensor, one id, or a [1, T] row);
+    several rows are a TypeError pointing at batch_decode."""
     if hasattr(ids, "numpy"):
         ids = ids.numpy()
     shape = getattr(ids, "shape", None)

@@ -1,11 +1,8 @@
 """English tokenizer of ERNIE-Doc: GPT-2 byte-level BPE, ids through vocab.txt.
 
-Reproduces the official reader (``BPETokenizer.tokenize``): whitespace collapsed, each sentence
-encoded on its own (so the first word of *each sentence* carries no "Ġ" marker, unlike
-RoBERTa), GPT-2 merges, and each GPT-2 id looked up as a decimal string in ``vocab.txt``.
-Special-token words are looked up directly; nothing is lower-cased. Tokens are shown as
-Hugging Face shows byte-level BPE ("Ġworld"). Details: docs/design-notes.md,
-"Tokenizers: English BPE".
+Reproduces the official reader: each sentence encoded on its own (its first word without "Ġ"),
+GPT-2 merges, each GPT-2 id looked up as a decimal string in ``vocab.txt``. Details:
+docs/design-notes.md, "Tokenizers: English BPE".
 """
 
 from __future__ import annotations
@@ -50,9 +47,8 @@ def bytes_to_unicode() -> Dict[int, str]:
 
 
 def load_merges(path: PathLike) -> List[Tuple[str, str]]:
-    """Read GPT-2 ``vocab.bpe``: a "#version" header line, then one merge "a b" per line, in
-    rank order. No merge at all (an empty or header-only file) is a TokenizerError, as is a
-    line that is not two symbols: BPE would silently cut every word into single bytes."""
+    """Read GPT-2 ``vocab.bpe`` (a "#version" line, then "a b" merges in rank order); no merge,
+    or a line not two symbols, is a TokenizerError."""
     path = os.fspath(path)
     lines = read_tokenizer_text(path, "BPE merges file").split("\n")
     if lines and lines[-1] == "":
@@ -118,17 +114,9 @@ def _keep_sentence_spaces(text: str, tentative: List[int]) -> str:
 
 
 class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
-    """ERNIE-Doc English tokenizer (official reader semantics).
-
-    Args:
-        vocab_file: ``vocab.txt`` (model ids; GPT-2 ids as decimal strings).
-        encoder_json_file: GPT-2 ``encoder.json``.
-        vocab_bpe_file: GPT-2 ``vocab.bpe`` merges.
-        special_tokens: words kept whole; pass ``OFFICIAL_SPECIAL_TOKENS`` for
-            the exact official set.
-        sentence_splitter: callable text -> sentences; default
-            ``split_sentences`` (NLTK Punkt, else a rule-based fallback).
-    """
+    """ERNIE-Doc English tokenizer (official reader semantics): vocab.txt, GPT-2 encoder.json
+    and vocab.bpe. special_tokens: words kept whole (OFFICIAL_SPECIAL_TOKENS: the official set).
+    sentence_splitter: text -> sentences (default ``split_sentences``)."""
 
     def __init__(
         self,
@@ -223,8 +211,7 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return str(self.encoder[piece]) if piece in self.encoder else self.unk_token
 
     def encode_sentence_gpt2(self, sentence: str) -> List[str]:
-        """vocab.txt strings of one sentence: GPT-2 ids (as decimal strings) and special
-        words."""
+        """vocab.txt strings of one sentence: GPT-2 ids (as decimal strings) and special words."""
         return [token if special else self._vocab_string(token)
                 for token, special in self._pieces(sentence)]
 
@@ -248,11 +235,8 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def encode_with_offsets(self, text: str,
                             sentence_split: bool = True) -> Tuple[List[int], List[Tuple[int, int]]]:
-        """encode(text) and each token's (start, end) character offsets in `text`. A token
-        covers the characters whose bytes it holds (all of a character split across tokens);
-        GPT-2's leading space ("Ġ") is not counted (Hugging Face's trim_offsets). Should the
-        sentence splitter return a sentence that is not a substring of the text, its tokens
-        get the span of what is left of the text."""
+        """encode(text) and each token's (start, end) character offsets in `text` (without
+        GPT-2's leading "Ġ", as Hugging Face's trim_offsets)."""
         # " ".join(text.split()) with, for each of its characters, the index in `text`
         normal_chars, index = [], []
         i, n = 0, len(text)
@@ -351,14 +335,8 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
                 for string, piece in zip(strings, map(self._piece_of, strings))]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text for ``ids`` (a list, a 1-D array or tensor): the pieces' bytes
-        as UTF-8; a special word is set apart by spaces (skipped, by one space).
-
-        The official encoding gives a sentence's first word no leading space, so the
-        space between sentences is not in the ids: it is put back where a sentence end
-        (. ! ? and closing quotes) meets a capitalised word, a quote or a non-ASCII
-        character and the rule-based splitter (sentences.py) starts a sentence there
-        ("end.Next" → "end. Next", not "U.S." or "3.14")."""
+        """Best-effort text for ``ids`` (UTF-8 bytes, special words spaced); the space between
+        sentences is put back where the rule-based splitter starts one ("end.Next")."""
         from .base import as_ids
         text = ""
         tentative: List[int] = []   # where a space was put back between two sentences

@@ -1,11 +1,8 @@
 """Sentence splitting for the English BPE tokenizer.
 
-The official ERNIE-Doc reader encodes every sentence separately, with the sentences coming
-from ``nltk.tokenize.sent_tokenize`` (Punkt, English model), so sentence boundaries change
-token ids: the first word of a sentence is encoded without the leading-space marker.
-``split_sentences`` uses NLTK when its package and ``punkt`` data load; otherwise a built-in
-splitter that mimics Punkt's decision procedure with small hand-written tables, warning once.
-Where the two differ, and how often: docs/design-notes.md, "Sentence splitting".
+The official reader encodes every sentence separately (``nltk.tokenize.sent_tokenize``), so
+boundaries change token ids. NLTK Punkt when available, else a built-in splitter mimicking it
+(one warning). Where the two differ: docs/design-notes.md, "Sentence splitting".
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from typing import Callable, List, Optional
 __all__ = ["split_sentences", "rule_split_sentences", "nltk_available"]
 
 # --- character classes (the ones Punkt's English language vars use) ----------
-# Punctuation that may directly follow a sentence end, and that never
-# belongs to a word token.
+# Punctuation that may follow a sentence end and never belongs to a word token.
 _NON_WORD = r"""[)";}\]*:@'({\[!?]"""
 _MULTI_PUNCT = r"(?:-{2,}|\.{2,}|(?:\.\s){2,}\.)"
 # Characters that cannot start a word token (they become one-char tokens).
@@ -39,10 +35,8 @@ _CLOSERS_RE = re.compile(r"""["')\]}]+?(?:\s+|(?=--)|$)""", re.M)
 _PUNCT_TOKENS = frozenset(";:,.!?")
 
 # --- hand-written tables -------------------------------------------------------
-# Lower-cased, without the final period. Single letters are initials; the
-# ones listed here also behave as abbreviations (they never end a sentence).
-# "e.g", "i.e", "etc" and "no" are deliberately absent: Punkt's English
-# model does not know them either.
+# Lower-cased, without the final period; single letters listed here never end a sentence.
+# "e.g", "i.e", "etc" and "no" are absent: Punkt's English model does not know them either.
 _ABBREVIATIONS = frozenset(
     """
     mr mrs ms messrs dr prof rev gen col lt maj sen rep reps gov jr sr st ft mt
@@ -63,9 +57,8 @@ _SENTENCE_STARTERS = frozenset(
     according under
     """.split()
 )
-# Everyday words that also occur in lower case: capitalised after an
-# initial ("Plan B. The") they signal a new sentence, unlike a name
-# ("J. Smith"). "I" is never lower-case, so it is not one of them.
+# Everyday words: capitalised after an initial ("Plan B. The") they start a sentence,
+# unlike a name ("J. Smith").
 _COMMON_WORDS = (_SENTENCE_STARTERS - {"i"}) | frozenset(
     """
     she we you a an and or as at by for from of on to with what who why how
@@ -113,11 +106,8 @@ class _Tok:
 
 
 def _cannot_start_sentence(tok: _Tok) -> bool:
-    """Stand-in for the negative half of Punkt's orthographic heuristic.
-
-    Punkt also answers "surely a sentence start" for capitalised words it saw
-    in lower case but never capitalised mid-sentence; without its statistics
-    that answer is never given here (the main source of disagreement)."""
+    """Stand-in for the negative half of Punkt's orthographic heuristic (its positive half
+    needs statistics we lack: the main source of disagreement)."""
     # Punkt has usually seen a lower-case word capitalised somewhere, which
     # makes a lower-case occurrence evidence against a sentence start.
     return tok.text in _PUNCT_TOKENS or tok.text[0].islower()
@@ -223,13 +213,8 @@ def nltk_available() -> bool:
 
 
 def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
-    """Split English ``text`` into sentences.
-
-    ``use_nltk=None`` (default): NLTK Punkt when available, else the rule-based
-    fallback (warning once per process, when a text first has a candidate sentence end:
-    only there can the two differ). ``False``: always the fallback.
-    ``True``: NLTK or a RuntimeError.
-    """
+    """Split English ``text`` into sentences. use_nltk: None (NLTK Punkt, else the rule-based
+    fallback with one warning), False (the fallback), True (NLTK or a RuntimeError)."""
     global _fallback_warned
     if use_nltk is False:
         return rule_split_sentences(text)

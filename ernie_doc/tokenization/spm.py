@@ -43,11 +43,8 @@ def train(
     seed_sentencepiece_size: Optional[int] = None,
     extra_options: Optional[dict] = None,
 ) -> str:
-    """Train a SentencePiece model; returns the path of ``<model_prefix>.model``.
-
-    ``files`` are plain-text files, one sentence or paragraph per line.
-    ``input_sentence_size=0`` uses every line (no sampling, deterministic).
-    """
+    """Train a SentencePiece model on plain-text ``files`` → path of ``<model_prefix>.model``.
+    ``input_sentence_size=0`` uses every line (deterministic)."""
     spm = _sentencepiece()
     files = _training_files(files)
     if model_type not in ("unigram", "bpe", "char", "word"):
@@ -145,8 +142,7 @@ class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def encode_with_offsets(self, text: str) -> Tuple[List[int], List[Tuple[int, int]]]:
         """encode(text) and each piece's (start, end) character offsets in `text`, from
-        sentencepiece's own alignment (byte offsets into the UTF-8 text, converted; the
-        "▁" word-boundary marker covers no character)."""
+        sentencepiece's byte alignment ("▁" covers no character)."""
         from .base import char_offsets_of_bytes
         proto = self.sp.encode(text, return_type="proto")
         chars = char_offsets_of_bytes(text)

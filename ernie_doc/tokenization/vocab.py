@@ -18,9 +18,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 def read_tokenizer_bytes(path: PathLike, what: str = "tokenizer file") -> bytes:
-    """The bytes of a regular file. A missing file raises FileNotFoundError, anything else
-    there (a directory, a FIFO, a device) a TokenizerError, without opening it: a FIFO would
-    block, a device never end."""
+    """The bytes of a regular file: FileNotFoundError if missing, a TokenizerError for anything
+    else there (a FIFO would block), never opened."""
     from ernie_doc.utils import file_kind, open_regular
 
     path = os.fspath(path)
@@ -161,9 +160,8 @@ class SpecialTokensMixin:
         return self._special_id(token)
 
     def encode_word(self, word: str, after_space: bool = True) -> List[int]:
-        """Ids of one whitespace-free word of a longer text (span tasks tokenize a context
-        word by word to keep each token's character offsets). `after_space`: the word
-        follows whitespace in the text (matters to byte-level BPE only)."""
+        """Ids of one whitespace-free word of a longer text (keeping character offsets);
+        `after_space`: it follows whitespace (matters to byte-level BPE only)."""
         return self.encode(word)
 
     def __len__(self) -> int:

@@ -104,14 +104,8 @@ def basic_tokenize(text: str, do_lower_case: bool = True, split_symbols: bool = 
 
 
 class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
-    """ERNIE-Doc Chinese (BERT-style) tokenizer.
-
-    Args:
-        vocab_file: ``vocab.txt`` ("token<TAB>id" or one token per line).
-        do_lower_case: lower-case and strip accents (official default True).
-        split_symbols: also split on Unicode symbols, like PaddleNLP 2.x.
-        max_input_chars_per_word: longer words become [UNK].
-    """
+    """ERNIE-Doc Chinese (BERT-style) tokenizer. vocab_file: vocab.txt; do_lower_case: also
+    strip accents; split_symbols: split on Unicode symbols (PaddleNLP 2.x)."""
 
     def __init__(
         self,
@@ -164,9 +158,8 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return tokens
 
     def _words_with_offsets(self, text: str) -> List[Tuple[str, List[int]]]:
-        """basic_tokenize's words, each with the index in `text` of every one of its
-        characters (lower-casing or accent stripping may change a word's length: its
-        characters then all point at the word's whole span)."""
+        """basic_tokenize's words, each with the index in `text` of each character (a word
+        whose length changed maps all to its whole span)."""
         raw: List[List[int]] = []   # words as lists of indices into text, before normalising
         current: List[int] = []
         for i, ch in enumerate(text):
@@ -248,11 +241,8 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return self.vocab.to_tokens(as_ids(ids))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Best-effort text, as Hugging Face's BERT decode: words joined by spaces, "##"
-        pieces glued to the word before, no space before . , ! ? and the English
-        contractions ('s n't ...); and no space next to a CJK character or CJK punctuation
-        (tokenization put those spaces there). Case and accents removed by tokenization are
-        not restored. `ids`: a list, a 1-D array or tensor."""
+        """Best-effort text, as Hugging Face's BERT decode ("##" glued, no space before
+        punctuation, contractions or around CJK). `ids`: a list, 1-D array or tensor."""
         from .base import as_ids
         specials = {self.pad_token, self.cls_token, self.sep_token, self.mask_token, self.unk_token}
         text = ""

@@ -1,12 +1,9 @@
 """A compiled training forward (`compile: true`): the model's training call captured once as a
 static program with `paddle.jit.to_static`, then replayed every micro-step.
 
-Why: in dygraph every operator is dispatched from Python, and for small configs that dispatch
-costs more than the arithmetic. The weights stay the model's own parameters, memories go in
-and out as tensors, and dropout draws the same masks as dygraph's, so the loss curve equals
-dygraph's to float rounding. CPU bf16 (`amp: bf16`) enters its autocast inside the traced
-forward; `bf16_program_problem` checks each new program before it runs. Details:
-docs/design-notes.md, "Training: the compiled step".
+Why: dygraph's per-operator Python dispatch dominates small configs. Weights stay the model's
+parameters and dropout draws dygraph's masks, so the loss curve equals dygraph's to rounding.
+Details: docs/design-notes.md, "Training: the compiled step".
 """
 import contextlib
 import inspect
@@ -21,9 +18,8 @@ from ernie_doc.training.runlog import logger
 
 
 class _FlatForward(paddle.nn.Layer):
-    """The model's call with the inputs as one list and one dict, returning a flat list: a
-    captured program returns nested tuples only, so the output's own types (HeadOutput and
-    the like) are recorded while tracing (`template`) and rebuilt around the results."""
+    """The model's call with inputs as one list and dict, returning a flat list; the output
+    types are recorded while tracing (`template`) and rebuilt around results."""
 
     def __init__(self, model: paddle.nn.Layer,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext):
@@ -50,17 +46,14 @@ class _FlatForward(paddle.nn.Layer):
 
 
 class CompiledForward:
-    """Called like `model`; the first call for each input signature (shapes, which inputs are
-    None) traces a program, and later calls replay it. Evaluation keeps calling the model
-    itself: this object is used only for training micro-steps."""
+    """Called like `model`: the first call per input signature traces a program, later calls
+    replay it. Used only for training micro-steps."""
 
     def __init__(self, model: paddle.nn.Layer, amp: Optional[AmpSettings] = None):
         self.model = model
         self.amp = amp or AmpSettings()
-        # The executor's multi-thread mode runs independent operators concurrently, and the
-        # dropout operators then take their draws from the shared generator in a varying
-        # order: the masks would change from run to run. In program order they are dygraph's,
-        # and a seed reproduces a run. (A process-wide flag; programs are only made here.)
+        # Serial execution: concurrent dropout operators would draw from the shared generator
+        # in a varying order; in program order the masks are dygraph's (a process-wide flag).
         paddle.set_flags({"FLAGS_new_executor_serial_run": True})
         # A wrapper converted, not the model: converting the model would replace its
         # forward for evaluation and export too.
@@ -77,9 +70,8 @@ class CompiledForward:
             raise RuntimeError("CompiledForward runs training steps; call the model itself "
                                "in eval mode")
         inputs = (list(args), dict(kwargs), self._uniform_task_types(args, kwargs))
-        # Tracing a new program draws from the random generator; restoring its state keeps
-        # the step's dropout masks independent of when the trace happened (so a resumed run
-        # equals an uninterrupted one).
+        # Tracing draws from the random generator: restore it, so a resumed run equals an
+        # uninterrupted one.
         state = paddle.get_rng_state()
         concrete, _ = self._program.get_concrete_program(*inputs)
         paddle.set_rng_state(state)
@@ -102,9 +94,8 @@ class CompiledForward:
 
 
 def bf16_program_problem(program: Any) -> Optional[str]:
-    """Why a captured (PIR) training program must not run as CPU bf16, or None: it holds no
-    bfloat16 matmul, or a bfloat16 matmul has one input that takes a gradient and one that
-    does not (paddle 3.3.1's oneDNN matmul_grad then crashes with a segmentation fault)."""
+    """Why a captured training program must not run as CPU bf16, or None: no bfloat16 matmul,
+    or one mixing inputs with and without gradient (paddle 3.3.1 oneDNN segfaults)."""
     found, one_sided = 0, 0
     for op in program.global_block().ops:
         if op.name() not in ("pd_op.matmul", "onednn_op.matmul"):
@@ -127,9 +118,8 @@ def bf16_program_problem(program: Any) -> Optional[str]:
 
 def compiled_or_none(model: paddle.nn.Layer, enabled: bool, world: int = 1,
                      amp: Optional[AmpSettings] = None) -> Optional[CompiledForward]:
-    """The compiled forward of `model` (the unwrapped network) when `enabled`, else None (the
-    trainer then calls the model itself). `amp`: the run's AmpSettings (prepare refuses CPU
-    bf16 with several ranks)."""
+    """The compiled forward of `model` when `enabled`, else None (the model is called
+    itself). `amp`: the run's AmpSettings."""
     if not enabled:
         return None
     if world > 1:
@@ -147,9 +137,8 @@ def compiled_or_none(model: paddle.nn.Layer, enabled: bool, world: int = 1,
 
 
 def first_line(error: BaseException) -> str:
-    """A one-line reason from a paddle error, whose messages run over many lines: the error
-    paddle's conversion wrapped ("In transformed code: ... TypeError: (InvalidType) ..."), else
-    the first line that is not a code location."""
+    """A one-line reason from a multi-line paddle error: the error its conversion wrapped,
+    else the first line that is not a code location."""
     lines = [line.strip() for line in str(error).splitlines()]
     if lines and lines[0].startswith("In transformed code"):
         inner = [line for line in lines[1:] if re.match(r"[A-Za-z]+(Error|Exception): ", line)]
@@ -163,10 +152,8 @@ def first_line(error: BaseException) -> str:
 
 def try_compiled(step: Callable[[Any], Any], compiled: CompiledForward, fallback: Any,
                  undo: Callable[[], None]) -> Any:
-    """Run `step(compiled)`; if the very first compiled micro-step fails, log why, call `undo`
-    (clear gradients, reseed) and run `step(fallback)` (dygraph) instead. Returns
-    (result, the model callable to keep using). A CPU bf16 step has no dygraph equivalent:
-    its failure raises Bf16ProgramError instead of training fp32 under a bf16 name."""
+    """Run `step(compiled)` → (result, the model callable to keep); a failing first step is
+    logged, `undo` called and `step(fallback)` run, except CPU bf16: Bf16ProgramError."""
     if compiled.proven:
         return step(compiled), compiled
     try:

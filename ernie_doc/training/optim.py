@@ -31,10 +31,8 @@ def decays(param):
 
 
 def lr_lambda(schedule, warmup_steps, total_steps):
-    """Multiplier of the peak LR at optimizer step g (0-based; the first update has 0).
-    linear: g/warmup, then linearly from 1 at the end of warmup to 0 at total_steps.
-    official: g/warmup, then 1 − g/total (the official code's jump at the end of warmup).
-    cosine: g/warmup, then (1 + cos(π g/total)) / 2 (Transformer-XL's CosineAnnealingLR)."""
+    """Multiplier of the peak LR at optimizer step g (0-based), g/warmup during warmup, then:
+    linear to 0 at total_steps; official 1 − g/total; cosine (1 + cos(π g/total)) / 2."""
     total = max(1, total_steps)
 
     def f(g):
@@ -50,14 +48,8 @@ def lr_lambda(schedule, warmup_steps, total_steps):
 
 
 class GlobalNormClip(paddle.nn.ClipGradByGlobalNorm):
-    """Clip by the norm of ALL gradients, across parameter groups.
-
-    Paddle's optimizer applies its `grad_clip` to each parameter group on its own
-    (`Optimizer.step` clips group by group), so a ClipGradByGlobalNorm there scales each
-    group by that group's norm. Our groups (layer-wise LR ratio x weight decay or not) are an
-    implementation detail, so this clip computes the norm over every group's gradients at
-    the first group of a step and scales every group by clip_norm / max(norm, clip_norm),
-    as one ClipGradByGlobalNorm over all parameters would."""
+    """Clip by the norm of ALL gradients, across parameter groups: paddle clips each group by
+    its own norm, and our groups are an implementation detail."""
 
     def __init__(self, clip_norm: float, groups):
         super().__init__(clip_norm)

@@ -1,11 +1,8 @@
 """What a run may put in OUTPUT_DIR, and the only things it ever deletes there.
 
-A run lists every entry it creates in a manifest, `.ernie-doc-run.json`, before creating it
-(`claim`), and deletes only what the manifest lists (`remove_entry`, `clear_previous_run`), so a
-user's notes, a dataset or another tool's files are never touched, even when named like a
-run's. `lock_output_dir` keeps to one run at a time; a directory that holds or lies inside an
-input is refused before anything is written. Details (manifest format, --resume checks):
-docs/design-notes.md, "Training: the output directory".
+A run lists every entry in a manifest (`.ernie-doc-run.json`) before creating it and deletes
+only what it lists, so no user file is ever touched; `lock_output_dir` keeps to one run at a
+time. Details: docs/design-notes.md, "Training: the output directory".
 """
 import contextlib
 import errno
@@ -83,12 +80,8 @@ def _signature(info: os.stat_result) -> tuple:
 
 
 def _load(output_dir: str) -> Optional[Tuple[List[str], Set[str]]]:
-    """(entries, the same as a set) of the manifest in `output_dir`, or None when there is
-    none: from memory while the file is the one this process last read or wrote, so that
-    each claim costs one lstat, not a read of the whole list. ConfigError (one line naming
-    the file) for a manifest that is not one a run wrote: not a regular file, unreadable,
-    more than MAX_ENTRIES entries, or an entry outside the closed set of a run's names
-    (is_run_entry; a damaged or planted manifest never makes a run delete anything else)."""
+    """(entries, as a set) of `output_dir`'s manifest, or None; cached while unchanged.
+    ConfigError for a manifest no run wrote (so a planted one never makes a run delete)."""
     path = os.path.join(output_dir, MANIFEST)
     try:
         info = os.lstat(path)
@@ -174,9 +167,8 @@ def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
 
 
 def open_run(output_dir: str) -> None:
-    """Create `output_dir` if needed and start an empty manifest when it has none (a new run:
-    a resumed one has its own, check_output_dir). Temporary files a killed run left in TEMP
-    go."""
+    """Create `output_dir` if needed, start an empty manifest when it has none, and remove
+    temporary files a killed run left in TEMP."""
     os.makedirs(output_dir, exist_ok=True)
     if read_manifest(output_dir) is None:
         _write_manifest(output_dir, [])
@@ -189,11 +181,8 @@ def _not_ours(output_dir: str, entry: str) -> ConfigError:
 
 
 def claim(output_dir: str, *entries: str) -> None:
-    """List `entries` in the manifest before they are created ("name/child" lists its folder
-    "name/" too). A name becomes the run's only while nothing is there: an existing entry the
-    manifest does not list is refused (ConfigError naming it), never replaced or appended to.
-    Nothing happens in a directory without a manifest (a function of the run called on its
-    own, outside a run): such a directory is never cleaned either."""
+    """List `entries` in the manifest before they are created. An existing entry not listed is
+    refused (ConfigError naming it). Does nothing in a directory without a manifest."""
     loaded = _load(output_dir)
     if loaded is None:
         return
@@ -234,10 +223,8 @@ def _path(output_dir: str, entry: str) -> Optional[str]:
 
 def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
         -> Tuple[List[str], List[str]]:
-    """Remove `entries` (each listed; children before their folders) → (removed, still
-    there). A file or link is unlinked (never its target), an owned folder removed whole, a
-    listed folder ("name/") only once its listed contents are gone and nothing else is in
-    it."""
+    """Remove listed `entries` (children first) → (removed, still there). Links are unlinked,
+    never followed; a listed folder goes only once nothing unlisted is in it."""
     removed, kept = [], []
     gone: Set[str] = set()
     for entry in sorted(entries, key=lambda e: (-len(_parts(e)), e.endswith("/"), e)):
@@ -263,9 +250,8 @@ def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
 
 
 def remove_entries(output_dir: str, entries: Iterable[str]) -> bool:
-    """Delete each of `entries` that the manifest lists (then unlist them, in one rewrite of
-    the manifest) → whether every one of them is gone. With remove_entry, the one way a run
-    deletes anything in OUTPUT_DIR besides clear_previous_run."""
+    """Delete each listed entry of `entries`, then unlist them in one rewrite → whether all
+    are gone."""
     entries = list(entries)
     loaded = _load(output_dir)
     names = set() if loaded is None else loaded[1]
@@ -305,10 +291,8 @@ def rename_entry(output_dir: str, src: str, dst: str) -> None:
 
 @contextlib.contextmanager
 def atomic_entry(output_dir: str, entry: str) -> Iterator[str]:
-    """ernie_doc.utils.atomic_path for OUTPUT_DIR/entry: a temporary path moved into place
-    when the block succeeds. In a run's folder, `entry` is listed first (claim: an existing
-    entry the run did not write is refused, never replaced) and the temporary file lives in
-    the run's own folder TEMP, so a kill leaves nothing unlisted."""
+    """utils.atomic_path for OUTPUT_DIR/entry; in a run's folder `entry` is claimed first and
+    the temporary file lives in the run's TEMP, so a kill leaves nothing unlisted."""
     path = os.path.join(output_dir, *entry.split("/"))
     if _load(output_dir) is None:
         with atomic_path(path) as tmp:
@@ -331,9 +315,8 @@ def write_text(output_dir: str, entry: str, text: str) -> None:
 
 
 def open_append(path: str):
-    """A run's log file opened for appending (text, UTF-8), never through a symbolic link
-    (O_NOFOLLOW): a link put in place of the run's train.log is refused, not written
-    through."""
+    """A run's log file opened for appending (UTF-8) with O_NOFOLLOW: a link in its place is
+    refused."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o666)
@@ -365,11 +348,8 @@ def _holder(info: os.stat_result) -> str:
 
 
 def lock_output_dir(output_dir: str) -> bool:
-    """Hold an exclusive lock on the directory `output_dir` (flock on a descriptor of the
-    directory itself, so nothing is written for it) until release_output_dir or the
-    process's end; the directory is created if missing → whether this call created it.
-    Re-entrant within a process. ConfigError (one line, the holder's pid) when another run
-    holds it. Only a run's main process calls this."""
+    """Hold an exclusive flock on `output_dir` (created if missing → whether it was) until
+    release_output_dir or exit; re-entrant. ConfigError (the holder's pid) if held elsewhere."""
     import fcntl
     key = os.path.abspath(output_dir)
     fd = _LOCKS.get(key)
@@ -408,9 +388,8 @@ def release_output_dir(output_dir: str) -> None:
 
 # -- what is in a directory ------------------------------------------------------------------
 def foreign_entries(directory: str) -> List[str]:
-    """What in `directory` its manifest does not list (sorted; folders end in '/'): every
-    name when there is no manifest; inside a listed folder ("checkpoints/"), what is not
-    listed there either (checkpoints/epoch-9/)."""
+    """What in `directory` its manifest does not list (sorted; folders end in '/'), looking
+    inside listed folders too; every name when there is no manifest."""
     loaded = _load(directory)
     listed = set() if loaded is None else loaded[1] | {MANIFEST}
     top = {e.split("/")[0] for e in listed}
@@ -437,11 +416,8 @@ def _shown(names: List[str]) -> str:
 
 
 def check_resumable(output_dir: str, listed: List[str]) -> None:
-    """--resume: ConfigError (one line naming the entry) unless every name the run writes is
-    absent or listed (`listed`: the manifest's entries), and every listed entry is what the
-    run created: a real file
-    or folder, not a symbolic link, except `best` and `checkpoints/latest`, which must point
-    to a folder in OUTPUT_DIR/checkpoints. Reads only."""
+    """--resume: ConfigError naming the entry unless every name the run writes is absent or in
+    `listed` and real (`best`, `checkpoints/latest`: links into checkpoints/)."""
     where = f"--resume {output_dir}"
     names = set(listed)
     for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
@@ -550,9 +526,8 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
 
 
 def clear_previous_run(output_dir: str) -> Optional[List[str]]:
-    """Remove what the manifest of `output_dir` lists (anything else stays; a directory
-    without a manifest is left as it is) → the names removed that were there, or None when
-    the directory does not exist. The manifest keeps listing whatever could not go."""
+    """Remove what `output_dir`'s manifest lists (nothing else) → the names removed, or None
+    when the directory does not exist."""
     if not os.path.isdir(output_dir):
         return None
     listed = read_manifest(output_dir)

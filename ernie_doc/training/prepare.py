@@ -1,13 +1,9 @@
 """A config → a prepared run: the task, tokenizer, model, splits and a summary, every input
 checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 
-    prepare(cfg): resolve released names (hub) → build_task → check data, device, OUTPUT_DIR
-      (locked for the run) → read splits, choose or train the tokenizer, build the model
-      (memory estimate first), cut documents into reading passes → --resume: check the
-      checkpoint → create OUTPUT_DIR, write run_config.yaml → PreparedRun for the trainer.
-
-Nothing here trains; the trainer receives the objects and never asks what kind of task
-it runs.
+    prepare(cfg): resolve released names → build_task → check data, device, OUTPUT_DIR (locked)
+      → read splits, tokenizer, model (memory estimate first), reading passes → --resume:
+      check the checkpoint → create OUTPUT_DIR, run_config.yaml → PreparedRun for the trainer.
 """
 import contextlib
 import math
@@ -39,10 +35,8 @@ RUN_CONFIG = "run_config.yaml"
 
 @dataclass
 class PreparedRun(Assembly):
-    """What a training or evaluation run needs, built and checked (the task, tokenizer and
-    model: ernie_doc.assemble). `model` is the network itself (what is saved); `wrapped` is
-    what the loop calls: `model` inside paddle's DataParallel when there are several ranks,
-    else `model` itself."""
+    """What a run needs, built and checked. `model`: the network (what is saved); `wrapped`:
+    what the loop calls (`model` in paddle's DataParallel when there are several ranks)."""
     given: Optional[TrainConfig] = None   # the config as written (run_config.yaml keeps it)
     wrapped: Optional[paddle.nn.Layer] = None
     train: Optional[Split] = None   # None with eval_only
@@ -60,9 +54,8 @@ class PreparedRun(Assembly):
 
 
 def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
-    """Build and check everything a run needs, then create OUTPUT_DIR (see the module doc).
-    Raises ConfigError / DataError / CheckpointError naming the key or file at fault, before
-    anything is written."""
+    """Build and check everything a run needs, then create OUTPUT_DIR. ConfigError / DataError
+    / CheckpointError naming the key or file, before anything is written."""
     if resume and cfg.eval_only:
         raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
     given, cfg = cfg, resolve_inputs(cfg)
@@ -245,9 +238,8 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
 
 
 def task_record(run: PreparedRun) -> dict:
-    """What a saved model needs besides its weights and tokenizer to read new documents as
-    this run did (ernie_doc.predict.pipeline): the config as written and the label names. Saved as
-    task.json in best/ and final/."""
+    """task.json of best/ and final/: the config as written and the label names, for reading
+    new documents as this run did."""
     config = dict(run.given)
     options = getattr(run.task, "options", None)
     if options:
@@ -263,10 +255,8 @@ LONG_DOCUMENT_READS = 100   # below this, one long document is no concern
 
 def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tokens) \
         -> List[str]:
-    """Log lines on a split's longest documents (segment reads, both passes), so that one
-    huge document (a 5 MB line) is seen up front: a row reads one document at a time, so
-    the longest document alone sets a lower bound on an epoch's steps. Also the documents
-    that max_doc_tokens cut short."""
+    """Log lines on a split's longest documents (they bound an epoch's steps from below) and
+    on the documents max_doc_tokens cut short."""
     lengths = np.asarray(split.lengths)
     if not len(lengths):
         return []
@@ -288,9 +278,8 @@ def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tok
 
 # -- resume and OUTPUT_DIR ----------------------------------------------------------------------
 def read_resume_state(run: PreparedRun) -> tuple:
-    """--resume: the latest checkpoint read and checked against the model (its weights
-    restored) and the run's logs checked, before the run writes anything → (path,
-    trainer state, this rank's arrays, optimizer state)."""
+    """--resume: the latest checkpoint checked (weights restored) and logs checked, before any
+    write → (path, trainer state, this rank's arrays, optimizer state)."""
     from ernie_doc.training.runlog import check_run_logs
     path = ckpt.latest_checkpoint(run.out)
     if path is None:
@@ -313,9 +302,8 @@ LIMITS = ("max_steps", "epochs")   # what --resume may raise to continue a finis
 
 
 def check_extension(run: PreparedRun, state: dict) -> int:
-    """--resume of a run that finished (trainer state at its last step): allowed only when
-    --set raised max_steps or epochs (run_config.yaml holds the values it ran with) so that
-    it has steps left; else ConfigError naming the keys → its total_steps then."""
+    """--resume of a finished run: only when --set raised max_steps or epochs, else
+    ConfigError naming the keys → the new total_steps."""
     from ernie_doc.run_config import load_yaml
     cfg, step = run.cfg, state["step"]
     saved = load_yaml(os.path.join(run.out, RUN_CONFIG))
@@ -333,10 +321,8 @@ def check_extension(run: PreparedRun, state: dict) -> int:
 
 
 def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
-    """OUTPUT_DIR with its manifest (training.outdir: every entry listed before it is
-    created), run_config.yaml and a freshly trained tokenizer; with overwrite_output_dir, the
-    entries a previous run's manifest lists go first (nothing else). A resumed run that
-    raised max_steps or epochs records them in run_config.yaml."""
+    """OUTPUT_DIR with its manifest, run_config.yaml and a freshly trained tokenizer; with
+    overwrite_output_dir, the previous run's listed entries go first (nothing else)."""
     if run.is_main:
         if not run.resume:
             removed = outdir.clear_previous_run(run.out)

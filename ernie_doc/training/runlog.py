@@ -30,9 +30,8 @@ def setup_logging(output_dir=None, is_main=True):
 
 
 class _RunFileHandler(logging.FileHandler):
-    """train.log. A write that fails (full disk, read-only filesystem) stops the run as an
-    OSError naming the file, like every other write of the run, instead of logging's
-    "--- Logging error ---" traceback on stderr while the run carries on."""
+    """train.log; a failed write stops the run as an OSError naming the file (not logging's
+    "--- Logging error ---" while the run carries on)."""
 
     def handleError(self, record):
         error = sys.exc_info()[1]
@@ -102,21 +101,15 @@ def _append(path, record):
 
 
 def check_run_logs(output_dir):
-    """Raise DataError (file and line) when a run's train_log.jsonl or eval_history.jsonl is
-    damaged beyond a cut-short last line: for --resume to call before it writes anything.
-    Reads only; the cut-short line is dropped (and logged) when RunLog opens the run."""
+    """DataError (file and line) when train_log.jsonl or eval_history.jsonl is damaged beyond
+    a cut-short last line; reads only."""
     for name in ("train_log.jsonl", "eval_history.jsonl"):
         _records(os.path.join(output_dir, name), warn=False)
 
 
 def _records(path, warn=True):
-    """[(line number, record, raw line bytes)] of a JSON-lines log (train_log.jsonl,
-    eval_history.jsonl).
-
-    A run stopped by a full disk or a kill can leave the last line cut short: that line is
-    dropped with one warning naming the file and line, and what came before is kept. A line
-    before it that is not a JSON object (or not UTF-8) is damage that a later append cannot
-    explain: a DataError naming the file and line. So is a record without an integer step."""
+    """[(line number, record, raw bytes)] of a JSON-lines log; a cut-short last line is dropped
+    with a warning, any other bad line (or no integer step) is a DataError."""
     from ernie_doc.errors import DataError
     if not os.path.lexists(path):
         return []
@@ -177,10 +170,8 @@ _WARNED_NO_MATPLOTLIB = False
 
 
 def plot_curves(output_dir, metric):
-    """curves.png: training losses by step (the total and each `*_loss` a task logs),
-    training accuracies a task logs (`*_accuracy`), and the eval metric by step. Without
-    matplotlib (it comes with visualdl; `pip install matplotlib` otherwise) the plot is
-    skipped with one warning: the logs hold the same numbers."""
+    """curves.png: training losses, accuracies and the eval metric by step; skipped with one
+    warning without matplotlib."""
     try:
         import matplotlib
     except ImportError:

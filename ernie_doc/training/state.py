@@ -88,9 +88,8 @@ def _rename(state, mapping):
 
 
 def optimizer_state(model, optimizer):
-    """The optimizer's state keyed by structured parameter names (layers.0.pos_ff...):
-    paddle keys it by generated names (linear_3.w_0), which depend on how many layers the
-    process created before, so another process (or model) could not load it."""
+    """The optimizer's state keyed by structured parameter names (paddle's generated names
+    depend on the process's history)."""
     names = {p.name: n for n, p in model.named_parameters()}
     return dict(_rename(optimizer.state_dict(), names), **{STRUCTURED: True})
 
@@ -172,9 +171,8 @@ def _write_model(path, model):
 
 
 def _write_optimizer(directory, model, optimizer):
-    """optimizer.safetensors: every tensor of the optimizer's state (accumulators keyed by
-    structured parameter names, AMP master weights under "master_weights/"); optimizer.json:
-    the other entries and {"tensors": {key: [dtype, shape]}}, the list resume checks."""
+    """optimizer.safetensors (every state tensor, by structured name) and optimizer.json (the
+    rest, and {"tensors": {key: [dtype, shape]}} that resume checks)."""
     state = optimizer_state(model, optimizer)
     arrays, listing, entries = {}, {}, {}
     for key, value in state.items():
@@ -272,11 +270,8 @@ def _load_model(path, model):
 
 
 def _load_optimizer(path, model):
-    """→ the optimizer state dict, checked: every tensor optimizer.json lists is in
-    optimizer.safetensors with its dtype and shape, and each one belongs to a parameter of
-    the model with a fitting shape (its own, or [1] for the beta powers). Which tensors an
-    optimizer keeps is its own business (paddle creates them at the first step): the list
-    saved with them is what "every optimizer tensor" means here."""
+    """→ the optimizer state dict, checked: every tensor optimizer.json lists is present with
+    its dtype and shape, and fits a parameter of the model (or is [1]: beta powers)."""
     meta_path = os.path.join(path, OPTIMIZER_META)
     meta = _read_json(meta_path)
     listing, entries = meta.get("tensors"), meta.get("entries")
@@ -349,10 +344,8 @@ def _load_rank_arrays(path):
 
 
 def read_training_state(path, model):
-    """Read and check every file of checkpoint `path` against `model`, then restore the
-    model's weights → (trainer_state dict, this rank's arrays, the optimizer state for
-    `load_optimizer_state`). Nothing is touched before everything has been checked, so a
-    resume can be refused before the run writes anything."""
+    """Check every file of checkpoint `path` against `model`, then restore its weights →
+    (trainer_state, this rank's arrays, optimizer state). Nothing is touched before the checks."""
     state = _read_json(os.path.join(path, TRAINER_STATE))
     for key in ("step", "total_steps"):
         if not isinstance(state.get(key), int):
@@ -375,9 +368,8 @@ def load_training_state(path, model, optimizer):
 
 
 def _save_model_dir(path, model, tokenizer_files, task, tokenizer_config=None):
-    """A from_pretrained directory at `path`: weights and config, the tokenizer's files (and
-    tokenizer_config.json recording its type: the folder loads as that type or not at all) and
-    task.json (the task kind, label names and reading settings of the run)."""
+    """A from_pretrained directory at `path`: weights, config, tokenizer files (with
+    tokenizer_config.json) and task.json."""
     model.save_pretrained(path)
     for src in tokenizer_files:
         shutil.copy2(src, os.path.join(path, os.path.basename(src)))

@@ -38,10 +38,8 @@ __all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "run",
 
 
 class Interrupted(KeyboardInterrupt):
-    """The run stopped on a signal (SIGINT, SIGTERM). `step`: the optimizer steps it had
-    done (None: before its first); what can be resumed is read from OUTPUT_DIR itself
-    (`message`), so a run aborted by a second signal reports it as truly as one that
-    stopped at a step's end. A KeyboardInterrupt, so that cleanup written for Ctrl-C runs."""
+    """The run stopped on SIGINT / SIGTERM. `step`: optimizer steps done (None: none); the
+    `message` reads what can be resumed from OUTPUT_DIR. A KeyboardInterrupt, for cleanup."""
 
     def __init__(self, signum: int, output_dir: Optional[str] = None,
                  step: Optional[int] = None):
@@ -55,9 +53,8 @@ class Interrupted(KeyboardInterrupt):
         return 128 + int(self.signum)
 
     def message(self, command: str) -> Optional[str]:
-        """The one line for the user: the step, and the command that continues the run
-        (`command`: the tool, e.g. "ernie-doc finetune") or what to do instead → None on a
-        rank other than 0 (rank 0 speaks for the run)."""
+        """The one line for the user (the step, and the command that continues the run), or
+        None on a rank other than 0."""
         if dist.rank() != 0:
             return None
         where = "interrupted before the first step" if self.step is None else \
@@ -115,11 +112,8 @@ def _latest_step(output_dir: str) -> Optional[int]:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM while a run is on (`installed`). Outside training (`defer` off)
-    a signal raises Interrupted at once. While training, the first one is only recorded
-    (`signum`): the loop stops at the end of the step under way, after saving it; the same
-    signal again raises Interrupted. Inside `writing()` (a checkpoint being written) every
-    signal waits until the write is done."""
+    """SIGINT / SIGTERM during a run: before training raise Interrupted at once; in training stop
+    after saving the step (a repeat raises); inside `writing()` wait for the write."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -159,9 +153,8 @@ class StopSignals:
         if self._writing:
             self._pending = self._pending or signum
             return
-        # the other signal after the first is the same request delivered twice (a terminal
-        # sends SIGINT to every rank, and the launcher forwards SIGTERM): only the same
-        # signal again means "do not wait"
+        # the other signal is the same request delivered twice (terminal and launcher): only
+        # the same signal again means "do not wait"
         if self.defer and signum != self.signum:
             self.signum = self.signum or signum
             return
@@ -311,9 +304,8 @@ class Trainer:
 
     def _evaluate_and_save(self, log: RunLog, carry: dict, epoch_end: bool,
                            last: bool) -> Tuple[bool, bool]:
-        """After an optimizer step: evaluate when due (last step, eval_steps, epoch end), and
-        save a checkpoint when evaluated, stopping or due (save_steps) → (stop at stop_at_step,
-        stop on a signal)."""
+        """After an optimizer step: evaluate and save when due → (stop at stop_at_step, stop
+        on a signal)."""
         cfg, state = self.cfg, self.state
         evaluate = last or (cfg.eval_steps and state["step"] % cfg.eval_steps == 0) \
             or (epoch_end and cfg.eval_every_epoch)
@@ -349,9 +341,8 @@ class Trainer:
         return results
 
     def _stop_requested(self):
-        """The signal that stops the run at this step's end, or None: with several ranks,
-        the one some rank had received when the step's records were gathered (so all stop
-        after the same step); in one process, one received up to now."""
+        """The signal that stops the run at this step's end, or None (with several ranks, the
+        one gathered with the step's records, so all stop alike)."""
         return self._stop_signal if self.world > 1 else self.signals.signum
 
     def _write_timing(self, timing):
@@ -394,11 +385,8 @@ class Trainer:
         return state, carry
 
     def _extend_schedule(self, state, scheduler):
-        """A finished run resumed with max_steps or epochs raised: the LR schedule becomes the
-        one of a run planned for the new total from the start, evaluated at the step reached
-        (the saved scheduler holds the old schedule's end, 0 for a decay to 0). It cannot be
-        faithful to the steps already taken, which followed the old, shorter schedule: said
-        in one log line."""
+        """A finished run resumed with more steps: the LR schedule becomes that of the new total,
+        at the step reached (one log line says the steps taken followed the old one)."""
         cfg, old, new, step = self.cfg, self.run.extends, self.run.total_steps, state["step"]
         before = scheduler.last_lr
         scheduler.step(step)   # last_lr = base lr x the new schedule's factor at `step`
@@ -440,9 +428,8 @@ class Trainer:
             self._since_log = (0.0, 0.0)
 
     def _micro_batches(self, train, state):
-        """→ (epoch, micro-step, batch, ends an optimizer step, ends the epoch) from the
-        resume position on. A stream has no epochs: it is read from the saved micro-step
-        until max_steps, and reports the corpus pass it is on as its epoch."""
+        """→ (epoch, micro-step, batch, ends an optimizer step, ends the epoch) from the resume
+        position on; a stream reports its corpus pass as the epoch."""
         cfg, accum = self.cfg, self.cfg.grad_accum_steps
         first = 0 if train.endless else state["epoch"]
         for epoch in range(first, 1 if train.endless else cfg.epochs):
@@ -473,10 +460,8 @@ class Trainer:
         return result
 
     def _forward_backward(self, batch, carry, scaler, sync, model):
-        """One micro-step of `model` (the wrapped model or its compiled forward) → (loss
-        value, rows that trained, new memory state, the task's metric sums). Gradients are
-        all-reduced across ranks only when `sync` (the last micro-step of an optimizer
-        step)."""
+        """One micro-step → (loss value, rows that trained, new memory state, metric sums);
+        gradients are all-reduced only when `sync` (an optimizer step's last micro-step)."""
         cfg = self.cfg
         t = _to_tensors(batch)
         weight = paddle.to_tensor(self.task.train_weight(batch).astype("float32"))
@@ -523,8 +508,7 @@ class Trainer:
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split_name: str):
         """Read an evaluated split once from an empty memory state (eval mode) → (metrics,
-        predictions or None) on every rank; each rank reads its rows, the split's
-        evaluation merges them."""
+        predictions or None) on every rank."""
         from tqdm import tqdm
 
         from ernie_doc.utils import show_progress
@@ -597,9 +581,8 @@ class Trainer:
                           "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions))
 
     def _finish_streamed(self):
-        """A streamed train split (pretraining, language model): the final model
-        (OUTPUT_DIR/final, a from_pretrained directory) and results.json: the training scalars
-        averaged over the last tenth of the steps, and the last evaluation."""
+        """A streamed split's end: OUTPUT_DIR/final and results.json (training scalars over
+        the last tenth of the steps, and the last evaluation)."""
         from ernie_doc.training.runlog import read_jsonl
         records = read_jsonl(os.path.join(self.out, "train_log.jsonl")) if self.is_main else []
         tail = records[-max(1, len(records) // 10):]
@@ -622,10 +605,8 @@ class Trainer:
         return results
 
     def _finish(self, log):
-        """The final model of a streamed run, then the test splits with the best model (the
-        final one when no eval split picks a best; its first test split is then
-        eval_results.json) → eval_results.json's content (results.json's when there is
-        none)."""
+        """The final model of a streamed run, then the test splits with the best (else final)
+        model → eval_results.json's content (results.json's when there is none)."""
         results = self._finish_streamed() if self.run.train.endless else None
         best_step = self.state["best_step"]
         if self.cfg.test_splits:
@@ -656,9 +637,8 @@ class Trainer:
 
     # -- evaluation only -------------------------------------------------------------------
     def evaluate_only(self):
-        """eval_only: the init_checkpoint model on eval_splits then test_splits, each into
-        {split}_results.json (+ predictions), the first also into eval_results.json → its
-        metrics."""
+        """eval_only: the model on eval_splits then test_splits into {split}_results.json, the
+        first also into eval_results.json → its metrics."""
         cfg = self.cfg
         log = self._run_log()
         splits = list(dict.fromkeys(list(cfg.eval_splits) + list(cfg.test_splits)))
@@ -679,9 +659,8 @@ class Trainer:
 
 
 def run(cfg, resume: bool = False):
-    """Prepare the run described by `cfg` and train it (or only evaluate, eval_only).
-    SIGINT / SIGTERM raise Interrupted (see StopSignals): at once before training, at the
-    end of the step under way, with its checkpoint written, during it."""
+    """Prepare the run described by `cfg` and train it (or only evaluate, eval_only);
+    SIGINT / SIGTERM raise Interrupted (see StopSignals)."""
     signals, trainer, prepared = StopSignals(), None, None
     try:
         with signals.installed():
