@@ -3,8 +3,7 @@
 Names are imported lazily, so `ernie_doc.tokenization` and `ernie_doc.config` work without
 importing paddle. `pipeline` is the prediction factory ernie_doc.predict.pipeline.pipeline
 (`pipeline(run_dir)(documents)`); no submodule of this package has that name, so the name is
-the function whatever was imported before.
-"""
+the function whatever was imported before."""
 import importlib
 import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scipy/paddlenlp import
 

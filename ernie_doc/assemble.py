@@ -5,8 +5,7 @@ one place that assembles them, for training, evaluation and prediction.
     choose_tokenizer(run, docs)  the tokenizer: given, released, the checkpoint's, or trained
     build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
     setup_reading(run, special)  the kind's segmenter set up for the model
-    saved_run(directory, ...)    a saved model folder (task.json) → all of the above
-"""
+    saved_run(directory, ...)    a saved model folder (task.json) → all of the above"""
 import contextlib
 import copy
 import logging

@@ -7,8 +7,7 @@
 
 Task folders register their own heads (`@register_head`); task kinds have their own registry
 (ernie_doc.kinds). The registry is closed: a name read from a config, task.json or a sidecar is
-only looked up, never imported. Details: docs/design-notes.md, "Registries".
-"""
+only looked up, never imported. Details: docs/design-notes.md, "Registries"."""
 import difflib
 import logging
 from typing import Any, Callable, Collection, Dict, List, Optional, Set, Type, Union

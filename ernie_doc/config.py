@@ -2,8 +2,7 @@
 
 Reads the official `ernie_config.json` keys and PaddleNLP's `config.json` keys, and adds the
 options of this project (`recurrence`, `mask_empty_memory`, `rel_pos_params_sharing`,
-`relative_position_mapping`, `cls_token_idx`).
-"""
+`relative_position_mapping`, `cls_token_idx`)."""
 import copy
 import difflib
 import json

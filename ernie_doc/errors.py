@@ -3,8 +3,7 @@ wherever a caller needs to tell one kind from another.
 
 Every message is one line naming the file, key or argument at fault (a command's one `error:`
 line, with the class's `exit_status`). Most are also ValueError, the training ones
-RuntimeError, so existing `except` clauses keep working. This module imports nothing.
-"""
+RuntimeError, so existing `except` clauses keep working. This module imports nothing."""
 from typing import List, Optional
 
 

@@ -2,8 +2,7 @@
 
 Each head holds the encoder as `ernie_doc` (PaddleNLP's prefix) and declares `official_names`;
 every forward takes the encoder's arguments and returns the new memories with the logits.
-Heads are looked up by name through ernie_doc.auto.
-"""
+Heads are looked up by name through ernie_doc.auto."""
 from collections import namedtuple
 from types import MappingProxyType
 from typing import List, Mapping, Optional, Tuple, Type, Union

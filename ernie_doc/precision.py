@@ -6,8 +6,7 @@ the device and `compile`.
     amp: bf16    GPU: bfloat16 autocast; CPU: bf16 matmuls in the compiled step (compile: true)
 
 Unsupported cases are refused with the reason. Details: docs/design-notes.md, "Training:
-mixed precision".
-"""
+mixed precision"."""
 import contextlib
 from typing import NamedTuple, Optional, Tuple, Union
 

@@ -4,8 +4,7 @@ Sources, as the official README (PaddlePaddle/ERNIE `ernie-doc/README.md`) and P
 (`paddlenlp/transformers/ernie_doc/{modeling,tokenizer}.py`) publish them: "official" weights
 (static LoDTensor files) for base-en, base-zh and large-en, and "paddlenlp" .pdparams for
 base-en and base-zh. No checksum is published: the tokenizer files are pinned here by sha256,
-and the weights are trusted on first use (`Remote.sha256` None) until a value is pinned.
-"""
+and the weights are trusted on first use (`Remote.sha256` None) until a value is pinned."""
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 

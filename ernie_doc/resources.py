@@ -4,8 +4,7 @@ A config that needs more memory than is available should be one error line with 
 not a MemoryError (or the OOM killer) minutes into a run. The estimate counts weights
 (×4 when training: gradients and Adam's moments), activations kept for backward (Korthikanti
 et al. 2022), the carried memories and a per-layer overhead. The parameter count is exact:
-the model is built under paddle.LazyGuard. Details: docs/design-notes.md, "Memory estimates".
-"""
+the model is built under paddle.LazyGuard. Details: docs/design-notes.md, "Memory estimates"."""
 import math
 import os
 from typing import Callable, Optional

@@ -4,8 +4,7 @@ Every key, its default and its meaning are listed once, in KEY_GROUPS (`ernie-do
 --help-config` prints them). Unknown keys (in the file or in an override) are an error naming
 the file:line or the key and the nearest keys. `model_overrides` (ErnieDocConfig keys, checked
 when the model is built) and `reader` (the task reader's options, checked by the reader) are
-free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them.
-"""
+free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them."""
 import copy
 import difflib
 import json

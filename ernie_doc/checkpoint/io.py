@@ -6,8 +6,7 @@
 
 Only tensors named as stored and a config dict come out of here, never a model class; an
 unreadable file is a CheckpointError naming it. Details: docs/design-notes.md, "Checkpoints:
-layouts".
-"""
+layouts"."""
 import json
 import logging
 import os

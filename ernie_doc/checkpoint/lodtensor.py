@@ -3,8 +3,7 @@
 This is the layout of official static checkpoints (`fluid.io.save_vars` / `load_vars`, loaded
 by `utils/init.py` of the official `ernie-doc/` code): one file, one tensor. The TensorDesc
 protobuf is decoded and encoded by hand (varints only), so neither pickle nor the protobuf
-package is needed. Byte layout: docs/design-notes.md, "Checkpoints: the LoDTensor format".
-"""
+package is needed. Byte layout: docs/design-notes.md, "Checkpoints: the LoDTensor format"."""
 import math
 import os
 import struct

@@ -1,8 +1,7 @@
 """The one name map between official static names and ours (= PaddleNLP's bare-model names).
 
 Both sides store Linear weights [in, out], so values need no transpose. Head models hold the
-encoder under `ernie_doc.`; their own parameters map through the head class's `official_names`.
-"""
+encoder under `ernie_doc.`; their own parameters map through the head class's `official_names`."""
 import re
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set
 

@@ -4,8 +4,7 @@ Unpickling an untrusted pickle runs whatever callables it names, so PaddleNLP ch
 never given to Python's or paddle's loaders: the opcodes are scanned first, then `find_class`
 admits exactly what `paddle.save` writes, each checked by a function of ours. Anything else is
 a CheckpointError naming the file. Details: docs/design-notes.md, "Checkpoints: the restricted
-unpickler".
-"""
+unpickler"."""
 import _compat_pickle
 import math
 import os

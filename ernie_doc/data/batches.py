@@ -7,8 +7,7 @@
         memories = out.memories
 
 The pieces are the trainer's (data.segment, data.schedule, data.collate), and documents are
-read as a stream: only those in the batch rows are held.
-"""
+read as a stream: only those in the batch rows are held."""
 from collections import namedtuple
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 

@@ -6,8 +6,7 @@ line ("path:12: ...") so the command line can print one clear line.
 
 Only regular files are read: a FIFO, a device or a socket named as a data file is refused with
 one line (`require_file`, `open_regular`) instead of blocking or reading forever, and one met
-while listing a directory is skipped and counted (`regular_files`, reason NOT_REGULAR).
-"""
+while listing a directory is skipped and counted (`regular_files`, reason NOT_REGULAR)."""
 import difflib
 import hashlib
 import json

@@ -4,8 +4,7 @@ Every row is a stream of whole documents (official "memory-friendly" batching, �
 document occupies one row from its first to its last segment, so the row's memory carries it;
 the next document starts in the row that frees first, with `reset` set. Unlike the official
 reader, nothing is dropped or counted twice (finished rows are padded). With R ranks, rank r
-reads rows r·B … r·B+B−1 of R·B, so all ranks run the same number of steps.
-"""
+reads rows r·B … r·B+B−1 of R·B, so all ranks run the same number of steps."""
 from dataclasses import dataclass
 from typing import Sequence
 

@@ -3,8 +3,7 @@
 The official classification layout (`ClassifyReader` of the official `ernie-doc/` code):
 windows of T−2 tokens that advance by min(window, stride) (stride = memory_len = 128 by
 default, so windows overlap), each laid out `[t1 … tn, SEP, PAD …, CLS]` with [CLS] last.
-`cls_first` gives `[CLS, t1 … tn, SEP, PAD …]`.
-"""
+`cls_first` gives `[CLS, t1 … tn, SEP, PAD …]`."""
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 

@@ -1,8 +1,7 @@
 """Span extraction across segments (TriviaQA, CMRC2018, DRCD, DuReader; HotpotQA's answer
 stage): sub-tokens that remember their characters, windows with the question in every segment,
 gold spans per window, and n-best decoding back to the original text. Details:
-docs/design-notes.md, "Span data: tokens and text".
-"""
+docs/design-notes.md, "Span data: tokens and text"."""
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 

@@ -3,8 +3,7 @@
 A split, built for one rank, says how many micro-steps epoch e has (`num_steps(e)`, None when
 endless), what they are (`batches(e, start)`) and how they are scored (`evaluation(task)`,
 `protocol(model)`). `DocumentSplit` reads whole documents; `pretraining.stream.StreamSplit` and
-`kinds.lm` are the streams. Details: docs/design-notes.md, "Training: splits".
-"""
+`kinds.lm` are the streams. Details: docs/design-notes.md, "Training: splits"."""
 import contextlib
 from collections import defaultdict
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple

@@ -3,8 +3,7 @@ of SQuAD-v1-style JSON (CMRC2018, DRCD; tasks/cmrc2018, tasks/drcd).
 
 One Document per question (doc_id: the question id; text: the context; fields: question,
 context, verified answers, references, title). Details: docs/design-notes.md, "Span data:
-SQuAD-style JSON".
-"""
+SQuAD-style JSON"."""
 import re
 from typing import List, Tuple
 

@@ -5,8 +5,7 @@
 
 `from_pretrained`, `load_tokenizer`, the run-config keys `model`, `init_checkpoint` and
 `tokenizer`, and every tool resolve their paths here. See ernie_doc.hub.cache for the cache
-layout and rules, ernie_doc.releases for the released names.
-"""
+layout and rules, ernie_doc.releases for the released names."""
 from ernie_doc.hub.cache import (default_source, download_path, home, is_released, is_url, resolve,
                                  verify_entry)
 from ernie_doc.hub.fetch import mirrored, offline

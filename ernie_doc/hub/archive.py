@@ -4,8 +4,7 @@ The released archives are plain folders of parameter files, a config and vocabul
 regular files and folders are unpacked, and tarfile's extraction (and its filters) is never
 used. Every member is checked before anything is written, and every file is created with
 O_EXCL | O_NOFOLLOW through a descriptor of its parent folder, so nothing is ever written
-through a link. Details: docs/design-notes.md, "Hub: unpacking archives".
-"""
+through a link. Details: docs/design-notes.md, "Hub: unpacking archives"."""
 import contextlib
 import lzma
 import os

@@ -6,8 +6,7 @@
     resolve("https://host/path/model.tar.gz")        a URL or archive: fetched, unpacked, cached
 
 The cache lives at $ERNIE_DOC_HOME (default ~/.cache/ernie_doc). Details (layout, trust on
-first use): docs/design-notes.md, "Hub: the cache".
-"""
+first use): docs/design-notes.md, "Hub: the cache"."""
 import contextlib
 import datetime
 import hashlib

@@ -2,8 +2,7 @@
 checksum, bounds, and nothing half-written.
 
 Environment: ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
-ERNIE_DOC_DOWNLOAD_MAX_BYTES. Details: docs/design-notes.md, "Hub: fetching a file".
-"""
+ERNIE_DOC_DOWNLOAD_MAX_BYTES. Details: docs/design-notes.md, "Hub: fetching a file"."""
 import contextlib
 import hashlib
 import http.client

@@ -9,8 +9,7 @@ built-in kinds, and the one registry that maps a config's `kind:` to its class.
 Built-in kinds are imported on first use (they import paddle); task folders register their own
 (`@register_kind("hotpotqa")`) from their `register_kinds()`. The registry is closed: a name
 read from a config, task.json or a sidecar is only looked up, never imported. Details:
-docs/design-notes.md, "Registries".
-"""
+docs/design-notes.md, "Registries"."""
 import difflib
 import functools
 from typing import Any, Callable, Dict, List, Optional, Type

@@ -5,8 +5,7 @@ A task = a reader (tasks/<name>/reader.py: `labels`, `read`) + a kind, named in 
 those the task folders register (`hotpotqa`, `keyphrase`); a config never names code to import.
 The kind says how a document becomes segments with targets, which head to build, the loss over
 the rows that train, what each predicted row contributes, and how a document's rows become a
-prediction and metrics.
-"""
+prediction and metrics."""
 import contextlib
 import dataclasses
 import importlib

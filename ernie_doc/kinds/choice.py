@@ -4,8 +4,7 @@ memory stream (Task.group_size > 1).
 `multiple_choice` (C3): one row per choice, softmax over the choices' [CLS] logits.
 `pair_matching` (CAIL2019-SCM): rows (A,B) and (A,C), one logit from the difference of their
 [CLS] outputs. Both follow PaddleNLP's port by default (task_options `token_types`, `window`,
-`missing_choices`). Details: docs/design-notes.md, "Multiple choice and pair matching".
-"""
+`missing_choices`). Details: docs/design-notes.md, "Multiple choice and pair matching"."""
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np

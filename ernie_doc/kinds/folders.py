@@ -3,8 +3,7 @@ which there are, the registrations they bring (their own heads and kinds), and t
 one-line error for a key their run.sh sets (missing_key).
 
 Imports nothing from ernie_doc but its errors, and no paddle, so the registries
-(ernie_doc.auto, kinds), run_config and the commands that only list tasks can all use it.
-"""
+(ernie_doc.auto, kinds), run_config and the commands that only list tasks can all use it."""
 import importlib
 import importlib.util
 import logging

@@ -6,8 +6,7 @@
 
 The trainer runs it like pretraining: the train split is a stream that wraps around the corpus
 and a checkpoint holds every rank's memories, so a resume continues exactly. `retro_feed`,
-`max_seq_len` and `stride` do not apply. Details: docs/design-notes.md, "Language model: task".
-"""
+`max_seq_len` and `stride` do not apply. Details: docs/design-notes.md, "Language model: task"."""
 import contextlib
 import dataclasses
 import json

@@ -7,8 +7,7 @@ document's last segment, behind the same Task interface the fine-tuning trainer 
 
 All draws come from (seed, epoch, document id), so a resume rebuilds exactly the same rows.
 Targets per segment: `mlm_labels` [T] (the original id at masked positions, −1 elsewhere)
-and `reorder_label` (the document's label; its loss is taken on the last segment only).
-"""
+and `reorder_label` (the document's label; its loss is taken on the last segment only)."""
 import math
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple

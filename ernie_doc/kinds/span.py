@@ -3,8 +3,7 @@
 Every segment reads `[CLS] context-window [SEP] question [SEP]`; the answer is the best span over
 all the example's predicted segments, mapped back to the context text. The loss sums the gold
 starts' (ends') probability (Clark & Gardner 2018); decoding and scoring follow the official
-code by default. Details: docs/design-notes.md, "Span extraction".
-"""
+code by default. Details: docs/design-notes.md, "Span extraction"."""
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import paddle

@@ -3,8 +3,7 @@
 Frequency-sorted ids are cut into clusters; cluster i gets dimension d_i = d_embed // div_val**i
 and a projection to d_model. Embedding and softmax share one orientation (weights[i] [n_i, d_i],
 projs[i] [d_i, d_model]), so tying shares Parameter objects. Details: docs/design-notes.md,
-"Language model: adaptive input and softmax".
-"""
+"Language model: adaptive input and softmax"."""
 import operator
 from typing import List, Sequence, Tuple, Union
 

@@ -3,8 +3,7 @@ Transformer-XL's ordered batch iterator. Pure numpy (no paddle).
 
 Every line, blank ones included, ends with `<eos>` (Transformer-XL's WikiText convention); id
 0 is `<eos>`, the other tokens follow by decreasing count. Details: docs/design-notes.md,
-"Language model: corpus".
-"""
+"Language model: corpus"."""
 import hashlib
 import json
 import logging

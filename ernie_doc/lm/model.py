@@ -2,8 +2,7 @@
 
 `TransformerXLLM` follows kimiyoung/transformer-xl's mem_transformer.py (adaptive embedding and
 softmax, relative attention, its parameter names); the memory follows ernie_doc.modeling.memory.
-Details: docs/design-notes.md, "Language model: Transformer-XL".
-"""
+Details: docs/design-notes.md, "Language model: Transformer-XL"."""
 import dataclasses
 import json
 import math

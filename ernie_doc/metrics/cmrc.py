@@ -3,8 +3,7 @@ official cmrc2018_evaluate.py (ymcui/cmrc2018, v5).
 
 F1 over the longest common run of segments (CJK characters, punctuation, Treebank words), EM
 without punctuation, max over gold answers. `treebank_tokenize` reimplements nltk 3.6.2's word
-tokenizer. Deviations: docs/design-notes.md, "Metrics: CMRC2018".
-"""
+tokenizer. Deviations: docs/design-notes.md, "Metrics: CMRC2018"."""
 import re
 from typing import Dict, List, Sequence
 

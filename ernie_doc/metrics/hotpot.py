@@ -4,8 +4,7 @@ hotpot_evaluate_v1.py (hotpotqa/hotpot), with no deviation known.
 Answers use SQuAD normalisation and token overlap (a differing yes/no/noanswer scores 0);
 supporting facts are compared as sets of (title, sent_id); joint precision / recall / EM are
 the products of the two. Fractions in 0..1 averaged over all gold records; a record missing
-from the predictions scores 0, as in the official script.
-"""
+from the predictions scores 0, as in the official script."""
 from ernie_doc.metrics import squad
 
 _SPECIAL_ANSWERS = ("yes", "no", "noanswer")

@@ -4,8 +4,7 @@ evaluate.py (microsoft/OpenKP, also bertkpe/evaluator/openkp_evaluator.py of thu
 Phrases are lower-cased and whitespace-normalised (no punctuation or article removal);
 predictions are de-duplicated keeping rank order. P@k = hits in the top k / k, R@k = hits /
 distinct gold phrases, F1@k per document, all averaged over documents as fractions in 0..1.
-Empty phrases and deviations: docs/design-notes.md, "Metrics: OpenKP".
-"""
+Empty phrases and deviations: docs/design-notes.md, "Metrics: OpenKP"."""
 
 from typing import Dict, Iterable, List, Sequence, Tuple, Union
 

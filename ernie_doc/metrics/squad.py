@@ -4,8 +4,7 @@ HotpotQA metrics.
 Reproduces `normalize_answer`, `f1_score` and `exact_match_score` of the SQuAD v1.1
 evaluation script (copied unchanged into HotpotQA's hotpot_evaluate_v1.py) and, with
 ``triviaqa=True``, the variant of TriviaQA's triviaqa_evaluation.py. No deviation, except
-that `max_over_ground_truths` of an empty list is 0 where the scripts raise.
-"""
+that `max_over_ground_truths` of an empty list is 0 where the scripts raise."""
 import re
 import string
 from collections import Counter

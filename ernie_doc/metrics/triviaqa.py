@@ -4,8 +4,7 @@
 Scores are the max over a question's ground truths (`ground_truths`) of the exact match and
 token F1 of TriviaQA-normalised strings, averaged ×100 over every reference question; a
 question without a prediction scores 0. Deviations (none changes a score on the released
-data): docs/design-notes.md, "Metrics: TriviaQA".
-"""
+data): docs/design-notes.md, "Metrics: TriviaQA"."""
 from ernie_doc.metrics import squad
 
 

@@ -9,8 +9,7 @@ u, v, t are the r_w / r_r / r_t biases, R the projected relative-position rows, 
 projected task embedding of key j. The first and third terms are computed as one product,
 s(q_a + u)·(k_j + T_j) + s(t − u)·T_j, which needs no score tensor for the task term; the
 position term goes through gather_rel_shift (XLNet's relative shift, done as one gather).
-Equal to the official sum up to fp32 rounding.
-"""
+Equal to the official sum up to fp32 rounding."""
 from typing import Optional, Tuple
 
 import paddle

@@ -2,8 +2,7 @@
 
 Only the word embedding enters the encoder; positions and task types enter through attention
 (official `ernie-doc/model/static/ernie.py`). Names follow PaddleNLP: word_emb, pos_emb,
-token_type_emb, norms.{0,1,2}.
-"""
+token_type_emb, norms.{0,1,2}."""
 from typing import Optional, Tuple
 
 import paddle

@@ -3,8 +3,7 @@ outputs, and a training path shaped for the CPU's faster backward kernels.
 
 With gradients, inputs are multiplied as one 2-D matrix and the bias added through an expand
 (much faster CPU gradients); evaluation and export keep the plain form. Why and timings:
-docs/design-notes.md, "Model: the dense layer".
-"""
+docs/design-notes.md, "Model: the dense layer"."""
 import math
 
 import paddle

@@ -4,8 +4,7 @@ Keys are [memory (M); segment (T)], K = M + T. A segment key is real where atten
 a memory slot is always real, unless config.mask_empty_memory tracks which slots hold document
 content (memory_mask [B,M], carried from segment to segment like the memories). A pair is
 allowed when both the query and the key are real; disallowed pairs get −MASK_VALUE added to
-their score, the official recipe.
-"""
+their score, the official recipe."""
 from typing import List, Optional, Tuple
 
 import paddle

@@ -6,8 +6,7 @@
 - none: no memory.
 
 Memory never carries gradient. A row whose document ends is reset to zeros, exactly the
-official start-of-evaluation state; nothing here keeps hidden state.
-"""
+official start-of-evaluation state; nothing here keeps hidden state."""
 from typing import Optional
 
 import paddle

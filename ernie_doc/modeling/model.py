@@ -7,8 +7,7 @@ input_ids [B,T] int64 · memories [L,B,M,H] or None (= zeros) · token_type_ids 
 attention_mask [B,T] (1 = token) · reset_memory [B] bool (memory zeroed first) · memory_mask
 [B,M] (mask_empty_memory only). Returns ErnieDocOutput(sequence_output [B,T,H], pooled_output
 [B,H], memories [L,B,M,H] detached or None under recurrence "none", memory_mask [B,M] or None).
-Inputs are never modified.
-"""
+Inputs are never modified."""
 from collections import namedtuple
 from typing import Callable, List, Optional, Tuple
 

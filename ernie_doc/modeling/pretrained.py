@@ -6,8 +6,7 @@
 
 `path` may hold any layout of ernie_doc.checkpoint.io. Names are mapped with
 ernie_doc.checkpoint.names; the model's own state_dict keys are PaddleNLP's (heads keep the
-encoder under `ernie_doc.`). What may load partially: docs/checkpoints.md.
-"""
+encoder under `ernie_doc.`). What may load partially: docs/checkpoints.md."""
 import inspect
 import logging
 from dataclasses import dataclass

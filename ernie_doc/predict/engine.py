@@ -5,8 +5,7 @@ state: the engine choice (device, precision, oneDNN) and the Predictor.
     out = pred.run(input_ids)                       # zero memories: a new document
     out = pred.run(next_ids, memories=out["memories"])
 
-Details: docs/design-notes.md, "Export: the program".
-"""
+Details: docs/design-notes.md, "Export: the program"."""
 import os
 from collections import Counter
 from dataclasses import dataclass

@@ -5,8 +5,7 @@ ernie_doc.predict.engine.Predictor with explicit memory state.
 
 The program has a flat signature (input_ids, memories, token_type_ids, attention_mask,
 reset_memory, then the head's inputs); T is fixed at export time. A sidecar
-`<prefix>.meta.json` records it. Details: docs/design-notes.md, "Export: the program".
-"""
+`<prefix>.meta.json` records it. Details: docs/design-notes.md, "Export: the program"."""
 import json
 import os
 import shutil

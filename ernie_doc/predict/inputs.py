@@ -1,8 +1,7 @@
 """What every predict pipeline shares (ernie_doc.predict.pipeline for the document kinds,
 ernie_doc.predict.lm for the language model): finding a saved model's directory and its
 task.json, turning inputs into Documents, reading input files one document at a time, and
-resuming a predictions file. No model code: both pipelines import it.
-"""
+resuming a predictions file. No model code: both pipelines import it."""
 import json
 import os
 from dataclasses import dataclass, replace

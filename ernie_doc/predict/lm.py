@@ -5,8 +5,7 @@
     pipe(["a document , one paragraph per line ."])  # → [{"doc_id", "ppl", "nll", ...}]
 
 A document is read as evaluation reads a split with one row. Details: docs/design-notes.md,
-"Language model: prediction".
-"""
+"Language model: prediction"."""
 import dataclasses
 import math
 import os

@@ -3,8 +3,7 @@ and before any byte is written. Errors are one line, raised as the caller's erro
 
 An output is never an input (by device and inode), never inside an input folder, never in /dev,
 /proc or /sys, never a FIFO or device; replaced only with `--overwrite`, appended to only with
-`--resume`. Details: docs/design-notes.md, "Output paths". Imports no paddle.
-"""
+`--resume`. Details: docs/design-notes.md, "Output paths". Imports no paddle."""
 import os
 import stat
 from typing import BinaryIO, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union

@@ -7,8 +7,7 @@ prediction per document out.
 
 A document is read exactly as evaluation reads it (`eval_only`), streamed in bounded memory.
 A saved model needs its `task.json` besides its weights and tokenizer files. Details:
-docs/design-notes.md, "Prediction".
-"""
+docs/design-notes.md, "Prediction"."""
 import os
 from collections import defaultdict
 from dataclasses import replace

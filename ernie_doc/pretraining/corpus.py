@@ -2,8 +2,7 @@
 
 Files are JSON lines or plain text, in sorted order; document i goes to rank i % world_size.
 Call `check_corpus` on EVERY rank before the first collective call, so an empty corpus fails
-everywhere. Details: docs/design-notes.md, "Pretraining: the corpus".
-"""
+everywhere. Details: docs/design-notes.md, "Pretraining: the corpus"."""
 import logging
 import os
 from dataclasses import dataclass

@@ -3,8 +3,7 @@
 Pure numpy; every draw comes from a ``numpy.random.Generator`` passed in, so a resume is exact.
 Reordering labels a shuffle of k chunks with one of ``K = sum_{i=1..m} i!`` classes (33 for
 m = 4); masking is BERT's 80/10/10, optionally by whole words. Details: docs/design-notes.md,
-"Pretraining: objectives".
-"""
+"Pretraining: objectives"."""
 from __future__ import annotations
 
 import itertools

@@ -2,8 +2,7 @@
 
 S shards (document i → shard i % S; S = reader.data_shards), each read through a seeded shuffle
 buffer; they do not depend on the number of ranks, and a resumed shard continues exactly.
-Details: docs/design-notes.md, "Pretraining: the stream".
-"""
+Details: docs/design-notes.md, "Pretraining: the stream"."""
 import json
 import logging
 

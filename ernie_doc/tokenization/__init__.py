@@ -6,8 +6,7 @@
 * ``SentencePieceTokenizer``: trained with ``train_sentencepiece``.
 * ``load_tokenizer`` / ``AutoTokenizer.from_pretrained``: choose one from the files in a
   directory (or a released name); ``<Class>.from_pretrained`` loads that class only.
-* ``split_sentences``: NLTK Punkt when available, else a rule-based fallback.
-"""
+* ``split_sentences``: NLTK Punkt when available, else a rule-based fallback."""
 
 from .auto import AutoTokenizer, load_tokenizer
 from .base import BatchEncoding

@@ -4,8 +4,7 @@ A directory that records its tokenizer's type (tokenizer_config.json's `tokenize
 loads as that type and must hold its files; one without a record is recognised by its files.
 A missing file is a TokenizerError, never a fall back to another type (a BPE folder would
 otherwise read its vocab.txt as WordPiece, every word [UNK]). Details: docs/design-notes.md,
-"Tokenizers: choosing one".
-"""
+"Tokenizers: choosing one"."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@
     tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
 
 Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1. A tokenizer class supplies `encode(text)`,
-`encode_with_offsets(text)` and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling".
-"""
+`encode_with_offsets(text)` and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling"."""
 from __future__ import annotations
 
 import json

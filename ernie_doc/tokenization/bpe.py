@@ -2,8 +2,7 @@
 
 Reproduces the official reader: each sentence encoded on its own (its first word without "Ġ"),
 GPT-2 merges, each GPT-2 id looked up as a decimal string in ``vocab.txt``. Details:
-docs/design-notes.md, "Tokenizers: English BPE".
-"""
+docs/design-notes.md, "Tokenizers: English BPE"."""
 
 from __future__ import annotations
 

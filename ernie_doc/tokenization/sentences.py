@@ -2,8 +2,7 @@
 
 The official reader encodes every sentence separately (``nltk.tokenize.sent_tokenize``), so
 boundaries change token ids. NLTK Punkt when available, else a built-in splitter mimicking it
-(one warning). Where the two differ: docs/design-notes.md, "Sentence splitting".
-"""
+(one warning). Where the two differ: docs/design-notes.md, "Sentence splitting"."""
 
 from __future__ import annotations
 

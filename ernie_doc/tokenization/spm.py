@@ -3,8 +3,7 @@ and languages (not part of the official ERNIE-Doc setup).
 
 Reserved ids of a model trained by ``train``: 0 [PAD] (control), 1 [UNK], 2 [CLS], 3 [SEP],
 4 [MASK] ([CLS], [SEP] and [MASK] are user-defined pieces, so they are recognised inside raw
-text). No BOS/EOS pieces are added.
-"""
+text). No BOS/EOS pieces are added."""
 
 from __future__ import annotations
 

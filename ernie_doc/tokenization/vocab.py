@@ -3,8 +3,7 @@
 English ``vocab.txt`` has one token per line (id = line number), Chinese ``token<TAB>id``;
 the official loader's one rule reads both. Unlike it, the ids must be dense (0..N-1, each
 once): anything else is a `TokenizerError` naming the file and line, raised before anything is
-sized by the ids. Details: docs/design-notes.md, "Tokenizers: vocabulary files".
-"""
+sized by the ids. Details: docs/design-notes.md, "Tokenizers: vocabulary files"."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ Mirrors the official ``FullTokenizer``: clean control characters, space out CJK 
 optionally lower-case and strip accents, split off punctuation, then greedy longest-match
 WordPiece with "##" continuations. ``split_symbols=True`` also splits off Unicode symbols, as
 PaddleNLP's BasicTokenizer does; the official reader does not. Details: docs/design-notes.md,
-"Tokenizers: Chinese WordPiece".
-"""
+"Tokenizers: Chinese WordPiece"."""
 
 from __future__ import annotations
 

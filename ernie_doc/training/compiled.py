@@ -3,8 +3,7 @@ static program with `paddle.jit.to_static`, then replayed every micro-step.
 
 Why: dygraph's per-operator Python dispatch dominates small configs. Weights stay the model's
 parameters and dropout draws dygraph's masks, so the loss curve equals dygraph's to rounding.
-Details: docs/design-notes.md, "Training: the compiled step".
-"""
+Details: docs/design-notes.md, "Training: the compiled step"."""
 import contextlib
 import inspect
 import re

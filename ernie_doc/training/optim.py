@@ -1,8 +1,7 @@
 """AdamW with decoupled weight decay, layer-wise LR decay and the warmup/decay schedules.
 
 Layer-wise decay is done with parameter groups (the group learning rate is a ratio of the
-scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle).
-"""
+scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle)."""
 import math
 import re
 

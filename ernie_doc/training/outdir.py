@@ -2,8 +2,7 @@
 
 A run lists every entry in a manifest (`.ernie-doc-run.json`) before creating it and deletes
 only what it lists, so no user file is ever touched; `lock_output_dir` keeps to one run at a
-time. Details: docs/design-notes.md, "Training: the output directory".
-"""
+time. Details: docs/design-notes.md, "Training: the output directory"."""
 import contextlib
 import errno
 import fnmatch

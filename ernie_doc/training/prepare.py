@@ -3,8 +3,7 @@ checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 
     prepare(cfg): resolve released names → build_task → check data, device, OUTPUT_DIR (locked)
       → read splits, tokenizer, model (memory estimate first), reading passes → --resume:
-      check the checkpoint → create OUTPUT_DIR, run_config.yaml → PreparedRun for the trainer.
-"""
+      check the checkpoint → create OUTPUT_DIR, run_config.yaml → PreparedRun for the trainer."""
 import contextlib
 import math
 import os

@@ -7,8 +7,7 @@
 
 A kill mid-save leaves the previous checkpoint and link intact, and resuming checks every
 tensor and file before using it (CheckpointStateError naming the file). Details:
-docs/design-notes.md, "Training: checkpoints".
-"""
+docs/design-notes.md, "Training: checkpoints"."""
 import json
 import os
 import shutil

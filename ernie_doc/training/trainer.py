@@ -7,8 +7,7 @@ checked) and never asks what kind of task it runs.
       ─(eval_steps / epoch end / last step)─▶ evaluate ─▶ metrics, best checkpoint
 
 SIGINT and SIGTERM stop a run after the step under way, with its checkpoint written, and raise
-`Interrupted` (exit 128 + the signal). Details: docs/design-notes.md, "Training: the loop".
-"""
+`Interrupted` (exit 128 + the signal). Details: docs/design-notes.md, "Training: the loop"."""
 import contextlib
 import json
 import math
