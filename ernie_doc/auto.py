@@ -59,7 +59,7 @@ def head_classes() -> Dict[str, Type[Head]]:
 
 def head_names(exportable: Optional[bool] = None) -> List[str]:
     """The registered head names, sorted; exportable=True / False: only the heads that
-    ernie_doc.predict.engine can / cannot export."""
+    ernie_doc.predict.export can / cannot export."""
     return sorted(name for name, cls in head_classes().items()
                   if exportable is None or bool(cls.exportable) == exportable)
 
