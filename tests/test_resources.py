@@ -10,52 +10,21 @@ rather than a machine out of memory or a hung run. They run in-process (main(arg
 through capsys), except --threads, whose OpenMP abort (signal 6) would take pytest with it:
 that one runs in a subprocess. The models are tiny, written directly (weights and task.json,
 no training run) once per module."""
-import contextlib
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, tiny_config
+from helpers import ROOT, SECONDS, bounded, tiny_config
 
 from ernie_doc.errors import ConfigError, PipelineError
 from ernie_doc.predict.pipeline import Pipeline, pipeline
 
-HEADROOM = 3 << 30   # bytes of address space a command may add to what the process holds
-SECONDS = 30         # far above a decision (milliseconds; ~2 s with a subprocess's imports)
 HUGE = 10 ** 9
-
-
-def address_space() -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-
-
-@contextlib.contextmanager
-def bounded(seconds: int = SECONDS):
-    """The block runs with HEADROOM more address space than the process holds and must end
-    within `seconds` (TimeoutError otherwise); the limits are restored after."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = address_space() + HEADROOM
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-
-    def alarm(signum, frame):
-        raise TimeoutError(f"no decision in {seconds} s")
-    previous = signal.signal(signal.SIGALRM, alarm)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def refused(capsys, tool, *args, parts=()):
