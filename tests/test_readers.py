@@ -7,19 +7,16 @@ import logging
 import os
 import tarfile
 import threading
-import tracemalloc
 
-import numpy as np
 import pytest
 from helpers import error, shared_path, write
 
 from ernie_doc.data.document import (NOT_REGULAR, Document, Skips, read_text, require_file,
                                      utf8_lines)
 from ernie_doc.errors import TokenizerError
-from ernie_doc.lm.data import CACHE_VERSION, load_corpus, read_token_lines
+from ernie_doc.lm.data import load_corpus, read_token_lines
 from ernie_doc.pretraining.corpus import corpus_files, iter_documents
-from ernie_doc.tokenization import (BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer,
-                                    load_tokenizer, load_vocab)
+from ernie_doc.tokenization import WordPieceTokenizer, load_tokenizer
 from tasks.dureader import reader as dureader
 from tasks.hyp import reader as hyp
 from tasks.iflytek import reader as iflytek
@@ -423,9 +420,9 @@ def test_real_iflytek_fewclue():
 
 
 # Inputs a hostile or careless user can hand the readers (issue 13, sections 4 to 6): TriviaQA
-# evidence paths that leave the evidence directory, an LM cache edit that keeps the size and the
-# mtime, FIFOs in a corpus directory or given as a file, WordPiece ids that are not dense, broken
-# tokenizer files and type-confused records. Every fixture is written here, into tmp_path.
+# evidence paths that leave the evidence directory, FIFOs in a corpus directory or given as a
+# file, and type-confused records (the LM cache: test_lm_data.py; WordPiece ids and broken
+# tokenizer files: test_tokenization.py). Every fixture is written here, into tmp_path.
 
 
 fifo_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
@@ -579,43 +576,6 @@ def test_triviaqa_answer_fields_of_the_wrong_type(tmp_path):
     assert error(lambda: triviaqa.read(root, "dev", {})) == f"{at}: 'Answer' is not an object"
 
 
-# -------------------------------------------------------------------------------- LM cache
-
-def test_lm_cache_is_keyed_by_content_not_size_and_mtime(tmp_path):
-    data = write(tmp_path / "data", {"train.tokens": "a b a c\nb a\n",
-                                     "valid.tokens": "a b c\n"})
-    paths = {"train": data / "train.tokens", "valid": data / "valid.tokens"}
-    cache = tmp_path / "cache"
-    first = load_corpus(paths, None, cache)
-    assert first.from_cache == {"train": False, "valid": False}
-    key = json.loads((cache / "valid.json").read_text())["key"]
-    assert key["version"] == CACHE_VERSION == 2
-    assert set(key["source"]) == {"size", "blake2b"} and key["source"]["size"] == 6
-    assert load_corpus(paths, None, cache).from_cache == {"train": True, "valid": True}
-
-    def edit(path, text):
-        """Rewrite path with text of the same size and put its old times back."""
-        st = os.stat(path)
-        assert len(text.encode()) == st.st_size
-        path.write_text(text, encoding="utf-8")
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-        assert os.stat(path).st_mtime_ns == st.st_mtime_ns
-
-    edit(paths["valid"], "c c b\n")
-    second = load_corpus(paths, None, cache)
-    assert second.from_cache == {"train": True, "valid": False}
-    assert second.data["valid"].tolist() == first.vocab.encode_lines(["c c b"]).tolist()
-    assert second.data["valid"].tolist() != first.data["valid"].tolist()
-
-    # the vocabulary cache too: counted on train, which now has more c than a
-    edit(paths["train"], "c b c c\nb a\n")
-    third = load_corpus(paths, None, cache)
-    assert third.from_cache == {"train": False, "valid": False}
-    assert third.vocab.tokens[:2] == ["<eos>", "c"]
-    np.testing.assert_array_equal(load_corpus(paths, None, cache).data["train"],
-                                  third.data["train"])
-
-
 # ----------------------------------------------------------------------------------- FIFOs
 
 @fifo_only
@@ -693,127 +653,6 @@ def test_fifo_among_imdb_reviews_and_hyp_files_is_skipped_and_counted(tmp_path, 
         f"{root}/train/pos: skipped 1 of 2 entries: {NOT_REGULAR} (first at "
         f"{root}/train/pos/3_8.txt)",
         f"{hyp_dir}: skipped 1 of 2 entries: {NOT_REGULAR} (first at {hyp_dir}/articles-b.xml)"]
-
-
-# --------------------------------------------------------------------------- WordPiece ids
-
-def vocab_error(tmp_path, content, *parts):
-    f = tmp_path / "vocab.txt"
-    f.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    with pytest.raises(TokenizerError) as info:
-        load_vocab(f)
-    message = str(info.value)
-    assert "\n" not in message and message.startswith(str(f))
-    for part in parts:
-        assert part in message, (part, message)
-    return message
-
-
-def test_vocab_ids_must_be_dense(tmp_path):
-    f = tmp_path / "vocab.txt"
-    tracemalloc.start()
-    try:
-        message = vocab_error(tmp_path, "[PAD]\t0\n[UNK]\t1000000000\n")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert message == (f"{f}:2: id 1000000000 leaves a gap: the 2 lines must have the ids "
-                       f"0..1, each once")
-    assert peak < 10 * 2 ** 20  # refused before anything is sized by the id
-    with pytest.raises(ValueError, match="leaves a gap"):  # what assemble.choose_tokenizer catches
-        WordPieceTokenizer(f)
-    assert vocab_error(tmp_path, "a\t0\nb\t2\nc\t1\nd\t5\ne\t3\n") == \
-        f"{f}:4: id 5 leaves a gap: the 5 lines must have the ids 0..4, each once"
-    assert vocab_error(tmp_path, "a\t0\nb\t1\nc\t1\n") == \
-        f"{f}:3: id 1 of token 'c' repeated (first at line 2)"
-    # a repeated token keeps its last id (official); its ids are still dense over the lines
-    f.write_text("a\nb\na\n", encoding="utf-8")
-    assert load_vocab(f) == {"a": 2, "b": 1}
-    assert vocab_error(tmp_path, "a\t0\nb\t-1\n") == f"{f}:2: negative id -1 of token 'b'"
-    assert vocab_error(tmp_path, "a\t0\nb\t1.0\n") == \
-        f"{f}:2: id '1.0' of token 'b' is not an integer"
-    assert vocab_error(tmp_path, "") == f"{f}: vocabulary file has no tokens"
-    assert vocab_error(tmp_path, "a\t0\textra\n") == f"{f}: vocabulary file has no tokens"
-    assert vocab_error(tmp_path, b"a\t0\n\xff\t1\n") == \
-        f"{f}:2: invalid UTF-8 (byte 4)"
-    # the official layouts, dense, still load (ids from the file, else the line number)
-    f.write_text("[PAD]\t1\n[CLS]\t0\nhello\n", encoding="utf-8")
-    assert load_vocab(f) == {"[PAD]": 1, "[CLS]": 0, "hello": 2}
-
-
-# ------------------------------------------------------------------------- tokenizer files
-
-def bpe_dir(directory, encoder=None, merges="#version: 0.2\nh e\n", vocab=None):
-    """encoder.json, vocab.bpe, vocab.txt of a two-letter BPE (str / bytes written as they are,
-    anything else as JSON)."""
-    encoder = {"h": 0, "e": 1, "he": 2} if encoder is None else encoder
-    files = {"encoder.json": encoder, "vocab.bpe": merges,
-             "vocab.txt": vocab if vocab is not None else "[CLS]\n[PAD]\n[SEP]\n[UNK]\n0\n1\n2\n"}
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, content in files.items():
-        path = directory / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        elif isinstance(content, str):
-            path.write_text(content, encoding="utf-8")
-        else:
-            path.write_text(json.dumps(content), encoding="utf-8")
-    return directory
-
-
-def tokenizer_error(path, *parts):
-    with pytest.raises(TokenizerError) as info:
-        load_tokenizer(path)
-    message = str(info.value)
-    assert isinstance(info.value, ValueError) and "\n" not in message
-    for part in parts:
-        assert part in message, (part, message)
-    return message
-
-
-def test_broken_bpe_files_are_one_line_errors(tmp_path):
-    good = bpe_dir(tmp_path / "good")
-    assert load_tokenizer(good).encode("he", sentence_split=False) == [6]   # merged: GPT-2 id 2
-    cases = [
-        ({"encoder": ["h", "e"]}, "encoder.json", "expected a JSON object {piece: id}, got list"),
-        ({"encoder": "[1, 2"}, "encoder.json:1", "invalid JSON"),
-        ({"encoder": {"h": "0"}}, "encoder.json", "piece 'h' has the id '0', not an integer"),
-        ({"encoder": {}}, "encoder.json", "has no pieces"),
-        ({"encoder": b'{"h": 0, "\xff": 1}'}, "encoder.json:1", "invalid UTF-8"),
-        ({"merges": ""}, "vocab.bpe", "BPE merges file is empty (no merges)"),
-        ({"merges": "#version: 0.2\n"}, "vocab.bpe", "has no merges (only its header)"),
-        ({"merges": "h e\n"}, "vocab.bpe:1", "does not start with its '#version' header"),
-        ({"merges": "#version: 0.2\nh e x\n"}, "vocab.bpe:2", "expected a merge of two symbols"),
-        ({"merges": b"#version: 0.2\n\xc3\n"}, "vocab.bpe:2", "invalid UTF-8"),
-        ({"vocab": ""}, "vocab.txt", "vocabulary file has no tokens"),
-        ({"vocab": "[CLS]\n[PAD]\n[SEP]\n0\n"}, "vocab.txt", "has no [UNK] token"),
-    ]
-    for i, (kwargs, where, what) in enumerate(cases):
-        directory = bpe_dir(tmp_path / f"bad{i}", **kwargs)
-        message = tokenizer_error(directory, what)
-        assert message.startswith(str(directory / where)), message
-    with pytest.raises(TokenizerError, match="has no merges"):
-        BPETokenizer(good / "vocab.txt", good / "encoder.json", tmp_path / "bad6" / "vocab.bpe")
-
-
-def test_broken_sentencepiece_and_wordpiece_files_are_one_line_errors(tmp_path):
-    garbage = tmp_path / "garbage.model"
-    garbage.write_bytes(b"\x00\x01 this is not a model \xff" * 10)
-    assert tokenizer_error(garbage) == (f"{garbage}: not a usable SentencePiece model (not a "
-                                        f"serialized SentencePiece ModelProto)")
-    empty = tmp_path / "spm.model"
-    empty.write_bytes(b"")
-    assert tokenizer_error(tmp_path) == f"{empty}: SentencePiece model is empty"
-    with pytest.raises(FileNotFoundError, match="SentencePiece model does not exist"):
-        SentencePieceTokenizer(tmp_path / "none.model")
-
-    zh = tmp_path / "zh"
-    zh.mkdir()
-    (zh / "vocab.txt").write_text("[PAD]\t0\n[CLS]\t1\n[SEP]\t2\n", encoding="utf-8")
-    assert tokenizer_error(zh) == (f"{zh}/vocab.txt: vocabulary file has no [UNK] token (every "
-                                   f"piece outside the vocabulary maps to it)")
-    (zh / "vocab.txt").write_bytes(b"[PAD]\t0\n[UNK]\t1\n\xe4\xbd\t2\n")
-    assert tokenizer_error(zh) == f"{zh}/vocab.txt:3: invalid UTF-8 (byte 16)"
 
 
 # ------------------------------------------------------------------ type-confused records
