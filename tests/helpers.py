@@ -1,6 +1,7 @@
 """What tests share, imported by name (`from helpers import ROOT, tiny_config`): the repository
 on sys.path, the ../shared folder when present, tiny configs, file writers, one-line error
-checks, two-rank launches. The fixtures pytest injects live in conftest.py."""
+checks (and exit statuses, listings of what was written), two-rank launches, a block bounded in
+address space and time. The fixtures pytest injects live in conftest.py."""
 import contextlib
 import json
 import os

@@ -55,7 +55,7 @@ def test_vocab_one_token_per_line(tmp_path):
 def test_vocab_token_tab_id(tmp_path):
     f = tmp_path / "vocab.txt"
     # ids are taken from the file, not from the line number; a line without an
-    # id falls back to its line number. (The ids must be 0..N-1: tests/test_safety_inputs.py.)
+    # id falls back to its line number. (The ids must be 0..N-1: test_vocab_ids_must_be_dense.)
     f.write_text("[PAD]\t1\n[CLS]\t0\n你\t2\nhello\n##a \t4\n", encoding="utf-8")
     assert load_vocab(f) == {"[PAD]": 1, "[CLS]": 0, "你": 2, "hello": 3, "##a": 4}
 
