@@ -1,8 +1,12 @@
 """What tests share, imported by name (`from helpers import ROOT, tiny_config`): the repository
 on sys.path, the ../shared folder when present, tiny configs, file writers, one-line error
-checks, two-rank launches. The fixtures pytest injects live in conftest.py."""
+checks (and exit statuses, listings of what was written), two-rank launches, a block bounded in
+address space and time. The fixtures pytest injects live in conftest.py."""
+import contextlib
 import json
 import os
+import resource
+import signal
 import sys
 import zlib  # noqa: F401  before paddle: on 2.6.2 a later scipy/paddlenlp import fails otherwise
 from pathlib import Path
@@ -203,3 +207,64 @@ def in_process(command, argv, expect=0):
                            stderr=stderr.getvalue())
     assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def one_error_line(capsys, *parts):
+    """stderr is exactly one `error:` line (after argparse's usage block, if any) holding
+    every part → that line."""
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    if err and err[0].startswith("usage:"):
+        err = [line for line in err if ": error: " in line]
+    assert len(err) == 1, err
+    line = err[0]
+    assert line.startswith("error: ") or ": error: " in line, line
+    assert "Traceback" not in line
+    for part in parts:
+        assert part in line, (part, line)
+    return line
+
+
+def exits(code, call):
+    with pytest.raises(SystemExit) as info:
+        call()
+    assert info.value.code == code
+    return info.value
+
+
+def listing(path):
+    """Every path under `path` (to show nothing was written)."""
+    return sorted(os.path.join(d, n) for d, dirs, files in os.walk(path) for n in dirs + files)
+
+
+# -- the shared message shapes (ernie_doc.utils) ------------------------------------------------
+
+
+HEADROOM = 3 << 30   # bytes of address space a command may add to what the process holds
+SECONDS = 30         # far above a decision (milliseconds; ~2 s with a subprocess's imports)
+
+
+def address_space() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+
+
+@contextlib.contextmanager
+def bounded(seconds: int = SECONDS):
+    """The block runs with HEADROOM more address space than the process holds and must end
+    within `seconds` (TimeoutError otherwise); the limits are restored after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = address_space() + HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+
+    def alarm(signum, frame):
+        raise TimeoutError(f"no decision in {seconds} s")
+    previous = signal.signal(signal.SIGALRM, alarm)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

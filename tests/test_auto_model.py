@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import ROOT, tiny_config
-from test_safety_bounds import bounded
+from helpers import ROOT, bounded, tiny_config
 
 from ernie_doc import (AutoModel, ErnieDocConfig, ErnieDocForMultipleChoice, ErnieDocForPretraining,
                        ErnieDocForQuestionAnswering, ErnieDocForSequenceClassification,

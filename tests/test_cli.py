@@ -1,15 +1,19 @@
 """The installed `ernie-doc` command: subcommands, --version, --nproc relaunch, task names,
 the package as it installs (task folders included), the matplotlib guard, packaging files."""
+import errno
+import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, exits, listing, one_error_line, tiny_config
 
 import ernie_doc
 from ernie_doc import cli
+from ernie_doc.errors import DataError
+from ernie_doc.utils import atomic_write_text, write_failure
 
 
 def run_cli(*argv, cwd=None, env=None):
@@ -139,3 +143,429 @@ def test_packaging_files_agree_on_the_version():
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
     setup = (ROOT / "setup.py").read_text()
     assert '"ernie-doc=ernie_doc.cli:main"' in setup and 'license="Apache-2.0"' in setup
+
+
+# Issue 13 §6 at the command line: every bad argument or input, and every output that cannot
+# be written (full disk, read-only filesystem, a file where a directory should be), is one
+# `error:` line, exit status 2 and nothing written; --debug shows the traceback; a genuine bug
+# keeps its traceback; a train_log.jsonl cut short by a full disk does not stop --resume.
+#
+# Tools are called in-process (main(argv), stderr through capsys); one subprocess fills a real
+# tmpfs, where root may mount one.
+
+
+TINY = [
+    "task=longdep", "model=ernie-doc-small",
+    "model_overrides={num_hidden_layers: 1, hidden_size: 16, num_attention_heads: 2, "
+    "memory_len: 8, max_position_embeddings: 16}",
+    "reader={num_docs: {train: 8, dev: 4}, segment_tokens: 14, max_segments: 2}",
+    "max_seq_len=16", "stride=14", "batch_size=4", "epochs=1", "logging_steps=0",
+    "progress=false",
+]
+ENOSPC = "No space left on device"
+
+
+def test_write_failure_message_shapes(tmp_path):
+    out = str(tmp_path / "out")
+    assert write_failure(OSError(errno.ENOSPC, ENOSPC), out) == f"{out}: cannot write ({ENOSPC})"
+    assert write_failure(OSError(errno.EROFS, "Read-only file system", out), out) == \
+        f"output_dir {out}: cannot create it (Read-only file system)"
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert write_failure(OSError(errno.ENOTDIR, "Not a directory", str(afile)),
+                         str(afile / "out")) == \
+        f"output_dir {afile / 'out'}: {afile}: is a file, not a directory"
+    inside = os.path.join(out, "train_log.jsonl")
+    assert write_failure(OSError(errno.EISDIR, "Is a directory", inside), out) == \
+        f"{inside}: Is a directory"
+    # a file of ours that vanished, or any other exception, is not a write failure: the
+    # caller re-raises it and the traceback stays
+    assert write_failure(FileNotFoundError(errno.ENOENT, "No such file", inside), out) is None
+    assert write_failure(KeyError("step"), out) is None
+
+
+def test_atomic_write_names_the_target_and_leaves_nothing(tmp_path):
+    from ernie_doc.utils import atomic_path
+    target = tmp_path / "results.json"
+    with pytest.raises(OSError) as info:
+        with atomic_path(target) as tmp:
+            with open(tmp, "w") as f:
+                f.write("half")
+            raise OSError(errno.ENOSPC, ENOSPC)   # what a full disk raises, without a name
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(target)
+    assert os.listdir(tmp_path) == []
+
+
+# -- tools/finetune.py: output that cannot be written -----------------------------------------
+
+
+def finetune(*argv):
+    from tools.finetune import main
+    return main(list(argv))
+
+
+def test_output_dir_under_a_file_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    out = afile / "out"
+    exits(2, lambda: finetune("--set", *TINY, f"output_dir={out}"))
+    one_error_line(capsys, str(out), "Not a directory")
+    assert afile.read_text() == "mine" and listing(tmp_path) == [str(afile)]
+
+
+@pytest.mark.parametrize("raised, message", [
+    (OSError(errno.ENOSPC, ENOSPC), "{out}: cannot write (" + ENOSPC + ")"),
+    (OSError(errno.EROFS, "Read-only file system", "{out}/checkpoints/step-2.tmp/x"),
+     "{out}/checkpoints/step-2.tmp/x: cannot write (Read-only file system)"),
+    ("safetensors", "{out}: cannot write (" + ENOSPC + ")"),
+])
+def test_failed_checkpoint_write_is_one_line(tmp_path, capsys, monkeypatch, raised, message):
+    """A full disk or read-only filesystem under a checkpoint save (paddle, numpy and
+    safetensors raise without naming the file): one line naming OUTPUT_DIR, exit 2."""
+    from ernie_doc.training import state as checkpoint
+    out = tmp_path / "run"
+    if raised == "safetensors":
+        import safetensors
+        raised = safetensors.SafetensorError(
+            f"Error while serializing: I/O error: {ENOSPC} (os error 28)")
+    elif raised.filename:
+        raised = OSError(raised.errno, raised.strerror, raised.filename.format(out=out))
+
+    def full(*args, **kwargs):
+        raise raised
+    monkeypatch.setattr(checkpoint, "save_training_state", full)
+    exits(2, lambda: finetune("--set", *TINY, f"output_dir={out}", "save_steps=1"))
+    one_error_line(capsys, message.format(out=out))
+
+
+def test_debug_shows_the_traceback_and_a_bug_keeps_it(tmp_path, monkeypatch):
+    from ernie_doc.training import state as checkpoint
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, ENOSPC)
+    monkeypatch.setattr(checkpoint, "save_training_state", full)
+    with pytest.raises(OSError, match=ENOSPC):
+        finetune("--set", *TINY, f"output_dir={tmp_path / 'a'}", "save_steps=1", "--debug")
+
+    def vanished(*args, **kwargs):   # a file of the run missing: a bug, not the disk
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory",
+                                str(tmp_path / "b" / "checkpoints" / "latest"))
+    monkeypatch.setattr(checkpoint, "save_training_state", vanished)
+    with pytest.raises(FileNotFoundError):
+        finetune("--set", *TINY, f"output_dir={tmp_path / 'b'}", "save_steps=1")
+
+    def bug(*args, **kwargs):
+        raise KeyError("step")
+    monkeypatch.setattr(checkpoint, "save_training_state", bug)
+    with pytest.raises(KeyError):
+        finetune("--set", *TINY, f"output_dir={tmp_path / 'c'}", "save_steps=1")
+
+
+def _can_mount_tmpfs(path):
+    if os.geteuid() != 0:
+        return False
+    path.mkdir()
+    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(path)],
+                        capture_output=True).returncode == 0
+    return ok
+
+
+def test_a_real_full_disk_is_one_line(tmp_path):
+    """OUTPUT_DIR on a 12 KiB tmpfs: the run fills it; no traceback, no logging error block,
+    no 'Exception ignored' echo from files closed later."""
+    mnt = tmp_path / "mnt"
+    if not _can_mount_tmpfs(mnt):
+        pytest.skip("needs root and a mountable tmpfs")
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "tools" / "finetune.py"), "--set",
+                               *TINY, f"output_dir={mnt / 'out'}", "save_steps=1"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(err) == 1 and err[0].startswith("error: ") and str(mnt / "out") in err[0] \
+        and f"cannot write ({ENOSPC})" in err[0], proc.stderr[-3000:]
+
+
+# -- train_log.jsonl cut short by a full disk ----------------------------------------------------
+@pytest.fixture
+def stopped_run(tmp_path):
+    """A run stopped at step 2 (checkpoint saved), resumable."""
+    out = tmp_path / "run"
+    finetune("--set", *TINY, f"output_dir={out}", "save_steps=1", "stop_at_step=2")
+    return out
+
+
+def test_resume_drops_a_cut_short_last_line(stopped_run, capsys):
+    log = stopped_run / "train_log.jsonl"
+    whole = log.read_text()
+    assert [json.loads(line)["step"] for line in whole.splitlines()] == [1, 2]
+    log.write_text(whole + '{"epoch": 1, "lo')          # the write a full disk cut short
+    capsys.readouterr()
+    finetune("--resume", str(stopped_run))
+    out = capsys.readouterr()
+    warned = [line.split(" ", 1)[1] for line in out.out.splitlines() if "dropped" in line]
+    assert warned == [f"{log}:3: dropped the last line, cut short by an interrupted write: "
+                      "'{\"epoch\": 1, \"lo'"]
+    assert warned[0] in (stopped_run / "train.log").read_text()          # logged, too
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > 2   # resumed and finished
+
+
+@pytest.mark.parametrize("content, where, problem", [
+    ('{"step": 1}\n{not json\n{"step": 2}\n', ":2:", "invalid JSON"),
+    (b'{"step": 1}\n\xff\xfe\n{"step": 2}\n', ":2:", "invalid UTF-8"),
+    ('{"loss": 1.0}\n{"step": 2}\n', ":1:", "no integer 'step'"),
+])
+def test_damage_before_the_last_line_is_an_error(stopped_run, capsys, content, where, problem):
+    log = stopped_run / "train_log.jsonl"
+    if isinstance(content, bytes):
+        log.write_bytes(content)
+    else:
+        log.write_text(content)
+    before = log.read_bytes()
+    exits(2, lambda: finetune("--resume", str(stopped_run)))
+    one_error_line(capsys, f"{log}{where} {problem}")
+    assert log.read_bytes() == before
+
+
+def test_read_jsonl_rules(tmp_path):
+    from ernie_doc.training.runlog import read_jsonl
+    path = tmp_path / "eval_history.jsonl"
+    path.write_text('{"split": "dev", "step": 1}\n\n{"split": "dev", "st')
+    assert read_jsonl(path) == [{"split": "dev", "step": 1}]
+    path.write_text('{"split": "dev", "step": 1}\n[1, 2]\n')   # complete, but not a record
+    with pytest.raises(DataError, match=r"eval_history.jsonl:2: a JSON list, not an object"):
+        read_jsonl(path)
+    assert read_jsonl(tmp_path / "none.jsonl") == []
+    # --resume can check both logs before it writes anything
+    from ernie_doc.training.runlog import check_run_logs
+    (tmp_path / "train_log.jsonl").write_text('{"step": 1}\n{"step": 2, "lo')
+    path.write_text('{"split": "dev", "step": 1}\n')
+    check_run_logs(tmp_path)                                   # a cut-short last line is fine
+    (tmp_path / "train_log.jsonl").write_text('{"step": 1}\n{"step"\n{"step": 3}\n')
+    with pytest.raises(DataError, match=r"train_log.jsonl:2: invalid JSON"):
+        check_run_logs(tmp_path)
+
+
+# -- tools/run_document.py -----------------------------------------------------------------------
+def run_document(*argv):
+    from tools.run_document import main
+    return main(list(argv))
+
+
+@pytest.fixture
+def files(tmp_path):
+    """tiny config, a vocab dir, text files of every kind (good, empty, not UTF-8)."""
+    cfg = tmp_path / "tiny.json"
+    tiny_config(max_position_embeddings=8).to_json(cfg)
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    (vocab / "vocab.txt").write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\n[UNK]\ngood\nbad\n")
+    (tmp_path / "doc.txt").write_text("good bad good\n")
+    (tmp_path / "empty.txt").write_text(" \n\n")
+    (tmp_path / "latin1.txt").write_bytes(b"good\nb\xe4d\n")
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "adir").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, parts", [
+    (["--tokens", "0"], ["--tokens must be in [1, 10,000,000], got 0"]),
+    (["--tokens", "-1"], ["--tokens must be in [1, 10,000,000], got -1"]),
+    (["--seq-len", "0"], ["--seq-len must be a positive integer, got 0"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2^32), got -1"]),
+    (["--tokens", "x"], ["argument --tokens: invalid int value: 'x'"]),
+    (["--output", "{d}/adir"], ["--output {d}/adir: is a directory; give a file name"]),
+])
+def test_run_document_argument_shape(files, capsys, argv, parts):
+    argv = [a.format(d=files) for a in argv]
+    exits(2, lambda: run_document(*argv))
+    one_error_line(capsys, *[p.format(d=files) for p in parts])
+
+
+@pytest.mark.parametrize("argv, parts", [
+    (["--text", "{d}/missing.txt", "--tokenizer", "{d}/vocab"],
+     ["--text {d}/missing.txt: No such file or directory"]),
+    (["--text", "{d}/adir", "--tokenizer", "{d}/vocab"],
+     ["--text {d}/adir: is a directory, not a text file"]),
+    (["--text", "{d}/doc.txt"], ["--text needs --tokenizer DIR"]),
+    (["--text", "{d}/doc.txt", "--tokenizer", "{d}/nowhere"],
+     ["--tokenizer {d}/nowhere: no such file or directory"]),
+    (["--output", "{d}/afile/summary.json"],
+     ["--output {d}/afile/summary.json: {d}/afile is a file, not a directory"]),
+    (["--model", "{d}/tiny.json", "--text", "{d}/empty.txt", "--tokenizer", "{d}/vocab"],
+     ["--text {d}/empty.txt: the file holds no text"]),
+    (["--model", "{d}/tiny.json", "--text", "{d}/latin1.txt", "--tokenizer", "{d}/vocab"],
+     ["{d}/latin1.txt:2: invalid UTF-8"]),
+    (["--model", "{d}/tiny.json", "--text", "{d}/doc.txt", "--tokenizer", "{d}/adir"],
+     ["--tokenizer {d}/adir: no tokenizer files in {d}/adir"]),
+    (["--model", "{d}/tiny.json", "--seq-len", "64", "--tokens", "20"],
+     ["--seq-len 64 exceeds the model's max_position_embeddings 8"]),
+    (["--model", "{d}/nowhere.json"], ["'{d}/nowhere.json'"]),
+    (["--model", "{d}/afile"], ["{d}/afile:1: invalid JSON"]),
+    (["--model", "{d}/adir"], ["{d}/adir: no ERNIE-Doc checkpoint found"]),
+])
+def test_run_document_bad_files(files, capsys, argv, parts):
+    argv = [a.format(d=files) for a in argv]
+    if "--output" not in argv:
+        argv += ["--output", str(files / "summary.json")]
+    before = listing(files)
+    exits(2, lambda: run_document(*argv))
+    one_error_line(capsys, *[p.format(d=files) for p in parts])
+    assert listing(files) == before
+
+
+def test_run_document_writes_its_summary(files):
+    summary = run_document("--model", str(files / "tiny.json"), "--text",
+                           str(files / "doc.txt"), "--tokenizer", str(files / "vocab"),
+                           "--output", str(files / "out" / "summary.json"))
+    assert summary["tokens"] == 3 and summary["segments"] == 1 and summary["seq_len"] == 8
+    assert json.loads((files / "out" / "summary.json").read_text()) == summary
+
+
+def test_run_document_debug_shows_the_traceback(files):
+    from ernie_doc.errors import ConfigError
+    with pytest.raises(ConfigError):
+        run_document("--model", str(files / "afile"), "--debug")
+
+
+# -- tools/export_model.py -----------------------------------------------------------------------
+def export_model(*argv):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("export_model",
+                                                  ROOT / "tools" / "export_model.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool.main(list(argv))
+
+
+@pytest.mark.parametrize("argv, parts", [
+    (["--head", "sequence_classification", "--num-labels", "0"],
+     ["--num-labels must be in [1, 1,000,000], got 0"]),
+    (["--head", "sequence_classification", "--num-labels", "100000000000"],
+     ["--num-labels must be in [1, 1,000,000]"]),
+    (["--batch-size", "0"], ["--batch-size must be a positive integer or 'dynamic', got 0"]),
+    (["--seq-len", "-1"], ["--seq-len must be a positive integer, got -1"]),
+    (["--head", "multiple_choice", "--num-choices", "3", "--batch-size", "4"],
+     ["--batch-size 4 must be a multiple of --num-choices 3"]),
+    (["--seq-len", "64"], ["--seq-len 64 exceeds the model's max_position_embeddings 8"]),
+    (["--output", "{d}/adir"], ["--output {d}/adir: give a file prefix"]),
+    (["--output", "{d}/afile/m"], ["--output {d}/afile: is a file, not a directory"]),
+    (["--config", "{d}/afile"], ["{d}/afile:1: invalid JSON"]),
+    (["--config", "{d}/adir"], ["{d}/adir: no ERNIE-Doc checkpoint found"]),
+])
+def test_export_model_bad_input(files, capsys, argv, parts):
+    argv = [a.format(d=files) for a in argv]
+    if "--config" not in argv:
+        argv += ["--config", str(files / "tiny.json")]
+    if "--output" not in argv:
+        argv += ["--output", str(files / "out" / "m")]
+    before = listing(files)
+    exits(2, lambda: export_model(*argv))
+    one_error_line(capsys, *[p.format(d=files) for p in parts])
+    assert listing(files) == before
+
+
+def test_export_model_full_disk_leaves_nothing(files, capsys, monkeypatch):
+    """paddle.jit.save on a full disk raises without a file name: the line names the export
+    prefix, and no file of the export (nor its temporary directory) is left."""
+    import paddle
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, ENOSPC)
+    monkeypatch.setattr(paddle.jit, "save", full)
+    (files / "out").mkdir()
+    exits(2, lambda: export_model("--config", str(files / "tiny.json"), "--output",
+                                  str(files / "out" / "m"), "--seq-len", "8"))
+    one_error_line(capsys, f"{files / 'out' / 'm'}: cannot write ({ENOSPC})")
+    assert os.listdir(files / "out") == []
+
+
+# -- Predictor on a bad export directory ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from ernie_doc import ErnieDocModel
+    from ernie_doc.predict.export import export
+    model = ErnieDocModel(tiny_config(max_position_embeddings=8))
+    d = tmp_path_factory.mktemp("export")
+    info = export(model, str(d / "m"), seq_len=8)
+    return d, info
+
+
+def damaged_copy(exported, tmp_path, **edits):
+    """A copy of the export with files replaced: {file name: bytes / dict / None (removed)}."""
+    import shutil
+    src, info = exported
+    dst = tmp_path / "export"
+    shutil.copytree(src, dst)
+    for name, content in edits.items():
+        name = name.replace("MODEL", os.path.basename(info["model_path"]))
+        if content is None:
+            os.remove(dst / name)
+        elif isinstance(content, bytes):
+            (dst / name).write_bytes(content)
+        else:
+            (dst / name).write_text(json.dumps(content))
+    return dst
+
+
+@pytest.mark.parametrize("edits, parts", [
+    ({"m.meta.json": b"{"}, ["m.meta.json:1: invalid JSON"]),
+    ({"m.meta.json": [1]}, ["m.meta.json: expected a JSON object, got list"]),
+    ({"m.meta.json": b"\xff\xfe"}, ["m.meta.json:1: invalid UTF-8"]),
+    ({"m.meta.json": {"format_version": 1}},
+     ["m.meta.json: model_file: expected a file name inside the export's directory, got "
+      "'<missing>'"]),
+    ({"m.meta.json": {"format_version": 99}}, ["m.meta.json: unsupported export format 99"]),
+    ({"MODEL": None}, ["MODEL: the program file is missing (named by"]),
+    ({"m.pdiparams": b""}, ["m.pdiparams: the parameters file is empty"]),
+    ({"m.pdiparams": b"garbage"}, ["m.pdiparams: not a LoDTensor file"]),
+])
+def test_predictor_bad_export_is_one_line(exported, tmp_path, edits, parts):
+    from ernie_doc.errors import ExportError
+    from ernie_doc.predict.engine import Predictor
+    dst = damaged_copy(exported, tmp_path, **edits)
+    model_file = os.path.basename(exported[1]["model_path"])
+    with pytest.raises(ExportError) as info:
+        Predictor(str(dst / "m"))
+    message = str(info.value)
+    assert "\n" not in message and str(dst) in message
+    for part in parts:
+        assert part.replace("MODEL", model_file) in message, message
+
+
+def test_predictor_refuses_a_file_outside_the_export(exported, tmp_path):
+    from ernie_doc.errors import ExportError
+    from ernie_doc.predict.engine import Predictor
+    meta = json.loads((exported[0] / "m.meta.json").read_text())
+    dst = damaged_copy(exported, tmp_path,
+                       **{"m.meta.json": dict(meta, model_file="../../../etc/passwd")})
+    with pytest.raises(ExportError, match=r"m.meta.json: model_file: expected a file name "
+                                          r"inside the export's directory, got "
+                                          r"'\.\./\.\./\.\./etc/passwd'"):
+        Predictor(str(dst / "m"))
+    with pytest.raises(ExportError, match=r"no exported model at .*nowhere"):
+        Predictor(str(tmp_path / "nowhere"))
+
+
+# -- tools/benchmark_model.py and tools/ablation.py ---------------------------------------------
+def test_benchmark_quick_keeps_what_the_command_line_gave(capsys):
+    from tools.benchmark_model import main, parse_args
+    args = parse_args(["--quick", "--seq-len", "64"])
+    assert args.seq_len == 64 and args.preset == "ernie-doc-small" and args.batch_size == 2
+    assert main(["--quick", "--preset", "bogus", "--no-paddlenlp"]) == 2
+    one_error_line(capsys, "--preset bogus: unknown preset 'bogus'")
+
+
+def test_ablation_reports_the_variant_error(tmp_path, capsys):
+    from tools.ablation import main
+    exits(2, lambda: main(["tasks/longdep/config.yaml", "--output-dir", str(tmp_path / "o"),
+                           "--variant", "a", "batch_size=abc"]))
+    one_error_line(capsys, "variant a failed (exit 2): ", "batch_size: must be a positive "
+                   "integer, got 'abc'", f"log: {tmp_path / 'o' / 'a.log'}")
+    atomic_write_text(tmp_path / "afile", "mine")
+    exits(2, lambda: main(["tasks/longdep/config.yaml", "--output-dir",
+                           str(tmp_path / "afile" / "o"), "--variant", "a"]))
+    one_error_line(capsys, f"--output-dir {tmp_path / 'afile' / 'o'}")

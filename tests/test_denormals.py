@@ -22,7 +22,7 @@ def restore():
 
 def test_flushing_leaves_numpy_quiet():
     """numpy's finfo warns when float32's smallest subnormal reads as 0: the run's stderr
-    must stay one error line (tests/test_safety_cli.py), so the setting silences it."""
+    must stay one error line (tests/test_cli.py), so the setting silences it."""
     import subprocess
     import sys
     code = ("import numpy as np; from ernie_doc.utils import flush_denormals; "

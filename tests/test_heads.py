@@ -145,3 +145,42 @@ def test_export_shapes_of_the_heads():
     assert not ErnieDocForPretraining.exportable
     assert HEADS["pair_matching"](config).rows_problem("batch rows", 3) == \
         "pair matching: batch rows (3) must come in pairs"
+
+
+# -- the OpenKP n-gram CNN: logit [i, n-1] scores the n words starting at word i ------------
+
+
+def test_openkp_cnn_logit_scores_the_ngram_starting_at_word_i():
+    from tasks.openkp.head import MAX_GRAM, ErnieDocForKeyphrase
+    H, T = 8, 10
+    model = ErnieDocForKeyphrase(tiny_config(hidden_size=H, max_position_embeddings=T))
+    model.eval()
+    # Channel 0 of conv n sums 10**j times feature 0 of the window's j-th word; scorer n reads
+    # channel 0. So logit [i, n-1] = sum_j 10**j * w[i + j], w = feature 0 of each word,
+    # a number whose digits, from the units up, are the n words from word i on.
+    for n, (conv, scorer) in enumerate(zip(model.ngram_convs, model.ngram_scorers), 1):
+        weight = np.zeros([H, H, n], "float32")
+        weight[0, 0, :] = [10.0 ** j for j in range(n)]
+        conv.weight.set_value(weight)
+        conv.bias.set_value(np.zeros([H], "float32"))
+        score = np.zeros([H, 1], "float32")
+        score[0, 0] = 1.0
+        scorer.weight.set_value(score)
+        scorer.bias.set_value(np.zeros([1], "float32"))
+    # word k's first sub-token is at token position word_index[k]; feature 0 of token p is p
+    word_index = [1, 2, 4, 5, 7, 9, 0, 0, 0, 0]   # six words, then padding (position 0)
+    seq = np.zeros([1, T, H], "float32")
+    seq[0, :, 0] = np.arange(T)
+    logits = model.score_words(paddle.to_tensor(seq),
+                               paddle.to_tensor([word_index], dtype="int32")).numpy()[0]
+    assert logits.shape == (T, MAX_GRAM)
+    # by hand: words w = 1 2 4 5 7 9, then padding words read position 0 (value 0)
+    assert logits[:, 0].tolist() == [1, 2, 4, 5, 7, 9, 0, 0, 0, 0]
+    assert logits[0, 1] == 21 and logits[4, 1] == 97        # (1, 2) and (7, 9)
+    assert logits[1, 2] == 542                               # (2, 4, 5)
+    assert logits[2, 3] == 9754                              # (4, 5, 7, 9)
+    assert logits[0, 4] == 75421 and logits[1, 4] == 97542   # (1 2 4 5 7), (2 4 5 7 9)
+    assert logits[5, 1] == 9                                 # (9, padding)
+    # n-grams that would run past the last slot do not exist: zeros
+    for n in range(2, MAX_GRAM + 1):
+        assert (logits[T - n + 1:, n - 1] == 0).all()

@@ -1,4 +1,6 @@
 """Adaptive input embedding and projected adaptive log-softmax (ernie_doc.lm.adaptive)."""
+import math
+
 import numpy as np
 import paddle
 import pytest
@@ -187,3 +189,34 @@ def test_bad_arguments(cls, overrides, name):
     kwargs.update(overrides)
     with pytest.raises(ValueError, match=name):
         cls(**kwargs)
+
+
+# -- the adaptive softmax: tail cluster i's head logit is column head_size - i -------------
+
+
+@pytest.mark.parametrize("div_val", [1, 2])
+def test_adaptive_softmax_maps_two_tail_clusters_to_their_head_columns(div_val):
+    # V = 6 in clusters [0, 2) head, [2, 4) tail 1, [4, 6) tail 2. Every weight is 0, so
+    # each logit is its bias and the hidden state plays no part.
+    layer = ProjectedAdaptiveLogSoftmax(6, 4, 4, [2, 4], div_val=div_val)
+    for p in layer.parameters():
+        p.set_value(np.zeros(p.shape, "float32"))
+    log = math.log
+    # head columns: words 0, 1, then the cluster logits; Transformer-XL's layout puts tail
+    # cluster i at column head_size - i = 4 - i: tail 1 → column 3 (cluster_bias[1]),
+    # tail 2 → column 2 (cluster_bias[0]). Head probabilities 0.1 0.2 | 0.3 (tail 2) 0.4
+    # (tail 1); inside tail 1: 0.25 0.75; inside tail 2: 0.4 0.6.
+    layer.cluster_bias.set_value(np.array([log(3), log(4)], "float32"))
+    word_bias = [[log(1), log(2)], [log(1), log(3)], [log(2), log(3)]]
+    if div_val == 1:
+        layer.out_biases[0].set_value(np.array(sum(word_bias, []), "float32"))
+    else:
+        for i, b in enumerate(word_bias):
+            layer.out_biases[i].set_value(np.array(b, "float32"))
+    expected = np.array([0.1, 0.2, 0.4 * 0.25, 0.4 * 0.75, 0.3 * 0.4, 0.3 * 0.6])
+    hidden = paddle.to_tensor(np.random.default_rng(0).standard_normal((6, 4)), "float32")
+    with paddle.no_grad():
+        probs = np.exp(layer.log_prob(hidden).numpy())
+        nll = layer(hidden, paddle.arange(6)).numpy()
+    np.testing.assert_allclose(probs, np.tile(expected, (6, 1)), rtol=1e-5)
+    np.testing.assert_allclose(nll, -np.log(expected), rtol=1e-5)

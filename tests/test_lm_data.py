@@ -1,12 +1,13 @@
 """WikiText LM data: vocabulary, <unk> counting, corpus cache, Segatron positions, LMStreams."""
+import json
 import os
 
 import numpy as np
 import pytest
 from helpers import error, shared_path, write
 
-from ernie_doc.lm.data import (EOS, UNK, LMStreams, Vocabulary, load_corpus, sega_positions,
-                               to_global, wikitext_sentences)
+from ernie_doc.lm.data import (CACHE_VERSION, EOS, UNK, LMStreams, Vocabulary, load_corpus,
+                               sega_positions, to_global, wikitext_sentences)
 
 TRAIN = "b a b <unk>\n \nc a b\n"          # b:3 a:2 <unk>:1 c:1, <eos>:3 (the blank line too)
 
@@ -222,3 +223,40 @@ def test_real_wikitext_valid():
     assert pos.shape == (3, len(ids)), info
     n_paragraphs = sum(1 for line in text.split("\n")[:lines] if line.strip())
     assert int(pos[0, -1]) + 1 == n_paragraphs, info
+
+
+# -------------------------------------------------------------------------------- LM cache
+
+def test_lm_cache_is_keyed_by_content_not_size_and_mtime(tmp_path):
+    data = write(tmp_path / "data", {"train.tokens": "a b a c\nb a\n",
+                                     "valid.tokens": "a b c\n"})
+    paths = {"train": data / "train.tokens", "valid": data / "valid.tokens"}
+    cache = tmp_path / "cache"
+    first = load_corpus(paths, None, cache)
+    assert first.from_cache == {"train": False, "valid": False}
+    key = json.loads((cache / "valid.json").read_text())["key"]
+    assert key["version"] == CACHE_VERSION == 2
+    assert set(key["source"]) == {"size", "blake2b"} and key["source"]["size"] == 6
+    assert load_corpus(paths, None, cache).from_cache == {"train": True, "valid": True}
+
+    def edit(path, text):
+        """Rewrite path with text of the same size and put its old times back."""
+        st = os.stat(path)
+        assert len(text.encode()) == st.st_size
+        path.write_text(text, encoding="utf-8")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+
+    edit(paths["valid"], "c c b\n")
+    second = load_corpus(paths, None, cache)
+    assert second.from_cache == {"train": True, "valid": False}
+    assert second.data["valid"].tolist() == first.vocab.encode_lines(["c c b"]).tolist()
+    assert second.data["valid"].tolist() != first.data["valid"].tolist()
+
+    # the vocabulary cache too: counted on train, which now has more c than a
+    edit(paths["train"], "c b c c\nb a\n")
+    third = load_corpus(paths, None, cache)
+    assert third.from_cache == {"train": False, "valid": False}
+    assert third.vocab.tokens[:2] == ["<eos>", "c"]
+    np.testing.assert_array_equal(load_corpus(paths, None, cache).data["train"],
+                                  third.data["train"])

@@ -7,17 +7,22 @@ import itertools
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
+import paddle
 import pytest
-from helpers import in_process
+from helpers import ROOT, exits, in_process, one_error_line, tiny_classifier, tiny_export
 from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
 from test_tasks import WORDS, finetune_task, imdb_tsv, vocab_dir
 
-from ernie_doc.errors import PipelineError
+from ernie_doc.cli import predict
+from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
+from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.kinds.base import load_reader
-from ernie_doc.predict.inputs import completed_ids, model_directory, provenance
+from ernie_doc.predict.inputs import completed_ids, model_directory, provenance, to_document
 from ernie_doc.predict.pipeline import Pipeline, pipeline, read_inputs
 
 
@@ -347,3 +352,585 @@ def test_model_directory_errors(tmp_path, imdb_run):
     proc = predict_cli(tmp_path, "--input", tmp_path / "none.jsonl", "--output",
                        tmp_path / "p.jsonl", expect=2)
     assert "none.jsonl: no such file or directory" in proc.stderr
+
+
+# predict's input rules and its bad model folders: a bad input line is an error record and the
+# run goes on (exit 2 with --on-error fail); `ids` must be token ids of the model; `ids` and
+# `text` together are an error; a UTF-8 byte-order mark is dropped; a bad option, task.json or
+# export sidecar is one `error:` line naming it, never a traceback.
+#
+# One tiny saved classifier (trained for one step) and one export of it serve every case;
+# tools run in-process (main(argv), stderr through capsys), one subprocess checks the exit
+# status and stderr of the installed command.
+
+
+DEEP = "[" * 100_000 + "]" * 100_000   # json.loads recurses once per level
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """(run directory, export folder) of one tiny classifier."""
+    root = tmp_path_factory.mktemp("saved")
+    run = tiny_classifier(root)
+    return run, tiny_export(run / "best", root / "export" / "model")
+
+
+@pytest.fixture(scope="module")
+def pipe(saved):
+    return pipeline(str(saved[0]))
+
+
+def write_jsonl(path, items):
+    """Lines: JSON objects, or raw str/bytes lines as given."""
+    with open(path, "wb") as f:
+        for item in items:
+            line = item if isinstance(item, bytes) else \
+                item.encode() if isinstance(item, str) else json.dumps(item).encode()
+            f.write(line + b"\n")
+    return path
+
+
+def records(path):
+    return {r["doc_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+# -- input lines ---------------------------------------------------------------------------------
+BAD_IDS = {   # id → (ids, what the error record says)
+    "big": ([5, 6, 20], "'ids' item 2 is 20: token ids lie in [0, 20)"),
+    "huge": ([10 ** 30], "'ids' item 0 is beyond int64"),
+    "negative": ([5, -3], "'ids' item 1 is -3"),
+    "string": ("5 6 7", "'ids' must be a list of token ids, got str"),
+    "float": ([5, 6.0], "'ids' item 1 must be an integer token id, got float"),
+    "bool": ([True, 5], "'ids' item 0 must be an integer token id, got bool"),
+    "nested": ([[5, 6]], "'ids' item 0 must be an integer token id, got list"),
+    "quoted": ([5, "6"], "'ids' item 1 must be an integer token id, got str"),
+    "object": ({"a": 1}, "'ids' must be a list of token ids, got dict"),
+    "both": ([5, 6], "give either ids or text, not both"),
+}
+
+
+def test_bad_ids_and_ids_with_text_are_error_records(pipe):
+    """Each bad `ids` is an error record naming what is wrong, checked against the model's
+    vocab_size (20) before any tensor is built; the good documents around them predict."""
+    docs = [{"id": "first", "text": "good movie"}]
+    docs += [{"id": k, "ids": ids, **({"text": "bad plot"} if k == "both" else {})}
+             for k, (ids, _) in BAD_IDS.items()]
+    docs += [{"id": "ids", "ids": [5, 6, 19]}, {"id": "last", "text": "bad plot"}]
+    out = {r["doc_id"]: r for r in pipe(docs)}
+    for key, (_, message) in BAD_IDS.items():
+        assert message in out[key].get("error", ""), (key, out[key])
+    for key in ("first", "ids", "last"):
+        assert out[key]["pred"] in ("0", "1") and "error" not in out[key]
+    assert pipe.vocab_size == 20   # the bound: the model's embedding rows
+    pipe.on_error = "fail"   # the shared pipeline: restored below
+    try:
+        with pytest.raises(PipelineError, match=r"document 'big' \(input item 1\): 'ids' item "
+                                                r"2 is 20"):
+            pipe([{"id": "big", "ids": [5, 6, 20]}])
+    finally:
+        pipe.on_error = "record"
+
+
+def test_what_a_model_reads_decides_which_fields_are_errors():
+    """ids to a model that reads text (a language model, span kinds) and text to a model
+    with no tokenizer (a pre-tokenized task's) are errors, never silently ignored."""
+    from ernie_doc.predict.inputs import document_problem
+    ids, text = to_document(0, {"ids": [1, 2]}), to_document(0, {"text": "a b"})
+    assert document_problem(ids, None) == "this model reads text, not token ids ('ids')"
+    assert document_problem(ids, 10, reads_text=False) is None
+    assert document_problem(text, 10, reads_text=False) == \
+        "this model reads token ids ('ids'), not text"
+    assert to_document(3, {"id": ["x"], "text": "a"}).message == \
+        "'id' must be a string or an integer, got list"
+
+
+def test_a_deeply_nested_line_is_an_error_record_and_the_run_goes_on(saved, tmp_path,
+                                                                       capsys):
+    run, _ = saved
+    inputs = write_jsonl(tmp_path / "in.jsonl", [
+        {"id": "a", "text": "good movie"}, DEEP, {"id": "deep", "ids": json.loads(
+            "[" * 50 + "5" + "]" * 50)}, {"id": "big", "ids": [5, 99]},
+        {"id": "b", "text": "bad plot"}])
+    preds = tmp_path / "preds.jsonl"
+    assert predict.main([str(run), "--input", str(inputs), "--output", str(preds),
+                         "--no-progress"]) == 0
+    out = records(preds)
+    assert out["#1"]["error"] == f"{inputs}:2: JSON nested too deeply"
+    assert "'ids' item 0 must be an integer token id, got list" in out["deep"]["error"]
+    assert "'ids' item 1 is 99" in out["big"]["error"]
+    assert "pred" in out["a"] and "pred" in out["b"]
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["errors"] == 3
+    strict = tmp_path / "strict.jsonl"
+    exits(2, lambda: predict.main([str(run), "--input", str(inputs), "--output", str(strict),
+                                   "--no-progress", "--on-error", "fail"]))
+    one_error_line(capsys, f"document '#1' (input item 2): {inputs}:2: JSON nested too "
+                           f"deeply")
+
+
+def test_deep_json_in_reader_files_is_one_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text(DEEP)
+    with pytest.raises(DataError, match=r"deep.json: JSON nested too deeply"):
+        read_json_file(path)
+    with pytest.raises(DataError, match=r"x.jsonl:7: JSON nested too deeply"):
+        parse_json_line(DEEP, "x.jsonl", 7)
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path):
+    """Before a TSV header, a JSON line or a text file: the column is `id`, the line is JSON,
+    the text has no U+FEFF (the documents are named by their ids, not by position)."""
+    (tmp_path / "in.tsv").write_bytes(BOM + b"id\ttext\nq1\tgood movie\n")
+    (tmp_path / "in.jsonl").write_bytes(BOM + b'{"id": "q2", "text": "bad"}\n')
+    (tmp_path / "doc.txt").write_bytes(BOM + b"fine plot")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_bytes(BOM + b"good")
+    assert list(read_inputs(str(tmp_path / "in.tsv"))) == [{"id": "q1", "text": "good movie"}]
+    assert list(read_inputs(str(tmp_path / "in.jsonl"))) == [{"id": "q2", "text": "bad"}]
+    assert list(read_inputs(str(tmp_path / "doc.txt"))) == [{"id": "doc.txt",
+                                                             "text": "fine plot"}]
+    assert list(read_inputs(str(tmp_path / "docs"))) == [{"id": "a.txt", "text": "good"}]
+    # the task readers' TSV (the IMDB reader's official format) alike
+    (tmp_path / "train.tsv").write_bytes(BOM + b"qid\tlabel\ttext_a\n1\t0\tgood\n")
+    header, rows = read_tsv(tmp_path / "train.tsv", ("qid", "label", "text_a"))
+    assert header == ["qid", "label", "text_a"] and rows == [(2, {"qid": "1", "label": "0",
+                                                                  "text_a": "good"})]
+
+
+# -- the Python API and options ------------------------------------------------------------------
+def test_stream_skip_none_skips_nothing(pipe):
+    got = list(pipe.stream([{"id": "a", "text": "good"}, "bad"], skip=None))
+    assert sorted(r["doc_id"] for r in got) == ["1", "a"]
+    assert [r["doc_id"] for r in pipe.stream(["good", "bad"], skip=[0])] == ["1"]
+    with pytest.raises(PipelineError, match="skip: expected a collection of document ids, "
+                                            "got a string"):
+        list(pipe.stream(["good"], skip="a"))
+
+
+def test_format_dir_on_a_file_is_one_line(saved, tmp_path, capsys):
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "good"}])
+    exits(2, lambda: predict.main([str(saved[0]), "--input", str(inputs), "--output",
+                                   str(tmp_path / "p.jsonl"), "--format", "dir"]))
+    one_error_line(capsys, f"--format dir: {inputs} is not a directory")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    exits(2, lambda: predict.main([str(saved[0]), "--input", str(folder), "--output",
+                                   str(tmp_path / "q.jsonl"), "--format", "jsonl"]))
+    one_error_line(capsys, f"--format jsonl: {folder} is a directory")
+
+
+def test_the_gpu_is_refused_where_there_is_none(monkeypatch):
+    """The decision is inference_settings's: no CUDA build, or no visible device, is one
+    line naming the device, before any model is loaded."""
+    from ernie_doc.predict.pipeline import check_device
+    monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: False)
+    with pytest.raises(PipelineError, match="device 'gpu': this paddle is not compiled with "
+                                            "CUDA"):
+        check_device("gpu")
+    monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: True)
+    monkeypatch.setattr(paddle.device.cuda, "device_count", lambda: 0)
+    with pytest.raises(PipelineError, match="device 'gpu': paddle is compiled with CUDA but "
+                                            "sees no GPU"):
+        check_device("gpu")
+    assert check_device("cpu") == "cpu"
+    with pytest.raises(PipelineError, match=r"device must be one of \('cpu', 'gpu'\), got "
+                                            r"'tpu'"):
+        check_device("tpu")
+
+
+@pytest.mark.skipif(paddle.is_compiled_with_cuda(), reason="checks a paddle without CUDA")
+def test_device_gpu_without_a_gpu_exits_2_with_one_line(saved, tmp_path):
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "good"}])
+    proc = subprocess.run([sys.executable, "-m", "ernie_doc.cli", "predict", str(saved[0]),
+                           "--input", str(inputs), "--output", str(tmp_path / "p.jsonl"),
+                           "--device", "gpu", "--no-progress"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("error: device 'gpu': this paddle is not compiled with CUDA")
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+# -- the model folder ---------------------------------------------------------------------------
+def copy_of(folder, tmp_path, name="model"):
+    return shutil.copytree(folder, tmp_path / name)
+
+
+@pytest.mark.parametrize("record, message", [
+    ([{"task": "imdb"}], "expected a JSON object (task, kind, labels, config), got list"),
+    ("imdb", "expected a JSON object (task, kind, labels, config), got str"),
+    ({"task": "imdb", "kind": "classification", "config": {}}, "'labels' must be a list"),
+    ({"task": "imdb", "kind": "classification", "labels": [0, 1], "config": {}},
+     "'labels' must be a list of strings"),
+])
+def test_a_bad_task_json_is_one_line_naming_it(saved, tmp_path, capsys, record, message):
+    model = copy_of(saved[0] / "best", tmp_path)
+    (model / "task.json").write_text(json.dumps(record))
+    with pytest.raises(PipelineError) as info:
+        pipeline(str(model))
+    assert str(info.value) == f"{model / 'task.json'}: {message}"
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "good"}])
+    exits(2, lambda: predict.main([str(model), "--input", str(inputs), "--output",
+                                   str(tmp_path / "p.jsonl")]))
+    one_error_line(capsys, str(model / "task.json"), message)
+
+
+def edit_sidecar(export, tmp_path, change):
+    model = copy_of(export, tmp_path)
+    meta = json.loads((model / "model.meta.json").read_text())
+    change(meta)
+    (model / "model.meta.json").write_text(json.dumps(meta))
+    return model
+
+
+def memory_len_everywhere(meta):
+    """memory_len 4 in the config, memory_shape and both memories specs: the sidecar agrees
+    with itself; only the program (memory_len 8) can tell."""
+    for spec in meta["inputs"] + meta["outputs"]:
+        if spec["name"] == "memories":
+            spec["shape"][2] = 4
+    meta["memory_shape"][2] = 4
+    meta["config"]["memory_len"] = 4
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda m: m["config"].update(hidden_size=32),
+     "config.hidden_size 32 disagrees with model.pdiparams"),
+    (lambda m: m["config"].update(vocab_size=50),
+     "config.vocab_size 50 disagrees with model.pdiparams (no embedding table [50, 16])"),
+    (lambda m: m.update(memory_shape=[1, -1, 4, 16]),
+     "memory_shape [1, -1, 4, 16] disagrees with the memories input [1, -1, 8, 16]"),
+    (lambda m: m["config"].update(num_hidden_layers=2),
+     "config.num_hidden_layers 2 disagrees with model.pdiparams (it holds 1 layers)"),
+], ids=["hidden_size", "vocab_size", "memory_shape", "layers"])
+def test_an_edited_sidecar_is_one_line_naming_it_and_the_key(saved, tmp_path, change, key):
+    """Checked against the parameters file and the sidecar's own input shapes when the
+    pipeline is built, before anything runs."""
+    model = edit_sidecar(saved[1], tmp_path, change)
+    with pytest.raises(PipelineError) as info:
+        pipeline(str(model))
+    assert str(info.value).startswith(f"{model / 'model.meta.json'}: {key}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_sidecar_edited_consistently_fails_on_its_first_run_in_one_line(saved, tmp_path):
+    model = edit_sidecar(saved[1], tmp_path, memory_len_everywhere)
+    pipe = pipeline(str(model))
+    with pytest.raises(PipelineError) as info:
+        pipe(["good movie"])
+    message = str(info.value)
+    assert "paddle.inference cannot run the export" in message and "\n" not in message
+    assert f"does {model / 'model.meta.json'} still describe it?" in message
+
+
+def test_an_export_whose_tokenizer_outgrows_its_vocabulary_is_refused(saved, tmp_path):
+    model = copy_of(saved[1], tmp_path)
+    with open(model / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("extra\nwords\n")
+    with pytest.raises(PipelineError, match=r"the tokenizer has 22 tokens but the export's "
+                                            r"vocab_size is 20"):
+        pipeline(str(model))
+
+
+# -- names: unique, decided in input order, safe to write ---------------------------------------
+def lines_of(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_strings_that_are_not_unicode_are_error_records_and_the_run_goes_on(saved, tmp_path,
+                                                                           capsys):
+    """A lone surrogate (JSON's "\\ud800") in an id or a field, or a file name that is not
+    UTF-8, can never be written as UTF-8: the item is an error record with a name that can
+    be, and --resume of the file goes on past it."""
+    inputs = write_jsonl(tmp_path / "sur.jsonl", [
+        {"id": "a", "text": "good"}, rb'{"id": "\ud800", "text": "bad"}',
+        rb'{"id": "t", "text": "x \udcff y"}', rb'{"id": "q", "text": "x", "more": ["\ud83d"]}',
+        {"id": "c", "text": "bad plot"}])
+    preds = tmp_path / "preds.jsonl"
+    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(preds),
+                         "--no-progress"]) == 0
+    out = records(preds)
+    assert out["#1"]["error"] == "'id' '\\ud800' is not valid Unicode (a lone surrogate)"
+    assert out["t"]["error"] == "'text' holds a string that is not valid Unicode (a lone " \
+                                "surrogate)"
+    assert out["q"]["error"].startswith("'more[0]' holds a string that is not valid Unicode")
+    assert "pred" in out["a"] and "pred" in out["c"] and len(out) == 5
+    capsys.readouterr()
+    # a directory holding a file whose name is not UTF-8 (bytes 0xff)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("good movie")
+    with open(os.path.join(os.fsencode(folder), b"b\xff.txt"), "wb") as f:
+        f.write(b"bad plot")
+    dir_preds = tmp_path / "dir.jsonl"
+    assert predict.main([str(saved[0]), "--input", str(folder), "--output", str(dir_preds),
+                         "--no-progress"]) == 0
+    out = records(dir_preds)
+    assert out["#1"]["error"] == f"{folder}/b\\xff.txt: the file name is not UTF-8"
+    assert "pred" in out["a.txt"]
+    assert predict.main([str(saved[0]), "--input", str(folder), "--output", str(dir_preds),
+                         "--no-progress", "--resume"]) == 0
+    assert records(dir_preds) == out and len(lines_of(dir_preds)) == 2
+
+
+def test_a_record_no_check_caught_is_still_written():
+    """The writer's last line of defence: a record still holding a lone surrogate is written
+    with JSON escapes; every other record as UTF-8 text, as before."""
+    from ernie_doc.predict.inputs import record_line
+    assert record_line({"doc_id": "é", "pred": "ü"}) == '{"doc_id": "é", "pred": "ü"}\n'
+    line = record_line({"doc_id": "x\ud800", "probs": np.float32(0.5)})
+    assert line.encode("utf-8") and json.loads(line) == {"doc_id": "x\ud800", "probs": 0.5}
+
+
+DUPLICATES = [{"id": "a", "text": "good movie"}, {"id": "b", "text": "bad plot"},
+              {"id": "a", "text": "again"}, "not json", {"id": "c", "text": "fine"},
+              {"id": 1.5, "text": "bad id"}, {"id": "0", "text": "good"},
+              {"text": "no id"}, {"id": "7", "text": "named 7"}]
+
+
+def comparable(path):
+    """The records of a predictions file, without the input path an error message names."""
+    return sorted(json.dumps(dict(r, error=r["error"].rsplit(":", 1)[-1]) if "error" in r
+                             else r, sort_keys=True) for r in lines_of(path))
+
+
+def test_resume_gives_what_an_uninterrupted_run_gives(saved, tmp_path, capsys):
+    """Records come out as documents finish, so a run stopped after any of them and resumed
+    (with the input path typed another way) must name every item as the whole run did: the
+    first item giving an id owns it, a repeat is "<id>#<index>", an item with no usable id
+    "#<index>", and a position never takes an id given later (nor the reverse)."""
+    inputs = write_jsonl(tmp_path / "dup.jsonl", DUPLICATES)
+    full = tmp_path / "full.jsonl"
+    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(full),
+                         "--no-progress"]) == 0
+    out = records(full)
+    assert sorted(out) == ["#3", "#5", "0", "7", "7#8", "a", "a#2", "b", "c"]
+    assert out["a#2"]["error"] == "duplicate document id (first given by input item 1)"
+    assert out["#5"]["error"] == "'id' must be a string or an integer, got float"
+    assert "pred" in out["a"] and "pred" in out["0"] and "pred" in out["7#8"]
+    lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
+    typed_otherwise = str(tmp_path / "." / "dup.jsonl")
+    for n in range(1, len(lines)):
+        part = tmp_path / f"part{n}.jsonl"
+        part.write_text("".join(lines[:n]), encoding="utf-8")
+        shutil.copy(f"{full}.meta.json", f"{part}.meta.json")
+        assert predict.main([str(saved[0]), "--input", typed_otherwise, "--output", str(part),
+                             "--no-progress", "--resume"]) == 0
+        assert comparable(part) == comparable(full), n
+    capsys.readouterr()
+
+
+def test_a_position_never_takes_the_id_of_a_document(pipe):
+    """The Python API alike: a document without an id (named by its position, "0") and one
+    with a bad id do not leave a later document that gives "0" as a duplicate."""
+    out = {r["doc_id"]: r for r in pipe(["good", {"id": "0", "text": "good movie"}])}
+    assert sorted(out) == ["0", "0#1"] and all("pred" in r for r in out.values())
+    out = {r["doc_id"]: r for r in pipe([{"id": 1.5, "text": "x"}, {"id": "0", "text": "y"}])}
+    assert "error" in out["#0"] and "pred" in out["0"]
+
+
+def test_a_bare_string_is_one_document(pipe):
+    got = list(pipe.stream("some text"))
+    assert [r["doc_id"] for r in got] == ["0"] and "pred" in got[0]
+    assert [r["doc_id"] for r in pipe({"id": "q", "text": "good"})] == ["q"]
+
+
+# -- input files ---------------------------------------------------------------------------------
+def test_a_directory_input_reports_every_entry_it_cannot_read(pipe, tmp_path):
+    """A FIFO, a link to a device, a link loop and a folder are error records (never read,
+    never blocking), counted by count_inputs as read_inputs yields them; a file that is not
+    a .txt is not a document."""
+    from ernie_doc.predict.inputs import count_inputs
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("good movie")
+    (folder / "notes.md").write_text("not a document")
+    os.mkfifo(folder / "fifo.txt")
+    os.symlink("/dev/zero", folder / "zero.txt")
+    os.symlink("loop.txt", folder / "loop.txt")
+    (folder / "more").mkdir()
+    items = list(read_inputs(str(folder)))
+    assert count_inputs(str(folder)) == len(items) == 5
+    out = {r["doc_id"]: r for r in pipe(items)}
+    assert "pred" in out["a.txt"]
+    assert out["fifo.txt"]["error"] == f"{folder}/fifo.txt: input document is a FIFO, not a " \
+                                       f"regular file"
+    assert "is a character device" in out["zero.txt"]["error"]
+    assert "unreadable (Too many levels of symbolic links)" in out["loop.txt"]["error"]
+    assert out["more"]["error"].endswith("a folder (only the .txt files directly in the input "
+                                         "folder are read)")
+
+
+def test_counting_the_input_never_blocks_on_a_fifo(tmp_path):
+    """--input checked as a file, then swapped for a FIFO: the count opens it as every read
+    does (non-blocking, checked on the open descriptor)."""
+    import signal
+
+    from ernie_doc.predict.inputs import count_inputs
+    fifo = tmp_path / "in.jsonl"
+    os.mkfifo(fifo)
+
+    def stop(*_):
+        raise TimeoutError("count_inputs blocked on a FIFO")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 5)
+    try:
+        with pytest.raises(PipelineError, match=r"in.jsonl: --input is a FIFO, not a regular "
+                                                r"file"):
+            count_inputs(str(fifo))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_tsv_header_naming_a_column_twice_is_one_line(saved, tmp_path, capsys):
+    inputs = tmp_path / "in.tsv"
+    inputs.write_text("id\ttext\tid\nq1\tgood movie\tq2\n")
+    preds = tmp_path / "p.jsonl"
+    exits(2, lambda: predict.main([str(saved[0]), "--input", str(inputs), "--output",
+                                   str(preds), "--no-progress"]))
+    one_error_line(capsys, f"{inputs}:1: the header names column 'id' twice")
+    assert not preds.exists()
+
+
+def test_inputs_are_read_in_bounded_memory(tmp_path):
+    """A 320 MiB JSON line, a .txt entry linking to a 320 MiB file and a 320 MiB task.json
+    (sparse files) under an address-space limit 256 MiB above what the process maps: each
+    is refused by its size (MAX_ITEM_BYTES, MAX_TASK_FILE_BYTES), never read whole, and the
+    items around them are read."""
+    big = 320 << 20
+    lines = tmp_path / "big.jsonl"
+    lines.write_bytes(b'{"id": "a", "text": "good"}\n')
+    os.truncate(lines, 28 + big)
+    with open(lines, "ab") as f:
+        f.write(b'\n{"id": "b", "text": "bad"}\n')
+    huge = tmp_path / "huge.bin"
+    huge.touch()
+    os.truncate(huge, big)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    os.symlink(huge, folder / "a.txt")
+    (folder / "b.txt").write_text("fine")
+    model = tmp_path / "model"
+    model.mkdir()
+    os.symlink(huge, model / "task.json")
+    script = f"""
+import json, resource
+from ernie_doc.predict import inputs as io
+from ernie_doc.resources import _status_bytes
+resource.setrlimit(resource.RLIMIT_AS, (_status_bytes("VmSize") + (256 << 20),) * 2)
+def show(items):
+    return [i.message if isinstance(i, io.InputProblem) else i for i in items]
+out = {{}}
+for name, call in (("line", lambda: show(io.read_inputs({str(lines)!r}))),
+                   ("count", lambda: io.count_inputs({str(lines)!r})),
+                   ("txt", lambda: show(io.read_inputs({str(folder)!r}))),
+                   ("task", lambda: io.read_task_record({str(model)!r}))):
+    try:
+        out[name] = call()
+    except BaseException as e:
+        out[name] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    over = "over the 64 MiB one document may hold"
+    assert out["line"][0] == {"id": "a", "text": "good"} and out["line"][2] == \
+        {"id": "b", "text": "bad"}
+    assert out["line"][1] == f"{lines}:2: a line longer than the 64 MiB one document may " \
+                             f"hold (not read)"
+    assert out["count"] == 3
+    assert out["txt"][0] == f"{folder}/a.txt: {big:,} bytes, {over}"
+    assert out["txt"][1] == {"id": "b.txt", "text": "fine"}
+    assert out["task"] == f"PipelineError: {model}/task.json: over 16 MiB; a task.json " \
+                          f"holds a task, its kind, labels and config"
+
+
+# -- the model folder: sizes bounded before anything is allocated -------------------------------
+def test_available_memory_respects_the_process_limit():
+    """`ulimit -v` (RLIMIT_AS) and RLIMIT_DATA bound what the estimate may promise: what the
+    limit leaves beyond the process's mappings, not the machine's free memory."""
+    script = """
+import resource
+from ernie_doc.resources import _status_bytes, available_memory
+used = _status_bytes("VmSize")
+resource.setrlimit(resource.RLIMIT_AS, (used + (300 << 20), resource.RLIM_INFINITY))
+print(used, available_memory("cpu"))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    used, free = map(int, proc.stdout.split())
+    assert 250 << 20 < free <= 300 << 20
+
+
+def test_absurd_layer_counts_are_refused_under_a_memory_limit(saved, tmp_path):
+    """Under a 4 GB address-space limit: an export whose sidecar claims 10**6 layers (its
+    config, memory_shape and memories input agreeing) against a parameters file of one, and
+    a task.json asking for 10**6 layers of a tiny hidden size (14 GiB of weights, and some
+    120 GiB of layer objects and minutes of building): each is one line, exit 2."""
+    def million(meta):
+        meta["config"]["num_hidden_layers"] = meta["memory_shape"][0] = 10 ** 6
+        for spec in meta["inputs"] + meta["outputs"]:
+            if spec["name"] == "memories":
+                spec["shape"][0] = 10 ** 6
+    export = edit_sidecar(saved[1], tmp_path, million)
+    model = shutil.copytree(saved[0] / "best", tmp_path / "deep")
+    task = json.loads((model / "task.json").read_text())
+    task["config"].setdefault("model_overrides", {})["num_hidden_layers"] = 10 ** 6
+    (model / "task.json").write_text(json.dumps(task))
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "good movie"}])
+    script = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4_000_000_000, resource.RLIM_INFINITY))
+from ernie_doc.cli.predict import command
+for i, model in enumerate(({str(export)!r}, {str(model)!r})):
+    try:
+        command([model, "--input", {str(inputs)!r}, "--output", f"{tmp_path}/o{{i}}.jsonl",
+                 "--no-progress"])
+    except SystemExit as e:
+        print("exit", e.code, flush=True)
+        print("--", file=sys.stderr, flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=90, cwd=ROOT)
+    assert proc.stdout.count("exit 2") == 2, proc.stderr[-3000:]
+    first, second = [[line for line in part.splitlines() if line.strip()]
+                     for part in proc.stderr.split("--\n")[:2]]
+    assert first == [f"error: {export}/model.meta.json: config.num_hidden_layers 1000000 "
+                     f"disagrees with model.pdiparams (it holds 1 layers) (was the sidecar "
+                     f"edited? export again)"]
+    assert len(second) == 1 and second[0].startswith(f"error: {model}/task.json: ") and \
+        "layer objects" in second[0] and "but the memory available is" in second[0]
+    assert not (tmp_path / "o0.jsonl").exists() and not (tmp_path / "o1.jsonl").exists()
+
+
+def test_a_sidecar_format_version_of_true_is_refused(saved, tmp_path):
+    model = edit_sidecar(saved[1], tmp_path, lambda m: m.update(format_version=True))
+    with pytest.raises(PipelineError, match=r"model.meta.json: unsupported export format True"):
+        pipeline(str(model))
+
+
+def test_task_json_kind_must_be_the_kind_its_config_builds(saved, tmp_path):
+    model = copy_of(saved[0] / "best", tmp_path)
+    record = json.loads((model / "task.json").read_text())
+    record["kind"] = "span"
+    (model / "task.json").write_text(json.dumps(record))
+    with pytest.raises(PipelineError) as info:
+        pipeline(str(model))
+    assert str(info.value) == f"{model / 'task.json'}: 'kind' 'span' disagrees with " \
+                              f"config.kind 'classification'"
+
+
+def test_the_load_report_is_printed_once(saved, tmp_path, capsys, monkeypatch):
+    """As in a fresh `ernie-doc predict` process: the run logger has no handler of its own
+    (a fine-tuning run earlier in this process gave it one)."""
+    from ernie_doc.training.runlog import logger
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "propagate", True)
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "good"}])
+    assert predict.command([str(saved[0]), "--input", str(inputs), "--output",
+                            str(tmp_path / "p.jsonl"), "--no-progress"]) == 0
+    assert capsys.readouterr().out.count("loaded 36 tensors") == 1

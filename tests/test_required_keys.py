@@ -2,8 +2,7 @@
 and how to set it (`--set key=...`, and run.sh's environment variable where there is one),
 exit 2, before anything is written."""
 import pytest
-from helpers import ROOT
-from test_safety_cli import exits, listing, one_error_line
+from helpers import ROOT, exits, listing, one_error_line
 
 SMALL = ["model=ernie-doc-small", "progress=false",
          "model_overrides={num_hidden_layers: 1, hidden_size: 16, num_attention_heads: 2}"]

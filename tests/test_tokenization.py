@@ -11,6 +11,7 @@ import os
 import runpy
 import subprocess
 import sys
+import tracemalloc
 import types
 import warnings
 from pathlib import Path
@@ -54,7 +55,7 @@ def test_vocab_one_token_per_line(tmp_path):
 def test_vocab_token_tab_id(tmp_path):
     f = tmp_path / "vocab.txt"
     # ids are taken from the file, not from the line number; a line without an
-    # id falls back to its line number. (The ids must be 0..N-1: tests/test_safety_inputs.py.)
+    # id falls back to its line number. (The ids must be 0..N-1: test_vocab_ids_must_be_dense.)
     f.write_text("[PAD]\t1\n[CLS]\t0\n你\t2\nhello\n##a \t4\n", encoding="utf-8")
     assert load_vocab(f) == {"[PAD]": 1, "[CLS]": 0, "你": 2, "hello": 3, "##a": 4}
 
@@ -524,3 +525,124 @@ def write_tiny_bpe_dir(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     write_tiny_bpe(directory)
     return directory
+
+
+# --------------------------------------------------------------------------- WordPiece ids
+
+def vocab_error(tmp_path, content, *parts):
+    f = tmp_path / "vocab.txt"
+    f.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    with pytest.raises(TokenizerError) as info:
+        load_vocab(f)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(f))
+    for part in parts:
+        assert part in message, (part, message)
+    return message
+
+
+def test_vocab_ids_must_be_dense(tmp_path):
+    f = tmp_path / "vocab.txt"
+    tracemalloc.start()
+    try:
+        message = vocab_error(tmp_path, "[PAD]\t0\n[UNK]\t1000000000\n")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert message == (f"{f}:2: id 1000000000 leaves a gap: the 2 lines must have the ids "
+                       f"0..1, each once")
+    assert peak < 10 * 2 ** 20  # refused before anything is sized by the id
+    with pytest.raises(ValueError, match="leaves a gap"):  # what assemble.choose_tokenizer catches
+        WordPieceTokenizer(f)
+    assert vocab_error(tmp_path, "a\t0\nb\t2\nc\t1\nd\t5\ne\t3\n") == \
+        f"{f}:4: id 5 leaves a gap: the 5 lines must have the ids 0..4, each once"
+    assert vocab_error(tmp_path, "a\t0\nb\t1\nc\t1\n") == \
+        f"{f}:3: id 1 of token 'c' repeated (first at line 2)"
+    # a repeated token keeps its last id (official); its ids are still dense over the lines
+    f.write_text("a\nb\na\n", encoding="utf-8")
+    assert load_vocab(f) == {"a": 2, "b": 1}
+    assert vocab_error(tmp_path, "a\t0\nb\t-1\n") == f"{f}:2: negative id -1 of token 'b'"
+    assert vocab_error(tmp_path, "a\t0\nb\t1.0\n") == \
+        f"{f}:2: id '1.0' of token 'b' is not an integer"
+    assert vocab_error(tmp_path, "") == f"{f}: vocabulary file has no tokens"
+    assert vocab_error(tmp_path, "a\t0\textra\n") == f"{f}: vocabulary file has no tokens"
+    assert vocab_error(tmp_path, b"a\t0\n\xff\t1\n") == \
+        f"{f}:2: invalid UTF-8 (byte 4)"
+    # the official layouts, dense, still load (ids from the file, else the line number)
+    f.write_text("[PAD]\t1\n[CLS]\t0\nhello\n", encoding="utf-8")
+    assert load_vocab(f) == {"[PAD]": 1, "[CLS]": 0, "hello": 2}
+
+
+# ------------------------------------------------------------------------- tokenizer files
+
+def bpe_dir(directory, encoder=None, merges="#version: 0.2\nh e\n", vocab=None):
+    """encoder.json, vocab.bpe, vocab.txt of a two-letter BPE (str / bytes written as they are,
+    anything else as JSON)."""
+    encoder = {"h": 0, "e": 1, "he": 2} if encoder is None else encoder
+    files = {"encoder.json": encoder, "vocab.bpe": merges,
+             "vocab.txt": vocab if vocab is not None else "[CLS]\n[PAD]\n[SEP]\n[UNK]\n0\n1\n2\n"}
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        path = directory / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        else:
+            path.write_text(json.dumps(content), encoding="utf-8")
+    return directory
+
+
+def tokenizer_error(path, *parts):
+    with pytest.raises(TokenizerError) as info:
+        load_tokenizer(path)
+    message = str(info.value)
+    assert isinstance(info.value, ValueError) and "\n" not in message
+    for part in parts:
+        assert part in message, (part, message)
+    return message
+
+
+def test_broken_bpe_files_are_one_line_errors(tmp_path):
+    good = bpe_dir(tmp_path / "good")
+    assert load_tokenizer(good).encode("he", sentence_split=False) == [6]   # merged: GPT-2 id 2
+    cases = [
+        ({"encoder": ["h", "e"]}, "encoder.json", "expected a JSON object {piece: id}, got list"),
+        ({"encoder": "[1, 2"}, "encoder.json:1", "invalid JSON"),
+        ({"encoder": {"h": "0"}}, "encoder.json", "piece 'h' has the id '0', not an integer"),
+        ({"encoder": {}}, "encoder.json", "has no pieces"),
+        ({"encoder": b'{"h": 0, "\xff": 1}'}, "encoder.json:1", "invalid UTF-8"),
+        ({"merges": ""}, "vocab.bpe", "BPE merges file is empty (no merges)"),
+        ({"merges": "#version: 0.2\n"}, "vocab.bpe", "has no merges (only its header)"),
+        ({"merges": "h e\n"}, "vocab.bpe:1", "does not start with its '#version' header"),
+        ({"merges": "#version: 0.2\nh e x\n"}, "vocab.bpe:2", "expected a merge of two symbols"),
+        ({"merges": b"#version: 0.2\n\xc3\n"}, "vocab.bpe:2", "invalid UTF-8"),
+        ({"vocab": ""}, "vocab.txt", "vocabulary file has no tokens"),
+        ({"vocab": "[CLS]\n[PAD]\n[SEP]\n0\n"}, "vocab.txt", "has no [UNK] token"),
+    ]
+    for i, (kwargs, where, what) in enumerate(cases):
+        directory = bpe_dir(tmp_path / f"bad{i}", **kwargs)
+        message = tokenizer_error(directory, what)
+        assert message.startswith(str(directory / where)), message
+    with pytest.raises(TokenizerError, match="has no merges"):
+        BPETokenizer(good / "vocab.txt", good / "encoder.json", tmp_path / "bad6" / "vocab.bpe")
+
+
+def test_broken_sentencepiece_and_wordpiece_files_are_one_line_errors(tmp_path):
+    garbage = tmp_path / "garbage.model"
+    garbage.write_bytes(b"\x00\x01 this is not a model \xff" * 10)
+    assert tokenizer_error(garbage) == (f"{garbage}: not a usable SentencePiece model (not a "
+                                        f"serialized SentencePiece ModelProto)")
+    empty = tmp_path / "spm.model"
+    empty.write_bytes(b"")
+    assert tokenizer_error(tmp_path) == f"{empty}: SentencePiece model is empty"
+    with pytest.raises(FileNotFoundError, match="SentencePiece model does not exist"):
+        SentencePieceTokenizer(tmp_path / "none.model")
+
+    zh = tmp_path / "zh"
+    zh.mkdir()
+    (zh / "vocab.txt").write_text("[PAD]\t0\n[CLS]\t1\n[SEP]\t2\n", encoding="utf-8")
+    assert tokenizer_error(zh) == (f"{zh}/vocab.txt: vocabulary file has no [UNK] token (every "
+                                   f"piece outside the vocabulary maps to it)")
+    (zh / "vocab.txt").write_bytes(b"[PAD]\t0\n[UNK]\t1\n\xe4\xbd\t2\n")
+    assert tokenizer_error(zh) == f"{zh}/vocab.txt:3: invalid UTF-8 (byte 16)"

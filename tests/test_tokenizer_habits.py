@@ -10,8 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import ROOT, tiny_config
-from test_safety_bounds import bounded
+from helpers import ROOT, bounded, tiny_config
 from test_tokenization import write_tiny_bpe
 
 from ernie_doc.errors import TokenizerError

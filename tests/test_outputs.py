@@ -18,8 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
-from test_safety_cli import exits, one_error_line
+from helpers import ROOT, exits, one_error_line
 from test_tasks import WORDS, imdb_tsv, run_task, vocab_dir
 
 from ernie_doc.cli import predict as predict_cli

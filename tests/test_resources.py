@@ -10,52 +10,21 @@ rather than a machine out of memory or a hung run. They run in-process (main(arg
 through capsys), except --threads, whose OpenMP abort (signal 6) would take pytest with it:
 that one runs in a subprocess. The models are tiny, written directly (weights and task.json,
 no training run) once per module."""
-import contextlib
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, tiny_config
+from helpers import ROOT, SECONDS, bounded, tiny_config
 
 from ernie_doc.errors import ConfigError, PipelineError
 from ernie_doc.predict.pipeline import Pipeline, pipeline
 
-HEADROOM = 3 << 30   # bytes of address space a command may add to what the process holds
-SECONDS = 30         # far above a decision (milliseconds; ~2 s with a subprocess's imports)
 HUGE = 10 ** 9
-
-
-def address_space() -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-
-
-@contextlib.contextmanager
-def bounded(seconds: int = SECONDS):
-    """The block runs with HEADROOM more address space than the process holds and must end
-    within `seconds` (TimeoutError otherwise); the limits are restored after."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = address_space() + HEADROOM
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-
-    def alarm(signum, frame):
-        raise TimeoutError(f"no decision in {seconds} s")
-    previous = signal.signal(signal.SIGALRM, alarm)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def refused(capsys, tool, *args, parts=()):
@@ -348,3 +317,76 @@ def test_error_lines_quote_a_bounded_part_of_a_value():
     with pytest.raises(ConfigError) as info:
         config_from_values({"task": "longdep", "x" * 100_000: 1}, "big.yaml")
     assert len(str(info.value)) < 300
+
+
+# -- memory estimates -----------------------------------------------------------------------------
+def test_memory_estimate_parts_and_refusal():
+    from ernie_doc import resources
+    parts = resources.training_parts(params=1000, layers=2, rows=3, tokens=4, memory_len=5,
+                                     hidden=8, heads=2)
+    assert parts == {"weights": 4000, "layer objects": 2 * resources.LAYER_OVERHEAD,
+                     "gradients + Adam moments": 12000,
+                     "activations": 2 * 3 * 4 * (68 * 8 + 10 * 2 * 9),
+                     "memories": 4 * 2 * 3 * 5 * 8}
+    eval_parts = resources.training_parts(1000, 2, 3, 4, 5, 8, 2, training=False)
+    assert eval_parts["activations"] == parts["activations"] // 2 and \
+        "gradients + Adam moments" not in eval_parts
+    total = sum(parts.values())
+    assert resources.check_fits(parts, "x", available=total) == total
+    with pytest.raises(ConfigError) as info:
+        resources.check_fits({"weights": 3 << 30, "activations": 1 << 29}, "my model",
+                             available=2 << 30)
+    assert str(info.value) == ("my model: needs about 3.5 GiB (weights 3.0 GiB + activations "
+                               "0.5 GiB) but the memory available is 2.0 GiB; use a smaller "
+                               "model, batch_size or max_seq_len")
+
+
+def test_available_memory_reads_meminfo_and_a_cgroup_limit(monkeypatch):
+    from ernie_doc import resources
+    monkeypatch.setattr(resources, "_meminfo_available", lambda: 8 << 30)
+    monkeypatch.setattr(resources, "_cgroup_available", lambda: None)
+    assert resources.available_memory("cpu") == 8 << 30
+    monkeypatch.setattr(resources, "_cgroup_available", lambda: 1 << 30)
+    assert resources.available_memory("cpu") == 1 << 30   # the tighter of the two
+    monkeypatch.setattr(resources, "_meminfo_available", lambda: None)
+    monkeypatch.setattr(resources, "_cgroup_available", lambda: None)
+    assert resources.available_memory("cpu") is None
+    assert resources.check_fits({"weights": 1 << 60}, "x") == 1 << 60   # unknown: no refusal
+
+
+def test_gpu_memory_is_the_device_total(monkeypatch):
+    """The GPU branch (never run on a GPU here): the device's total memory, None without
+    CUDA."""
+    import paddle
+
+    from ernie_doc import resources
+
+    class Props:
+        total_memory = 80 << 30
+    monkeypatch.setattr(paddle.device.cuda, "get_device_properties", lambda i: Props())
+    assert resources.available_memory("gpu") == 80 << 30
+
+    def no_cuda(i):
+        raise ValueError("not compiled with CUDA")
+    monkeypatch.setattr(paddle.device.cuda, "get_device_properties", no_cuda)
+    assert resources.available_memory("gpu") is None
+
+
+def test_parameter_count_is_exact_and_allocates_nothing():
+    from helpers import tiny_config
+
+    from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
+    config = tiny_config()
+    real = ErnieDocForSequenceClassification(config, num_labels=3)
+    assert resources.parameter_count(lambda n: ErnieDocForSequenceClassification(
+        config.replace(num_hidden_layers=n), num_labels=3), config.num_hidden_layers) == \
+        sum(int(np.prod(p.shape)) for p in real.parameters())
+    assert config.min_parameters <= sum(int(np.prod(p.shape))
+                                        for p in real.ernie_doc.parameters())
+    # 2.2 billion parameters (8.8 GB of weights) counted without allocating them
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    big = ErnieDocConfig(hidden_size=2048, num_attention_heads=16, num_hidden_layers=40)
+    n = resources.parameter_count(lambda n: ErnieDocForSequenceClassification(
+        big.replace(num_hidden_layers=n)), big.num_hidden_layers)
+    assert n > 2_000_000_000
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200 * 1024   # KB
