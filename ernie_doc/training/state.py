@@ -364,8 +364,6 @@ def load_training_state(path, model, optimizer):
     return state, arrays
 
 
-
-
 def _save_model_dir(path, model, tokenizer_files, task, tokenizer_config=None):
     """A from_pretrained directory at `path`: weights, config, tokenizer files (with
     tokenizer_config.json) and task.json."""
