@@ -359,15 +359,16 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
     else:           # the folder holds the tokenizer
         given.update(tokenizer="")
     cfg = config_from_values(given, source)
+    place = "gpu" if device == "gpu" else "cpu"
     if own_model:
-        paddle.set_device("gpu" if device == "gpu" else "cpu")
+        paddle.set_device(place)
         task = build_task(cfg, OptionsReader())
         rows = rows or cfg.eval_batch_size or cfg.batch_size
-        model, vocab = task.load_saved(directory, rows, "gpu" if device == "gpu" else "cpu")
+        model, vocab = task.load_saved(directory, rows, place)
         return Assembly(cfg=cfg, task=task, tokenizer=vocab, model=model, device=device,
                         eval_rows=rows)
     flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
-    paddle.set_device("gpu" if device == "gpu" else "cpu")
+    paddle.set_device(place)
     task = build_task(cfg, SavedReader(record["labels"], cfg.task))
     # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
     amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()
