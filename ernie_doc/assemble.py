@@ -24,7 +24,7 @@ from ernie_doc.kinds.base import load_reader
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import AmpSettings, amp_settings
 from ernie_doc.run_config import TrainConfig, config_from_values
-from ernie_doc.utils import flush_denormals
+from ernie_doc.utils import flush_denormals, set_device
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
 
@@ -361,14 +361,14 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
     cfg = config_from_values(given, source)
     place = "gpu" if device == "gpu" else "cpu"
     if own_model:
-        paddle.set_device(place)
+        set_device(place)
         task = build_task(cfg, OptionsReader())
         rows = rows or cfg.eval_batch_size or cfg.batch_size
         model, vocab = task.load_saved(directory, rows, place)
         return Assembly(cfg=cfg, task=task, tokenizer=vocab, model=model, device=device,
                         eval_rows=rows)
     flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
-    paddle.set_device(place)
+    set_device(place)
     task = build_task(cfg, SavedReader(record["labels"], cfg.task))
     # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
     amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()

@@ -7,6 +7,7 @@ import paddle
 import paddle.distributed as dist
 
 from ernie_doc.errors import ConfigError
+from ernie_doc.utils import set_device
 
 
 def world_size():
@@ -41,9 +42,9 @@ def init(device="auto"):
     if use_gpu:
         local = int(os.environ.get("PADDLE_LOCAL_RANK", os.environ.get("FLAGS_selected_gpus",
                                                                         "0").split(",")[0]))
-        paddle.set_device(f"gpu:{local}")
+        set_device(f"gpu:{local}")
     else:
-        paddle.set_device("cpu")
+        set_device("cpu")
     if world_size() > 1:
         dist.init_parallel_env()
     return "gpu" if use_gpu else "cpu"

@@ -237,3 +237,38 @@ def test_retained_memory_check_flags_a_leaking_loop():
     leak = measure_retention(leaking, 3)
     assert not leak["flat"] and leak["growth_bytes"] >= 3 * B * T * config.hidden_size * 4
 
+
+
+def documented_commands(page: str = "docs/benchmarks.md"):
+    """(block id, tool name, argv) of every `python tools/benchmark_<name>.py ...` line of the
+    page's code blocks, continuation lines joined and `# comments` dropped."""
+    import shlex
+
+    import readme_fixtures as rf
+    for block in rf.collect_blocks():
+        if block.page != page:
+            continue
+        for line in block.code.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["python"] and words[1].startswith("tools/benchmark_"):
+                yield block.id, words[1][len("tools/benchmark_"):-len(".py")], words[2:]
+
+
+def test_documented_commands_parse(monkeypatch):
+    """The benchmark commands the documentation shows (its measuring block is not run: it
+    takes minutes) are accepted by their tools' argument checks, as a user types them from the
+    checkout."""
+    from benchmarks import finetune, predict
+    parsers = {"model": benchmark_model.parse_args, "train": benchmark_train.parse_args,
+               "predict": predict.parse_args,
+               # its check wants PaddleNLP's script and the data: the options alone
+               "finetune": lambda argv: finetune.build_parser().parse_args(argv)}
+    monkeypatch.chdir(ROOT)
+    seen = []
+    for where, tool, argv in documented_commands():
+        try:
+            parsers[tool](argv)
+        except SystemExit as e:
+            pytest.fail(f"{where}: tools/benchmark_{tool}.py {' '.join(argv)}: exit {e.code}")
+        seen.append(tool)
+    assert {"model", "train", "finetune"} <= set(seen), seen

@@ -192,16 +192,34 @@ def test_memory_len_is_not_a_model_override(tmp_path, capsys):
     assert len(errors) == 1 and "memory_len is --memory-len" in errors[0]
 
 
-@pytest.mark.parametrize("mode, theirs, ours", [("ours", False, True), ("both", True, True),
-                                                ("none", False, False)])
-def test_flush_denormals_modes(tmp_path, capsys, monkeypatch, mode, theirs, ours):
+MODES = [("ours", False, True), ("both", True, True), ("none", False, False)]
+
+
+@pytest.mark.parametrize("mode, theirs, ours", MODES)
+def test_flush_denormals_modes_build_the_commands(tmp_path, mode, theirs, ours):
+    reference = tmp_path / "ernie-doc"
+    reference.mkdir()
+    (reference / "run_classifier.py").write_text("", encoding="utf-8")
+    args = benchmark_finetune.parse_args(tiny_args(reference, tmp_path / "r.json",
+                                                   "--flush-denormals", mode))
+    assert benchmark_finetune.setup(args)["flush_denormals"] == {"ours": ours,
+                                                                  "paddlenlp": theirs}
+    assert f"flush_denormals={str(ours).lower()}" in \
+        benchmark_finetune.ours_command(args, "data", "out")
+    driver = benchmark_finetune.paddlenlp_command(args, "data", "out")
+    assert ("--flush-denormals" in driver[:driver.index("--")]) == theirs
+
+
+def test_flush_denormals_both_flushes_in_the_reference_process(tmp_path, capsys, monkeypatch):
+    """End to end for the one mode that changes the reference's process (the default, which
+    leaves it as it is, runs in test_stand_in_script_through_the_driver_timing_and_rss)."""
     reference = tmp_path / "ernie-doc"
     reference.mkdir()
     (reference / "run_classifier.py").write_text(FAKE_SCRIPT, encoding="utf-8")
-    monkeypatch.setenv("EXPECT_FLUSHED", "1" if theirs else "0")   # the stand-in asserts it
+    monkeypatch.setenv("EXPECT_FLUSHED", "1")   # the stand-in asserts it
     code, printed, err = run_benchmark(tiny_args(reference, tmp_path / "r.json", "--steps", "2",
-                                                 "--warmup", "1", "--flush-denormals", mode),
+                                                 "--warmup", "1", "--flush-denormals", "both"),
                                        capsys)
     assert code == 0, err[-3000:]
-    assert printed["setup"]["flush_denormals"] == {"ours": ours, "paddlenlp": theirs}
-    assert f"flush_denormals={str(ours).lower()}" in printed["contenders"]["ours"]["command"]
+    assert printed["setup"]["flush_denormals"] == {"ours": True, "paddlenlp": True}
+    assert "flush_denormals=true" in printed["contenders"]["ours"]["command"]

@@ -46,3 +46,37 @@ def test_two_ranks_equal_one_process_on_the_union_of_their_rows(tmp_path):
     assert ea["step"] == eb["step"] == 4
     for key in ("accuracy", "loss"):
         assert ea[key] == pytest.approx(eb[key], rel=1e-4, abs=1e-6)
+
+
+def test_cpu_views_are_dense_and_gpu_flags_are_left_alone(monkeypatch):
+    """utils.set_device: on CPU, paddle's stride kernels off (transpose and slicing write
+    dense tensors; strided views cost a small model's CPU step about 3x), the same values;
+    on a GPU the flag stays the user's. distributed.init picks it for both."""
+    import numpy as np
+    import paddle
+
+    from ernie_doc import distributed, utils
+    flag = "FLAGS_use_stride_kernel"
+    before = paddle.get_flags([flag])[flag]
+    try:
+        x = paddle.to_tensor(np.arange(24, dtype="float32").reshape(2, 3, 4))
+        paddle.set_flags({flag: True})
+        strided = x.transpose([0, 2, 1])
+        assert not strided.is_contiguous()
+        utils.set_device("cpu")
+        assert paddle.get_flags([flag])[flag] is False
+        dense = x.transpose([0, 2, 1])
+        assert dense.is_contiguous() and np.array_equal(dense.numpy(), strided.numpy())
+
+        places = []
+        monkeypatch.setattr(paddle, "set_device", places.append)
+        paddle.set_flags({flag: True})
+        utils.set_device("gpu:1")
+        assert places == ["gpu:1"] and paddle.get_flags([flag])[flag] is True
+        monkeypatch.setattr(distributed, "gpu_problem", lambda: None)
+        assert distributed.init("gpu") == "gpu" and places[-1] == "gpu:0"
+        assert paddle.get_flags([flag])[flag] is True
+        assert distributed.init("cpu") == "cpu" and places[-1] == "cpu"
+        assert paddle.get_flags([flag])[flag] is False
+    finally:
+        paddle.set_flags({flag: before})
