@@ -98,10 +98,10 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
-def _prose(text: str) -> str:
-    """The text of a page without its fenced blocks and inline code spans."""
+def _prose(text: str, code: str = "") -> str:
+    """The text of a page without its fenced blocks, inline code spans replaced by `code`."""
     text = re.sub(r"^([ \t]*)(```+|~~~+).*?^\1\2[ \t]*$", "", text, flags=re.S | re.M)
-    return re.sub(r"`+[^`\n]*`+", "", text)
+    return re.sub(r"`+([^`\n]*)`+", code, text)
 
 
 def anchors(page: Path) -> set:
@@ -109,7 +109,8 @@ def anchors(page: Path) -> set:
     dropped, spaces as `-`, a repeated one suffixed -1, -2, ..."""
     seen: dict = {}
     out = set()
-    for line in _prose(page.read_text(encoding="utf-8")).splitlines():
+    # a heading's code span keeps its text in the anchor, as on GitHub
+    for line in _prose(page.read_text(encoding="utf-8"), r"\1").splitlines():
         m = HEADING.match(line)
         if not m:
             continue
