@@ -359,6 +359,7 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
     else:           # the folder holds the tokenizer
         given.update(tokenizer="")
     cfg = config_from_values(given, source)
+    flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed), every kind
     place = "gpu" if device == "gpu" else "cpu"
     if own_model:
         set_device(place)
@@ -367,7 +368,6 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
         model, vocab = task.load_saved(directory, rows, place)
         return Assembly(cfg=cfg, task=task, tokenizer=vocab, model=model, device=device,
                         eval_rows=rows)
-    flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed)
     set_device(place)
     task = build_task(cfg, SavedReader(record["labels"], cfg.task))
     # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32

@@ -94,6 +94,38 @@ def test_compiled_output_keeps_its_type():
     assert list(out.encoder.sequence_output.shape) == [2, 16, 32]
 
 
+def test_later_calls_replay_the_program_without_the_python_forward():
+    """The first call traces the training forward into a program with operators; the calls
+    after it replay that program: the model's Python forward (counted by a pre-hook, which
+    every dygraph call runs) is not called again."""
+    model = auto.head_class("sequence_classification")(tiny_config(**NO_DROPOUT), num_labels=2)
+    model.train()
+    calls = []
+    model.register_forward_pre_hook(lambda layer, inputs: calls.append(1))
+    compiled = CompiledForward(model)
+    ids, memories = paddle.randint(4, 60, [2, 16]), model.ernie_doc.init_memories(2)
+    compiled(ids, memories)
+    traced = len(calls)
+    assert traced <= 1
+    concrete, _ = compiled._program.get_concrete_program([ids, memories], {}, True)
+    assert len(concrete.main_program.global_block().ops) > 100
+    for _ in range(2):
+        out = compiled(ids, memories)
+    assert len(calls) == traced
+    np.testing.assert_allclose(out.logits.numpy(), model(ids, memories).logits.numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert len(calls) == traced + 1   # the hook does count a dygraph call
+
+
+def test_compiled_forward_refuses_eval_mode():
+    model = auto.head_class("sequence_classification")(tiny_config(), num_labels=2)
+    compiled = CompiledForward(model)
+    model.eval()
+    with pytest.raises(RuntimeError, match="runs training steps; call the model itself in "
+                                           "eval mode"):
+        compiled(paddle.randint(4, 60, [2, 16]))
+
+
 def train_log(out):
     with open(out / "train_log.jsonl") as f:
         return [json.loads(line) for line in f]

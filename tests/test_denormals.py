@@ -41,14 +41,17 @@ def test_flush_and_restore():
     assert np.float32(1e-30) * np.float32(1e-7) == np.float32(1e-37)  # normal: unchanged
 
 
-@pytest.mark.parametrize("value", [True, False])
-def test_prepare_applies_the_config_key(tmp_path, value):
+@pytest.mark.parametrize("setting, flushed", [("true", True), ("false", False),
+                                              (None, True)])   # the key left out: flushed
+def test_prepare_applies_the_config_key(tmp_path, setting, flushed):
     from ernie_doc.run_config import load_config
     from ernie_doc.training.prepare import prepare
-    flush_denormals(not value)
-    prepare(load_config(None, tiny_longdep(f"flush_denormals={str(value).lower()}",
-                                           f"output_dir={tmp_path / 'run'}")))
-    assert denormals_flushed() is value
+    flush_denormals(not flushed)
+    given = [] if setting is None else [f"flush_denormals={setting}"]
+    cfg = load_config(None, tiny_longdep(*given, f"output_dir={tmp_path / 'run'}"))
+    assert cfg.flush_denormals is flushed
+    prepare(cfg)
+    assert denormals_flushed() is flushed
 
 
 def test_paddle_kernels_follow_the_setting():

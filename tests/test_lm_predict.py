@@ -18,6 +18,7 @@ from ernie_doc.predict.lm import LMPipeline, document_lines, encode_document
 from ernie_doc.predict.pipeline import model_directory
 from ernie_doc.run_config import load_config
 from ernie_doc.training.trainer import run
+from ernie_doc.utils import denormals_flushed, flush_denormals
 
 TINY = str(ROOT / "tasks" / "wikitext103" / "config_tiny.yaml")
 
@@ -57,6 +58,20 @@ def trained(data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def pipe(trained):
     return LMPipeline.from_pretrained(model_directory(str(trained)), batch_size=1)
+
+
+@pytest.mark.skipif(denormals_flushed() is None,
+                    reason="reads the x86-64 MXCSR through glibc's fenv")
+def test_prediction_flushes_denormals_as_the_run_did(trained):
+    """A saved language model predicts with denormal floats flushed, as its run trained
+    (flush_denormals defaults to true), like every other kind (tests/test_predict.py)."""
+    before = denormals_flushed()
+    flush_denormals(False)
+    try:
+        LMPipeline.from_pretrained(model_directory(str(trained)), batch_size=1)
+        assert denormals_flushed() is True
+    finally:
+        flush_denormals(before)
 
 
 def test_a_split_file_as_one_document_equals_its_evaluation(trained, data, pipe):

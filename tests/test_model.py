@@ -7,7 +7,9 @@ from helpers import tiny_config
 
 from benchmarks.reference import PaddleNLPReference, official_position_ids
 from ernie_doc import ErnieDocConfig, ErnieDocModel
-from ernie_doc.modeling.attention import gather_rel_shift, relative_position_ids
+from ernie_doc.modeling.attention import (RelativeMultiHeadAttention, gather_rel_shift,
+                                          relative_position_ids)
+from ernie_doc.modeling.masks import encoder_attention_bias
 
 
 def _segments(config, batch, n_segments, seed=0, pad_last=True):
@@ -120,6 +122,71 @@ def test_relative_row_is_a_function_of_distance():
         for b in range(t + m):
             delta = m + a - b
             assert rows[a, b] == (-delta if delta <= 0 else p - 1 + delta)
+
+
+def test_short_segments_default_to_the_pretrained_rows():
+    """T < P, where the mappings differ. The default is `pretrained` (past distance δ reads
+    row P−1+δ, as in pretraining); `official` reads the official reader's ids
+    (reader/batching.get_related_pos: T+M ids from 2T+M−1 down to T, then 0 … T−1), which is
+    what PaddleNLP's model computes with them, and the two give other outputs."""
+    assert ErnieDocConfig().relative_position_mapping == "pretrained"
+    t, m, p = 6, 4, 16
+    official = relative_position_ids(t, m, p, "official").numpy().tolist()
+    assert official == official_position_ids(t, m).tolist()
+    assert official == [15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 0, 1, 2, 3, 4, 5]
+    assert relative_position_ids(t, m, p).numpy().tolist() == \
+        [25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 0, 1, 2, 3, 4, 5]
+    paddle.seed(0)
+    config = tiny_config(max_position_embeddings=p, memory_len=m)
+    weights = ErnieDocModel(config).state_dict()
+    rng = np.random.RandomState(0)
+    ids = paddle.to_tensor(rng.randint(4, 60, (2, t)).astype("int64"))
+    mem = paddle.to_tensor(rng.randn(2, 2, m, 32).astype("float32"))
+    seq = {}
+    for mapping in ("default", "pretrained", "official"):
+        model = ErnieDocModel(config if mapping == "default"
+                              else config.replace(relative_position_mapping=mapping))
+        model.set_state_dict(weights)
+        model.eval()
+        seq[mapping] = model(ids, mem).sequence_output
+        if mapping == "official":
+            ref, _, _ = PaddleNLPReference(model)(ids, mem)
+            assert _max_diff(seq[mapping], ref) < 1e-5
+    assert _max_diff(seq["default"], seq["pretrained"]) == 0.0
+    assert _max_diff(seq["default"], seq["official"]) > 1e-4   # rounding: < 1e-6
+
+
+def _attention_of_one_head(gain):
+    """A one-head attention layer, H = 32: query = gain·x, key = value = output = x, no
+    biases, no position term (zero position rows, zero r_r bias)."""
+    layer = RelativeMultiHeadAttention(tiny_config(num_attention_heads=1))
+    layer.eval()
+    eye = np.eye(32, dtype="float32")
+    for name, scale in (("q_proj", gain), ("k_proj", 1.0), ("v_proj", 1.0), ("r_proj", 0.0),
+                        ("out_proj", 1.0)):
+        getattr(layer, name).weight.set_value(eye * scale)
+        getattr(layer, name).bias.set_value(np.zeros(32, "float32"))
+    for bias in (layer.r_w_bias, layer.r_r_bias, layer.r_t_bias):
+        bias.set_value(np.zeros(32, "float32"))
+    return layer
+
+
+def test_masked_pairs_get_the_official_constant():
+    """A disallowed (query, key) pair's logit gets −1e9 added (official; PaddleNLP: −1e8). It
+    shows on a fully padded query row: all its keys get −1e9, where float32 is spaced by 64,
+    so scores 0 and 20 both round to −1e9 and the row attends uniformly (−1e8, spaced by 8,
+    would keep them 16 apart: all weight on one key)."""
+    mask = paddle.to_tensor([[1.0, 0.0]])
+    bias, _ = encoder_attention_bias(mask, None, None, True, 1, 2, 1, 1, False)
+    # keys [memory slot, token 0, token 1 (padded)]; query 1 is padded
+    assert bias.numpy().tolist() == [[[[0.0, 0.0, -1e9], [-1e9, -1e9, -1e9]]]]
+    no_memory, _ = encoder_attention_bias(mask, None, None, False, 1, 2, 0, 1, False)
+    # x0 = e0, x1 = e1: query 1 scores key 0 at 0 and key 1 at gain·d^-0.5 = 20
+    layer = _attention_of_one_head(20.0 * 32 ** 0.5)
+    x = paddle.to_tensor(np.eye(2, 32, dtype="float32")[None])
+    out = layer(x, None, paddle.zeros([4, 32]), None, None, no_memory).numpy()
+    np.testing.assert_allclose(out[0, 0, :2], [1.0, 0.0], atol=1e-6)   # the real key only
+    np.testing.assert_allclose(out[0, 1, :2], [0.5, 0.5], atol=1e-6)   # uniform
 
 
 def _stream(model, segments, batch):

@@ -137,3 +137,23 @@ def test_relative_links_resolve():
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 bad.append(f"{rel}: {target}: no such heading")
     assert not bad, "\n".join(bad)
+
+
+PINNED = re.compile(r"`(tests/test_\w+\.py)(?:::(\w+))?`")
+
+
+def test_differences_name_tests_that_exist():
+    """Every `tests/test_x.py::test_y` docs/differences.md names (the test pinning a row's
+    default) is a test function of that file: a renamed test must not leave a row unpinned."""
+    page = rf.ROOT / "docs" / "differences.md"
+    named = PINNED.findall(page.read_text(encoding="utf-8"))
+    assert len(named) >= 10
+    bad = []
+    for path, name in named:
+        source = rf.ROOT / path
+        if not source.is_file():
+            bad.append(f"{path}: no such file")
+        elif name and not re.search(rf"^def {name}\(", source.read_text(encoding="utf-8"),
+                                    re.M):
+            bad.append(f"{path}::{name}: no such test")
+    assert not bad, "\n".join(bad)

@@ -148,6 +148,26 @@ def test_n_best_keeps_each_text_once(tmp_path):
     assert record["pred"] == "海淀"
 
 
+def test_answer_unit_defaults_to_the_sub_token_cut(tmp_path):
+    """The task's default answer_unit is the official one (token): a gold "iPhone6" in
+    "买iPhone6s在北京" trains the piece iphone6 alone, and a span on that piece answers
+    "iPhone6" (answer_unit: word: the pieces iphone6 ##s, "iPhone6s")."""
+    tok = tokenizer(tmp_path)
+    task = span_task()
+    assert task.options["answer_unit"] == "token"
+    setup(task, tok)
+    text = "买iPhone6s在北京"
+    doc = Document("q0", text, fields={"context": text, "question": "在哪里",
+                                       "answers": [{"text": "iPhone6", "start": 1}],
+                                       "references": ["iPhone6"]})
+    (only,) = task.document_segments(doc, 0, tok)   # [CLS] 买 iphone6 ##s 在 北 京 [SEP] …
+    assert np.nonzero(only.targets["start_gold"])[0].tolist() == [2]
+    assert np.nonzero(only.targets["end_gold"])[0].tolist() == [2]
+    passes = _passes(task, [doc], tok)
+    rows = _rows(passes, lambda _: logits({2: 5}, {2: 5}, T=16))
+    assert task.predict([doc], rows, passes)[0]["pred"] == "iPhone6"
+
+
 def outside(_):
     """Every context position below the question and padding ones."""
     lg = np.zeros((16, 2))
@@ -219,6 +239,7 @@ def test_cmrc_word_splitting_is_nltk_3_6_2():
                                                                       "好"]
     # F1 vs "hi你好": 3.6.2 LCS 你好 = 2 of 4 / 3 segments → 4/7; 3.7: 2 of 5 / 3 → 1/2
     assert cmrc.f1_score("''hi''你好", ["hi你好"]) == pytest.approx(4 / 7)
+    assert cmrc.evaluate({"q": "''hi''你好"}, {"q": ["hi你好"]})["f1"] == pytest.approx(400 / 7)
     assert cmrc.evaluate({"q": "''hi''你好"}, {"q": ["hi你好"]}, "3.7")["f1"] \
         == pytest.approx(50.0)
     with pytest.raises(ValueError):
