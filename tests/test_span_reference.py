@@ -5,7 +5,9 @@ to work out by hand, and each default's switch back to ours:
 - the n-best pool: top n_best over all T positions, then the context ones (n_best_pool);
 - the answer cut at sub-token characters, as get_final_text gives it (answer_unit);
 - "empty" when no candidate survives (empty_answer), distinct texts in the n-best list;
-- questions without a reference counted in the metric's mean (unreferenced);
+- questions without a reference scored against "" and counted in the metric's mean, as the
+  official metric scores a file's empty-string answer (it crashes on an empty list;
+  unreferenced);
 - the official loss' softmax over all T positions (loss_positions);
 - the CMRC metric's word splitting by nltk 3.6.2's Treebank rules (the version ERNIE-Doc pins).
 """
@@ -198,8 +200,8 @@ def test_questions_without_reference_count_in_the_mean(tmp_path, options, expect
     task = span_task(options)
     setup(task, tok)
     docs, rows, passes = docs_and_rows(task, tok, two_hd)
-    # q0 predicts 海淀 = its reference (EM 1, F1 1); q1 has none: the official metric still
-    # divides by every question, and 海淀 against [""] scores 0
+    # q0 predicts 海淀 = its reference (EM 1, F1 1); q1 has none: scored against "" (0), as
+    # the official metric scores a file's [""], and counted (it divides by every question)
     metrics, records = task.evaluate(docs, rows, passes)
     assert metrics == expected
     assert [r["references"] for r in records] == [["海淀"], []]
@@ -207,9 +209,12 @@ def test_questions_without_reference_count_in_the_mean(tmp_path, options, expect
 
 def test_cmrc_unreferenced_question_scores_against_empty_text():
     # the official metric with answers [""]: nothing is common (F1 0); EM 1 only for a
-    # prediction that is empty once punctuation is removed
-    assert cmrc.evaluate({"a": "empty", "b": "：", "c": "x"}, {"a": [], "b": [], "c": ["x"]}) \
-        == pytest.approx({"em": 200 / 3, "f1": 100 / 3, "avg": 50.0, "total": 3, "skipped": 0})
+    # prediction that is empty once punctuation is removed. With answers [] it crashes
+    # (max([])); ours scores [] as [""]
+    want = {"em": 200 / 3, "f1": 100 / 3, "avg": 50.0, "total": 3, "skipped": 0}
+    preds = {"a": "empty", "b": "：", "c": "x"}
+    assert cmrc.evaluate(preds, {"a": [], "b": [], "c": ["x"]}) == pytest.approx(want)
+    assert cmrc.evaluate(preds, {"a": [""], "b": [""], "c": ["x"]}) == pytest.approx(want)
 
 
 def test_loss_over_all_positions():
