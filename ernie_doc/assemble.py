@@ -23,7 +23,7 @@ from ernie_doc.kinds import build_task, kind_class
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import AmpSettings, amp_settings
-from ernie_doc.run_config import TrainConfig, config_from_values
+from ernie_doc.run_config import TrainConfig, batch_rows, config_from_values
 from ernie_doc.utils import flush_denormals, set_device
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
@@ -92,9 +92,10 @@ def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
     group = task.group_size
     for key in ("batch_size", "eval_batch_size"):
-        if cfg[key] and cfg[key] % group:
+        if cfg.batch_unit == "rows" and cfg[key] and cfg[key] % group:
             raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
-                              f"{group} (rows per example of task kind {cfg.kind!r})")
+                              f"{group} (rows per example of task kind {cfg.kind!r}; "
+                              f"batch_unit: rows)")
     return getattr(task.segmenter, "stride", stride)   # a segmenter may fix its own
 
 
@@ -204,21 +205,31 @@ def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tok
     """Refuse (ConfigError) a run whose estimated memory exceeds the device's, before the model
     is built; `build(n)`: the model with n layers. Eval-only runs count no gradients."""
     from ernie_doc import resources
-    cfg = run.cfg
-    rows = ((run.eval_rows or cfg.eval_batch_size or cfg.batch_size) if cfg.eval_only
-            else cfg.batch_size)
+    cfg, group = run.cfg, run.task.group_size
+    if cfg.eval_only and run.eval_rows:   # the batch rows a prediction asked for
+        rows, words = run.eval_rows, f"batch_size {run.eval_rows}"
+    else:
+        key = "eval_batch_size" if cfg.eval_only and cfg.eval_batch_size else "batch_size"
+        rows = batch_rows(cfg, group, cfg.eval_only)
+        words = _batch_words(key, cfg[key], rows)
     params = resources.parameter_count(build, layers)
     parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
                                      heads, training=not cfg.eval_only)
-    resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, batch_size {rows}, "
-                                f"{tokens} tokens per row", run.device)
-    if not cfg.eval_only and (cfg.eval_batch_size or 0) > rows:
-        parts = resources.training_parts(params, layers, cfg.eval_batch_size, tokens,
-                                         memory_len, hidden, heads, training=False)
+    resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, {words}, {tokens} "
+                                f"tokens per row", run.device)
+    eval_rows = batch_rows(cfg, group, evaluation=True)
+    if not cfg.eval_only and cfg.eval_batch_size and eval_rows > rows:
+        parts = resources.training_parts(params, layers, eval_rows, tokens, memory_len, hidden,
+                                         heads, training=False)
         parts["gradients + Adam moments"] = 3 * parts["weights"]   # kept while evaluating
-        resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, eval_batch_size "
-                                    f"{cfg.eval_batch_size}, {tokens} tokens per row",
-                             run.device)
+        words = _batch_words("eval_batch_size", cfg.eval_batch_size, eval_rows)
+        resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, {words}, {tokens} "
+                                    f"tokens per row", run.device)
+
+
+def _batch_words(key: str, size: int, rows: int) -> str:
+    """The batch in a message, e.g. "batch_size 6 (24 rows)": the rows where they differ."""
+    return f"{key} {size}" + (f" ({rows} rows)" if rows != size else "")
 
 
 def check_head_memory(run: Assembly, config: ErnieDocConfig) -> None:

@@ -68,8 +68,11 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
                                    "segment's: mean | last"),
     )),
     ("optimisation", (
-        ("batch_size", 16, "rows (memory streams) per rank"),
-        ("eval_batch_size", None, "rows per rank in evaluation; null = batch_size"),
+        ("batch_size", 16, "examples per rank (batch_unit)"),
+        ("eval_batch_size", None, "examples per rank in evaluation; null = batch_size"),
+        ("batch_unit", "examples", "what batch sizes count: examples (a C3 question = "
+                                   "num_choices rows, a CAIL triplet = 2; PaddleNLP's) | rows "
+                                   "(memory streams)"),
         ("epochs", 3, "passes over the train split"),
         ("max_steps", 0, "stop after this many optimizer steps (0 = run epochs); a streamed "
                          "corpus needs it"),
@@ -176,6 +179,7 @@ CHOICES = {
     "lr_schedule": ("linear", "official", "cosine"),
     "device": ("auto", "cpu", "gpu"),
     "model_source": ("official", "paddlenlp"),
+    "batch_unit": ("examples", "rows"),
 }
 # kinds that stream their training data for max_steps (eval_splits may be empty)
 STREAMED_KINDS = ("pretraining", "language_model")
@@ -574,3 +578,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not cfg.output_dir:
         cfg["output_dir"] = os.path.join("output", str(cfg.task))
     return cfg
+
+
+def batch_rows(cfg: TrainConfig, group: int, evaluation: bool = False) -> int:
+    """Batch rows (memory streams) per rank: batch_size, or eval_batch_size in `evaluation`
+    when it is set, counted in examples of `group` rows each (a C3 question's choices, a CAIL
+    triplet's two pairs) under batch_unit "examples", as PaddleNLP's run_mcq.py and
+    run_semantic_matching.py count questions and triplets, or in rows under "rows"."""
+    size = (cfg.eval_batch_size or cfg.batch_size) if evaluation else cfg.batch_size
+    return size * group if cfg.batch_unit == "examples" else size

@@ -15,15 +15,16 @@ from collections import namedtuple
 import numpy as np
 import paddle
 import pytest
-from helpers import tiny_config
+from helpers import ROOT, tiny_config
 
 from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.data.splits import DocumentSplit
+from ernie_doc.errors import ConfigError
 from ernie_doc.kinds.choice import (MultipleChoiceTask, PairMatchingTask, context_window,
                                     question_choice_pairs, truncate_pair)
-from ernie_doc.run_config import load_config
+from ernie_doc.run_config import batch_rows, load_config
 
 CLS, SEP, PAD = 1, 2, 0
 SPECIAL = {"cls": CLS, "sep": SEP, "pad": PAD}
@@ -205,8 +206,6 @@ def test_shipped_configs_read_files_into_reference_types(tmp_path):
     official layouts) give PaddleNLP's token types."""
     import json
 
-    from helpers import ROOT
-
     from ernie_doc.kinds import build_task
     tok = CharTokenizer()
     c3_dir, cail_dir = tmp_path / "c3", tmp_path / "cail"
@@ -233,6 +232,33 @@ def test_shipped_configs_read_files_into_reference_types(tmp_path):
     # [CLS] a b c d [SEP] | e f g [SEP]  and  [CLS] a b c d [SEP] | h i [SEP]
     assert ab.token_type_ids.tolist() == [0] * 6 + [1] * 4 + [0] * 3
     assert ac.token_type_ids.tolist() == [0] * 6 + [1] * 3 + [0] * 4
+
+
+# -- batch sizes count questions and triplets --------------------------------------------------
+def test_batch_size_counts_examples_as_paddlenlp():
+    """PaddleNLP's run_mcq.py builds its memories for batch_size × choice_num rows (batch_size
+    questions per step) and run_semantic_matching.py reads batch_size triplets per step, one
+    row each in its (A,B) and (A,C) inputs. batch_unit: rows (ours) counts rows."""
+    c3 = load_config(None, ["task=c3", "kind=multiple_choice", "batch_size=2",
+                            "eval_batch_size=3"])
+    assert c3.batch_unit == "examples"
+    assert (batch_rows(c3, 4), batch_rows(c3, 4, evaluation=True)) == (8, 12)
+    cail = load_config(None, ["task=cail2019_scm", "kind=pair_matching", "batch_size=3"])
+    assert (batch_rows(cail, 2), batch_rows(cail, 2, evaluation=True)) == (6, 6)
+    rows = load_config(None, ["task=c3", "kind=multiple_choice", "batch_size=8",
+                              "batch_unit=rows"])
+    assert (batch_rows(rows, 4), batch_rows(rows, 4, evaluation=True)) == (8, 8)
+    with pytest.raises(ConfigError, match="batch_unit"):
+        load_config(None, ["task=c3", "kind=multiple_choice", "batch_unit=questions"])
+
+
+@pytest.mark.parametrize("task, paper_batch", [("c3", 24), ("cail2019_scm", 48)])
+def test_shipped_configs_hold_the_paper_batch_in_examples(task, paper_batch):
+    """The paper's appendix batch (C3 24, CAIL 48) read in PaddleNLP's unit: examples per
+    optimizer step (batch_size × grad_accum_steps, one rank)."""
+    cfg = load_config(str(ROOT / "tasks" / task / "config.yaml"))
+    assert cfg.batch_unit == "examples"
+    assert cfg.batch_size * cfg.grad_accum_steps == paper_batch
 
 
 # -- the loss and the heads ----------------------------------------------------------------

@@ -130,7 +130,8 @@ def test_choice_predict_equals_evaluation(tmp_path):
     out = tmp_path / "out"
     # T=32: the default (PaddleNLP's) C3 window leaves no context at T=16
     finetune_task("c3", data, out, vocab_dir(tmp_path / "vocab", ZH), "stride=4",
-                  "batch_size=8", "max_seq_len=32", "model_overrides.max_position_embeddings=32")
+                  "batch_size=2", "grad_accum_steps=1", "max_seq_len=32",   # 2 questions: 8 rows
+                  "model_overrides.max_position_embeddings=32")
     # task.json holds every task option as the run resolved it, defaults included, so a
     # later change of a default does not change how this model reads
     from ernie_doc.kinds.choice import MultipleChoiceTask
@@ -139,7 +140,12 @@ def test_choice_predict_equals_evaluation(tmp_path):
     docs = load_reader("c3").read(str(data), "dev", {})
     inputs = [{"id": d.doc_id, "context": d.fields["context"], "question": d.fields["question"],
                "choices": d.fields["choices"]} for d in docs]
-    records = Pipeline.from_pretrained(str(out))(inputs)
+    # batch_size counts questions (PaddleNLP's unit): 2 questions are 8 rows, in training and
+    # in prediction; predict's own batch size counts rows
+    assert "(8 rows/rank x 1 ranks x 1 accumulation)" in (out / "train.log").read_text()
+    pipe = Pipeline.from_pretrained(str(out))
+    assert pipe.rows == 8
+    records = pipe(inputs)
     assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"), records)
     for r, d in zip(records, docs):
         assert len(r["probs"]) == len(d.fields["choices"])
@@ -151,7 +157,7 @@ def test_pair_matching_and_keyphrase_predict_equal_evaluation(tmp_path):
     data = cail_data(tmp_path, (("train", 8), ("valid", 5), ("test", 2)))
     out = tmp_path / "cail-out"
     finetune_task("cail2019_scm", data, out, vocab_dir(tmp_path / "zh", ZH), "stride=4",
-                  "batch_size=4")
+                  "batch_size=2", "grad_accum_steps=1")   # 2 triplets: 4 rows
     docs = load_reader("cail2019_scm").read(str(data), "dev", {})   # valid.json
     inputs = [{"id": d.doc_id, **{k: d.fields[k] for k in "ABC"}} for d in docs]
     assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"),

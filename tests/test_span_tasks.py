@@ -287,9 +287,9 @@ def test_c3_run_sh_rows_per_choice(tmp_path):
     out = tmp_path / "out"
     # T=32: PaddleNLP's window (the default) subtracts all four question + choice pairs
     # (16 or 18 tokens here) and leaves no context at T=16
-    run_task("c3", data, out, vocab_dir(tmp_path / "vocab", HANZI), "stride=4", "batch_size=8",
-             "max_seq_len=32", "model_overrides.max_position_embeddings=32",
-             nproc=2)   # each rank holds whole groups of 4 rows
+    run_task("c3", data, out, vocab_dir(tmp_path / "vocab", HANZI), "stride=4", "batch_size=2",
+             "grad_accum_steps=1", "max_seq_len=32", "model_overrides.max_position_embeddings=32",
+             nproc=2)   # each rank holds whole questions: 2 of 4 rows each
     check_results(out, "accuracy", 4)
     preds = [json.loads(x) for x in open(out / "predictions_dev.jsonl")]
     # the padded choices of a 2-choice question get no probability (doc ids: m-dev-i-0)
@@ -298,7 +298,7 @@ def test_c3_run_sh_rows_per_choice(tmp_path):
         # each probability is rounded to 6 decimals: their sum is 1 within 3 × 0.5e-6
         assert len(p["probs"]) == 2 + i % 2 and sum(p["probs"]) == pytest.approx(1.0, abs=2e-6)
     proc = finetune_task("c3", data, tmp_path / "bad", vocab_dir(tmp_path / "vocab", HANZI),
-                         "batch_size=6", expect=2)
+                         "batch_unit=rows", "batch_size=6", expect=2)
     assert "batch_size 6 must be a multiple of 4" in proc.stdout + proc.stderr
 
 
@@ -321,7 +321,7 @@ def test_cail_run_sh_pairs_in_lockstep(tmp_path):
     data = cail_data(tmp_path)
     out = tmp_path / "out"
     run_task("cail2019_scm", data, out, vocab_dir(tmp_path / "vocab", HANZI), "stride=4",
-             "batch_size=4")
+             "batch_size=2", "grad_accum_steps=1")   # 2 triplets: 4 rows
     check_results(out, "accuracy", 4)
     assert (out / "test_results.json").is_file()
 

@@ -161,6 +161,7 @@ class Task:
                                          # main_metric's choices, checked before anything runs
     option_defaults: Dict[str, Any] = {}
     streaming = False      # the train split is a stream run for max_steps, not epochs
+    group_size = 1         # batch rows one example takes (batch_unit: examples counts these)
     builds_model = False   # the task builds its model and splits itself (memory_plan,
                            # build_model, build_splits, describe: see LanguageModelTask)
 
@@ -240,7 +241,6 @@ class DocumentTask(Task):
     """The document family: reading, label ids, segment passes, an ERNIE-Doc head. `group_size`
     g > 1: an example takes g rows in lockstep (steps: tuples of g Segments)."""
     head_class = None
-    group_size = 1
 
     def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)

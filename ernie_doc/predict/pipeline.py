@@ -31,6 +31,7 @@ from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  
                                       completed_ids, count_inputs, input_format, model_directory,
                                       read_inputs, read_task_record, task_record, to_document,
                                       to_jsonable)
+from ernie_doc.run_config import batch_rows
 from ernie_doc.utils import threads_problem
 
 DEVICES = ("cpu", "gpu")
@@ -190,7 +191,8 @@ class Pipeline(DocumentStream):
                                 "task it was fine-tuned for") from None
         except (ConfigError, DataError) as e:
             raise PipelineError(str(e)) from None
-        return cls(run, batch_size or run.cfg.eval_batch_size or run.cfg.batch_size, on_error)
+        return cls(run, batch_size or batch_rows(run.cfg, run.task.group_size, evaluation=True),
+                   on_error)
 
     # -- documents → predictions -----------------------------------------------------------
     def _passes(self, doc: Document, key: int) -> list:

@@ -23,7 +23,7 @@ from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.kinds import build_task
 from ernie_doc.kinds.base import Task, label_notes
 from ernie_doc.precision import AmpSettings, amp_settings, gpu_capability
-from ernie_doc.run_config import TrainConfig
+from ernie_doc.run_config import TrainConfig, batch_rows
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.runlog import logger, setup_logging
@@ -195,7 +195,7 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
     config = run.model.config
     stride = setup_reading(run, special)
     group = task.group_size
-    eval_rows = cfg.eval_batch_size or cfg.batch_size
+    train_rows, eval_rows = batch_rows(cfg, group), batch_rows(cfg, group, evaluation=True)
     notes, splits = [], []
 
     def document_split(name, split_docs, passes, rows, shuffle):
@@ -211,9 +211,9 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
             except DataError as e:
                 raise DataError(f"split {name!r}: {e}") from None
             passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
-        rows = cfg.batch_size if name == "train" else eval_rows
+        rows = train_rows if name == "train" else eval_rows
         if name == "train" and not cfg.eval_only:
-            run.train = document_split(name, split_docs, passes, cfg.batch_size, cfg.shuffle)
+            run.train = document_split(name, split_docs, passes, train_rows, cfg.shuffle)
         if name in cfg.eval_splits or name in cfg.test_splits:   # evaluation reads in order
             run.evaluated[name] = document_split(name, split_docs, passes, eval_rows, False)
         splits.append(run.evaluated[name] if name in run.evaluated else run.train)

@@ -25,6 +25,7 @@ import paddle
 
 from ernie_doc import distributed as dist
 from ernie_doc.errors import Bf16ProgramError, CheckpointStateError, ConfigError, TrainingError
+from ernie_doc.run_config import batch_rows
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import compiled_or_none, try_compiled
@@ -282,8 +283,9 @@ class Trainer:
                    disable=not (self.is_main and show_progress(cfg.progress)), dynamic_ncols=True,
                    mininterval=1.0)
         epochs = "" if train.endless else f"{cfg.epochs} epochs, "
+        rows = batch_rows(cfg, self.task.group_size)
         logger.info(f"training: {epochs}{total_steps} optimizer steps "
-                    f"({cfg.batch_size} rows/rank x {self.world} ranks x "
+                    f"({rows} rows/rank x {self.world} ranks x "
                     f"{cfg.grad_accum_steps} accumulation)")
         return bar
 
@@ -370,7 +372,7 @@ class Trainer:
         # micro: micro-steps read in the current epoch; best: main metric of the best eval
         state = {"epoch": 0, "micro": 0, "step": 0, "best": None, "best_step": None,
                  "total_steps": run.total_steps}
-        carry = self.task.init_carry(self.model, self.cfg.batch_size)
+        carry = self.task.init_carry(self.model, batch_rows(self.cfg, self.task.group_size))
         if run.resume:
             path, state, arrays, optimizer_state = run.resumed   # checked in prepare
             ckpt.load_optimizer_state(self.model, optimizer, optimizer_state)
