@@ -11,9 +11,10 @@ import pytest
 import setuptools
 
 ROOT = Path(__file__).resolve().parents[1]
-# development tools and the PaddleNLP reference (with what it pulls in): never a user's install
+# development tools and the references (PaddleNLP with what it pulls in, nltk): never a user's
+# install
 DEV_ONLY = {"pytest", "pytest-xdist", "ruff", "isort", "paddlenlp", "datasets", "pyarrow",
-            "huggingface-hub", "aistudio-sdk", "fastapi", "uvicorn"}
+            "huggingface-hub", "aistudio-sdk", "fastapi", "uvicorn", "nltk"}
 PADDLE = {"paddlepaddle", "paddlepaddle-gpu"}
 
 
@@ -94,6 +95,9 @@ def test_the_development_files_include_the_users():
     user, dev = requirements("requirements.txt"), requirements("requirements-dev.txt")
     assert dev.items() >= user.items()
     assert {"pytest", "pytest-xdist", "ruff", "isort", "paddlenlp"} <= set(dev)
+    # nltk at ERNIE-Doc's pin, the `nltk` extra's: the tests against nltk run in CI
+    assert setup_arguments()["extras_require"]["nltk"] == [f"nltk=={dev['nltk']}"] == \
+        ["nltk==3.6.2"]
     # the paddle 2.6.2 development set: the same libraries and tools, paddle 2.6.2
     dev26 = requirements("requirements-paddle26.txt")
     assert dev26.pop("paddlepaddle") == "2.6.2" and dev.pop("paddlepaddle") == "3.3.1"

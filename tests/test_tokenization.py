@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import runpy
 import subprocess
 import sys
@@ -291,30 +292,30 @@ def test_wordpiece_matches_paddlenlp(zh_vocab_file, paddlenlp_transformers, tmp_
 
 
 # ----------------------------------------------------------- sentence splitting
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        # Expected values were checked against NLTK's Punkt with its English model.
-        ("Mr. Smith went to Washington. He arrived at 5 p.m. today.",
-         ["Mr. Smith went to Washington.", "He arrived at 5 p.m. today."]),
-        ("It cost $3.14 in 1999. Then prices rose to 4.5 dollars.",
-         ["It cost $3.14 in 1999.", "Then prices rose to 4.5 dollars."]),
-        ('He said "hello." Then he left.', ['He said "hello."', "Then he left."]),
-        ("Really?! Yes... I think so. (It was fine.) The end!",
-         ["Really?!", "Yes...", "I think so.", "(It was fine.)", "The end!"]),
-        ("J. R. R. Tolkien wrote it. Plan B. The end.", ["J. R. R. Tolkien wrote it.", "Plan B.", "The end."]),
-        ("Dr. Jones and Mrs. Brown met St. Peter. The rest.",
-         ["Dr. Jones and Mrs. Brown met St. Peter.", "The rest."]),
-        ("Wait... Then what? he asked.", ["Wait... Then what?", "he asked."]),
-        ("The end. then lower case.", ["The end.", "then lower case."]),
-        ("She left!' And that was it.", ["She left!'", "And that was it."]),
-        ("Great movie.10/10 would watch again.", ["Great movie.10/10 would watch again."]),
-        ("It was the U.S. The end.", ["It was the U.S.", "The end."]),
-        # Punkt's English model does not list "e.g." as an abbreviation.
-        ("Some films, e.g. this one, are long.", ["Some films, e.g.", "this one, are long."]),
-        ("", []),
-    ],
-)
+# Expected values were checked against NLTK's Punkt with its English model.
+RULE_CASES = [
+    ("Mr. Smith went to Washington. He arrived at 5 p.m. today.",
+     ["Mr. Smith went to Washington.", "He arrived at 5 p.m. today."]),
+    ("It cost $3.14 in 1999. Then prices rose to 4.5 dollars.",
+     ["It cost $3.14 in 1999.", "Then prices rose to 4.5 dollars."]),
+    ('He said "hello." Then he left.', ['He said "hello."', "Then he left."]),
+    ("Really?! Yes... I think so. (It was fine.) The end!",
+     ["Really?!", "Yes...", "I think so.", "(It was fine.)", "The end!"]),
+    ("J. R. R. Tolkien wrote it. Plan B. The end.", ["J. R. R. Tolkien wrote it.", "Plan B.", "The end."]),
+    ("Dr. Jones and Mrs. Brown met St. Peter. The rest.",
+     ["Dr. Jones and Mrs. Brown met St. Peter.", "The rest."]),
+    ("Wait... Then what? he asked.", ["Wait... Then what?", "he asked."]),
+    ("The end. then lower case.", ["The end.", "then lower case."]),
+    ("She left!' And that was it.", ["She left!'", "And that was it."]),
+    ("Great movie.10/10 would watch again.", ["Great movie.10/10 would watch again."]),
+    ("It was the U.S. The end.", ["It was the U.S.", "The end."]),
+    # Punkt's English model does not list "e.g." as an abbreviation.
+    ("Some films, e.g. this one, are long.", ["Some films, e.g.", "this one, are long."]),
+    ("", []),
+]
+
+
+@pytest.mark.parametrize("text, expected", RULE_CASES)
 def test_rule_splitter(text, expected):
     assert rule_split_sentences(text) == expected
     assert split_sentences(text, use_nltk=False) == expected
@@ -335,8 +336,11 @@ def test_fallback_warns_once(monkeypatch):
 
 
 def test_nltk_used_when_available():
+    """Punkt's real English model against the rules on IMDB: the model is nltk data, not on
+    PyPI (`python -m nltk.downloader punkt`), so this skips offline; the tests below build
+    what they need."""
     if not sentences_mod.nltk_available():
-        pytest.skip("nltk with punkt data not available")
+        pytest.skip("needs nltk and punkt's English model (nltk data, not on PyPI)")
     import nltk
 
     texts = _imdb_texts(200)
@@ -345,6 +349,81 @@ def test_nltk_used_when_available():
     agree = sum(rule_split_sentences(" ".join(t.split())) == nltk.tokenize.sent_tokenize(" ".join(t.split()))
                 for t in texts)
     assert agree >= 0.9 * len(texts)
+
+
+# Punkt of nltk 3.6.2 (ERNIE-Doc's pin; 3.6.6 rewrote the candidate search, 3.8.2 moved the
+# English model from a pickle to punkt_tab) with parameters built here: the real English
+# model is nltk data, not on PyPI.
+def _punkt_3_6():
+    nltk = pytest.importorskip("nltk")
+    version = tuple(int(x) for x in nltk.__version__.split(".")[:3])
+    if version >= (3, 6, 6):
+        pytest.skip(f"nltk {nltk.__version__}: the rules follow nltk 3.6.2's Punkt (3.6.6 "
+                    f"changed its candidate search)")
+    return nltk
+
+
+def punkt_parameters(extra_abbreviations=()):
+    """nltk PunktParameters that the rule splitter's tables stand for: its abbreviations, its
+    frequent sentence starters, and every common word seen lower- and upper-case inside a
+    sentence (so a capitalised one is never sure evidence of a sentence start, and an initial
+    before it is no name's initial: `_COMMON_WORDS`)."""
+    from nltk.tokenize.punkt import _ORTHO_MID_LC, _ORTHO_MID_UC, PunktParameters
+    params = PunktParameters()
+    params.abbrev_types = set(sentences_mod._ABBREVIATIONS) | set(extra_abbreviations)
+    params.sent_starters = set(sentences_mod._SENTENCE_STARTERS)
+    for word in sentences_mod._COMMON_WORDS:
+        params.add_ortho_context(word, _ORTHO_MID_LC | _ORTHO_MID_UC)
+    return params
+
+
+PUNKT_WORDS = ("Mr. Dr. U.S. p.m. e.g. etc. so-called. J. B. C. a. e. 5. 10. 3.14 1999. ... .. -- "
+               "The the He he She she It it I Then then But however Smith Washington movie "
+               "Movie And and (It was) fine.) \"hello.\" left!' Really?! What? yes! "
+               "Wow!!!This end.10/10 end. ; : , ) ( ' \"").split()
+
+
+def punkt_texts(n, seed=0):
+    """Random texts of the words Punkt's decisions turn on."""
+    rng = random.Random(seed)
+    return [rng.choice((" ", " ", "  ", "\n")).join(
+        rng.choice(PUNKT_WORDS) for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
+def test_rule_splitter_is_nltk_3_6_punkt_with_its_tables():
+    """The rules are Punkt's decisions (nltk 3.6.2, the official reader's `sent_tokenize`)
+    with hand-written tables in place of the English model's statistics: with exactly those
+    tables as parameters, nltk splits every text as the rules do."""
+    _punkt_3_6()
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+    punkt = PunktSentenceTokenizer(punkt_parameters())
+    cases = [text for text, _ in RULE_CASES] + punkt_texts(3000)
+    for text in cases:
+        assert rule_split_sentences(text) == punkt.tokenize(text), text
+
+
+def test_split_sentences_uses_nltk_when_punkt_loads(tmp_path, monkeypatch):
+    """With an English Punkt model on nltk's data path, split_sentences (and so the BPE
+    tokenizer) splits with nltk's sent_tokenize, as the official reader and PaddleNLP do. The
+    model here knows "e.g", which the rules do not: the two disagree on the text."""
+    nltk = _punkt_3_6()
+    import pickle
+
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+    model = tmp_path / "tokenizers" / "punkt" / "PY3"   # where nltk 3.6 loads pickles from
+    model.mkdir(parents=True)
+    with open(model / "english.pickle", "wb") as f:
+        pickle.dump(PunktSentenceTokenizer(punkt_parameters(["e.g"])), f)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    monkeypatch.setattr(nltk.data, "_resource_cache", {})
+    monkeypatch.setattr(sentences_mod, "_nltk_checked", False)
+    monkeypatch.setattr(sentences_mod, "_nltk_splitter", None)
+    text = "Some films, e.g. this one, are long. The end."
+    assert rule_split_sentences(text) == ["Some films, e.g.", "this one, are long.", "The end."]
+    assert sentences_mod.nltk_available()
+    assert split_sentences(text) == nltk.tokenize.sent_tokenize(text) == [
+        "Some films, e.g. this one, are long.", "The end."]
+    assert split_sentences(text, use_nltk=False) == rule_split_sentences(text)
 
 
 # ---------------------------------------------------------------- SentencePiece
