@@ -143,6 +143,29 @@ def test_set_sizes_are_refused_before_the_run(capsys, tmp_path, given, parts):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_estimate_counts_the_rows_of_an_example(monkeypatch):
+    """batch_size counts C3 questions (batch_unit: examples): the estimate is for batch_size ×
+    num_choices rows, and its message names both."""
+    from types import SimpleNamespace
+
+    from ernie_doc import assemble, resources
+    from ernie_doc.run_config import load_config
+    seen = []
+    monkeypatch.setattr(resources, "parameter_count", lambda build, layers: 1000)
+    monkeypatch.setattr(resources, "training_parts",
+                        lambda params, layers, rows, *rest, **kw: seen.append(rows) or
+                        {"weights": 1})
+    monkeypatch.setattr(resources, "check_fits", lambda parts, where, device: seen.append(where))
+    cfg = load_config(None, ["task=c3", "kind=multiple_choice", "batch_size=6",
+                             "eval_batch_size=8"])
+    run = SimpleNamespace(cfg=cfg, task=SimpleNamespace(group_size=4), eval_rows=None,
+                          device="cpu")
+    assemble.check_memory(run, None, 2, 16, 2, 16, 8)
+    assert seen == [24, f"{cfg.source}: 1,000 parameters, batch_size 6 (24 rows), 16 tokens "
+                        f"per row", 32, f"{cfg.source}: 1,000 parameters, eval_batch_size 8 "
+                                        f"(32 rows), 16 tokens per row"]
+
+
 @pytest.mark.parametrize("given, part", [
     ("model_overrides.memory_len=100000000000", "memory_len must be at most 2147483647"),
     ("model_overrides.max_position_embeddings=10000000000",
