@@ -84,6 +84,9 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("weight_decay", 0.01, "AdamW weight decay"),
         ("layer_decay", 1.0, "layer-wise LR decay: layer l of L gets decay^(L-l), "
                              "embeddings decay^(L+1)"),
+        ("layer_decay_rule", "official", "official: layer_decay scales the Adam step only, "
+                                         "weight decay uses the global LR | paddlenlp: it "
+                                         "scales both"),
         ("max_grad_norm", 0.0, "clip gradients by the global norm; 0 = no clipping "
                                "(official)"),
         ("adam_epsilon", 1e-8, "AdamW epsilon"),
@@ -180,6 +183,7 @@ CHOICES = {
     "device": ("auto", "cpu", "gpu"),
     "model_source": ("official", "paddlenlp"),
     "batch_unit": ("examples", "rows"),
+    "layer_decay_rule": ("official", "paddlenlp"),
 }
 # kinds that stream their training data for max_steps (eval_splits may be empty)
 STREAMED_KINDS = ("pretraining", "language_model")
@@ -466,7 +470,10 @@ def _check_names(cfg: TrainConfig) -> None:
                          f"{cfg.data_dir!r}")
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
-            _fail(cfg, key, f"{cfg[key]!r} is not one of {list(choices)}")
+            close = difflib.get_close_matches(cfg[key], choices, n=1) \
+                if isinstance(cfg[key], str) else []
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            _fail(cfg, key, f"{cfg[key]!r} is not one of {list(choices)}{hint}")
     if cfg.device == "gpu":
         from ernie_doc.distributed import gpu_problem
         problem = gpu_problem()
@@ -497,6 +504,8 @@ def _check_numbers(cfg: TrainConfig) -> None:
         _fail(cfg, "warmup_proportion", "must be at most 1")
     if cfg.adam_epsilon == 0:   # Adam divides by sqrt(v) + epsilon: 0/0 on unused weights
         _fail(cfg, "adam_epsilon", "must be positive, got 0")
+    if cfg.layer_decay == 0:   # a zero ratio freezes layers (the official code reads 0 as off)
+        _fail(cfg, "layer_decay", "must be positive (1 = no layer-wise decay), got 0")
     seed = cfg.seed
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
         _fail(cfg, "seed", f"must be an integer in [0, 2^32), got {seed!r}")

@@ -1,8 +1,10 @@
 """Optimiser rules through the trainer and `training.optim`, each against numbers worked out
 here: gradient accumulation equals the k-times batch, `max_grad_norm` clips the gradients
 AdamW steps with, steps without loss still advance Adam's moments and apply weight decay,
-and `lr_schedule: official` is the LR of every step."""
+`lr_schedule: official` is the LR of every step, and the two `layer_decay_rule`s take the
+steps restated from model/optimization.py and from PaddleNLP."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -62,7 +64,7 @@ def test_max_grad_norm_clips_the_global_gradient_norm(layer_decay):
     import paddle.nn.functional as F
 
     from ernie_doc import ErnieDocForSequenceClassification
-    from ernie_doc.training.optim import build_optimizer, layer_ratio
+    from ernie_doc.training.optim import build_optimizer, paddlenlp_ratio
     model = ErnieDocForSequenceClassification(
         tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                     relu_dropout=0.0, classifier_dropout=0.0), num_labels=2)
@@ -77,15 +79,16 @@ def test_max_grad_norm_clips_the_global_gradient_norm(layer_decay):
     clip = norm / 4   # every gradient is scaled by clip / norm = 1/4
     lr, wd, eps = 0.1, 0.01, 1.0   # epsilon 1: Adam's first step depends on the scale
     cfg = dict(learning_rate=lr, warmup_proportion=0.0, lr_schedule="linear",
-               weight_decay=wd, layer_decay=layer_decay, max_grad_norm=clip, adam_epsilon=eps)
+               weight_decay=wd, layer_decay=layer_decay, layer_decay_rule="paddlenlp",
+               max_grad_norm=clip, adam_epsilon=eps)
     optimizer, _ = build_optimizer(model, cfg, total_steps=10, num_layers=2)
     assert len(optimizer._param_groups) >= (2 if layer_decay == 1.0 else 6)
     optimizer.step()
 
     def adamw_first_step(name, g):
-        # step 1: m̂ = g, v̂ = g²; the group's LR ratio scales the step and the decoupled
-        # decay, which only matrices get
-        rate = lr * layer_ratio(name, 2, layer_decay)
+        # step 1: m̂ = g, v̂ = g²; PaddleNLP's rule: the group's LR ratio scales the step and
+        # the decoupled decay, which only matrices get
+        rate = lr * paddlenlp_ratio(name, 2, layer_decay)
         decay = wd if before[name].ndim > 1 else 0.0
         return before[name] * (1 - rate * decay) - rate * g / (np.abs(g) + eps)
 
@@ -179,3 +182,176 @@ def test_steps_without_loss_still_update_adam_moments_and_weight_decay(skim_run)
         np.testing.assert_allclose(p5[name], expected, rtol=1e-5, atol=1e-7, err_msg=name)
         moved = max(moved, float(np.abs(p5[name] - p4[name]).max()))
     assert decayed > 5 and undecayed > 5 and moved > 1e-3   # a real step, far above rounding
+
+
+# -- layer-wise decay and weight decay: ERNIE-Doc's model/optimization.py, restated ----------
+# The official optimiser runs paddle's Adam at the scheduled lr (p_adam = p_old + Δ_adam(lr)),
+# then appends, for every parameter:
+#   1. layer-wise decay: p = p_old + ratio·(p_adam − p_old), the ratio by the OFFICIAL name:
+#      encoder_layer_l_* → decay^(L−l); a name containing "embedding" (word_, pos_,
+#      task_embedding) → decay^(L+1); everything else 1 (the pre_encoder_* LayerNorms, pooled_fc,
+#      the heads, the shared encoder_r_*_bias);
+#   2. decoupled weight decay: p = p − wd·lr·p_old, the GLOBAL scheduled lr and the value
+#      before the step, except names containing "layer_norm" or ending in _bias, _b or .b_0.
+# Net per step: p ← p_old + ratio·Δ_adam(lr) − wd·lr·p_old.
+# PaddleNLP (`layer_decay_rule: paddlenlp`): the ratio by our name (everything under
+# `embeddings.`, its LayerNorms too, gets decay^(L+1)), and AdamW's lr_ratio scales the decay
+# as well: p ← p_old + ratio·Δ_adam(lr) − wd·ratio·lr·p_old.
+LAYERS, LAYER_DECAY, WD, LD_PEAK, EPS, N_STEPS = 2, 0.8, 0.01, 0.05, 1e-8, 4
+
+
+def official_rule_ratio(official):
+    if official.startswith("encoder_layer"):
+        return LAYER_DECAY ** (LAYERS - int(official.split("_")[2]))
+    return LAYER_DECAY ** (LAYERS + 1) if "embedding" in official else 1.0
+
+
+def paddlenlp_rule_ratio(name):
+    layer = re.match(r"ernie_doc\.encoder\.layers\.(\d+)\.", name)
+    if layer:
+        return LAYER_DECAY ** (LAYERS - int(layer.group(1)))
+    return LAYER_DECAY ** (LAYERS + 1) if name.startswith("ernie_doc.embeddings.") else 1.0
+
+
+def official_decays(official):
+    return not ("layer_norm" in official or official.endswith(("_bias", "_b", ".b_0")))
+
+
+class AdamByHand:
+    """Paddle's Adam for one parameter, in float64: the moments, the step count t, and
+    lr_t = lr·√(1−β2^t)/(1−β1^t), Δ = −lr_t·m/(√v + ε·√(1−β2^t)) (= −lr·m̂/(√v̂ + ε))."""
+
+    def __init__(self):
+        self.m = self.v = 0.0
+        self.t = 0
+
+    def delta(self, grad, lr):
+        self.t += 1
+        self.m = BETA1 * self.m + (1 - BETA1) * grad
+        self.v = BETA2 * self.v + (1 - BETA2) * grad * grad
+        correction = np.sqrt(1 - BETA2 ** self.t)
+        lr_t = lr * correction / (1 - BETA1 ** self.t)
+        return -lr_t * self.m / (np.sqrt(self.v) + EPS * correction)
+
+
+def tiny_classifier():
+    """A 2-layer classifier without dropout, seeded, and its {name: official name} (every
+    parameter has one)."""
+    import paddle
+
+    from ernie_doc import ErnieDocForSequenceClassification
+    from ernie_doc.checkpoint.names import official_name_map
+    paddle.seed(7)
+    model = ErnieDocForSequenceClassification(
+        tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                    relu_dropout=0.0, classifier_dropout=0.0), num_labels=2)
+    names = [n for n, _ in model.named_parameters()]
+    return model, official_name_map(names, type(model).official_names, prefixed=True)
+
+
+def backward(model, step):
+    """One forward and backward on 3 rows of 16 tokens whose task types vary within each row
+    (so the task-embedding path trains too), labels drawn per step."""
+    import paddle
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(step)
+    ids = paddle.to_tensor(rng.integers(5, 60, (3, 16)))
+    types = paddle.to_tensor(rng.integers(0, 3, (3, 16)))
+    out = model(ids, model.ernie_doc.init_memories(3), types)
+    F.cross_entropy(out.logits, paddle.to_tensor(rng.integers(0, 2, (3, 1)))).backward()
+
+
+@pytest.mark.parametrize("rule", ["official", "paddlenlp"])
+def test_layer_decay_rules_step_by_step(rule):
+    """N_STEPS AdamW steps under a linear schedule (the LR changes every step) equal the
+    rule's update restated above, step by step; the other rule's update is visibly
+    different, for the weight decay of the decayed layers and the embedding LayerNorms'
+    ratio alike."""
+    from ernie_doc.training.optim import build_optimizer
+    model, official = tiny_classifier()
+    cfg = dict(learning_rate=LD_PEAK, warmup_proportion=0.0, lr_schedule="linear",
+               weight_decay=WD, layer_decay=LAYER_DECAY, layer_decay_rule=rule,
+               max_grad_norm=0.0, adam_epsilon=EPS)
+    optimizer, scheduler = build_optimizer(model, cfg, total_steps=N_STEPS, num_layers=LAYERS)
+    adam = {name: AdamByHand() for name in official}
+    ln_far = decay_far = 0.0
+    for g in range(N_STEPS):
+        backward(model, g)
+        params = dict(model.named_parameters())
+        assert all(p.grad is not None for p in params.values())   # task embedding included
+        old = {n: p.numpy().astype(np.float64) for n, p in params.items()}
+        grads = {n: p.grad.numpy().astype(np.float64) for n, p in params.items()}
+        lr = LD_PEAK * (N_STEPS - g) / N_STEPS
+        assert optimizer.get_lr() == pytest.approx(lr)
+        optimizer.step()
+        optimizer.clear_grad()
+        scheduler.step()
+        for name, p in params.items():
+            step = adam[name].delta(grads[name], lr)
+            decayed = official_decays(official[name])
+            ratios = {"official": official_rule_ratio(official[name]),
+                      "paddlenlp": paddlenlp_rule_ratio(name)}
+            expected = {
+                "official": old[name] + ratios["official"] * step - WD * lr * old[name] * decayed,
+                "paddlenlp": old[name] + ratios["paddlenlp"] * step
+                - WD * ratios["paddlenlp"] * lr * old[name] * decayed}
+            np.testing.assert_allclose(p.numpy(), expected[rule], rtol=1e-5, atol=5e-7,
+                                       err_msg=f"step {g + 1}: {name}")
+            far = float(np.abs(expected["official"] - expected["paddlenlp"]).max())
+            if "layer_norm" in official[name] and official[name].startswith("pre_encoder"):
+                ln_far = max(ln_far, far)
+            elif decayed and ratios["official"] != 1.0:
+                decay_far = max(decay_far, far)
+    # the rules differ 10 and 10,000 times the tolerance (atol 5e-7 + rtol 1e-5 of |p| < 0.1)
+    assert decay_far > 1e-5 and ln_far > 1e-2, (decay_far, ln_far)
+
+
+def test_decay_exclusions_and_ratios_by_official_name():
+    """Our weight decay goes to the tensors of more than one dimension: exactly the set
+    model/optimization.py's name rules decay. The official ratios come through the
+    checkpoint name map, also for a model held by a wrapper as paddle.DataParallel holds it
+    (`_layers.`)."""
+    import paddle
+
+    from ernie_doc.training.optim import decays, layer_ratios
+    model, official = tiny_classifier()
+    params = dict(model.named_parameters())
+    assert {n for n in params if decays(params[n])} == \
+        {n for n in params if official_decays(official[n])}
+    assert sum(map(official_decays, official.values())) > 10
+    ratios = layer_ratios(model, LAYERS, LAYER_DECAY, "official")
+    assert ratios == pytest.approx({n: official_rule_ratio(official[n]) for n in params})
+    assert ratios["ernie_doc.embeddings.norms.0.weight"] == 1.0
+    assert ratios["ernie_doc.embeddings.token_type_emb.weight"] == pytest.approx(0.8 ** 3)
+    assert ratios["ernie_doc.encoder.layers.0.norm1.weight"] == pytest.approx(0.8 ** 2)
+
+    class Wrapper(paddle.nn.Layer):
+        def __init__(self, inner):
+            super().__init__()
+            self._layers = inner
+
+    wrapped = layer_ratios(Wrapper(model), LAYERS, LAYER_DECAY, "official")
+    assert wrapped == {"_layers." + n: r for n, r in ratios.items()}
+    with pytest.raises(ValueError, match="no ERNIE-Doc encoder layer"):
+        layer_ratios(paddle.nn.Linear(2, 2), LAYERS, LAYER_DECAY, "official")
+
+
+def test_without_layer_decay_both_rules_train_alike():
+    """layer_decay 1: the two rules build the same groups and take bit-identical steps."""
+    from ernie_doc.training.optim import build_optimizer
+    after = {}
+    for rule in ("official", "paddlenlp"):
+        model, _ = tiny_classifier()
+        cfg = dict(learning_rate=LD_PEAK, warmup_proportion=0.0, lr_schedule="linear",
+                   weight_decay=WD, layer_decay=1.0, layer_decay_rule=rule, max_grad_norm=0.0)
+        optimizer, scheduler = build_optimizer(model, cfg, total_steps=N_STEPS, num_layers=0)
+        assert sorted((g["learning_rate"], g["weight_decay"]) for g in optimizer._param_groups) \
+            == [(1.0, 0.0), (1.0, WD)]
+        for g in range(2):
+            backward(model, g)
+            optimizer.step()
+            optimizer.clear_grad()
+            scheduler.step()
+        after[rule] = {n: p.numpy() for n, p in model.named_parameters()}
+    for name, value in after["official"].items():
+        np.testing.assert_array_equal(value, after["paddlenlp"][name], err_msg=name)

@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT, in_process, launch_two_ranks, tiny_config
 
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
-from ernie_doc.training.optim import build_optimizer, layer_ratio, lr_lambda
+from ernie_doc.training.optim import build_optimizer, lr_lambda, paddlenlp_ratio
 
 PY = sys.executable
 TINY = [
@@ -44,29 +44,40 @@ def read_jsonl(path):
 
 
 # -- optimizer and metrics -------------------------------------------------------------------
-def test_layer_ratio_and_weight_decay_groups():
-    assert layer_ratio("ernie_doc.encoder.layers.11.attn.q.weight", 12, 0.8) == pytest.approx(0.8)
-    assert layer_ratio("ernie_doc.encoder.layers.0.norm1.bias", 12, 0.8) == pytest.approx(0.8 ** 12)
-    assert layer_ratio("ernie_doc.embeddings.word_emb.weight", 12, 0.8) == pytest.approx(0.8 ** 13)
-    assert layer_ratio("ernie_doc.pooler.dense.weight", 12, 0.8) == 1.0
-    assert layer_ratio("linear.weight", 12, 0.8) == 1.0
-    assert layer_ratio("ernie_doc.encoder.layers.3.ffn.linear1.weight", 12, 1.0) == 1.0
+@pytest.mark.parametrize("rule", ["official", "paddlenlp"])
+def test_layer_ratio_and_weight_decay_groups(rule):
+    # PaddleNLP's ratios by our names (the official ones: tests/test_optim.py)
+    assert paddlenlp_ratio("ernie_doc.encoder.layers.11.attn.q.weight", 12, 0.8) == \
+        pytest.approx(0.8)
+    assert paddlenlp_ratio("ernie_doc.encoder.layers.0.norm1.bias", 12, 0.8) == \
+        pytest.approx(0.8 ** 12)
+    assert paddlenlp_ratio("ernie_doc.embeddings.word_emb.weight", 12, 0.8) == \
+        pytest.approx(0.8 ** 13)
+    assert paddlenlp_ratio("ernie_doc.embeddings.norms.0.weight", 12, 0.8) == \
+        pytest.approx(0.8 ** 13)
+    assert paddlenlp_ratio("ernie_doc.pooler.dense.weight", 12, 0.8) == 1.0
+    assert paddlenlp_ratio("linear.weight", 12, 0.8) == 1.0
+    assert paddlenlp_ratio("ernie_doc.encoder.layers.3.ffn.linear1.weight", 12, 1.0) == 1.0
 
     from ernie_doc import ErnieDocForSequenceClassification
+    from ernie_doc.training.optim import layer_ratios
     model = ErnieDocForSequenceClassification(tiny_config(), num_labels=3)
     cfg = dict(learning_rate=1e-3, warmup_proportion=0.1, lr_schedule="linear",
-               weight_decay=0.01, layer_decay=0.5, max_grad_norm=0.0)
+               weight_decay=0.01, layer_decay=0.5, layer_decay_rule=rule, max_grad_norm=0.0)
     opt, _ = build_optimizer(model, cfg, total_steps=10, num_layers=2)
     by_param = {}
     for group in opt._param_groups:
         for p in group["params"]:
             by_param[p.name] = (group["learning_rate"], group["weight_decay"])
     names = {p.name: n for n, p in model.named_parameters()}
+    ratios = layer_ratios(model, 2, 0.5, rule)
     for pname, (ratio, wd) in by_param.items():
         name = names[pname]
-        assert ratio == pytest.approx(layer_ratio(name, 2, 0.5)), name
+        assert ratio == pytest.approx(ratios[name]), name
         one_d = name.endswith("bias") or "norm" in name or "_bias" in name
-        assert wd == (0.0 if one_d else 0.01), name
+        # official: the group's decay coefficient undoes its ratio (decay at the global LR)
+        decay = 0.01 / ratio if rule == "official" else 0.01
+        assert wd == (0.0 if one_d else pytest.approx(decay)), name
     assert len(by_param) == len(names)
 
 
@@ -224,6 +235,9 @@ def test_data_parallel_two_ranks_keep_identical_parameters(tmp_path):
     ("eval_splits=[]", "eval_splits: needs at least one split"),
     ("init_checkpoint=/nonexistent/ckpt", "/nonexistent/ckpt"),
     ("metrics=[bleu]", "metrics: unknown ['bleu']"),
+    ("layer_decay_rule=oficial", "layer_decay_rule: 'oficial' is not one of "
+                                 "['official', 'paddlenlp'] (did you mean 'official'?)"),
+    ("layer_decay=0", "layer_decay: must be positive"),
 ])
 def test_bad_config_is_one_error_line_and_writes_nothing(tmp_path, override, message):
     out = tmp_path / "run"

@@ -1,18 +1,41 @@
 """AdamW with decoupled weight decay, layer-wise LR decay and the warmup/decay schedules.
 
 Layer-wise decay is done with parameter groups (the group learning rate is a ratio of the
-scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle)."""
+scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle).
+
+Two rules (`layer_decay_rule`). "official" (ERNIE-Doc's `model/optimization.py`): the ratio
+scales only the Adam step, and the decoupled weight decay uses the global scheduled LR and the
+value before the step, p ← p_old + ratio·Δ_adam(lr) − wd·lr·p_old; ratios by official name
+(official_ratio). "paddlenlp" (PaddleNLP's AdamW with `lr_ratio`): the decay shrinks with the
+ratio too, p ← p_old + ratio·Δ_adam(lr) − wd·ratio·lr·p_old; ratios by our name
+(paddlenlp_ratio)."""
 import math
 import re
+from typing import Any, Dict, Mapping, Tuple
 
 import paddle
+
+from ernie_doc.checkpoint import names
 
 _LAYER = re.compile(r"(?:^|\.)encoder\.layers\.(\d+)\.")
 
 
-def layer_ratio(name, num_layers, decay):
-    """LR ratio of a parameter (structured name): encoder layer l of L gets decay^(L−l),
-    the embeddings decay^(L+1), everything else (pooler, heads, shared biases) 1."""
+def official_ratio(official: str, num_layers: int, decay: float) -> float:
+    """LR ratio of an official parameter name (`model/optimization.py`): `encoder_layer_l_*`
+    gets decay^(L−l); a name containing "embedding" (word_, pos_, task_embedding)
+    decay^(L+1); all else 1: the `pre_encoder_*` LayerNorms, pooled_fc, the heads and the
+    shared `encoder_r_*_bias`."""
+    if official.startswith("encoder_layer_"):
+        return decay ** (num_layers - int(official.split("_")[2]))
+    if "embedding" in official:
+        return decay ** (num_layers + 1)
+    return 1.0
+
+
+def paddlenlp_ratio(name: str, num_layers: int, decay: float) -> float:
+    """LR ratio of a parameter by our structured name (= PaddleNLP's, whose
+    `layerwise_lr_decay` reads it): encoder layer l of L gets decay^(L−l), everything under
+    `embeddings.` (the embedding LayerNorms too) decay^(L+1), everything else 1."""
     if decay == 1.0:
         return 1.0
     match = _LAYER.search(name)
@@ -23,9 +46,36 @@ def layer_ratio(name, num_layers, decay):
     return 1.0
 
 
-def decays(param):
+def layer_ratios(model: paddle.nn.Layer, num_layers: int, decay: float,
+                 rule: str = "official") -> Dict[str, float]:
+    """{name in model.named_parameters(): LR ratio} under `rule` ("official": by the official
+    name, through ernie_doc.checkpoint.names; a parameter that has none, a head of ours, gets
+    1 as the official heads do; ValueError when no parameter is an encoder layer's, as the
+    ratios would silently all be 1. "paddlenlp": by our name)."""
+    params = [name for name, _ in model.named_parameters()]
+    if decay == 1.0:
+        return dict.fromkeys(params, 1.0)
+    if rule == "paddlenlp":
+        return {name: paddlenlp_ratio(name, num_layers, decay) for name in params}
+    if rule != "official":
+        raise ValueError(f"layer_decay_rule: {rule!r} is not one of ['official', 'paddlenlp']")
+    inner = getattr(model, "_layers", model)   # paddle.DataParallel names its model _layers
+    head_names = getattr(type(inner), "official_names", {})
+    ratios, layers = {}, 0
+    for name in params:
+        key = name[len("_layers."):] if inner is not model else name
+        official = names.ours_to_official(key, head_names) or ""
+        layers += official.startswith("encoder_layer_")
+        ratios[name] = official_ratio(official, num_layers, decay)
+    if not layers:
+        raise ValueError("layer_decay: no ERNIE-Doc encoder layer among the model's parameters")
+    return ratios
+
+
+def decays(param: paddle.Tensor) -> bool:
     """No weight decay on biases and LayerNorm scales/shifts (all the 1-D tensors: fc biases,
-    LN weights, the r_w/r_r/r_t biases); the official code's name rules pick the same set."""
+    LN weights, the r_w/r_r/r_t biases); the official code's name rules (names containing
+    layer_norm or ending in _bias, _b, .b_0) pick the same set (tests/test_optim.py)."""
     return len(param.shape) > 1
 
 
@@ -78,19 +128,30 @@ class GlobalNormClip(paddle.nn.ClipGradByGlobalNorm):
         return clip / paddle.maximum(paddle.sqrt(paddle.add_n(squares)), clip)
 
 
-def build_optimizer(model, cfg, total_steps, num_layers):
+def group_weight_decay(weight_decay: float, ratio: float, rule: str) -> float:
+    """The AdamW coefficient of a decayed group whose LR is ratio × the scheduled lr. Paddle's
+    AdamW steps p ← p_old·(1 − ratio·lr·c) + Δ_adam(ratio·lr), and Δ_adam is linear in its
+    LR, = ratio·Δ_adam(lr); so c = wd/ratio gives the official p_old + ratio·Δ_adam(lr) −
+    wd·lr·p_old, and c = wd PaddleNLP's decay of ratio·lr."""
+    return weight_decay / ratio if rule == "official" else weight_decay
+
+
+def build_optimizer(model: paddle.nn.Layer, cfg: Mapping[str, Any], total_steps: int,
+                    num_layers: int) -> Tuple[paddle.optimizer.AdamW, Any]:
     """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion (or warmup_steps),
-    lr_schedule, weight_decay, layer_decay, max_grad_norm, adam_epsilon."""
+    lr_schedule, weight_decay, layer_decay, layer_decay_rule, max_grad_norm, adam_epsilon."""
     warmup = cfg.get("warmup_steps") or int(total_steps * cfg["warmup_proportion"])
     scheduler = paddle.optimizer.lr.LambdaDecay(
         cfg["learning_rate"], lr_lambda(cfg["lr_schedule"], warmup, total_steps))
     weight_decay = float(cfg["weight_decay"])   # paddle 2.6's AdamW refuses an int (0)
+    rule = cfg["layer_decay_rule"]
+    ratios = layer_ratios(model, num_layers, cfg["layer_decay"], rule)
     groups = {}
     for name, param in model.named_parameters():
         if param.stop_gradient:
             continue
-        key = (layer_ratio(name, num_layers, cfg["layer_decay"]),
-               weight_decay if decays(param) else 0.0)
+        ratio = ratios[name]
+        key = (ratio, group_weight_decay(weight_decay, ratio, rule) if decays(param) else 0.0)
         groups.setdefault(key, []).append(param)
     param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
                     for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
