@@ -372,14 +372,13 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
     cfg = config_from_values(given, source)
     flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed), every kind
     place = "gpu" if device == "gpu" else "cpu"
+    set_device(place)
     if own_model:
-        set_device(place)
         task = build_task(cfg, OptionsReader())
-        rows = rows or cfg.eval_batch_size or cfg.batch_size
+        rows = rows or batch_rows(cfg, task.group_size, evaluation=True)
         model, vocab = task.load_saved(directory, rows, place)
         return Assembly(cfg=cfg, task=task, tokenizer=vocab, model=model, device=device,
                         eval_rows=rows)
-    set_device(place)
     task = build_task(cfg, SavedReader(record["labels"], cfg.task))
     # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
     amp = amp_settings(cfg.amp, device) if device == "gpu" else AmpSettings()

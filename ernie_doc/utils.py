@@ -256,10 +256,9 @@ def set_paddle_threads(threads: int, what: str = "threads", error: type = ValueE
 # -- the device ----------------------------------------------------------------------------
 def set_device(place: str) -> None:
     """paddle.set_device(place); on CPU also paddle's FLAGS_use_stride_kernel off, so that
-    transpose and slicing write dense results instead of strided views. Paddle's CPU kernels
-    read a strided view through a generic element-by-element copy, which makes a small
-    model's training step about 3x slower; the values are bit for bit the same. On a GPU the
-    flag is left as it is."""
+    transpose and slicing write dense results instead of strided views, which paddle's CPU
+    kernels read through a slow element-by-element copy (docs/design-notes.md); the values
+    are the same. On a GPU the flag is left as it is."""
     import paddle
     paddle.set_device(place)
     if place.split(":")[0] == "cpu":
