@@ -249,6 +249,21 @@ def address_space() -> int:
 
 
 @contextlib.contextmanager
+def deadline(seconds: int, message: str = ""):
+    """The block must end within `seconds`: a TimeoutError (`message`, else one naming the
+    time) turns a hang into a failure (no pytest-timeout here)."""
+    def fail(*_):
+        raise TimeoutError(message or f"still running after {seconds} s: an endless loop?")
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
 def bounded(seconds: int = SECONDS):
     """The block runs with HEADROOM more address space than the process holds and must end
     within `seconds` (TimeoutError otherwise); the limits are restored after."""
@@ -256,15 +271,9 @@ def bounded(seconds: int = SECONDS):
     limit = address_space() + HEADROOM
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-
-    def alarm(signum, frame):
-        raise TimeoutError(f"no decision in {seconds} s")
-    previous = signal.signal(signal.SIGALRM, alarm)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    signal.alarm(seconds)
     try:
-        yield
+        with deadline(seconds, f"no decision in {seconds} s"):
+            yield
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -300,14 +300,20 @@ def test_a_device_is_never_an_output(tmp_path, make):
 
 
 # -- what an input folder links to is an input too ---------------------------------------------
+def linked_copy(source, folder, name, target):
+    """A copy of the model folder `source` at `folder` whose file `name` is moved to `target`
+    (its folder made) and left behind as a link to it."""
+    shutil.copytree(source, folder)
+    target.parent.mkdir()
+    os.rename(folder / name, target)
+    os.symlink(target, folder / name)
+
+
 def test_the_file_a_model_folder_links_to_is_never_an_output(models, work, capsys):
     """The model's weights are a link to store/weights.safetensors: that plain file, given as
     --output, is the model (before, --overwrite replaced it with 87 bytes of predictions)."""
     model, store = work / "mlink", work / "store"
-    shutil.copytree(models[0], model)
-    store.mkdir()
-    os.rename(model / "model.safetensors", store / "weights.safetensors")
-    os.symlink(store / "weights.safetensors", model / "model.safetensors")
+    linked_copy(models[0], model, "model.safetensors", store / "weights.safetensors")
     before = sha(store / "weights.safetensors")
     line = predict(capsys, model, "--input", work / "data" / "in.jsonl", "--output",
                    store / "weights.safetensors", "--overwrite", code=2)
@@ -331,10 +337,7 @@ def test_export_and_convert_never_write_what_their_source_links_to(models, tmp_p
     cd/model.safetensors, converted into cd/ with --overwrite."""
     from ernie_doc.cli import convert, export
     mx, vs = tmp_path / "mx", tmp_path / "vs"
-    shutil.copytree(models[0], mx)
-    vs.mkdir()
-    os.rename(mx / "vocab.txt", vs / "vocab.txt")
-    os.symlink(vs / "vocab.txt", mx / "vocab.txt")
+    linked_copy(models[0], mx, "vocab.txt", vs / "vocab.txt")
     before = sha(vs / "vocab.txt")
     exits(2, lambda: export.main(["--config", str(mx), "--head", "sequence_classification",
                                   "--output", str(vs / "model"), "--overwrite"]))
@@ -342,10 +345,7 @@ def test_export_and_convert_never_write_what_their_source_links_to(models, tmp_p
                            f"folder {mx}")
     assert sha(vs / "vocab.txt") == before and sorted(os.listdir(vs)) == ["vocab.txt"]
     cs, cd = tmp_path / "cs", tmp_path / "cd"
-    shutil.copytree(models[0], cs)
-    cd.mkdir()
-    os.rename(cs / "model.safetensors", cd / "model.safetensors")
-    os.symlink(cd / "model.safetensors", cs / "model.safetensors")
+    linked_copy(models[0], cs, "model.safetensors", cd / "model.safetensors")
     before = sha(cd / "model.safetensors")
     assert convert.main([str(cs), str(cd), "--to", "ours", "--overwrite", "--quiet"]) == 2
     one_error_line(capsys, f"is {cs / 'model.safetensors'} of the input folder {cs}")

@@ -1,13 +1,11 @@
 """The streamed pretraining split: the online row scheduler, the stream shuffle, aligned MLM
 labels under their tokens, PretrainingTask.document_steps, shard coverage, the
 data-parallel row equality, exact resume, and the errors of bad corpora and configs."""
-import contextlib
 import json
-import signal
 
 import numpy as np
 import pytest
-from helpers import error, write
+from helpers import deadline, error, write
 
 from ernie_doc.data.schedule import RowScheduler, schedule_rows
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
@@ -73,20 +71,6 @@ def assert_batches_equal(a, b, where=""):
     for key in a:
         assert a[key].dtype == b[key].dtype, (where, key)
         assert np.array_equal(a[key], b[key]), (where, key)
-
-
-@contextlib.contextmanager
-def deadline(seconds):
-    """Turn a hang into a failure (no pytest-timeout here)."""
-    def fail(*_):
-        raise TimeoutError(f"still running after {seconds} s: an endless loop?")
-    old = signal.signal(signal.SIGALRM, fail)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # --------------------------------------------------------------------------- 1. RowScheduler
