@@ -559,6 +559,21 @@ def test_benchmark_quick_keeps_what_the_command_line_gave(capsys):
     one_error_line(capsys, "--preset bogus: unknown preset 'bogus'")
 
 
+def test_ablation_skips_only_a_variant_that_finished_with_the_same_command(tmp_path):
+    from tools.ablation import command, finished_before, parse_args
+    args = parse_args(["tasks/longdep/config.yaml", "--output-dir", str(tmp_path), "--skip-done",
+                       "--variant", "a", "seed=1"])
+    cmd = command(args, "a", ["seed=1"])
+    assert finished_before(args, "a", cmd) is None   # never ran
+    atomic_write_text(tmp_path / "a.done.json", json.dumps({"command": cmd[1:], "seconds": 7}))
+    assert finished_before(args, "a", cmd) is None   # its results are gone
+    atomic_write_text(tmp_path / "a" / "eval_results.json", "{}")
+    assert finished_before(args, "a", cmd) == 7.0
+    assert finished_before(args, "a", command(args, "a", ["seed=2"])) is None
+    atomic_write_text(tmp_path / "a.done.json", "{trunc")
+    assert finished_before(args, "a", cmd) is None
+
+
 def test_ablation_reports_the_variant_error(tmp_path, capsys):
     from tools.ablation import main
     exits(2, lambda: main(["tasks/longdep/config.yaml", "--output-dir", str(tmp_path / "o"),

@@ -11,7 +11,9 @@ While they run, the screen gets one line per evaluation (`[xl] step 624/1872 dev
 process alone prints them, a whole line at a time, so variants run at once never mix. At the
 end it prints a table of the main metric per variant and writes OUT/results.json ({variant:
 metric}). --jobs N runs N variants at once, one CPU thread each; --nproc N launches each
-variant data-parallel instead.
+variant data-parallel instead. A variant that finishes writes OUT/<variant>.done.json (its
+command and time); with --skip-done, a variant whose done file holds the same command is not
+run again, so a stopped ablation continues where it stopped.
 """
 import argparse
 import json
@@ -41,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=1, help="ranks per variant (fleetrun)")
     p.add_argument("--primary", help="variant whose eval_results.json is copied to "
                                      "OUTPUT_DIR (the run.sh contract)")
+    p.add_argument("--skip-done", action="store_true",
+                   help="do not run again a variant that finished with the same command")
     p.add_argument("--progress-seconds", type=float, default=30.0, metavar="S",
                    help="a line with each running variant's step every S seconds (0: none; "
                         "evaluations are always shown)")
@@ -147,6 +151,23 @@ class Progress:
         return f"[{self.name}] {self._at(self.step)}{share}, {elapsed:.0f} s"
 
 
+def done_file(args, name: str) -> str:
+    return os.path.join(args.output_dir, f"{name}.done.json")
+
+
+def finished_before(args, name: str, cmd: List[str]) -> Optional[float]:
+    """The seconds a previous run of this very command took, when it finished and its
+    eval_results.json is still there; else None."""
+    try:
+        with open(done_file(args, name), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    finished = os.path.isfile(os.path.join(args.output_dir, name, "eval_results.json"))
+    same = isinstance(record, dict) and record.get("command") == cmd[1:]   # not the python
+    return float(record.get("seconds", 0.0)) if finished and same else None
+
+
 def expand(override):
     key, _, value = override.partition("=")
     return f"{SHORTHANDS.get(key, key)}={value}"
@@ -183,14 +204,21 @@ def _run(args):
     if args.jobs > 1:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
-    running, done, watch = {}, {}, {}
+    running, done, watch, commands = {}, {}, {}, {}
+    for name, overrides in list(pending) if args.skip_done else []:
+        seconds = finished_before(args, name, command(args, name, overrides))
+        if seconds is not None:
+            pending.remove((name, overrides))
+            done[name] = (0, seconds)
+            print(f"[{name}] finished before in {seconds:.0f} s: not run again", flush=True)
     last_beat = time.time()
     while pending or running:
         while pending and len(running) < args.jobs:
             name, overrides = pending.pop(0)
             log = open(os.path.join(args.output_dir, f"{name}.log"), "w")
             print(f"[{name}] started: {' '.join(overrides) or '(config as is)'}", flush=True)
-            proc = subprocess.Popen(command(args, name, overrides), cwd=ROOT, env=env,
+            commands[name] = command(args, name, overrides)
+            proc = subprocess.Popen(commands[name], cwd=ROOT, env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
             running[name] = (proc, log, time.time())
             watch[name] = Progress(name, os.path.join(args.output_dir, name), time.time())
@@ -204,6 +232,10 @@ def _run(args):
             log.close()
             del running[name]
             done[name] = (proc.returncode, time.time() - start)
+            if proc.returncode == 0:
+                from ernie_doc.utils import atomic_write_text
+                atomic_write_text(done_file(args, name), json.dumps(
+                    {"command": commands[name][1:], "seconds": round(done[name][1], 1)}) + "\n")
             print(f"[{name}] finished in {done[name][1]:.0f} s (exit {proc.returncode})",
                   flush=True)
         if args.progress_seconds and time.time() - last_beat >= args.progress_seconds:
