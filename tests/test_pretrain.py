@@ -117,6 +117,25 @@ def test_pretrained_model_fine_tunes_with_finetune_py(finished_run, tmp_path):
     assert 0.0 <= results["accuracy"] <= 1.0
 
 
+def test_fine_tuning_loads_every_encoder_tensor_and_drops_the_pretraining_heads(finished_run):
+    """What init_checkpoint=OUTPUT_DIR/final carries into a task: every encoder tensor with its
+    value, the classifier new, the MLM and reordering heads reported and left out."""
+    from ernie_doc.heads import ErnieDocForPretraining, ErnieDocForSequenceClassification
+    pre = ErnieDocForPretraining.from_pretrained(finished_run / "final")
+    clf = ErnieDocForSequenceClassification.from_pretrained(finished_run / "final", num_labels=2)
+    report = clf.load_report
+    encoder = {k: v for k, v in pre.state_dict().items() if k.startswith("ernie_doc.")}
+    assert sorted(report.missing) == ["linear.bias", "linear.weight"]
+    assert report.other_head == "ErnieDocForPretraining"
+    assert {k.split(".")[0] for k in report.unexpected} == {"lm_head", "reorder_head"}
+    assert sorted(report.loaded) == sorted(encoder)   # nothing of the encoder missing
+    mine = clf.state_dict()
+    for key, value in encoder.items():
+        np.testing.assert_array_equal(mine[key].numpy(), value.numpy(), err_msg=key)
+    assert "unexpected 7 (the ErnieDocForPretraining head, not used): lm_head" \
+        in report.summary()
+
+
 def test_warm_start_from_a_checkpoint(corpus, finished_run, tmp_path):
     out = tmp_path / "warm"
     proc = pretrain(tiny(*corpus, out, f"init_checkpoint={finished_run / 'final'}",
