@@ -1,0 +1,147 @@
+"""tools/transfer_experiment.py: the pretraining corpus holds no dev or test document (by id
+and by text), the table's numbers, and the whole command on tiny synthetic datasets, run twice
+(the second run finds every step finished)."""
+import json
+import os
+import random
+
+import pytest
+from helpers import write
+from test_readers import articles_xml, truth_xml
+
+from tools import transfer_experiment as tx
+
+WORDS = [f"w{i}" for i in range(60)] + ["good", "bad", "film", "the", "a", "story"]
+
+
+def text(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def datasets(root):
+    """imdb/ (40 reviews, one text under five ids) and hyperpartisan/ (12 articles; id 3 is in
+    train and test, article 8 has article 10's text), and two WikiText articles."""
+    rng = random.Random(0)
+    same = text(rng, 30)
+    rows = [f"{i}\t{i % 2}\t0\t{same if i < 5 else text(rng, rng.randint(20, 60))}"
+            for i in range(40)]
+    bodies = {i: text(rng, rng.randint(10, 30)) for i in range(1, 13)}
+    bodies[8] = bodies[10]
+    wiki = "".join(f" = Title {k} = \n\n {text(rng, 50)} \n\n" for k in range(2))
+    write(root, {
+        "imdb/imdb_test_sample5k.tsv": "qid\tlabel\tscore\ttext_a\n" + "\n".join(rows) + "\n",
+        "hyperpartisan/articles-x.xml": articles_xml(
+            [(f"{i:07d}", f"<p>{b}</p>") for i, b in bodies.items()]),
+        "hyperpartisan/ground-truth-x.xml": truth_xml(
+            [(f"{i:07d}", "true" if i % 3 else "false") for i in bodies]),
+        "hyperpartisan/hp-splits.json": json.dumps(
+            {"train": list(range(1, 9)), "dev": [9, 10], "test": [3, 11, 12]}),
+        "wikitext103/wiki.valid.tokens": wiki, "wikitext103/wiki.test.tokens": wiki,
+    })
+    return root
+
+
+def corpus_ids(out):
+    ids = []
+    for part in ("train", "heldout"):
+        with open(os.path.join(out, "corpus", f"{part}.jsonl"), encoding="utf-8") as f:
+            ids += [json.loads(line)["id"] for line in f]
+    return ids
+
+
+def test_the_corpus_holds_no_dev_or_test_document(tmp_path):
+    data = datasets(tmp_path / "data")
+    manifest = tx.build_corpus(str(data), str(tmp_path / "out"))
+    splits = tx.task_documents(str(data))
+    dev_imdb = {d.doc_id for d in splits["imdb"]["dev"]}
+    shared = {"0", "1", "2", "3", "4"}
+    assert dev_imdb & shared and shared - dev_imdb   # the shared text is on both sides
+    ids = corpus_ids(tmp_path / "out")
+    # Hyperpartisan: 3 (also a test id) and 8 (a dev article's text) are left out
+    assert sorted(i for i in ids if i.startswith("hyp/")) == \
+        [f"hyp/{i:07d}" for i in (1, 2, 4, 5, 6, 7)]
+    assert manifest["left_out"]["hyp"] == {"id in a dev/test split": ["0000003"],
+                                           "text in a dev/test split": ["0000008"]}
+    # IMDB: the train reviews, except those sharing the text of a dev review (0-4 share one)
+    train_imdb = [d.doc_id for d in splits["imdb"]["train"]]
+    assert sorted(i for i in ids if i.startswith("imdb/")) == \
+        sorted(f"imdb/{i}" for i in train_imdb if int(i) >= 5)
+    assert sorted(manifest["left_out"]["imdb"]["text in a dev/test split"]) == \
+        sorted(i for i in train_imdb if int(i) < 5)
+    # WikiText: each article once (the test file repeats the validation one)
+    assert sorted(i.split(":")[0] for i in ids if i.startswith("wikitext103/")) == \
+        ["wikitext103/wiki.valid.tokens"] * 2
+    assert manifest["checked_against_dev_and_test"] == len(ids) == sum(
+        manifest["documents"].values())
+
+
+def test_a_dev_document_in_the_corpus_is_refused(tmp_path):
+    data = datasets(tmp_path / "data")
+    tx.build_corpus(str(data), str(tmp_path / "out"))
+    splits = tx.task_documents(str(data))
+    path = tmp_path / "out" / "corpus" / "train.jsonl"
+    good = path.read_text()
+    leak = splits["hyp"]["test"][1]
+    for record, by in ((dict(id=f"hyp/{leak.doc_id}", text="new words"), "id"),
+                       (dict(id="imdb/999", text=" " + leak.text.upper()), "text")):
+        path.write_text(good + json.dumps(record) + "\n")
+        with pytest.raises(ValueError, match=rf"train.jsonl: {record['id']} is a dev or test "
+                                             rf"document \(by {by}\)"):
+            tx.check_corpus([str(path)], splits)
+
+
+def summary(best, last, test=None):
+    return {"best_dev": best, "last_dev": last, "test": test or {}}
+
+
+def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path):
+    for seed, (best, last) in {1: (0.70, 0.60), 2: (0.80, 0.80)}.items():
+        run = tmp_path / "imdb" / f"mlm-s{seed}"
+        write(run, {"eval_results.json": json.dumps({"accuracy": best, "step": 9}),
+                    "eval_history.jsonl": json.dumps({"split": "dev", "accuracy": 0.1}) + "\n"
+                    + json.dumps({"split": "dev", "accuracy": last}) + "\n"})
+    table = tx.finetune_table(str(tmp_path), {"imdb": [1, 2, 3]})
+    row = table["imdb"]["mlm"]
+    assert sorted(row["seeds"]) == [1, 2]   # seed 3 has not run: left out, not a zero
+    assert row["dev accuracy (best)"] == pytest.approx([0.75, 0.0707107], rel=1e-5)
+    assert row["dev accuracy (last)"] == pytest.approx([0.70, 0.1414214], rel=1e-5)
+    assert table["imdb"]["scratch"] == {"seeds": {}}
+    text = tx.markdown({}, table)
+    assert "| mlm | 0.750 ± 0.071 | 0.700 ± 0.141 | s1 0.700, s2 0.800 |" in text
+    assert "| scratch | – | – | – |" in text
+
+
+def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
+    data, out = datasets(tmp_path / "data"), tmp_path / "out"
+    argv = ["--data", str(data), "--output-dir", str(out), "--tasks", "hyp",
+            "--hyp-seeds", "1", "--vocab-size", "40",
+            "--pretrain-set", "max_steps=3", "batch_size=2", "max_seq_len=16",
+            "model_overrides.num_hidden_layers=1", "model_overrides.hidden_size=16",
+            "model_overrides.num_attention_heads=1", "model_overrides.memory_len=8",
+            "reader.eval_docs=2", "warmup_steps=0", "eval_steps=0", "logging_steps=1",
+            "--finetune-set", "epochs=1", "batch_size=4", "max_seq_len=32", "logging_steps=1"]
+    assert tx.main(argv) == 0
+    first = capfd.readouterr().out
+    results = json.loads((out / "transfer_results.json").read_text())
+    assert sorted(results["pretraining"]) == ["mlm", "mlm_sro"]
+    assert results["pretraining"]["mlm_sro"]["steps"] == 3
+    assert results["pretraining"]["mlm_sro"]["positions"] == 3 * 2 * 16
+    # MLM only reads every document whole: one chunk, and no reordering loss
+    mlm_cfg = (out / "pretrain" / "mlm" / "run_config.yaml").read_text()
+    assert "max_chunks: 1" in mlm_cfg and "reorder_weight: 0" in mlm_cfg
+    rows = results["finetuning"]["hyp"]
+    assert sorted(rows) == ["mlm", "mlm_sro", "scratch"]
+    for start in tx.STARTS:
+        assert set(rows[start]["seeds"]["1"]["test"]) >= {"f1", "accuracy"}, start
+    # scratch has the pretrained model's shape and new weights; the others load the encoder
+    assert "/pretrain/mlm_sro/final/model.safetensors" not in \
+        (out / "hyp" / "scratch-s1.log").read_text()
+    for start in ("mlm", "mlm_sro"):
+        log = (out / "hyp" / f"{start}-s1.log").read_text()
+        assert f"pretrain/{start}/final/model.safetensors" in log and "missing 2 " in log
+    assert (out / "transfer_curves.png").stat().st_size > 1000
+    assert "| hyp | dev F1 (best), mean ± sd |" in first
+    # a second run finds every run finished: nothing is trained again
+    assert tx.main(argv) == 0
+    second = capfd.readouterr().out
+    assert second.count("not run again") == 5 and "started" not in second

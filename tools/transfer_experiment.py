@@ -1,0 +1,401 @@
+#!/usr/bin/env python
+"""Does our pretraining help real tasks? Scratch vs MLM vs MLM + segment reordering, fine-tuned
+on IMDB and Hyperpartisan, several seeds each: one command from the datasets to the table.
+
+    python tools/transfer_experiment.py --data DATA --output-dir OUT [--jobs 2]
+
+DATA holds `imdb/imdb_test_sample5k.tsv` and `hyperpartisan/` (with `hp-splits.json`), and
+optionally `wikitext103/wiki.{valid,test}.tokens`. Steps, each skipped when its output is
+complete (so a stopped run continues where it stopped):
+
+1. corpus: the unlabelled **training** text of both tasks (task-adaptive pretraining): the IMDB
+   reviews of the README's 80/20 split's train part, the Hyperpartisan train articles, plus the
+   WikiText-103 articles when present. A document whose id or text is in a dev or test split is
+   left out, and that is asserted on the written corpus (`check_corpus`). 5 % of the corpus
+   documents (by hash) are held out for the pretraining evaluation.
+2. tokenizer: SentencePiece (unigram, `--vocab-size`) trained on the corpus, used by every run.
+3. pretraining: configs/pretrain/transfer.yaml twice, MLM only (one chunk, so nothing is
+   reordered, and reorder weight 0) and MLM + reordering (the paper's objective).
+4. fine-tuning: each task from scratch (the same architecture, new weights), from the MLM
+   checkpoint and from the MLM + reordering one, with the same settings, for each seed.
+5. OUT/transfer_results.{json,md}: dev (and Hyperpartisan test) metrics, every seed, mean ± sd;
+   OUT/transfer_curves.png: pretraining and fine-tuning curves.
+
+Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each).
+"""
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Dict, List, Sequence, Tuple
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+IMDB_READER = {"file": "imdb_test_sample5k.tsv", "dev_ratio": 0.2}
+WIKITEXT = ("wiki.valid.tokens", "wiki.test.tokens")
+HELD_OUT_SHARE = 0.05
+STARTS = ("scratch", "mlm", "mlm_sro")
+PRETRAIN = {  # start → the pretraining run's overrides
+    "mlm": ["task_options.max_chunks=1", "task_options.reorder_weight=0"],
+    "mlm_sro": [],
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="the datasets folder (imdb/, hyperpartisan/)")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    p.add_argument("--imdb-seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--hyp-seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides for both pretraining runs")
+    p.add_argument("--finetune-set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides for every fine-tuning run")
+    p.add_argument("--steps", nargs="+", default=["corpus", "tokenizer", "pretrain", "finetune",
+                                                  "table"],
+                   choices=["corpus", "tokenizer", "pretrain", "finetune", "table"])
+    return p.parse_args(argv)
+
+
+# -- 1. the corpus ------------------------------------------------------------------------------
+def fingerprint(text: str) -> str:
+    """A document's text up to whitespace and case, hashed: the same review or article under
+    another id (IMDB holds duplicate reviews) is still the same document."""
+    return hashlib.sha1(" ".join(text.lower().split()).encode("utf-8")).hexdigest()
+
+
+def task_documents(data: str) -> Dict[str, Dict[str, list]]:
+    """{task: {split: [Document]}} as the fine-tuning runs read them."""
+    from tasks.hyp import reader as hyp
+    from tasks.imdb import reader as imdb
+    imdb_dir, hyp_dir = os.path.join(data, "imdb"), os.path.join(data, "hyperpartisan")
+    return {"imdb": {s: imdb.read(imdb_dir, s, IMDB_READER) for s in ("train", "dev")},
+            "hyp": {s: hyp.read(hyp_dir, s, {}) for s in ("train", "dev", "test")}}
+
+
+def held_out(splits: Dict[str, Dict[str, list]]) -> Tuple[set, set]:
+    """(("task", doc_id) pairs, text fingerprints) of every dev and test document."""
+    ids, texts = set(), set()
+    for task, by_split in splits.items():
+        for split, docs in by_split.items():
+            if split != "train":
+                ids.update((task, d.doc_id) for d in docs)
+                texts.update(fingerprint(d.text) for d in docs)
+    return ids, texts
+
+
+def corpus_records(data: str, splits: Dict[str, Dict[str, list]]) -> Tuple[List[dict], dict]:
+    """The corpus documents ({"id", "source", "text"}) and what was left out, by source."""
+    from ernie_doc.pretraining.corpus import iter_documents
+    ids, texts = held_out(splits)
+    records, left_out, seen = [], {}, set()
+    candidates = [(task, d.doc_id, d.text) for task, by_split in splits.items()
+                  for d in by_split["train"]]
+    wiki = [os.path.join(data, "wikitext103", f) for f in WIKITEXT]
+    if all(os.path.isfile(f) for f in wiki):
+        candidates += [("wikitext103", d.doc_id, d.text)
+                       for d in iter_documents(wiki, split="wikitext")]
+    for source, doc_id, text in candidates:
+        key = fingerprint(text)
+        reason = ("id in a dev/test split" if (source, doc_id) in ids else
+                  "text in a dev/test split" if key in texts else
+                  "duplicate text" if key in seen else None)
+        if reason:
+            left_out.setdefault(source, {}).setdefault(reason, []).append(doc_id)
+            continue
+        seen.add(key)
+        records.append({"id": f"{source}/{doc_id}", "source": source, "text": text})
+    return records, left_out
+
+
+def is_held_out_for_eval(record: dict) -> bool:
+    digest = hashlib.sha1(("eval:" + record["id"]).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < HELD_OUT_SHARE
+
+
+def check_corpus(paths: Sequence[str], splits: Dict[str, Dict[str, list]]) -> int:
+    """Read the written corpus files back: a document of a dev or test split in them, by id or
+    by text, is a ValueError → the number of documents checked."""
+    ids, texts = held_out(splits)
+    n = 0
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                source, _, doc_id = record["id"].partition("/")
+                if (source, doc_id) in ids or fingerprint(record["text"]) in texts:
+                    raise ValueError(f"{path}: {record['id']} is a dev or test document (by "
+                                     f"{'id' if (source, doc_id) in ids else 'text'})")
+                n += 1
+    return n
+
+
+def build_corpus(data: str, out: str) -> dict:
+    """OUT/corpus/{train,heldout}.jsonl, tokenizer.txt (the same text, a line per ~100 words,
+    for SentencePiece) and manifest.json (counts, what was left out and why)."""
+    from ernie_doc.utils import atomic_write_text
+    splits = task_documents(data)
+    records, left_out = corpus_records(data, splits)
+    folder = os.path.join(out, "corpus")
+    os.makedirs(folder, exist_ok=True)
+    parts = {"train": [r for r in records if not is_held_out_for_eval(r)],
+             "heldout": [r for r in records if is_held_out_for_eval(r)]}
+    for name, part in parts.items():
+        atomic_write_text(os.path.join(folder, f"{name}.jsonl"),
+                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
+    lines = []
+    for r in parts["train"]:   # sentencepiece skips lines over 4,192 bytes
+        words = r["text"].split()
+        lines += [" ".join(words[i:i + 100]) for i in range(0, len(words), 100)]
+    atomic_write_text(os.path.join(folder, "tokenizer.txt"), "\n".join(lines) + "\n")
+    checked = check_corpus([os.path.join(folder, f"{n}.jsonl") for n in parts], splits)
+    manifest = {
+        "documents": {n: len(p) for n, p in parts.items()},
+        "words": {n: sum(len(r["text"].split()) for r in p) for n, p in parts.items()},
+        "by_source": {s: sum(r["source"] == s for r in records)
+                      for s in sorted({r["source"] for r in records})},
+        "left_out": {s: {why: sorted(v) for why, v in reasons.items()}
+                     for s, reasons in left_out.items()},
+        "checked_against_dev_and_test": checked,
+        "task_splits": {t: {s: len(d) for s, d in by.items()} for t, by in splits.items()},
+    }
+    atomic_write_text(os.path.join(folder, "manifest.json"), json.dumps(manifest, indent=1))
+    return manifest
+
+
+# -- 2. the tokenizer, 3. pretraining, 4. fine-tuning: runs --------------------------------------
+def run(cmd: List[str]) -> None:
+    """Run a step's command from the repository root; a failure ends the experiment with its
+    exit status (the step's own error line is already on the screen)."""
+    print("$ " + " ".join(cmd), flush=True)
+    code = subprocess.call(cmd, cwd=ROOT)
+    if code:
+        sys.exit(code)
+
+
+def train_tokenizer(out: str, vocab_size: int) -> None:
+    target = os.path.join(out, "tokenizer")
+    if os.path.isfile(os.path.join(target, "spm.model")):
+        return
+    run([sys.executable, os.path.join(ROOT, "tools", "train_tokenizer.py"), "--input",
+         os.path.join(out, "corpus", "tokenizer.txt"), "--output-dir", target,
+         "--vocab-size", str(vocab_size)])
+
+
+def ablation(config: str, out: str, jobs: int, common: List[str],
+             variants: Dict[str, List[str]]) -> None:
+    """tools/ablation.py: every variant of `config` in out/<variant>, finished ones skipped."""
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "ablation.py"), os.path.join(ROOT, config),
+           "--output-dir", out, "--jobs", str(jobs), "--skip-done", "--progress-seconds", "300"]
+    for name, overrides in variants.items():
+        cmd += ["--variant", name] + overrides
+    run(cmd + ["--set"] + common if common else cmd)
+
+
+def pretrain(args: argparse.Namespace) -> None:
+    corpus = os.path.join(args.output_dir, "corpus")
+    common = [f"data_dir={os.path.join(corpus, 'train.jsonl')}",
+              f"reader.eval_corpus={os.path.join(corpus, 'heldout.jsonl')}",
+              f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"] + args.pretrain_set
+    ablation("configs/pretrain/transfer.yaml", os.path.join(args.output_dir, "pretrain"),
+             args.jobs, common, PRETRAIN)
+
+
+# Every fine-tuning run, whatever its start: the same settings (the model's shape, dropout and
+# memory come from the pretraining's final/config.json, for scratch too).
+FINETUNE_COMMON = ["max_seq_len=128", "batch_size=16", "learning_rate=3e-4",
+                   "warmup_proportion=0.1", "weight_decay=0.01", "layer_decay=1.0",
+                   "retro_feed=true", "threads=1", "logging_steps=50"]
+TASKS = {  # task → (config, data folder, its own settings)
+    "imdb": ("tasks/imdb/config.yaml", "imdb",
+             ["reader.file=imdb_test_sample5k.tsv", "reader.dev_ratio=0.2", "epochs=2"]),
+    "hyp": ("tasks/hyp/config.yaml", "hyperpartisan", ["epochs=5"]),
+}
+
+
+def start_overrides(out: str, start: str) -> List[str]:
+    """Scratch takes the pretrained model's config (its architecture) and new weights; the
+    others its weights (init_checkpoint: every encoder tensor, the pretraining heads dropped)."""
+    final = os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start, "final")
+    return [f"model={final}"] if start == "scratch" else [f"init_checkpoint={final}"]
+
+
+def finetune(args: argparse.Namespace) -> None:
+    seeds = {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}
+    for task in args.tasks:
+        config, folder, own = TASKS[task]
+        variants = {f"{start}-s{seed}": start_overrides(args.output_dir, start) + [f"seed={seed}"]
+                    for seed in seeds[task] for start in STARTS}
+        common = ([f"data_dir={os.path.join(args.data, folder)}",
+                   f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"]
+                  + FINETUNE_COMMON + own + args.finetune_set)
+        ablation(config, os.path.join(args.output_dir, task), args.jobs, common, variants)
+
+
+# -- 5. the table and the curves -----------------------------------------------------------------
+def read_json(path: str, default=None):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def read_jsonl(path: str) -> List[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def run_summary(run_dir: str) -> dict:
+    """One fine-tuning run: the best dev evaluation (the model kept), the last one, and the
+    test split's scores of the kept model when there is one."""
+    best = read_json(os.path.join(run_dir, "eval_results.json"), {})
+    history = [r for r in read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
+               if r.get("split") == "dev"]
+    return {"best_dev": best, "last_dev": history[-1] if history else {},
+            "test": read_json(os.path.join(run_dir, "test_results.json"), {})}
+
+
+def mean_sd(values: Sequence[float]) -> Tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def finetune_table(out: str, seeds: Dict[str, List[int]]) -> dict:
+    """{task: {start: {"seeds": {seed: summary}, column: [mean, sd]}}} of the finished runs."""
+    table = {}
+    for task in seeds:
+        for start in STARTS:
+            runs = {seed: run_summary(os.path.join(out, task, f"{start}-s{seed}"))
+                    for seed in seeds[task]}
+            runs = {seed: r for seed, r in runs.items() if r["best_dev"]}
+            row = {"seeds": runs}
+            for column, (part, metric) in COLUMNS[task].items():
+                values = [r[part][metric] for r in runs.values() if metric in r[part]]
+                if values:
+                    row[column] = list(mean_sd(values))
+            table.setdefault(task, {})[start] = row
+    return table
+
+
+COLUMNS = {  # task → {column: (which evaluation, metric)}
+    "imdb": {"dev accuracy (best)": ("best_dev", "accuracy"),
+             "dev accuracy (last)": ("last_dev", "accuracy")},
+    "hyp": {"dev F1 (best)": ("best_dev", "f1"), "test F1": ("test", "f1"),
+            "test accuracy": ("test", "accuracy")},
+}
+
+
+def pretrain_summary(out: str) -> dict:
+    """Each pretraining run: steps, tokens read, wall time, its last held-out evaluation."""
+    rows = {}
+    for name in PRETRAIN:
+        run_dir = os.path.join(out, "pretrain", name)
+        steps = read_jsonl(os.path.join(run_dir, "train_log.jsonl"))
+        evals = read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
+        done = read_json(os.path.join(out, "pretrain", f"{name}.done.json"), {})
+        step = steps[-1]["step"] if steps else 0
+        with open(os.path.join(run_dir, "run_config.yaml"), encoding="utf-8") as f:
+            cfg = yaml.safe_load(f)
+        rows[name] = {"steps": step, "positions": step * cfg["batch_size"] * cfg["max_seq_len"],
+                      "seconds": done.get("seconds"), "heldout": evals[-1] if evals else {}}
+    return rows
+
+
+def markdown(pretraining: dict, table: dict) -> str:
+    lines = ["| pretraining | steps | segment positions read | wall time | held-out MLM accuracy "
+             "| held-out reorder accuracy |", "|---|---|---|---|---|---|"]
+    for name, r in pretraining.items():
+        held, wall = r["heldout"], r["seconds"]
+        lines.append(f"| {name} | {r['steps']:,} | {r['positions'] / 1e6:.1f} M | "
+                     + (f"{wall / 60:.0f} min" if wall else "–") + " | "
+                     + " | ".join(f"{held[k]:.3f}" if k in held else "–"
+                                  for k in ("mlm_accuracy", "reorder_accuracy")) + " |")
+    for task, rows in table.items():
+        columns = list(COLUMNS[task])
+        lines += ["", f"| {task} | " + " | ".join(f"{c}, mean ± sd" for c in columns)
+                  + " | every seed |", "|---|" + "---|" * (len(columns) + 1)]
+        for start, row in rows.items():
+            cells = [f"{row[c][0]:.3f} ± {row[c][1]:.3f}" if c in row else "–" for c in columns]
+            part, metric = COLUMNS[task][columns[0]]
+            seeds = ", ".join(f"s{seed} {r[part][metric]:.3f}"
+                              for seed, r in row["seeds"].items() if metric in r[part])
+            lines.append(f"| {start} | " + " | ".join(cells) + f" | {seeds or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def curves(out: str, seeds: Dict[str, List[int]], path: str) -> None:
+    """Held-out MLM accuracy of both pretraining runs, and each task's dev metric against the
+    fine-tuning step for every start and seed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for name in PRETRAIN:
+        evals = read_jsonl(os.path.join(out, "pretrain", name, "eval_history.jsonl"))
+        axes[0].plot([r["step"] for r in evals], [r.get("mlm_accuracy") for r in evals],
+                     marker="o", label=name)
+    axes[0].set(title="pretraining: held-out MLM accuracy", xlabel="step")
+    colors = dict(zip(STARTS, ("tab:gray", "tab:blue", "tab:orange")))
+    for ax, task in zip(axes[1:], seeds):
+        metric = COLUMNS[task][next(iter(COLUMNS[task]))][1]
+        for start in STARTS:
+            for i, seed in enumerate(seeds[task]):
+                run_dir = os.path.join(out, task, f"{start}-s{seed}")
+                history = [r for r in read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
+                           if r.get("split") == "dev"]
+                ax.plot([r["step"] for r in history], [r[metric] for r in history],
+                        color=colors[start], marker=".", label=start if i == 0 else None)
+        ax.set(title=f"{task}: dev {metric}", xlabel="fine-tuning step")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_table(args: argparse.Namespace) -> str:
+    from ernie_doc.utils import atomic_write_text
+    seeds = {t: {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}[t] for t in args.tasks}
+    pretraining, table = pretrain_summary(args.output_dir), finetune_table(args.output_dir, seeds)
+    text = markdown(pretraining, table)
+    atomic_write_text(os.path.join(args.output_dir, "transfer_results.md"), text)
+    atomic_write_text(os.path.join(args.output_dir, "transfer_results.json"), json.dumps(
+        {"pretraining": pretraining, "finetuning": table}, indent=1, default=str))
+    curves(args.output_dir, seeds, os.path.join(args.output_dir, "transfer_curves.png"))
+    return text
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.output_dir, exist_ok=True)
+    if "corpus" in args.steps:
+        manifest = build_corpus(args.data, args.output_dir)
+        print(f"corpus: {manifest['documents']} documents, {manifest['words']} words; "
+              f"{manifest['checked_against_dev_and_test']} checked: none is a dev or test "
+              f"document", flush=True)
+    if "tokenizer" in args.steps:
+        train_tokenizer(args.output_dir, args.vocab_size)
+    if "pretrain" in args.steps:
+        pretrain(args)
+    if "finetune" in args.steps:
+        finetune(args)
+    if "table" in args.steps:
+        print(write_table(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
