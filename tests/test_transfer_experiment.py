@@ -6,7 +6,7 @@ import os
 import random
 
 import pytest
-from helpers import write
+from helpers import in_process, write
 from test_readers import articles_xml, truth_xml
 
 from tools import transfer_experiment as tx
@@ -140,6 +140,15 @@ def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
         log = (out / "hyp" / f"{start}-s1.log").read_text()
         assert f"pretrain/{start}/final/model.safetensors" in log and "missing 2 " in log
     assert (out / "transfer_curves.png").stat().st_size > 1000
+    # the best start's model is a self-contained directory: predict runs on it as it is
+    model = results["models"]["hyp"]["model"]
+    assert model.startswith(str(out / "hyp")) and model.endswith("-s1/best")
+    from ernie_doc.cli.predict import command as predict
+    write(tmp_path, {"docs/a.txt": "w1 w2 good film", "docs/b.txt": "bad story w3"})
+    in_process(predict, [model, "--input", str(tmp_path / "docs"), "--output",
+                         str(tmp_path / "p.jsonl"), "--no-progress"])
+    assert [json.loads(line)["doc_id"] for line in open(tmp_path / "p.jsonl")] == \
+        ["a.txt", "b.txt"]
     assert "| hyp | dev F1 (best), mean ± sd |" in first
     # a second run finds every run finished: nothing is trained again
     assert tx.main(argv) == 0

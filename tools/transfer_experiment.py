@@ -18,8 +18,9 @@ complete (so a stopped run continues where it stopped):
    reordered, and reorder weight 0) and MLM + reordering (the paper's objective).
 4. fine-tuning: each task from scratch (the same architecture, new weights), from the MLM
    checkpoint and from the MLM + reordering one, with the same settings, for each seed.
-5. OUT/transfer_results.{json,md}: dev (and Hyperpartisan test) metrics, every seed, mean ± sd;
-   OUT/transfer_curves.png: pretraining and fine-tuning curves.
+5. OUT/transfer_results.{json,md}: dev (and Hyperpartisan test) metrics, every seed, mean ± sd,
+   and per task the kept model of the best starting point's best seed (a directory `ernie-doc
+   predict` runs on); OUT/transfer_curves.png: pretraining and fine-tuning curves.
 
 Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each).
 """
@@ -366,14 +367,37 @@ def curves(out: str, seeds: Dict[str, List[int]], path: str) -> None:
     plt.close(fig)
 
 
+def best_models(out: str, table: dict) -> Dict[str, dict]:
+    """Per task, the starting point with the best mean of the first column, and its best seed's
+    kept model: OUT/<task>/<start>-s<seed>/best, a directory `ernie-doc predict` runs on
+    (weights, config, task.json, tokenizer)."""
+    chosen = {}
+    for task, rows in table.items():
+        column = next(iter(COLUMNS[task]))
+        part, metric = COLUMNS[task][column]
+        ranked = [(row[column][0], start) for start, row in rows.items() if column in row]
+        if not ranked:
+            continue
+        start = max(ranked)[1]
+        seeds = rows[start]["seeds"]
+        seed = max(seeds, key=lambda s: seeds[s][part].get(metric, float("-inf")))
+        chosen[task] = {"start": start, "seed": seed,
+                        "model": os.path.join(out, task, f"{start}-s{seed}", "best")}
+    return chosen
+
+
 def write_table(args: argparse.Namespace) -> str:
     from ernie_doc.utils import atomic_write_text
     seeds = {t: {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}[t] for t in args.tasks}
     pretraining, table = pretrain_summary(args.output_dir), finetune_table(args.output_dir, seeds)
-    text = markdown(pretraining, table)
+    models = best_models(args.output_dir, table)
+    text = markdown(pretraining, table) + "".join(
+        f"\n{task}: best start {m['start']} (seed {m['seed']}): `ernie-doc predict {m['model']} "
+        f"--input DOCS --output OUT.jsonl`" for task, m in models.items()) + "\n"
     atomic_write_text(os.path.join(args.output_dir, "transfer_results.md"), text)
     atomic_write_text(os.path.join(args.output_dir, "transfer_results.json"), json.dumps(
-        {"pretraining": pretraining, "finetuning": table}, indent=1, default=str))
+        {"pretraining": pretraining, "finetuning": table, "models": models}, indent=1,
+        default=str))
     curves(args.output_dir, seeds, os.path.join(args.output_dir, "transfer_curves.png"))
     return text
 
