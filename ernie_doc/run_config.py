@@ -117,7 +117,7 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("stop_at_step", 0, "stop after this step as if interrupted (--resume continues)"),
         ("device", "auto", "auto | cpu | gpu"),
         ("threads", 0, "CPU math threads (0 = paddle's default)"),
-        ("peer_timeout", 60, "several ranks: a rank whose peer shows no sign of life for this "
+        ("peer_timeout", 20, "several ranks: a rank whose peer shows no sign of life for this "
                              "many seconds exits with one line naming it (0 = wait as paddle "
                              "does)"),
         ("progress", True, "progress bars (false: none; ERNIE_DOC_PROGRESS=0 turns every "

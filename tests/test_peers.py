@@ -20,7 +20,7 @@ from test_pretrain import tiny, write_corpus
 
 from ernie_doc import peers
 
-TIMEOUT = 3   # peer_timeout of the runs here (default 60)
+TIMEOUT = 3   # peer_timeout of the runs here (default 20)
 COMMON = ("max_steps=8", "save_steps=2", f"peer_timeout={TIMEOUT}")
 
 
@@ -105,6 +105,13 @@ def test_a_stopped_watch_never_exits_the_process():
     now[0] += 100
     watch.settle()   # returns at once: stopped
     assert exits == [] and watch.verdict is None
+
+
+def test_the_default_bound_is_below_gloos_timeout():
+    """gloo gives up on a silent peer after 30 s, on paddle 2.6.2 by aborting the process."""
+    from ernie_doc.run_config import DEFAULTS
+    timeout = DEFAULTS["peer_timeout"]
+    assert timeout == 20 and peers.interval_for(timeout) == 2 and peers.quick_window(timeout) == 10
 
 
 def test_peer_timeout_0_or_one_rank_watches_nothing(monkeypatch):
