@@ -13,6 +13,7 @@ Why not paddle's own errors: a killed peer makes gloo raise at once, but with a 
 names no rank; a peer that hangs or whose node is cut off blocks gloo for its 30 s timeout, and
 NCCL for longer. Details: docs/pretraining.md, "Several nodes"."""
 import os
+import signal
 import sys
 import threading
 import time
@@ -74,6 +75,7 @@ class PeerWatch:
         self.answered, self.store_error, self.failed_at = now, None, None
         self.stopped = threading.Event()
         self.verdict: Optional[str] = None
+        self._abort = None   # (libc, the SIGABRT handler, the one it replaced): catch_abort
         self._threads = [threading.Thread(target=self._beat, daemon=True, name="peers-beat"),
                          threading.Thread(target=self._judge, daemon=True, name="peers-judge")]
 
@@ -86,6 +88,10 @@ class PeerWatch:
         """No verdict from now on (this rank ends on its own). Waits for a store call under
         way: a thread inside one when the interpreter exits aborts the process."""
         self.stopped.set()
+        if self._abort is not None and threading.current_thread() is threading.main_thread():
+            libc, _, previous = self._abort
+            libc.signal(int(signal.SIGABRT), previous)   # paddle's own handler again
+            self._abort = None
         for thread in self._threads:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(2 * self.interval + 1)
@@ -98,6 +104,19 @@ class PeerWatch:
         while self.clock() < end and not self.stopped.is_set():
             time.sleep(self.interval / 4)
         self.stop()
+
+    def catch_abort(self) -> None:
+        """paddle raises a collective call's failure inside backward (the gradient all-reduce)
+        as a C++ exception it cannot convert: std::terminate aborts the process with no Python
+        error. A C-level SIGABRT handler (main thread) gives the watch its short window first;
+        with no verdict, the abort goes on."""
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda signum: self.settle())
+        self._abort = (libc, handler, libc.signal(int(signal.SIGABRT),
+                                                  ctypes.cast(handler, ctypes.c_void_p)))
 
     def observe(self) -> None:
         """One heartbeat: add to this rank's counter, note the peers whose counter moved."""
@@ -168,4 +187,7 @@ def watch(timeout: float, hint: Callable[[], str] = lambda: "") -> Optional[Peer
     host, port = master_endpoint()
     store = core.TCPStore(host, port, False, world, 900)
     local = int(os.environ.get("PADDLE_LOCAL_SIZE", "1"))
-    return PeerWatch(store, dist.rank(), world, timeout, hint, local).start()
+    peer_watch = PeerWatch(store, dist.rank(), world, timeout, hint, local).start()
+    if threading.current_thread() is threading.main_thread():
+        peer_watch.catch_abort()
+    return peer_watch

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import launch_two_nodes, launch_two_ranks
+from helpers import ROOT, launch_two_nodes, launch_two_ranks
 from test_pretrain import tiny, write_corpus
 
 from ernie_doc import peers
@@ -105,6 +105,59 @@ def test_a_stopped_watch_never_exits_the_process():
     now[0] += 100
     watch.settle()   # returns at once: stopped
     assert exits == [] and watch.verdict is None
+
+
+ABORT = """
+import os, sys
+sys.path.insert(0, {root!r})
+from ernie_doc import peers
+
+class Store:
+    def add(self, key, n):
+        return 0
+
+watch = peers.PeerWatch(Store(), 0, 2, 100.0, lambda: "resume here")
+watch.counts[1] = 0
+watch.moved[1] -= 20   # rank 1 silent for 20 s: lost in the quick window (10 s), not before
+watch.start()
+{catch}
+os.abort()   # what paddle's failed gradient all-reduce ends in (std::terminate)
+"""
+
+
+@pytest.mark.parametrize("catch, status", [
+    ("watch.catch_abort()", peers.PEER_LOST),
+    ("", -6),                                     # paddle's abort, as without the watch
+])
+def test_an_abort_in_a_collective_call_waits_for_the_verdict(catch, status):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", ABORT.format(root=str(ROOT), catch=catch)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    if status == peers.PEER_LOST:
+        assert proc.stderr.splitlines()[-1] == ("error: rank 1 (node 1) stopped: no heartbeat "
+                                                "for 10 s; resume here")
+
+
+def test_a_stopped_watch_puts_back_the_abort_handler_it_replaced():
+    import ctypes
+    import signal
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+
+    def current():
+        handler = libc.signal(int(signal.SIGABRT), None)
+        libc.signal(int(signal.SIGABRT), handler)
+        return handler
+
+    watch, _, _ = fake_watch()
+    before = current()
+    watch.catch_abort()
+    assert current() != before
+    watch.stop()
+    assert current() == before
 
 
 def test_the_default_bound_is_below_gloos_timeout():
