@@ -197,9 +197,13 @@ def latest(out):
 
 
 def one_error_line(node, *parts):
-    """The worker's log holds exactly one error line, with every part, and no traceback."""
-    lines = [line for line in node["log"].splitlines() if "error" in line.lower()]
-    assert len(lines) == 1 and "Traceback" not in node["log"], node["log"][-3000:]
+    """The worker's log ends with its one `error:` line, with every part, and holds no
+    traceback (a failure inside backward has the C++ runtime print two lines before it:
+    "terminate called after throwing an instance of 'gloo::IoException'", its what())."""
+    log = node["log"]
+    lines = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and log.rstrip().endswith(lines[0]), log[-3000:]
+    assert "Traceback (most recent call last)" not in log, log[-3000:]
     for part in parts:
         assert part in lines[0], (part, lines[0])
     return lines[0]
