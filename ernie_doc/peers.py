@@ -10,8 +10,10 @@ checkpoint to resume from, exit status PEER_LOST. After a collective call failed
 live peer still beats, so `quick_window` seconds of silence decide.
 
 Why not paddle's own errors: a killed peer makes gloo raise at once, but with a traceback that
-names no rank; a peer that hangs or whose node is cut off blocks gloo for its 30 s timeout, and
-NCCL for longer. Details: docs/pretraining.md, "Several nodes"."""
+names no rank, or abort the process from C++ when the failed call is the gradient all-reduce
+inside backward (`catch_abort` waits for the verdict there); a peer that hangs or whose node is
+cut off blocks gloo for its 30 s timeout, and NCCL for longer. Details: docs/pretraining.md,
+"Several nodes"."""
 import os
 import signal
 import sys
