@@ -117,6 +117,9 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("stop_at_step", 0, "stop after this step as if interrupted (--resume continues)"),
         ("device", "auto", "auto | cpu | gpu"),
         ("threads", 0, "CPU math threads (0 = paddle's default)"),
+        ("peer_timeout", 20, "several ranks: a rank whose peer shows no sign of life for this "
+                             "many seconds exits with one line naming it (0 = wait as paddle "
+                             "does)"),
         ("progress", True, "progress bars (false: none; ERNIE_DOC_PROGRESS=0 turns every "
                            "bar off)"),
     )),
@@ -194,7 +197,8 @@ INTEGER_KEYS = {
     **dict.fromkeys(("batch_size", "epochs", "max_seq_len", "grad_accum_steps",
                      "tokenizer_vocab_size", "stride", "eval_batch_size"), 1),
     **dict.fromkeys(("eval_steps", "save_steps", "logging_steps", "stop_at_step",
-                     "keep_checkpoints", "max_steps", "warmup_steps", "max_doc_tokens"), 0),
+                     "keep_checkpoints", "max_steps", "warmup_steps", "max_doc_tokens",
+                     "peer_timeout"), 0),
 }
 NULLABLE_KEYS = ("stride", "eval_batch_size")
 # Lists of names: each name at most once, and at most this many (a task has a few splits and

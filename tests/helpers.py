@@ -99,6 +99,83 @@ def launch_two_ranks(tmp_path, args, timeout=300):
     return proc, logs
 
 
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the OS picks it: tests under -n 2 do not collide)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_pids(launcher_pid):
+    """{pid: start time} of the processes a launcher started (its workers), from /proc; the
+    start time tells a process from a later one given the same pid."""
+    pids = {}
+    for task in os.listdir(f"/proc/{launcher_pid}/task") \
+            if os.path.isdir(f"/proc/{launcher_pid}/task") else []:
+        with contextlib.suppress(OSError), open(f"/proc/{launcher_pid}/task/{task}/children") as f:
+            pids.update((int(pid), started_at(int(pid))) for pid in f.read().split())
+    return pids
+
+
+def started_at(pid):
+    """A process's start time (clock ticks after boot), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def launch_two_nodes(tmp_path, args, kill=None, env=None, timeout=240):
+    """Two simulated nodes on this host, as a user launches them: `python -m
+    paddle.distributed.launch --nnodes 2 --master 127.0.0.1:PORT --rank R --nproc_per_node 1
+    ARGS` for R = 0, 1 from the repository root, node R's logs in tmp_path/node-R. kill: (node,
+    ready): SIGKILL that node's worker once ready() holds → [{"status", "output" (launcher),
+    "log" (worker), "exited" (seconds from the kill to its launcher's exit)}] per node."""
+    import subprocess
+    import time
+    port, py = free_port(), sys.executable
+    outs = [open(tmp_path / f"node-{r}.out", "w") for r in (0, 1)]
+    procs = [subprocess.Popen(
+        [py, "-m", "paddle.distributed.launch", "--nnodes", "2", "--master",
+         f"127.0.0.1:{port}", "--rank", str(r), "--nproc_per_node", "1", "--log_dir",
+         str(tmp_path / f"node-{r}"), *args], cwd=ROOT, env={**os.environ, **(env or {})},
+        stdout=outs[r], stderr=subprocess.STDOUT) for r in (0, 1)]
+    started, killed, exited, workers = time.time(), None, [None, None], {}
+    try:
+        while None in exited and time.time() - started < timeout:
+            for r, proc in enumerate(procs):
+                workers.update(worker_pids(proc.pid))
+                if exited[r] is None and proc.poll() is not None:
+                    exited[r] = time.time()
+            if kill and killed is None and kill[1]():
+                pids = list(worker_pids(procs[kill[0]].pid))
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed = time.time()
+            time.sleep(0.05)
+    finally:   # nothing outlives the test: the launchers, then their workers (still the same
+        # processes: a pid with another start time is someone else's now)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        for pid, start in workers.items():
+            if start is not None and started_at(pid) == start:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+    nodes = []
+    for r, proc in enumerate(procs):
+        log = tmp_path / f"node-{r}" / "workerlog.0"
+        outs[r].close()
+        nodes.append({"status": proc.wait(), "output": (tmp_path / f"node-{r}.out").read_text(),
+                      "log": log.read_text() if log.exists() else "",
+                      "exited": None if killed is None or exited[r] is None
+                      else exited[r] - killed})
+    assert None not in exited, f"still running after {timeout} s: {nodes}"
+    return nodes
+
+
 def train_and_dump(out, overrides):
     """Train the run that the config overrides describe (output_dir=out) and write this rank's
     parameters (params-rankR.npz) and final memories (memories-rankR.npy) into out → the

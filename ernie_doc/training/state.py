@@ -190,6 +190,18 @@ def _write_optimizer(directory, model, optimizer):
         json.dump({"entries": entries, "tensors": listing}, f, indent=1, sort_keys=True)
 
 
+# Test hook (tests/test_peers.py): rank 0 stops for a minute in the middle of writing checkpoint
+# step-N, its model file written and the rest not, so that a test can kill it there. Unset
+# (every run but that test's), it does nothing.
+TEST_PAUSE = "ERNIE_DOC_TEST_PAUSE_IN_SAVE"
+
+
+def _test_pause(step):
+    if os.environ.get(TEST_PAUSE) == str(step):
+        import time
+        time.sleep(60)
+
+
 def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_arrays, keep=1):
     """Collective: every rank calls it. rank_arrays: this rank's numpy arrays (memories)."""
     entry = f"{CHECKPOINTS}/step-{step}"
@@ -201,6 +213,7 @@ def save_training_state(output_dir, step, model, optimizer, trainer_state, rank_
     np.savez(os.path.join(tmp, f"rank-{dist.rank()}.npz"), **rank_arrays)
     if dist.rank() == 0:
         _write_model(os.path.join(tmp, MODEL_FILE), model)
+        _test_pause(step)
         _write_optimizer(tmp, model, optimizer)
         with open(os.path.join(tmp, TRAINER_STATE), "w", encoding="utf-8") as f:
             json.dump(trainer_state, f, indent=1, sort_keys=True)

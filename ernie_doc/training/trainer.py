@@ -24,7 +24,9 @@ import numpy as np
 import paddle
 
 from ernie_doc import distributed as dist
-from ernie_doc.errors import Bf16ProgramError, CheckpointStateError, ConfigError, TrainingError
+from ernie_doc import peers
+from ernie_doc.errors import (Bf16ProgramError, CheckpointStateError, ConfigError, ErnieDocError,
+                              TrainingError)
 from ernie_doc.run_config import batch_rows
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
@@ -209,7 +211,32 @@ class Trainer:
     # -- training ------------------------------------------------------------------------------
     def train(self) -> dict:
         """Train to the end (or to stop_at_step) → eval_results.json's content (results.json's
-        for a streamed run without held-out data); None when stopped at stop_at_step."""
+        for a streamed run without held-out data); None when stopped at stop_at_step. With
+        several ranks each watches the others (`ernie_doc.peers`, `peer_timeout`): a lost one
+        ends this process with one line naming it."""
+        dist.barrier()   # every rank's watch starts at once
+        watch = peers.watch(self.cfg.peer_timeout, self._resume_hint) if self.world > 1 else None
+        try:
+            return self._train()
+        except Exception as e:
+            if watch is not None and not isinstance(e, (ErnieDocError, OSError)):
+                watch.settle()   # a failed collective call: a lost peer ends the process here
+            raise
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _resume_hint(self) -> str:
+        """What a lost peer's line adds: the checkpoint a resume starts from, and how."""
+        out = os.path.abspath(self.out)
+        step = _latest_step(out)
+        if step is None:
+            return (f"no checkpoint in {out} yet: start over with the same commands and --set "
+                    "overwrite_output_dir=true")
+        return (f"the last complete checkpoint is {os.path.join(out, ckpt.CHECKPOINTS)}"
+                f"/step-{step}; resume with --resume {shlex.quote(out)} on every node")
+
+    def _train(self) -> dict:
         cfg, run = self.cfg, self.run
         train, total_steps, accum = run.train, run.total_steps, cfg.grad_accum_steps
         optimizer, scheduler, scaler = self._set_up_optimizer()

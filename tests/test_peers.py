@@ -1,0 +1,294 @@
+"""ernie_doc.peers: the ranks watch each other. Its decisions on a fake store and clock, then real
+processes: two simulated nodes (two launchers on this host, `--nnodes 2`) pretraining the tiny
+config, where
+
+1. node 1's worker is killed mid-run: node 0 exits within the bound with one line naming rank 1;
+2. the run resumes on both nodes, and rank 0 is killed while it writes a checkpoint: node 1
+   exits with one line naming rank 0, the checkpoint being written is left incomplete and
+   `latest` still names the previous one;
+3. the run resumes on both nodes from there to the end: its parameters equal a 2-process run's
+   (`--nproc_per_node 2`) exactly, and so do its logged records.
+
+The three runs build on each other (module-scoped fixtures, one run each)."""
+import json
+import os
+
+import numpy as np
+import pytest
+from helpers import ROOT, launch_two_nodes, launch_two_ranks
+from test_pretrain import tiny, write_corpus
+
+from ernie_doc import peers
+
+TIMEOUT = 3   # peer_timeout of the runs here (default 20)
+COMMON = ("max_steps=8", "save_steps=2", f"peer_timeout={TIMEOUT}")
+
+
+# -- the decision ------------------------------------------------------------------------------
+class FakeStore:
+    def __init__(self):
+        self.counts, self.broken = {}, False
+
+    def add(self, key, n):
+        if self.broken:
+            raise ValueError("TCP send error. Details: Broken pipe.")
+        self.counts[key] = self.counts.get(key, 0) + n
+        return self.counts[key]
+
+
+def fake_watch(rank=0, world=3, timeout=10.0):
+    now = [100.0]
+    exits = []
+    watch = peers.PeerWatch(FakeStore(), rank, world, timeout, lambda: "resume: here",
+                            local_size=2, exit=exits.append, clock=lambda: now[0])
+    return watch, now, exits
+
+
+def test_a_peer_silent_for_the_timeout_is_lost_and_named_with_its_node():
+    watch, now, _ = fake_watch()
+    assert watch.interval == 1.0 and peers.quick_window(10) == 5.0
+    watch.observe()
+    now[0] += 9.9
+    watch.store.add(peers.KEY.format(1), 1)   # rank 1 beats, rank 2 does not
+    watch.observe()
+    assert watch.decide() is None
+    now[0] += 0.2
+    assert watch.decide() == ("error: rank 2 (node 1) stopped: no heartbeat for 10 s; "
+                              "resume: here")
+    now[0] += 10
+    watch.observe()
+    assert watch.decide().startswith("error: ranks 1 (node 0), 2 (node 1) stopped")
+
+
+def test_a_failed_collective_call_decides_in_the_quick_window():
+    watch, now, _ = fake_watch()
+    watch.observe()
+    now[0] += 5.5
+    assert watch.decide() is None            # within the timeout
+    watch.window = peers.quick_window(watch.timeout)   # what settle() sets
+    assert "no heartbeat for 5 s" in watch.decide()
+
+
+def test_the_store_failing_names_rank_0_after_a_grace_of_two_heartbeats():
+    watch, now, _ = fake_watch(rank=1)
+    watch.observe()
+    watch.store.broken = True
+    watch._beat()   # returns at the failure
+    assert watch.store_error and watch.decide() is None
+    now[0] += 2.1
+    assert watch.decide().startswith("error: rank 0 (node 0) stopped: the TCP store it hosts "
+                                     "stopped answering")
+    # a store that hangs: no answer for the window
+    watch, now, _ = fake_watch(rank=1)
+    now[0] += 10.5
+    assert "has not answered for 10 s" in watch.decide()
+    # rank 0 hosts the store: never its own verdict
+    assert peers.lost_ranks(110, {1: 109}, 0, "broken", 10, rank=0) is None
+    assert peers.lost_ranks(110, {1: 109}, 0, "broken", 10, rank=1)[0] == [0]
+
+
+class SlowStore(FakeStore):
+    def add(self, key, n):
+        import time
+        time.sleep(0.3)
+        return super().add(key, n)
+
+
+def test_a_stopped_watch_never_exits_the_process():
+    watch, now, exits = fake_watch(timeout=2.0)
+    watch.store = SlowStore()
+    watch.start()
+    watch.stop()
+    # stop() waited for the store call under way: a thread inside one when the interpreter
+    # exits aborts the process (seen: "terminate called without an active exception")
+    assert not any(thread.is_alive() for thread in watch._threads)
+    now[0] += 100
+    watch.settle()   # returns at once: stopped
+    assert exits == [] and watch.verdict is None
+
+
+ABORT = """
+import os, sys
+sys.path.insert(0, {root!r})
+from ernie_doc import peers
+
+class Store:
+    def add(self, key, n):
+        return 0
+
+watch = peers.PeerWatch(Store(), 0, 2, 100.0, lambda: "resume here")
+watch.counts[1] = 0
+watch.moved[1] -= 20   # rank 1 silent for 20 s: lost in the quick window (10 s), not before
+watch.start()
+{catch}
+os.abort()   # what paddle's failed gradient all-reduce ends in (std::terminate)
+"""
+
+
+@pytest.mark.parametrize("catch, status", [
+    ("watch.catch_abort()", peers.PEER_LOST),
+    ("", -6),                                     # paddle's abort, as without the watch
+])
+def test_an_abort_in_a_collective_call_waits_for_the_verdict(catch, status):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", ABORT.format(root=str(ROOT), catch=catch)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status, proc.stderr[-2000:]
+    if status == peers.PEER_LOST:
+        assert proc.stderr.splitlines()[-1] == ("error: rank 1 (node 1) stopped: no heartbeat "
+                                                "for 10 s; resume here")
+
+
+def test_a_stopped_watch_puts_back_the_abort_handler_it_replaced():
+    import ctypes
+    import signal
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+
+    def current():
+        handler = libc.signal(int(signal.SIGABRT), None)
+        libc.signal(int(signal.SIGABRT), handler)
+        return handler
+
+    watch, _, _ = fake_watch()
+    before = current()
+    watch.catch_abort()
+    assert current() != before
+    watch.stop()
+    assert current() == before
+
+
+def test_the_default_bound_is_below_gloos_timeout():
+    """gloo gives up on a silent peer after 30 s, on paddle 2.6.2 by aborting the process."""
+    from ernie_doc.run_config import DEFAULTS
+    timeout = DEFAULTS["peer_timeout"]
+    assert timeout == 20 and peers.interval_for(timeout) == 2 and peers.quick_window(timeout) == 10
+
+
+def test_peer_timeout_0_or_one_rank_watches_nothing(monkeypatch):
+    assert peers.watch(0) is None   # one rank (no launcher here)
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    assert peers.watch(0) is None   # peer_timeout: 0, paddle's own behaviour
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "6170")
+    assert peers.master_endpoint() == ("10.0.0.1", 6170)
+
+
+# -- real processes: two simulated nodes ------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("peers-corpus"))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tmp_path_factory.mktemp("peers")
+
+
+def pretrain_on_two_nodes(base, name, args, **launch):
+    (base / name).mkdir()
+    return launch_two_nodes(base / name, ["tools/pretrain.py", *args], **launch)
+
+
+def latest(out):
+    return os.path.basename(os.path.realpath(out / "checkpoints" / "latest"))
+
+
+def one_error_line(node, *parts):
+    """The worker's log ends with its one `error:` line, with every part, and holds no
+    traceback (a failure inside backward has the C++ runtime print two lines before it:
+    "terminate called after throwing an instance of 'gloo::IoException'", its what())."""
+    log = node["log"]
+    lines = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and log.rstrip().endswith(lines[0]), log[-3000:]
+    assert "Traceback (most recent call last)" not in log, log[-3000:]
+    for part in parts:
+        assert part in lines[0], (part, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def killed_node(corpus, base):
+    """Run 1: node 1's worker SIGKILLed once the first checkpoint (step 2) is complete."""
+    out = base / "out"
+    link = out / "checkpoints" / "latest"
+    nodes = pretrain_on_two_nodes(base, "run1", ["--set", *tiny(*corpus, out, *COMMON)],
+                                  kill=(1, lambda: os.path.lexists(link)))
+    return out, nodes
+
+
+@pytest.fixture(scope="module")
+def killed_in_save(killed_node, base):
+    """Run 2: resumed on both nodes; rank 0 SIGKILLed in the middle of writing step-6."""
+    out, _ = killed_node
+    resumed_from = latest(out)
+    writing = out / "checkpoints" / "step-6.tmp" / "model.safetensors"
+    nodes = pretrain_on_two_nodes(base, "run2", ["--resume", str(out)],
+                                  kill=(0, writing.exists),
+                                  env={"ERNIE_DOC_TEST_PAUSE_IN_SAVE": "6"})
+    return out, nodes, resumed_from
+
+
+@pytest.fixture(scope="module")
+def resumed(killed_in_save, base):
+    out, _, _ = killed_in_save
+    return out, pretrain_on_two_nodes(base, "run3", ["--resume", str(out)])
+
+
+@pytest.fixture(scope="module")
+def two_processes(corpus, base):
+    (base / "ref").mkdir()
+    out = base / "ref" / "out"
+    proc, logs = launch_two_ranks(base / "ref", ["tools/pretrain.py", "--set",
+                                                 *tiny(*corpus, out, *COMMON)])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+    return out
+
+
+@pytest.mark.two_ranks
+def test_a_killed_node_ends_the_other_with_one_line(killed_node):
+    out, (node0, node1) = killed_node
+    assert node1["status"] != 0 and node0["status"] == peers.PEER_LOST, node0["output"][-3000:]
+    step = latest(out)
+    assert step in ("step-2", "step-4")   # killed right after step 2 was saved
+    one_error_line(node0, "error: rank 1 (node 1) stopped: no heartbeat for",
+                   f"the last complete checkpoint is {out}/checkpoints/{step}; resume with "
+                   f"--resume {out} on every node")
+    # the bound: peer_timeout (less once a collective call failed), and the launcher's exit
+    assert node0["exited"] < TIMEOUT + 5, node0["exited"]
+
+
+@pytest.mark.two_ranks
+def test_a_kill_in_rank_0s_save_leaves_the_last_complete_checkpoint(killed_in_save):
+    out, (node0, node1), resumed_from = killed_in_save
+    assert f"resumed from {out}/checkpoints/{resumed_from}" in node0["log"]
+    assert node0["status"] != 0 and node1["status"] == peers.PEER_LOST, node1["output"][-3000:]
+    one_error_line(node1, "error: rank 0 (node 0) stopped: the TCP store it hosts stopped "
+                          "answering", f"the last complete checkpoint is {out}/checkpoints/step-4")
+    assert node1["exited"] < TIMEOUT + 5, node1["exited"]
+    # the checkpoint being written does not look complete, and latest still names step-4
+    assert latest(out) == "step-4"
+    assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step-4", "step-6.tmp"]
+    assert "trainer_state.json" not in os.listdir(out / "checkpoints" / "step-6.tmp")
+
+
+@pytest.mark.two_ranks
+def test_two_nodes_resumed_equal_two_processes(resumed, two_processes):
+    out, nodes = resumed
+    assert [n["status"] for n in nodes] == [0, 0], nodes[0]["log"][-3000:] + nodes[1]["log"][-3000:]
+    assert f"resumed from {out}/checkpoints/step-4" in nodes[0]["log"]
+    assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step-8"]
+    from ernie_doc.heads import ErnieDocForPretraining
+    ours = ErnieDocForPretraining.from_pretrained(out / "final").state_dict()
+    theirs = ErnieDocForPretraining.from_pretrained(two_processes / "final").state_dict()
+    assert sorted(ours) == sorted(theirs) and len(ours) > 5
+    for key in ours:
+        np.testing.assert_array_equal(ours[key].numpy(), theirs[key].numpy(), err_msg=key)
+    records = []
+    for run in (out, two_processes):
+        with open(run / "train_log.jsonl") as f:
+            records.append([{k: v for k, v in json.loads(line).items()
+                             if not k.startswith("tokens_per_sec")} for line in f])
+    assert len(records[0]) == 8 and records[0] == records[1]
