@@ -14,6 +14,7 @@ names no rank, or abort the process from C++ when the failed call is the gradien
 inside backward (`catch_abort` waits for the verdict there); a peer that hangs or whose node is
 cut off blocks gloo for its 30 s timeout, and NCCL for longer. Details: docs/pretraining.md,
 "Several nodes"."""
+import ctypes
 import os
 import signal
 import sys
@@ -23,6 +24,27 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 PEER_LOST = 75     # EX_TEMPFAIL: the run can go on (resume)
 KEY = "ernie_doc/alive/{}"
+
+
+class _SigAction(ctypes.Structure):
+    """glibc's struct sigaction (Linux): the handler, the mask (1024 bits), the flags."""
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * (1024 // 64)),
+                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+
+_SA_SIGINFO, _SA_RESTART = 0x4, 0x10000000
+_SA_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _chain(previous: "_SigAction", signum: int, info, context) -> None:
+    """Run the signal handler `previous` describes as the kernel would have (with the siginfo
+    when its flags ask for it); nothing for SIG_DFL (0) or SIG_IGN (1): the abort goes on."""
+    if not previous.handler or previous.handler == 1:
+        return
+    if previous.flags & _SA_SIGINFO:
+        _SA_HANDLER(previous.handler)(signum, info, context)
+    else:
+        ctypes.CFUNCTYPE(None, ctypes.c_int)(previous.handler)(signum)
 
 
 def interval_for(timeout: float) -> float:
@@ -77,7 +99,8 @@ class PeerWatch:
         self.answered, self.store_error, self.failed_at = now, None, None
         self.stopped = threading.Event()
         self.verdict: Optional[str] = None
-        self._abort = None   # (libc, the SIGABRT handler, the one it replaced): catch_abort
+        self._abort = None   # (libc, the SIGABRT action it replaced): catch_abort
+        self._handler = None   # the C-level SIGABRT handler (catch_abort)
         self._threads = [threading.Thread(target=self._beat, daemon=True, name="peers-beat"),
                          threading.Thread(target=self._judge, daemon=True, name="peers-judge")]
 
@@ -91,8 +114,9 @@ class PeerWatch:
         way: a thread inside one when the interpreter exits aborts the process."""
         self.stopped.set()
         if self._abort is not None and threading.current_thread() is threading.main_thread():
-            libc, _, previous = self._abort
-            libc.signal(int(signal.SIGABRT), previous)   # paddle's own handler again
+            libc, previous = self._abort
+            # paddle's own handler again, with its flags (SA_SIGINFO: it reads the siginfo)
+            libc.sigaction(int(signal.SIGABRT), ctypes.byref(previous), None)
             self._abort = None
         for thread in self._threads:
             if thread.is_alive() and thread is not threading.current_thread():
@@ -111,14 +135,26 @@ class PeerWatch:
         """paddle raises a collective call's failure inside backward (the gradient all-reduce)
         as a C++ exception it cannot convert: std::terminate aborts the process with no Python
         error. A C-level SIGABRT handler (main thread) gives the watch its short window first;
-        with no verdict, the abort goes on."""
-        import ctypes
-        libc = ctypes.CDLL(None)
-        libc.signal.restype = ctypes.c_void_p
-        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda signum: self.settle())
-        self._abort = (libc, handler, libc.signal(int(signal.SIGABRT),
-                                                  ctypes.cast(handler, ctypes.c_void_p)))
+        with no verdict (an abort that is not a lost peer's doing) the handler it replaced runs
+        as it would have (paddle's crash report), then the abort goes on. Linux only (the
+        layout of `struct sigaction`); elsewhere nothing is installed."""
+        if not sys.platform.startswith("linux"):
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        previous = _SigAction()
+        libc.sigaction(int(signal.SIGABRT), None, ctypes.byref(previous))
+
+        def on_abort(signum, info, context):
+            self.settle()   # ends the process on a verdict; else puts `previous` back
+            _chain(previous, signum, info, context)
+
+        handler = _SA_HANDLER(on_abort)
+        action = _SigAction(handler=ctypes.cast(handler, ctypes.c_void_p).value,
+                            flags=_SA_SIGINFO | _SA_RESTART)
+        if libc.sigaction(int(signal.SIGABRT), ctypes.byref(action), None) != 0:
+            raise OSError(ctypes.get_errno(), "sigaction(SIGABRT)")
+        # the callback outlives stop(): stop() runs inside it (settle)
+        self._abort, self._handler = (libc, previous), handler
 
     def observe(self) -> None:
         """One heartbeat: add to this rank's counter, note the peers whose counter moved."""
@@ -193,6 +229,6 @@ def watch(timeout: float, hint: Callable[[], str] = lambda: "") -> Optional[Peer
     if threading.current_thread() is threading.main_thread():
         try:
             peer_watch.catch_abort()
-        except (OSError, AttributeError):   # no C library to ask (not Linux or macOS)
+        except (OSError, AttributeError):   # no C library to ask
             pass
     return peer_watch

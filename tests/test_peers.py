@@ -108,56 +108,87 @@ def test_a_stopped_watch_never_exits_the_process():
 
 
 ABORT = """
-import os, sys
+import ctypes, os, signal, sys
 sys.path.insert(0, {root!r})
 from ernie_doc import peers
 
-class Store:
-    def add(self, key, n):
-        return 0
+# the handler the watch replaces, as paddle installs its own: SA_SIGINFO, reading the siginfo
+def previous(signum, info, context):
+    code = ctypes.cast(info, ctypes.POINTER(ctypes.c_int))[0]   # siginfo_t.si_signo
+    os.write(2, f"previous handler: signal {{signum}}, si_signo {{code}}\\n".encode())
 
-watch = peers.PeerWatch(Store(), 0, 2, 100.0, lambda: "resume here")
+handler = peers._SA_HANDLER(previous)
+action = peers._SigAction(handler=ctypes.cast(handler, ctypes.c_void_p).value,
+                          flags=peers._SA_SIGINFO)
+ctypes.CDLL(None).sigaction(int(signal.SIGABRT), ctypes.byref(action), None)
+
+class Store:
+    def __init__(self):
+        self.n = 0
+    def add(self, key, n):
+        self.n += n
+        return self.n if {alive} else 0
+
+watch = peers.PeerWatch(Store(), 0, 2, {timeout}, lambda: "resume here")
 watch.counts[1] = 0
-watch.moved[1] -= 20   # rank 1 silent for 20 s: lost in the quick window (10 s), not before
+if not {alive}:
+    watch.moved[1] -= 20   # rank 1 silent for 20 s: lost in the quick window (10 s), not before
 watch.start()
 {catch}
 os.abort()   # what paddle's failed gradient all-reduce ends in (std::terminate)
 """
+PREVIOUS = "previous handler: signal 6, si_signo 6"
 
 
-@pytest.mark.parametrize("catch, status", [
-    ("watch.catch_abort()", peers.PEER_LOST),
-    ("", -6),                                     # paddle's abort, as without the watch
+# alive: a short timeout, so that the quick window the handler waits for is short (1 s)
+@pytest.mark.parametrize("catch, alive, status, last", [
+    # a lost peer: the one line, exit 75 (paddle's crash report would say nothing of it)
+    ("watch.catch_abort()", False, peers.PEER_LOST,
+     "error: rank 1 (node 1) stopped: no heartbeat for 10 s; resume here"),
+    # every peer alive (a genuine abort): the replaced handler runs as the kernel would have
+    # run it (paddle's crash report), then the abort
+    ("watch.catch_abort()", True, -6, PREVIOUS),
+    ("", False, -6, PREVIOUS),                    # no watch: paddle's abort
 ])
-def test_an_abort_in_a_collective_call_waits_for_the_verdict(catch, status):
+def test_an_abort_in_a_collective_call_waits_for_the_verdict(catch, alive, status, last):
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-c", ABORT.format(root=str(ROOT), catch=catch)],
-                          capture_output=True, text=True, timeout=60)
+    script = ABORT.format(root=str(ROOT), catch=catch, alive=alive,
+                          timeout=2.0 if alive else 100.0)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == status, proc.stderr[-2000:]
-    if status == peers.PEER_LOST:
-        assert proc.stderr.splitlines()[-1] == ("error: rank 1 (node 1) stopped: no heartbeat "
-                                                "for 10 s; resume here")
+    assert proc.stderr.splitlines()[-1] == last, proc.stderr[-2000:]
+    assert (PREVIOUS in proc.stderr) == (status != peers.PEER_LOST)
+
+
+def sigabrt_action():
+    import ctypes
+    import signal
+    action = peers._SigAction()
+    ctypes.CDLL(None).sigaction(int(signal.SIGABRT), None, ctypes.byref(action))
+    return action.handler, action.flags
 
 
 def test_a_stopped_watch_puts_back_the_abort_handler_it_replaced():
     import ctypes
     import signal
     libc = ctypes.CDLL(None)
-    libc.signal.restype = ctypes.c_void_p
-    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-
-    def current():
-        handler = libc.signal(int(signal.SIGABRT), None)
-        libc.signal(int(signal.SIGABRT), handler)
-        return handler
-
-    watch, _, _ = fake_watch()
-    before = current()
-    watch.catch_abort()
-    assert current() != before
-    watch.stop()
-    assert current() == before
+    handler = peers._SA_HANDLER(lambda *args: None)
+    action = peers._SigAction(handler=ctypes.cast(handler, ctypes.c_void_p).value,
+                              flags=peers._SA_SIGINFO)
+    saved = peers._SigAction()
+    libc.sigaction(int(signal.SIGABRT), ctypes.byref(action), ctypes.byref(saved))
+    try:
+        before = sigabrt_action()
+        assert before[1] & peers._SA_SIGINFO   # as paddle's own handler
+        watch, _, _ = fake_watch()
+        watch.catch_abort()
+        assert sigabrt_action()[0] != before[0]
+        watch.stop()
+        assert sigabrt_action() == before   # the handler and its flags (SA_SIGINFO)
+    finally:
+        libc.sigaction(int(signal.SIGABRT), ctypes.byref(saved), None)
 
 
 def test_the_default_bound_is_below_gloos_timeout():
