@@ -342,6 +342,15 @@ def test_the_resume_line_works_from_any_directory(tmp_path, monkeypatch):
         f.write("{}")
     line = Interrupted(signal.SIGINT, "-run", 3).message("ernie-doc finetune")
     assert line.endswith(f"resume with ernie-doc finetune --resume {tmp_path / '-run'}"), line
+    # two ranks on one node: --nproc relaunches them; on two nodes each node launches its
+    # own part, so the line says what the lost-peer line says (ernie_doc.peers)
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "2")
+    line = Interrupted(signal.SIGINT, "-run", 3).message("ernie-doc finetune")
+    assert line.endswith(f"--resume {tmp_path / '-run'} --nproc 2"), line
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "1")
+    line = Interrupted(signal.SIGINT, "-run", 3).message("ernie-doc finetune")
+    assert line.endswith(f"resume with --resume {tmp_path / '-run'} on every node"), line
 
 
 # a stand-in for paddle's launcher: announces itself, then on SIGINT says what rank 0 would

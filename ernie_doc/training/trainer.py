@@ -66,8 +66,11 @@ class Interrupted(KeyboardInterrupt):
         # absolute: the line works from any directory, and never reads as an option ("-run")
         out = os.path.abspath(self.output_dir)
         resume = f"{command} --resume {shlex.quote(out)}"
-        if dist.world_size() > 1:
-            resume += f" --nproc {dist.world_size()}"
+        world, local = dist.world_size(), int(os.environ.get("PADDLE_LOCAL_SIZE") or 0)
+        if 0 < local < world:   # several nodes: each launches its part (--nproc is one node's)
+            resume = f"--resume {shlex.quote(out)} on every node"
+        elif world > 1:
+            resume += f" --nproc {world}"
         saved, best = _latest_step(out), _best_model(out)
         if self.finished and saved == self.step:
             return (f"{where}, the last, during the final evaluation: the trained model is "
