@@ -20,13 +20,17 @@ def text(rng, n):
 
 def datasets(root):
     """imdb/ (40 reviews, one text under five ids) and hyperpartisan/ (12 articles; id 3 is in
-    train and test, article 8 has article 10's text), and two WikiText articles."""
+    train and test, article 8 has article 10's text, article 7 is article 12 nearly), and two
+    WikiText articles."""
     rng = random.Random(0)
     same = text(rng, 30)
     rows = [f"{i}\t{i % 2}\t0\t{same if i < 5 else text(rng, rng.randint(20, 60))}"
             for i in range(40)]
     bodies = {i: text(rng, rng.randint(10, 30)) for i in range(1, 13)}
     bodies[8] = bodies[10]
+    # article 7: test article 12 again, a word changed and a site's boilerplate added
+    bodies[7] = bodies[12].replace(bodies[12].split()[4], "changed", 1) + \
+        " subscribe to our newsletter for the top stories every morning"
     wiki = "".join(f" = Title {k} = \n\n {text(rng, 50)} \n\n" for k in range(2))
     write(root, {
         "imdb/imdb_test_sample5k.tsv": "qid\tlabel\tscore\ttext_a\n" + "\n".join(rows) + "\n",
@@ -57,11 +61,14 @@ def test_the_corpus_holds_no_dev_or_test_document(tmp_path):
     shared = {"0", "1", "2", "3", "4"}
     assert dev_imdb & shared and shared - dev_imdb   # the shared text is on both sides
     ids = corpus_ids(tmp_path / "out")
-    # Hyperpartisan: 3 (also a test id) and 8 (a dev article's text) are left out
+    # Hyperpartisan: 3 (also a test id), 8 (a dev article's text) and 7 (a test article's text
+    # nearly) are left out
     assert sorted(i for i in ids if i.startswith("hyp/")) == \
-        [f"hyp/{i:07d}" for i in (1, 2, 4, 5, 6, 7)]
+        [f"hyp/{i:07d}" for i in (1, 2, 4, 5, 6)]
     assert manifest["left_out"]["hyp"] == {"id in a dev/test split": ["0000003"],
-                                           "text in a dev/test split": ["0000008"]}
+                                           "text in a dev/test split": ["0000008"],
+                                           "near-duplicate of a dev/test text": [
+                                               "0000007 (hyp/0000012, 0.74 of 8-grams)"]}
     # IMDB: the train reviews, except those sharing the text of a dev review (0-4 share one)
     train_imdb = [d.doc_id for d in splits["imdb"]["train"]]
     assert sorted(i for i in ids if i.startswith("imdb/")) == \
@@ -82,11 +89,15 @@ def test_a_dev_document_in_the_corpus_is_refused(tmp_path):
     path = tmp_path / "out" / "corpus" / "train.jsonl"
     good = path.read_text()
     leak = splits["hyp"]["test"][1]
-    for record, by in ((dict(id=f"hyp/{leak.doc_id}", text="new words"), "id"),
-                       (dict(id="imdb/999", text=" " + leak.text.upper()), "text")):
+    words = leak.text.split()
+    near = " ".join(words[:-1] + ["changed", "read", "more"])
+    for record, by in ((dict(id=f"hyp/{leak.doc_id}", text="new words"), "id in"),
+                       (dict(id="imdb/999", text=" " + leak.text.upper()), "text in"),
+                       (dict(id="imdb/998", text=near),
+                        f"near-duplicate of a dev/test text: hyp/{leak.doc_id}, 0.")):
         path.write_text(good + json.dumps(record) + "\n")
         with pytest.raises(ValueError, match=rf"train.jsonl: {record['id']} is a dev or test "
-                                             rf"document \(by {by}\)"):
+                                             rf"document \({by}"):
             tx.check_corpus([str(path)], splits)
 
 

@@ -10,8 +10,9 @@ complete (so a stopped run continues where it stopped):
 
 1. corpus: the unlabelled **training** text of both tasks (task-adaptive pretraining): the IMDB
    reviews of the README's 80/20 split's train part, the Hyperpartisan train articles, plus the
-   WikiText-103 articles when present. A document whose id or text is in a dev or test split is
-   left out, and that is asserted on the written corpus (`check_corpus`). 5 % of the corpus
+   WikiText-103 articles when present. A document whose id or text is in a dev or test split,
+   or that shares half its word 8-grams (or half a dev/test document's) with one, is left out,
+   and that is asserted on the written corpus (`check_corpus`). 5 % of the corpus
    documents (by hash) are held out for the pretraining evaluation.
 2. tokenizer: SentencePiece (unigram, `--vocab-size`) trained on the corpus, used by every run.
 3. pretraining: configs/pretrain/transfer.yaml twice, MLM only (one chunk, so nothing is
@@ -28,10 +29,11 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
@@ -41,6 +43,9 @@ sys.path.insert(0, ROOT)
 IMDB_READER = {"file": "imdb_test_sample5k.tsv", "dev_ratio": 0.2}
 WIKITEXT = ("wiki.valid.tokens", "wiki.test.tokens")
 HELD_OUT_SHARE = 0.05
+# a corpus document sharing this part of its own or of a dev/test document's word 8-grams
+# (of the shorter one's) is that document again
+NEAR_DUPLICATE = 0.5
 STARTS = ("scratch", "mlm", "mlm_sro")
 PRETRAIN = {  # start → the pretraining run's overrides
     "mlm": ["task_options.max_chunks=1", "task_options.reorder_weight=0"],
@@ -83,21 +88,59 @@ def task_documents(data: str) -> Dict[str, Dict[str, list]]:
             "hyp": {s: hyp.read(hyp_dir, s, {}) for s in ("train", "dev", "test")}}
 
 
-def held_out(splits: Dict[str, Dict[str, list]]) -> Tuple[set, set]:
-    """(("task", doc_id) pairs, text fingerprints) of every dev and test document."""
-    ids, texts = set(), set()
-    for task, by_split in splits.items():
-        for split, docs in by_split.items():
-            if split != "train":
-                ids.update((task, d.doc_id) for d in docs)
-                texts.update(fingerprint(d.text) for d in docs)
-    return ids, texts
+class HeldOut:
+    """Every dev and test document: its ("task", doc_id), its text's fingerprint and its word
+    8-grams, so a document can be told apart from all of them by id, by text and by near-
+    duplicate text (IMDB holds the same review with another rating line, Hyperpartisan the same
+    article with another site's boilerplate)."""
+
+    def __init__(self, splits: Dict[str, Dict[str, list]]):
+        self.ids, self.texts, self.grams, self.sizes = set(), set(), {}, {}
+        for task, by_split in splits.items():
+            for split, docs in by_split.items():
+                if split == "train":
+                    continue
+                for d in docs:
+                    self.ids.add((task, d.doc_id))
+                    self.texts.add(fingerprint(d.text))
+                    grams = shingles(d.text)
+                    self.sizes[f"{task}/{d.doc_id}"] = len(grams)
+                    for g in grams:
+                        self.grams.setdefault(g, []).append(f"{task}/{d.doc_id}")
+
+    def near(self, text: str) -> Optional[Tuple[str, float]]:
+        """The dev/test document ("task/id") sharing the largest part of the smaller one's
+        8-grams with `text`, and that part, when it is at least NEAR_DUPLICATE; else None."""
+        grams = shingles(text)
+        shared: Dict[str, int] = {}
+        for g in grams:
+            for doc in set(self.grams.get(g, ())):
+                shared[doc] = shared.get(doc, 0) + 1
+        best = max(((n / min(len(grams), self.sizes[doc]), doc) for doc, n in shared.items()),
+                   default=None)
+        return (best[1], best[0]) if best and best[0] >= NEAR_DUPLICATE else None
+
+    def why(self, source: str, doc_id: str, text: str) -> Optional[str]:
+        """Why this document must stay out of the corpus, or None."""
+        if (source, doc_id) in self.ids:
+            return "id in a dev/test split"
+        if fingerprint(text) in self.texts:
+            return "text in a dev/test split"
+        near = self.near(text)
+        return f"near-duplicate of a dev/test text: {near[0]}, {near[1]:.2f} of 8-grams" \
+            if near else None
+
+
+def shingles(text: str, n: int = 8) -> set:
+    """The text's word n-grams, lower-cased, punctuation dropped."""
+    words = re.findall(r"\w+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
 def corpus_records(data: str, splits: Dict[str, Dict[str, list]]) -> Tuple[List[dict], dict]:
     """The corpus documents ({"id", "source", "text"}) and what was left out, by source."""
     from ernie_doc.pretraining.corpus import iter_documents
-    ids, texts = held_out(splits)
+    held = HeldOut(splits)
     records, left_out, seen = [], {}, set()
     candidates = [(task, d.doc_id, d.text) for task, by_split in splits.items()
                   for d in by_split["train"]]
@@ -107,11 +150,11 @@ def corpus_records(data: str, splits: Dict[str, Dict[str, list]]) -> Tuple[List[
                        for d in iter_documents(wiki, split="wikitext")]
     for source, doc_id, text in candidates:
         key = fingerprint(text)
-        reason = ("id in a dev/test split" if (source, doc_id) in ids else
-                  "text in a dev/test split" if key in texts else
-                  "duplicate text" if key in seen else None)
-        if reason:
-            left_out.setdefault(source, {}).setdefault(reason, []).append(doc_id)
+        reason = held.why(source, doc_id, text) or ("duplicate text" if key in seen else None)
+        if reason:   # the manifest groups by reason: the near-duplicate's match by the id
+            reason, _, match = reason.partition(": ")
+            entry = f"{doc_id} ({match})" if match else doc_id
+            left_out.setdefault(source, {}).setdefault(reason, []).append(entry)
             continue
         seen.add(key)
         records.append({"id": f"{source}/{doc_id}", "source": source, "text": text})
@@ -124,18 +167,19 @@ def is_held_out_for_eval(record: dict) -> bool:
 
 
 def check_corpus(paths: Sequence[str], splits: Dict[str, Dict[str, list]]) -> int:
-    """Read the written corpus files back: a document of a dev or test split in them, by id or
-    by text, is a ValueError → the number of documents checked."""
-    ids, texts = held_out(splits)
+    """Read the written corpus files back: a document of a dev or test split in them, by id, by
+    text or by near-duplicate text, is a ValueError → the number of documents checked."""
+    held = HeldOut(splits)
     n = 0
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
                 source, _, doc_id = record["id"].partition("/")
-                if (source, doc_id) in ids or fingerprint(record["text"]) in texts:
-                    raise ValueError(f"{path}: {record['id']} is a dev or test document (by "
-                                     f"{'id' if (source, doc_id) in ids else 'text'})")
+                reason = held.why(source, doc_id, record["text"])
+                if reason:
+                    raise ValueError(f"{path}: {record['id']} is a dev or test document "
+                                     f"({reason})")
                 n += 1
     return n
 
