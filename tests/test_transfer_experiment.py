@@ -120,6 +120,13 @@ def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path):
     text = tx.markdown({}, table)
     assert "| mlm | 0.750 ± 0.071 | 0.700 ± 0.141 | s1 0.700, s2 0.800 |" in text
     assert "| scratch | – | – | – |" in text
+    # one seed: its value, and no standard deviation (not a zero one)
+    table = tx.finetune_table(str(tmp_path), {"imdb": [2]})
+    assert table["imdb"]["mlm"]["dev accuracy (best)"] == pytest.approx([0.80, None])
+    assert "| mlm | 0.800 (one seed) | 0.800 (one seed) | s2 0.800 |" in tx.markdown({}, table)
+    # no pretraining run yet: a row of zeros, not a traceback
+    assert tx.pretrain_summary(str(tmp_path))["mlm"] == {"steps": 0, "positions": 0,
+                                                         "seconds": None, "heldout": {}}
 
 
 def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
@@ -165,3 +172,57 @@ def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
     assert tx.main(argv) == 0
     second = capfd.readouterr().out
     assert second.count("not run again") == 5 and "started" not in second
+
+
+def test_bad_data_or_overrides_are_one_line_and_exit_2(tmp_path, capsys):
+    from ernie_doc.cli import run_command  # what the script's __main__ runs
+    data, out = datasets(tmp_path / "data"), str(tmp_path / "out")
+    (data / "hyperpartisan" / "hp-splits.json").unlink()
+    cases = [
+        (["--data", str(tmp_path / "none")], f"{tmp_path / 'none' / 'imdb'}: data directory "
+                                             f"does not exist"),
+        (["--data", str(data)], f"{data / 'hyperpartisan'}: no hp-splits.json"),
+        # the corpus was checked against these splits: fine-tuning may not change them
+        (["--data", str(data), "--finetune-set", "reader.dev_ratio=0.3"],
+         "--finetune-set reader.dev_ratio=0.3: reader.dev_ratio is set by the experiment"),
+        (["--data", str(data), "--pretrain-set", "max_step=3"], "unknown key 'max_step'"),
+        (["--data", str(data), "--finetune-set", "epochs=abc"], "epochs: must be a positive"),
+    ]
+    for argv, message in cases:
+        assert run_command(tx.main, argv + ["--output-dir", out, "--steps", "corpus"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_tokenizer_of_another_vocabulary_size_is_refused(tmp_path):
+    import sentencepiece
+
+    from ernie_doc.errors import ConfigError
+    out = tmp_path / "out"
+    tx.build_corpus(str(datasets(tmp_path / "data")), str(out))
+    (out / "tokenizer").mkdir()
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(out / "corpus" / "tokenizer.txt"), model_prefix=str(out / "tokenizer" / "spm"),
+        vocab_size=40, minloglevel=2)
+    tx.train_tokenizer(str(out), 40)   # the same size: kept, nothing run
+    with pytest.raises(ConfigError, match=r"spm.model: has 40 pieces, not --vocab-size 41"):
+        tx.train_tokenizer(str(out), 41)
+
+
+def test_the_corpus_does_not_change_under_the_runs_made_from_it(tmp_path):
+    from ernie_doc.errors import DataError
+    data, out = datasets(tmp_path / "data"), tmp_path / "out"
+    tx.build_corpus(str(data), str(out))
+    train = out / "corpus" / "train.jsonl"
+    before = train.stat().st_ino
+    tx.build_corpus(str(data), str(out))   # the same corpus: the files are left as they are
+    assert train.stat().st_ino == before
+    tsv = data / "imdb" / "imdb_test_sample5k.tsv"
+    tsv.write_text(tsv.read_text() + "40\t1\t0\ta new review of a new film\n")
+    (out / "tokenizer").mkdir()   # the tokenizer was trained on the old corpus
+    with pytest.raises(DataError, match=r"train.jsonl: the corpus built from --data now "
+                                        r"differs from this one"):
+        tx.build_corpus(str(data), str(out))
+    (out / "tokenizer").rmdir()   # nothing made from it yet: written anew
+    tx.build_corpus(str(data), str(out))
+    assert train.stat().st_ino != before

@@ -23,7 +23,11 @@ complete (so a stopped run continues where it stopped):
    and per task the kept model of the best starting point's best seed (a directory `ernie-doc
    predict` runs on); OUT/transfer_curves.png: pretraining and fine-tuning curves.
 
-Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each).
+Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each). What the steps
+were made from may not change under them: a corpus that would differ from the one the tokenizer
+and the runs read, or a tokenizer of another --vocab-size, is one error line (a new
+--output-dir starts afresh). --pretrain-set / --finetune-set are checked before any step, and
+may not set what the experiment fixes (FIXED: the data, the splits, the tokenizer, the starts).
 """
 import argparse
 import hashlib
@@ -194,14 +198,14 @@ def build_corpus(data: str, out: str) -> dict:
     os.makedirs(folder, exist_ok=True)
     parts = {"train": [r for r in records if not is_held_out_for_eval(r)],
              "heldout": [r for r in records if is_held_out_for_eval(r)]}
-    for name, part in parts.items():
-        atomic_write_text(os.path.join(folder, f"{name}.jsonl"),
-                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
+    files = {f"{name}.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
+             for name, part in parts.items()}
     lines = []
     for r in parts["train"]:   # sentencepiece skips lines over 4,192 bytes
         words = r["text"].split()
         lines += [" ".join(words[i:i + 100]) for i in range(0, len(words), 100)]
-    atomic_write_text(os.path.join(folder, "tokenizer.txt"), "\n".join(lines) + "\n")
+    files["tokenizer.txt"] = "\n".join(lines) + "\n"
+    keep_or_write(out, files)
     checked = check_corpus([os.path.join(folder, f"{n}.jsonl") for n in parts], splits)
     manifest = {
         "documents": {n: len(p) for n, p in parts.items()},
@@ -217,6 +221,30 @@ def build_corpus(data: str, out: str) -> dict:
     return manifest
 
 
+def keep_or_write(out: str, files: Dict[str, str]) -> None:
+    """Write OUT/corpus/<name> for each {name: text}; a file that holds that text already is
+    left as it is. Once the tokenizer or a pretraining run exists, a corpus that would change
+    (other data under --data, other code) is a DataError: what they were made from must not
+    change under them (their runs would be skipped as finished)."""
+    from ernie_doc.errors import DataError
+    from ernie_doc.utils import atomic_write_text
+    folder = os.path.join(out, "corpus")
+    users = [d for d in ("tokenizer", "pretrain") if os.path.exists(os.path.join(out, d))]
+    for name, text in files.items():
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    continue
+        except (OSError, ValueError):   # none yet, or unreadable: written anew
+            pass
+        if users and os.path.exists(path):
+            raise DataError(f"{path}: the corpus built from --data now differs from this one, "
+                            f"which {out}/{{{','.join(users)}}} were made from; give a new "
+                            f"--output-dir (or delete those)")
+        atomic_write_text(path, text)
+
+
 # -- 2. the tokenizer, 3. pretraining, 4. fine-tuning: runs --------------------------------------
 def run(cmd: List[str]) -> None:
     """Run a step's command from the repository root; a failure ends the experiment with its
@@ -229,7 +257,16 @@ def run(cmd: List[str]) -> None:
 
 def train_tokenizer(out: str, vocab_size: int) -> None:
     target = os.path.join(out, "tokenizer")
-    if os.path.isfile(os.path.join(target, "spm.model")):
+    model = os.path.join(target, "spm.model")
+    if os.path.isfile(model):   # trained before: with this vocabulary size?
+        import sentencepiece
+
+        from ernie_doc.errors import ConfigError
+        size = sentencepiece.SentencePieceProcessor(model_file=model).get_piece_size()
+        if size != vocab_size:
+            raise ConfigError(f"{model}: has {size} pieces, not --vocab-size {vocab_size}; "
+                              f"pass --vocab-size {size}, or give a new --output-dir (the "
+                              f"runs in it read this tokenizer)")
         return
     run([sys.executable, os.path.join(ROOT, "tools", "train_tokenizer.py"), "--input",
          os.path.join(out, "corpus", "tokenizer.txt"), "--output-dir", target,
@@ -246,13 +283,20 @@ def ablation(config: str, out: str, jobs: int, common: List[str],
     run(cmd + ["--set"] + common if common else cmd)
 
 
-def pretrain(args: argparse.Namespace) -> None:
+PRETRAIN_CONFIG = "configs/pretrain/transfer.yaml"
+
+
+def pretrain_common(args: argparse.Namespace) -> List[str]:
+    """Both pretraining runs' overrides: the corpus, the tokenizer, then --pretrain-set."""
     corpus = os.path.join(args.output_dir, "corpus")
-    common = [f"data_dir={os.path.join(corpus, 'train.jsonl')}",
-              f"reader.eval_corpus={os.path.join(corpus, 'heldout.jsonl')}",
-              f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"] + args.pretrain_set
-    ablation("configs/pretrain/transfer.yaml", os.path.join(args.output_dir, "pretrain"),
-             args.jobs, common, PRETRAIN)
+    return [f"data_dir={os.path.join(corpus, 'train.jsonl')}",
+            f"reader.eval_corpus={os.path.join(corpus, 'heldout.jsonl')}",
+            f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"] + args.pretrain_set
+
+
+def pretrain(args: argparse.Namespace) -> None:
+    ablation(PRETRAIN_CONFIG, os.path.join(args.output_dir, "pretrain"), args.jobs,
+             pretrain_common(args), PRETRAIN)
 
 
 # Every fine-tuning run, whatever its start: the same settings (the model's shape, dropout and
@@ -274,16 +318,48 @@ def start_overrides(out: str, start: str) -> List[str]:
     return [f"model={final}"] if start == "scratch" else [f"init_checkpoint={final}"]
 
 
+def finetune_common(args: argparse.Namespace, task: str) -> List[str]:
+    """Every fine-tuning run's overrides for `task`: its data, the tokenizer, the shared
+    settings, the task's own, then --finetune-set."""
+    _, folder, own = TASKS[task]
+    return ([f"data_dir={os.path.join(args.data, folder)}",
+             f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"]
+            + FINETUNE_COMMON + own + args.finetune_set)
+
+
 def finetune(args: argparse.Namespace) -> None:
     seeds = {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}
     for task in args.tasks:
-        config, folder, own = TASKS[task]
         variants = {f"{start}-s{seed}": start_overrides(args.output_dir, start) + [f"seed={seed}"]
                     for seed in seeds[task] for start in STARTS}
-        common = ([f"data_dir={os.path.join(args.data, folder)}",
-                   f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"]
-                  + FINETUNE_COMMON + own + args.finetune_set)
-        ablation(config, os.path.join(args.output_dir, task), args.jobs, common, variants)
+        ablation(TASKS[task][0], os.path.join(args.output_dir, task), args.jobs,
+                 finetune_common(args, task), variants)
+
+
+# What the experiment sets itself: --pretrain-set / --finetune-set may not change it (the
+# corpus is checked against the splits of the task configs' readers as given here, every start
+# reads the same tokenizer, and the starts and seeds are the experiment's).
+FIXED = {"--pretrain-set": ("data_dir", "reader.eval_corpus", "tokenizer", "output_dir"),
+         "--finetune-set": ("data_dir", "reader", "tokenizer", "output_dir", "model",
+                            "init_checkpoint", "seed")}
+
+
+def check_overrides(args: argparse.Namespace) -> None:
+    """Before any step: an override of what the experiment fixes, or one the run configs
+    refuse (unknown key, bad value), is a ConfigError naming it; found now, not hours later
+    when the fine-tuning starts."""
+    from ernie_doc.errors import ConfigError
+    from ernie_doc.run_config import load_config, parse_override
+    for flag, given in (("--pretrain-set", args.pretrain_set),
+                        ("--finetune-set", args.finetune_set)):
+        for override in given:
+            key = ".".join(parse_override(override)[0])
+            if any(key == k or key.startswith(k + ".") for k in FIXED[flag]):
+                raise ConfigError(f"{flag} {override}: {key} is set by the experiment itself")
+    for name, overrides in PRETRAIN.items():
+        load_config(os.path.join(ROOT, PRETRAIN_CONFIG), pretrain_common(args) + overrides)
+    for task in args.tasks:
+        load_config(os.path.join(ROOT, TASKS[task][0]), finetune_common(args, task))
 
 
 # -- 5. the table and the curves -----------------------------------------------------------------
@@ -313,8 +389,9 @@ def run_summary(run_dir: str) -> dict:
             "test": read_json(os.path.join(run_dir, "test_results.json"), {})}
 
 
-def mean_sd(values: Sequence[float]) -> Tuple[float, float]:
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
+    """The mean and the sample standard deviation (n - 1); one value has none (None), not 0."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def finetune_table(out: str, seeds: Dict[str, List[int]]) -> dict:
@@ -351,8 +428,11 @@ def pretrain_summary(out: str) -> dict:
         evals = read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
         done = read_json(os.path.join(out, "pretrain", f"{name}.done.json"), {})
         step = steps[-1]["step"] if steps else 0
-        with open(os.path.join(run_dir, "run_config.yaml"), encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
+        try:
+            with open(os.path.join(run_dir, "run_config.yaml"), encoding="utf-8") as f:
+                cfg = yaml.safe_load(f)
+        except OSError:   # not run (yet)
+            cfg = {"batch_size": 0, "max_seq_len": 0}
         rows[name] = {"steps": step, "positions": step * cfg["batch_size"] * cfg["max_seq_len"],
                       "seconds": done.get("seconds"), "heldout": evals[-1] if evals else {}}
     return rows
@@ -372,7 +452,9 @@ def markdown(pretraining: dict, table: dict) -> str:
         lines += ["", f"| {task} | " + " | ".join(f"{c}, mean ± sd" for c in columns)
                   + " | every seed |", "|---|" + "---|" * (len(columns) + 1)]
         for start, row in rows.items():
-            cells = [f"{row[c][0]:.3f} ± {row[c][1]:.3f}" if c in row else "–" for c in columns]
+            cells = [("–" if c not in row else f"{row[c][0]:.3f} (one seed)"
+                      if row[c][1] is None else f"{row[c][0]:.3f} ± {row[c][1]:.3f}")
+                     for c in columns]
             part, metric = COLUMNS[task][columns[0]]
             seeds = ", ".join(f"s{seed} {r[part][metric]:.3f}"
                               for seed, r in row["seeds"].items() if metric in r[part])
@@ -448,6 +530,7 @@ def write_table(args: argparse.Namespace) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    check_overrides(args)
     os.makedirs(args.output_dir, exist_ok=True)
     if "corpus" in args.steps:
         manifest = build_corpus(args.data, args.output_dir)
@@ -466,4 +549,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ernie_doc.cli import run_command  # a data or config error: one line, exit 2
+    sys.exit(run_command(main))
