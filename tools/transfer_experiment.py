@@ -26,8 +26,10 @@ complete (so a stopped run continues where it stopped):
 Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each). What the steps
 were made from may not change under them: a corpus that would differ from the one the tokenizer
 and the runs read, or a tokenizer of another --vocab-size, is one error line (a new
---output-dir starts afresh). --pretrain-set / --finetune-set are checked before any step, and
-may not set what the experiment fixes (FIXED: the data, the splits, the tokenizer, the starts).
+--output-dir starts afresh); a fine-tuning run older than the pretrained model it starts from
+(a pretraining run again, after its config file was edited) runs again. --pretrain-set /
+--finetune-set are checked before any step, and may not set what the experiment fixes (FIXED:
+the data, the splits, the tokenizer, the starts).
 """
 import argparse
 import hashlib
@@ -327,9 +329,31 @@ def finetune_common(args: argparse.Namespace, task: str) -> List[str]:
             + FINETUNE_COMMON + own + args.finetune_set)
 
 
+def forget_stale(out: str, task: str, seeds: Sequence[int]) -> List[str]:
+    """Remove the done file of each fine-tuning run older than the pretrained model it started
+    from (a pretraining that ran again since: same command, another model), so it runs again
+    → the runs forgotten."""
+    forgotten = []
+    for start in STARTS:
+        final = os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start,
+                             "final", "config.json")
+        for seed in seeds:
+            done = os.path.join(out, task, f"{start}-s{seed}.done.json")
+            try:
+                stale = os.path.getmtime(done) < os.path.getmtime(final)
+            except OSError:   # not done, or no pretrained model (the run then says so)
+                continue
+            if stale:
+                os.remove(done)
+                forgotten.append(f"{start}-s{seed}")
+                print(f"[{start}-s{seed}] its pretrained model is newer: run again", flush=True)
+    return forgotten
+
+
 def finetune(args: argparse.Namespace) -> None:
     seeds = {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}
     for task in args.tasks:
+        forget_stale(args.output_dir, task, seeds[task])
         variants = {f"{start}-s{seed}": start_overrides(args.output_dir, start) + [f"seed={seed}"]
                     for seed in seeds[task] for start in STARTS}
         ablation(TASKS[task][0], os.path.join(args.output_dir, task), args.jobs,
