@@ -240,3 +240,15 @@ def test_a_fine_tuning_older_than_its_pretrained_model_runs_again(tmp_path):
     assert sorted(p.name for p in (tmp_path / "hyp").iterdir()) == \
         ["mlm-s1.done.json", "mlm-s2.done.json"]
     assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == []
+
+
+def test_the_corpus_is_checked_against_the_fine_tuning_splits(tmp_path, monkeypatch):
+    from tasks.imdb import reader as imdb
+    data = datasets(tmp_path / "data")
+    config, folder, _ = tx.TASKS["imdb"]
+    own = ["reader.file=imdb_test_sample5k.tsv", "reader.dev_ratio=0.5"]
+    monkeypatch.setitem(tx.TASKS, "imdb", (config, folder, own))   # what the runs read
+    dev = tx.task_documents(str(data))["imdb"]["dev"]
+    expected = imdb.read(str(data / "imdb"), "dev", {"file": "imdb_test_sample5k.tsv",
+                                                     "dev_ratio": 0.5})
+    assert [d.doc_id for d in dev] == [d.doc_id for d in expected] and len(dev) > 8

@@ -46,7 +46,6 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-IMDB_READER = {"file": "imdb_test_sample5k.tsv", "dev_ratio": 0.2}
 WIKITEXT = ("wiki.valid.tokens", "wiki.test.tokens")
 HELD_OUT_SHARE = 0.05
 # a corpus document sharing this part of its own or of a dev/test document's word 8-grams
@@ -85,13 +84,23 @@ def fingerprint(text: str) -> str:
     return hashlib.sha1(" ".join(text.lower().split()).encode("utf-8")).hexdigest()
 
 
+def reader_options(task: str) -> dict:
+    """The task's reader options as its fine-tuning runs get them (its config file with the
+    experiment's overrides; --finetune-set may not change them): the splits the corpus is
+    checked against are the runs' splits."""
+    from ernie_doc.run_config import load_config
+    config, _, own = TASKS[task]
+    return dict(load_config(os.path.join(ROOT, config), own).reader)
+
+
 def task_documents(data: str) -> Dict[str, Dict[str, list]]:
     """{task: {split: [Document]}} as the fine-tuning runs read them."""
     from tasks.hyp import reader as hyp
     from tasks.imdb import reader as imdb
     imdb_dir, hyp_dir = os.path.join(data, "imdb"), os.path.join(data, "hyperpartisan")
-    return {"imdb": {s: imdb.read(imdb_dir, s, IMDB_READER) for s in ("train", "dev")},
-            "hyp": {s: hyp.read(hyp_dir, s, {}) for s in ("train", "dev", "test")}}
+    imdb_options, hyp_options = reader_options("imdb"), reader_options("hyp")
+    return {"imdb": {s: imdb.read(imdb_dir, s, imdb_options) for s in ("train", "dev")},
+            "hyp": {s: hyp.read(hyp_dir, s, hyp_options) for s in ("train", "dev", "test")}}
 
 
 class HeldOut:
