@@ -4,6 +4,7 @@ and by text), the table's numbers, and the whole command on tiny synthetic datas
 import json
 import os
 import random
+import sys
 
 import pytest
 from helpers import in_process, write
@@ -105,7 +106,7 @@ def summary(best, last, test=None):
     return {"best_dev": best, "last_dev": last, "test": test or {}}
 
 
-def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path):
+def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path, monkeypatch):
     for seed, (best, last) in {1: (0.70, 0.60), 2: (0.80, 0.80)}.items():
         run = tmp_path / "imdb" / f"mlm-s{seed}"
         write(run, {"eval_results.json": json.dumps({"accuracy": best, "step": 9}),
@@ -127,6 +128,12 @@ def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path):
     # no pretraining run yet: a row of zeros, not a traceback
     assert tx.pretrain_summary(str(tmp_path))["mlm"] == {"steps": 0, "positions": 0,
                                                          "seconds": None, "heldout": {}}
+    # without matplotlib: the table, and a line instead of the curves
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = tx.parse_args(["--data", "-", "--output-dir", str(tmp_path), "--tasks", "imdb",
+                          "--imdb-seeds", "1", "2"])
+    assert tx.write_table(args).endswith("not drawn: matplotlib is not installed)\n")
+    assert "| mlm | 0.750 ± 0.071 |" in (tmp_path / "transfer_results.md").read_text()
 
 
 def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
