@@ -560,18 +560,27 @@ def test_benchmark_quick_keeps_what_the_command_line_gave(capsys):
 
 
 def test_ablation_skips_only_a_variant_that_finished_with_the_same_command(tmp_path):
-    from tools.ablation import command, finished_before, parse_args
-    args = parse_args(["tasks/longdep/config.yaml", "--output-dir", str(tmp_path), "--skip-done",
+    from tools.ablation import command, config_digest, finished_before, parse_args
+    config = tmp_path / "config.yaml"
+    config.write_text(open(os.path.join(ROOT, "tasks", "longdep", "config.yaml")).read())
+    args = parse_args([str(config), "--output-dir", str(tmp_path), "--skip-done",
                        "--variant", "a", "seed=1"])
-    cmd = command(args, "a", ["seed=1"])
-    assert finished_before(args, "a", cmd) is None   # never ran
-    atomic_write_text(tmp_path / "a.done.json", json.dumps({"command": cmd[1:], "seconds": 7}))
-    assert finished_before(args, "a", cmd) is None   # its results are gone
+    cmd, digest = command(args, "a", ["seed=1"]), config_digest(str(config))
+    assert finished_before(args, "a", cmd, digest) is None   # never ran
+    atomic_write_text(tmp_path / "a.done.json", json.dumps(
+        {"command": cmd[1:], "config_sha1": digest, "seconds": 7}))
+    assert finished_before(args, "a", cmd, digest) is None   # its results are gone
     atomic_write_text(tmp_path / "a" / "eval_results.json", "{}")
-    assert finished_before(args, "a", cmd) == 7.0
-    assert finished_before(args, "a", command(args, "a", ["seed=2"])) is None
+    assert finished_before(args, "a", cmd, digest) == 7.0
+    assert finished_before(args, "a", command(args, "a", ["seed=2"]), digest) is None
+    # the same command, but the config file it names was edited since: run again
+    config.write_text(config.read_text() + "epochs: 9\n")
+    assert finished_before(args, "a", cmd, config_digest(str(config))) is None
+    # a done file from before digests were recorded: its command alone decides
+    atomic_write_text(tmp_path / "a.done.json", json.dumps({"command": cmd[1:], "seconds": 7}))
+    assert finished_before(args, "a", cmd, config_digest(str(config))) == 7.0
     atomic_write_text(tmp_path / "a.done.json", "{trunc")
-    assert finished_before(args, "a", cmd) is None
+    assert finished_before(args, "a", cmd, digest) is None
 
 
 def test_ablation_reports_the_variant_error(tmp_path, capsys):

@@ -4,6 +4,7 @@ and by text), the table's numbers, and the whole command on tiny synthetic datas
 import json
 import os
 import random
+import sys
 
 import pytest
 from helpers import in_process, write
@@ -20,13 +21,17 @@ def text(rng, n):
 
 def datasets(root):
     """imdb/ (40 reviews, one text under five ids) and hyperpartisan/ (12 articles; id 3 is in
-    train and test, article 8 has article 10's text), and two WikiText articles."""
+    train and test, article 8 has article 10's text, article 7 is article 12 nearly), and two
+    WikiText articles."""
     rng = random.Random(0)
     same = text(rng, 30)
     rows = [f"{i}\t{i % 2}\t0\t{same if i < 5 else text(rng, rng.randint(20, 60))}"
             for i in range(40)]
     bodies = {i: text(rng, rng.randint(10, 30)) for i in range(1, 13)}
     bodies[8] = bodies[10]
+    # article 7: test article 12 again, a word changed and a site's boilerplate added
+    bodies[7] = bodies[12].replace(bodies[12].split()[4], "changed", 1) + \
+        " subscribe to our newsletter for the top stories every morning"
     wiki = "".join(f" = Title {k} = \n\n {text(rng, 50)} \n\n" for k in range(2))
     write(root, {
         "imdb/imdb_test_sample5k.tsv": "qid\tlabel\tscore\ttext_a\n" + "\n".join(rows) + "\n",
@@ -57,11 +62,14 @@ def test_the_corpus_holds_no_dev_or_test_document(tmp_path):
     shared = {"0", "1", "2", "3", "4"}
     assert dev_imdb & shared and shared - dev_imdb   # the shared text is on both sides
     ids = corpus_ids(tmp_path / "out")
-    # Hyperpartisan: 3 (also a test id) and 8 (a dev article's text) are left out
+    # Hyperpartisan: 3 (also a test id), 8 (a dev article's text) and 7 (a test article's text
+    # nearly) are left out
     assert sorted(i for i in ids if i.startswith("hyp/")) == \
-        [f"hyp/{i:07d}" for i in (1, 2, 4, 5, 6, 7)]
+        [f"hyp/{i:07d}" for i in (1, 2, 4, 5, 6)]
     assert manifest["left_out"]["hyp"] == {"id in a dev/test split": ["0000003"],
-                                           "text in a dev/test split": ["0000008"]}
+                                           "text in a dev/test split": ["0000008"],
+                                           "near-duplicate of a dev/test text": [
+                                               "0000007 (hyp/0000012, 0.74 of 8-grams)"]}
     # IMDB: the train reviews, except those sharing the text of a dev review (0-4 share one)
     train_imdb = [d.doc_id for d in splits["imdb"]["train"]]
     assert sorted(i for i in ids if i.startswith("imdb/")) == \
@@ -82,11 +90,15 @@ def test_a_dev_document_in_the_corpus_is_refused(tmp_path):
     path = tmp_path / "out" / "corpus" / "train.jsonl"
     good = path.read_text()
     leak = splits["hyp"]["test"][1]
-    for record, by in ((dict(id=f"hyp/{leak.doc_id}", text="new words"), "id"),
-                       (dict(id="imdb/999", text=" " + leak.text.upper()), "text")):
+    words = leak.text.split()
+    near = " ".join(words[:-1] + ["changed", "read", "more"])
+    for record, by in ((dict(id=f"hyp/{leak.doc_id}", text="new words"), "id in"),
+                       (dict(id="imdb/999", text=" " + leak.text.upper()), "text in"),
+                       (dict(id="imdb/998", text=near),
+                        f"near-duplicate of a dev/test text: hyp/{leak.doc_id}, 0.")):
         path.write_text(good + json.dumps(record) + "\n")
         with pytest.raises(ValueError, match=rf"train.jsonl: {record['id']} is a dev or test "
-                                             rf"document \(by {by}\)"):
+                                             rf"document \({by}"):
             tx.check_corpus([str(path)], splits)
 
 
@@ -94,7 +106,7 @@ def summary(best, last, test=None):
     return {"best_dev": best, "last_dev": last, "test": test or {}}
 
 
-def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path):
+def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path, monkeypatch):
     for seed, (best, last) in {1: (0.70, 0.60), 2: (0.80, 0.80)}.items():
         run = tmp_path / "imdb" / f"mlm-s{seed}"
         write(run, {"eval_results.json": json.dumps({"accuracy": best, "step": 9}),
@@ -109,6 +121,19 @@ def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path):
     text = tx.markdown({}, table)
     assert "| mlm | 0.750 ± 0.071 | 0.700 ± 0.141 | s1 0.700, s2 0.800 |" in text
     assert "| scratch | – | – | – |" in text
+    # one seed: its value, and no standard deviation (not a zero one)
+    table = tx.finetune_table(str(tmp_path), {"imdb": [2]})
+    assert table["imdb"]["mlm"]["dev accuracy (best)"] == pytest.approx([0.80, None])
+    assert "| mlm | 0.800 (one seed) | 0.800 (one seed) | s2 0.800 |" in tx.markdown({}, table)
+    # no pretraining run yet: a row of zeros, not a traceback
+    assert tx.pretrain_summary(str(tmp_path))["mlm"] == {"steps": 0, "positions": 0,
+                                                         "seconds": None, "heldout": {}}
+    # without matplotlib: the table, and a line instead of the curves
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = tx.parse_args(["--data", "-", "--output-dir", str(tmp_path), "--tasks", "imdb",
+                          "--imdb-seeds", "1", "2"])
+    assert tx.write_table(args).endswith("not drawn: matplotlib is not installed)\n")
+    assert "| mlm | 0.750 ± 0.071 |" in (tmp_path / "transfer_results.md").read_text()
 
 
 def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
@@ -154,3 +179,83 @@ def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
     assert tx.main(argv) == 0
     second = capfd.readouterr().out
     assert second.count("not run again") == 5 and "started" not in second
+
+
+def test_bad_data_or_overrides_are_one_line_and_exit_2(tmp_path, capsys):
+    from ernie_doc.cli import run_command  # what the script's __main__ runs
+    data, out = datasets(tmp_path / "data"), str(tmp_path / "out")
+    (data / "hyperpartisan" / "hp-splits.json").unlink()
+    cases = [
+        (["--data", str(tmp_path / "none")], f"{tmp_path / 'none' / 'imdb'}: data directory "
+                                             f"does not exist"),
+        (["--data", str(data)], f"{data / 'hyperpartisan'}: no hp-splits.json"),
+        # the corpus was checked against these splits: fine-tuning may not change them
+        (["--data", str(data), "--finetune-set", "reader.dev_ratio=0.3"],
+         "--finetune-set reader.dev_ratio=0.3: reader.dev_ratio is set by the experiment"),
+        (["--data", str(data), "--pretrain-set", "max_step=3"], "unknown key 'max_step'"),
+        (["--data", str(data), "--finetune-set", "epochs=abc"], "epochs: must be a positive"),
+    ]
+    for argv, message in cases:
+        assert run_command(tx.main, argv + ["--output-dir", out, "--steps", "corpus"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_tokenizer_of_another_vocabulary_size_is_refused(tmp_path):
+    import sentencepiece
+
+    from ernie_doc.errors import ConfigError
+    out = tmp_path / "out"
+    tx.build_corpus(str(datasets(tmp_path / "data")), str(out))
+    (out / "tokenizer").mkdir()
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(out / "corpus" / "tokenizer.txt"), model_prefix=str(out / "tokenizer" / "spm"),
+        vocab_size=40, minloglevel=2)
+    tx.train_tokenizer(str(out), 40)   # the same size: kept, nothing run
+    with pytest.raises(ConfigError, match=r"spm.model: has 40 pieces, not --vocab-size 41"):
+        tx.train_tokenizer(str(out), 41)
+
+
+def test_the_corpus_does_not_change_under_the_runs_made_from_it(tmp_path):
+    from ernie_doc.errors import DataError
+    data, out = datasets(tmp_path / "data"), tmp_path / "out"
+    tx.build_corpus(str(data), str(out))
+    train = out / "corpus" / "train.jsonl"
+    before = train.stat().st_ino
+    tx.build_corpus(str(data), str(out))   # the same corpus: the files are left as they are
+    assert train.stat().st_ino == before
+    tsv = data / "imdb" / "imdb_test_sample5k.tsv"
+    tsv.write_text(tsv.read_text() + "40\t1\t0\ta new review of a new film\n")
+    (out / "tokenizer").mkdir()   # the tokenizer was trained on the old corpus
+    with pytest.raises(DataError, match=r"train.jsonl: the corpus built from --data now "
+                                        r"differs from this one"):
+        tx.build_corpus(str(data), str(out))
+    (out / "tokenizer").rmdir()   # nothing made from it yet: written anew
+    tx.build_corpus(str(data), str(out))
+    assert train.stat().st_ino != before
+
+
+def test_a_fine_tuning_older_than_its_pretrained_model_runs_again(tmp_path):
+    write(tmp_path, {f"pretrain/{n}/final/config.json": "{}" for n in ("mlm", "mlm_sro")})
+    write(tmp_path, {f"hyp/{s}-s{seed}.done.json": "{}" for s in tx.STARTS for seed in (1, 2)})
+    for n, age in (("mlm", 0), ("mlm_sro", 100)):   # mlm_sro pretrained again since
+        os.utime(tmp_path / "pretrain" / n / "final" / "config.json", (2e9 + age, 2e9 + age))
+    for path in (tmp_path / "hyp").iterdir():
+        os.utime(path, (2e9 + 50, 2e9 + 50))
+    assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == \
+        ["scratch-s1", "scratch-s2", "mlm_sro-s1", "mlm_sro-s2"]   # scratch: its shape
+    assert sorted(p.name for p in (tmp_path / "hyp").iterdir()) == \
+        ["mlm-s1.done.json", "mlm-s2.done.json"]
+    assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == []
+
+
+def test_the_corpus_is_checked_against_the_fine_tuning_splits(tmp_path, monkeypatch):
+    from tasks.imdb import reader as imdb
+    data = datasets(tmp_path / "data")
+    config, folder, _ = tx.TASKS["imdb"]
+    own = ["reader.file=imdb_test_sample5k.tsv", "reader.dev_ratio=0.5"]
+    monkeypatch.setitem(tx.TASKS, "imdb", (config, folder, own))   # what the runs read
+    dev = tx.task_documents(str(data))["imdb"]["dev"]
+    expected = imdb.read(str(data / "imdb"), "dev", {"file": "imdb_test_sample5k.tsv",
+                                                     "dev_ratio": 0.5})
+    assert [d.doc_id for d in dev] == [d.doc_id for d in expected] and len(dev) > 8

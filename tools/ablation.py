@@ -12,10 +12,13 @@ process alone prints them, a whole line at a time, so variants run at once never
 end it prints a table of the main metric per variant and writes OUT/results.json ({variant:
 metric}). --jobs N runs N variants at once, one CPU thread each; --nproc N launches each
 variant data-parallel instead. A variant that finishes writes OUT/<variant>.done.json (its
-command and time); with --skip-done, a variant whose done file holds the same command is not
-run again, so a stopped ablation continues where it stopped.
+command, the config file's digest and its time); with --skip-done, a variant whose done file
+holds the same command and the same config digest is not run again, so a stopped ablation
+continues where it stopped (and an edited config file runs it again). A done file written
+before digests were recorded is trusted on its command alone.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -155,16 +158,23 @@ def done_file(args, name: str) -> str:
     return os.path.join(args.output_dir, f"{name}.done.json")
 
 
-def finished_before(args, name: str, cmd: List[str]) -> Optional[float]:
-    """The seconds a previous run of this very command took, when it finished and its
-    eval_results.json is still there; else None."""
+def config_digest(path: str) -> str:
+    """The config file's content, hashed: the command names the file, not what it holds."""
+    with open(path, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()
+
+
+def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
+    """The seconds a previous run of this very command, with the config file's content
+    `digest`, took, when it finished and its eval_results.json is still there; else None."""
     try:
         with open(done_file(args, name), encoding="utf-8") as f:
             record = json.load(f)
     except (OSError, ValueError):
         return None
     finished = os.path.isfile(os.path.join(args.output_dir, name, "eval_results.json"))
-    same = isinstance(record, dict) and record.get("command") == cmd[1:]   # not the python
+    same = (isinstance(record, dict) and record.get("command") == cmd[1:]   # not the python
+            and record.get("config_sha1", digest) == digest)   # absent: an older done file
     return float(record.get("seconds", 0.0)) if finished and same else None
 
 
@@ -205,8 +215,9 @@ def _run(args):
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
     running, done, watch, commands = {}, {}, {}, {}
+    digest = config_digest(args.config)   # what every variant started now reads
     for name, overrides in list(pending) if args.skip_done else []:
-        seconds = finished_before(args, name, command(args, name, overrides))
+        seconds = finished_before(args, name, command(args, name, overrides), digest)
         if seconds is not None:
             pending.remove((name, overrides))
             done[name] = (0, seconds)
@@ -235,7 +246,8 @@ def _run(args):
             if proc.returncode == 0:
                 from ernie_doc.utils import atomic_write_text
                 atomic_write_text(done_file(args, name), json.dumps(
-                    {"command": commands[name][1:], "seconds": round(done[name][1], 1)}) + "\n")
+                    {"command": commands[name][1:], "config_sha1": digest,
+                     "seconds": round(done[name][1], 1)}) + "\n")
             print(f"[{name}] finished in {done[name][1]:.0f} s (exit {proc.returncode})",
                   flush=True)
         if args.progress_seconds and time.time() - last_beat >= args.progress_seconds:

@@ -10,8 +10,9 @@ complete (so a stopped run continues where it stopped):
 
 1. corpus: the unlabelled **training** text of both tasks (task-adaptive pretraining): the IMDB
    reviews of the README's 80/20 split's train part, the Hyperpartisan train articles, plus the
-   WikiText-103 articles when present. A document whose id or text is in a dev or test split is
-   left out, and that is asserted on the written corpus (`check_corpus`). 5 % of the corpus
+   WikiText-103 articles when present. A document whose id or text is in a dev or test split,
+   or that shares half its word 8-grams (or half a dev/test document's) with one, is left out,
+   and that is asserted on the written corpus (`check_corpus`). 5 % of the corpus
    documents (by hash) are held out for the pretraining evaluation.
 2. tokenizer: SentencePiece (unigram, `--vocab-size`) trained on the corpus, used by every run.
 3. pretraining: configs/pretrain/transfer.yaml twice, MLM only (one chunk, so nothing is
@@ -22,25 +23,34 @@ complete (so a stopped run continues where it stopped):
    and per task the kept model of the best starting point's best seed (a directory `ernie-doc
    predict` runs on); OUT/transfer_curves.png: pretraining and fine-tuning curves.
 
-Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each).
+Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each). What the steps
+were made from may not change under them: a corpus that would differ from the one the tokenizer
+and the runs read, or a tokenizer of another --vocab-size, is one error line (a new
+--output-dir starts afresh); a fine-tuning run older than the pretrained model it starts from
+(a pretraining run again, after its config file was edited) runs again. --pretrain-set /
+--finetune-set are checked before any step, and may not set what the experiment fixes (FIXED:
+the data, the splits, the tokenizer, the starts).
 """
 import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-IMDB_READER = {"file": "imdb_test_sample5k.tsv", "dev_ratio": 0.2}
 WIKITEXT = ("wiki.valid.tokens", "wiki.test.tokens")
 HELD_OUT_SHARE = 0.05
+# a corpus document sharing this part of its own or of a dev/test document's word 8-grams
+# (of the shorter one's) is that document again
+NEAR_DUPLICATE = 0.5
 STARTS = ("scratch", "mlm", "mlm_sro")
 PRETRAIN = {  # start → the pretraining run's overrides
     "mlm": ["task_options.max_chunks=1", "task_options.reorder_weight=0"],
@@ -74,30 +84,78 @@ def fingerprint(text: str) -> str:
     return hashlib.sha1(" ".join(text.lower().split()).encode("utf-8")).hexdigest()
 
 
+def reader_options(task: str) -> dict:
+    """The task's reader options as its fine-tuning runs get them (its config file with the
+    experiment's overrides; --finetune-set may not change them): the splits the corpus is
+    checked against are the runs' splits."""
+    from ernie_doc.run_config import load_config
+    config, _, own = TASKS[task]
+    return dict(load_config(os.path.join(ROOT, config), own).reader)
+
+
 def task_documents(data: str) -> Dict[str, Dict[str, list]]:
     """{task: {split: [Document]}} as the fine-tuning runs read them."""
     from tasks.hyp import reader as hyp
     from tasks.imdb import reader as imdb
     imdb_dir, hyp_dir = os.path.join(data, "imdb"), os.path.join(data, "hyperpartisan")
-    return {"imdb": {s: imdb.read(imdb_dir, s, IMDB_READER) for s in ("train", "dev")},
-            "hyp": {s: hyp.read(hyp_dir, s, {}) for s in ("train", "dev", "test")}}
+    imdb_options, hyp_options = reader_options("imdb"), reader_options("hyp")
+    return {"imdb": {s: imdb.read(imdb_dir, s, imdb_options) for s in ("train", "dev")},
+            "hyp": {s: hyp.read(hyp_dir, s, hyp_options) for s in ("train", "dev", "test")}}
 
 
-def held_out(splits: Dict[str, Dict[str, list]]) -> Tuple[set, set]:
-    """(("task", doc_id) pairs, text fingerprints) of every dev and test document."""
-    ids, texts = set(), set()
-    for task, by_split in splits.items():
-        for split, docs in by_split.items():
-            if split != "train":
-                ids.update((task, d.doc_id) for d in docs)
-                texts.update(fingerprint(d.text) for d in docs)
-    return ids, texts
+class HeldOut:
+    """Every dev and test document: its ("task", doc_id), its text's fingerprint and its word
+    8-grams, so a document can be told apart from all of them by id, by text and by near-
+    duplicate text (IMDB holds the same review with another rating line, Hyperpartisan the same
+    article with another site's boilerplate)."""
+
+    def __init__(self, splits: Dict[str, Dict[str, list]]):
+        self.ids, self.texts, self.grams, self.sizes = set(), set(), {}, {}
+        for task, by_split in splits.items():
+            for split, docs in by_split.items():
+                if split == "train":
+                    continue
+                for d in docs:
+                    self.ids.add((task, d.doc_id))
+                    self.texts.add(fingerprint(d.text))
+                    grams = shingles(d.text)
+                    self.sizes[f"{task}/{d.doc_id}"] = len(grams)
+                    for g in grams:
+                        self.grams.setdefault(g, []).append(f"{task}/{d.doc_id}")
+
+    def near(self, text: str) -> Optional[Tuple[str, float]]:
+        """The dev/test document ("task/id") sharing the largest part of the smaller one's
+        8-grams with `text`, and that part, when it is at least NEAR_DUPLICATE; else None."""
+        grams = shingles(text)
+        shared: Dict[str, int] = {}
+        for g in grams:
+            for doc in set(self.grams.get(g, ())):
+                shared[doc] = shared.get(doc, 0) + 1
+        best = max(((n / min(len(grams), self.sizes[doc]), doc) for doc, n in shared.items()),
+                   default=None)
+        return (best[1], best[0]) if best and best[0] >= NEAR_DUPLICATE else None
+
+    def why(self, source: str, doc_id: str, text: str) -> Optional[str]:
+        """Why this document must stay out of the corpus, or None."""
+        if (source, doc_id) in self.ids:
+            return "id in a dev/test split"
+        if fingerprint(text) in self.texts:
+            return "text in a dev/test split"
+        near = self.near(text)
+        return f"near-duplicate of a dev/test text: {near[0]}, {near[1]:.2f} of 8-grams" \
+            if near else None
+
+
+def shingles(text: str, n: int = 8) -> set:
+    """The text's word n-grams, lower-cased, punctuation dropped."""
+    words = re.findall(r"\w+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
 def corpus_records(data: str, splits: Dict[str, Dict[str, list]]) -> Tuple[List[dict], dict]:
     """The corpus documents ({"id", "source", "text"}) and what was left out, by source."""
     from ernie_doc.pretraining.corpus import iter_documents
-    ids, texts = held_out(splits)
+    held = HeldOut(splits)
     records, left_out, seen = [], {}, set()
     candidates = [(task, d.doc_id, d.text) for task, by_split in splits.items()
                   for d in by_split["train"]]
@@ -107,11 +165,11 @@ def corpus_records(data: str, splits: Dict[str, Dict[str, list]]) -> Tuple[List[
                        for d in iter_documents(wiki, split="wikitext")]
     for source, doc_id, text in candidates:
         key = fingerprint(text)
-        reason = ("id in a dev/test split" if (source, doc_id) in ids else
-                  "text in a dev/test split" if key in texts else
-                  "duplicate text" if key in seen else None)
-        if reason:
-            left_out.setdefault(source, {}).setdefault(reason, []).append(doc_id)
+        reason = held.why(source, doc_id, text) or ("duplicate text" if key in seen else None)
+        if reason:   # the manifest groups by reason: the near-duplicate's match by the id
+            reason, _, match = reason.partition(": ")
+            entry = f"{doc_id} ({match})" if match else doc_id
+            left_out.setdefault(source, {}).setdefault(reason, []).append(entry)
             continue
         seen.add(key)
         records.append({"id": f"{source}/{doc_id}", "source": source, "text": text})
@@ -124,18 +182,19 @@ def is_held_out_for_eval(record: dict) -> bool:
 
 
 def check_corpus(paths: Sequence[str], splits: Dict[str, Dict[str, list]]) -> int:
-    """Read the written corpus files back: a document of a dev or test split in them, by id or
-    by text, is a ValueError → the number of documents checked."""
-    ids, texts = held_out(splits)
+    """Read the written corpus files back: a document of a dev or test split in them, by id, by
+    text or by near-duplicate text, is a ValueError → the number of documents checked."""
+    held = HeldOut(splits)
     n = 0
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
                 source, _, doc_id = record["id"].partition("/")
-                if (source, doc_id) in ids or fingerprint(record["text"]) in texts:
-                    raise ValueError(f"{path}: {record['id']} is a dev or test document (by "
-                                     f"{'id' if (source, doc_id) in ids else 'text'})")
+                reason = held.why(source, doc_id, record["text"])
+                if reason:
+                    raise ValueError(f"{path}: {record['id']} is a dev or test document "
+                                     f"({reason})")
                 n += 1
     return n
 
@@ -150,14 +209,14 @@ def build_corpus(data: str, out: str) -> dict:
     os.makedirs(folder, exist_ok=True)
     parts = {"train": [r for r in records if not is_held_out_for_eval(r)],
              "heldout": [r for r in records if is_held_out_for_eval(r)]}
-    for name, part in parts.items():
-        atomic_write_text(os.path.join(folder, f"{name}.jsonl"),
-                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part))
+    files = {f"{name}.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
+             for name, part in parts.items()}
     lines = []
     for r in parts["train"]:   # sentencepiece skips lines over 4,192 bytes
         words = r["text"].split()
         lines += [" ".join(words[i:i + 100]) for i in range(0, len(words), 100)]
-    atomic_write_text(os.path.join(folder, "tokenizer.txt"), "\n".join(lines) + "\n")
+    files["tokenizer.txt"] = "\n".join(lines) + "\n"
+    keep_or_write(out, files)
     checked = check_corpus([os.path.join(folder, f"{n}.jsonl") for n in parts], splits)
     manifest = {
         "documents": {n: len(p) for n, p in parts.items()},
@@ -173,6 +232,30 @@ def build_corpus(data: str, out: str) -> dict:
     return manifest
 
 
+def keep_or_write(out: str, files: Dict[str, str]) -> None:
+    """Write OUT/corpus/<name> for each {name: text}; a file that holds that text already is
+    left as it is. Once the tokenizer or a pretraining run exists, a corpus that would change
+    (other data under --data, other code) is a DataError: what they were made from must not
+    change under them (their runs would be skipped as finished)."""
+    from ernie_doc.errors import DataError
+    from ernie_doc.utils import atomic_write_text
+    folder = os.path.join(out, "corpus")
+    users = [d for d in ("tokenizer", "pretrain") if os.path.exists(os.path.join(out, d))]
+    for name, text in files.items():
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    continue
+        except (OSError, ValueError):   # none yet, or unreadable: written anew
+            pass
+        if users and os.path.exists(path):
+            raise DataError(f"{path}: the corpus built from --data now differs from this one, "
+                            f"which {out}/{{{','.join(users)}}} were made from; give a new "
+                            f"--output-dir (or delete those)")
+        atomic_write_text(path, text)
+
+
 # -- 2. the tokenizer, 3. pretraining, 4. fine-tuning: runs --------------------------------------
 def run(cmd: List[str]) -> None:
     """Run a step's command from the repository root; a failure ends the experiment with its
@@ -185,7 +268,16 @@ def run(cmd: List[str]) -> None:
 
 def train_tokenizer(out: str, vocab_size: int) -> None:
     target = os.path.join(out, "tokenizer")
-    if os.path.isfile(os.path.join(target, "spm.model")):
+    model = os.path.join(target, "spm.model")
+    if os.path.isfile(model):   # trained before: with this vocabulary size?
+        import sentencepiece
+
+        from ernie_doc.errors import ConfigError
+        size = sentencepiece.SentencePieceProcessor(model_file=model).get_piece_size()
+        if size != vocab_size:
+            raise ConfigError(f"{model}: has {size} pieces, not --vocab-size {vocab_size}; "
+                              f"pass --vocab-size {size}, or give a new --output-dir (the "
+                              f"runs in it read this tokenizer)")
         return
     run([sys.executable, os.path.join(ROOT, "tools", "train_tokenizer.py"), "--input",
          os.path.join(out, "corpus", "tokenizer.txt"), "--output-dir", target,
@@ -202,13 +294,20 @@ def ablation(config: str, out: str, jobs: int, common: List[str],
     run(cmd + ["--set"] + common if common else cmd)
 
 
-def pretrain(args: argparse.Namespace) -> None:
+PRETRAIN_CONFIG = "configs/pretrain/transfer.yaml"
+
+
+def pretrain_common(args: argparse.Namespace) -> List[str]:
+    """Both pretraining runs' overrides: the corpus, the tokenizer, then --pretrain-set."""
     corpus = os.path.join(args.output_dir, "corpus")
-    common = [f"data_dir={os.path.join(corpus, 'train.jsonl')}",
-              f"reader.eval_corpus={os.path.join(corpus, 'heldout.jsonl')}",
-              f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"] + args.pretrain_set
-    ablation("configs/pretrain/transfer.yaml", os.path.join(args.output_dir, "pretrain"),
-             args.jobs, common, PRETRAIN)
+    return [f"data_dir={os.path.join(corpus, 'train.jsonl')}",
+            f"reader.eval_corpus={os.path.join(corpus, 'heldout.jsonl')}",
+            f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"] + args.pretrain_set
+
+
+def pretrain(args: argparse.Namespace) -> None:
+    ablation(PRETRAIN_CONFIG, os.path.join(args.output_dir, "pretrain"), args.jobs,
+             pretrain_common(args), PRETRAIN)
 
 
 # Every fine-tuning run, whatever its start: the same settings (the model's shape, dropout and
@@ -230,16 +329,70 @@ def start_overrides(out: str, start: str) -> List[str]:
     return [f"model={final}"] if start == "scratch" else [f"init_checkpoint={final}"]
 
 
+def finetune_common(args: argparse.Namespace, task: str) -> List[str]:
+    """Every fine-tuning run's overrides for `task`: its data, the tokenizer, the shared
+    settings, the task's own, then --finetune-set."""
+    _, folder, own = TASKS[task]
+    return ([f"data_dir={os.path.join(args.data, folder)}",
+             f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"]
+            + FINETUNE_COMMON + own + args.finetune_set)
+
+
+def forget_stale(out: str, task: str, seeds: Sequence[int]) -> List[str]:
+    """Remove the done file of each fine-tuning run older than the pretrained model it started
+    from (a pretraining that ran again since: same command, another model), so it runs again
+    → the runs forgotten."""
+    forgotten = []
+    for start in STARTS:
+        final = os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start,
+                             "final", "config.json")
+        for seed in seeds:
+            done = os.path.join(out, task, f"{start}-s{seed}.done.json")
+            try:
+                stale = os.path.getmtime(done) < os.path.getmtime(final)
+            except OSError:   # not done, or no pretrained model (the run then says so)
+                continue
+            if stale:
+                os.remove(done)
+                forgotten.append(f"{start}-s{seed}")
+                print(f"[{start}-s{seed}] its pretrained model is newer: run again", flush=True)
+    return forgotten
+
+
 def finetune(args: argparse.Namespace) -> None:
     seeds = {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}
     for task in args.tasks:
-        config, folder, own = TASKS[task]
+        forget_stale(args.output_dir, task, seeds[task])
         variants = {f"{start}-s{seed}": start_overrides(args.output_dir, start) + [f"seed={seed}"]
                     for seed in seeds[task] for start in STARTS}
-        common = ([f"data_dir={os.path.join(args.data, folder)}",
-                   f"tokenizer={os.path.join(args.output_dir, 'tokenizer')}"]
-                  + FINETUNE_COMMON + own + args.finetune_set)
-        ablation(config, os.path.join(args.output_dir, task), args.jobs, common, variants)
+        ablation(TASKS[task][0], os.path.join(args.output_dir, task), args.jobs,
+                 finetune_common(args, task), variants)
+
+
+# What the experiment sets itself: --pretrain-set / --finetune-set may not change it (the
+# corpus is checked against the splits of the task configs' readers as given here, every start
+# reads the same tokenizer, and the starts and seeds are the experiment's).
+FIXED = {"--pretrain-set": ("data_dir", "reader.eval_corpus", "tokenizer", "output_dir"),
+         "--finetune-set": ("data_dir", "reader", "tokenizer", "output_dir", "model",
+                            "init_checkpoint", "seed")}
+
+
+def check_overrides(args: argparse.Namespace) -> None:
+    """Before any step: an override of what the experiment fixes, or one the run configs
+    refuse (unknown key, bad value), is a ConfigError naming it; found now, not hours later
+    when the fine-tuning starts."""
+    from ernie_doc.errors import ConfigError
+    from ernie_doc.run_config import load_config, parse_override
+    for flag, given in (("--pretrain-set", args.pretrain_set),
+                        ("--finetune-set", args.finetune_set)):
+        for override in given:
+            key = ".".join(parse_override(override)[0])
+            if any(key == k or key.startswith(k + ".") for k in FIXED[flag]):
+                raise ConfigError(f"{flag} {override}: {key} is set by the experiment itself")
+    for name, overrides in PRETRAIN.items():
+        load_config(os.path.join(ROOT, PRETRAIN_CONFIG), pretrain_common(args) + overrides)
+    for task in args.tasks:
+        load_config(os.path.join(ROOT, TASKS[task][0]), finetune_common(args, task))
 
 
 # -- 5. the table and the curves -----------------------------------------------------------------
@@ -269,8 +422,9 @@ def run_summary(run_dir: str) -> dict:
             "test": read_json(os.path.join(run_dir, "test_results.json"), {})}
 
 
-def mean_sd(values: Sequence[float]) -> Tuple[float, float]:
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
+    """The mean and the sample standard deviation (n - 1); one value has none (None), not 0."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def finetune_table(out: str, seeds: Dict[str, List[int]]) -> dict:
@@ -307,8 +461,11 @@ def pretrain_summary(out: str) -> dict:
         evals = read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
         done = read_json(os.path.join(out, "pretrain", f"{name}.done.json"), {})
         step = steps[-1]["step"] if steps else 0
-        with open(os.path.join(run_dir, "run_config.yaml"), encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
+        try:
+            with open(os.path.join(run_dir, "run_config.yaml"), encoding="utf-8") as f:
+                cfg = yaml.safe_load(f)
+        except OSError:   # not run (yet)
+            cfg = {"batch_size": 0, "max_seq_len": 0}
         rows[name] = {"steps": step, "positions": step * cfg["batch_size"] * cfg["max_seq_len"],
                       "seconds": done.get("seconds"), "heldout": evals[-1] if evals else {}}
     return rows
@@ -328,7 +485,9 @@ def markdown(pretraining: dict, table: dict) -> str:
         lines += ["", f"| {task} | " + " | ".join(f"{c}, mean ± sd" for c in columns)
                   + " | every seed |", "|---|" + "---|" * (len(columns) + 1)]
         for start, row in rows.items():
-            cells = [f"{row[c][0]:.3f} ± {row[c][1]:.3f}" if c in row else "–" for c in columns]
+            cells = [("–" if c not in row else f"{row[c][0]:.3f} (one seed)"
+                      if row[c][1] is None else f"{row[c][0]:.3f} ± {row[c][1]:.3f}")
+                     for c in columns]
             part, metric = COLUMNS[task][columns[0]]
             seeds = ", ".join(f"s{seed} {r[part][metric]:.3f}"
                               for seed, r in row["seeds"].items() if metric in r[part])
@@ -398,12 +557,18 @@ def write_table(args: argparse.Namespace) -> str:
     atomic_write_text(os.path.join(args.output_dir, "transfer_results.json"), json.dumps(
         {"pretraining": pretraining, "finetuning": table, "models": models}, indent=1,
         default=str))
-    curves(args.output_dir, seeds, os.path.join(args.output_dir, "transfer_curves.png"))
+    try:
+        curves(args.output_dir, seeds, os.path.join(args.output_dir, "transfer_curves.png"))
+    except ImportError as e:   # matplotlib is an extra (ernie-doc[plot]); the table is written
+        if getattr(e, "name", "") != "matplotlib":
+            raise
+        text += "\n(transfer_curves.png not drawn: matplotlib is not installed)\n"
     return text
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    check_overrides(args)
     os.makedirs(args.output_dir, exist_ok=True)
     if "corpus" in args.steps:
         manifest = build_corpus(args.data, args.output_dir)
@@ -422,4 +587,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ernie_doc.cli import run_command  # a data or config error: one line, exit 2
+    sys.exit(run_command(main))
