@@ -239,8 +239,10 @@ def build_releases(root: Path) -> Dict[str, str]:
 
 # Run at the start of every Python process of a block (PYTHONPATH): once ernie_doc.config or
 # ernie_doc.releases is imported, the released names' presets and pinned tokenizer hashes
-# become the tiny ones of ERNIE_DOC_README_TINY. Nothing is imported before that (a python
-# that never imports ernie_doc pays nothing).
+# become the tiny ones of ERNIE_DOC_README_TINY; once ernie_doc.cli.finetune is, a task named
+# by its name (`ernie-doc finetune imdb`) reads its config from the workspace's shrunk copy of
+# tasks/ (ERNIE_DOC_README_TASKS), as `tools/finetune.py tasks/imdb/config.yaml` there does.
+# Nothing is imported before that (a python that never imports ernie_doc pays nothing).
 SITECUSTOMIZE = '''\
 import importlib.abc
 import importlib.util
@@ -249,9 +251,26 @@ import os
 import sys
 
 _SPEC = os.environ.get("ERNIE_DOC_README_TINY")
+_PATCHED = ("ernie_doc.config", "ernie_doc.releases", "ernie_doc.cli.finetune")
+
+
+def _shrunk_tasks(module):
+    tasks = os.environ.get("ERNIE_DOC_README_TASKS")
+    packaged = module.config_path
+
+    def config_path(config):
+        path = packaged(config)
+        if not tasks or not config or path == config:   # a file given, not a task's name
+            return path
+        copy = os.path.join(tasks, str(config), "config.yaml")
+        return copy if os.path.isfile(copy) else path
+    module.config_path = config_path
 
 
 def _patch(name, module):
+    if name == "ernie_doc.cli.finetune":
+        _shrunk_tasks(module)
+        return
     with open(_SPEC, encoding="utf-8") as f:
         spec = json.load(f)
     if name == "ernie_doc.config":
@@ -268,7 +287,7 @@ def _patch(name, module):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name not in ("ernie_doc.config", "ernie_doc.releases"):
+        if name not in _PATCHED:
             return None
         sys.meta_path.remove(self)
         try:
@@ -347,6 +366,8 @@ def block_env(ws: Path, extra: Dict[str, str], mpl: Optional[Path] = None) -> Di
         "ERNIE_DOC_OFFLINE": "1", "ERNIE_DOC_PROGRESS": "0", "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "ERNIE_DOC_SHARED": str(ws / ".no-shared"),
+        # `ernie-doc finetune TASK` reads the shrunk tasks/TASK/config.yaml (SITECUSTOMIZE)
+        "ERNIE_DOC_README_TASKS": str(ws / "tasks"),
         # matplotlib's font cache, built once per module rather than once per block
         "MPLCONFIGDIR": str(ws.parent / ".matplotlib") if mpl is None else str(mpl)})
     env.update(extra)
