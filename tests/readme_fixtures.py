@@ -9,6 +9,8 @@ see it); its words are shell-like:
     <!-- test: setup=imdb-data,doc -->              files the block reads, from SETUPS
     <!-- test: env="JOBS=1" -->                       extra environment, KEY=VALUE words
     <!-- test: skip reason="needs 2 GPUs" -->         not run; the reason is required
+    <!-- test: by=tests/test_x.py::test_y -->         run as written by that test instead
+                                                      (which asserts more than its exit status)
 
 Blocks whose language is python, bash, sh or shell are code; a fence without a language is
 output (tables, listings) and is never run.
@@ -34,7 +36,7 @@ CODE_LANGS = {"python": "python", "py": "python", "bash": "bash", "sh": "bash",
               "shell": "bash", "console": "bash"}
 MARKER = re.compile(r"^\s*<!--\s*test:(.*?)-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
-MARKER_KEYS = ("setup", "env", "skip", "reason")
+MARKER_KEYS = ("setup", "env", "skip", "reason", "by")
 
 
 @dataclass
@@ -54,6 +56,11 @@ class Block:
     @property
     def skip_reason(self) -> Optional[str]:
         return self.marker.get("reason", "") if "skip" in self.marker else None
+
+    @property
+    def run_by(self) -> Optional[str]:
+        """The test (`tests/test_x.py::test_y`) that runs this block as written, or None."""
+        return self.marker.get("by") or None
 
     @property
     def setups(self) -> List[str]:
@@ -124,6 +131,15 @@ def collect_blocks(root: Path = ROOT) -> List[Block]:
                 raise ValueError(f"{rel}:{marker_line}: a test marker must be on the line "
                                  f"right above a code fence")
     return blocks
+
+
+def block_run_by(test: str) -> Block:
+    """The one block whose marker says `by=<test>`: a test that runs a documented command as
+    written, with its own assertions (test_readme then does not run it a second time)."""
+    found = [b for b in collect_blocks() if b.run_by == test]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} documentation blocks are marked by={test}")
+    return found[0]
 
 
 # --- the released names, tiny -------------------------------------------------------------
