@@ -237,7 +237,8 @@ def test_main_command_shows_the_paper_ablation_order(tmp_path):
     script = tmp_path / "block.sh"
     script.write_text(block.code, encoding="utf-8")
     out = tmp_path / "longdep"
-    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable,
+    # offline, as test_readme runs the blocks: the demo downloads nothing
+    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable, ERNIE_DOC_OFFLINE="1",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
