@@ -9,6 +9,8 @@ see it); its words are shell-like:
     <!-- test: setup=imdb-data,doc -->              files the block reads, from SETUPS
     <!-- test: env="JOBS=1" -->                       extra environment, KEY=VALUE words
     <!-- test: skip reason="needs 2 GPUs" -->         not run; the reason is required
+    <!-- test: by=tests/test_x.py::test_y -->         run as written by that test instead
+                                                      (which asserts more than its exit status)
 
 Blocks whose language is python, bash, sh or shell are code; a fence without a language is
 output (tables, listings) and is never run.
@@ -34,7 +36,7 @@ CODE_LANGS = {"python": "python", "py": "python", "bash": "bash", "sh": "bash",
               "shell": "bash", "console": "bash"}
 MARKER = re.compile(r"^\s*<!--\s*test:(.*?)-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
-MARKER_KEYS = ("setup", "env", "skip", "reason")
+MARKER_KEYS = ("setup", "env", "skip", "reason", "by")
 
 
 @dataclass
@@ -54,6 +56,11 @@ class Block:
     @property
     def skip_reason(self) -> Optional[str]:
         return self.marker.get("reason", "") if "skip" in self.marker else None
+
+    @property
+    def run_by(self) -> Optional[str]:
+        """The test (`tests/test_x.py::test_y`) that runs this block as written, or None."""
+        return self.marker.get("by") or None
 
     @property
     def setups(self) -> List[str]:
@@ -124,6 +131,15 @@ def collect_blocks(root: Path = ROOT) -> List[Block]:
                 raise ValueError(f"{rel}:{marker_line}: a test marker must be on the line "
                                  f"right above a code fence")
     return blocks
+
+
+def block_run_by(test: str) -> Block:
+    """The one block whose marker says `by=<test>`: a test that runs a documented command as
+    written, with its own assertions (test_readme then does not run it a second time)."""
+    found = [b for b in collect_blocks() if b.run_by == test]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} documentation blocks are marked by={test}")
+    return found[0]
 
 
 # --- the released names, tiny -------------------------------------------------------------
@@ -239,8 +255,10 @@ def build_releases(root: Path) -> Dict[str, str]:
 
 # Run at the start of every Python process of a block (PYTHONPATH): once ernie_doc.config or
 # ernie_doc.releases is imported, the released names' presets and pinned tokenizer hashes
-# become the tiny ones of ERNIE_DOC_README_TINY. Nothing is imported before that (a python
-# that never imports ernie_doc pays nothing).
+# become the tiny ones of ERNIE_DOC_README_TINY; once ernie_doc.cli.finetune is, a task named
+# by its name (`ernie-doc finetune imdb`) reads its config from the workspace's shrunk copy of
+# tasks/ (ERNIE_DOC_README_TASKS), as `tools/finetune.py tasks/imdb/config.yaml` there does.
+# Nothing is imported before that (a python that never imports ernie_doc pays nothing).
 SITECUSTOMIZE = '''\
 import importlib.abc
 import importlib.util
@@ -249,9 +267,26 @@ import os
 import sys
 
 _SPEC = os.environ.get("ERNIE_DOC_README_TINY")
+_PATCHED = ("ernie_doc.config", "ernie_doc.releases", "ernie_doc.cli.finetune")
+
+
+def _shrunk_tasks(module):
+    tasks = os.environ.get("ERNIE_DOC_README_TASKS")
+    packaged = module.config_path
+
+    def config_path(config):
+        path = packaged(config)
+        if not tasks or not config or path == config:   # a file given, not a task's name
+            return path
+        copy = os.path.join(tasks, str(config), "config.yaml")
+        return copy if os.path.isfile(copy) else path
+    module.config_path = config_path
 
 
 def _patch(name, module):
+    if name == "ernie_doc.cli.finetune":
+        _shrunk_tasks(module)
+        return
     with open(_SPEC, encoding="utf-8") as f:
         spec = json.load(f)
     if name == "ernie_doc.config":
@@ -268,7 +303,7 @@ def _patch(name, module):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name not in ("ernie_doc.config", "ernie_doc.releases"):
+        if name not in _PATCHED:
             return None
         sys.meta_path.remove(self)
         try:
@@ -347,6 +382,8 @@ def block_env(ws: Path, extra: Dict[str, str], mpl: Optional[Path] = None) -> Di
         "ERNIE_DOC_OFFLINE": "1", "ERNIE_DOC_PROGRESS": "0", "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "ERNIE_DOC_SHARED": str(ws / ".no-shared"),
+        # `ernie-doc finetune TASK` reads the shrunk tasks/TASK/config.yaml (SITECUSTOMIZE)
+        "ERNIE_DOC_README_TASKS": str(ws / "tasks"),
         # matplotlib's font cache, built once per module rather than once per block
         "MPLCONFIGDIR": str(ws.parent / ".matplotlib") if mpl is None else str(mpl)})
     env.update(extra)

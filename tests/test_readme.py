@@ -3,7 +3,9 @@ docs/*.md runs as written, one case per block (id `README.md:L<line of the fence
 workspace holding a copy of tasks/, tools/ and configs/ with the long runs shrunk, the
 released names served as tiny checkpoints from a hand-filled cache (offline), and the files
 its marker's setups write (tests/readme_fixtures.py). A block is not run only when its marker
-says `skip` with a reason; test_not_run_blocks_have_reasons counts them and prints the list."""
+says `skip` with a reason; test_not_run_blocks_have_reasons counts them and prints the list. A
+block marked `by=tests/test_x.py::test_y` is run as written by that test, with its own
+assertions, and not a second time here (test_blocks_run_by_a_test_are_run_there)."""
 import re
 from pathlib import Path
 
@@ -26,6 +28,8 @@ TWO_RANKS = re.compile(r"fleetrun|--nproc[ =]+\S*\s*2|NPROC=[2-9]")
 
 def _params():
     for block in BLOCKS:
+        if block.run_by:
+            continue
         marks = [pytest.mark.skip(reason=f"not run: {block.skip_reason}")] \
             if block.skip_reason is not None else []
         if TWO_RANKS.search(block.code):
@@ -59,11 +63,30 @@ def test_not_run_blocks_have_reasons(capsys):
     assert all(b.skip_reason.strip() for b in skipped), \
         [b.id for b in skipped if not b.skip_reason.strip()]
     assert BLOCKS, "no code block found"
+    elsewhere = [b for b in BLOCKS if b.run_by]
+    assert not [b.id for b in elsewhere if b.skip_reason is not None]
     with capsys.disabled():
-        print(f"\nREADME code blocks: {len(BLOCKS) - len(skipped)} run, "
-              f"{len(skipped)} not run")
+        print(f"\nREADME code blocks: {len(BLOCKS) - len(skipped) - len(elsewhere)} run here, "
+              f"{len(elsewhere)} run by another test, {len(skipped)} not run")
+        for b in elsewhere:
+            print(f"  {b.id}: run by {b.run_by}")
         for b in skipped:
             print(f"  {b.id}: {b.skip_reason}")
+
+
+def test_blocks_run_by_a_test_are_run_there():
+    """A `by=tests/test_x.py::test_y` marker names a test function that exists and takes the
+    block through readme_fixtures.block_run_by (so it runs the block's text as it stands)."""
+    marked = [b for b in BLOCKS if b.run_by]
+    for block in marked:
+        path, _, name = block.run_by.partition("::")
+        source = rf.ROOT / path
+        assert source.is_file() and re.search(rf"^def {name}\(", source.read_text(
+            encoding="utf-8"), re.M), f"{block.id}: by={block.run_by}: no such test"
+        text = source.read_text(encoding="utf-8")
+        assert "block_run_by(" in text and f'"{block.run_by}"' in text, \
+            f"{block.id}: {block.run_by} does not run the block (rf.block_run_by)"
+        assert rf.block_run_by(block.run_by) is not None
 
 
 def test_every_setup_a_marker_names_exists():
@@ -81,11 +104,13 @@ def test_parser_finds_code_not_output(tmp_path):
     (tmp_path / "README.md").write_text(
         "# t\n\n```\nvariant  accuracy\n```\n\n<!-- test: setup=doc env=\"A=1 B=2\" -->\n"
         "```bash\necho hi\n```\n\n<!-- test: skip reason=\"needs 2 GPUs\" -->\n```python\n"
-        "print(1)\n```\n", encoding="utf-8")
+        "print(1)\n```\n\n<!-- test: by=tests/test_x.py::test_y -->\n```bash\nls\n```\n",
+        encoding="utf-8")
     blocks = rf.collect_blocks(tmp_path)
-    assert [(b.id, b.lang, b.setups, b.env, b.skip_reason) for b in blocks] == [
-        ("README.md:L8", "bash", ["doc"], {"A": "1", "B": "2"}, None),
-        ("README.md:L13", "python", [], {}, "needs 2 GPUs")]
+    assert [(b.id, b.lang, b.setups, b.env, b.skip_reason, b.run_by) for b in blocks] == [
+        ("README.md:L8", "bash", ["doc"], {"A": "1", "B": "2"}, None, None),
+        ("README.md:L13", "python", [], {}, "needs 2 GPUs", None),
+        ("README.md:L18", "bash", [], {}, None, "tests/test_x.py::test_y")]
     assert blocks[0].code == "echo hi\n"
     (tmp_path / "docs" / "a.md").write_text("<!-- test: skip reason=x -->\n\ntext\n",
                                             encoding="utf-8")

@@ -228,10 +228,19 @@ def test_init_checkpoint_loads_weights_and_tokenizer_from_a_run(tmp_path):
 
 @pytest.mark.slow
 def test_main_command_shows_the_paper_ablation_order(tmp_path):
-    """The README's main command, as is (about 3 minutes on 2 cores)."""
+    """The README's main command (its block, marked `by=` this test: tests/test_readme.py does
+    not run it again), as is, in the checkout (about 3 minutes on 2 cores)."""
+    import readme_fixtures as rf
+    block = rf.block_run_by(
+        "tests/test_tasks.py::test_main_command_shows_the_paper_ablation_order")
+    assert block.lang == "bash" and "tasks/longdep/run.sh" in block.code, block.code
+    script = tmp_path / "block.sh"
+    script.write_text(block.code, encoding="utf-8")
     out = tmp_path / "longdep"
-    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable)
-    proc = subprocess.run(["bash", "tasks/longdep/run.sh"], cwd=ROOT, env=env,
+    # offline, as test_readme runs the blocks: the demo downloads nothing
+    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable, ERNIE_DOC_OFFLINE="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run(["bash", "-e", "-o", "pipefail", str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((out / "results.json").read_text())
