@@ -99,7 +99,7 @@ def test_a_dev_document_in_the_corpus_is_refused(tmp_path):
         path.write_text(good + json.dumps(record) + "\n")
         with pytest.raises(ValueError, match=rf"train.jsonl: {record['id']} is a dev or test "
                                              rf"document \({by}"):
-            tx.check_corpus([str(path)], splits)
+            tx.check_corpus([str(path)], tx.HeldOut(splits))
 
 
 def summary(best, last, test=None):
@@ -110,8 +110,8 @@ def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path, monkeypatch):
     for seed, (best, last) in {1: (0.70, 0.60), 2: (0.80, 0.80)}.items():
         run = tmp_path / "imdb" / f"mlm-s{seed}"
         write(run, {"eval_results.json": json.dumps({"accuracy": best, "step": 9}),
-                    "eval_history.jsonl": json.dumps({"split": "dev", "accuracy": 0.1}) + "\n"
-                    + json.dumps({"split": "dev", "accuracy": last}) + "\n"})
+                    "eval_history.jsonl": json.dumps({"split": "dev", "accuracy": 0.1, "step": 4})
+                    + "\n" + json.dumps({"split": "dev", "accuracy": last, "step": 9}) + "\n"})
     table = tx.finetune_table(str(tmp_path), {"imdb": [1, 2, 3]})
     row = table["imdb"]["mlm"]
     assert sorted(row["seeds"]) == [1, 2]   # seed 3 has not run: left out, not a zero

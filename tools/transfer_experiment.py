@@ -46,6 +46,10 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+# a run's JSON-lines logs, read as the trainer reads them back (none yet: []; a cut-short last
+# line of a run still writing is dropped)
+from ernie_doc.training.runlog import read_jsonl  # noqa: E402
+
 WIKITEXT = ("wiki.valid.tokens", "wiki.test.tokens")
 HELD_OUT_SHARE = 0.05
 # a corpus document sharing this part of its own or of a dev/test document's word 8-grams
@@ -152,10 +156,10 @@ def shingles(text: str, n: int = 8) -> set:
     return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
-def corpus_records(data: str, splits: Dict[str, Dict[str, list]]) -> Tuple[List[dict], dict]:
+def corpus_records(data: str, splits: Dict[str, Dict[str, list]],
+                   held: "HeldOut") -> Tuple[List[dict], dict]:
     """The corpus documents ({"id", "source", "text"}) and what was left out, by source."""
     from ernie_doc.pretraining.corpus import iter_documents
-    held = HeldOut(splits)
     records, left_out, seen = [], {}, set()
     candidates = [(task, d.doc_id, d.text) for task, by_split in splits.items()
                   for d in by_split["train"]]
@@ -181,10 +185,9 @@ def is_held_out_for_eval(record: dict) -> bool:
     return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < HELD_OUT_SHARE
 
 
-def check_corpus(paths: Sequence[str], splits: Dict[str, Dict[str, list]]) -> int:
+def check_corpus(paths: Sequence[str], held: HeldOut) -> int:
     """Read the written corpus files back: a document of a dev or test split in them, by id, by
     text or by near-duplicate text, is a ValueError → the number of documents checked."""
-    held = HeldOut(splits)
     n = 0
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -204,7 +207,8 @@ def build_corpus(data: str, out: str) -> dict:
     for SentencePiece) and manifest.json (counts, what was left out and why)."""
     from ernie_doc.utils import atomic_write_text
     splits = task_documents(data)
-    records, left_out = corpus_records(data, splits)
+    held = HeldOut(splits)
+    records, left_out = corpus_records(data, splits, held)
     folder = os.path.join(out, "corpus")
     os.makedirs(folder, exist_ok=True)
     parts = {"train": [r for r in records if not is_held_out_for_eval(r)],
@@ -217,7 +221,7 @@ def build_corpus(data: str, out: str) -> dict:
         lines += [" ".join(words[i:i + 100]) for i in range(0, len(words), 100)]
     files["tokenizer.txt"] = "\n".join(lines) + "\n"
     keep_or_write(out, files)
-    checked = check_corpus([os.path.join(folder, f"{n}.jsonl") for n in parts], splits)
+    checked = check_corpus([os.path.join(folder, f"{n}.jsonl") for n in parts], held)
     manifest = {
         "documents": {n: len(p) for n, p in parts.items()},
         "words": {n: sum(len(r["text"].split()) for r in p) for n, p in parts.items()},
@@ -322,10 +326,16 @@ TASKS = {  # task → (config, data folder, its own settings)
 }
 
 
+def pretrained_final(out: str, start: str) -> str:
+    """OUT/pretrain/<run>/final, the model a start comes from: its own pretraining, or for
+    scratch the MLM + reordering one (only its config: the same architecture)."""
+    return os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start, "final")
+
+
 def start_overrides(out: str, start: str) -> List[str]:
     """Scratch takes the pretrained model's config (its architecture) and new weights; the
     others its weights (init_checkpoint: every encoder tensor, the pretraining heads dropped)."""
-    final = os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start, "final")
+    final = pretrained_final(out, start)
     return [f"model={final}"] if start == "scratch" else [f"init_checkpoint={final}"]
 
 
@@ -344,8 +354,7 @@ def forget_stale(out: str, task: str, seeds: Sequence[int]) -> List[str]:
     → the runs forgotten."""
     forgotten = []
     for start in STARTS:
-        final = os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start,
-                             "final", "config.json")
+        final = os.path.join(pretrained_final(out, start), "config.json")
         for seed in seeds:
             done = os.path.join(out, task, f"{start}-s{seed}.done.json")
             try:
@@ -359,8 +368,13 @@ def forget_stale(out: str, task: str, seeds: Sequence[int]) -> List[str]:
     return forgotten
 
 
+def task_seeds(args: argparse.Namespace) -> Dict[str, List[int]]:
+    """{task: its seeds} of the tasks this run covers."""
+    return {t: {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}[t] for t in args.tasks}
+
+
 def finetune(args: argparse.Namespace) -> None:
-    seeds = {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}
+    seeds = task_seeds(args)
     for task in args.tasks:
         forget_stale(args.output_dir, task, seeds[task])
         variants = {f"{start}-s{seed}": start_overrides(args.output_dir, start) + [f"seed={seed}"]
@@ -402,14 +416,6 @@ def read_json(path: str, default=None):
             return json.load(f)
     except (OSError, ValueError):
         return default
-
-
-def read_jsonl(path: str) -> List[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except OSError:
-        return []
 
 
 def run_summary(run_dir: str) -> dict:
@@ -547,7 +553,7 @@ def best_models(out: str, table: dict) -> Dict[str, dict]:
 
 def write_table(args: argparse.Namespace) -> str:
     from ernie_doc.utils import atomic_write_text
-    seeds = {t: {"imdb": args.imdb_seeds, "hyp": args.hyp_seeds}[t] for t in args.tasks}
+    seeds = task_seeds(args)
     pretraining, table = pretrain_summary(args.output_dir), finetune_table(args.output_dir, seeds)
     models = best_models(args.output_dir, table)
     text = markdown(pretraining, table) + "".join(
