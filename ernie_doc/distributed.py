@@ -18,6 +18,12 @@ def rank():
     return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 
 
+def local_size() -> int:
+    """Ranks on this node, as the launcher numbers them (PADDLE_LOCAL_SIZE); 0 when it did not
+    say."""
+    return int(os.environ.get("PADDLE_LOCAL_SIZE") or 0)
+
+
 def gpu_problem() -> Optional[str]:
     """Why this process cannot run on a GPU (no CUDA in this paddle build, or no GPU visible),
     or None when it can."""

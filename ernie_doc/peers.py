@@ -224,8 +224,8 @@ def watch(timeout: float, hint: Callable[[], str] = lambda: "") -> Optional[Peer
     from paddle.base import core
     host, port = master_endpoint()
     store = core.TCPStore(host, port, False, world, 900)
-    local = int(os.environ.get("PADDLE_LOCAL_SIZE", "1"))
-    peer_watch = PeerWatch(store, dist.rank(), world, timeout, hint, local).start()
+    peer_watch = PeerWatch(store, dist.rank(), world, timeout, hint,
+                           dist.local_size() or 1).start()
     if threading.current_thread() is threading.main_thread():
         try:
             peer_watch.catch_abort()

@@ -66,7 +66,7 @@ class Interrupted(KeyboardInterrupt):
         # absolute: the line works from any directory, and never reads as an option ("-run")
         out = os.path.abspath(self.output_dir)
         resume = f"{command} --resume {shlex.quote(out)}"
-        world, local = dist.world_size(), int(os.environ.get("PADDLE_LOCAL_SIZE") or 0)
+        world, local = dist.world_size(), dist.local_size()
         if 0 < local < world:   # several nodes: each launches its part (--nproc is one node's)
             resume = f"--resume {shlex.quote(out)} on every node"
         elif world > 1:
