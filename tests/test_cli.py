@@ -576,11 +576,50 @@ def test_ablation_skips_only_a_variant_that_finished_with_the_same_command(tmp_p
     # the same command, but the config file it names was edited since: run again
     config.write_text(config.read_text() + "epochs: 9\n")
     assert finished_before(args, "a", cmd, config_digest(str(config))) is None
-    # a done file from before digests were recorded: its command alone decides
+    # a done file without the config's digest decides nothing
     atomic_write_text(tmp_path / "a.done.json", json.dumps({"command": cmd[1:], "seconds": 7}))
-    assert finished_before(args, "a", cmd, config_digest(str(config))) == 7.0
+    assert finished_before(args, "a", cmd, config_digest(str(config))) is None
     atomic_write_text(tmp_path / "a.done.json", "{trunc")
     assert finished_before(args, "a", cmd, digest) is None
+
+
+TINY_LONGDEP = ["epochs=1", "reader.num_docs={train: 64, dev: 16}", "save_steps=1",
+                "model_overrides.hidden_size=16", "logging_steps=1"]
+
+
+def test_ablation_resumes_a_stopped_variant_from_its_checkpoint(tmp_path, capsys):
+    """A variant killed after a checkpoint continues from it (with its log kept) when the
+    ablation runs again with --skip-done, and ends as a run that was never stopped; one
+    started by another command, or stopped before any checkpoint, starts over."""
+    from tools.ablation import command, config_digest, main, parse_args, stopped_before
+    config = os.path.join(ROOT, "tasks", "longdep", "config.yaml")
+    argv = [config, "--skip-done", "--progress-seconds", "0", "--variant", "a", "seed=3",
+            "--set"] + TINY_LONGDEP
+    whole = main(["--output-dir", str(tmp_path / "whole")] + argv)
+    out = tmp_path / "cut"
+    args = parse_args(["--output-dir", str(out)] + argv)
+    cmd, digest = command(args, "a", ["seed=3"]), config_digest(config)
+    assert not stopped_before(args, "a", cmd, digest)   # never started
+    out.mkdir()
+    atomic_write_text(out / "a.started.json", json.dumps({"command": cmd[1:],
+                                                          "config_sha1": digest}))
+    assert not stopped_before(args, "a", cmd, digest)   # no checkpoint yet: start over
+    # what a killed run leaves: its started record, checkpoints up to step 2, no done file
+    subprocess.run(cmd + ["stop_at_step=2"], cwd=ROOT, check=True, capture_output=True)
+    (out / "a.log").write_text("the first part\n")
+    assert stopped_before(args, "a", cmd, digest)
+    assert not stopped_before(args, "a", command(args, "a", ["seed=4"]), digest)
+    assert not stopped_before(args, "a", cmd, "0" * 40)   # the config file was edited since
+    capsys.readouterr()
+    assert main(["--output-dir", str(out)] + argv) == whole
+    assert "[a] resumed from its last checkpoint: seed=3" in capsys.readouterr().out
+    log = (out / "a.log").read_text()
+    assert log.startswith("the first part\n") and "resumed from" in log
+    assert json.loads((out / "a.done.json").read_text())["command"] == cmd[1:]
+    records = [json.loads(line) for line in open(out / "a" / "train_log.jsonl")]
+    assert [r["step"] for r in records if "loss" in r] == \
+        [r["step"] for r in map(json.loads, open(tmp_path / "whole" / "a" / "train_log.jsonl"))
+         if "loss" in r]
 
 
 def test_ablation_reports_the_variant_error(tmp_path, capsys):

@@ -238,6 +238,8 @@ def test_the_corpus_does_not_change_under_the_runs_made_from_it(tmp_path):
 def test_a_fine_tuning_older_than_its_pretrained_model_runs_again(tmp_path):
     write(tmp_path, {f"pretrain/{n}/final/config.json": "{}" for n in ("mlm", "mlm_sro")})
     write(tmp_path, {f"hyp/{s}-s{seed}.done.json": "{}" for s in tx.STARTS for seed in (1, 2)})
+    # a run stopped part-way (its checkpoint would be resumed) is forgotten as well
+    write(tmp_path, {f"hyp/{s}-s1.started.json": "{}" for s in ("mlm", "mlm_sro")})
     for n, age in (("mlm", 0), ("mlm_sro", 100)):   # mlm_sro pretrained again since
         os.utime(tmp_path / "pretrain" / n / "final" / "config.json", (2e9 + age, 2e9 + age))
     for path in (tmp_path / "hyp").iterdir():
@@ -245,7 +247,7 @@ def test_a_fine_tuning_older_than_its_pretrained_model_runs_again(tmp_path):
     assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == \
         ["scratch-s1", "scratch-s2", "mlm_sro-s1", "mlm_sro-s2"]   # scratch: its shape
     assert sorted(p.name for p in (tmp_path / "hyp").iterdir()) == \
-        ["mlm-s1.done.json", "mlm-s2.done.json"]
+        ["mlm-s1.done.json", "mlm-s1.started.json", "mlm-s2.done.json"]
     assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == []
 
 

@@ -14,8 +14,10 @@ metric}). --jobs N runs N variants at once, one CPU thread each; --nproc N launc
 variant data-parallel instead. A variant that finishes writes OUT/<variant>.done.json (its
 command, the config file's digest and its time); with --skip-done, a variant whose done file
 holds the same command and the same config digest is not run again, so a stopped ablation
-continues where it stopped (and an edited config file runs it again). A done file written
-before digests were recorded is trusted on its command alone.
+continues where it stopped (and an edited config file runs it again). A variant that was
+stopped (killed, interrupted) after a checkpoint resumes from it (`--resume`) when it was
+started by the same command with the same config digest (OUT/<variant>.started.json); one
+stopped before its first checkpoint starts over.
 """
 import argparse
 import hashlib
@@ -164,18 +166,37 @@ def config_digest(path: str) -> str:
         return hashlib.sha1(f.read()).hexdigest()
 
 
-def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
-    """The seconds a previous run of this very command, with the config file's content
-    `digest`, took, when it finished and its eval_results.json is still there; else None."""
+def started_file(args, name: str) -> str:
+    return os.path.join(args.output_dir, f"{name}.started.json")
+
+
+def _same_run(path: str, cmd: List[str], digest: str) -> Optional[dict]:
+    """The record in `path` when it holds this very command (not the python that ran it) and
+    the config file's content `digest`; else None (absent, unreadable or another run)."""
     try:
-        with open(done_file(args, name), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             record = json.load(f)
     except (OSError, ValueError):
         return None
+    same = (isinstance(record, dict) and record.get("command") == cmd[1:]
+            and record.get("config_sha1") == digest)
+    return record if same else None
+
+
+def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
+    """The seconds a previous run of this very command, with the config file's content
+    `digest`, took, when it finished and its eval_results.json is still there; else None."""
+    record = _same_run(done_file(args, name), cmd, digest)
     finished = os.path.isfile(os.path.join(args.output_dir, name, "eval_results.json"))
-    same = (isinstance(record, dict) and record.get("command") == cmd[1:]   # not the python
-            and record.get("config_sha1", digest) == digest)   # absent: an older done file
-    return float(record.get("seconds", 0.0)) if finished and same else None
+    return float(record.get("seconds", 0.0)) if record is not None and finished else None
+
+
+def stopped_before(args, name: str, cmd: List[str], digest: str) -> bool:
+    """True when a run of this very command (and config content) was started and saved a
+    checkpoint it can be resumed from: it was killed or interrupted before finishing."""
+    checkpoint = os.path.join(args.output_dir, name, "checkpoints", "latest")
+    return (_same_run(started_file(args, name), cmd, digest) is not None
+            and os.path.lexists(checkpoint))
 
 
 def expand(override):
@@ -214,22 +235,32 @@ def _run(args):
     if args.jobs > 1:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
-    running, done, watch, commands = {}, {}, {}, {}
+    running, done, watch, commands, resumed = {}, {}, {}, {}, set()
     digest = config_digest(args.config)   # what every variant started now reads
     for name, overrides in list(pending) if args.skip_done else []:
-        seconds = finished_before(args, name, command(args, name, overrides), digest)
+        cmd = command(args, name, overrides)
+        seconds = finished_before(args, name, cmd, digest)
         if seconds is not None:
             pending.remove((name, overrides))
             done[name] = (0, seconds)
             print(f"[{name}] finished before in {seconds:.0f} s: not run again", flush=True)
+        elif stopped_before(args, name, cmd, digest):
+            resumed.add(name)
+    from ernie_doc.utils import atomic_write_text
     last_beat = time.time()
     while pending or running:
         while pending and len(running) < args.jobs:
             name, overrides = pending.pop(0)
-            log = open(os.path.join(args.output_dir, f"{name}.log"), "w")
-            print(f"[{name}] started: {' '.join(overrides) or '(config as is)'}", flush=True)
             commands[name] = command(args, name, overrides)
-            proc = subprocess.Popen(commands[name], cwd=ROOT, env=env,
+            run = {"command": commands[name][1:], "config_sha1": digest}
+            atomic_write_text(started_file(args, name), json.dumps(run) + "\n")
+            again = name in resumed   # its log goes on; the run continues from its checkpoint
+            log = open(os.path.join(args.output_dir, f"{name}.log"), "a" if again else "w")
+            print(f"[{name}] " + ("resumed from its last checkpoint" if again else "started")
+                  + f": {' '.join(overrides) or '(config as is)'}", flush=True)
+            argv = commands[name] + (["--resume", os.path.join(args.output_dir, name)]
+                                     if again else [])
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
             running[name] = (proc, log, time.time())
             watch[name] = Progress(name, os.path.join(args.output_dir, name), time.time())
@@ -244,7 +275,6 @@ def _run(args):
             del running[name]
             done[name] = (proc.returncode, time.time() - start)
             if proc.returncode == 0:
-                from ernie_doc.utils import atomic_write_text
                 atomic_write_text(done_file(args, name), json.dumps(
                     {"command": commands[name][1:], "config_sha1": digest,
                      "seconds": round(done[name][1], 1)}) + "\n")
@@ -275,7 +305,6 @@ def _run(args):
     print(f"\n{'variant':<{width}}  {metric:>9}  best step  seconds")
     for name, value, step, seconds in rows:
         print(f"{name:<{width}}  {value:9.4f}  {step:9d}  {seconds:7.0f}")
-    from ernie_doc.utils import atomic_write_text
     atomic_write_text(os.path.join(args.output_dir, "results.json"),
                       json.dumps(results, indent=1) + "\n")
     if args.primary:

@@ -6,7 +6,8 @@ on IMDB and Hyperpartisan, several seeds each: one command from the datasets to 
 
 DATA holds `imdb/imdb_test_sample5k.tsv` and `hyperpartisan/` (with `hp-splits.json`), and
 optionally `wikitext103/wiki.{valid,test}.tokens`. Steps, each skipped when its output is
-complete (so a stopped run continues where it stopped):
+complete (so a stopped run continues where it stopped; a run cut short resumes from its last
+checkpoint):
 
 1. corpus: the unlabelled **training** text of both tasks (task-adaptive pretraining): the IMDB
    reviews of the README's 80/20 split's train part, the Hyperpartisan train articles, plus the
@@ -318,11 +319,12 @@ def pretrain(args: argparse.Namespace) -> None:
 # memory come from the pretraining's final/config.json, for scratch too).
 FINETUNE_COMMON = ["max_seq_len=128", "batch_size=16", "learning_rate=3e-4",
                    "warmup_proportion=0.1", "weight_decay=0.01", "layer_decay=1.0",
-                   "retro_feed=true", "threads=1", "logging_steps=50"]
+                   "retro_feed=true", "threads=1", "logging_steps=50",
+                   "save_steps=100"]   # a killed run resumes (tools/ablation.py --skip-done)
 TASKS = {  # task → (config, data folder, its own settings)
     "imdb": ("tasks/imdb/config.yaml", "imdb",
-             ["reader.file=imdb_test_sample5k.tsv", "reader.dev_ratio=0.2", "epochs=2"]),
-    "hyp": ("tasks/hyp/config.yaml", "hyperpartisan", ["epochs=5"]),
+             ["reader.file=imdb_test_sample5k.tsv", "reader.dev_ratio=0.2", "epochs=1"]),
+    "hyp": ("tasks/hyp/config.yaml", "hyperpartisan", ["epochs=2"]),
 }
 
 
@@ -349,22 +351,25 @@ def finetune_common(args: argparse.Namespace, task: str) -> List[str]:
 
 
 def forget_stale(out: str, task: str, seeds: Sequence[int]) -> List[str]:
-    """Remove the done file of each fine-tuning run older than the pretrained model it started
-    from (a pretraining that ran again since: same command, another model), so it runs again
-    → the runs forgotten."""
+    """Remove the done and started files of each fine-tuning run begun before the pretrained
+    model it starts from was written (a pretraining that ran again since: same command,
+    another model), so it runs again from the start → the runs forgotten."""
     forgotten = []
     for start in STARTS:
         final = os.path.join(pretrained_final(out, start), "config.json")
         for seed in seeds:
-            done = os.path.join(out, task, f"{start}-s{seed}.done.json")
-            try:
-                stale = os.path.getmtime(done) < os.path.getmtime(final)
-            except OSError:   # not done, or no pretrained model (the run then says so)
-                continue
-            if stale:
-                os.remove(done)
-                forgotten.append(f"{start}-s{seed}")
-                print(f"[{start}-s{seed}] its pretrained model is newer: run again", flush=True)
+            name = f"{start}-s{seed}"
+            for record in (f"{name}.done.json", f"{name}.started.json"):
+                path = os.path.join(out, task, record)
+                try:
+                    stale = os.path.getmtime(path) < os.path.getmtime(final)
+                except OSError:   # not run, or no pretrained model (the run then says so)
+                    continue
+                if stale:
+                    os.remove(path)
+                    if name not in forgotten:
+                        forgotten.append(name)
+                        print(f"[{name}] its pretrained model is newer: run again", flush=True)
     return forgotten
 
 
