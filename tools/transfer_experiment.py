@@ -506,32 +506,59 @@ def markdown(pretraining: dict, table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _windows(records: Sequence[dict], key: str, size: int) -> Tuple[List[int], List[float]]:
+    """The mean of `key` over consecutive windows of `size` records that have it, at each
+    window's last step: a readable curve from per-step values."""
+    points = [(r["step"], r[key]) for r in records if key in r]
+    chunks = [points[i:i + size] for i in range(0, len(points) - size + 1, size)]
+    return ([c[-1][0] for c in chunks], [statistics.mean(v for _, v in c) for c in chunks])
+
+
 def curves(out: str, seeds: Dict[str, List[int]], path: str) -> None:
-    """Held-out MLM accuracy of both pretraining runs, and each task's dev metric against the
-    fine-tuning step for every start and seed."""
+    """Top: both pretraining runs (held-out MLM and reorder accuracy, the training MLM loss).
+    Bottom: each task's fine-tuning loss against the step for every start and seed, and every
+    run's kept dev score by start."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for name in PRETRAIN:
-        evals = read_jsonl(os.path.join(out, "pretrain", name, "eval_history.jsonl"))
-        axes[0].plot([r["step"] for r in evals], [r.get("mlm_accuracy") for r in evals],
-                     marker="o", label=name)
-    axes[0].set(title="pretraining: held-out MLM accuracy", xlabel="step")
+        run_dir = os.path.join(out, "pretrain", name)
+        evals = read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
+        for ax, key in ((axes[0, 0], "mlm_accuracy"), (axes[0, 2], "reorder_accuracy")):
+            ax.plot([r["step"] for r in evals], [r.get(key) for r in evals], marker="o",
+                    label=name)
+        axes[0, 1].plot(*_windows(read_jsonl(os.path.join(run_dir, "train_log.jsonl")),
+                                  "mlm_loss", 100), label=name)
+    axes[0, 0].set(title="pretraining: held-out MLM accuracy", xlabel="step")
+    axes[0, 1].set(title="pretraining: training MLM loss (mean of 100 steps)", xlabel="step")
+    axes[0, 2].set(title="pretraining: held-out reorder accuracy", xlabel="step")
     colors = dict(zip(STARTS, ("tab:gray", "tab:blue", "tab:orange")))
-    for ax, task in zip(axes[1:], seeds):
-        metric = COLUMNS[task][next(iter(COLUMNS[task]))][1]
+    styles = ("-", "--", ":")
+    for ax, task in zip(axes[1], seeds):
         for start in STARTS:
             for i, seed in enumerate(seeds[task]):
-                run_dir = os.path.join(out, task, f"{start}-s{seed}")
-                history = [r for r in read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
-                           if r.get("split") == "dev"]
-                ax.plot([r["step"] for r in history], [r[metric] for r in history],
-                        color=colors[start], marker=".", label=start if i == 0 else None)
-        ax.set(title=f"{task}: dev {metric}", xlabel="fine-tuning step")
-    for ax in axes:
+                log = read_jsonl(os.path.join(out, task, f"{start}-s{seed}", "train_log.jsonl"))
+                ax.plot(*_windows(log, "loss", 50), color=colors[start],
+                        linestyle=styles[i % len(styles)], label=f"{start} s{seed}")
+        ax.set(title=f"{task}: fine-tuning loss (mean of 50 steps)", xlabel="fine-tuning step")
+    ax, ticks = axes[1, 2], []
+    for t, task in enumerate(seeds):
+        part, metric = COLUMNS[task][next(iter(COLUMNS[task]))]
+        for k, start in enumerate(STARTS):
+            x = t * (len(STARTS) + 1) + k
+            values = [run_summary(os.path.join(out, task, f"{start}-s{seed}"))[part].get(metric)
+                      for seed in seeds[task]]
+            values = [v for v in values if v is not None]
+            ax.scatter([x] * len(values), values, color=colors[start],
+                       label=start if t == 0 else None)
+            ticks.append((x, f"{task}\n{start}"))
+    ax.set_xticks([x for x, _ in ticks], [label for _, label in ticks], fontsize=7)
+    ax.set(title="kept model, each seed: " + ", ".join(
+        f"{task} dev {COLUMNS[task][next(iter(COLUMNS[task]))][1]}" for task in seeds))
+    for ax in axes.flat:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend()
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
