@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import ROOT, exits, listing, one_error_line, tiny_config
@@ -587,10 +588,13 @@ TINY_LONGDEP = ["epochs=1", "reader.num_docs={train: 64, dev: 16}", "save_steps=
                 "model_overrides.hidden_size=16", "logging_steps=1"]
 
 
-def test_ablation_resumes_a_stopped_variant_from_its_checkpoint(tmp_path, capsys):
-    """A variant killed after a checkpoint continues from it (with its log kept) when the
-    ablation runs again with --skip-done, and ends as a run that was never stopped; one
-    started by another command, or stopped before any checkpoint, starts over."""
+def test_ablation_resumes_a_variant_killed_after_a_checkpoint(tmp_path, capsys):
+    """The ablation killed while its variant writes checkpoint step-3 (step-2 complete): run
+    again with --skip-done, the variant continues from step 2, with its log kept and its
+    earlier attempt's time counted, and ends as a run that was never stopped."""
+    import signal
+
+    from ernie_doc.training.state import TEST_PAUSE
     from tools.ablation import command, config_digest, main, parse_args, stopped_before
     config = os.path.join(ROOT, "tasks", "longdep", "config.yaml")
     argv = [config, "--skip-done", "--progress-seconds", "0", "--variant", "a", "seed=3",
@@ -599,27 +603,71 @@ def test_ablation_resumes_a_stopped_variant_from_its_checkpoint(tmp_path, capsys
     out = tmp_path / "cut"
     args = parse_args(["--output-dir", str(out)] + argv)
     cmd, digest = command(args, "a", ["seed=3"]), config_digest(config)
-    assert not stopped_before(args, "a", cmd, digest)   # never started
-    out.mkdir()
-    atomic_write_text(out / "a.started.json", json.dumps({"command": cmd[1:],
-                                                          "config_sha1": digest}))
-    assert not stopped_before(args, "a", cmd, digest)   # no checkpoint yet: start over
-    # what a killed run leaves: its started record, checkpoints up to step 2, no done file
-    subprocess.run(cmd + ["stop_at_step=2"], cwd=ROOT, check=True, capture_output=True)
-    (out / "a.log").write_text("the first part\n")
-    assert stopped_before(args, "a", cmd, digest)
-    assert not stopped_before(args, "a", command(args, "a", ["seed=4"]), digest)
-    assert not stopped_before(args, "a", cmd, "0" * 40)   # the config file was edited since
+    assert stopped_before(args, "a", cmd, digest) is None   # never started
+    proc = subprocess.Popen([sys.executable, "tools/ablation.py", "--output-dir", str(out)]
+                            + argv, cwd=ROOT, env=dict(os.environ, **{TEST_PAUSE: "3"}),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "a" / "checkpoints" / "step-3.tmp").exists():
+            assert proc.poll() is None and time.time() < deadline, "never reached step 3"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)   # the ablation and its variant, as a reboot would
+        proc.wait()
+    assert not (out / "a.done.json").exists()
+    assert stopped_before(args, "a", cmd, digest) is not None
+    assert stopped_before(args, "a", command(args, "a", ["seed=4"]), digest) is None
+    assert stopped_before(args, "a", cmd, "0" * 40) is None   # the config file was edited
+    record = json.loads((out / "a.started.json").read_text())
+    atomic_write_text(out / "a.started.json", json.dumps(dict(record, seconds=100.0)))
+    os.utime(out / "a" / "run_config.yaml")   # the record's rewrite is not a new attempt
+    first = (out / "a.log").read_text()
     capsys.readouterr()
     assert main(["--output-dir", str(out)] + argv) == whole
     assert "[a] resumed from its last checkpoint: seed=3" in capsys.readouterr().out
     log = (out / "a.log").read_text()
-    assert log.startswith("the first part\n") and "resumed from" in log
-    assert json.loads((out / "a.done.json").read_text())["command"] == cmd[1:]
-    records = [json.loads(line) for line in open(out / "a" / "train_log.jsonl")]
-    assert [r["step"] for r in records if "loss" in r] == \
-        [r["step"] for r in map(json.loads, open(tmp_path / "whole" / "a" / "train_log.jsonl"))
-         if "loss" in r]
+    assert log.startswith(first) and "resumed from" in log[len(first):]
+    assert "step-2: step 2" in log[len(first):]
+    done = json.loads((out / "a.done.json").read_text())
+    assert done["command"] == cmd[1:] and done["seconds"] >= 100.0
+
+    def steps(run):
+        return [r["step"] for r in map(json.loads, open(tmp_path / run / "a" / "train_log.jsonl"))
+                if "loss" in r]
+    assert steps("cut") == steps("whole")
+
+
+def test_ablation_starts_over_what_it_cannot_resume(tmp_path):
+    """A checkpoint at the last step (the run stopped in its final evaluation), a `latest`
+    link to nothing, and a checkpoint older than the started record (an attempt that died
+    before writing its run_config.yaml: the files are an older run's) are not resumed."""
+    from tools.ablation import command, config_digest, parse_args, stopped_before
+    config = os.path.join(ROOT, "tasks", "longdep", "config.yaml")
+    args = parse_args([config, "--output-dir", str(tmp_path), "--variant", "a"])
+    cmd, digest = command(args, "a", []), config_digest(config)
+    run, ckpt = tmp_path / "a", tmp_path / "a" / "checkpoints"
+    (ckpt / "step-4").mkdir(parents=True)
+    (ckpt / "latest").symlink_to("step-4")
+    atomic_write_text(tmp_path / "a.started.json", json.dumps(
+        {"command": cmd[1:], "config_sha1": digest, "seconds": 5.0}))
+    atomic_write_text(run / "run_config.yaml", "task: longdep\n")
+
+    def state(step, total):
+        atomic_write_text(ckpt / "step-4" / "trainer_state.json",
+                          json.dumps({"step": step, "total_steps": total}))
+    state(4, 9)
+    assert stopped_before(args, "a", cmd, digest) == 5.0
+    state(9, 9)
+    assert stopped_before(args, "a", cmd, digest) is None   # past its last step
+    state(4, 9)
+    os.utime(run / "run_config.yaml", (1e9, 1e9))
+    assert stopped_before(args, "a", cmd, digest) is None   # older than the record
+    os.utime(run / "run_config.yaml")
+    (ckpt / "latest").unlink()
+    (ckpt / "latest").symlink_to("step-9")
+    assert stopped_before(args, "a", cmd, digest) is None   # a link to nothing
 
 
 def test_ablation_reports_the_variant_error(tmp_path, capsys):

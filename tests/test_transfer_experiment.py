@@ -107,24 +107,32 @@ def summary(best, last, test=None):
 
 
 def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path, monkeypatch):
-    for seed, (best, last) in {1: (0.70, 0.60), 2: (0.80, 0.80)}.items():
+    for seed, (best, f1) in {1: (0.70, 0.60), 2: (0.80, 0.80)}.items():
         run = tmp_path / "imdb" / f"mlm-s{seed}"
-        write(run, {"eval_results.json": json.dumps({"accuracy": best, "step": 9}),
+        write(run, {"eval_results.json": json.dumps({"accuracy": best, "f1": f1, "step": 9}),
                     "eval_history.jsonl": json.dumps({"split": "dev", "accuracy": 0.1, "step": 4})
-                    + "\n" + json.dumps({"split": "dev", "accuracy": last, "step": 9}) + "\n"})
+                    + "\n" + json.dumps({"split": "dev", "accuracy": best, "step": 9}) + "\n"})
     table = tx.finetune_table(str(tmp_path), {"imdb": [1, 2, 3]})
     row = table["imdb"]["mlm"]
     assert sorted(row["seeds"]) == [1, 2]   # seed 3 has not run: left out, not a zero
-    assert row["dev accuracy (best)"] == pytest.approx([0.75, 0.0707107], rel=1e-5)
-    assert row["dev accuracy (last)"] == pytest.approx([0.70, 0.1414214], rel=1e-5)
+    assert row["dev accuracy"] == pytest.approx([0.75, 0.0707107], rel=1e-5)
+    assert row["dev F1"] == pytest.approx([0.70, 0.1414214], rel=1e-5)
     assert table["imdb"]["scratch"] == {"seeds": {}}
     text = tx.markdown({}, table)
     assert "| mlm | 0.750 ± 0.071 | 0.700 ± 0.141 | s1 0.700, s2 0.800 |" in text
     assert "| scratch | – | – | – |" in text
     # one seed: its value, and no standard deviation (not a zero one)
     table = tx.finetune_table(str(tmp_path), {"imdb": [2]})
-    assert table["imdb"]["mlm"]["dev accuracy (best)"] == pytest.approx([0.80, None])
+    assert table["imdb"]["mlm"]["dev accuracy"] == pytest.approx([0.80, None])
     assert "| mlm | 0.800 (one seed) | 0.800 (one seed) | s2 0.800 |" in tx.markdown({}, table)
+    # Hyperpartisan keeps its best dev epoch and shows its last one beside it
+    write(tmp_path / "hyp" / "mlm-s1", {
+        "eval_results.json": json.dumps({"f1": 0.9, "step": 4}),
+        "eval_history.jsonl": json.dumps({"split": "dev", "f1": 0.9, "step": 4}) + "\n"
+        + json.dumps({"split": "test", "f1": 0.1, "step": 8}) + "\n"
+        + json.dumps({"split": "dev", "f1": 0.5, "step": 8}) + "\n"})
+    hyp = tx.finetune_table(str(tmp_path), {"hyp": [1]})["hyp"]["mlm"]
+    assert (hyp["dev F1 (best)"], hyp["dev F1 (last)"]) == ([0.9, None], [0.5, None])
     # no pretraining run yet: a row of zeros, not a traceback
     assert tx.pretrain_summary(str(tmp_path))["mlm"] == {"steps": 0, "positions": 0,
                                                          "seconds": None, "heldout": {}}

@@ -16,8 +16,9 @@ command, the config file's digest and its time); with --skip-done, a variant who
 holds the same command and the same config digest is not run again, so a stopped ablation
 continues where it stopped (and an edited config file runs it again). A variant that was
 stopped (killed, interrupted) after a checkpoint resumes from it (`--resume`) when it was
-started by the same command with the same config digest (OUT/<variant>.started.json); one
-stopped before its first checkpoint starts over.
+started by the same command with the same config digest (OUT/<variant>.started.json), and its
+time counts every attempt; one stopped before its first checkpoint, or after its last, starts
+over.
 """
 import argparse
 import hashlib
@@ -191,12 +192,33 @@ def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[fl
     return float(record.get("seconds", 0.0)) if record is not None and finished else None
 
 
-def stopped_before(args, name: str, cmd: List[str], digest: str) -> bool:
-    """True when a run of this very command (and config content) was started and saved a
-    checkpoint it can be resumed from: it was killed or interrupted before finishing."""
-    checkpoint = os.path.join(args.output_dir, name, "checkpoints", "latest")
-    return (_same_run(started_file(args, name), cmd, digest) is not None
-            and os.path.lexists(checkpoint))
+def stopped_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
+    """When a run of this very command (and config content) was started and stopped part-way
+    (killed, interrupted) after a checkpoint it can go on from: the seconds its attempts took
+    so far; else None (start it over). Its checkpoint must be this run's (the run's
+    run_config.yaml not older than the started record: an attempt that died before writing
+    one leaves an older run's files), complete, and short of the last step (a run stopped
+    after its last checkpoint, in its final evaluation or export, runs again)."""
+    record = _same_run(started_file(args, name), cmd, digest)
+    run_dir = os.path.join(args.output_dir, name)
+    try:
+        ours = (os.path.getmtime(os.path.join(run_dir, "run_config.yaml"))
+                >= os.path.getmtime(started_file(args, name)))
+        latest = os.path.realpath(os.path.join(run_dir, "checkpoints", "latest"))
+        with open(os.path.join(latest, "trainer_state.json"), encoding="utf-8") as f:
+            state = json.load(f)
+        short = int(state["step"]) < int(state["total_steps"])
+    except (OSError, ValueError, KeyError, TypeError):   # no checkpoint, or not one we know
+        return None
+    return float(record.get("seconds", 0.0)) if record is not None and ours and short else None
+
+
+def write_started(args, name: str, cmd: List[str], digest: str, seconds: float) -> None:
+    """OUT/<variant>.started.json: what runs in OUT/<variant>, and the seconds its attempts
+    have taken (rewritten as it runs, so a killed ablation loses at most a minute of it)."""
+    from ernie_doc.utils import atomic_write_text
+    atomic_write_text(started_file(args, name), json.dumps(
+        {"command": cmd[1:], "config_sha1": digest, "seconds": round(seconds, 1)}) + "\n")
 
 
 def expand(override):
@@ -235,7 +257,8 @@ def _run(args):
     if args.jobs > 1:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
-    running, done, watch, commands, resumed = {}, {}, {}, {}, set()
+    running, done, watch, commands = {}, {}, {}, {}
+    before = {}   # variant resumed → the seconds of its earlier attempts
     digest = config_digest(args.config)   # what every variant started now reads
     for name, overrides in list(pending) if args.skip_done else []:
         cmd = command(args, name, overrides)
@@ -244,17 +267,19 @@ def _run(args):
             pending.remove((name, overrides))
             done[name] = (0, seconds)
             print(f"[{name}] finished before in {seconds:.0f} s: not run again", flush=True)
-        elif stopped_before(args, name, cmd, digest):
-            resumed.add(name)
+            continue
+        seconds = stopped_before(args, name, cmd, digest)
+        if seconds is not None:
+            before[name] = seconds
     from ernie_doc.utils import atomic_write_text
-    last_beat = time.time()
+    last_beat = last_record = time.time()
     while pending or running:
         while pending and len(running) < args.jobs:
             name, overrides = pending.pop(0)
             commands[name] = command(args, name, overrides)
-            run = {"command": commands[name][1:], "config_sha1": digest}
-            atomic_write_text(started_file(args, name), json.dumps(run) + "\n")
-            again = name in resumed   # its log goes on; the run continues from its checkpoint
+            again = name in before   # its log goes on; the run continues from its checkpoint
+            if not again:   # a resumed run keeps its record: its run_config.yaml is newer
+                write_started(args, name, commands[name], digest, 0.0)
             log = open(os.path.join(args.output_dir, f"{name}.log"), "a" if again else "w")
             print(f"[{name}] " + ("resumed from its last checkpoint" if again else "started")
                   + f": {' '.join(overrides) or '(config as is)'}", flush=True)
@@ -262,7 +287,7 @@ def _run(args):
                                      if again else [])
             proc = subprocess.Popen(argv, cwd=ROOT, env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
-            running[name] = (proc, log, time.time())
+            running[name] = (proc, log, time.time() - before.get(name, 0.0))
             watch[name] = Progress(name, os.path.join(args.output_dir, name), time.time())
         time.sleep(0.5)
         for name, (proc, log, start) in list(running.items()):
@@ -280,6 +305,10 @@ def _run(args):
                      "seconds": round(done[name][1], 1)}) + "\n")
             print(f"[{name}] finished in {done[name][1]:.0f} s (exit {proc.returncode})",
                   flush=True)
+        if time.time() - last_record >= 60:
+            last_record = time.time()
+            for name, (_, _, start) in running.items():
+                write_started(args, name, commands[name], digest, last_record - start)
         if args.progress_seconds and time.time() - last_beat >= args.progress_seconds:
             last_beat = time.time()
             for name, (_, _, start) in running.items():

@@ -456,9 +456,9 @@ def finetune_table(out: str, seeds: Dict[str, List[int]]) -> dict:
 
 
 COLUMNS = {  # task → {column: (which evaluation, metric)}
-    "imdb": {"dev accuracy (best)": ("best_dev", "accuracy"),
-             "dev accuracy (last)": ("last_dev", "accuracy")},
-    "hyp": {"dev F1 (best)": ("best_dev", "f1"), "test F1": ("test", "f1"),
+    "imdb": {"dev accuracy": ("best_dev", "accuracy"), "dev F1": ("best_dev", "f1")},
+    "hyp": {"dev F1 (best)": ("best_dev", "f1"), "dev F1 (last)": ("last_dev", "f1"),
+            "test F1": ("test", "f1"),
             "test accuracy": ("test", "accuracy")},
 }
 
