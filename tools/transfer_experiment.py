@@ -140,14 +140,15 @@ class HeldOut:
                    default=None)
         return (best[1], best[0]) if best and best[0] >= NEAR_DUPLICATE else None
 
-    def why(self, source: str, doc_id: str, text: str) -> Optional[str]:
-        """Why this document must stay out of the corpus, or None."""
+    def why(self, source: str, doc_id: str, text: str) -> Optional[Tuple[str, str]]:
+        """Why this document must stay out of the corpus → (the reason, the dev/test document
+        it nearly duplicates, or ""), or None."""
         if (source, doc_id) in self.ids:
-            return "id in a dev/test split"
+            return "id in a dev/test split", ""
         if fingerprint(text) in self.texts:
-            return "text in a dev/test split"
+            return "text in a dev/test split", ""
         near = self.near(text)
-        return f"near-duplicate of a dev/test text: {near[0]}, {near[1]:.2f} of 8-grams" \
+        return ("near-duplicate of a dev/test text", f"{near[0]}, {near[1]:.2f} of 8-grams") \
             if near else None
 
 
@@ -170,9 +171,9 @@ def corpus_records(data: str, splits: Dict[str, Dict[str, list]],
                        for d in iter_documents(wiki, split="wikitext")]
     for source, doc_id, text in candidates:
         key = fingerprint(text)
-        reason = held.why(source, doc_id, text) or ("duplicate text" if key in seen else None)
-        if reason:   # the manifest groups by reason: the near-duplicate's match by the id
-            reason, _, match = reason.partition(": ")
+        why = held.why(source, doc_id, text) or (("duplicate text", "") if key in seen else None)
+        if why:   # the manifest groups by reason: the near-duplicate's match by the id
+            reason, match = why
             entry = f"{doc_id} ({match})" if match else doc_id
             left_out.setdefault(source, {}).setdefault(reason, []).append(entry)
             continue
@@ -195,8 +196,9 @@ def check_corpus(paths: Sequence[str], held: HeldOut) -> int:
             for line in f:
                 record = json.loads(line)
                 source, _, doc_id = record["id"].partition("/")
-                reason = held.why(source, doc_id, record["text"])
-                if reason:
+                why = held.why(source, doc_id, record["text"])
+                if why:
+                    reason = f"{why[0]}: {why[1]}" if why[1] else why[0]
                     raise ValueError(f"{path}: {record['id']} is a dev or test document "
                                      f"({reason})")
                 n += 1
