@@ -162,6 +162,10 @@ def test_the_whole_experiment_on_tiny_data(tmp_path, capfd):
     # MLM only reads every document whole: one chunk, and no reordering loss
     mlm_cfg = (out / "pretrain" / "mlm" / "run_config.yaml").read_text()
     assert "max_chunks: 1" in mlm_cfg and "reorder_weight: 0" in mlm_cfg
+    # its reordering head was never trained: no reorder accuracy is reported for it
+    assert "mlm_accuracy" in results["pretraining"]["mlm"]["heldout"]
+    assert not any(k.startswith("reorder") for k in results["pretraining"]["mlm"]["heldout"])
+    assert "reorder_accuracy" in results["pretraining"]["mlm_sro"]["heldout"]
     rows = results["finetuning"]["hyp"]
     assert sorted(rows) == ["mlm", "mlm_sro", "scratch"]
     for start in tx.STARTS:

@@ -479,8 +479,11 @@ def pretrain_summary(out: str) -> dict:
                 cfg = yaml.safe_load(f)
         except OSError:   # not run (yet)
             cfg = {"batch_size": 0, "max_seq_len": 0}
+        held = evals[-1] if evals else {}
+        if (cfg.get("task_options") or {}).get("reorder_weight") == 0:   # an untrained head
+            held = {k: v for k, v in held.items() if not k.startswith("reorder")}
         rows[name] = {"steps": step, "positions": step * cfg["batch_size"] * cfg["max_seq_len"],
-                      "seconds": done.get("seconds"), "heldout": evals[-1] if evals else {}}
+                      "seconds": done.get("seconds"), "heldout": held}
     return rows
 
 
