@@ -595,7 +595,8 @@ def test_ablation_resumes_a_variant_killed_after_a_checkpoint(tmp_path, capsys):
     import signal
 
     from ernie_doc.training.state import TEST_PAUSE
-    from tools.ablation import command, config_digest, main, parse_args, stopped_before
+    from tools.ablation import (command, config_digest, main, parse_args, stopped_before,
+                                write_started)
     config = os.path.join(ROOT, "tasks", "longdep", "config.yaml")
     argv = [config, "--skip-done", "--progress-seconds", "0", "--variant", "a", "seed=3",
             "--set"] + TINY_LONGDEP
@@ -620,9 +621,12 @@ def test_ablation_resumes_a_variant_killed_after_a_checkpoint(tmp_path, capsys):
     assert stopped_before(args, "a", cmd, digest) is not None
     assert stopped_before(args, "a", command(args, "a", ["seed=4"]), digest) is None
     assert stopped_before(args, "a", cmd, "0" * 40) is None   # the config file was edited
+    # the record as the ablation rewrites it every minute: after the run's run_config.yaml,
+    # with the same first start
     record = json.loads((out / "a.started.json").read_text())
-    atomic_write_text(out / "a.started.json", json.dumps(dict(record, seconds=100.0)))
-    os.utime(out / "a" / "run_config.yaml")   # the record's rewrite is not a new attempt
+    time.sleep(0.05)
+    write_started(args, "a", cmd, digest, record["started_at"], 100.0)
+    assert stopped_before(args, "a", cmd, digest)["seconds"] == 100.0
     first = (out / "a.log").read_text()
     capsys.readouterr()
     assert main(["--output-dir", str(out)] + argv) == whole
@@ -650,20 +654,21 @@ def test_ablation_starts_over_what_it_cannot_resume(tmp_path):
     run, ckpt = tmp_path / "a", tmp_path / "a" / "checkpoints"
     (ckpt / "step-4").mkdir(parents=True)
     (ckpt / "latest").symlink_to("step-4")
-    atomic_write_text(tmp_path / "a.started.json", json.dumps(
-        {"command": cmd[1:], "config_sha1": digest, "seconds": 5.0}))
     atomic_write_text(run / "run_config.yaml", "task: longdep\n")
+    atomic_write_text(tmp_path / "a.started.json", json.dumps(
+        {"command": cmd[1:], "config_sha1": digest, "started_at": time.time() - 60,
+         "seconds": 5.0}))
 
     def state(step, total):
         atomic_write_text(ckpt / "step-4" / "trainer_state.json",
                           json.dumps({"step": step, "total_steps": total}))
     state(4, 9)
-    assert stopped_before(args, "a", cmd, digest) == 5.0
+    assert stopped_before(args, "a", cmd, digest)["seconds"] == 5.0
     state(9, 9)
     assert stopped_before(args, "a", cmd, digest) is None   # past its last step
     state(4, 9)
     os.utime(run / "run_config.yaml", (1e9, 1e9))
-    assert stopped_before(args, "a", cmd, digest) is None   # older than the record
+    assert stopped_before(args, "a", cmd, digest) is None   # written before the run started
     os.utime(run / "run_config.yaml")
     (ckpt / "latest").unlink()
     (ckpt / "latest").symlink_to("step-9")

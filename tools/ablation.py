@@ -194,31 +194,35 @@ def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[fl
 
 def stopped_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
     """When a run of this very command (and config content) was started and stopped part-way
-    (killed, interrupted) after a checkpoint it can go on from: the seconds its attempts took
-    so far; else None (start it over). Its checkpoint must be this run's (the run's
-    run_config.yaml not older than the started record: an attempt that died before writing
-    one leaves an older run's files), complete, and short of the last step (a run stopped
-    after its last checkpoint, in its final evaluation or export, runs again)."""
+    (killed, interrupted) after a checkpoint it can go on from: its started record; else None
+    (start it over). Its checkpoint must be this run's (its run_config.yaml written after the
+    run started: an attempt that died before writing one leaves an older run's files),
+    complete, and short of the last step (a run stopped after its last checkpoint, in its
+    final evaluation or export, runs again)."""
     record = _same_run(started_file(args, name), cmd, digest)
     run_dir = os.path.join(args.output_dir, name)
     try:
-        ours = (os.path.getmtime(os.path.join(run_dir, "run_config.yaml"))
-                >= os.path.getmtime(started_file(args, name)))
+        # 1 s: file times may be coarser than the clock
+        ours = os.path.getmtime(os.path.join(run_dir, "run_config.yaml")) >= \
+            float(record["started_at"]) - 1
         latest = os.path.realpath(os.path.join(run_dir, "checkpoints", "latest"))
         with open(os.path.join(latest, "trainer_state.json"), encoding="utf-8") as f:
             state = json.load(f)
         short = int(state["step"]) < int(state["total_steps"])
-    except (OSError, ValueError, KeyError, TypeError):   # no checkpoint, or not one we know
-        return None
-    return float(record.get("seconds", 0.0)) if record is not None and ours and short else None
+    except (OSError, ValueError, KeyError, TypeError):   # no record, no checkpoint, or not
+        return None                                      # one we know
+    return record if ours and short else None
 
 
-def write_started(args, name: str, cmd: List[str], digest: str, seconds: float) -> None:
-    """OUT/<variant>.started.json: what runs in OUT/<variant>, and the seconds its attempts
-    have taken (rewritten as it runs, so a killed ablation loses at most a minute of it)."""
+def write_started(args, name: str, cmd: List[str], digest: str, started_at: float,
+                  seconds: float) -> None:
+    """OUT/<variant>.started.json: what runs in OUT/<variant>, when its first attempt started,
+    and the seconds its attempts have taken (rewritten as it runs, so a killed ablation loses
+    at most a minute of them)."""
     from ernie_doc.utils import atomic_write_text
     atomic_write_text(started_file(args, name), json.dumps(
-        {"command": cmd[1:], "config_sha1": digest, "seconds": round(seconds, 1)}) + "\n")
+        {"command": cmd[1:], "config_sha1": digest, "started_at": started_at,
+         "seconds": round(seconds, 1)}) + "\n")
 
 
 def expand(override):
@@ -258,7 +262,7 @@ def _run(args):
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
     running, done, watch, commands = {}, {}, {}, {}
-    before = {}   # variant resumed → the seconds of its earlier attempts
+    before = {}   # variant resumed → its started record (first start, seconds so far)
     digest = config_digest(args.config)   # what every variant started now reads
     for name, overrides in list(pending) if args.skip_done else []:
         cmd = command(args, name, overrides)
@@ -268,18 +272,20 @@ def _run(args):
             done[name] = (0, seconds)
             print(f"[{name}] finished before in {seconds:.0f} s: not run again", flush=True)
             continue
-        seconds = stopped_before(args, name, cmd, digest)
-        if seconds is not None:
-            before[name] = seconds
+        record = stopped_before(args, name, cmd, digest)
+        if record is not None:
+            before[name] = record
     from ernie_doc.utils import atomic_write_text
     last_beat = last_record = time.time()
+    started_at = {}   # variant → when its first attempt started (its record keeps it)
     while pending or running:
         while pending and len(running) < args.jobs:
             name, overrides = pending.pop(0)
             commands[name] = command(args, name, overrides)
             again = name in before   # its log goes on; the run continues from its checkpoint
-            if not again:   # a resumed run keeps its record: its run_config.yaml is newer
-                write_started(args, name, commands[name], digest, 0.0)
+            earlier = float(before[name].get("seconds", 0.0)) if again else 0.0
+            started_at[name] = float(before[name]["started_at"]) if again else time.time()
+            write_started(args, name, commands[name], digest, started_at[name], earlier)
             log = open(os.path.join(args.output_dir, f"{name}.log"), "a" if again else "w")
             print(f"[{name}] " + ("resumed from its last checkpoint" if again else "started")
                   + f": {' '.join(overrides) or '(config as is)'}", flush=True)
@@ -287,7 +293,7 @@ def _run(args):
                                      if again else [])
             proc = subprocess.Popen(argv, cwd=ROOT, env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
-            running[name] = (proc, log, time.time() - before.get(name, 0.0))
+            running[name] = (proc, log, time.time() - earlier)
             watch[name] = Progress(name, os.path.join(args.output_dir, name), time.time())
         time.sleep(0.5)
         for name, (proc, log, start) in list(running.items()):
@@ -308,7 +314,8 @@ def _run(args):
         if time.time() - last_record >= 60:
             last_record = time.time()
             for name, (_, _, start) in running.items():
-                write_started(args, name, commands[name], digest, last_record - start)
+                write_started(args, name, commands[name], digest, started_at[name],
+                              last_record - start)
         if args.progress_seconds and time.time() - last_beat >= args.progress_seconds:
             last_beat = time.time()
             for name, (_, _, start) in running.items():
