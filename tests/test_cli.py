@@ -572,6 +572,11 @@ def test_ablation_skips_only_a_variant_that_finished_with_the_same_command(tmp_p
         {"command": cmd[1:], "config_sha1": digest, "seconds": 7}))
     assert finished_before(args, "a", cmd, digest) is None   # its results are gone
     atomic_write_text(tmp_path / "a" / "eval_results.json", "{}")
+    # results newer than the done file: a later run of the variant, cut short, wrote them
+    assert finished_before(args, "a", cmd, digest) is None
+    time.sleep(0.05)
+    atomic_write_text(tmp_path / "a.done.json", json.dumps(
+        {"command": cmd[1:], "config_sha1": digest, "seconds": 7}))
     assert finished_before(args, "a", cmd, digest) == 7.0
     assert finished_before(args, "a", command(args, "a", ["seed=2"]), digest) is None
     # the same command, but the config file it names was edited since: run again
@@ -643,6 +648,30 @@ def test_ablation_resumes_a_variant_killed_after_a_checkpoint(tmp_path, capsys):
     assert steps("cut") == steps("whole")
 
 
+def test_ablation_starts_over_after_a_resume_that_failed(tmp_path, capsys):
+    """A resumed attempt that fails (here: its checkpoint's step count no longer matches the
+    run's) marks the record; the next run starts the variant over instead of failing again."""
+    from tools.ablation import command, config_digest, main, parse_args
+    config = os.path.join(ROOT, "tasks", "longdep", "config.yaml")
+    out = tmp_path / "o"
+    argv = ["--output-dir", str(out), config, "--skip-done", "--progress-seconds", "0",
+            "--variant", "a", "--set"] + TINY_LONGDEP
+    args = parse_args(argv)
+    cmd, digest = command(args, "a", []), config_digest(config)
+    out.mkdir()
+    atomic_write_text(out / "a.started.json", json.dumps(
+        {"command": cmd[1:], "config_sha1": digest, "started_at": time.time() - 1,
+         "seconds": 1.0}))
+    subprocess.run(cmd + ["stop_at_step=2"], cwd=ROOT, check=True, capture_output=True)
+    state = out / "a" / "checkpoints" / "step-2" / "trainer_state.json"
+    atomic_write_text(state, json.dumps(dict(json.loads(state.read_text()), total_steps=99)))
+    exits(2, lambda: main(argv))
+    assert "[a] resumed" in capsys.readouterr().out
+    assert json.loads((out / "a.started.json").read_text())["resume_failed"] is True
+    assert set(main(argv)) == {"a"}
+    assert "[a] started" in capsys.readouterr().out
+
+
 def test_ablation_starts_over_what_it_cannot_resume(tmp_path):
     """A checkpoint at the last step (the run stopped in its final evaluation), a `latest`
     link to nothing, and a checkpoint older than the started record (an attempt that died
@@ -670,6 +699,13 @@ def test_ablation_starts_over_what_it_cannot_resume(tmp_path):
     os.utime(run / "run_config.yaml", (1e9, 1e9))
     assert stopped_before(args, "a", cmd, digest) is None   # written before the run started
     os.utime(run / "run_config.yaml")
+    # a resumed attempt failed (not killed, not interrupted): it would fail again
+    record = json.loads((tmp_path / "a.started.json").read_text())
+    for bad in ({"resume_failed": True}, {"seconds": "x"}):
+        atomic_write_text(tmp_path / "a.started.json", json.dumps(dict(record, **bad)))
+        assert stopped_before(args, "a", cmd, digest) is None, bad
+    atomic_write_text(tmp_path / "a.started.json", json.dumps(record))
+    assert stopped_before(args, "a", cmd, digest) == record
     (ckpt / "latest").unlink()
     (ckpt / "latest").symlink_to("step-9")
     assert stopped_before(args, "a", cmd, digest) is None   # a link to nothing

@@ -17,8 +17,9 @@ holds the same command and the same config digest is not run again, so a stopped
 continues where it stopped (and an edited config file runs it again). A variant that was
 stopped (killed, interrupted) after a checkpoint resumes from it (`--resume`) when it was
 started by the same command with the same config digest (OUT/<variant>.started.json), and its
-time counts every attempt; one stopped before its first checkpoint, or after its last, starts
-over.
+time counts every attempt; one stopped before its first checkpoint, or after its last, or
+whose resumed attempt failed (exit status other than a signal's, 130, 143 or 75), starts over.
+A done file counts only while the variant's eval_results.json is not newer than it.
 """
 import argparse
 import hashlib
@@ -186,19 +187,25 @@ def _same_run(path: str, cmd: List[str], digest: str) -> Optional[dict]:
 
 def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
     """The seconds a previous run of this very command, with the config file's content
-    `digest`, took, when it finished and its eval_results.json is still there; else None."""
+    `digest`, took, when it finished and its eval_results.json is still the one it finished
+    with (not newer than its done file: a later run's, cut short, is not); else None."""
     record = _same_run(done_file(args, name), cmd, digest)
-    finished = os.path.isfile(os.path.join(args.output_dir, name, "eval_results.json"))
-    return float(record.get("seconds", 0.0)) if record is not None and finished else None
+    try:
+        finished = (os.path.getmtime(os.path.join(args.output_dir, name, "eval_results.json"))
+                    <= os.path.getmtime(done_file(args, name)))
+        seconds = float(record["seconds"]) if record is not None else None
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    return seconds if finished else None
 
 
-def stopped_before(args, name: str, cmd: List[str], digest: str) -> Optional[float]:
+def stopped_before(args, name: str, cmd: List[str], digest: str) -> Optional[dict]:
     """When a run of this very command (and config content) was started and stopped part-way
     (killed, interrupted) after a checkpoint it can go on from: its started record; else None
     (start it over). Its checkpoint must be this run's (its run_config.yaml written after the
     run started: an attempt that died before writing one leaves an older run's files),
     complete, and short of the last step (a run stopped after its last checkpoint, in its
-    final evaluation or export, runs again)."""
+    final evaluation or export, runs again), and no resumed attempt of it failed."""
     record = _same_run(started_file(args, name), cmd, digest)
     run_dir = os.path.join(args.output_dir, name)
     try:
@@ -209,20 +216,30 @@ def stopped_before(args, name: str, cmd: List[str], digest: str) -> Optional[flo
         with open(os.path.join(latest, "trainer_state.json"), encoding="utf-8") as f:
             state = json.load(f)
         short = int(state["step"]) < int(state["total_steps"])
-    except (OSError, ValueError, KeyError, TypeError):   # no record, no checkpoint, or not
-        return None                                      # one we know
+        float(record.get("seconds", 0.0))
+        if record.get("resume_failed"):   # resuming failed once: it would again
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None   # no record (or another run's), no checkpoint, or not one we know
     return record if ours and short else None
 
 
 def write_started(args, name: str, cmd: List[str], digest: str, started_at: float,
-                  seconds: float) -> None:
+                  seconds: float, resume_failed: bool = False) -> None:
     """OUT/<variant>.started.json: what runs in OUT/<variant>, when its first attempt started,
     and the seconds its attempts have taken (rewritten as it runs, so a killed ablation loses
-    at most a minute of them)."""
+    at most a minute of them); resume_failed: a resumed attempt failed (the next starts over)."""
     from ernie_doc.utils import atomic_write_text
+    record = {"command": cmd[1:], "config_sha1": digest, "started_at": started_at,
+              "seconds": round(seconds, 1)}
     atomic_write_text(started_file(args, name), json.dumps(
-        {"command": cmd[1:], "config_sha1": digest, "started_at": started_at,
-         "seconds": round(seconds, 1)}) + "\n")
+        dict(record, resume_failed=True) if resume_failed else record) + "\n")
+
+
+# Exit statuses after which a run can go on from its checkpoint: a signal (negative),
+# Ctrl-C / SIGTERM (130 / 143) and a lost peer (75). Any other failure of a resumed attempt
+# (the data changed, a checkpoint it cannot read) would fail again the same way.
+RESUMABLE_EXITS = (130, 143, 75)
 
 
 def expand(override):
@@ -305,6 +322,9 @@ def _run(args):
             log.close()
             del running[name]
             done[name] = (proc.returncode, time.time() - start)
+            if name in before and proc.returncode > 0 and proc.returncode not in RESUMABLE_EXITS:
+                write_started(args, name, commands[name], digest, started_at[name],
+                              done[name][1], resume_failed=True)
             if proc.returncode == 0:
                 atomic_write_text(done_file(args, name), json.dumps(
                     {"command": commands[name][1:], "config_sha1": digest,
