@@ -631,7 +631,7 @@ def test_ablation_resumes_a_variant_killed_after_a_checkpoint(tmp_path, capsys):
     record = json.loads((out / "a.started.json").read_text())
     time.sleep(0.05)
     write_started(args, "a", cmd, digest, record["started_at"], 100.0)
-    assert stopped_before(args, "a", cmd, digest)["seconds"] == 100.0
+    assert stopped_before(args, "a", cmd, digest) == (record["started_at"], 100.0)
     first = (out / "a.log").read_text()
     capsys.readouterr()
     assert main(["--output-dir", str(out)] + argv) == whole
@@ -692,7 +692,7 @@ def test_ablation_starts_over_what_it_cannot_resume(tmp_path):
         atomic_write_text(ckpt / "step-4" / "trainer_state.json",
                           json.dumps({"step": step, "total_steps": total}))
     state(4, 9)
-    assert stopped_before(args, "a", cmd, digest)["seconds"] == 5.0
+    assert stopped_before(args, "a", cmd, digest)[1] == 5.0
     state(9, 9)
     assert stopped_before(args, "a", cmd, digest) is None   # past its last step
     state(4, 9)
@@ -705,7 +705,7 @@ def test_ablation_starts_over_what_it_cannot_resume(tmp_path):
         atomic_write_text(tmp_path / "a.started.json", json.dumps(dict(record, **bad)))
         assert stopped_before(args, "a", cmd, digest) is None, bad
     atomic_write_text(tmp_path / "a.started.json", json.dumps(record))
-    assert stopped_before(args, "a", cmd, digest) == record
+    assert stopped_before(args, "a", cmd, digest) == (record["started_at"], 5.0)
     (ckpt / "latest").unlink()
     (ckpt / "latest").symlink_to("step-9")
     assert stopped_before(args, "a", cmd, digest) is None   # a link to nothing

@@ -29,10 +29,12 @@ import re
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from ernie_doc.peers import PEER_LOST  # noqa: E402  (no paddle: the constant only)
 
 SHORTHANDS = {"recurrence": "model_overrides.recurrence"}
 
@@ -199,29 +201,29 @@ def finished_before(args, name: str, cmd: List[str], digest: str) -> Optional[fl
     return seconds if finished else None
 
 
-def stopped_before(args, name: str, cmd: List[str], digest: str) -> Optional[dict]:
+def stopped_before(args, name: str, cmd: List[str],
+                   digest: str) -> Optional[Tuple[float, float]]:
     """When a run of this very command (and config content) was started and stopped part-way
-    (killed, interrupted) after a checkpoint it can go on from: its started record; else None
-    (start it over). Its checkpoint must be this run's (its run_config.yaml written after the
+    (killed, interrupted) after a checkpoint it can go on from: (when its first attempt
+    started, the seconds its attempts took), from its started record; else None (start it
+    over). Its checkpoint must be this run's (its run_config.yaml written after the
     run started: an attempt that died before writing one leaves an older run's files),
     complete, and short of the last step (a run stopped after its last checkpoint, in its
     final evaluation or export, runs again), and no resumed attempt of it failed."""
     record = _same_run(started_file(args, name), cmd, digest)
     run_dir = os.path.join(args.output_dir, name)
     try:
+        started_at, seconds = float(record["started_at"]), float(record.get("seconds", 0.0))
         # 1 s: file times may be coarser than the clock
-        ours = os.path.getmtime(os.path.join(run_dir, "run_config.yaml")) >= \
-            float(record["started_at"]) - 1
+        ours = os.path.getmtime(os.path.join(run_dir, "run_config.yaml")) >= started_at - 1
         latest = os.path.realpath(os.path.join(run_dir, "checkpoints", "latest"))
         with open(os.path.join(latest, "trainer_state.json"), encoding="utf-8") as f:
             state = json.load(f)
         short = int(state["step"]) < int(state["total_steps"])
-        float(record.get("seconds", 0.0))
-        if record.get("resume_failed"):   # resuming failed once: it would again
-            return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None   # no record (or another run's), no checkpoint, or not one we know
-    return record if ours and short else None
+    failed = record.get("resume_failed")   # resuming failed once: it would again
+    return (started_at, seconds) if ours and short and not failed else None
 
 
 def write_started(args, name: str, cmd: List[str], digest: str, started_at: float,
@@ -237,9 +239,9 @@ def write_started(args, name: str, cmd: List[str], digest: str, started_at: floa
 
 
 # Exit statuses after which a run can go on from its checkpoint: a signal (negative),
-# Ctrl-C / SIGTERM (130 / 143) and a lost peer (75). Any other failure of a resumed attempt
-# (the data changed, a checkpoint it cannot read) would fail again the same way.
-RESUMABLE_EXITS = (130, 143, 75)
+# Ctrl-C / SIGTERM (130 / 143) and a lost peer (peers.PEER_LOST). Any other failure of a
+# resumed attempt (the data changed, a checkpoint it cannot read) would fail again the same way.
+RESUMABLE_EXITS = (130, 143, PEER_LOST)
 
 
 def expand(override):
@@ -279,7 +281,7 @@ def _run(args):
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending = [(v[0], v[1:]) for v in args.variant]
     running, done, watch, commands = {}, {}, {}, {}
-    before = {}   # variant resumed → its started record (first start, seconds so far)
+    before = {}   # variant resumed → (when its first attempt started, seconds so far)
     digest = config_digest(args.config)   # what every variant started now reads
     for name, overrides in list(pending) if args.skip_done else []:
         cmd = command(args, name, overrides)
@@ -289,9 +291,9 @@ def _run(args):
             done[name] = (0, seconds)
             print(f"[{name}] finished before in {seconds:.0f} s: not run again", flush=True)
             continue
-        record = stopped_before(args, name, cmd, digest)
-        if record is not None:
-            before[name] = record
+        stopped = stopped_before(args, name, cmd, digest)
+        if stopped is not None:
+            before[name] = stopped
     from ernie_doc.utils import atomic_write_text
     last_beat = last_record = time.time()
     started_at = {}   # variant → when its first attempt started (its record keeps it)
@@ -300,8 +302,7 @@ def _run(args):
             name, overrides = pending.pop(0)
             commands[name] = command(args, name, overrides)
             again = name in before   # its log goes on; the run continues from its checkpoint
-            earlier = float(before[name].get("seconds", 0.0)) if again else 0.0
-            started_at[name] = float(before[name]["started_at"]) if again else time.time()
+            started_at[name], earlier = before[name] if again else (time.time(), 0.0)
             write_started(args, name, commands[name], digest, started_at[name], earlier)
             log = open(os.path.join(args.output_dir, f"{name}.log"), "a" if again else "w")
             print(f"[{name}] " + ("resumed from its last checkpoint" if again else "started")

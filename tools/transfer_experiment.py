@@ -519,10 +519,10 @@ def _windows(records: Sequence[dict], key: str, size: int) -> Tuple[List[int], L
     return ([c[-1][0] for c in chunks], [statistics.mean(v for _, v in c) for c in chunks])
 
 
-def curves(out: str, seeds: Dict[str, List[int]], path: str) -> None:
+def curves(out: str, seeds: Dict[str, List[int]], table: dict, path: str) -> None:
     """Top: both pretraining runs (held-out MLM and reorder accuracy, the training MLM loss).
     Bottom: each task's fine-tuning loss against the step for every start and seed, and every
-    run's kept dev score by start."""
+    run's kept dev score by start (from `table`, finetune_table's)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -547,20 +547,19 @@ def curves(out: str, seeds: Dict[str, List[int]], path: str) -> None:
                 ax.plot(*_windows(log, "loss", 50), color=colors[start],
                         linestyle=styles[i % len(styles)], label=f"{start} s{seed}")
         ax.set(title=f"{task}: fine-tuning loss (mean of 50 steps)", xlabel="fine-tuning step")
-    ax, ticks = axes[1, 2], []
+    ax, ticks, shown = axes[1, 2], [], []
     for t, task in enumerate(seeds):
         part, metric = COLUMNS[task][next(iter(COLUMNS[task]))]
+        shown.append(f"{task} dev {metric}")
         for k, start in enumerate(STARTS):
             x = t * (len(STARTS) + 1) + k
-            values = [run_summary(os.path.join(out, task, f"{start}-s{seed}"))[part].get(metric)
-                      for seed in seeds[task]]
-            values = [v for v in values if v is not None]
+            runs = table[task][start]["seeds"].values()
+            values = [r[part][metric] for r in runs if metric in r[part]]
             ax.scatter([x] * len(values), values, color=colors[start],
                        label=start if t == 0 else None)
             ticks.append((x, f"{task}\n{start}"))
     ax.set_xticks([x for x, _ in ticks], [label for _, label in ticks], fontsize=7)
-    ax.set(title="kept model, each seed: " + ", ".join(
-        f"{task} dev {COLUMNS[task][next(iter(COLUMNS[task]))][1]}" for task in seeds))
+    ax.set(title="kept model, each seed: " + ", ".join(shown))
     for ax in axes.flat:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
@@ -601,7 +600,8 @@ def write_table(args: argparse.Namespace) -> str:
         {"pretraining": pretraining, "finetuning": table, "models": models}, indent=1,
         default=str))
     try:
-        curves(args.output_dir, seeds, os.path.join(args.output_dir, "transfer_curves.png"))
+        curves(args.output_dir, seeds, table,
+               os.path.join(args.output_dir, "transfer_curves.png"))
     except ImportError as e:   # matplotlib is an extra (ernie-doc[plot]); the table is written
         if getattr(e, "name", "") != "matplotlib":
             raise
