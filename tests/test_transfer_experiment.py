@@ -256,11 +256,12 @@ def test_a_fine_tuning_older_than_its_pretrained_model_runs_again(tmp_path):
         os.utime(tmp_path / "pretrain" / n / "final" / "config.json", (2e9 + age, 2e9 + age))
     for path in (tmp_path / "hyp").iterdir():
         os.utime(path, (2e9 + 50, 2e9 + 50))
-    assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == \
+    names = [f"{s}-s{seed}" for s in tx.STARTS for seed in (1, 2)]
+    assert tx.forget_stale(str(tmp_path), "hyp", names) == \
         ["scratch-s1", "scratch-s2", "mlm_sro-s1", "mlm_sro-s2"]   # scratch: its shape
     assert sorted(p.name for p in (tmp_path / "hyp").iterdir()) == \
         ["mlm-s1.done.json", "mlm-s1.started.json", "mlm-s2.done.json"]
-    assert tx.forget_stale(str(tmp_path), "hyp", [1, 2]) == []
+    assert tx.forget_stale(str(tmp_path), "hyp", names) == []
 
 
 def test_the_corpus_is_checked_against_the_fine_tuning_splits(tmp_path, monkeypatch):
@@ -273,3 +274,43 @@ def test_the_corpus_is_checked_against_the_fine_tuning_splits(tmp_path, monkeypa
     expected = imdb.read(str(data / "imdb"), "dev", {"file": "imdb_test_sample5k.tsv",
                                                      "dev_ratio": 0.5})
     assert [d.doc_id for d in dev] == [d.doc_id for d in expected] and len(dev) > 8
+
+
+def test_the_few_labels_runs_and_their_table(tmp_path, monkeypatch):
+    """The `why` step: every start at each learning rate and IMDB seed, from WHY_REVIEWS train
+    reviews, one evaluation at the end; its table in transfer_results.md and .json."""
+    data, out = datasets(tmp_path / "data"), tmp_path / "out"
+    calls = []
+    monkeypatch.setattr(tx, "ablation", lambda *a: calls.append(a))
+    argv = ["--data", str(data), "--output-dir", str(out), "--imdb-seeds", "1", "2",
+            "--finetune-set", "learning_rate=9e-9", "epochs=7"]
+    assert tx.main(argv + ["--steps", "why"]) == 0
+    (config, folder, jobs, common, variants), = calls
+    assert config == "tasks/imdb/config.yaml" and folder == str(out / "why" / "imdb-500")
+    # the step's own settings win over --finetune-set; the rest is IMDB's fine-tuning
+    assert common[-3:] == ["max_examples.train=500", "epochs=2", "eval_every_epoch=false"]
+    assert common[:-3] == tx.finetune_common(tx.parse_args(argv), "imdb")
+    final = str(out / "pretrain" / "mlm" / "final")
+    assert variants["mlm-lr1e-4-s2"] == [f"init_checkpoint={final}", "learning_rate=1e-4",
+                                         "seed=2"]
+    assert len(variants) == 3 * 2 * 2 and \
+        all(v[-2] == "learning_rate=" + k.split("-lr")[1].rsplit("-s", 1)[0]
+            for k, v in variants.items())
+    # without IMDB there is nothing to run
+    calls.clear()
+    assert tx.main(argv + ["--steps", "why", "--tasks", "hyp"]) == 0 and calls == []
+    for (start, rate, seed), acc in {("mlm", "1e-4", 1): 0.6, ("mlm", "1e-4", 2): 0.8,
+                                     ("scratch", "3e-4", 2): 0.7}.items():
+        write(out / "why" / "imdb-500" / f"{start}-lr{rate}-s{seed}",
+              {"eval_results.json": json.dumps({"accuracy": acc, "step": 64})})
+    few = tx.why_table(str(out), [1, 2])
+    assert few["mlm"]["1e-4"]["dev accuracy"] == pytest.approx([0.7, 0.1414214], rel=1e-5)
+    assert few["mlm"]["3e-4"] == {"seeds": {}}
+    text = tx.write_table(tx.parse_args(argv + ["--tasks", "imdb"]))
+    assert "| IMDB from 500 train reviews, 2 epochs: dev accuracy | lr 3e-4, mean ± sd | " \
+           "lr 1e-4, mean ± sd | every seed |" in text
+    assert "| mlm | – | 0.700 ± 0.141 | 1e-4: s1 0.600, s2 0.800 |" in text
+    assert "| scratch | 0.700 (one seed) | – | 3e-4: s2 0.700 |" in text
+    assert "| mlm_sro | – | – | – |" in text
+    saved = json.loads((out / "transfer_results.json").read_text())
+    assert saved["few_labels"]["mlm"]["1e-4"]["seeds"] == {"1": 0.6, "2": 0.8}
