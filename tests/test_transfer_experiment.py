@@ -286,9 +286,9 @@ def test_the_few_labels_runs_and_their_table(tmp_path, monkeypatch):
             "--finetune-set", "learning_rate=9e-9", "epochs=7"]
     assert tx.main(argv + ["--steps", "why"]) == 0
     (config, folder, jobs, common, variants), = calls
-    assert config == "tasks/imdb/config.yaml" and folder == str(out / "why" / "imdb-500")
+    assert config == "tasks/imdb/config.yaml" and folder == str(out / "why" / "imdb-300")
     # the step's own settings win over --finetune-set; the rest is IMDB's fine-tuning
-    assert common[-3:] == ["max_examples.train=500", "epochs=2", "eval_every_epoch=false"]
+    assert common[-3:] == ["max_examples.train=300", "epochs=2", "eval_every_epoch=false"]
     assert common[:-3] == tx.finetune_common(tx.parse_args(argv), "imdb")
     final = str(out / "pretrain" / "mlm" / "final")
     assert variants["mlm-lr1e-4-s2"] == [f"init_checkpoint={final}", "learning_rate=1e-4",
@@ -301,13 +301,13 @@ def test_the_few_labels_runs_and_their_table(tmp_path, monkeypatch):
     assert tx.main(argv + ["--steps", "why", "--tasks", "hyp"]) == 0 and calls == []
     for (start, rate, seed), acc in {("mlm", "1e-4", 1): 0.6, ("mlm", "1e-4", 2): 0.8,
                                      ("scratch", "3e-4", 2): 0.7}.items():
-        write(out / "why" / "imdb-500" / f"{start}-lr{rate}-s{seed}",
+        write(out / "why" / "imdb-300" / f"{start}-lr{rate}-s{seed}",
               {"eval_results.json": json.dumps({"accuracy": acc, "step": 64})})
     few = tx.why_table(str(out), [1, 2])
     assert few["mlm"]["1e-4"]["dev accuracy"] == pytest.approx([0.7, 0.1414214], rel=1e-5)
     assert few["mlm"]["3e-4"] == {"seeds": {}}
     text = tx.write_table(tx.parse_args(argv + ["--tasks", "imdb"]))
-    assert "| IMDB from 500 train reviews, 2 epochs: dev accuracy | lr 3e-4, mean ± sd | " \
+    assert "| IMDB from 300 train reviews, 2 epochs: dev accuracy | lr 3e-4, mean ± sd | " \
            "lr 1e-4, mean ± sd | every seed |" in text
     assert "| mlm | – | 0.700 ± 0.141 | 1e-4: s1 0.600, s2 0.800 |" in text
     assert "| scratch | 0.700 (one seed) | – | 3e-4: s2 0.700 |" in text

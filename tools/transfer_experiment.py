@@ -393,7 +393,7 @@ def finetune(args: argparse.Namespace) -> None:
 # Why a pretrained start did not beat scratch on IMDB (docs/results.md): the same fine-tuning
 # from few labels, where a pretrained representation should matter most, at the shared learning
 # rate and at a third of it (the pretrained starts' unstable seeds suggest too large a step).
-WHY_REVIEWS = 500           # IMDB train reviews, drawn by seed (stratified by label)
+WHY_REVIEWS = 300           # IMDB train reviews, drawn by seed (stratified by label)
 WHY_EPOCHS = 2
 WHY_RATES = ("3e-4", "1e-4")
 
