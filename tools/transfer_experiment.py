@@ -20,9 +20,13 @@ checkpoint):
    reordered, and reorder weight 0) and MLM + reordering (the paper's objective).
 4. fine-tuning: each task from scratch (the same architecture, new weights), from the MLM
    checkpoint and from the MLM + reordering one, with the same settings, for each seed.
-5. OUT/transfer_results.{json,md}: dev (and Hyperpartisan test) metrics, every seed, mean ± sd,
-   and per task the kept model of the best starting point's best seed (a directory `ernie-doc
-   predict` runs on); OUT/transfer_curves.png: pretraining and fine-tuning curves.
+5. why: IMDB again from only WHY_REVIEWS train reviews, each start at the shared learning rate
+   and at a third of it, for each IMDB seed (OUT/why/): does a pretrained start help when
+   labels are few, and was its learning rate too large?
+6. OUT/transfer_results.{json,md}: dev (and Hyperpartisan test) metrics, every seed, mean ± sd,
+   the few-labels table, and per task the kept model of the best starting point's best seed (a
+   directory `ernie-doc predict` runs on); OUT/transfer_curves.png: pretraining and
+   fine-tuning curves.
 
 Runs go through tools/ablation.py (--jobs N runs at once, one CPU thread each). What the steps
 were made from may not change under them: a corpus that would differ from the one the tokenizer
@@ -390,6 +394,7 @@ def finetune(args: argparse.Namespace) -> None:
                  finetune_common(args, task), variants)
 
 
+# -- 5. why: few labels, two learning rates -------------------------------------------------------
 # Why a pretrained start did not beat scratch on IMDB (docs/results.md): the same fine-tuning
 # from few labels, where a pretrained representation should matter most, at the shared learning
 # rate and at a third of it (the pretrained starts' unstable seeds suggest too large a step).
@@ -450,7 +455,7 @@ def check_overrides(args: argparse.Namespace) -> None:
     load_config(os.path.join(ROOT, TASKS["imdb"][0]), why_common(args))
 
 
-# -- 5. the table and the curves -----------------------------------------------------------------
+# -- 6. the tables and the curves ----------------------------------------------------------------
 def read_json(path: str, default=None):
     try:
         with open(path, encoding="utf-8") as f:
