@@ -280,8 +280,9 @@ def test_the_few_labels_runs_and_their_table(tmp_path, monkeypatch):
     """The `why` step: every start at each learning rate and IMDB seed, from WHY_REVIEWS train
     reviews, one evaluation at the end; its table in transfer_results.md and .json."""
     data, out = datasets(tmp_path / "data"), tmp_path / "out"
-    calls = []
+    calls, forgotten = [], []
     monkeypatch.setattr(tx, "ablation", lambda *a: calls.append(a))
+    monkeypatch.setattr(tx, "forget_stale", lambda *a: forgotten.append(a))
     argv = ["--data", str(data), "--output-dir", str(out), "--imdb-seeds", "1", "2",
             "--finetune-set", "learning_rate=9e-9", "epochs=7"]
     assert tx.main(argv + ["--steps", "why"]) == 0
@@ -293,12 +294,15 @@ def test_the_few_labels_runs_and_their_table(tmp_path, monkeypatch):
     final = str(out / "pretrain" / "mlm" / "final")
     assert variants["mlm-lr1e-4-s2"] == [f"init_checkpoint={final}", "learning_rate=1e-4",
                                          "seed=2"]
+    # a run older than its pretrained model runs again, as the main fine-tuning's do
+    assert forgotten == [(str(out), os.path.join("why", "imdb-300"), list(variants))]
     assert len(variants) == 3 * 2 * 2 and \
         all(v[-2] == "learning_rate=" + k.split("-lr")[1].rsplit("-s", 1)[0]
             for k, v in variants.items())
-    # without IMDB there is nothing to run
+    # without IMDB there is nothing to run, and IMDB's config does not judge the overrides
     calls.clear()
-    assert tx.main(argv + ["--steps", "why", "--tasks", "hyp"]) == 0 and calls == []
+    assert tx.main(argv + ["--steps", "why", "--tasks", "hyp", "--finetune-set",
+                           "max_examples.test=5"]) == 0 and calls == []
     for (start, rate, seed), acc in {("mlm", "1e-4", 1): 0.6, ("mlm", "1e-4", 2): 0.8,
                                      ("scratch", "3e-4", 2): 0.7}.items():
         write(out / "why" / "imdb-300" / f"{start}-lr{rate}-s{seed}",

@@ -20,9 +20,9 @@ checkpoint):
    reordered, and reorder weight 0) and MLM + reordering (the paper's objective).
 4. fine-tuning: each task from scratch (the same architecture, new weights), from the MLM
    checkpoint and from the MLM + reordering one, with the same settings, for each seed.
-5. why: IMDB again from only WHY_REVIEWS train reviews, each start at the shared learning rate
-   and at a third of it, for each IMDB seed (OUT/why/): does a pretrained start help when
-   labels are few, and was its learning rate too large?
+5. why: IMDB again from only WHY_REVIEWS train reviews, each start at the WHY_RATES learning
+   rates (3e-4, the fine-tuning's, and 1e-4) whatever --finetune-set gives, for each IMDB seed
+   (OUT/why/): does a pretrained start help when labels are few, and was its rate too large?
 6. OUT/transfer_results.{json,md}: dev (and Hyperpartisan test) metrics, every seed, mean ± sd,
    the few-labels table, and per task the kept model of the best starting point's best seed (a
    directory `ernie-doc predict` runs on); OUT/transfer_curves.png: pretraining and
@@ -396,8 +396,9 @@ def finetune(args: argparse.Namespace) -> None:
 
 # -- 5. why: few labels, two learning rates -------------------------------------------------------
 # Why a pretrained start did not beat scratch on IMDB (docs/results.md): the same fine-tuning
-# from few labels, where a pretrained representation should matter most, at the shared learning
-# rate and at a third of it (the pretrained starts' unstable seeds suggest too large a step).
+# from few labels, where a pretrained representation should matter most, at FINETUNE_COMMON's
+# learning rate and at a third of it (the pretrained starts' unstable seeds suggest too large a
+# step).
 WHY_REVIEWS = 300           # IMDB train reviews, drawn by seed (stratified by label)
 WHY_EPOCHS = 2
 WHY_RATES = ("3e-4", "1e-4")
@@ -409,7 +410,7 @@ def why_folder() -> str:
 
 def why_common(args: argparse.Namespace) -> List[str]:
     """The few-labels runs' overrides: IMDB's, then fewer reviews, and one evaluation at the end
-    (it costs as much as a fifth of the training)."""
+    (it costs as much as a fifth of the training; --finetune-set eval_steps=N adds more)."""
     return finetune_common(args, "imdb") + [f"max_examples.train={WHY_REVIEWS}",
                                             f"epochs={WHY_EPOCHS}", "eval_every_epoch=false"]
 
@@ -452,7 +453,8 @@ def check_overrides(args: argparse.Namespace) -> None:
         load_config(os.path.join(ROOT, PRETRAIN_CONFIG), pretrain_common(args) + overrides)
     for task in args.tasks:
         load_config(os.path.join(ROOT, TASKS[task][0]), finetune_common(args, task))
-    load_config(os.path.join(ROOT, TASKS["imdb"][0]), why_common(args))
+    if "why" in args.steps and "imdb" in args.tasks:
+        load_config(os.path.join(ROOT, TASKS["imdb"][0]), why_common(args))
 
 
 # -- 6. the tables and the curves ----------------------------------------------------------------
