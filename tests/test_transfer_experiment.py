@@ -120,11 +120,22 @@ def test_the_table_gives_every_seed_and_the_mean_and_sd(tmp_path, monkeypatch):
     assert table["imdb"]["scratch"] == {"seeds": {}}
     text = tx.markdown({}, table)
     assert "| mlm | 0.750 ± 0.071 | 0.700 ± 0.141 | s1 0.700, s2 0.800 |" in text
-    assert "| scratch | – | – | – |" in text
+    assert "| scratch | – | – | – |" in text and "same label" not in text
+    # a kept model that gave every dev document one label is starred: its score is a guess's
+    pred = [{"doc_id": str(i), "pred": "1", "label": str(i % 2)} for i in range(3)]
+    write(tmp_path / "imdb" / "mlm-s2", {"predictions_dev.jsonl": "".join(
+        json.dumps(p) + "\n" for p in pred)})
+    text = tx.markdown({}, tx.finetune_table(str(tmp_path), {"imdb": [1, 2, 3]}))
+    assert "| s1 0.700, s2 0.800\\* |" in text and text.endswith(
+        "| mlm_sro | – | – | – |\n\n\\* the kept model gave every dev document the same label\n")
+    write(tmp_path / "imdb" / "mlm-s1", {"predictions_dev.jsonl": "".join(
+        json.dumps(dict(p, pred=p["label"])) + "\n" for p in pred)})   # both labels: no star
+    assert "| s1 0.700, s2 0.800\\* |" in tx.markdown({}, tx.finetune_table(str(tmp_path),
+                                                                          {"imdb": [1, 2]}))
     # one seed: its value, and no standard deviation (not a zero one)
     table = tx.finetune_table(str(tmp_path), {"imdb": [2]})
     assert table["imdb"]["mlm"]["dev accuracy"] == pytest.approx([0.80, None])
-    assert "| mlm | 0.800 (one seed) | 0.800 (one seed) | s2 0.800 |" in tx.markdown({}, table)
+    assert "| mlm | 0.800 (one seed) | 0.800 (one seed) | s2 0.800\\* |" in tx.markdown({}, table)
     # Hyperpartisan keeps its best dev epoch and shows its last one beside it
     write(tmp_path / "hyp" / "mlm-s1", {
         "eval_results.json": json.dumps({"f1": 0.9, "step": 4}),
@@ -306,15 +317,22 @@ def test_the_few_labels_runs_and_their_table(tmp_path, monkeypatch):
     for (start, rate, seed), acc in {("mlm", "1e-4", 1): 0.6, ("mlm", "1e-4", 2): 0.8,
                                      ("scratch", "3e-4", 2): 0.7}.items():
         write(out / "why" / "imdb-300" / f"{start}-lr{rate}-s{seed}",
-              {"eval_results.json": json.dumps({"accuracy": acc, "step": 64})})
+              {"eval_results.json": json.dumps({"accuracy": acc, "step": 64}),
+               "predictions_dev.jsonl": "".join(json.dumps({"pred": str(i % 2 * seed)}) + "\n"
+                                                for i in range(4))})
     few = tx.why_table(str(out), [1, 2])
     assert few["mlm"]["1e-4"]["dev accuracy"] == pytest.approx([0.7, 0.1414214], rel=1e-5)
-    assert few["mlm"]["3e-4"] == {"seeds": {}}
+    assert few["mlm"]["3e-4"] == {"seeds": {}, "one_label": []}
     text = tx.write_table(tx.parse_args(argv + ["--tasks", "imdb"]))
     assert "| IMDB from 300 train reviews, 2 epochs: dev accuracy | lr 3e-4, mean ± sd | " \
            "lr 1e-4, mean ± sd | every seed |" in text
     assert "| mlm | – | 0.700 ± 0.141 | 1e-4: s1 0.600, s2 0.800 |" in text
     assert "| scratch | 0.700 (one seed) | – | 3e-4: s2 0.700 |" in text
+    assert "same label" not in text
+    write(out / "why" / "imdb-300" / "mlm-lr1e-4-s1", {"predictions_dev.jsonl": "{\"pred\": 1}\n"})
+    assert "| mlm | – | 0.700 ± 0.141 | 1e-4: s1 0.600\\*, s2 0.800 |\n| mlm_sro | – | – | – |" \
+        "\n\n\\* the kept model gave every dev document the same label\n" in \
+        tx.write_table(tx.parse_args(argv + ["--tasks", "imdb"]))
     assert "| mlm_sro | – | – | – |" in text
     saved = json.loads((out / "transfer_results.json").read_text())
     assert saved["few_labels"]["mlm"]["1e-4"]["seeds"] == {"1": 0.6, "2": 0.8}

@@ -467,13 +467,28 @@ def read_json(path: str, default=None):
 
 
 def run_summary(run_dir: str) -> dict:
-    """One fine-tuning run: the best dev evaluation (the model kept), the last one, and the
-    test split's scores of the kept model when there is one."""
+    """One fine-tuning run: the best dev evaluation (the model kept), the last one, the test
+    split's scores of the kept model when there is one, and whether the kept model gave every
+    dev document the same label (a constant guess: its score says nothing of what it read)."""
     best = read_json(os.path.join(run_dir, "eval_results.json"), {})
     history = [r for r in read_jsonl(os.path.join(run_dir, "eval_history.jsonl"))
                if r.get("split") == "dev"]
+    try:   # written whole when the kept model changes
+        with open(os.path.join(run_dir, "predictions_dev.jsonl"), encoding="utf-8") as f:
+            labels = {json.loads(line).get("pred") for line in f if line.strip()}
+    except (OSError, ValueError):
+        labels = set()
     return {"best_dev": best, "last_dev": history[-1] if history else {},
-            "test": read_json(os.path.join(run_dir, "test_results.json"), {})}
+            "test": read_json(os.path.join(run_dir, "test_results.json"), {}),
+            "one_label": len(labels) == 1}
+
+
+ONE_LABEL = "\\* the kept model gave every dev document the same label"
+
+
+def seed_value(seed: int, value: float, one_label: bool) -> str:
+    """A seed's score in the "every seed" cell, starred when the model guessed one label."""
+    return f"s{seed} {value:.3f}" + ("\\*" if one_label else "")
 
 
 def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
@@ -529,15 +544,17 @@ def pretrain_summary(out: str) -> dict:
 
 
 def why_table(out: str, seeds: Sequence[int]) -> dict:
-    """{start: {rate: {"seeds": {seed: dev accuracy}, "dev accuracy": [mean, sd]}}} of the
-    finished few-labels runs."""
+    """{start: {rate: {"seeds": {seed: dev accuracy}, "one_label": [seed whose model gave every
+    dev review the same label], "dev accuracy": [mean, sd]}}} of the finished few-labels
+    runs."""
     table = {}
     for start in STARTS:
         for rate in WHY_RATES:
-            runs = {seed: read_json(os.path.join(out, why_folder(), f"{start}-lr{rate}-s{seed}",
-                                                 "eval_results.json"), {}).get("accuracy")
+            runs = {seed: run_summary(os.path.join(out, why_folder(), f"{start}-lr{rate}-s{seed}"))
                     for seed in seeds}
-            row = {"seeds": {seed: v for seed, v in runs.items() if v is not None}}
+            runs = {seed: r for seed, r in runs.items() if "accuracy" in r["best_dev"]}
+            row = {"seeds": {seed: r["best_dev"]["accuracy"] for seed, r in runs.items()},
+                   "one_label": [seed for seed, r in runs.items() if r["one_label"]]}
             if row["seeds"]:
                 row["dev accuracy"] = list(mean_sd(list(row["seeds"].values())))
             table.setdefault(start, {})[rate] = row
@@ -556,12 +573,14 @@ def why_markdown(table: dict) -> str:
              + " | ".join(f"lr {rate}, mean ± sd" for rate in WHY_RATES) + " | every seed |",
              "|---|" + "---|" * (len(WHY_RATES) + 1)]
     for start, rates in table.items():
-        seeds = "; ".join(f"{rate}: " + ", ".join(f"s{seed} {v:.3f}"
+        seeds = "; ".join(f"{rate}: " + ", ".join(seed_value(seed, v, seed in row["one_label"])
                                                   for seed, v in row["seeds"].items())
                           for rate, row in rates.items() if row["seeds"])
         lines.append(f"| {start} | " + " | ".join(cell(row.get("dev accuracy"))
                                                   for row in rates.values())
                      + f" | {seeds or '–'} |")
+    if any(row["one_label"] for rates in table.values() for row in rates.values()):
+        lines += ["", ONE_LABEL]
     return "\n".join(lines) + "\n"
 
 
@@ -581,9 +600,11 @@ def markdown(pretraining: dict, table: dict) -> str:
         for start, row in rows.items():
             cells = [cell(row.get(c)) for c in columns]
             part, metric = COLUMNS[task][columns[0]]
-            seeds = ", ".join(f"s{seed} {r[part][metric]:.3f}"
+            seeds = ", ".join(seed_value(seed, r[part][metric], r["one_label"])
                               for seed, r in row["seeds"].items() if metric in r[part])
             lines.append(f"| {start} | " + " | ".join(cells) + f" | {seeds or '–'} |")
+        if any(r["one_label"] for row in rows.values() for r in row["seeds"].values()):
+            lines += ["", ONE_LABEL]
     return "\n".join(lines) + "\n"
 
 
