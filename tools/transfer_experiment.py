@@ -655,13 +655,16 @@ def curves(out: str, seeds: Dict[str, List[int]], pretraining: dict, table: dict
         shown.append(f"{task} dev {metric}")
         for k, start in enumerate(STARTS):
             x = t * (len(STARTS) + 1) + k
-            runs = table[task][start]["seeds"].values()
-            values = [r[part][metric] for r in runs if metric in r[part]]
-            ax.scatter([x] * len(values), values, color=colors[start],
-                       label=start if t == 0 else None)
+            runs = [r for r in table[task][start]["seeds"].values() if metric in r[part]]
+            for guess in (False, True):   # hollow: the model gave every dev document one label
+                values = [r[part][metric] for r in runs if r["one_label"] == guess]
+                ax.scatter([x] * len(values), values, color=colors[start],
+                           facecolors="none" if guess else colors[start],
+                           label=start if t == 0 and not guess else None)
             ticks.append((x, f"{task}\n{start}"))
     ax.set_xticks([x for x, _ in ticks], [label for _, label in ticks], fontsize=7)
-    ax.set(title="kept model, each seed: " + ", ".join(shown))
+    ax.set(title="kept model, each seed: " + ", ".join(shown)
+           + "\n(hollow: one label for every dev document)")
     for ax in axes.flat:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
