@@ -174,6 +174,12 @@ def started_file(args, name: str) -> str:
     return os.path.join(args.output_dir, f"{name}.started.json")
 
 
+def run_record(cmd: List[str], digest: str, seconds: float) -> dict:
+    """What a done or started record holds of a run: its command (not the python that ran
+    it), the config file's content digest, and its seconds; _same_run reads them back."""
+    return {"command": cmd[1:], "config_sha1": digest, "seconds": round(seconds, 1)}
+
+
 def _same_run(path: str, cmd: List[str], digest: str) -> Optional[dict]:
     """The record in `path` when it holds this very command (not the python that ran it) and
     the config file's content `digest`; else None (absent, unreadable or another run)."""
@@ -232,8 +238,7 @@ def write_started(args, name: str, cmd: List[str], digest: str, started_at: floa
     and the seconds its attempts have taken (rewritten as it runs, so a killed ablation loses
     at most a minute of them); resume_failed: a resumed attempt failed (the next starts over)."""
     from ernie_doc.utils import atomic_write_text
-    record = {"command": cmd[1:], "config_sha1": digest, "started_at": started_at,
-              "seconds": round(seconds, 1)}
+    record = dict(run_record(cmd, digest, seconds), started_at=started_at)
     atomic_write_text(started_file(args, name), json.dumps(
         dict(record, resume_failed=True) if resume_failed else record) + "\n")
 
@@ -328,8 +333,7 @@ def _run(args):
                               done[name][1], resume_failed=True)
             if proc.returncode == 0:
                 atomic_write_text(done_file(args, name), json.dumps(
-                    {"command": commands[name][1:], "config_sha1": digest,
-                     "seconds": round(done[name][1], 1)}) + "\n")
+                    run_record(commands[name], digest, done[name][1])) + "\n")
             print(f"[{name}] finished in {done[name][1]:.0f} s (exit {proc.returncode})",
                   flush=True)
         if time.time() - last_record >= 60:

@@ -341,6 +341,12 @@ def pretrained_final(out: str, start: str) -> str:
     return os.path.join(out, "pretrain", "mlm_sro" if start == "scratch" else start, "final")
 
 
+def run_name(start: str, seed: int, rate: Optional[str] = None) -> str:
+    """A fine-tuning run's folder: <start>-s<seed>, or <start>-lr<rate>-s<seed> for the why
+    runs; forget_stale reads the start back as the part before the first "-"."""
+    return f"{start}-lr{rate}-s{seed}" if rate else f"{start}-s{seed}"
+
+
 def start_overrides(out: str, start: str) -> List[str]:
     """Scratch takes the pretrained model's config (its architecture) and new weights; the
     others its weights (init_checkpoint: every encoder tensor, the pretraining heads dropped)."""
@@ -387,8 +393,8 @@ def task_seeds(args: argparse.Namespace) -> Dict[str, List[int]]:
 def finetune(args: argparse.Namespace) -> None:
     seeds = task_seeds(args)
     for task in args.tasks:
-        variants = {f"{start}-s{seed}": start_overrides(args.output_dir, start) + [f"seed={seed}"]
-                    for seed in seeds[task] for start in STARTS}
+        variants = {run_name(start, seed): start_overrides(args.output_dir, start)
+                    + [f"seed={seed}"] for seed in seeds[task] for start in STARTS}
         forget_stale(args.output_dir, task, list(variants))
         ablation(TASKS[task][0], os.path.join(args.output_dir, task), args.jobs,
                  finetune_common(args, task), variants)
@@ -417,7 +423,7 @@ def why_common(args: argparse.Namespace) -> List[str]:
 
 def why_variants(args: argparse.Namespace) -> Dict[str, List[str]]:
     """{<start>-lr<rate>-s<seed>: overrides} for every start, rate and IMDB seed."""
-    return {f"{start}-lr{rate}-s{seed}": start_overrides(args.output_dir, start)
+    return {run_name(start, seed, rate): start_overrides(args.output_dir, start)
             + [f"learning_rate={rate}", f"seed={seed}"]
             for seed in args.imdb_seeds for rate in WHY_RATES for start in STARTS}
 
@@ -501,7 +507,7 @@ def finetune_table(out: str, seeds: Dict[str, List[int]]) -> dict:
     table = {}
     for task in seeds:
         for start in STARTS:
-            runs = {seed: run_summary(os.path.join(out, task, f"{start}-s{seed}"))
+            runs = {seed: run_summary(os.path.join(out, task, run_name(start, seed)))
                     for seed in seeds[task]}
             runs = {seed: r for seed, r in runs.items() if r["best_dev"]}
             row = {"seeds": runs}
@@ -550,7 +556,7 @@ def why_table(out: str, seeds: Sequence[int]) -> dict:
     table = {}
     for start in STARTS:
         for rate in WHY_RATES:
-            runs = {seed: run_summary(os.path.join(out, why_folder(), f"{start}-lr{rate}-s{seed}"))
+            runs = {seed: run_summary(os.path.join(out, why_folder(), run_name(start, seed, rate)))
                     for seed in seeds}
             runs = {seed: r for seed, r in runs.items() if "accuracy" in r["best_dev"]}
             row = {"seeds": {seed: r["best_dev"]["accuracy"] for seed, r in runs.items()},
@@ -645,7 +651,7 @@ def curves(out: str, seeds: Dict[str, List[int]], pretraining: dict, table: dict
     for ax, task in zip(axes[1], seeds):
         for start in STARTS:
             for i, seed in enumerate(seeds[task]):
-                log = read_jsonl(os.path.join(out, task, f"{start}-s{seed}", "train_log.jsonl"))
+                log = read_jsonl(os.path.join(out, task, run_name(start, seed), "train_log.jsonl"))
                 ax.plot(*_windows(log, "loss", 50), color=colors[start],
                         linestyle=styles[i % len(styles)], label=f"{start} s{seed}")
         ax.set(title=f"{task}: fine-tuning loss (mean of 50 steps)", xlabel="fine-tuning step")
@@ -688,7 +694,7 @@ def best_models(out: str, table: dict) -> Dict[str, dict]:
         seeds = rows[start]["seeds"]
         seed = max(seeds, key=lambda s: seeds[s][part].get(metric, float("-inf")))
         chosen[task] = {"start": start, "seed": seed,
-                        "model": os.path.join(out, task, f"{start}-s{seed}", "best")}
+                        "model": os.path.join(out, task, run_name(start, seed), "best")}
     return chosen
 
 
