@@ -7,7 +7,8 @@ wheel leaves out fails here.
     python -I smoke.py no-paddle   # before paddle is installed: the one-line install hint
     python -I smoke.py             # after: help of every subcommand, then fine-tune a tiny
                                    # IMDB classifier, predict, export, predict the export,
-                                   # Predictor, pipeline (a single string too), convert,
+                                   # Predictor, pipeline (a single string too), AutoModel
+                                   # and model.read against the pipeline, convert,
                                    # run-document, train-tokenizer, Ctrl-C and --resume
 
 Each step prints one line with its time; a failure prints the command and its output's tail
@@ -211,6 +212,30 @@ def main():
               "Pipeline.from_pretrained on best/")
         one = pipeline(out)("Great movie, loved it.")   # a single string is one document
         check(len(one) == 1 and "pred" in one[0], f"pipeline on one string gave {one}")
+
+    @step("Python: AutoModel/AutoTokenizer on the run's folder; model.read equals pipeline")
+    def _():
+        import warnings
+
+        import numpy as np
+        import paddle.nn.functional as F
+
+        from ernie_doc import AutoModel, AutoTokenizer, pipeline
+        from ernie_doc.modeling.reading import ReadingWarning
+        model = AutoModel.from_pretrained(out).eval()   # the run's folder: its best/
+        enc = AutoTokenizer.from_pretrained(out)(texts[1:], return_tensors="pd")
+        check(enc["input_ids"].shape == [2, 16] and (enc["input_ids"][:, -1] == 1).all(),
+              f"the folder's tokenizer gave {enc['input_ids'].numpy().tolist()}, not the "
+              f"model's segment ([CLS] id 1 last, 16 tokens)")
+        probs = F.softmax(model.read(**enc).logits, axis=-1).numpy()
+        expected = np.array([r["probs"] for r in pipeline(out)(texts[1:])])
+        check(np.abs(probs - expected).max() < 1e-5, f"model.read gave {probs.tolist()}, "
+              f"pipeline {expected.tolist()}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model(**enc)
+        check([w.category for w in caught] == [ReadingWarning],
+              f"a plain call of a model that reads twice warned {caught}")
 
     @step("convert to the PaddleNLP layout")
     def _():

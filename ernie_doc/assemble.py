@@ -272,12 +272,28 @@ def _loader_line_held(held: bool):
         loader.removeFilter(drop)
 
 
+def reading_record(cfg: TrainConfig, special: Dict[str, int]) -> Dict[str, Any]:
+    """The model config values that record how this run reads a segment, saved in its
+    config.json: whether twice (the retrospective feed), and the [CLS] id found at
+    cls_token_idx (modeling/reading.py checks a plain call against both)."""
+    return {"retro_feed": bool(cfg.retro_feed), "cls_token_id": special.get("cls")}
+
+
+def tokenizer_record(cfg: TrainConfig, model_config: ErnieDocConfig) -> Dict[str, Any]:
+    """What a saved run's tokenizer_config.json adds to the tokenizer's own: the segment it
+    lays a text out as (max_seq_len tokens, [CLS] where the model's pooler reads it)."""
+    last = model_config.cls_token_idx % cfg.max_seq_len == cfg.max_seq_len - 1
+    return {"segment_layout": "cls_last" if last else "cls_first",
+            "model_max_length": cfg.max_seq_len}
+
+
 def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
     """The task's ERNIE-Doc head: from init_checkpoint, or new from the `model` preset or
     config with the tokenizer's vocabulary; the memory estimate is checked first."""
     cfg, task = run.cfg, run.task
     head = task.head_class
     overrides = dict(task.model_config_overrides())
+    overrides.update(reading_record(cfg, special))
     overrides.update(cfg.model_overrides)
     try:
         if cfg.init_checkpoint:

@@ -2,7 +2,8 @@
 
 Reads the official `ernie_config.json` keys and PaddleNLP's `config.json` keys, and adds the
 options of this project (`recurrence`, `mask_empty_memory`, `rel_pos_params_sharing`,
-`relative_position_mapping`, `cls_token_idx`)."""
+`relative_position_mapping`, `cls_token_idx`) and how a fine-tuned model reads a segment
+(`retro_feed`, `cls_token_id`: recorded by fine-tuning, None in a pretrained model)."""
 import copy
 import difflib
 import json
@@ -46,7 +47,7 @@ _IGNORED = {
     "transformers_version", "return_dict", "output_hidden_states", "output_attentions",
     "use_return_dict", "id2label", "label2id", "problem_type", "num_choices",
     "tensor_parallel_degree", "tensor_parallel_rank", "tensor_parallel_output",
-    "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "mask_token_id",
+    "bos_token_id", "eos_token_id", "sep_token_id", "mask_token_id",
     "unk_token_id", "num_classes", "dropout", "fuse_attention_qkv", "use_cache", "architecture",
 }
 
@@ -73,7 +74,13 @@ _DEFAULTS = dict(
     mask_empty_memory=False,
     rel_pos_params_sharing=False,
     relative_position_mapping="pretrained",
+    # how the model was fine-tuned to read a segment (None: not recorded): twice, under the
+    # retrospective feed (paper §3.1), and with the [CLS] id at cls_token_idx
+    retro_feed=None,
+    cls_token_id=None,
 )
+# The sub-folders of a run's OUTPUT_DIR that hold a saved model, in the order they are taken.
+RUN_MODEL_FOLDERS = ("best", "final")
 
 
 
@@ -188,11 +195,26 @@ def read_config_file(path: "str | os.PathLike[str]", error: Type[Exception] = Va
     return parse_config_dict(read_json(path, error), os.fspath(path), error)
 
 
+def run_model_folder(path: str) -> str:
+    """A run's OUTPUT_DIR (a folder without a model config of its own) → its best/, else its
+    final/, when that holds a saved model (config.json); any other path as given."""
+    if not os.path.isdir(path) or any(os.path.isfile(os.path.join(path, name))
+                                      for name in CONFIG_FILES):
+        return path
+    for name in RUN_MODEL_FOLDERS:
+        folder = os.path.join(path, name)
+        if os.path.isfile(os.path.join(folder, CONFIG_FILES[0])):
+            return folder
+    return path
+
+
 def _config_file(path: str) -> Optional[str]:
     """The config file of a local model path: the .json file itself, else the first of
-    CONFIG_FILES in its folder (or the one above `params/`); None when there is none."""
+    CONFIG_FILES in its folder (or the one above `params/`, or a run's best/ or final/); None
+    when there is none."""
     if os.path.isfile(path) and path.endswith(".json"):
         return path
+    path = run_model_folder(path)
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     folders = [folder]
     if os.path.basename(os.path.normpath(os.path.abspath(folder))) == "params":
@@ -251,6 +273,11 @@ class ErnieDocConfig:
         integer("memory_len", 0)
         integer("pad_token_id", 0)
         integer("cls_token_idx", -MAX_DIM)
+        if self.cls_token_id is not None:
+            integer("cls_token_id", 0, self.vocab_size - 1)
+        if self.retro_feed is not None and not isinstance(self.retro_feed, bool):
+            raise ConfigError(f"retro_feed must be true, false or null, got "
+                              f"{self.retro_feed!r}")
         # the largest tensors' dimensions: the feed-forward's 4·H and the position table's
         # 2·max_position_embeddings + memory_len rows
         integer("hidden_size", 1, MAX_DIM // 4)
@@ -359,6 +386,7 @@ class ErnieDocConfig:
             if release is not None:
                 return cls.from_any(release.preset, **overrides)
         if isinstance(spec, (str, os.PathLike)) and os.path.isdir(spec):
+            spec = run_model_folder(os.fspath(spec))
             for name in ("config.json", "ernie_config.json"):
                 if os.path.isfile(os.path.join(spec, name)):
                     spec = os.path.join(spec, name)

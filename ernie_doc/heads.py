@@ -17,6 +17,7 @@ from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
 from ernie_doc.modeling.linear import Linear
 from ernie_doc.modeling.model import ErnieDocModel, activation
 from ernie_doc.modeling.pretrained import PretrainedMixin
+from ernie_doc.modeling.reading import SegmentReader
 
 NUM_REORDER_CLASSES = 33  # 1! + 2! + 3! + 4!: orderings of up to 4 chunks
 
@@ -46,7 +47,7 @@ PretrainingOutput = namedtuple("PretrainingOutput",
                                 "encoder"])
 
 
-class Head(PretrainedMixin, nn.Layer):
+class Head(SegmentReader, PretrainedMixin, nn.Layer):
     """The base of every head: the encoder under `ernie_doc.`, from/save_pretrained,
     `official_names`; export reads exportable, export_inputs/outputs, rows_per_example."""
     official_names = {}
@@ -123,7 +124,9 @@ class Head(PretrainedMixin, nn.Layer):
                 reset_memory: Optional[paddle.Tensor] = None,
                 memory_mask: Optional[paddle.Tensor] = None) -> HeadOutput:
         """input_ids [B, T] and the encoder's other arguments (ErnieDocModel.forward) →
-        HeadOutput: logits (shape per head), memories [L, B, M, H], memory_mask [B, M]."""
+        HeadOutput: logits (shape per head), memories [L, B, M, H], memory_mask [B, M]. One
+        segment's reading; a fine-tuned model's prediction for a one-segment document is
+        `read(...)`, for any document `ernie_doc.pipeline` (or `segment_batches` and a loop)."""
         enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
                              memory_mask)
         return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, self._visible(enc))

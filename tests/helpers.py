@@ -237,12 +237,12 @@ def write_wikitext(path, lines, seed, words=40, unseen=0, periods=0.0):
     return path
 
 
-def tiny_classifier(root):
+def tiny_classifier(root, *extra):
     """A saved IMDB classifier trained for one step in-process (about 2 s): a tiny model
     (1 layer, H=16, max_seq_len 16) over a 20-token WordPiece vocabulary, → the run's
     OUTPUT_DIR (its best/ holds task.json, config, weights and vocab.txt). For tests of
     predict and the pipeline that need a real saved model, not a good one; share it through
-    a module-scoped fixture."""
+    a module-scoped fixture. `extra`: config overrides (key=value)."""
     from test_tasks import COMMON, WORDS, imdb_tsv, vocab_dir
 
     from ernie_doc.cli import finetune
@@ -250,7 +250,7 @@ def tiny_classifier(root):
     out = root / "run"
     finetune.main(["imdb", "--set", f"data_dir={imdb_tsv(root)}", f"output_dir={out}",
                    f"tokenizer={vocab_dir(root / 'vocab', WORDS)}", *COMMON, "max_steps=1",
-                   "eval_splits=[test]"])
+                   "eval_splits=[test]", *extra])
     assert (out / "best" / "task.json").is_file()
     return out
 

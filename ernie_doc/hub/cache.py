@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from ernie_doc import releases as registry
+from ernie_doc.config import run_model_folder
 from ernie_doc.errors import CheckpointError, HubError
 from ernie_doc.hub import archive
 from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
@@ -750,7 +751,7 @@ def resolve(spec, kind: str = "model", source: Optional[str] = None) -> str:
     if os.path.exists(spec):
         if os.path.isfile(spec) and archive.is_archive(spec):
             return _archive_entry(spec)
-        return spec
+        return run_model_folder(spec)   # a run's OUTPUT_DIR: its best/, else final/
     release = registry.release(spec)
     if release is None:
         raise HubError(f"{spec}: no such file or directory, and not a released model name "

@@ -7,7 +7,9 @@ input_ids [B,T] int64 · memories [L,B,M,H] or None (= zeros) · token_type_ids 
 attention_mask [B,T] (1 = token) · reset_memory [B] bool (memory zeroed first) · memory_mask
 [B,M] (mask_empty_memory only). Returns ErnieDocOutput(sequence_output [B,T,H], pooled_output
 [B,H], memories [L,B,M,H] detached or None under recurrence "none", memory_mask [B,M] or None).
-Inputs are never modified."""
+Inputs are never modified. A call without memories is the first reading of a segment: a
+fine-tuned model's own reading of a one-segment document is `model.read(...)`, and a longer
+document is read by `ernie_doc.pipeline` or `ernie_doc.segment_batches` (modeling/reading.py)."""
 from collections import namedtuple
 from typing import Callable, List, Optional, Tuple
 
@@ -24,6 +26,7 @@ from ernie_doc.modeling.linear import Linear
 from ernie_doc.modeling.masks import encoder_attention_bias
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.modeling.pretrained import PretrainedMixin
+from ernie_doc.modeling.reading import SegmentReader, check_plain_call
 
 # The r_w / r_r / r_t biases [H] when the encoder owns them for every layer.
 SharedBiases = Tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]
@@ -115,7 +118,7 @@ def _int_shape(t: paddle.Tensor) -> List[int]:
     return [int(d) for d in t.shape]
 
 
-class ErnieDocModel(PretrainedMixin, nn.Layer):
+class ErnieDocModel(SegmentReader, PretrainedMixin, nn.Layer):
     """The ERNIE-Doc encoder (the official `ernie-doc/model/static/ernie.py` and
     `transformer_encoder.py`)."""
 
@@ -225,6 +228,7 @@ class ErnieDocModel(PretrainedMixin, nn.Layer):
         if paddle.in_dynamic_mode():
             self._check_inputs(input_ids, memories, token_type_ids, attention_mask,
                                reset_memory, memory_mask)
+            check_plain_call(self, input_ids, memories, reset_memory)
         input_ids = input_ids.astype("int64")
         batch, seg_len = input_ids.shape[0], input_ids.shape[1]
         mem_len = self.memory_len

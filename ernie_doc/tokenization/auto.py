@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
+from ernie_doc.config import run_model_folder
 from ernie_doc.errors import TokenizerError
 
 from . import base
@@ -73,7 +74,7 @@ def _saved_config(directory: Path) -> dict:
     config = read_tokenizer_json(path, "tokenizer config")
     if not isinstance(config, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
-    known = {"tokenizer_class", "model_max_length", *_WORDPIECE_OPTIONS}
+    known = {"tokenizer_class", "model_max_length", "segment_layout", *_WORDPIECE_OPTIONS}
     for key, value in config.items():
         if key not in known:
             raise TokenizerError(f"{path}: unknown key {key!r} (known: {sorted(known)})")
@@ -84,6 +85,9 @@ def _saved_config(directory: Path) -> dict:
             raise TokenizerError(f"{path}: {key} must be true or false, got {value!r}")
         if key == "model_max_length":
             check_model_max_length(value, str(path))
+        if key == "segment_layout" and value not in base.SEGMENT_LAYOUTS:
+            raise TokenizerError(f"{path}: segment_layout {value!r} is not one of "
+                                 f"{', '.join(base.SEGMENT_LAYOUTS)}")
     return config
 
 
@@ -149,6 +153,7 @@ def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[
         limit = config.get("model_max_length") or _model_positions(directory)
         if limit is not None:
             tokenizer.model_max_length = limit
+        tokenizer.segment_layout = config.get("segment_layout", base.SEGMENT_LAYOUTS[0])
     return tokenizer
 
 
@@ -161,8 +166,9 @@ def _with_files(tokenizer, files):
 def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
                    model_max_length: Optional[int] = None) -> Tokenizer:
     """Load the tokenizer at ``path``: a released name, URL or archive (ernie_doc.hub.resolve),
-    a directory (its parent searched too) or a file. Priority: encoder.json + vocab.bpe +
-    vocab.txt → BPE, ``*.model`` → SentencePiece, vocab.txt → WordPiece."""
+    a directory (its parent searched too; a run's OUTPUT_DIR: its best/, else final/) or a
+    file. Priority: encoder.json + vocab.bpe + vocab.txt → BPE, ``*.model`` → SentencePiece,
+    vocab.txt → WordPiece."""
     from ernie_doc.hub import is_released, is_url, resolve
     from ernie_doc.hub.archive import is_archive
     from ernie_doc.utils import file_kind
@@ -170,7 +176,7 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
     spec = os.fspath(path)
     if is_url(spec) or is_released(spec) or (os.path.isfile(spec) and is_archive(spec)):
         path = resolve(spec, kind="tokenizer")
-    path = Path(path)
+    path = Path(run_model_folder(os.fspath(path)))   # a run's OUTPUT_DIR: its best/ or final/
     kind = file_kind(path)
     if kind not in (None, "missing", "a directory"):
         raise TokenizerError(f"{path}: tokenizer path is {kind}, not a regular file or a "

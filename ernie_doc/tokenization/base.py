@@ -4,8 +4,11 @@
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
     tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
 
-Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1. A tokenizer class supplies `encode(text)`,
-`encode_with_offsets(text)` and `_files()`. Details: docs/design-notes.md, "Tokenizers: calling"."""
+Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1; the tokenizer of a model fine-tuned with
+[CLS] last (its tokenizer_config.json records `segment_layout: cls_last`) lays every text out as
+the segment the model reads instead: `A [SEP] (B [SEP]) [PAD] … [CLS]`, model_max_length tokens.
+A tokenizer class supplies `encode(text)`, `encode_with_offsets(text)` and `_files()`. Details:
+docs/design-notes.md, "Tokenizers: calling"."""
 from __future__ import annotations
 
 import json
@@ -25,6 +28,9 @@ _HF_ONLY = {"is_split_into_words", "return_length", "stride", "pad_to_multiple_o
             "padding_side", "split_special_tokens"}
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PADDINGS = ("longest", "max_length")
+# Where [CLS] sits in what a call returns: first (the default), or last in a segment of
+# model_max_length tokens, as a model fine-tuned on the official classification layout reads it.
+SEGMENT_LAYOUTS = ("cls_first", "cls_last")
 CONFIG_FILE = "tokenizer_config.json"
 logger = logging.getLogger("ernie_doc.tokenization")
 # load_tokenizer, registered here by auto.py when imported (no import cycle)
@@ -83,6 +89,22 @@ class TokenizerCallMixin:
     # -- loading, limits ------------------------------------------------------------------------
     # None: nothing recorded it (see model_max_length)
     _model_max_length: Optional[int] = None
+    # what a call lays out (SEGMENT_LAYOUTS); a fine-tuned model's folder records its own
+    _segment_layout: str = "cls_first"
+
+    @property
+    def segment_layout(self) -> str:
+        """Where a call puts [CLS]: "cls_first" (`[CLS] A [SEP]`), or "cls_last" (`A [SEP]
+        [PAD] … [CLS]`, every row one segment of model_max_length tokens)."""
+        return self._segment_layout
+
+    @segment_layout.setter
+    def segment_layout(self, value: str) -> None:
+        if value not in SEGMENT_LAYOUTS:
+            from ernie_doc.errors import TokenizerError
+            raise TokenizerError(f"segment_layout must be one of {', '.join(SEGMENT_LAYOUTS)}, "
+                                 f"got {value!r}")
+        self._segment_layout = value
 
     @property
     def model_max_length(self) -> int:
@@ -139,16 +161,21 @@ class TokenizerCallMixin:
             if b is not None:
                 b, ob = b[:keep_b], ob[:keep_b] if ob is not None else None
         cls, sep = [self.cls_token_id], [self.sep_token_id]
-        if add_special_tokens:
-            ids = cls + a + sep + (b + sep if b is not None else [])
+        last = add_special_tokens and self.segment_layout == "cls_last"
+        first = cls if add_special_tokens and not last else []
+        if add_special_tokens:   # [CLS] takes type 0 wherever it sits
+            ids = first + a + sep + (b + sep if b is not None else []) + (cls if last else [])
             types = [0] * (len(a) + 2) + ([1] * (len(b) + 1) if b is not None else [])
+            if last and b is not None:
+                types = [0] * (len(a) + 1) + [1] * (len(b) + 1) + [0]
         else:
             ids = a + (b if b is not None else [])
             types = [0] * len(a) + ([1] * len(b) if b is not None else [])
         out = {"input_ids": ids, "token_type_ids": types}
         if offsets:
             edge = [(0, 0)] if add_special_tokens else []
-            out["offset_mapping"] = edge + oa + edge + ((ob + edge) if ob is not None else [])
+            out["offset_mapping"] = (edge if first else []) + oa + edge + \
+                ((ob + edge) if ob is not None else []) + (edge if last else [])
         return out
 
     def __call__(self, text: Union[str, Sequence[str]],
@@ -165,7 +192,9 @@ class TokenizerCallMixin:
         batched = not isinstance(text, str)
         texts = list(text) if batched else [text]
         pairs = self._pairs_of(texts, text_pair, batched)
-        if max_length is None and (truncation not in (False, None) or padding == "max_length"):
+        segments = add_special_tokens and self.segment_layout == "cls_last"
+        if max_length is None and (truncation not in (False, None) or padding == "max_length"
+                                   or segments):
             max_length = self.model_max_length
         if truncation is True:
             truncation = "longest_first"
@@ -187,6 +216,8 @@ class TokenizerCallMixin:
                 row["attention_mask"] = [1] * len(row["input_ids"])
             if not return_token_type_ids:
                 del row["token_type_ids"]
+        if segments:
+            self._lay_out_segments(rows, max_length)
         if padding:
             self._pad(rows, max_length if padding == "max_length" else
                       max(len(r["input_ids"]) for r in rows))
@@ -235,15 +266,31 @@ class TokenizerCallMixin:
                              f"{len(pairs)} pair(s)")
         return pairs
 
-    def _pad(self, rows: List[Dict[str, list]], width: int) -> None:
-        """Right-pad every row's lists to `width` in place: [PAD], token type 0, attention 0,
-        offset (0, 0)."""
+    def _pad(self, rows: List[Dict[str, list]], width: int, before_last: bool = False) -> None:
+        """Pad every row's lists to `width` in place: [PAD], token type 0, attention 0, offset
+        (0, 0); at the end, or `before_last` (the [CLS] of a cls_last segment stays last)."""
         fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "attention_mask": 0,
                 "offset_mapping": (0, 0)}
         for row in rows:
-            short = width - len(row["input_ids"])
+            short = max(0, width - len(row["input_ids"]))
             for key in row:
-                row[key] = row[key] + [fill[key]] * max(0, short)
+                cut = len(row[key]) - 1 if before_last else len(row[key])
+                row[key] = row[key][:cut] + [fill[key]] * short + row[key][cut:]
+
+    def _lay_out_segments(self, rows: List[Dict[str, list]], width: int) -> None:
+        """cls_last: every row becomes one segment of `width` tokens, `A [SEP] [PAD] … [CLS]`,
+        as fine-tuning lays it out; a row that does not fit is a TokenizerError."""
+        for row in rows:
+            n = len(row["input_ids"])
+            if n > width:
+                from ernie_doc.errors import TokenizerError
+                raise TokenizerError(
+                    f"a text of {n} tokens with [SEP] and [CLS] does not fit one segment of "
+                    f"{width} (this tokenizer lays a text out as its model reads a segment: "
+                    f"tokens [SEP] [PAD] ... [CLS]): pass truncation=True to keep what fits, "
+                    f"or read the whole document with ernie_doc.pipeline(<model folder>) or "
+                    f"ernie_doc.segment_batches")
+        self._pad(rows, width, before_last=True)
 
     def _encoding(self, rows: List[Dict[str, list]], batched: bool,
                   return_tensors: Optional[str]) -> BatchEncoding:
@@ -278,6 +325,8 @@ class TokenizerCallMixin:
         config = dict(self._config(), tokenizer_class=type(self).__name__)
         if self._model_max_length is not None:
             config["model_max_length"] = self._model_max_length
+        if self.segment_layout != SEGMENT_LAYOUTS[0]:
+            config["segment_layout"] = self.segment_layout
         return config
 
     def save_pretrained(self, directory) -> List[str]:

@@ -25,6 +25,7 @@ import paddle
 
 from ernie_doc import distributed as dist
 from ernie_doc import peers
+from ernie_doc.assemble import tokenizer_record
 from ernie_doc.errors import (Bf16ProgramError, CheckpointStateError, ConfigError, ErnieDocError,
                               TrainingError)
 from ernie_doc.run_config import batch_rows
@@ -588,10 +589,12 @@ class Trainer:
             plot_curves(self.out, main)
 
     def _tokenizer_config(self):
-        """tokenizer_config.json of every saved model (the tokenizer's recorded type), or None
-        without a tokenizer."""
+        """tokenizer_config.json of every saved model (the tokenizer's recorded type, and the
+        segment it lays a text out as), or None without a tokenizer."""
         saved_config = getattr(self.tokenizer, "saved_config", None)
-        return saved_config() if saved_config else None
+        if not saved_config:
+            return None
+        return dict(saved_config(), **tokenizer_record(self.cfg, self.model.config))
 
     def _tokenizer_files(self):
         """Files saved beside every exported model (tokenizer or vocabulary)."""

@@ -1,0 +1,77 @@
+"""How a fine-tuned model reads one segment, and what a call without memories is not.
+
+Fine-tuning and `pipeline` read a document segment by segment with memory; under the
+retrospective feed (paper §3.1) they read the whole document twice and predict from the second
+reading. For a document that fits in one segment, `read` is that reading in one call: the
+segment from empty memory, then (retrospective feed) the same segment again with the memory
+the first reading left. A plain call (`model(**enc)`: no memories, no reset flags) is only the
+first reading; `check_plain_call` says so once per model, and also when [CLS] is not where
+the model was fine-tuned to find it. Longer documents: `ernie_doc.pipeline` or
+`ernie_doc.segment_batches`."""
+import warnings
+from typing import Any, Optional
+
+import paddle
+
+# What a plain call is told, at most once per model each.
+RETRO_FEED = ("this model was fine-tuned to read each segment twice (the retrospective feed): "
+              "a call without memories is its first reading only; model.read(**inputs) is its "
+              "reading of a one-segment document, ernie_doc.pipeline(<its folder>) of a "
+              "document of any length")
+LAYOUT = ("input_ids: [CLS] (id {id}) is not at position {index} in {rows} of {batch} rows, "
+          "where this model was fine-tuned to read it: encode with the tokenizer saved beside "
+          "the model (AutoTokenizer.from_pretrained(<its folder>)), or predict with "
+          "ernie_doc.pipeline(<its folder>)")
+
+
+class ReadingWarning(UserWarning):
+    """A call to a fine-tuned model that is not the reading it was fine-tuned for."""
+
+
+class SegmentReader:
+    """`read()` for ErnieDocModel and every head: a call of either takes (input_ids, memories,
+    token_type_ids, attention_mask, reset_memory, memory_mask, **head inputs) and returns an
+    output with `memories` and `memory_mask`."""
+
+    def read(self, input_ids: paddle.Tensor, token_type_ids: Optional[paddle.Tensor] = None,
+             attention_mask: Optional[paddle.Tensor] = None, retro_feed: Optional[bool] = None,
+             **head_inputs: Any) -> Any:
+        """input_ids [B, T]: one segment per row, each a whole document laid out as the model's
+        own tokenizer lays it → the output (logits [B, ...], memories [L, B, M, H], ...) of the
+        reading the model predicts from: the segment from empty memory and, under the
+        retrospective feed (config.retro_feed, or `retro_feed`), again with the memory of that
+        first reading. Documents longer than one segment: ernie_doc.pipeline or
+        ernie_doc.segment_batches."""
+        if retro_feed is None:
+            retro_feed = bool(getattr(self.config, "retro_feed", None))
+        rows = int(input_ids.shape[0])
+        out = self(input_ids, memories=None, token_type_ids=token_type_ids,
+                   attention_mask=attention_mask, reset_memory=paddle.ones([rows], "bool"),
+                   memory_mask=None, **head_inputs)
+        if retro_feed:
+            out = self(input_ids, memories=out.memories, token_type_ids=token_type_ids,
+                       attention_mask=attention_mask, reset_memory=paddle.zeros([rows], "bool"),
+                       memory_mask=out.memory_mask, **head_inputs)
+        return out
+
+
+def check_plain_call(model: Any, input_ids: paddle.Tensor, memories: Any,
+                     reset_memory: Any) -> None:
+    """On a plain dygraph call of a fine-tuned model (no memories, no reset flags): a
+    ReadingWarning, once per model each, when [CLS] is not at config.cls_token_idx or the model
+    reads every segment twice (config.retro_feed)."""
+    config = model.config
+    if memories is not None or reset_memory is not None or not paddle.in_dynamic_mode():
+        return
+    said = model.__dict__.setdefault("_reading_said", set())
+    if config.cls_token_id is not None and "layout" not in said and input_ids.shape[1]:
+        index = config.cls_token_idx
+        if -input_ids.shape[1] <= index < input_ids.shape[1]:
+            wrong = int((input_ids[:, index] != config.cls_token_id).astype("int32").sum())
+            if wrong:
+                said.add("layout")
+                warnings.warn(LAYOUT.format(id=config.cls_token_id, index=index, rows=wrong,
+                                            batch=input_ids.shape[0]), ReadingWarning)
+    if config.retro_feed and "retro_feed" not in said:
+        said.add("retro_feed")
+        warnings.warn(RETRO_FEED, ReadingWarning)

@@ -1,0 +1,200 @@
+"""A fine-tuned model used the Hugging Face way agrees with `pipeline` (ernie_doc/modeling/
+reading.py): the folder's tokenizer lays a text out as the segment the model was fine-tuned on
+([CLS] last, max_seq_len tokens), `model.read(**enc)` reads it as the run did (twice under the
+retrospective feed) and gives the pipeline's probabilities; a plain `model(**enc)` that is not
+that reading says so once. A run's OUTPUT_DIR loads through every from_pretrained door."""
+import shutil
+import warnings
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+from helpers import tiny_classifier
+
+from ernie_doc import (AutoModel, AutoTokenizer, ErnieDocConfig, ErnieDocForSequenceClassification,
+                       pipeline)
+from ernie_doc.errors import TokenizerError
+from ernie_doc.modeling.reading import ReadingWarning
+
+TEXTS = ["good movie the plot", "awful bad poor actor left right", "the"]
+
+
+def sharpened(run, dest):
+    """A copy of the run's best/ with larger random matrices, so that its probabilities are
+    far from 1/2 and its two readings differ (a one-step model's barely do) → that folder."""
+    shutil.copytree(run / "best", dest)
+    model = AutoModel.from_pretrained(dest)
+    paddle.seed(7)
+    with paddle.no_grad():
+        for param in model.parameters():
+            if len(param.shape) == 2:
+                param.set_value(paddle.randn(param.shape) * 0.5)
+    model.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """{"retro": the run with the retrospective feed (the default), "once": without it};
+    each: (OUTPUT_DIR, a sharpened copy of its best/)."""
+    root = tmp_path_factory.mktemp("reading")
+    out = {}
+    for name, extra in (("retro", ()), ("once", ("retro_feed=false",))):
+        run = tiny_classifier(root / name, *extra)
+        out[name] = (run, sharpened(run, root / f"{name}-model"))
+    return out
+
+
+def probabilities(model, enc, call="read"):
+    with paddle.no_grad():
+        out = model.read(**enc) if call == "read" else model(**enc)
+    return F.softmax(out.logits, axis=-1).numpy()
+
+
+def pipeline_probabilities(folder, texts=TEXTS):
+    return np.array([r["probs"] for r in pipeline(str(folder))(texts)])
+
+
+def test_the_folder_records_how_the_model_reads(folders):
+    run, _ = folders["retro"]
+    config = ErnieDocConfig.from_pretrained(run / "best")
+    assert (config.retro_feed, config.cls_token_id, config.cls_token_idx) == (True, 1, -1)
+    assert ErnieDocConfig.from_pretrained(folders["once"][0] / "best").retro_feed is False
+    tok = AutoTokenizer.from_pretrained(run / "best")
+    assert (tok.segment_layout, tok.model_max_length) == ("cls_last", 16)
+
+
+def test_the_folders_tokenizer_lays_out_the_segment_the_model_reads(folders):
+    tok = AutoTokenizer.from_pretrained(folders["retro"][0] / "best")
+    enc = tok(TEXTS[0], return_offsets_mapping=True)
+    words = tok.encode(TEXTS[0])
+    # tokens [SEP] [PAD] ... [CLS], max_seq_len 16: the trainer's classification segment
+    assert enc["input_ids"] == words + [2] + [0] * (16 - len(words) - 2) + [1]
+    assert enc["attention_mask"] == [1] * (len(words) + 1) + [0] * (16 - len(words) - 2) + [1]
+    assert enc["token_type_ids"] == [0] * 16
+    assert enc["offset_mapping"][len(words):] == [(0, 0)] * (16 - len(words))
+    batch = tok(TEXTS, padding=True, return_tensors="np")
+    assert batch["input_ids"].shape == (3, 16) and (batch["input_ids"][:, -1] == 1).all()
+    assert tok(TEXTS[0], add_special_tokens=False)["input_ids"] == words
+
+
+def test_a_text_longer_than_a_segment_is_refused_or_truncated(folders):
+    tok = AutoTokenizer.from_pretrained(folders["retro"][0] / "best")
+    long = "good movie " * 20
+    with pytest.raises(TokenizerError) as info:
+        tok(long)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in ("one segment of 16", "truncation=True", "ernie_doc.pipeline",
+                 "segment_batches"):
+        assert part in message, (part, message)
+    ids = tok(long, truncation=True)["input_ids"]
+    assert len(ids) == 16 and ids[-2:] == [2, 1] and ids[:14] == tok.encode(long)[:14]
+
+
+def test_the_layout_survives_save_and_load(folders, tmp_path):
+    tok = AutoTokenizer.from_pretrained(folders["retro"][0] / "best")
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert (again.segment_layout, again.model_max_length) == ("cls_last", 16)
+    assert again(TEXTS)["input_ids"] == tok(TEXTS)["input_ids"]
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "WordPieceTokenizer", "segment_layout": "cls_middle"}')
+    with pytest.raises(TokenizerError, match="segment_layout 'cls_middle'"):
+        AutoTokenizer.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["retro", "once"])
+def test_read_gives_the_pipelines_probabilities(folders, name):
+    _, folder = folders[name]
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    enc = AutoTokenizer.from_pretrained(folder)(TEXTS, return_tensors="pd")
+    expected = pipeline_probabilities(folder)
+    assert np.abs(expected - 0.5).max() > 0.1   # a model that tells documents apart
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReadingWarning)   # read() itself never warns
+        got = probabilities(model, enc)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_a_plain_call_of_a_model_that_reads_twice_says_so_once(folders):
+    _, folder = folders["retro"]
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    enc = AutoTokenizer.from_pretrained(folder)(TEXTS, return_tensors="pd")
+    with pytest.warns(ReadingWarning) as caught:
+        plain = probabilities(model, enc, call="plain")
+        probabilities(model, enc, call="plain")
+    messages = [str(w.message) for w in caught if w.category is ReadingWarning]
+    assert len(messages) == 1 and "retrospective feed" in messages[0] \
+        and "model.read(**inputs)" in messages[0] and "ernie_doc.pipeline" in messages[0]
+    # it is the first reading only: not the model's prediction
+    assert np.abs(plain - pipeline_probabilities(folder)).max() > 0.1
+
+
+def test_a_plain_call_of_a_model_that_reads_once_is_its_reading(folders):
+    _, folder = folders["once"]
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    enc = AutoTokenizer.from_pretrained(folder)(TEXTS, return_tensors="pd")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReadingWarning)
+        plain = probabilities(model, enc, call="plain")
+    np.testing.assert_allclose(plain, pipeline_probabilities(folder), atol=1e-5)
+
+
+def test_cls_where_the_model_does_not_read_it_says_so_once(folders):
+    _, folder = folders["once"]
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.segment_layout = "cls_first"   # e.g. the released tokenizer: [CLS] first
+    enc = tok(TEXTS, padding=True, return_tensors="pd")
+    with pytest.warns(ReadingWarning) as caught:
+        probabilities(model, enc, call="plain")
+        probabilities(model, enc, call="plain")
+    messages = [str(w.message) for w in caught if w.category is ReadingWarning]
+    assert len(messages) == 1, messages
+    assert "[CLS] (id 1) is not at position -1 in 3 of 3 rows" in messages[0]
+    assert "AutoTokenizer.from_pretrained" in messages[0]
+
+
+def test_the_model_loop_with_memories_is_never_warned_about(folders):
+    _, folder = folders["retro"]
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    enc = AutoTokenizer.from_pretrained(folder)(TEXTS, return_tensors="pd")
+    with warnings.catch_warnings(), paddle.no_grad():
+        warnings.simplefilter("error", ReadingWarning)
+        first = model(**enc, reset_memory=paddle.ones([3], "bool"))
+        model(**enc, memories=first.memories)
+
+
+def test_a_runs_output_dir_loads_through_every_door(folders, tmp_path):
+    run, _ = folders["retro"]
+    best = run / "best"
+    model = AutoModel.from_pretrained(run)
+    assert isinstance(model, ErnieDocForSequenceClassification)
+    assert model.load_report.path.startswith(str(best))
+    assert ErnieDocForSequenceClassification.from_pretrained(run).config == model.config
+    assert ErnieDocConfig.from_pretrained(run) == ErnieDocConfig.from_pretrained(best)
+    assert AutoTokenizer.from_pretrained(run)(TEXTS)["input_ids"] == \
+        AutoTokenizer.from_pretrained(best)(TEXTS)["input_ids"]
+    # a run with final/ only (a pretraining run, or one without evaluation) loads final/
+    only_final = tmp_path / "run"
+    shutil.copytree(best, only_final / "final")
+    assert AutoModel.from_pretrained(only_final).load_report.path.startswith(
+        str(only_final / "final"))
+    assert AutoTokenizer.from_pretrained(only_final).segment_layout == "cls_last"
+
+
+def test_a_pair_is_laid_out_with_its_types(folders):
+    tok = AutoTokenizer.from_pretrained(folders["retro"][0] / "best")
+    a, b = tok.encode("good movie"), tok.encode("bad plot actor")
+    enc = tok("good movie", "bad plot actor")
+    pad = 16 - len(a) - len(b) - 3
+    assert enc["input_ids"] == a + [2] + b + [2] + [0] * pad + [1]
+    assert enc["token_type_ids"] == [0] * (len(a) + 1) + [1] * (len(b) + 1) + [0] * pad + [0]
+    assert enc["attention_mask"] == [1] * (len(a) + len(b) + 2) + [0] * pad + [1]
