@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, shared_path
+from helpers import ROOT, one_error_line, shared_path
 
 from ernie_doc.errors import HubError
 from ernie_doc.hub import Release, Remote
@@ -820,6 +820,79 @@ def test_trust_is_keyed_by_the_full_url(hub, model_files, tmp_path, monkeypatch)
     assert records[url_a]["sha256"] == hashlib.sha256(tarball).hexdigest()
 
 
+SHA0 = "0" * 64
+# (label, records as a function of the mirror's URL of the tarball {u}, what the line says): every
+# record here names a URL other than the registry's own spelling of it (the mirror's, or
+# another spelling), so a lookup by that one key alone passes it by
+MALFORMED_PINS = [
+    ("a string", lambda u: {u: "abc"}, "is a string, not an object"),
+    ("null", lambda u: {u: None}, "is null, not an object"),
+    ("no sha256", lambda u: {u: {"size": 3, "url": u}}, "holds no 'sha256'"),
+    ("short sha256", lambda u: {u: {"sha256": "0" * 63}},
+     f"has 'sha256' \"{'0' * 63}\", not 64 hexadecimal digits"),
+    ("sha256 a number", lambda u: {u: {"sha256": 12}},
+     "has 'sha256' 12, not 64 hexadecimal digits"),
+    ("size as text", lambda u: {u: {"sha256": SHA0, "size": "12"}},
+     "has 'size' \"12\", not a number of bytes"),
+    ("negative size", lambda u: {u: {"sha256": SHA0, "size": -1}},
+     "has 'size' -1, not a number of bytes"),
+    ("first_seen a number", lambda u: {u: {"sha256": SHA0, "first_seen": 20260101}},
+     "has 'first_seen' 20260101, not text"),
+    ("key no URL", lambda u: {"model-ernie-doc-hubtest.tar.gz": {"sha256": SHA0}},
+     "is keyed by no http(s) URL"),
+    ("url another", lambda u: {u: {"sha256": SHA0, "url": u + "x"}},
+     "has 'url' \"{u}x\", another URL than its key"),
+    ("registry URL respelled", lambda u: {"HTTPS://Example.invalid:443/models/./"
+                                          "model-ernie-doc-hubtest.tar.gz": "abc"},
+     "is a string, not an object"),
+    ("two spellings disagree", lambda u: {u: {"sha256": SHA0}, u.replace("/models/", "//models/"):
+                                          {"sha256": "1" * 64}},
+     "names the URL of the record \"{u}\" with another sha256"),
+]
+
+
+@pytest.mark.parametrize("label,records,part", MALFORMED_PINS,
+                         ids=[c[0] for c in MALFORMED_PINS])
+def test_a_malformed_pin_is_one_line_before_any_download(hub, tmp_path, capsys, label,
+                                                         records, part):
+    """A checksums.json record that cannot be used, whatever URL it names, is an error naming
+    the file and the record (`ernie-doc download`: one line, exit 2) before anything is
+    fetched or trusted: the file is left as it was, also for a pinned tokenizer."""
+    from ernie_doc.hub.cli import main
+    server = hub()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    url = server.url + TARBALL
+    data = records(url)
+    (cache / "checksums.json").write_text(json.dumps(data))
+    before = (cache / "checksums.json").read_bytes()
+    bad = list(data)[-1]
+    for argv in ([NAME], [NAME, "--tokenizer-only"]):
+        assert main(argv) == 2
+        one_error_line(capsys, f"error: {cache / 'checksums.json'}: the record "
+                               f"{json.dumps(bad)} {part.replace('{u}', url)}; fix or "
+                               f"remove that record")
+    assert server.total() == 0   # nothing was downloaded
+    assert (cache / "checksums.json").read_bytes() == before
+    assert cache_files(cache) == ["checksums.json"]
+
+
+def test_a_pin_holds_under_any_spelling_of_its_url(hub, model_files, tmp_path, capsys):
+    """A record keyed by the registry's URL spelled otherwise (upper case, the default port,
+    `/./`) pins that URL: a different file is refused and nothing is recorded."""
+    from ernie_doc.hub.cli import main
+    hub()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = "HTTPS://Example.invalid:443/models/./model-ernie-doc-hubtest.tar.gz"
+    (cache / "checksums.json").write_text(json.dumps({key: {"sha256": SHA0}}))
+    assert main([NAME]) == 2
+    got = hashlib.sha256(model_files["tarball"]).hexdigest()
+    one_error_line(capsys, f"sha256 {got} differs from the expected {SHA0}")
+    assert checksums(cache) == {key: {"sha256": SHA0}}
+    assert cache_files(cache) == ["checksums.json"]
+
+
 # -- cache entries hold only their manifest --------------------------------------------------
 @pytest.mark.parametrize("added", ["model.safetensors", "config.json", "params/extra_tensor"])
 def test_files_added_to_an_entry_are_refused(hub, tmp_path, added):
@@ -851,8 +924,8 @@ ONE_LINE = [
      "ERNIE_DOC_DOWNLOAD_DEADLINE='-1'"),
     ("cap", {"ERNIE_DOC_DOWNLOAD_MAX_BYTES": "lots"}, None, URL,
      "ERNIE_DOC_DOWNLOAD_MAX_BYTES='lots'"),
-    ("record without sha256", {}, _records({URL: {"size": 3}}), URL, "holds no 64-hex"),
-    ("record a string", {}, _records({URL: "abc"}), URL, "is a str, not an object"),
+    ("record without sha256", {}, _records({URL: {"size": 3}}), URL, "holds no 'sha256'"),
+    ("record a string", {}, _records({URL: "abc"}), URL, "is a string, not an object"),
     ("checksums a list", {}, _records([1, 2]), URL, "not a JSON object"),
     ("checksums not JSON", {}, lambda c: (c / "checksums.json").write_text("{oops"),
      URL, "checksums.json: unreadable"),
