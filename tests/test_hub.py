@@ -924,6 +924,13 @@ ONE_LINE = [
      "ERNIE_DOC_DOWNLOAD_DEADLINE='-1'"),
     ("cap", {"ERNIE_DOC_DOWNLOAD_MAX_BYTES": "lots"}, None, URL,
      "ERNIE_DOC_DOWNLOAD_MAX_BYTES='lots'"),
+    ("min speed", {"ERNIE_DOC_DOWNLOAD_MIN_SPEED": "fast"}, None, URL,
+     "ERNIE_DOC_DOWNLOAD_MIN_SPEED='fast': expected a number of bytes per second, 0 (no "
+     "limit) to 1 PiB"),
+    ("min speed negative", {"ERNIE_DOC_DOWNLOAD_MIN_SPEED": "-1"}, None, URL,
+     "ERNIE_DOC_DOWNLOAD_MIN_SPEED='-1'"),
+    ("min speed time", {"ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME": "0"}, None, URL,
+     "ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME='0': expected a number of seconds above 0"),
     ("record without sha256", {}, _records({URL: {"size": 3}}), URL, "holds no 'sha256'"),
     ("record a string", {}, _records({URL: "abc"}), URL, "is a string, not an object"),
     ("checksums a list", {}, _records([1, 2]), URL, "not a JSON object"),
@@ -1225,6 +1232,106 @@ _drip_chunk_size = _drip(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n
 def test_deadline_covers_headers_and_chunk_lines(hub, tmp_path, monkeypatch, route):
     hub(routes={VOCAB: route})
     stopped_at_one_second(tmp_path, monkeypatch)
+
+
+# -- the low-speed rule --------------------------------------------------------------------------
+def _paced(body: bytes, piece: int, pause: float, lasts: float = 8.0):
+    """A route announcing `body`'s length and sending `piece` bytes of it every `pause` s
+    (0 bytes: none at all), for `lasts` s at most (bounds the old code)."""
+    def route(handler, n):
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.flush()
+        end, sent = time.time() + lasts, 0
+        try:
+            while time.time() < end and sent < len(body):
+                time.sleep(pause)
+                handler.wfile.write(body[sent:sent + piece])
+                handler.wfile.flush()
+                sent += piece
+        except OSError:   # the client hung up
+            pass
+        handler.close_connection = True
+    return route
+
+
+def _below_the_rule(monkeypatch, capsys, min_speed: str) -> tuple:
+    """`ernie-doc download NAME --tokenizer-only` under a low-speed rule of `min_speed`
+    bytes/s over 1 s → (its one error line, the seconds it took, the bytes and the speed
+    the line reports)."""
+    import re
+
+    from ernie_doc.hub.cli import main
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", min_speed)
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME", "1")
+    started = time.monotonic()
+    assert main([NAME, "--tokenizer-only"]) == 2
+    elapsed = time.monotonic() - started
+    line = one_error_line(capsys, "(ERNIE_DOC_DOWNLOAD_MIN_SPEED and ERNIE_DOC_DOWNLOAD_MIN_"
+                                  "SPEED_TIME set this rule); nothing was kept; download ")
+    got = re.search(r": too slow: ([\d,]+) bytes in the last 1 s \(([\d,.]+) bytes/s\), "
+                    r"below [\d,]+ bytes/s; [\d,]+ bytes of the file received \(", line)
+    assert got, line
+    return line, elapsed, int(got.group(1).replace(",", "")), float(got.group(2))
+
+
+@pytest.mark.parametrize("route", [_paced(b"x" * 1000, 1, 0.1), _paced(b"x" * 1000, 0, 0.1),
+                                   _drip_headers],
+                         ids=["a byte every 0.1 s", "silence", "dripping headers"])
+def test_a_drip_stops_at_the_low_speed_rule(hub, tmp_path, monkeypatch, capsys, route):
+    """Below 100 bytes/s for 1 s (ERNIE_DOC_DOWNLOAD_MIN_SPEED=100,
+    ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME=1), long before the read timeout (10 s) or the
+    deadline (3 h): one line naming the URL, the rule and the measured speed, in about 1 s,
+    and nothing kept."""
+    server = hub(routes={VOCAB: route})
+    line, elapsed, got, speed = _below_the_rule(monkeypatch, capsys, "100")
+    assert line.startswith(f"error: {server.url}{VOCAB}: too slow: ")
+    assert "below 100 bytes/s" in line
+    assert got < 100 and speed == got
+    assert 0.9 < elapsed < 4, elapsed
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_the_low_speed_rule_lets_a_download_above_it_finish(hub, tmp_path, monkeypatch,
+                                                           capsys):
+    """The pinned vocabulary (161 bytes) sent 10 bytes every 0.1 s, about 100 bytes/s for
+    1.6 s: a rule of 1,000 bytes/s over 1 s stops it at 1 s and measures its speed; one of 20
+    bytes/s lets it finish, though it lasts longer than the rule's window."""
+    from ernie_doc.hub.cli import main
+    hub(routes={VOCAB: _paced(VOCAB_TEXT.encode(), 10, 0.1)})
+    line, elapsed, got, speed = _below_the_rule(monkeypatch, capsys, "1000")
+    assert "below 1,000 bytes/s" in line
+    assert 40 <= speed <= 400, line   # about 100 bytes/s of the file, and the headers
+    assert 0.9 < elapsed < 1.5, elapsed
+    assert cache_files(tmp_path / "cache") == []
+
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", "20")
+    started = time.monotonic()
+    assert main([NAME, "--tokenizer-only"]) == 0
+    assert time.monotonic() - started > 1.3   # more than a window of the rule
+    entry = tmp_path / "cache" / "tokenizers" / NAME
+    assert (entry / "vocab.txt").read_text() == VOCAB_TEXT
+
+
+def test_low_speed_settings(monkeypatch):
+    """ERNIE_DOC_DOWNLOAD_MIN_SPEED (bytes/s, binary K/M/G/T, 0: no rule; default 1 KiB/s)
+    and ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME (seconds; default 60)."""
+    limits = hub_fetch._download_limits
+    for key in ("ERNIE_DOC_DOWNLOAD_MIN_SPEED", "ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME"):
+        monkeypatch.delenv(key, raising=False)
+    assert (limits(None).min_speed, limits(None).speed_time) == (1024, 60.0)
+    for raw, value in [("0", 0), ("512", 512), ("2K", 2048), ("1 KiB/s", 1024), ("1M", 1 << 20)]:
+        monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", raw)
+        assert limits(None).min_speed == value, raw
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME", "2.5")
+    assert limits(None).speed_time == 2.5
+    for raw in ("-5", "1.5K", "fast", "2P"):
+        monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", raw)
+        with pytest.raises(HubError) as e:
+            limits(None)
+        assert str(e.value) == (f"ERNIE_DOC_DOWNLOAD_MIN_SPEED={raw!r}: expected a number of "
+                                f"bytes per second, 0 (no limit) to 1 PiB (e.g. 1024 or 1K)")
 
 
 def test_lock_wait_is_bounded(hub, tmp_path, monkeypatch):
