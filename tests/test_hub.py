@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, shared_path
+from helpers import ROOT, one_error_line, shared_path
 
 from ernie_doc.errors import HubError
 from ernie_doc.hub import Release, Remote
@@ -820,6 +820,79 @@ def test_trust_is_keyed_by_the_full_url(hub, model_files, tmp_path, monkeypatch)
     assert records[url_a]["sha256"] == hashlib.sha256(tarball).hexdigest()
 
 
+SHA0 = "0" * 64
+# (label, records as a function of the mirror's URL of the tarball {u}, what the line says): every
+# record here names a URL other than the registry's own spelling of it (the mirror's, or
+# another spelling), so a lookup by that one key alone passes it by
+MALFORMED_PINS = [
+    ("a string", lambda u: {u: "abc"}, "is a string, not an object"),
+    ("null", lambda u: {u: None}, "is null, not an object"),
+    ("no sha256", lambda u: {u: {"size": 3, "url": u}}, "holds no 'sha256'"),
+    ("short sha256", lambda u: {u: {"sha256": "0" * 63}},
+     f"has 'sha256' \"{'0' * 63}\", not 64 hexadecimal digits"),
+    ("sha256 a number", lambda u: {u: {"sha256": 12}},
+     "has 'sha256' 12, not 64 hexadecimal digits"),
+    ("size as text", lambda u: {u: {"sha256": SHA0, "size": "12"}},
+     "has 'size' \"12\", not a number of bytes"),
+    ("negative size", lambda u: {u: {"sha256": SHA0, "size": -1}},
+     "has 'size' -1, not a number of bytes"),
+    ("first_seen a number", lambda u: {u: {"sha256": SHA0, "first_seen": 20260101}},
+     "has 'first_seen' 20260101, not text"),
+    ("key no URL", lambda u: {"model-ernie-doc-hubtest.tar.gz": {"sha256": SHA0}},
+     "is keyed by no http(s) URL"),
+    ("url another", lambda u: {u: {"sha256": SHA0, "url": u + "x"}},
+     "has 'url' \"{u}x\", another URL than its key"),
+    ("registry URL respelled", lambda u: {"HTTPS://Example.invalid:443/models/./"
+                                          "model-ernie-doc-hubtest.tar.gz": "abc"},
+     "is a string, not an object"),
+    ("two spellings disagree", lambda u: {u: {"sha256": SHA0}, u.replace("/models/", "//models/"):
+                                          {"sha256": "1" * 64}},
+     "names the URL of the record \"{u}\" with another sha256"),
+]
+
+
+@pytest.mark.parametrize("label,records,part", MALFORMED_PINS,
+                         ids=[c[0] for c in MALFORMED_PINS])
+def test_a_malformed_pin_is_one_line_before_any_download(hub, tmp_path, capsys, label,
+                                                         records, part):
+    """A checksums.json record that cannot be used, whatever URL it names, is an error naming
+    the file and the record (`ernie-doc download`: one line, exit 2) before anything is
+    fetched or trusted: the file is left as it was, also for a pinned tokenizer."""
+    from ernie_doc.hub.cli import main
+    server = hub()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    url = server.url + TARBALL
+    data = records(url)
+    (cache / "checksums.json").write_text(json.dumps(data))
+    before = (cache / "checksums.json").read_bytes()
+    bad = list(data)[-1]
+    for argv in ([NAME], [NAME, "--tokenizer-only"]):
+        assert main(argv) == 2
+        one_error_line(capsys, f"error: {cache / 'checksums.json'}: the record "
+                               f"{json.dumps(bad)} {part.replace('{u}', url)}; fix or "
+                               f"remove that record")
+    assert server.total() == 0   # nothing was downloaded
+    assert (cache / "checksums.json").read_bytes() == before
+    assert cache_files(cache) == ["checksums.json"]
+
+
+def test_a_pin_holds_under_any_spelling_of_its_url(hub, model_files, tmp_path, capsys):
+    """A record keyed by the registry's URL spelled otherwise (upper case, the default port,
+    `/./`) pins that URL: a different file is refused and nothing is recorded."""
+    from ernie_doc.hub.cli import main
+    hub()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = "HTTPS://Example.invalid:443/models/./model-ernie-doc-hubtest.tar.gz"
+    (cache / "checksums.json").write_text(json.dumps({key: {"sha256": SHA0}}))
+    assert main([NAME]) == 2
+    got = hashlib.sha256(model_files["tarball"]).hexdigest()
+    one_error_line(capsys, f"sha256 {got} differs from the expected {SHA0}")
+    assert checksums(cache) == {key: {"sha256": SHA0}}
+    assert cache_files(cache) == ["checksums.json"]
+
+
 # -- cache entries hold only their manifest --------------------------------------------------
 @pytest.mark.parametrize("added", ["model.safetensors", "config.json", "params/extra_tensor"])
 def test_files_added_to_an_entry_are_refused(hub, tmp_path, added):
@@ -851,8 +924,15 @@ ONE_LINE = [
      "ERNIE_DOC_DOWNLOAD_DEADLINE='-1'"),
     ("cap", {"ERNIE_DOC_DOWNLOAD_MAX_BYTES": "lots"}, None, URL,
      "ERNIE_DOC_DOWNLOAD_MAX_BYTES='lots'"),
-    ("record without sha256", {}, _records({URL: {"size": 3}}), URL, "holds no 64-hex"),
-    ("record a string", {}, _records({URL: "abc"}), URL, "is a str, not an object"),
+    ("min speed", {"ERNIE_DOC_DOWNLOAD_MIN_SPEED": "fast"}, None, URL,
+     "ERNIE_DOC_DOWNLOAD_MIN_SPEED='fast': expected a number of bytes per second, 0 (no "
+     "limit) to 1 PiB"),
+    ("min speed negative", {"ERNIE_DOC_DOWNLOAD_MIN_SPEED": "-1"}, None, URL,
+     "ERNIE_DOC_DOWNLOAD_MIN_SPEED='-1'"),
+    ("min speed time", {"ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME": "0"}, None, URL,
+     "ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME='0': expected a number of seconds above 0"),
+    ("record without sha256", {}, _records({URL: {"size": 3}}), URL, "holds no 'sha256'"),
+    ("record a string", {}, _records({URL: "abc"}), URL, "is a string, not an object"),
     ("checksums a list", {}, _records([1, 2]), URL, "not a JSON object"),
     ("checksums not JSON", {}, lambda c: (c / "checksums.json").write_text("{oops"),
      URL, "checksums.json: unreadable"),
@@ -1152,6 +1232,106 @@ _drip_chunk_size = _drip(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n
 def test_deadline_covers_headers_and_chunk_lines(hub, tmp_path, monkeypatch, route):
     hub(routes={VOCAB: route})
     stopped_at_one_second(tmp_path, monkeypatch)
+
+
+# -- the low-speed rule --------------------------------------------------------------------------
+def _paced(body: bytes, piece: int, pause: float, lasts: float = 8.0):
+    """A route announcing `body`'s length and sending `piece` bytes of it every `pause` s
+    (0 bytes: none at all), for `lasts` s at most (bounds the old code)."""
+    def route(handler, n):
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.flush()
+        end, sent = time.time() + lasts, 0
+        try:
+            while time.time() < end and sent < len(body):
+                time.sleep(pause)
+                handler.wfile.write(body[sent:sent + piece])
+                handler.wfile.flush()
+                sent += piece
+        except OSError:   # the client hung up
+            pass
+        handler.close_connection = True
+    return route
+
+
+def _below_the_rule(monkeypatch, capsys, min_speed: str) -> tuple:
+    """`ernie-doc download NAME --tokenizer-only` under a low-speed rule of `min_speed`
+    bytes/s over 1 s → (its one error line, the seconds it took, the bytes and the speed
+    the line reports)."""
+    import re
+
+    from ernie_doc.hub.cli import main
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", min_speed)
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME", "1")
+    started = time.monotonic()
+    assert main([NAME, "--tokenizer-only"]) == 2
+    elapsed = time.monotonic() - started
+    line = one_error_line(capsys, "(ERNIE_DOC_DOWNLOAD_MIN_SPEED and ERNIE_DOC_DOWNLOAD_MIN_"
+                                  "SPEED_TIME set this rule); nothing was kept; download ")
+    got = re.search(r": too slow: ([\d,]+) bytes in the last 1 s \(([\d,.]+) bytes/s\), "
+                    r"below [\d,]+ bytes/s; [\d,]+ bytes of the file received \(", line)
+    assert got, line
+    return line, elapsed, int(got.group(1).replace(",", "")), float(got.group(2))
+
+
+@pytest.mark.parametrize("route", [_paced(b"x" * 1000, 1, 0.1), _paced(b"x" * 1000, 0, 0.1),
+                                   _drip_headers],
+                         ids=["a byte every 0.1 s", "silence", "dripping headers"])
+def test_a_drip_stops_at_the_low_speed_rule(hub, tmp_path, monkeypatch, capsys, route):
+    """Below 100 bytes/s for 1 s (ERNIE_DOC_DOWNLOAD_MIN_SPEED=100,
+    ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME=1), long before the read timeout (10 s) or the
+    deadline (3 h): one line naming the URL, the rule and the measured speed, in about 1 s,
+    and nothing kept."""
+    server = hub(routes={VOCAB: route})
+    line, elapsed, got, speed = _below_the_rule(monkeypatch, capsys, "100")
+    assert line.startswith(f"error: {server.url}{VOCAB}: too slow: ")
+    assert "below 100 bytes/s" in line
+    assert got < 100 and speed == got
+    assert 0.9 < elapsed < 4, elapsed
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_the_low_speed_rule_lets_a_download_above_it_finish(hub, tmp_path, monkeypatch,
+                                                           capsys):
+    """The pinned vocabulary (161 bytes) sent 10 bytes every 0.1 s, about 100 bytes/s for
+    1.6 s: a rule of 1,000 bytes/s over 1 s stops it at 1 s and measures its speed; one of 20
+    bytes/s lets it finish, though it lasts longer than the rule's window."""
+    from ernie_doc.hub.cli import main
+    hub(routes={VOCAB: _paced(VOCAB_TEXT.encode(), 10, 0.1)})
+    line, elapsed, got, speed = _below_the_rule(monkeypatch, capsys, "1000")
+    assert "below 1,000 bytes/s" in line
+    assert 40 <= speed <= 400, line   # about 100 bytes/s of the file, and the headers
+    assert 0.9 < elapsed < 1.5, elapsed
+    assert cache_files(tmp_path / "cache") == []
+
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", "20")
+    started = time.monotonic()
+    assert main([NAME, "--tokenizer-only"]) == 0
+    assert time.monotonic() - started > 1.3   # more than a window of the rule
+    entry = tmp_path / "cache" / "tokenizers" / NAME
+    assert (entry / "vocab.txt").read_text() == VOCAB_TEXT
+
+
+def test_low_speed_settings(monkeypatch):
+    """ERNIE_DOC_DOWNLOAD_MIN_SPEED (bytes/s, binary K/M/G/T, 0: no rule; default 1 KiB/s)
+    and ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME (seconds; default 60)."""
+    limits = hub_fetch._download_limits
+    for key in ("ERNIE_DOC_DOWNLOAD_MIN_SPEED", "ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME"):
+        monkeypatch.delenv(key, raising=False)
+    assert (limits(None).min_speed, limits(None).speed_time) == (1024, 60.0)
+    for raw, value in [("0", 0), ("512", 512), ("2K", 2048), ("1 KiB/s", 1024), ("1M", 1 << 20)]:
+        monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", raw)
+        assert limits(None).min_speed == value, raw
+    monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME", "2.5")
+    assert limits(None).speed_time == 2.5
+    for raw in ("-5", "1.5K", "fast", "2P"):
+        monkeypatch.setenv("ERNIE_DOC_DOWNLOAD_MIN_SPEED", raw)
+        with pytest.raises(HubError) as e:
+            limits(None)
+        assert str(e.value) == (f"ERNIE_DOC_DOWNLOAD_MIN_SPEED={raw!r}: expected a number of "
+                                f"bytes per second, 0 (no limit) to 1 PiB (e.g. 1024 or 1K)")
 
 
 def test_lock_wait_is_bounded(hub, tmp_path, monkeypatch):

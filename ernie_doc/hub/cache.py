@@ -28,7 +28,7 @@ from ernie_doc.errors import CheckpointError, HubError
 from ernie_doc.hub import archive
 from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
                                  open_own, sha256_file, sha256_of, shown)
-from ernie_doc.utils import atomic_write_text, open_regular, parse_json
+from ernie_doc.utils import atomic_write_text, clip, open_regular, parse_json
 
 logger = logging.getLogger("ernie_doc.hub")
 
@@ -302,10 +302,13 @@ class Fetched:
 
 
 def _expected_sha256(remote: registry.Remote) -> Tuple[Optional[str], str]:
-    """(sha256 the file must have or None, where that value comes from)."""
+    """(sha256 the file must have or None, where that value comes from). checksums.json is
+    read, every record checked, even when the registry pins the file: a malformed record is
+    an error before anything is fetched."""
+    records = _read_checksums()
     if remote.sha256:
         return remote.sha256.lower(), "pinned in ernie_doc.releases"
-    record = _trusted(remote.url)
+    record = _trusted(remote.url, records)
     if record:
         return record["sha256"].lower(), f"recorded in {os.path.join(home(), CHECKSUMS)} on " \
                                          f"{record.get('first_seen', '?')}"
@@ -313,9 +316,13 @@ def _expected_sha256(remote: registry.Remote) -> Tuple[Optional[str], str]:
 
 
 def _read_checksums() -> Dict:
+    """checksums.json as it is written ({URL: record}), once every record has been checked
+    (`_record_problem`) and no two keys spelling one URL disagree; {} when there is none.
+    HubError, one line naming the file (and the record), otherwise."""
     path = os.path.join(home(), CHECKSUMS)
     if not os.path.lexists(path):
         return {}
+    why = "it records the sha256 of weights first fetched"
     try:
         with open_regular(path, "file", HubError) as f:
             text = f.read().decode("utf-8")
@@ -325,30 +332,70 @@ def _read_checksums() -> Dict:
             raise ValueError("JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        return data
     except HubError as e:   # a FIFO or device under that name: never opened
-        raise HubError(f"{e}; remove it (it records the sha256 of weights first fetched)") \
-            from None
+        raise HubError(f"{e}; remove it ({why})") from None
     except (OSError, ValueError) as e:
-        raise HubError(f"{path}: unreadable ({shown(e)}); fix or remove it (it records the "
-                       f"sha256 of weights first fetched)") from None
+        raise HubError(f"{path}: unreadable ({shown(e)}); fix or remove it ({why})") from None
+    seen: Dict[str, str] = {}
+    for key, record in data.items():
+        problem = _record_problem(key, record)
+        if problem is None:
+            first = seen.setdefault(_checksum_key(key), key)
+            if data[first]["sha256"].lower() != record["sha256"].lower():
+                problem = f"names the URL of the record {_json_clip(first)} with another sha256"
+        if problem:
+            raise HubError(f"{path}: the record {_json_clip(key)} {problem}; fix or remove "
+                           f"that record (nothing is downloaded or trusted until then)")
+    return data
 
 
-def _trusted(url: str) -> Optional[Dict]:
-    """The checksums.json record trusted for `url` (keyed by the full URL), or None; HubError
-    naming the key for a record that is no object with a sha256."""
-    data = _read_checksums()
-    key = _checksum_key(url)
-    if key not in data:
-        return None
-    record = data[key]
-    sha = record.get("sha256") if isinstance(record, dict) else None
+_JSON_TYPES = {str: "a string", int: "a number", float: "a number", bool: "true or false",
+               list: "an array"}
+
+
+def _json_clip(value, limit: int = 120) -> str:
+    """A JSON value quoted for an error line: escaped (one printable line) and clipped."""
+    return clip(json.dumps(value), limit)
+
+
+def _record_problem(key: str, record) -> Optional[str]:
+    """What makes one checksums.json record unusable, or None: the key is an http(s) URL;
+    the record an object with a 64-hex-digit 'sha256', and, when present, a 'size' in bytes,
+    and a 'url' (that same URL) and 'first_seen' as text."""
+    try:
+        canonical = _checksum_key(key)
+    except HubError:
+        return "is keyed by no http(s) URL"
+    if not isinstance(record, dict):
+        return f"is {_JSON_TYPES.get(type(record), 'null')}, not an object"
+    if "sha256" not in record:
+        return "holds no 'sha256'"
+    sha, size = record["sha256"], record.get("size", 0)
     if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha)):
-        what = "holds no 64-hex-digit 'sha256'" if isinstance(record, dict) else \
-            f"is a {type(record).__name__}, not an object"
-        raise HubError(f"{os.path.join(home(), CHECKSUMS)}: the record {key!r} "
-                       f"{what}; fix or remove it (it is the trusted checksum of {url})")
-    return record
+        return f"has 'sha256' {_json_clip(sha, 80)}, not 64 hexadecimal digits"
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        return f"has 'size' {_json_clip(size, 40)}, not a number of bytes"
+    for field in ("url", "first_seen"):
+        if not isinstance(record.get(field, ""), str):
+            return f"has '{field}' {_json_clip(record[field], 40)}, not text"
+    if "url" in record:
+        try:
+            same = _checksum_key(record["url"]) == canonical
+        except HubError:
+            same = False
+        if not same:
+            return f"has 'url' {_json_clip(record['url'])}, another URL than its key"
+    return None
+
+
+def _trusted(url: str, records: Dict) -> Optional[Dict]:
+    """The record of `records` (checked by `_read_checksums`) trusted for `url`: keyed by the
+    same URL in any spelling (`_checksum_key`), or None."""
+    key = _checksum_key(url)
+    for spelled, record in records.items():
+        if _checksum_key(spelled) == key:
+            return record
+    return None
 
 
 def _record_checksum(fetched: Fetched) -> None:
@@ -357,8 +404,8 @@ def _record_checksum(fetched: Fetched) -> None:
     with file_lock(os.path.join(locks, "checksums.lock"), CHECKSUMS):
         data = _read_checksums()
         key = _checksum_key(fetched.url)
-        if key in data:   # recorded meanwhile (the same URL as a name and as a URL)
-            record = _trusted(fetched.url)
+        record = _trusted(fetched.url, data)
+        if record:   # recorded meanwhile (the same URL as a name and as a URL)
             if record["sha256"].lower() != fetched.sha256:
                 raise HubError(f"{fetched.url}: sha256 {fetched.sha256} differs from "
                                f"{record['sha256']}, recorded meanwhile in "

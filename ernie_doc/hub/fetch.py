@@ -2,7 +2,9 @@
 checksum, bounds, and nothing half-written.
 
 Environment: ERNIE_DOC_OFFLINE, ERNIE_DOC_MIRROR, ERNIE_DOC_TIMEOUT, ERNIE_DOC_DOWNLOAD_DEADLINE,
-ERNIE_DOC_DOWNLOAD_MAX_BYTES. Details: docs/design-notes.md, "Hub: fetching a file"."""
+ERNIE_DOC_DOWNLOAD_MIN_SPEED, ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME, ERNIE_DOC_DOWNLOAD_MAX_BYTES.
+Details: docs/design-notes.md, "Hub: fetching a file"."""
+import collections
 import contextlib
 import hashlib
 import http.client
@@ -19,7 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import BinaryIO, Iterator, Optional, Tuple
+from typing import BinaryIO, Iterator, NamedTuple, Optional, Tuple
 
 from ernie_doc.errors import HubError
 from ernie_doc.utils import mode_kind, show_progress
@@ -32,6 +34,8 @@ _FALSE = ("", "0", "false", "no", "off")
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_DEADLINE = 3 * 3600.0
 DEFAULT_MAX_BYTES = 8 << 30
+DEFAULT_MIN_SPEED = 1 << 10      # bytes/s, averaged over DEFAULT_MIN_SPEED_TIME (curl's
+DEFAULT_MIN_SPEED_TIME = 60.0    # --speed-limit / --speed-time)
 MAX_SECONDS = 30 * 24 * 3600.0   # the largest timeout or deadline a variable may set
 MAX_BYTES = 1 << 50              # ... and the largest byte cap (1 PiB)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -84,18 +88,22 @@ def seconds_env(name: str, default: float) -> float:
     return value
 
 
-def bytes_env(name: str, default: int) -> int:
+def bytes_env(name: str, default: int, per_second: bool = False) -> int:
     """Environment variable `name` as a byte count in (0, 1 PiB] (`default` when unset): `N`
-    or `N` K/M/G/T (binary units). HubError naming the variable otherwise."""
+    or `N` K/M/G/T (binary units). `per_second`: a speed, where 0 (off) is allowed too.
+    HubError naming the variable otherwise."""
     raw = _env(name)
     if not raw:
         return default
-    match = re.fullmatch(r"(\d{1,20})\s*([KMGT]?)(?:I?B)?", raw.upper()) \
-        if len(raw) <= 40 else None
-    value = int(match.group(1)) * _UNITS[match.group(2)] if match else 0
-    if not 0 < value <= MAX_BYTES:
-        raise HubError(f"{name}={_quoted(raw)}: expected a number of bytes above 0 and at "
-                       f"most 1 PiB (e.g. 4294967296 or 4G)")
+    match = re.fullmatch(r"(\d{1,20})\s*([KMGT]?)(?:I?B)?" + ("(?:/S)?" if per_second else ""),
+                         raw.upper()) if len(raw) <= 40 else None
+    value = int(match.group(1)) * _UNITS[match.group(2)] if match else -1
+    if not (0 if per_second else 1) <= value <= MAX_BYTES:
+        raise HubError(
+            f"{name}={_quoted(raw)}: expected a number of bytes per second, 0 (no limit) to "
+            f"1 PiB (e.g. 1024 or 1K)" if per_second else
+            f"{name}={_quoted(raw)}: expected a number of bytes above 0 and at most 1 PiB "
+            f"(e.g. 4294967296 or 4G)")
     return value
 
 
@@ -319,30 +327,106 @@ def looks_like_html(head: bytes) -> bool:
                                          b"<?xml", b"<meta", b"<script", b"<title"))
 
 
-class _Late(Exception):
-    """The download's deadline passed (not an OSError nor ValueError: http.client turns those
-    into other errors on the way)."""
+class _Limits(NamedTuple):
+    """The bounds of one download, from the environment (`_download_limits`)."""
+    timeout: float       # seconds one connect or read may wait (ERNIE_DOC_TIMEOUT)
+    deadline: float      # seconds the whole download may take
+    min_speed: int       # bytes/s every `speed_time` seconds must average (0: no such rule)
+    speed_time: float
+    cap: int             # the most bytes the body may have
+    said: str            # how the cap is named in errors
+
+
+class _Stopped(Exception):
+    """A bound of the download ended it: `what` happened, `setting` names the variables
+    that set the bound (not an OSError nor ValueError: http.client turns those into other
+    errors on the way)."""
+
+    def __init__(self, what: str, setting: str):
+        super().__init__(what)
+        self.what, self.setting = what, setting
+
+
+class _Pace:
+    """curl's --speed-limit/--speed-time: from `window` seconds after the first connection
+    (`begin`), the bytes received in the last `window` seconds must average `limit` bytes/s
+    or more (headers, chunk-size lines and body alike)."""
+
+    def __init__(self, limit: int, window: float):
+        self.limit, self.window, self.size = limit, window, 0
+        self.start: Optional[float] = None
+        # (time, bytes received by then), at least window/16 apart except the newest, which
+        # the next block moves forward (a block counts as arriving up to window/16 late)
+        self.marks: collections.deque = collections.deque()
+
+    def begin(self, now: float) -> None:
+        if self.start is None:
+            self.start = now
+            self.marks.append((now, 0))
+
+    def received(self, n: int, now: float) -> None:
+        self.size += n
+        if len(self.marks) > 1 and now - self.marks[-2][0] < self.window / 16:
+            self.marks[-1] = (now, self.size)
+        else:
+            self.marks.append((now, self.size))
+        while len(self.marks) > 2 and self.marks[1][0] <= now - self.window:
+            self.marks.popleft()   # what no window ending now or later reaches
+
+    def left(self, now: float) -> float:
+        """Seconds until the rule fails if nothing more arrives (0: it fails now)."""
+        if not self.limit or self.start is None:
+            return math.inf
+        for at, count in self.marks:   # the first mark a failing window can start at
+            if self.size - count < self.limit * self.window:
+                return max(0.0, self.start + self.window - now, at + self.window - now)
+        return math.inf   # not reached: the newest mark holds every byte
+
+    def stopped(self, now: float) -> _Stopped:
+        """The rule failed (or fails within `left(now)` s): _Stopped with the bytes of the
+        window that fails and their speed."""
+        end = now + self.left(now)
+        before = [count for at, count in self.marks if at <= end - self.window]
+        got = self.size - (before[-1] if before else 0)
+        return _Stopped(f"too slow: {got:,} bytes in the last {self.window:g} s "
+                        f"({got / self.window:,.1f} bytes/s), below {self.limit:,} bytes/s",
+                        "ERNIE_DOC_DOWNLOAD_MIN_SPEED and ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME "
+                        "set this rule")
 
 
 class _Clock:
-    """The deadline of one download: every socket operation waits at most the per-read
-    timeout and never past the deadline."""
+    """The bounds of one download in time: every socket operation waits at most the
+    per-read timeout, never past the deadline, and never past the moment the low-speed rule
+    fails if nothing more arrives."""
 
-    def __init__(self, timeout: float, deadline: float):
-        self.timeout = timeout
-        self.end = time.monotonic() + deadline
+    def __init__(self, limits: _Limits):
+        self.timeout, self.deadline = limits.timeout, limits.deadline
+        self.end = time.monotonic() + limits.deadline
+        self.pace = _Pace(limits.min_speed, limits.speed_time)
 
-    def remaining(self) -> float:
-        """Seconds left for the next socket operation; _Late once the deadline passed."""
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise _Late()
-        return min(self.timeout, left)
+    def connected(self) -> None:
+        self.pace.begin(time.monotonic())
+
+    def received(self, n: int) -> None:
+        self.pace.received(n, time.monotonic())
+
+    def remaining(self, grace: float = 0.0) -> float:
+        """Seconds left for the next socket operation; _Stopped once the deadline passed or
+        the low-speed rule failed (within `grace` seconds of it: a timeout that ended there)."""
+        now = time.monotonic()
+        left = self.end - now
+        if left <= grace:
+            raise _Stopped(f"not finished after {self.deadline:g} s",
+                           "ERNIE_DOC_DOWNLOAD_DEADLINE sets the limit")
+        slow = self.pace.left(now)
+        if slow <= grace:
+            raise self.pace.stopped(now)
+        return min(self.timeout, left, slow)
 
 
 class _TimedReader(io.RawIOBase):
-    """The socket's raw reader with its timeout set from the deadline before every read, so a
-    trickling server stops at the deadline."""
+    """The socket's raw reader with its timeout set from the clock before every read, so a
+    trickling server stops at the deadline or, sooner, at the low-speed rule."""
 
     def __init__(self, sock, clock: _Clock):
         super().__init__()
@@ -355,10 +439,13 @@ class _TimedReader(io.RawIOBase):
     def readinto(self, buffer) -> int:
         self.sock.settimeout(self.clock.remaining())
         try:
-            return self.raw.readinto(buffer)
+            n = self.raw.readinto(buffer)
         except socket.timeout:
-            self.clock.remaining()   # _Late when the deadline is what stopped it
+            self.clock.remaining(grace=0.01)   # _Stopped when a bound is what stopped it
             raise
+        if n:
+            self.clock.received(n)
+        return n
 
     def close(self) -> None:
         self.raw.close()
@@ -389,6 +476,7 @@ def _timed_handlers(clock: _Clock) -> list:
             def connect(self):
                 self.timeout = clock.remaining()
                 super().connect()
+                clock.connected()
         return Connection
 
     http_connection = timed(http.client.HTTPConnection)
@@ -414,11 +502,12 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     by_hand = f"download {fetched} yourself and put it at {manual}"
     if offline():
         raise HubError(f"{manual}: not in the cache and ERNIE_DOC_OFFLINE is set: {by_hand}")
-    timeout, deadline, cap, said = _download_limits(max_bytes)
+    limits = _download_limits(max_bytes)
+    cap, said = limits.cap, limits.said
     directory = os.path.dirname(dest)
     request = urllib.request.Request(fetched, headers={"User-Agent": "ernie-doc-paddle",
                                                        "Accept-Encoding": "identity"})
-    clock = _Clock(timeout, deadline)
+    clock = _Clock(limits)
     opener = urllib.request.build_opener(_Redirects(by_hand), *_timed_handlers(clock))
     body, fd = _Body(fetched, by_hand), None
     started = time.monotonic()
@@ -436,18 +525,16 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     except HubError:
         _discard(fd, dest)
         raise
-    except _Late:
+    except _Stopped as e:
         _discard(fd, dest)
-        raise HubError(f"{fetched}: not finished after {deadline:g} s ({body.size:,} bytes "
-                       f"received; ERNIE_DOC_DOWNLOAD_DEADLINE sets the limit); nothing was "
-                       f"kept; {by_hand}") from None
+        raise body.stopped(e) from None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
         # HTTP errors, timeouts, resets, a body cut short (IncompleteRead)
         _discard(fd, dest)
         if not isinstance(e, urllib.error.URLError) and isinstance(e, OSError) \
                 and e.filename is not None:
             raise   # a local write failure (full disk, permissions): the caller reports it
-        raise _network_error(e, body, deadline, started) from None
+        raise _network_error(e, body, limits.deadline, started) from None
     except BaseException:   # KeyboardInterrupt: no partial file either
         _discard(fd, dest)
         raise
@@ -457,15 +544,20 @@ def download(url: str, dest: str, manual: str, sha256: Optional[str] = None,
     return got, body.size
 
 
-def _download_limits(max_bytes: Optional[int]) -> Tuple[float, float, int, str]:
-    """(connect/read timeout s, whole-download deadline s, byte cap, how the cap is named in
-    errors) from the environment; `max_bytes`, the registry's cap, wins over the variable."""
-    timeout = seconds_env("ERNIE_DOC_TIMEOUT", DEFAULT_TIMEOUT)
-    deadline = seconds_env("ERNIE_DOC_DOWNLOAD_DEADLINE", DEFAULT_DEADLINE)
+def _download_limits(max_bytes: Optional[int]) -> _Limits:
+    """The bounds of a download from the environment (each variable checked: HubError, one
+    line, before anything is fetched); `max_bytes`, the registry's cap, wins over the
+    variable."""
     cap = max_bytes or bytes_env("ERNIE_DOC_DOWNLOAD_MAX_BYTES", DEFAULT_MAX_BYTES)
     said = "the registry's cap for this file" if max_bytes else \
         "the cap of ERNIE_DOC_DOWNLOAD_MAX_BYTES"
-    return timeout, deadline, cap, said
+    return _Limits(
+        timeout=seconds_env("ERNIE_DOC_TIMEOUT", DEFAULT_TIMEOUT),
+        deadline=seconds_env("ERNIE_DOC_DOWNLOAD_DEADLINE", DEFAULT_DEADLINE),
+        min_speed=bytes_env("ERNIE_DOC_DOWNLOAD_MIN_SPEED", DEFAULT_MIN_SPEED,
+                            per_second=True),
+        speed_time=seconds_env("ERNIE_DOC_DOWNLOAD_MIN_SPEED_TIME", DEFAULT_MIN_SPEED_TIME),
+        cap=cap, said=said)
 
 
 class _Body:
@@ -498,6 +590,11 @@ class _Body:
             _write_all(fd, block, dest)
             self.digest.update(block)
             bar.update(len(block))
+
+    def stopped(self, e: _Stopped) -> HubError:
+        """The one line of a download a bound ended (the deadline, the low-speed rule)."""
+        return HubError(f"{self.fetched}: {e.what}; {self.size:,} bytes of the file received "
+                        f"({e.setting}); nothing was kept; {self.by_hand}")
 
     def checked_hash(self, total: Optional[int], sha256: Optional[str]) -> str:
         """The body's sha256 hex, once it is known to be whole (`total` bytes when announced)
@@ -545,9 +642,8 @@ def _network_error(e: BaseException, body: _Body, deadline: float,
     saying when the download deadline is what ended it."""
     fetched, by_hand = body.fetched, body.by_hand
     reason = getattr(e, "reason", None) or e
-    if isinstance(reason, _Late):   # wrapped by urllib on the way
-        return HubError(f"{fetched}: not finished after {deadline:g} s (ERNIE_DOC_DOWNLOAD_"
-                        f"DEADLINE sets the limit); nothing was kept; {by_hand}")
+    if isinstance(reason, _Stopped):   # wrapped by urllib on the way
+        return body.stopped(reason)
     code = getattr(e, "code", None)
     what = f"HTTP {code}" if code else f"{type(reason).__name__}: {shown(reason)}"
     if time.monotonic() - started > deadline:
