@@ -824,6 +824,23 @@ def test_a_tsv_header_naming_a_column_twice_is_one_line(saved, tmp_path, capsys)
     assert not preds.exists()
 
 
+@pytest.mark.parametrize("name, data, items", [
+    ("rows.tsv", b"id\ttext\nq1\tgood\nq2\tbad\nq3\tfine\n", 3),        # was 4: the header
+    ("crlf.tsv", b"\xef\xbb\xbf\r\nid\ttext\r\nq1\tgood\r\n\r\nq2\tbad", 2),   # was 4
+    ("short.tsv", b"id\ttext\nq1\tgood\nq2\n", 2),      # a row of too few columns: an item
+    ("lines.jsonl", b'{"text": "a"}\n\n  \n{"text": "b"}\n{"text": "c"}', 3),   # was 4
+    ("bytes.jsonl", b'{"text": "a"}\n\xff\n\xe3\x80\x80\n', 2),   # not UTF-8: an item; U+3000
+])
+def test_the_progress_total_counts_documents(tmp_path, name, data, items):
+    """count_inputs (the progress bar's total) is the number of items read_inputs yields: not
+    a TSV's header row, not blank lines (Unicode spaces too), the last line without its
+    newline."""
+    from ernie_doc.predict.inputs import count_inputs
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert count_inputs(str(path)) == len(list(read_inputs(str(path)))) == items
+
+
 def test_inputs_are_read_in_bounded_memory(tmp_path):
     """A 320 MiB JSON line, a .txt entry linking to a 320 MiB file and a 320 MiB task.json
     (sparse files) under an address-space limit 256 MiB above what the process maps: each
