@@ -600,6 +600,24 @@ def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
         return sum(1 for _ in _item_lines(f, path, fmt))
 
 
+def no_documents(path: str, fmt: str = "auto") -> str:
+    """The line saying why read_inputs yields no item from `path` (count_inputs gave 0, or
+    standard input ended at once): `--input PATH: no documents: the file is empty`."""
+    fmt = input_format(path, fmt)
+    if fmt == "dir":
+        why = "the folder holds no .txt files"
+    elif path == STDIO:
+        why = "standard input is empty (or holds only " + \
+            ("a header row and " if fmt == "tsv" else "") + "blank lines)"
+    else:   # no item: a line that is not blank can only be a TSV's header (read as JSONL)
+        with _open_input(path) as f:
+            empty = os.fstat(f.fileno()).st_size == 0
+            header = fmt == "tsv" and next(_item_lines(f, path, "jsonl"), None) is not None
+        why = "the file is empty" if empty else "the file holds only a header row" if header \
+            else "the file holds only blank lines"
+    return f"--input {shown(path)}: no documents: {why}"
+
+
 # -- the predictions file and its provenance ---------------------------------------------------
 # One record per line; what wrote it lives in `<output>.meta.json`, written before the first
 # record. --resume continues only a file whose sidecar names this model.
