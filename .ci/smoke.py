@@ -7,8 +7,9 @@ wheel leaves out fails here.
     python -I smoke.py no-paddle   # before paddle is installed: the one-line install hint
     python -I smoke.py             # after: help of every subcommand, then fine-tune a tiny
                                    # IMDB classifier, predict, export, predict the export,
-                                   # Predictor, pipeline (a single string too), convert,
-                                   # run-document, train-tokenizer, Ctrl-C and --resume
+                                   # Predictor, pipeline (a single string too), an input
+                                   # without documents, convert, run-document,
+                                   # train-tokenizer, Ctrl-C and --resume
 
 Each step prints one line with its time; a failure prints the command and its output's tail
 and exits 1.
@@ -211,6 +212,28 @@ def main():
               "Pipeline.from_pretrained on best/")
         one = pipeline(out)("Great movie, loved it.")   # a single string is one document
         check(len(one) == 1 and "pred" in one[0], f"pipeline on one string gave {one}")
+
+    @step("predict on an input without documents: one line, or --allow-empty")
+    def _():
+        from ernie_doc.cli import predict
+        with open(os.path.join(WORK, "header.tsv"), "w", encoding="utf-8") as f:
+            f.write("id\ttext\n")   # a header row and no document
+        proc = run("predict", out, "--input", "header.tsv", "--output", "empty.jsonl",
+                   expect=2)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        check(lines == ["error: --input header.tsv: no documents: the file holds only a "
+                        "header row (--allow-empty writes an empty --output instead)"] and
+              not {"empty.jsonl", "empty.jsonl.meta.json"} & set(os.listdir(WORK)),
+              f"predict on a header-only TSV: {proc.stderr[-2000:]!r}")
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):   # in this process: paddle is imported
+            status = predict.main([out, "--input", os.path.join(WORK, "header.tsv"),
+                                   "--output", os.path.join(WORK, "empty.jsonl"),
+                                   "--allow-empty", "--no-progress"])
+        summary = json.loads(text.getvalue().strip().splitlines()[-1])
+        check(status == 0 and summary["documents"] == 0 and
+              read_jsonl(os.path.join(WORK, "empty.jsonl")) == [],
+              f"--allow-empty: exit {status}, {summary}")
 
     @step("convert to the PaddleNLP layout")
     def _():
