@@ -901,6 +901,27 @@ def test_an_empty_input_leaves_the_output_it_would_replace_or_resume(saved, tmp_
     assert (summary["documents"], summary["skipped"]) == (0, 2)
 
 
+def test_a_task_split_without_documents_is_one_line(saved, tmp_path, capsys, monkeypatch):
+    """--format task: the task's reader refuses a file without examples itself (imdb's line);
+    a reader that read none would meet the same rule as a file (--allow-empty included)."""
+    import ernie_doc.predict.pipeline as pipeline_module
+    data = tmp_path / "imdb"
+    data.mkdir()
+    (data / "test.txt").write_text("qid\tlabel\tscore\ttext_a\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [str(saved[0]), "--format", "task", "--output", str(out / "p.jsonl"), "--no-progress"]
+    exits(2, lambda: predict.main(argv + ["--input", str(data / "test.txt")]))
+    one_error_line(capsys, f"error: {data / 'test.txt'}: no examples")
+    monkeypatch.setattr(pipeline_module, "task_documents", lambda *args: [])
+    exits(2, lambda: predict.main(argv + ["--input", str(data)]))
+    one_error_line(capsys, f"error: --input {data}: no documents: the imdb reader read none "
+                           f"(split test) (--allow-empty writes an empty --output instead)")
+    assert os.listdir(out) == []
+    assert predict.main(argv + ["--input", str(data), "--allow-empty"]) == 0
+    assert (out / "p.jsonl").read_bytes() == b""
+
+
 def test_an_empty_txt_file_is_one_empty_document(saved, tmp_path, capsys):
     """A .txt input is one document, whatever it holds: an empty one is an empty document,
     an error record (as `{"text": ""}` on a JSON line), not an input without documents."""

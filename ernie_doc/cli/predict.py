@@ -172,10 +172,11 @@ def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[i
     if args.format == TASK_FORMAT:
         record = task_record(model_directories(args)[0], args.task)
         documents = task_documents(record, args.input, args.split)
-        if not documents and not args.allow_empty:
-            raise PipelineError(f"--input {args.input or record['config']['data_dir']}: no "
-                                f"documents: the {record['task']} reader read none for split "
-                                f"{task_split(record, args.split)}{ALLOW_EMPTY}")
+        where = args.input or record["config"]["data_dir"]
+        if not documents and not args.allow_empty:   # the task readers refuse this themselves
+            split = f" (split {task_split(record, args.split)})" if os.path.isdir(where) else ""
+            raise PipelineError(f"--input {where}: no documents: the {record['task']} reader "
+                                f"read none{split}{ALLOW_EMPTY}")
         return documents, len(documents)
     documents = read_inputs(args.input, args.format)
     total = count_inputs(args.input, args.format)
