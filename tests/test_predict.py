@@ -945,13 +945,16 @@ def test_python_reads_an_empty_input_as_no_documents(pipe, tmp_path):
     assert pipe([]) == [] and list(pipe.stream([])) == []
 
 
-@pytest.mark.parametrize("name, data, items", [
+COUNTED = [
     ("rows.tsv", b"id\ttext\nq1\tgood\nq2\tbad\nq3\tfine\n", 3),        # was 4: the header
     ("crlf.tsv", b"\xef\xbb\xbf\r\nid\ttext\r\nq1\tgood\r\n\r\nq2\tbad", 2),   # was 4
     ("short.tsv", b"id\ttext\nq1\tgood\nq2\n", 2),      # a row of too few columns: an item
     ("lines.jsonl", b'{"text": "a"}\n\n  \n{"text": "b"}\n{"text": "c"}', 3),   # was 4
     ("bytes.jsonl", b'{"text": "a"}\n\xff\n\xe3\x80\x80\n', 2),   # not UTF-8: an item; U+3000
-])
+]
+
+
+@pytest.mark.parametrize("name, data, items", COUNTED, ids=[case[0] for case in COUNTED])
 def test_the_progress_total_counts_documents(tmp_path, name, data, items):
     """count_inputs (the progress bar's total) is the number of items read_inputs yields: not
     a TSV's header row, not blank lines (Unicode spaces too), the last line without its
