@@ -504,9 +504,9 @@ def _item_lines(f, path: str, fmt: str) -> Iterator[tuple]:
     blank lines and a TSV's header row (checked, then given with each row as `header`) are
     none. `line`: the text, an InputProblem (not UTF-8), or None (longer than MAX_ITEM_BYTES,
     not read; before a TSV's header, the last: no row after it can be read)."""
-    header = None
+    header, name = None, shown(path)
     for number, raw in _lines(f):
-        where = f"{shown(path)}:{number}"
+        where = f"{name}:{number}"
         line = None if raw is None else _decode(raw, where, first=number == 1)
         if isinstance(line, str):
             if not line.strip():
