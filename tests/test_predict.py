@@ -922,18 +922,20 @@ def test_a_task_split_without_documents_is_one_line(saved, tmp_path, capsys, mon
     assert (out / "p.jsonl").read_bytes() == b""
 
 
-def test_an_empty_txt_file_is_one_empty_document(saved, tmp_path, capsys):
-    """A .txt input is one document, whatever it holds: an empty one is an empty document,
-    an error record (as `{"text": ""}` on a JSON line), not an input without documents."""
-    inputs = tmp_path / "empty.txt"
-    inputs.write_bytes(b"")
-    preds = tmp_path / "p.jsonl"
-    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(preds),
-                         "--no-progress"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (summary["documents"], summary["errors"]) == (0, 1)
-    assert [(r["doc_id"], r["error"]) for r in read_jsonl(preds)] == [("empty.txt",
-                                                                       "empty text")]
+def test_an_empty_txt_file_is_one_empty_document(saved, tmp_path, capsys, monkeypatch):
+    """A .txt input (and standard input read as txt) is one document, whatever it holds: an
+    empty one is an empty document, an error record (as `{"text": ""}` on a JSON line), not
+    an input without documents."""
+    (tmp_path / "empty.txt").write_bytes(b"")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    for given, name in (([str(tmp_path / "empty.txt")], "empty.txt"),
+                        (["-", "--format", "txt"], "stdin")):
+        preds = tmp_path / f"{name}.jsonl"
+        assert predict.main([str(saved[0]), "--input", *given, "--output", str(preds),
+                             "--no-progress"]) == 0
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert (summary["documents"], summary["errors"]) == (0, 1)
+        assert [(r["doc_id"], r["error"]) for r in read_jsonl(preds)] == [(name, "empty text")]
 
 
 def test_python_reads_an_empty_input_as_no_documents(pipe, tmp_path):
