@@ -8,8 +8,9 @@ wheel leaves out fails here.
     python -I smoke.py             # after: help of every subcommand, then fine-tune a tiny
                                    # IMDB classifier, predict, export, predict the export,
                                    # Predictor, pipeline (a single string too), AutoModel
-                                   # and model.read against the pipeline, convert,
-                                   # run-document, train-tokenizer, Ctrl-C and --resume
+                                   # and model.read against the pipeline, an input without
+                                   # documents, convert, run-document, train-tokenizer,
+                                   # Ctrl-C and --resume
 
 Each step prints one line with its time; a failure prints the command and its output's tail
 and exits 1.
@@ -236,6 +237,28 @@ def main():
             model(**enc)
         check([w.category for w in caught] == [ReadingWarning],
               f"a plain call of a model that reads twice warned {caught}")
+
+    @step("predict on an input without documents: one line, or --allow-empty")
+    def _():
+        from ernie_doc.cli import predict
+        with open(os.path.join(WORK, "header.tsv"), "w", encoding="utf-8") as f:
+            f.write("id\ttext\n")   # a header row and no document
+        proc = run("predict", out, "--input", "header.tsv", "--output", "empty.jsonl",
+                   expect=2)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        check(lines == ["error: --input header.tsv: no documents: the file holds only a "
+                        "header row (--allow-empty writes an empty --output instead)"] and
+              not {"empty.jsonl", "empty.jsonl.meta.json"} & set(os.listdir(WORK)),
+              f"predict on a header-only TSV: {proc.stderr[-2000:]!r}")
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):   # in this process: paddle is imported
+            status = predict.main([out, "--input", os.path.join(WORK, "header.tsv"),
+                                   "--output", os.path.join(WORK, "empty.jsonl"),
+                                   "--allow-empty", "--no-progress"])
+        summary = json.loads(text.getvalue().strip().splitlines()[-1])
+        check(status == 0 and summary["documents"] == 0 and
+              read_jsonl(os.path.join(WORK, "empty.jsonl")) == [],
+              f"--allow-empty: exit {status}, {summary}")
 
     @step("convert to the PaddleNLP layout")
     def _():

@@ -3,6 +3,7 @@
 The models are tiny runs of the tasks (what their run.sh runs, in-process) on fixtures in the
 official formats; the predictions must equal, field for field, what the trainer's evaluation
 (eval_only's code) wrote for the same documents."""
+import io
 import itertools
 import json
 import os
@@ -822,6 +823,148 @@ def test_a_tsv_header_naming_a_column_twice_is_one_line(saved, tmp_path, capsys)
                                    str(preds), "--no-progress"]))
     one_error_line(capsys, f"{inputs}:1: the header names column 'id' twice")
     assert not preds.exists()
+
+
+# what each input without documents is, and the end of its one line
+NO_DOCUMENTS = {
+    "in.tsv": (b"", "the file is empty"),
+    "in.jsonl": (b"", "the file is empty"),
+    "header.tsv": (b"\xef\xbb\xbfid\ttext\r\n\r\n  \n", "the file holds only a header row"),
+    "blank.jsonl": (b"\n \t\n\r\n", "the file holds only blank lines"),
+    "docs": (None, "the folder holds no .txt files"),
+    "-": (b"", "standard input is empty (or holds only blank lines)"),
+    "-tsv": (b"id\ttext\n", "standard input is empty (or holds only a header row and blank "
+                            "lines)"),
+}
+
+
+def no_documents_input(tmp_path, monkeypatch, name):
+    """NO_DOCUMENTS[name] as predict's arguments (standard input set for `-`)."""
+    data, _ = NO_DOCUMENTS[name]
+    if name.startswith("-"):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        return ["-"] + (["--format", "tsv"] if name == "-tsv" else [])
+    path = tmp_path / "in" / name
+    path.parent.mkdir(exist_ok=True)
+    if data is None:
+        path.mkdir()
+        (path / "notes.md").write_text("not a document")   # not read: no document
+    else:
+        path.write_bytes(data)
+    return [str(path)]
+
+
+@pytest.mark.parametrize("name", sorted(NO_DOCUMENTS))
+def test_an_input_without_documents_is_one_line_and_writes_nothing(saved, tmp_path, capsys,
+                                                                   monkeypatch, name):
+    """An empty file or folder, a TSV with only its header, blank lines, empty standard input:
+    one line naming the input and why, exit 2, no predictions file and no sidecar;
+    --allow-empty writes the empty output (and its sidecar) and exits 0."""
+    given = no_documents_input(tmp_path, monkeypatch, name)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [str(saved[0]), "--input", *given, "--output", str(out / "p.jsonl"), "--no-progress"]
+    exits(2, lambda: predict.main(argv))
+    one_error_line(capsys, f"error: --input {given[0]}: no documents: {NO_DOCUMENTS[name][1]} "
+                           f"(--allow-empty writes an empty --output instead)")
+    assert os.listdir(out) == []
+    if name.startswith("-"):   # standard input was read: give it again
+        no_documents_input(tmp_path, monkeypatch, name)
+    assert predict.main(argv + ["--allow-empty"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["documents"] == 0
+    assert sorted(os.listdir(out)) == ["p.jsonl", "p.jsonl.meta.json"]
+    assert (out / "p.jsonl").read_bytes() == b""
+
+
+def test_an_empty_input_leaves_the_output_it_would_replace_or_resume(saved, tmp_path, capsys):
+    """--overwrite and --resume onto an input now empty: refused before anything is touched
+    (the cut-short last line --resume would repair stays); --allow-empty --resume: nothing
+    to add, exit 0."""
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "good movie"},
+                                                 {"id": "b", "text": "bad plot"}])
+    preds = tmp_path / "p.jsonl"
+    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(preds),
+                         "--no-progress"]) == 0
+    with open(preds, "ab") as f:
+        f.write(b'{"doc_id": "c", "pr')   # an interrupted run's last line
+    before = {p: p.read_bytes() for p in (preds, tmp_path / "p.jsonl.meta.json")}
+    inputs.write_bytes(b"")
+    capsys.readouterr()
+    for option in ("--overwrite", "--resume"):
+        exits(2, lambda: predict.main([str(saved[0]), "--input", str(inputs), "--output",
+                                       str(preds), option, "--no-progress"]))
+        one_error_line(capsys, f"--input {inputs}: no documents: the file is empty")
+        assert {p: p.read_bytes() for p in before} == before
+    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(preds),
+                         "--resume", "--allow-empty", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["documents"], summary["skipped"]) == (0, 2)
+
+
+def test_a_task_split_without_documents_is_one_line(saved, tmp_path, capsys, monkeypatch):
+    """--format task: the task's reader refuses a file without examples itself (imdb's line);
+    a reader that read none would meet the same rule as a file (--allow-empty included)."""
+    import ernie_doc.predict.pipeline as pipeline_module
+    data = tmp_path / "imdb"
+    data.mkdir()
+    (data / "test.txt").write_text("qid\tlabel\tscore\ttext_a\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [str(saved[0]), "--format", "task", "--output", str(out / "p.jsonl"), "--no-progress"]
+    exits(2, lambda: predict.main(argv + ["--input", str(data / "test.txt")]))
+    one_error_line(capsys, f"error: {data / 'test.txt'}: no examples")
+    monkeypatch.setattr(pipeline_module, "task_documents", lambda *args: [])
+    exits(2, lambda: predict.main(argv + ["--input", str(data)]))
+    one_error_line(capsys, f"error: --input {data}: no documents: the imdb reader read none "
+                           f"(split test) (--allow-empty writes an empty --output instead)")
+    assert os.listdir(out) == []
+    assert predict.main(argv + ["--input", str(data), "--allow-empty"]) == 0
+    assert (out / "p.jsonl").read_bytes() == b""
+
+
+def test_an_empty_txt_file_is_one_empty_document(saved, tmp_path, capsys, monkeypatch):
+    """A .txt input (and standard input read as txt) is one document, whatever it holds: an
+    empty one is an empty document, an error record (as `{"text": ""}` on a JSON line), not
+    an input without documents."""
+    (tmp_path / "empty.txt").write_bytes(b"")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    for given, name in (([str(tmp_path / "empty.txt")], "empty.txt"),
+                        (["-", "--format", "txt"], "stdin")):
+        preds = tmp_path / f"{name}.jsonl"
+        assert predict.main([str(saved[0]), "--input", *given, "--output", str(preds),
+                             "--no-progress"]) == 0
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert (summary["documents"], summary["errors"]) == (0, 1)
+        assert [(r["doc_id"], r["error"]) for r in read_jsonl(preds)] == [(name, "empty text")]
+
+
+def test_python_reads_an_empty_input_as_no_documents(pipe, tmp_path):
+    """The Python door: read_inputs of an input without documents yields none (as an empty
+    list given to a pipeline returns none); only the command refuses it."""
+    for data, name in ((b"", "a.tsv"), (b"id\ttext\n", "b.tsv"), (b"\n\n", "c.jsonl")):
+        (tmp_path / name).write_bytes(data)
+        assert list(read_inputs(str(tmp_path / name))) == []
+    assert pipe([]) == [] and list(pipe.stream([])) == []
+
+
+COUNTED = [
+    ("rows.tsv", b"id\ttext\nq1\tgood\nq2\tbad\nq3\tfine\n", 3),        # was 4: the header
+    ("crlf.tsv", b"\xef\xbb\xbf\r\nid\ttext\r\nq1\tgood\r\n\r\nq2\tbad", 2),   # was 4
+    ("short.tsv", b"id\ttext\nq1\tgood\nq2\n", 2),      # a row of too few columns: an item
+    ("lines.jsonl", b'{"text": "a"}\n\n  \n{"text": "b"}\n{"text": "c"}', 3),   # was 4
+    ("bytes.jsonl", b'{"text": "a"}\n\xff\n\xe3\x80\x80\n', 2),   # not UTF-8: an item; U+3000
+]
+
+
+@pytest.mark.parametrize("name, data, items", COUNTED, ids=[case[0] for case in COUNTED])
+def test_the_progress_total_counts_documents(tmp_path, name, data, items):
+    """count_inputs (the progress bar's total) is the number of items read_inputs yields: not
+    a TSV's header row, not blank lines (Unicode spaces too), the last line without its
+    newline."""
+    from ernie_doc.predict.inputs import count_inputs
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert count_inputs(str(path)) == len(list(read_inputs(str(path)))) == items
 
 
 def test_inputs_are_read_in_bounded_memory(tmp_path):

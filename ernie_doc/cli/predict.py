@@ -14,6 +14,7 @@ and locked as ernie_doc.predict.outputs says (never an input, never the model fo
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import os
 import shlex
@@ -25,6 +26,7 @@ from typing import Any, Iterable, List, Optional, Tuple
 # paddle is imported only once the arguments are read: --help and a bad argument answer at
 # once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc.cli
 TASK_FORMAT = "task"   # --format task: the model's own task reader reads --input
+ALLOW_EMPTY = " (--allow-empty writes an empty --output instead)"
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -64,6 +66,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true",
                    help="continue --output: skip the documents already in it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    p.add_argument("--allow-empty", action="store_true", help="an input without documents (an "
+                   "empty file or folder, a header-only TSV): write an empty --output, exit 0")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU math threads (0: paddle's default; engine inference: 1)")
     p.add_argument("--no-progress", action="store_true",
@@ -160,14 +164,29 @@ def check_paths(args: argparse.Namespace):
 
 def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[int]]:
     """The documents --input holds, and how many (None when unknown): a task's split under
-    --format task, else the records of the file."""
-    from ernie_doc.predict.inputs import task_record
-    from ernie_doc.predict.pipeline import count_inputs, read_inputs, task_documents
+    --format task, else the records of the file. No document at all is a PipelineError (one
+    line saying why) unless --allow-empty; standard input's first record is read to know."""
+    from ernie_doc.errors import PipelineError
+    from ernie_doc.predict.inputs import no_documents, task_record
+    from ernie_doc.predict.pipeline import count_inputs, read_inputs, task_documents, task_split
     if args.format == TASK_FORMAT:
         record = task_record(model_directories(args)[0], args.task)
         documents = task_documents(record, args.input, args.split)
+        where = args.input or record["config"]["data_dir"]
+        if not documents and not args.allow_empty:   # the task readers refuse this themselves
+            split = f" (split {task_split(record, args.split)})" if os.path.isdir(where) else ""
+            raise PipelineError(f"--input {where}: no documents: the {record['task']} reader "
+                                f"read none{split}{ALLOW_EMPTY}")
         return documents, len(documents)
-    return read_inputs(args.input, args.format), count_inputs(args.input, args.format)
+    documents = read_inputs(args.input, args.format)
+    total = count_inputs(args.input, args.format)
+    if total is None:   # standard input: read once, so its first record is held back
+        first = next(documents, None)
+        total = None if first is not None else 0
+        documents = itertools.chain([] if first is None else [first], documents)
+    if total == 0 and not args.allow_empty:
+        raise PipelineError(no_documents(args.input, args.format) + ALLOW_EMPTY)
+    return documents, total
 
 
 def write_records(records: Iterable[dict], out: Any, counts: dict, progress: dict,
@@ -212,12 +231,12 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
         else:
             folder = stack.enter_context(OutputFolder(args.output, inputs, error=PipelineError,
                                                       writer="another ernie-doc predict"))
+        documents, total = input_documents(args)   # refused before the model and --resume
         done = []
         if args.resume:
             folder.open_append(checked)
             done = completed_ids(args.output, origin, folder)
             progress.update(created=True, records=len(done))
-        documents, total = input_documents(args)   # read (and refused) before the model loads
         if args.threads:
             set_paddle_threads(args.threads, "--threads", PipelineError)
         pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error,

@@ -499,47 +499,56 @@ def _open_input(path: str):
     return open_regular(path, "--input", PipelineError)
 
 
+def _item_lines(f, path: str, fmt: str) -> Iterator[tuple]:
+    """(where, line, header) of each line of an open JSONL or TSV input that is one item:
+    blank lines and a TSV's header row (checked, then given with each row as `header`) are
+    none. `line`: the text, an InputProblem (not UTF-8), or None (longer than MAX_ITEM_BYTES,
+    not read; before a TSV's header, the last: no row after it can be read)."""
+    header, name = None, shown(path)
+    for number, raw in _lines(f):
+        where = f"{name}:{number}"
+        line = None if raw is None else _decode(raw, where, first=number == 1)
+        if isinstance(line, str):
+            if not line.strip():
+                continue
+            if fmt == "tsv" and header is None:
+                header = _tsv_header(line, where)
+                continue
+        yield where, line, header
+        if line is None and fmt == "tsv" and header is None:
+            return
+
+
 def _file_items(path: str, fmt: str) -> Iterator[Union[dict, InputProblem]]:
     """The items of a JSON Lines or TSV input (a file or standard input), one per line; a line
     that cannot be read is an InputProblem naming it (file:line)."""
     with _open_input(path) as f:
-        header = None
-        for number, raw in _lines(f):
-            where = f"{shown(path)}:{number}"
-            if raw is None:
+        for where, line, header in _item_lines(f, path, fmt):
+            if line is None:
                 yield InputProblem(None, f"{where}: a line longer than the "
                                          f"{MAX_ITEM_BYTES >> 20} MiB one document may hold "
                                          f"(not read)")
-                if fmt == "tsv" and header is None:
-                    return   # no header: no row can be read
-                continue
-            line = _decode(raw, where, first=number == 1)
-            if isinstance(line, InputProblem):
+            elif isinstance(line, InputProblem):
                 yield line
-                continue
-            if not line.strip():
-                continue
-            if fmt == "tsv":
-                if header is None:
-                    header = _tsv_header(line, where)
-                    continue
+            elif fmt == "tsv":
                 cells = line.split("\t")
-                if len(cells) != len(header):
-                    yield InputProblem(None, f"{where}: {len(cells)} columns, the header has "
-                                             f"{len(header)}")
-                    continue
-                yield dict(zip(header, cells))
-                continue
-            try:
-                item = json.loads(line)
-            except ValueError as e:
-                yield InputProblem(None, f"{where}: invalid JSON ({e})")
-                continue
-            except RecursionError:
-                yield InputProblem(None, f"{where}: {TOO_DEEP}")
-                continue
-            yield item if isinstance(item, dict) else \
-                InputProblem(None, f"{where}: expected a JSON object")
+                yield dict(zip(header, cells)) if len(cells) == len(header) else \
+                    InputProblem(None, f"{where}: {len(cells)} columns, the header has "
+                                       f"{len(header)}")
+            else:
+                yield _json_item(line, where)
+
+
+def _json_item(line: str, where: str) -> Union[dict, InputProblem]:
+    """A JSON Lines line (at `where`) → its object, or an InputProblem naming it."""
+    try:
+        item = json.loads(line)
+    except ValueError as e:
+        return InputProblem(None, f"{where}: invalid JSON ({e})")
+    except RecursionError:
+        return InputProblem(None, f"{where}: {TOO_DEEP}")
+    return item if isinstance(item, dict) else \
+        InputProblem(None, f"{where}: expected a JSON object")
 
 
 def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProblem]]:
@@ -577,28 +586,36 @@ def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProbl
 
 
 def count_inputs(path: str, fmt: str = "auto") -> Optional[int]:
-    """How many items read_inputs will yield at most (for the progress bar), or None; a TSV
-    header is checked here, before any output is written."""
+    """How many items read_inputs yields (the progress bar's total: a TSV's header row and
+    blank lines are no items), or None for standard input (read once, never counted ahead);
+    a TSV header is checked here, before any output is written. One line held at a time."""
     fmt = input_format(path, fmt)
     if fmt == "txt":
         return 1
-    if path == STDIO:   # a stream: read once, never counted ahead
+    if path == STDIO:
         return None
     if fmt == "dir":
         return len(_directory_entries(path))
-    lines = 0
     with _open_input(path) as f:
-        if fmt == "tsv":   # the header: the first line that is not blank, as read_inputs
-            for number, raw in _lines(f):
-                line = _decode(raw or b"", path, first=number == 1)
-                if not isinstance(line, str) or line.strip():
-                    if isinstance(line, str) and raw is not None:
-                        _tsv_header(line, f"{shown(path)}:{number}")
-                    break
-            f.seek(0)
-        for block in iter(lambda: f.read(1 << 20), b""):
-            lines += block.count(b"\n")
-    return lines
+        return sum(1 for _ in _item_lines(f, path, fmt))
+
+
+def no_documents(path: str, fmt: str = "auto") -> str:
+    """The line saying why read_inputs yields no item from `path` (count_inputs gave 0, or
+    standard input ended at once): `--input PATH: no documents: the file is empty`."""
+    fmt = input_format(path, fmt)
+    if fmt == "dir":
+        why = "the folder holds no .txt files"
+    elif path == STDIO:
+        why = "standard input is empty (or holds only " + \
+            ("a header row and " if fmt == "tsv" else "") + "blank lines)"
+    else:   # no item: a line that is not blank can only be a TSV's header (read as JSONL)
+        with _open_input(path) as f:
+            empty = os.fstat(f.fileno()).st_size == 0
+            header = fmt == "tsv" and next(_item_lines(f, path, "jsonl"), None) is not None
+        why = "the file is empty" if empty else "the file holds only a header row" if header \
+            else "the file holds only blank lines"
+    return f"--input {shown(path)}: no documents: {why}"
 
 
 # -- the predictions file and its provenance ---------------------------------------------------
