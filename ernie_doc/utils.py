@@ -210,6 +210,14 @@ def clip(text: str, limit: int = 200) -> str:
     return f"{text[:limit - tail]}...({len(text) - limit} characters)...{text[-tail:]}"
 
 
+def did_you_mean(value: object, known: Iterable[str]) -> str:
+    """The hint an error line about an unknown name ends with: " (did you mean 'imdb'?)" for
+    the nearest of `known` (difflib's near miss), else ""; a value that is no string gets none."""
+    import difflib
+    close = difflib.get_close_matches(value, list(known), n=1) if isinstance(value, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def control_character(text: str) -> Optional[str]:
     """The first control character (category Cc) in `text` as "U+000A", or None: no name or
     path the package reads may hold one."""

@@ -50,10 +50,16 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
 
 def config_path(config):
     """A config argument as given, or when it is no file but a task's name, that task's
-    packaged config.yaml (a folder of that name never shadows the task)."""
+    packaged config.yaml (a folder of that name never shadows the task). A name that is
+    neither (no such path, no "/" nor ".") is a ConfigError naming the nearest task."""
     if config and not os.path.isfile(config):
-        from ernie_doc.kinds.folders import task_config
-        return task_config(config) or config
+        from ernie_doc.kinds.folders import task_config, task_hint
+        path = task_config(config)
+        if path is None and not os.path.lexists(config) and not set(config) & {os.sep, "."}:
+            from ernie_doc.errors import ConfigError
+            raise ConfigError(f"{config}: no such config file, nor a task{task_hint(config)}; "
+                              f"ernie-doc finetune --list-tasks lists the tasks")
+        return path or config
     return config
 
 
