@@ -23,7 +23,7 @@ import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/
 from typing import Any, Iterable, List, Optional, Tuple
 
 # paddle is imported only once the arguments are read: --help and a bad argument answer at
-# once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc.cli
+# once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc
 TASK_FORMAT = "task"   # --format task: the model's own task reader reads --input
 
 
