@@ -5,9 +5,16 @@ importing paddle. `pipeline` is the prediction factory ernie_doc.predict.pipelin
 (`pipeline(run_dir)(documents)`); no submodule of this package has that name, so the name is
 the function whatever was imported before."""
 import importlib
+import warnings
 import zlib  # noqa: F401  paddle 2.6.2 imported before zlib breaks a later scipy/paddlenlp import
 
 from ernie_doc._version import __version__  # noqa: E402,F401
+
+# paddle's own import (paddle.utils.cpp_extension) warns when no C++ compiler cache is on PATH;
+# nothing here compiles C++. That one warning is silenced here, before any module of this
+# package imports paddle, so importing and using ernie_doc prints nothing on stderr.
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning,
+                        module=r"paddle\.utils\.cpp_extension")
 
 _EXPORTS = {
     "ErnieDocConfig": "ernie_doc.config", "PRESETS": "ernie_doc.config",

@@ -5,7 +5,6 @@ options of this project (`recurrence`, `mask_empty_memory`, `rel_pos_params_shar
 `relative_position_mapping`, `cls_token_idx`) and how a fine-tuned model reads a segment
 (`retro_feed`, `cls_token_id`: recorded by fine-tuning, None in a pretrained model)."""
 import copy
-import difflib
 import json
 import logging
 import math
@@ -249,12 +248,10 @@ class ErnieDocConfig:
             if key in _IGNORED:
                 continue
             if key not in _DEFAULTS:
-                close = difflib.get_close_matches(key, sorted(_DEFAULTS), n=1) \
-                    if isinstance(key, str) else []
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                from ernie_doc.utils import did_you_mean
                 raise ConfigError(
-                    f"unknown config key {key!r}{hint}; known keys: "
-                    f"{', '.join(sorted(_DEFAULTS))}")
+                    f"unknown config key {key!r}{did_you_mean(key, sorted(_DEFAULTS))}; "
+                    f"known keys: {', '.join(sorted(_DEFAULTS))}")
             values[key] = value
         self.__dict__.update(values)
         self.validate()

@@ -10,7 +10,7 @@ import stat
 import sys
 import tempfile
 import unicodedata
-from typing import Optional
+from typing import Any, Iterable, Optional
 
 # errno values that mean "this write cannot succeed here" (the user's environment, never a bug)
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
@@ -210,6 +210,14 @@ def clip(text: str, limit: int = 200) -> str:
     return f"{text[:limit - tail]}...({len(text) - limit} characters)...{text[-tail:]}"
 
 
+def did_you_mean(value: object, known: Iterable[str]) -> str:
+    """The hint an error line about an unknown name ends with: " (did you mean 'imdb'?)" for
+    the nearest of `known` (difflib's near miss), else ""; a value that is no string gets none."""
+    import difflib
+    close = difflib.get_close_matches(value, list(known), n=1) if isinstance(value, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def control_character(text: str) -> Optional[str]:
     """The first control character (category Cc) in `text` as "U+000A", or None: no name or
     path the package reads may hold one."""
@@ -388,15 +396,135 @@ def unwritable_file(path: str) -> Optional[str]:
     return None
 
 
-# The values of ERNIE_DOC_PROGRESS that turn bars off (any other value, or none, leaves them on).
+# ERNIE_DOC_PROGRESS: these values turn progress off; "bar" and "lines" force that display;
+# anything else (or nothing) draws a bar on a terminal and plain lines elsewhere (a log file)
 _PROGRESS_OFF = ("0", "false", "no", "off")
+_PROGRESS_FORCED = ("bar", "lines")
+# ProgressLines: a line for each LINE_PERCENT of the total done (LINE_GAP seconds apart at
+# least), else one every LINE_SECONDS; a log then holds a few dozen lines, not thousands
+LINE_PERCENT, LINE_GAP, LINE_SECONDS = 5.0, 5.0, 60.0
+
+
+def _progress_setting() -> str:
+    return os.environ.get("ERNIE_DOC_PROGRESS", "").strip().lower()
 
 
 def show_progress(requested: bool = True) -> bool:
-    """Whether to draw a progress bar (every tqdm bar asks here): off with ERNIE_DOC_PROGRESS=0,
-    or for one run with `requested` False (`progress: false`, --no-progress)."""
-    return bool(requested) and os.environ.get("ERNIE_DOC_PROGRESS", "1").strip().lower() \
-        not in _PROGRESS_OFF
+    """Whether to show progress (every bar asks here): off with ERNIE_DOC_PROGRESS=0, or for
+    one run with `requested` False (`progress: false`, --no-progress)."""
+    return bool(requested) and _progress_setting() not in _PROGRESS_OFF
+
+
+def progress_style(requested: bool = True, stream: Any = None) -> Optional[str]:
+    """How progress is shown: "bar" (redrawn in place) when `stream` (default stderr) is a
+    terminal, "lines" (plain lines, for a log file) when it is not, either one forced by
+    ERNIE_DOC_PROGRESS=bar|lines; None when progress is off (show_progress)."""
+    if not show_progress(requested):
+        return None
+    setting = _progress_setting()
+    if setting in _PROGRESS_FORCED:
+        return setting
+    stream = sys.stderr if stream is None else stream
+    try:
+        return "bar" if stream.isatty() else "lines"
+    except (AttributeError, ValueError):   # no isatty, or a closed stream
+        return "lines"
+
+
+def progress_bar(iterable: Any = None, *, total: Optional[float] = None, desc: str = "",
+                 requested: bool = True, unit: str = "it", leave: bool = True,
+                 **bar_options: Any) -> Any:
+    """The progress display of every command, on stderr: a tqdm bar on a terminal, plain
+    ProgressLines elsewhere, a disabled tqdm when progress is off (progress_style). Used as
+    tqdm: iterate it or call update(n), set_postfix(...), close(); `bar_options` (unit_scale,
+    unit_divisor, initial, mininterval, dynamic_ncols...) go to tqdm (the first three to the
+    lines too)."""
+    style = progress_style(requested)
+    if style == "lines":
+        kept = {k: bar_options[k] for k in ("unit_scale", "unit_divisor", "initial")
+                if k in bar_options}
+        return ProgressLines(iterable, total=total, desc=desc, unit=unit, leave=leave, **kept)
+    from tqdm import tqdm
+    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr,
+                disable=style is None, **bar_options)
+
+
+class ProgressLines:
+    """Progress as plain lines on stderr, for a log file (no "\\r" redraws): a line each time
+    another LINE_PERCENT of the total is done (and LINE_GAP seconds have passed), or after
+    LINE_SECONDS without one; at close, a last line (with `leave`, or when lines were written).
+    A line is tqdm's statistics without the bar: `train imdb:  45% 90/200 [00:42<00:51,
+    2.14it/s, loss=0.41]`. Used as a tqdm bar."""
+
+    def __init__(self, iterable: Any = None, total: Optional[float] = None, desc: str = "",
+                 unit: str = "it", leave: bool = True, initial: float = 0,
+                 unit_scale: bool = False, unit_divisor: int = 1000, file: Any = None,
+                 clock: Any = None):
+        import time
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self.leave, self.unit_scale, self.unit_divisor = leave, unit_scale, unit_divisor
+        self.n = self.initial = initial
+        self.file, self.clock = file, clock or time.monotonic
+        self.start = self.last_time = self.clock()
+        self.last_n, self.lines, self.postfix, self.closed = initial, 0, "", False
+
+    def __iter__(self) -> Any:
+        try:
+            for item in self.iterable:
+                yield item
+                self.update(1)
+        finally:
+            self.close()
+
+    def __enter__(self) -> "ProgressLines":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
+        """What follows the statistics, as tqdm's `key=value, ...`."""
+        values = dict(ordered_dict or {}, **kwargs)
+        self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def update(self, n: float = 1) -> None:
+        """Count `n` more done; write a line when one is due."""
+        self.n += n
+        now = self.clock()
+        if self._due(now):
+            self._write(now)
+
+    def _due(self, now: float) -> bool:
+        if self.n == self.last_n:
+            return False
+        since = now - self.last_time
+        if self.total:
+            step = (self.n - self.last_n) * 100.0 / self.total
+            if step >= LINE_PERCENT and since >= LINE_GAP:
+                return True
+        return since >= LINE_SECONDS
+
+    def _write(self, now: float) -> None:
+        from tqdm import tqdm
+        line = tqdm.format_meter(self.n, self.total, now - self.start, ncols=0,
+                                 prefix=self.desc, unit=self.unit, unit_scale=self.unit_scale,
+                                 unit_divisor=self.unit_divisor, initial=self.initial,
+                                 postfix=self.postfix or None)
+        stream = sys.stderr if self.file is None else self.file
+        stream.write(line + "\n")
+        stream.flush()
+        self.last_n, self.last_time, self.lines = self.n, now, self.lines + 1
+
+    def close(self) -> None:
+        """The last line (with `leave`, or when lines were written and more was done since)."""
+        if self.closed:
+            return
+        self.closed = True
+        written = self.lines and self.n == self.last_n   # the last line says it already
+        if not written and (self.leave or self.lines):
+            self._write(self.clock())
 
 
 def _bars_drawn() -> bool:

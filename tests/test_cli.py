@@ -72,11 +72,29 @@ def test_nproc_relaunches_through_paddles_launcher():
 def test_a_task_name_is_its_config(capsys):
     from ernie_doc.cli.finetune import config_path
     assert config_path("imdb") == str(ROOT / "tasks" / "imdb" / "config.yaml")
-    assert config_path("no_such_task") == "no_such_task"
+    assert config_path("no/such.yaml") == "no/such.yaml"   # a path: the config file's error
     assert cli.main(["finetune", "--list-tasks"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed][:3] == ["c3", "cail2019_scm", "cmrc2018"]
     assert len(listed) == 14
+
+
+@pytest.mark.parametrize("name, hint", [("imbd", " (did you mean 'imdb'?)"),
+                                        ("hotpot_qa", " (did you mean 'hotpotqa'?)"),
+                                        ("zzzz", "")])
+def test_a_misspelt_task_is_one_line_naming_the_nearest(tmp_path, name, hint):
+    """`ernie-doc finetune imbd`: neither a file nor a task; one line, the nearest task (when
+    one is near) and where the tasks are listed, before paddle's import (a stand-in that
+    fails if imported); nothing written."""
+    (tmp_path / "fake" / "paddle").mkdir(parents=True)
+    (tmp_path / "fake" / "paddle" / "__init__.py").write_text("raise ImportError('imported')\n")
+    (tmp_path / "run").mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'fake'}{os.pathsep}{ROOT}")
+    proc = run_cli("finetune", name, "--set", "output_dir=out", cwd=tmp_path / "run", env=env)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr == (f"error: {name}: no such config file, nor a task{hint}; "
+                           f"ernie-doc finetune --list-tasks lists the tasks\n")
+    assert os.listdir(tmp_path / "run") == []
 
 
 def test_a_data_folder_named_like_the_task_does_not_shadow_it(tmp_path, monkeypatch):

@@ -193,6 +193,23 @@ def test_set_kind_is_checked_before_anything_is_written(tmp_path, monkeypatch, c
     assert not canary.exists() and not (tmp_path / "out").exists()
 
 
+def test_a_misspelt_task_name_gets_the_nearest(tmp_path):
+    """Every place a task's name is looked up (a config's `task:`, predict's --task; the
+    command's positional name: tests/test_cli.py) says which task is nearest."""
+    from ernie_doc.errors import DataError
+    from ernie_doc.kinds.base import load_reader
+    from ernie_doc.predict.inputs import task_record
+    with pytest.raises(DataError, match=r"^task 'imbd': no tasks/imbd/reader\.py \(did you "
+                                        r"mean 'imdb'\?\)$"):
+        load_reader("imbd")
+    with pytest.raises(PipelineError, match=r"^task 'cmrc': not a task folder \(did you mean "
+                                            r"'cmrc2018'\?\) \(one of c3, "):
+        task_record(str(tmp_path), "cmrc")   # a save_pretrained folder: no task.json
+    with pytest.raises(DataError) as info:
+        load_reader("zzzz")
+    assert "did you mean" not in str(info.value)
+
+
 def test_kind_names_are_looked_up_not_imported(tmp_path, monkeypatch):
     """The registry itself: a "module:Class" string is a name like any other."""
     (tmp_path / "pkg").mkdir()

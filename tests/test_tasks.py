@@ -87,6 +87,45 @@ def test_run_sh_with_nproc_2_uses_fleetrun(tmp_path):
     assert (tmp_path / "out.launch" / "workerlog.1").is_file()
 
 
+RUN_SH_TASKS = sorted(p.parent.name for p in (ROOT / "tasks").glob("*/run.sh"))
+
+
+@pytest.mark.parametrize("task, flag", [(t, "--help") for t in RUN_SH_TASKS] + [("imdb", "-h")])
+def test_run_sh_help_is_its_contract_then_the_trainers(tmp_path, task, flag):
+    """`bash tasks/<task>/run.sh --help`: the script's own notes, the environment contract and
+    the overrides (written once, in tools/launch.sh), then the trainer's help; nothing is
+    launched (a PYTHON that records its calls, a fleetrun that would leave a mark, NPROC=2) and
+    paddle is not imported (a stand-in that fails on import)."""
+    calls, mark = tmp_path / "calls", tmp_path / "fleetrun-ran"
+    fake = tmp_path / "bin"
+    (fake / "paddle").mkdir(parents=True)
+    (fake / "paddle" / "__init__.py").write_text("raise ImportError('paddle imported')\n")
+    (fake / "python").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                                 f'PYTHONPATH={fake} exec {sys.executable} "$@"\n')
+    (fake / "fleetrun").write_text(f"#!/bin/sh\ntouch {mark}\n")
+    for name in ("python", "fleetrun"):
+        (fake / name).chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake / "python"), NPROC="2", OUTPUT_DIR=str(tmp_path / "out"),
+               DATA_DIR=str(tmp_path / "data"), PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", f"tasks/{task}/run.sh", "epochs=1", flag], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    out = proc.stdout
+    own = (ROOT / "tasks" / task / "run.sh").read_text().splitlines()[1].lstrip("# ")
+    assert out.startswith(own), out[:300]   # the script's own notes first
+    contract = out.index("DATA_DIR   ")
+    for name in ("OUTPUT_DIR", "INIT_CHECKPOINT", "MODEL_CONFIG", "NPROC", "PYTHON",
+                 "key=value", "--help-config"):
+        assert name in out[contract:], name
+    assert f"here: {tmp_path / 'out'}" in out   # where this run would write
+    assert out.index("usage: finetune.py") > contract and "--set KEY=VALUE" in out
+    assert calls.read_text().split("\n")[:-1] == [f"{ROOT}/tools/finetune.py --help"]
+    assert not mark.exists() and not (tmp_path / "out").exists()
+    extra = {"hotpotqa": ["STAGE", "EVIDENCE"], "longdep": ["JOBS", "DATA_DIR is not used"],
+             "wikitext103": ["CONFIG=config_large.yaml"]}
+    assert all(name in out[:contract] for name in extra.get(task, [])), out[:contract]
+
+
 def test_hyp_on_semeval_xml(tmp_path):
     rng = np.random.default_rng(1)
     data = tmp_path / "hyp"

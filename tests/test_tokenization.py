@@ -321,18 +321,64 @@ def test_rule_splitter(text, expected):
     assert split_sentences(text, use_nltk=False) == expected
 
 
-def test_fallback_warns_once(monkeypatch):
+def test_fallback_is_said_once_where_a_command_listens(monkeypatch):
+    """Without punkt, the fallback is one INFO record of ernie_doc.tokenization, given to a
+    handler of the ernie_doc loggers (a command's notes) the first time a text could be split;
+    never a warning, nor a record for the root logger's handler alone (paddle's import adds
+    one at INFO, on stderr)."""
+    import logging
     monkeypatch.setattr(sentences_mod, "_nltk_checked", True)
     monkeypatch.setattr(sentences_mod, "_nltk_splitter", None)
     monkeypatch.setattr(sentences_mod, "_fallback_warned", False)
+    package = logging.getLogger("ernie_doc")
+    monkeypatch.setattr(package, "handlers", [])
+    monkeypatch.setattr(package, "propagate", True)
+    monkeypatch.setattr(package, "level", logging.NOTSET)
+    seen = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append((self.name, record.levelname, record.getMessage()))
+    root = Collect()
+    root.name = "root"
+    monkeypatch.setattr(logging.root, "handlers", [root])
+    monkeypatch.setattr(logging.root, "level", logging.INFO)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert split_sentences("One. Two.") == ["One.", "Two."]
+        assert seen == [] and caught == []   # a library user: nothing said
+        notes = Collect()
+        notes.name = "notes"
+        monkeypatch.setattr(package, "handlers", [notes])   # a command's notes
+        monkeypatch.setattr(package, "level", logging.INFO)
         assert split_sentences("Three. Four.") == ["Three.", "Four."]
-        split_sentences("Five.", use_nltk=False)
-    assert [str(w.message).split(":")[0] for w in caught] == ["nltk/punkt not available"]
+        assert split_sentences("Five. Six.") == ["Five.", "Six."]
+        split_sentences("Seven.", use_nltk=False)
+    assert caught == []
+    assert [(name, level) for name, level, _ in seen] == [("notes", "INFO"), ("root", "INFO")]
+    assert seen[0][2] == sentences_mod.FALLBACK_NOTE
+    assert seen[0][2].startswith("sentences: nltk with its punkt data is not installed")
     with pytest.raises(RuntimeError):
         split_sentences("x", use_nltk=True)
+
+
+def test_importing_and_first_use_print_nothing(tmp_path):
+    """On a clean install (no nltk, no ccache on PATH): importing ernie_doc and paddle through
+    it, `ernie-doc --help`, and the sentence splitter's first use print nothing on stderr."""
+    code = ("import sys\nsys.modules['nltk'] = None   # not installed\n"
+            "import ernie_doc\nfrom ernie_doc import ErnieDocModel, AutoTokenizer, pipeline\n"
+            "import paddle\nfrom ernie_doc.tokenization.sentences import split_sentences\n"
+            "print(split_sentences('It rained. Mr. Smith left.'))\n"
+            "from ernie_doc.cli import main\nmain(['--help'])\n")
+    path = [d for d in os.environ["PATH"].split(os.pathsep)
+            if not os.access(os.path.join(d, "ccache"), os.X_OK)]   # paddle's import warns
+    env = dict(os.environ, PATH=os.pathsep.join(path),
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("['It rained.', 'Mr. Smith left.']\nusage: ernie-doc")
 
 
 def test_nltk_used_when_available():

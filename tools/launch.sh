@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The run.sh contract, in one place: every tasks/<name>/run.sh calls
+# What every tasks/<name>/run.sh runs:
 #     bash tools/launch.sh tasks/<name>/config.yaml [key=value ...]
-# Environment: DATA_DIR, OUTPUT_DIR (default output/<name>), INIT_CHECKPOINT (empty = from
-# scratch), MODEL_CONFIG (preset name or config path), NPROC (>1 → fleetrun data parallel),
-# PYTHON. Extra arguments are config overrides. Re-running replaces the run in OUTPUT_DIR
-# (pass overwrite_output_dir=false to refuse). Writes OUTPUT_DIR/eval_results.json.
+# Its contract (the environment variables, the overrides) is the usage text below, printed by
+# `bash tasks/<name>/run.sh --help` (or -h) after that run.sh's own notes, before the trainer's
+# help; nothing is launched then.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 fail() { echo "error: $*" >&2; exit 2; }
@@ -13,6 +12,41 @@ CONFIG=$1
 shift
 NAME=$(basename "$(dirname "$CONFIG")")
 PY=${PYTHON:-python}
+
+usage() {
+    local run_sh
+    run_sh="$(dirname "$CONFIG")/run.sh"
+    # the run.sh's own notes: its comment lines from the second to the first other line
+    [ -f "$run_sh" ] && sed -n '2,/^[^#]/{/^#/{s/^# \{0,1\}//;p;}}' "$run_sh"
+    cat <<USAGE
+
+Config: $CONFIG
+The environment every task's run.sh reads (tools/launch.sh; the notes above say where this
+one differs):
+  DATA_DIR         the task's data in its official format (data_dir); required unless the
+                   config sets it
+  OUTPUT_DIR       where the run is written (output_dir; here: ${OUTPUT_DIR:-output/$NAME});
+                   re-running replaces the run there (only what a run writes;
+                   overwrite_output_dir=false refuses instead)
+  INIT_CHECKPOINT  the weights to start from: a released name (ernie-doc-base-en,
+                   ernie-doc-base-zh), a checkpoint folder or a run's best/ (init_checkpoint;
+                   default: the config's, empty = from scratch)
+  MODEL_CONFIG     a preset name or a model config file (model; default: the config's)
+  NPROC            processes (default 1); more: data parallel through fleetrun (gloo on CPU,
+                   NCCL on GPU), worker logs in LAUNCH_LOG_DIR (default: log/$NAME)
+  PYTHON           the interpreter (default: python)
+Arguments: config overrides, key=value (the values are YAML; dotted keys for the maps:
+model_overrides.recurrence=xl); \`ernie-doc finetune --help-config\` lists every key.
+A run writes OUTPUT_DIR/eval_results.json, best/ (for predict) and its logs.
+
+The trainer (tools/finetune.py; the overrides are its --set):
+USAGE
+    "$PY" "$ROOT/tools/finetune.py" --help
+}
+for arg in "$@"; do
+    case $arg in -h|--help) usage; exit ;; esac
+done
+
 OUTPUT_DIR=${OUTPUT_DIR:-output/$NAME}
 NPROC=${NPROC:-1}
 [[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || fail "NPROC: must be a positive integer, got '$NPROC'"

@@ -14,15 +14,10 @@ import contextlib
 import importlib
 import os
 import sys
-import warnings
 from typing import Dict, List, Optional, Tuple
 
 from ernie_doc._version import __version__
 from ernie_doc.errors import ErnieDocError
-
-# paddle's import warns about a C++ compiler cache no command uses; stderr is kept for the
-# progress bar and the one error line (every subcommand imports this package first)
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
 # what a command that needs paddle says when it is not installed (one line, exit 2)
 PADDLE_MISSING = ("paddle is not installed: pip install paddlepaddle==3.3.1 (CPU) or "

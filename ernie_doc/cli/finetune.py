@@ -50,10 +50,16 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
 
 def config_path(config):
     """A config argument as given, or when it is no file but a task's name, that task's
-    packaged config.yaml (a folder of that name never shadows the task)."""
+    packaged config.yaml (a folder of that name never shadows the task). A name that is
+    neither (no such path, no "/" nor ".") is a ConfigError naming the nearest task."""
     if config and not os.path.isfile(config):
-        from ernie_doc.kinds.folders import task_config
-        return task_config(config) or config
+        from ernie_doc.kinds.folders import task_config, task_hint
+        path = task_config(config)
+        if path is None and not os.path.lexists(config) and not set(config) & {os.sep, "."}:
+            from ernie_doc.errors import ConfigError
+            raise ConfigError(f"{config}: no such config file, nor a task{task_hint(config)}; "
+                              f"ernie-doc finetune --list-tasks lists the tasks")
+        return path or config
     return config
 
 
@@ -71,6 +77,11 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
             print(f"{name:<14} {task_config(name)}")
         return 0
     from ernie_doc.cli import exit_on_user_error, nothing_written_yet, user_error_types
+    try:   # a file or a task's name, before paddle's import: a misspelt name answers at once
+        config = config_path(args.config)
+    except user_error_types() as e:
+        exit_on_user_error(e, args.debug)
+        raise
     with nothing_written_yet():   # paddle's import takes seconds: Ctrl-C is likely here
         from ernie_doc.errors import ConfigError
         from ernie_doc.run_config import load_config
@@ -78,7 +89,6 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
     output_dir = args.resume   # known once the config is read
     try:
         overrides = list(args.overrides)
-        config = config_path(args.config)
         if args.resume:
             config = config or os.path.join(args.resume, RUN_CONFIG)
             overrides.append(f"output_dir={args.resume}")

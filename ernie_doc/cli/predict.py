@@ -24,7 +24,7 @@ import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/
 from typing import Any, Iterable, List, Optional, Tuple
 
 # paddle is imported only once the arguments are read: --help and a bad argument answer at
-# once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc.cli
+# once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc
 TASK_FORMAT = "task"   # --format task: the model's own task reader reads --input
 ALLOW_EMPTY = " (--allow-empty writes an empty --output instead)"
 
@@ -211,14 +211,12 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     and locked for the run; --resume reads the checked file's records before the model loads;
     otherwise the sidecar and a new file are complete before they replace the old output.
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
-    from tqdm import tqdm
-
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import (STDIO, completed_ids, provenance, provenance_bytes,
                                           provenance_path)
     from ernie_doc.predict.outputs import OutputFolder
     from ernie_doc.predict.pipeline import pipeline
-    from ernie_doc.utils import set_paddle_threads, show_progress
+    from ernie_doc.utils import progress_bar, set_paddle_threads
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
     inputs, checked = check_paths(args)
@@ -244,9 +242,9 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
                         task=args.task)
         counts = {"documents": 0, "errors": 0, "skipped": len(done)}
         start = time.perf_counter()
-        bar = tqdm(total=None if total is None else max(0, total - len(done)), unit="doc",
-                   desc="predict", disable=not show_progress(not args.no_progress),
-                   dynamic_ncols=True, mininterval=1.0)
+        bar = progress_bar(total=None if total is None else max(0, total - len(done)),
+                           unit="doc", desc="predict", requested=not args.no_progress,
+                           dynamic_ncols=True, mininterval=1.0)
         if folder is not None and not args.resume:
             folder.create({os.path.basename(provenance_path(args.output)):
                            provenance_bytes(origin)}, replace=args.overwrite)

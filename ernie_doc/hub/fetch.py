@@ -16,7 +16,6 @@ import re
 import shutil
 import socket
 import stat
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -24,7 +23,7 @@ import urllib.request
 from typing import BinaryIO, Iterator, NamedTuple, Optional, Tuple
 
 from ernie_doc.errors import HubError
-from ernie_doc.utils import mode_kind, show_progress
+from ernie_doc.utils import mode_kind, progress_bar
 
 logger = logging.getLogger("ernie_doc.hub")
 
@@ -267,10 +266,8 @@ def check_space(directory: str, needed: int, what: str) -> None:
 
 
 def _progress(total: Optional[int], desc: str):
-    from tqdm import tqdm
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-                file=sys.stderr, leave=False, mininterval=0.5,
-                disable=not show_progress())
+    return progress_bar(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+                        leave=False, mininterval=0.5)
 
 
 def _origin(parts: urllib.parse.SplitResult) -> Tuple[str, str, int]:

@@ -10,13 +10,12 @@ Built-in kinds are imported on first use (they import paddle); task folders regi
 (`@register_kind("hotpotqa")`) from their `register_kinds()`. The registry is closed: a name
 read from a config, task.json or a sidecar is only looked up, never imported. Details:
 docs/design-notes.md, "Registries"."""
-import difflib
 import functools
 from typing import Any, Callable, Dict, List, Optional, Type
 
 from ernie_doc.errors import ConfigError
 from ernie_doc.kinds.folders import K, load_task_folders, register
-from ernie_doc.utils import clip
+from ernie_doc.utils import clip, did_you_mean
 
 TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 
@@ -60,10 +59,8 @@ def kind_name(value: object) -> str:
     if isinstance(value, str) and (value in builtin_kinds() or value in kind_names()):
         return value
     known = kind_names()
-    close = difflib.get_close_matches(value, known, n=1) if isinstance(value, str) else []
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"{clip(repr(value), 80)} is not a task kind{hint}; known kinds: "
-                     f"{', '.join(known)}")
+    raise ValueError(f"{clip(repr(value), 80)} is not a task kind{did_you_mean(value, known)}; "
+                     f"known kinds: {', '.join(known)}")
 
 
 def kind_class(name: object) -> Type[Any]:

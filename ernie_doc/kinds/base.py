@@ -21,7 +21,7 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.splits import Split
 from ernie_doc.errors import ConfigError, DataError, NotSet
-from ernie_doc.kinds.folders import missing_key, task_names, task_package
+from ernie_doc.kinds.folders import missing_key, task_hint, task_names, task_package
 from ernie_doc.utils import clip
 
 Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute access
@@ -141,7 +141,8 @@ def load_reader(task: Any) -> ModuleType:
     config or task.json is never imported otherwise)."""
     package = task_package()
     if not isinstance(task, str) or task not in task_names():
-        raise DataError(f"task {clip(repr(task), 80)}: no tasks/{clip(task, 80)}/reader.py")
+        raise DataError(f"task {clip(repr(task), 80)}: no tasks/{clip(task, 80)}/reader.py"
+                        f"{task_hint(task)}")
     try:
         module = importlib.import_module(f"{package}.{task}.reader")
     except ModuleNotFoundError as e:

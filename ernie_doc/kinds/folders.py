@@ -2,7 +2,7 @@
 which there are, the registrations they bring (their own heads and kinds), and the
 one-line error for a key their run.sh sets (missing_key).
 
-Imports nothing from ernie_doc but its errors, and no paddle, so the registries
+Imports nothing from ernie_doc but its errors and utils, and no paddle, so the registries
 (ernie_doc.auto, kinds), run_config and the commands that only list tasks can all use it."""
 import importlib
 import importlib.util
@@ -94,6 +94,13 @@ def task_names() -> List[str]:
     folder = os.path.dirname(importlib.import_module(task_package()).__file__)
     return sorted(n for n in os.listdir(folder)
                   if os.path.isfile(os.path.join(folder, n, "config.yaml")))
+
+
+def task_hint(name: object) -> str:
+    """What an error about a task name that names no task folder ends with: " (did you mean
+    'imdb'?)" for a near miss, else ""."""
+    from ernie_doc.utils import did_you_mean
+    return did_you_mean(name, task_names())
 
 
 def task_config(name: str) -> Optional[str]:

@@ -236,12 +236,12 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
         return record
     from ernie_doc.config import ErnieDocConfig
     from ernie_doc.errors import ConfigError, NotSet
-    from ernie_doc.kinds.folders import task_config, task_names
+    from ernie_doc.kinds.folders import task_config, task_hint, task_names
     from ernie_doc.run_config import load_yaml
     path = task_config(task) if isinstance(task, str) else None
     if path is None:
-        raise PipelineError(f"task {clip(repr(task))}: not a task folder (one of "
-                            f"{', '.join(task_names())})")
+        raise PipelineError(f"task {clip(repr(task))}: not a task folder{task_hint(task)} (one "
+                            f"of {', '.join(task_names())})")
     try:
         values = load_yaml(path)
         model = ErnieDocConfig.from_json(os.path.join(directory, MODEL_CONFIG))

@@ -2,13 +2,21 @@
 
 The official reader encodes every sentence separately (``nltk.tokenize.sent_tokenize``), so
 boundaries change token ids. NLTK Punkt when available, else a built-in splitter mimicking it
-(one warning). Where the two differ: docs/design-notes.md, "Sentence splitting"."""
+(one note in the log, at its first use). Where the two differ: docs/design-notes.md, "Sentence
+splitting"."""
 
 from __future__ import annotations
 
+import logging
 import re
-import warnings
 from typing import Callable, List, Optional
+
+logger = logging.getLogger("ernie_doc.tokenization")
+# said once per process where someone listens (_note_fallback)
+FALLBACK_NOTE = ("sentences: nltk with its punkt data is not installed: the built-in "
+                 "rule-based splitter is used; sentence boundaries (and so BPE ids) can differ "
+                 "from the official ERNIE-Doc reader (pip install nltk, then "
+                 "python -m nltk.downloader punkt)")
 
 __all__ = ["split_sentences", "rule_split_sentences", "nltk_available"]
 
@@ -211,9 +219,28 @@ def nltk_available() -> bool:
     return _nltk_splitter is not None
 
 
+def _note_fallback() -> bool:
+    """Log FALLBACK_NOTE (INFO) when a handler of the ernie_doc loggers takes it (a command's
+    notes, a user's own) → whether it was said. Never through the root logger alone: paddle's
+    import gives it an INFO handler on stderr, which would put the note on every library
+    user's stderr at the first call."""
+    node: Optional[logging.Logger] = logger
+    while node is not None and node is not logging.root:
+        if node.handlers:
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(FALLBACK_NOTE)
+                return True
+            return False
+        if not node.propagate:
+            return False
+        node = node.parent
+    return False
+
+
 def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
     """Split English ``text`` into sentences. use_nltk: None (NLTK Punkt, else the rule-based
-    fallback with one warning), False (the fallback), True (NLTK or a RuntimeError)."""
+    fallback with one note, FALLBACK_NOTE), False (the fallback), True (NLTK or a
+    RuntimeError)."""
     global _fallback_warned
     if use_nltk is False:
         return rule_split_sentences(text)
@@ -222,12 +249,5 @@ def split_sentences(text: str, use_nltk: Optional[bool] = None) -> List[str]:
     if use_nltk:
         raise RuntimeError("nltk with punkt data is required but not available")
     if not _fallback_warned and _CANDIDATE_RE.search(text):
-        _fallback_warned = True
-        warnings.warn(
-            "nltk/punkt not available: using the built-in rule-based sentence "
-            "splitter; sentence boundaries (and so BPE ids) can differ from the "
-            "official ERNIE-Doc reader",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        _fallback_warned = _note_fallback()
     return rule_split_sentences(text)

@@ -304,15 +304,13 @@ class Trainer:
         return optimizer, scheduler, run.amp.scaler()   # the scaler: fp16 only
 
     def _progress_bar(self) -> Any:
-        """The tqdm bar of the optimizer steps (main rank, when progress is shown), after
+        """The progress bar of the optimizer steps (main rank, when progress is shown), after
         logging the run's plan: epochs, steps, rows per step."""
         cfg, train, total_steps = self.cfg, self.run.train, self.run.total_steps
-        from tqdm import tqdm
-
-        from ernie_doc.utils import show_progress
-        bar = tqdm(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
-                   disable=not (self.is_main and show_progress(cfg.progress)), dynamic_ncols=True,
-                   mininterval=1.0)
+        from ernie_doc.utils import progress_bar
+        bar = progress_bar(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
+                           requested=self.is_main and cfg.progress, dynamic_ncols=True,
+                           mininterval=1.0)
         epochs = "" if train.endless else f"{cfg.epochs} epochs, "
         rows = batch_rows(cfg, self.task.group_size)
         logger.info(f"training: {epochs}{total_steps} optimizer steps "
@@ -541,19 +539,16 @@ class Trainer:
     def evaluate(self, split_name: str):
         """Read an evaluated split once from an empty memory state (eval mode) → (metrics,
         predictions or None) on every rank."""
-        from tqdm import tqdm
-
-        from ernie_doc.utils import show_progress
+        from ernie_doc.utils import progress_bar
         split = self.run.evaluated[split_name]
         evaluation = split.evaluation(self.task)
         self.wrapped.eval()
         carry = {}
         with paddle.no_grad(), split.protocol(self.model):
-            for _, batch in tqdm(split.batches(0, 0), total=split.num_steps(0),
-                                 desc=f"eval {split_name}", leave=False, dynamic_ncols=True,
-                                 disable=not (self.is_main
-                                              and show_progress(self.cfg.progress)),
-                                 mininterval=1.0):
+            for _, batch in progress_bar(split.batches(0, 0), total=split.num_steps(0),
+                                         desc=f"eval {split_name}", leave=False,
+                                         requested=self.is_main and self.cfg.progress,
+                                         dynamic_ncols=True, mininterval=1.0):
                 t = _to_tensors(batch)
                 with self.run.amp.autocast():
                     out, carry = self.task.forward(self.wrapped, t, carry)

@@ -1,4 +1,3 @@
 #!/usr/bin/env bash
-# dureader: DATA_DIR=... [OUTPUT_DIR=...] [INIT_CHECKPOINT=...] [MODEL_CONFIG=...] [NPROC=N] bash tasks/dureader/run.sh [key=value ...]
-# (the contract is documented in tools/launch.sh)
+# usage: DATA_DIR=... [OUTPUT_DIR=...] [INIT_CHECKPOINT=...] [MODEL_CONFIG=...] [NPROC=N] bash tasks/dureader/run.sh [key=value ...]
 exec bash "$(dirname "$0")/../../tools/launch.sh" "$(dirname "$0")/config.yaml" "$@"

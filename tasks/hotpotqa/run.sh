@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hotpotqa, two stages (the contract is documented in tools/launch.sh):
+# hotpotqa, two stages:
 #   stage 1: DATA_DIR=... [OUTPUT_DIR=output/hotpotqa] bash tasks/hotpotqa/run.sh [key=value ...]
 #   stage 2: STAGE=answer DATA_DIR=... [EVIDENCE=<stage-1 OUTPUT_DIR>] \
 #            [OUTPUT_DIR=output/hotpotqa_answer] bash tasks/hotpotqa/run.sh [key=value ...]

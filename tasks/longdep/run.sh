@@ -6,9 +6,14 @@
 # each variant's full log is OUTPUT_DIR/<variant>.log.
 #   [OUTPUT_DIR=output/longdep] [NPROC=N] [JOBS=2] bash tasks/longdep/run.sh [key=value ...]
 # DATA_DIR is not used (the data is generated); INIT_CHECKPOINT / MODEL_CONFIG are honoured.
+# The four runs go through tools/ablation.py, each with the overrides; NPROC is each run's
+# processes; JOBS: runs at once (default 2, or 1 with NPROC > 1).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+for arg in "$@"; do   # --help: these notes, then the contract and the trainer's options
+    case $arg in -h|--help) exec bash "$ROOT/tools/launch.sh" "$HERE/config.yaml" --help ;; esac
+done
 PY=${PYTHON:-python}
 OUTPUT_DIR=${OUTPUT_DIR:-output/longdep}
 NPROC=${NPROC:-1}
