@@ -5,7 +5,9 @@ one place that assembles them, for training, evaluation and prediction.
     choose_tokenizer(run, docs)  the tokenizer: given, released, the checkpoint's, or trained
     build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
     setup_reading(run, special)  the kind's segmenter set up for the model
-    saved_run(directory, ...)    a saved model folder (task.json) → all of the above"""
+    saved_run(directory, ...)    a saved model folder (task.json) → all of the above
+    read_as_trained(cfg, record) eval_only of such a folder: the reading settings it was
+                                 trained with (trained_reading), but those the user set"""
 import contextlib
 import copy
 import logging
@@ -23,8 +25,8 @@ from ernie_doc.kinds import build_task, kind_class
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import AmpSettings, amp_settings
-from ernie_doc.run_config import TrainConfig, batch_rows, config_from_values
-from ernie_doc.utils import flush_denormals, set_device
+from ernie_doc.run_config import DEFAULTS, READING_KEYS, TrainConfig, batch_rows, config_from_values
+from ernie_doc.utils import clip, flush_denormals, set_device
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
 
@@ -378,13 +380,10 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
     """A saved model folder → its Assembly, nothing written; the memory estimate (`rows` rows) is
     checked first. ConfigError / DataError / CheckpointError / UntrainedHead."""
     given = dict(record["config"])
+    given.update(trained_reading(record))
     given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
                  device=device)
     own_model = _builds_model(record["kind"])
-    if own_model:   # the saved lm_config.json already holds the run's model_overrides
-        given.update(model_overrides={})
-    else:           # the folder holds the tokenizer
-        given.update(tokenizer="")
     cfg = config_from_values(given, source)
     flush_denormals(cfg.flush_denormals)   # as the run trained (CPU speed), every kind
     place = "gpu" if device == "gpu" else "cpu"
@@ -408,3 +407,91 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
         run.model = build_model(run, run.special)
     setup_reading(run, run.special)
     return run
+
+
+# -- a fine-tuned folder's reading ---------------------------------------------------------------
+def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
+    """How the run that saved a folder (its task.json, `record`) read documents: its values of
+    READING_KEYS (the default of one it lacks), with the tokenizer the folder's own; a kind
+    that builds its own model reads the model config from the folder alone (its saved
+    lm_config.json holds the run's model_overrides) and uses no tokenizer."""
+    config = record["config"]
+    values = {key: copy.deepcopy(config.get(key, DEFAULTS[key])) for key in READING_KEYS}
+    if _builds_model(record["kind"]):
+        values["model_overrides"] = {}
+        del values["tokenizer"]
+    else:
+        values["tokenizer"] = ""
+    return values
+
+
+def saved_model_config(folder: str, own_model: bool) -> Dict[str, Any]:
+    """The model config a saved folder holds (config.json; a language model's lm_config.json)
+    as a mapping; {} when it cannot be read (loading the model then says why)."""
+    from ernie_doc.errors import ErnieDocError
+    try:
+        if own_model:
+            import dataclasses
+
+            from ernie_doc.lm.model import load_lm_config
+            return dataclasses.asdict(load_lm_config(folder))
+        from ernie_doc.checkpoint import io
+        path = io.detect_format(folder)[2]
+        return dict(io.read_config_file(path)[0]) if path else {}
+    except (ErnieDocError, OSError):
+        return {}
+
+
+def _shown(key: str, value: Any) -> str:
+    """A setting's value in a log line, as YAML / JSON write it (null, true, "last")."""
+    import json
+    if key == "tokenizer" and value == "":
+        return "the folder's own"
+    return clip(json.dumps(value, ensure_ascii=False, default=str), 80)
+
+
+def read_as_trained(cfg: TrainConfig, record: Mapping[str, Any]
+                    ) -> Tuple[Dict[str, Any], List[str]]:
+    """eval_only of a fine-tuned folder (init_checkpoint, whose task.json is `record`): its
+    reading settings (trained_reading), except those the user set (`cfg.user_keys`; a map's
+    entries one by one) → (the values to set, at most two log lines: the config's values
+    replaced, the user's that differ from the run's)."""
+    from ernie_doc.kinds import TASK_FILE
+    folder = cfg.init_checkpoint
+    trained = trained_reading(record)
+    if record["kind"] != cfg.kind:   # another kind's options do not apply
+        del trained["task_options"]
+    model = {}   # what a model_overrides entry the run did not set was trained with
+    if cfg.model_overrides:
+        model = saved_model_config(folder, _builds_model(record["kind"]))
+    values = {}
+    differ = {True: [], False: []}   # user-set or not → [(key, the run's value, cfg's)]
+    for key, ran in trained.items():
+        if not isinstance(ran, dict):
+            mine = _user_set(cfg, key)
+            if not mine:
+                values[key] = ran
+            differ[mine] += [] if cfg[key] == ran else [(key, ran, cfg[key])]
+            continue
+        mine = {k: v for k, v in cfg[key].items() if _user_set(cfg, f"{key}.{k}")}
+        values[key] = {**ran, **mine}   # a map: entry by entry
+        for entry, value in cfg[key].items():
+            run = ran.get(entry, model.get(entry) if key == "model_overrides" else None)
+            differ[entry in mine] += [] if value == run else [(f"{key}.{entry}", run, value)]
+    where = f"{folder} was trained (its {TASK_FILE})"
+    lines = [f"eval_only: reading as {where}, not as {cfg.source} says: " + ", ".join(
+        f"{k} {_shown(k, run)} (config {_shown(k, value)})" for k, run, value in differ[False])
+    ] if differ[False] else []
+    if differ[True]:
+        lines.append(f"eval_only: the values given differ from how {where} and are used: "
+                     + ", ".join(f"{k} {_shown(k, value)} (trained with {_shown(k, run)})"
+                                 for k, run, value in differ[True]))
+    return values, lines
+
+
+def _user_set(cfg: TrainConfig, key: str) -> bool:
+    """Whether the user set `key` (dotted: an entry of a map), itself, a map holding it, or
+    an entry inside it."""
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in cfg.user_keys for i in range(1, len(parts) + 1)) or \
+        any(k.startswith(key + ".") for k in cfg.user_keys)

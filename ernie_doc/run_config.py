@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 import os
-from typing import Any, Iterator, NoReturn, TextIO, Tuple, Union
+from typing import Any, FrozenSet, Iterator, NoReturn, TextIO, Tuple, Union
 
 import yaml
 
@@ -50,7 +50,8 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("allow_partial_checkpoint", False, "load init_checkpoint even when encoder tensors "
                                             "are missing or unknown ones are left over"),
         ("eval_only", False, "no training: evaluate init_checkpoint on eval_splits and "
-                             "test_splits"),
+                             "test_splits (test_splits alone when only they are given); a "
+                             "fine-tuned folder reads as its task.json says"),
         ("model_overrides", {}, "ErnieDocConfig keys (recurrence, memory_len, dropouts ...)"),
         ("tokenizer", "", "a released name, a directory or a file; \"\" = init_checkpoint's, "
                           "else model's; train = SentencePiece on the train split"),
@@ -125,6 +126,12 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
     )),
 )
 DEFAULTS = {name: default for _, keys in KEY_GROUPS for name, default, _ in keys}
+# The keys that decide how a model reads a document: a fine-tuned folder's task.json holds the
+# run's, and both its prediction and its evaluation (eval_only) read with them
+# (assemble.trained_reading).
+READING_KEYS = ("max_seq_len", "stride", "segment_layout", "retro_feed", "train_skim",
+                "loss_segments", "doc_prediction", "max_doc_tokens", "task_options",
+                "model_overrides", "tokenizer")
 MEANINGS = {name: meaning for _, keys in KEY_GROUPS for name, _, meaning in keys}
 # The names a Hugging Face / PaddleNLP user types by habit → ours (suggest_keys).
 KEY_ALIASES = {
@@ -208,7 +215,8 @@ MAX_NAMES = 64
 
 
 class TrainConfig(dict):
-    """A dict with attribute access; `source` names where it came from."""
+    """A dict with attribute access; `source` names where it came from; `user_keys` the keys
+    the user set (load_config), dotted for an entry of a free-form map: "task_options.n_best"."""
 
     def __getattr__(self, key):
         try:
@@ -217,6 +225,7 @@ class TrainConfig(dict):
             raise AttributeError(key) from None
 
     source = "config"
+    user_keys: FrozenSet[str] = frozenset()
 
 
 def _key_lines(path):
@@ -358,7 +367,8 @@ def parse_override(text):
     return key.strip().split("."), value
 
 
-def apply_override(values, text):
+def apply_override(values, text) -> str:
+    """Set the key `text` (key=value) names in `values` → that key, dotted."""
     path, value = parse_override(text)
     if not all(path):
         raise ConfigError(f"override {clip(repr(text))}: empty key in "
@@ -374,27 +384,46 @@ def apply_override(values, text):
         target[path[-1]] = value
     else:
         values[path[0]] = value
+    return ".".join(path)
 
 
 def load_config(path=None, overrides=()) -> TrainConfig:
-    """DEFAULTS ← yaml file ← overrides, validated."""
-    return config_from_values(load_yaml(path) if path else {}, path or "overrides", overrides)
+    """DEFAULTS ← yaml file ← overrides, validated. The user's keys (`user_keys`) are those of
+    the overrides, and the file's when it sets eval_only: true itself (a file written to
+    evaluate; a training config's, the packaged task config's first, are the recipe)."""
+    values = load_yaml(path) if path else {}
+    return config_from_values(values, path or "overrides", overrides,
+                              given_by_user=values.get("eval_only") is True)
 
 
-def config_from_values(given: dict, source: str, overrides=()) -> TrainConfig:
+def config_from_values(given: dict, source: str, overrides=(),
+                       given_by_user: bool = False) -> TrainConfig:
     """DEFAULTS ← `given` (a mapping read from `source`, e.g. a saved model's task.json) ←
-    overrides, validated; errors name `source`."""
+    overrides, validated; errors name `source`. `user_keys`: the overrides' keys, and
+    `given`'s with `given_by_user`. eval_only with test_splits set and eval_splits not
+    evaluates test_splits alone (what the command names: IMDB's dev is its test file)."""
     values = copy.deepcopy(DEFAULTS)
     for key, value in given.items():
         if key not in DEFAULTS:   # load_yaml checked a file's keys; a mapping's are checked here
             raise unknown_key(source, key)
         values[key] = copy.deepcopy(value)
-    for text in overrides:
-        apply_override(values, text)
+    user_keys = frozenset([apply_override(values, text) for text in overrides]
+                          + (list(given) if given_by_user else []))
+    if values["eval_only"] is True and values["test_splits"] and "test_splits" in user_keys \
+            and "eval_splits" not in user_keys:
+        values["eval_splits"] = []
     cfg = TrainConfig(values)
     cfg.source = source
+    cfg.user_keys = user_keys
     validate(cfg)
     return cfg
+
+
+def with_values(cfg: TrainConfig, values: dict) -> TrainConfig:
+    """A copy of `cfg` (its source and user_keys kept) with `values` set, validated again."""
+    new = copy.copy(cfg)
+    new.update(copy.deepcopy(values))
+    return validate(new)
 
 
 def _strings(values: dict) -> Iterator[Tuple[str, str]]:

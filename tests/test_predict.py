@@ -99,6 +99,81 @@ def test_eval_only_run_writes_the_same_predictions(imdb_run, tmp_path):
                             Pipeline.from_pretrained(str(out))(docs))
 
 
+# How this run reads differs from the packaged IMDB config's (T 512, stride = memory_len,
+# mean of the segments): T 16, stride 5, the last segment decides, documents cut at 30 tokens.
+# Its model has room for 512 positions, so reading as the packaged config says runs quietly;
+# large initial weights make its probabilities change with what it reads.
+TRAINED_READING = ("max_seq_len=16", "stride=5", "doc_prediction=last", "max_doc_tokens=30",
+                   "model_overrides.max_position_embeddings=512",
+                   "model_overrides.initializer_range=1.0")
+
+
+@pytest.fixture(scope="module")
+def read_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("read")
+    data = imdb_tsv(tmp)
+    out = tmp / "out"
+    finetune_task("imdb", data, out, vocab_dir(tmp / "vocab", WORDS), *TRAINED_READING)
+    return data, out / "best"
+
+
+def evaluate_folder(data, best, out, *given):
+    """The README's evaluation command: the packaged config, the folder, test_splits=[test]
+    → the run's log (stdout)."""
+    from tools.finetune import command
+    return in_process(command, [str(ROOT / "tasks" / "imdb" / "config.yaml"), "--set",
+                                f"data_dir={data}", "eval_only=true", f"init_checkpoint={best}",
+                                "test_splits=[test]", f"output_dir={out}", "progress=false",
+                                *given]).stdout
+
+
+def test_eval_only_of_a_fine_tuned_folder_reads_as_it_was_trained(read_run, tmp_path):
+    """eval_only from the packaged config reads with the folder's task.json settings, so its
+    predictions and metrics are predict's; one line says the config's values were replaced."""
+    data, best = read_run
+    log = evaluate_folder(data, best, tmp_path / "eval")
+    assert "T=16 " in log and "stride=5 " in log, log
+    line, = [x for x in log.splitlines() if "reading as" in x]
+    assert line.endswith(f"eval_only: reading as {best} was trained (its task.json), not as "
+                         f"{ROOT / 'tasks' / 'imdb' / 'config.yaml'} says: max_seq_len 16 "
+                         f"(config 512), stride 5 (config null), doc_prediction \"last\" "
+                         f"(config \"mean\"), max_doc_tokens 30 (config 0)"), line
+    docs = load_reader("imdb").read(str(data), "test", {})
+    predicted = Pipeline.from_pretrained(str(best))(docs)
+    evaluated = read_jsonl(tmp_path / "eval" / "predictions_test.jsonl")
+    by_id = {r["doc_id"]: r for r in evaluated}
+    assert sorted(by_id) == sorted(r["doc_id"] for r in predicted)
+    for r in predicted:
+        assert r["pred"] == by_id[r["doc_id"]]["pred"]
+        np.testing.assert_allclose(r["probs"], by_id[r["doc_id"]]["probs"], atol=1e-5)
+    results = json.loads((tmp_path / "eval" / "test_results.json").read_text())
+    labels = {d.doc_id: d.label for d in docs}
+    assert results["accuracy"] == pytest.approx(
+        np.mean([r["pred"] == labels[r["doc_id"]] for r in predicted]))
+
+
+def test_eval_only_settings_given_win_over_the_folder_with_one_line(read_run, tmp_path):
+    data, best = read_run
+    log = evaluate_folder(data, best, tmp_path / "eval", "stride=3", "max_seq_len=16")
+    assert "T=16 " in log and "stride=3 " in log, log
+    line, = [x for x in log.splitlines() if "differ from" in x]
+    assert line.endswith(f"eval_only: the values given differ from how {best} was trained "
+                         f"(its task.json) and are used: stride 3 (trained with 5)"), line
+
+
+def test_eval_only_evaluates_only_the_splits_it_names(read_run, tmp_path):
+    """test_splits=[test] alone: the test split is read once (IMDB's dev would be test.txt
+    again); eval_splits given too: both."""
+    data, best = read_run
+    evaluate_folder(data, best, tmp_path / "eval")
+    assert sorted(p.name for p in (tmp_path / "eval").glob("*_results.json")) == [
+        "eval_results.json", "test_results.json"]
+    assert json.loads((tmp_path / "eval" / "eval_results.json").read_text())["split"] == "test"
+    evaluate_folder(data, best, tmp_path / "both", "eval_splits=[dev]")
+    assert sorted(p.name for p in (tmp_path / "both").glob("*_results.json")) == [
+        "dev_results.json", "eval_results.json", "test_results.json"]
+
+
 def test_span_predict_equals_evaluation(tmp_path):
     data = tmp_path / "cmrc2018"
     data.mkdir()

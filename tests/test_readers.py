@@ -131,7 +131,8 @@ def test_imdb_dev_ratio_holds_out_train(tmp_path):
      ["1_9.txt:2:", "invalid UTF-8"]),
     ({"test/pos/1_9.txt": "x"}, "test", {}, ["test/neg:", "does not exist"]),
     ({"test/pos/readme": "x", "test/neg/.keep": ""}, "test", {}, ["test:", "no examples"]),
-    ({"test.txt": tsv([])}, "train", {}, ["train:", "neither an aclImdb folder", "train.txt"]),
+    ({"test.txt": tsv([])}, "train", {}, ["train:", "neither an aclImdb folder", "train.txt",
+                                          "reader.file=FILE.tsv reader.dev_ratio=0.2"]),
     ({"test.txt": tsv([])}, "train", {"file": "gone.tsv", "dev_ratio": 0.2},
      ["gone.tsv:", "does not exist"]),
     ({"test.txt": tsv([])}, "test", {"dev_fraction": 0.2}, ["unknown key 'dev_fraction'"]),
@@ -139,6 +140,19 @@ def test_imdb_dev_ratio_holds_out_train(tmp_path):
 def test_imdb_bad_input(tmp_path, files, split, options, parts):
     root = write(tmp_path, files)
     error(lambda: imdb.read(root, split, options), *parts)
+
+
+def test_imdb_one_tsv_file_is_named_with_the_options_that_read_it(tmp_path):
+    """A data directory holding one TSV sample and no train split: the line names the file
+    and the two options; given, they read it."""
+    rows = [(str(i), str(i % 2), "5", f"review {i}") for i in range(20)]
+    root = write(tmp_path, {"imdb_test_sample5k.tsv": tsv(rows), "notes.md": "x"})
+    error(lambda: imdb.read(root, "train", {}), f"{root / 'train'}: neither an aclImdb folder "
+          "(train/pos, train/neg) nor a TSV file train.txt exists; to split one TSV file "
+          "(imdb_test_sample5k.tsv here) into train and dev, give "
+          "reader.file=imdb_test_sample5k.tsv reader.dev_ratio=0.2 (the dev fraction)")
+    options = {"file": "imdb_test_sample5k.tsv", "dev_ratio": 0.2}
+    check_ratio_split(imdb.read(root, "train", options), imdb.read(root, "dev", options), 20)
 
 
 def test_imdb_missing_dir(tmp_path):

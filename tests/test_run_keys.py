@@ -5,7 +5,7 @@ the defaults come from."""
 import json
 
 import pytest
-from helpers import write
+from helpers import ROOT, write
 
 from ernie_doc.errors import ConfigError
 from ernie_doc.run_config import DEFAULTS, config_from_values, load_config
@@ -105,3 +105,50 @@ def test_the_command_line_gives_one_line_with_the_suggestion(tmp_path, capsys):
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "unknown key 'num_train_epochs' (did you mean: epochs?)" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_keys_the_user_set_and_a_fine_tuned_folders_reading(tmp_path):
+    """--set keys are the user's (dotted for a map's entry), and a config file's when it sets
+    eval_only itself; a training config's are not: eval_only of a folder with task.json reads
+    with its settings but those, and says in one line each what was replaced and what won."""
+    from ernie_doc.assemble import read_as_trained
+    from ernie_doc.training.prepare import fine_tuned_record
+
+    def reading(cfg):
+        return read_as_trained(cfg, fine_tuned_record(cfg))
+    packaged = str(ROOT / "tasks" / "imdb" / "config.yaml")
+    folder = tmp_path / "best"
+    folder.mkdir()
+    trained = dict(task="imdb", kind="classification", max_seq_len=128, stride=126,
+                   doc_prediction="last", model_overrides={"memory_len": 64})
+    (folder / "task.json").write_text(json.dumps({"format": 1, "task": "imdb", "kind":
+                                      "classification", "labels": ["0", "1"],
+                                      "config": trained}))
+    ev = ["eval_only=true", f"init_checkpoint={folder}", "test_splits=[test]"]
+    cfg = load_config(packaged, ev + ["stride=100", "model_overrides.memory_len=32"])
+    assert cfg.user_keys == {"eval_only", "init_checkpoint", "test_splits", "stride",
+                             "model_overrides.memory_len"}
+    assert cfg.eval_splits == [] and cfg.test_splits == ["test"]   # what the command names
+    values, lines = reading(cfg)
+    assert {k: values[k] for k in ("max_seq_len", "doc_prediction", "model_overrides",
+                                   "tokenizer")} == {
+        "max_seq_len": 128, "doc_prediction": "last", "model_overrides": {"memory_len": 32},
+        "tokenizer": ""} and "stride" not in values
+    assert lines == [
+        f"eval_only: reading as {folder} was trained (its task.json), not as {packaged} says: "
+        "max_seq_len 128 (config 512), doc_prediction \"last\" (config \"mean\")",
+        f"eval_only: the values given differ from how {folder} was trained (its task.json) "
+        "and are used: stride 100 (trained with 126), model_overrides.memory_len 32 (trained "
+        "with 64)"]
+    # a file written to evaluate (it sets eval_only): its keys are the user's
+    write(tmp_path, {"eval.yaml": "task: imdb\neval_only: true\nmax_seq_len: 256\n"})
+    cfg = load_config(str(tmp_path / "eval.yaml"), ev[1:])
+    assert "max_seq_len" in cfg.user_keys and cfg.eval_splits == []
+    values, lines = reading(cfg)
+    assert "max_seq_len" not in values and values["stride"] == 126
+    assert lines[-1].endswith("are used: max_seq_len 256 (trained with 128)")
+    # eval_splits named too, or test_splits not named: both evaluated; no task.json: no change
+    assert load_config(packaged, ev + ["eval_splits=[dev]"]).eval_splits == ["dev"]
+    assert load_config(packaged, ev[:2]).eval_splits == ["dev"]
+    (folder / "task.json").unlink()
+    assert fine_tuned_record(load_config(packaged, ev)) is None

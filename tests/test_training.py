@@ -146,8 +146,8 @@ def test_eval_only_evaluates_a_trained_model(tmp_path):
     best = json.loads((out / "eval_results.json").read_text())
     test = json.loads((out / "test_results.json").read_text())
     ev = tmp_path / "eval"
-    finetune(ev, "eval_only=true", f"init_checkpoint={out / 'best'}", "test_splits=[test]",
-             "reader.num_docs.train=1")
+    finetune(ev, "eval_only=true", f"init_checkpoint={out / 'best'}", "eval_splits=[dev]",
+             "test_splits=[test]", "reader.num_docs.train=1")
     again = json.loads((ev / "eval_results.json").read_text())
     assert again["split"] == "dev" and again["accuracy"] == pytest.approx(best["accuracy"])
     assert json.loads((ev / "test_results.json").read_text())["accuracy"] == \

@@ -1,7 +1,8 @@
 """A config → a prepared run: the task, tokenizer, model, splits and a summary, every input
 checked before OUTPUT_DIR is written; then OUTPUT_DIR itself.
 
-    prepare(cfg): resolve released names → build_task → check data, device, OUTPUT_DIR (locked)
+    prepare(cfg): resolve released names → eval_only of a fine-tuned folder: its reading
+      settings (assemble.read_as_trained) → build_task → check data, device, OUTPUT_DIR (locked)
       → read splits, tokenizer, model (memory estimate first), reading passes → --resume:
       check the checkpoint → create OUTPUT_DIR, run_config.yaml → PreparedRun for the trainer."""
 import contextlib
@@ -16,14 +17,14 @@ import paddle
 
 from ernie_doc import distributed as dist
 from ernie_doc.assemble import (Assembly, build_model, check_memory, choose_tokenizer,
-                                resolve_inputs, setup_reading)
+                                read_as_trained, resolve_inputs, setup_reading)
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.kinds import build_task
+from ernie_doc.kinds import TASK_FILE, build_task
 from ernie_doc.kinds.base import Task, label_notes
 from ernie_doc.precision import AmpSettings, amp_settings, gpu_capability
-from ernie_doc.run_config import TrainConfig, batch_rows
+from ernie_doc.run_config import TrainConfig, batch_rows, with_values
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.runlog import logger, setup_logging
@@ -58,6 +59,10 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if resume and cfg.eval_only:
         raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
     given, cfg = cfg, resolve_inputs(cfg)
+    record, notes = fine_tuned_record(cfg), []
+    if record is not None:   # run_config.yaml records how this evaluation reads
+        reading, notes = read_as_trained(cfg, record)
+        given, cfg = with_values(given, reading), with_values(cfg, reading)
     task = build_task(cfg)
     reported = tuple(task.metric_names) + ("loss",)
     if cfg.main_metric is not None and cfg.main_metric not in reported:
@@ -98,7 +103,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
             _abandon(cfg.output_dir, created)
         raise
     try:
-        return _prepare_locked(cfg, given, task, resume, rank, world, device, amp)
+        return _prepare_locked(cfg, given, task, resume, rank, world, device, amp, notes)
     except BaseException as e:
         if rank == 0:
             _abandon(cfg.output_dir, created)
@@ -107,6 +112,19 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         if isinstance(e, KeyboardInterrupt) and getattr(e, "output_dir", False) is None:
             e.output_dir = cfg.output_dir
         raise
+
+
+def fine_tuned_record(cfg: TrainConfig) -> Optional[dict]:
+    """eval_only of a fine-tuned folder (init_checkpoint holding task.json): its task.json,
+    checked; else None."""
+    if not (cfg.eval_only and os.path.isfile(os.path.join(cfg.init_checkpoint, TASK_FILE))):
+        return None
+    from ernie_doc.errors import PipelineError
+    from ernie_doc.predict.inputs import read_task_record
+    try:
+        return read_task_record(cfg.init_checkpoint)
+    except PipelineError as e:
+        raise ConfigError(f"{cfg.source}: init_checkpoint: {e}") from None
 
 
 def _abandon(output_dir: str, created: bool) -> None:
@@ -119,8 +137,10 @@ def _abandon(output_dir: str, created: bool) -> None:
 
 
 def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bool,
-                    rank: int, world: int, device: str, amp: AmpSettings) -> PreparedRun:
-    """prepare, once OUTPUT_DIR is checked (and locked by the main process)."""
+                    rank: int, world: int, device: str, amp: AmpSettings,
+                    notes: List[str]) -> PreparedRun:
+    """prepare, once OUTPUT_DIR is checked (and locked by the main process); `notes`: lines
+    for the run's log after its summary."""
     setup_logging(None, rank == 0)   # console now; the file once OUTPUT_DIR exists
     run = PreparedRun(cfg=cfg, given=given, task=task, resume=resume, device=device,
                       rank=rank, world=world, amp=amp)   # model and splits: built below
@@ -133,6 +153,7 @@ def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bo
         run.summary = task.describe(device, world)
     else:
         spm_dir = prepare_documents(run)
+    run.summary += notes
     run.wrapped = dist.wrap(run.model)
     if run.train is not None:
         run.total_steps = count_steps(cfg, run.train)

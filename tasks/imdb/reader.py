@@ -24,6 +24,7 @@ Options:
   split_seed  integer seed of that hash (default 0)
   dev_split   folder / file stem read as dev when there is no dev_ratio (default "test")
 """
+import itertools
 import os
 
 from ernie_doc.data.document import (Document, Skips, check_label, check_options, check_split,
@@ -93,7 +94,18 @@ def _read_layout(data_dir, name):
     if is_candidate_file(path):
         return path, _read_tsv(path)
     raise DataError(f"{where(folder)}: neither an aclImdb folder ({name}/pos, {name}/neg) nor "
-                    f"a TSV file {name}.txt exists")
+                    f"a TSV file {name}.txt exists; {_one_file_hint(data_dir)}")
+
+
+def _one_file_hint(data_dir):
+    """How to read one TSV file of data_dir instead, named when data_dir holds *.tsv files."""
+    with os.scandir(data_dir) as entries:   # a look at a bounded number of names
+        names = sorted(entry.name for entry in itertools.islice(entries, 10000)
+                       if entry.name.endswith(".tsv") and entry.is_file())
+    example = names[0] if names else "FILE.tsv"
+    found = f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''} here)" if names else ""
+    return (f"to split one TSV file{found} into train and dev, give reader.file={example} "
+            f"reader.dev_ratio=0.2 (the dev fraction)")
 
 
 def _read_folder(folder, name):
