@@ -127,11 +127,13 @@ def evaluate_folder(data, best, out, *given):
                                 *given]).stdout
 
 
-def test_eval_only_of_a_fine_tuned_folder_reads_as_it_was_trained(read_run, tmp_path):
+@pytest.mark.parametrize("given", ["best", "run"])
+def test_eval_only_of_a_fine_tuned_folder_reads_as_it_was_trained(read_run, tmp_path, given):
     """eval_only from the packaged config reads with the folder's task.json settings, so its
-    predictions and metrics are predict's; one line says the config's values were replaced."""
+    predictions and metrics are predict's; one line says the config's values were replaced.
+    The run's OUTPUT_DIR is its best/."""
     data, best = read_run
-    log = evaluate_folder(data, best, tmp_path / "eval")
+    log = evaluate_folder(data, best if given == "best" else best.parent, tmp_path / "eval")
     assert "T=16 " in log and "stride=5 " in log, log
     line, = [x for x in log.splitlines() if "reading as" in x]
     assert line.endswith(f"eval_only: reading as {best} was trained (its task.json), not as "
