@@ -6,6 +6,7 @@ from typing import Optional
 import paddle
 import paddle.distributed as dist
 
+from ernie_doc import peers
 from ernie_doc.errors import ConfigError
 from ernie_doc.utils import set_device
 
@@ -38,8 +39,9 @@ def gpu_problem() -> Optional[str]:
     return None
 
 
-def init(device="auto"):
-    """Pick the device and join the process group when launched with several ranks. device
+def init(device: str = "auto", join_timeout: float = 0) -> str:
+    """Pick the device and join the process group when launched with several ranks, within
+    `join_timeout` seconds (`peers.joining`; 0: paddle's own wait) → "gpu" or "cpu". device
     gpu without a usable GPU is a ConfigError (run_config.validate reports it first)."""
     problem = gpu_problem() if device in ("gpu", "auto") else None
     if device == "gpu" and problem:
@@ -52,7 +54,11 @@ def init(device="auto"):
     else:
         set_device("cpu")
     if world_size() > 1:
-        dist.init_parallel_env()
+        # without the launcher's PADDLE_DISTRI_BACKEND, paddle's CPU ranks meet through an HTTP
+        # server, not the TCP store the bound reads: paddle's own wait then
+        store = use_gpu or os.environ.get("PADDLE_DISTRI_BACKEND", "auto") != "auto"
+        with peers.joining(join_timeout if store else 0):
+            dist.init_parallel_env()
     return "gpu" if use_gpu else "cpu"
 
 

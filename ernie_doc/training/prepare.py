@@ -66,7 +66,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     rank, world = dist.rank(), dist.world_size()
     if task.streaming:   # before any collective call: bad data fails on every rank
         task.check_data(world)
-    device = dist.init(cfg.device)
+    device = dist.init(cfg.device, cfg.peer_join_timeout)
     try:
         amp = amp_settings(cfg.amp, device, gpu_capability() if device == "gpu" else None,
                            compiled=bool(cfg.compile))
