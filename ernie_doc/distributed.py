@@ -1,12 +1,12 @@
 """Data parallelism through paddle.distributed (launched by `fleetrun` / paddle.distributed.launch;
 gloo on CPU, NCCL on GPU). A plain `python` run is world size 1 and touches nothing here."""
+import contextlib
 import os
-from typing import Optional
+from typing import ContextManager, Optional
 
 import paddle
 import paddle.distributed as dist
 
-from ernie_doc import peers
 from ernie_doc.errors import ConfigError
 from ernie_doc.utils import set_device
 
@@ -39,10 +39,10 @@ def gpu_problem() -> Optional[str]:
     return None
 
 
-def init(device: str = "auto", join_timeout: float = 0) -> str:
-    """Pick the device and join the process group when launched with several ranks, within
-    `join_timeout` seconds (`peers.joining`; 0: paddle's own wait) → "gpu" or "cpu". device
-    gpu without a usable GPU is a ConfigError (run_config.validate reports it first)."""
+def init(device: str = "auto", bound: Optional[ContextManager] = None) -> str:
+    """Pick the device and join the process group when launched with several ranks, inside
+    `bound` (`peers.joining`: within a time) → "gpu" or "cpu". device gpu without a usable GPU
+    is a ConfigError (run_config.validate reports it first)."""
     problem = gpu_problem() if device in ("gpu", "auto") else None
     if device == "gpu" and problem:
         raise ConfigError(f"device: gpu: {problem}")
@@ -54,10 +54,7 @@ def init(device: str = "auto", join_timeout: float = 0) -> str:
     else:
         set_device("cpu")
     if world_size() > 1:
-        # without the launcher's PADDLE_DISTRI_BACKEND, paddle's CPU ranks meet through an HTTP
-        # server, not the TCP store the bound reads: paddle's own wait then
-        store = use_gpu or os.environ.get("PADDLE_DISTRI_BACKEND", "auto") != "auto"
-        with peers.joining(join_timeout if store else 0):
+        with bound or contextlib.nullcontext():
             dist.init_parallel_env()
     return "gpu" if use_gpu else "cpu"
 

@@ -385,6 +385,12 @@ class Joining:
             self.exit(PEER_LOST)
 
 
+def _meets_over_http() -> bool:
+    import paddle
+    return os.environ.get("PADDLE_DISTRI_BACKEND", "auto") == "auto" and \
+        paddle.device.get_device() == "cpu"
+
+
 def store_client(host: str, port: int, timeout: float):
     """A client of paddle's TCP store at host:port (not counted among the ranks it waits
     for); OSError at once while nothing listens (paddle's client would retry for `timeout`)."""
@@ -397,10 +403,12 @@ def store_client(host: str, port: int, timeout: float):
 def joining(timeout: float) -> Iterator[Optional[Joining]]:
     """Around init_parallel_env: joining the process group within `timeout` seconds, or one
     line naming the ranks that did not join and exit status PEER_LOST (`Joining`; NotJoined
-    before init_parallel_env). None with one rank or `timeout` 0: paddle's own wait (900 s)."""
+    before init_parallel_env). None with one rank or `timeout` 0: paddle's own wait (900 s);
+    so too on CPU without the launcher's PADDLE_DISTRI_BACKEND: paddle's ranks then meet
+    through an HTTP server, not the TCP store this reads. Entered once the device is set."""
     from ernie_doc import distributed as dist
     world = dist.world_size()
-    if world == 1 or not timeout:
+    if world == 1 or not timeout or _meets_over_http():
         yield None
         return
     host, port = master_endpoint()

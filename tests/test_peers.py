@@ -219,6 +219,9 @@ def test_peer_timeout_0_or_one_rank_watches_nothing(monkeypatch):
     assert peers.watch(0) is None   # peer_timeout: 0, paddle's own behaviour
     with peers.joining(0) as join:   # peer_join_timeout: 0, likewise
         assert join is None
+    monkeypatch.delenv("PADDLE_DISTRI_BACKEND", raising=False)
+    with peers.joining(3) as join:   # CPU ranks not from the launcher meet over HTTP, no store
+        assert join is None
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "6170")
     assert peers.master_endpoint() == ("10.0.0.1", 6170)
