@@ -59,6 +59,11 @@ def init(device: str = "auto", bound: Optional[ContextManager] = None) -> str:
     return "gpu" if use_gpu else "cpu"
 
 
+def joined() -> bool:
+    """Whether this process is one of several ranks of a process group (init ran)."""
+    return world_size() > 1 and dist.is_initialized()
+
+
 def wrap(model):
     # find_unused_parameters: heads that leave part of the model out of the loss would
     # otherwise stall the gradient all-reduce

@@ -29,11 +29,12 @@ import threading
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from ernie_doc.errors import NotJoined
+from ernie_doc.errors import ErnieDocError, PeerLost
 
 PEER_LOST = 75     # EX_TEMPFAIL: the run can go on (resume)
 KEY = "ernie_doc/alive/{}"
-JOINING = "ernie_doc/joining/{}"   # 1 once that rank reached init_parallel_env (JoinWatch)
+JOINING = "ernie_doc/joining/{}"   # 1 once that rank began to join (Joining)
+FAILED = "ernie_doc/failed/{}"     # the error line a rank stopped on before training (telling)
 
 
 class _SigAction(ctypes.Structure):
@@ -247,7 +248,7 @@ def watch(timeout: float, hint: Callable[[], str] = lambda: "") -> Optional[Peer
 # -- joining the process group ------------------------------------------------------------------
 def not_joined(rank: int, world: int, joined: Optional[List[int]], answering: bool,
                timeout: float, endpoint: str, local_size: int = 1) -> str:
-    """What rank `rank` says (NotJoined's message) when the process group has not formed
+    """What rank `rank` says (PeerLost's message) when the process group has not formed
     `timeout` seconds after it began to join. joined: the ranks marked in the store (`marked`;
     None: not read); answering: whether the store at `endpoint` (host:port, rank 0's) did."""
     head = f"did not join the process group within {timeout:g} s"
@@ -354,7 +355,7 @@ class Joining:
 
     def arrive(self) -> None:
         """Rank 0: nothing (its store starts inside init_parallel_env). Another rank: wait
-        for rank 0's store, then mark this rank; NotJoined (the one line) at the deadline."""
+        for rank 0's store, then mark this rank; PeerLost (the one line) at the deadline."""
         if self.rank == 0:
             return
         while True:
@@ -364,7 +365,7 @@ class Joining:
                 return
             except Exception:  # noqa: BLE001  OSError (nothing listens yet), the store's
                 if self.clock() >= self.deadline:
-                    raise NotJoined(self.line(None, False)) from None
+                    raise PeerLost(self.line(None, False)) from None
                 time.sleep(min(interval_for(self.timeout) / 2, 0.5))
 
     def expire(self) -> None:
@@ -402,7 +403,7 @@ def store_client(host: str, port: int, timeout: float):
 @contextlib.contextmanager
 def joining(timeout: float) -> Iterator[Optional[Joining]]:
     """Around init_parallel_env: joining the process group within `timeout` seconds, or one
-    line naming the ranks that did not join and exit status PEER_LOST (`Joining`; NotJoined
+    line naming the ranks that did not join and exit status PEER_LOST (`Joining`; PeerLost
     before init_parallel_env). None with one rank or `timeout` 0: paddle's own wait (900 s);
     so too on CPU without the launcher's PADDLE_DISTRI_BACKEND: paddle's ranks then meet
     through an HTTP server, not the TCP store this reads. Entered once the device is set."""
@@ -423,3 +424,60 @@ def joining(timeout: float) -> Iterator[Optional[Joining]]:
         join.joined = True
         if cancel is not None:
             cancel()
+
+
+# -- between joining and training --------------------------------------------------------------
+def tell(line: str) -> None:
+    """Leave this rank's error line in rank 0's TCP store (FAILED), for the ranks whose next
+    collective call fails when this one exits (`heard`). Rank 0's own store ends with it."""
+    from ernie_doc import distributed as dist
+    host, port = master_endpoint()
+    store = store_client(host, port, 2)
+    store.set(FAILED.format(dist.rank()), line)
+    store.add(FAILED.format(dist.rank()) + "/set", 1)
+
+
+def heard() -> Optional[str]:
+    """Why a collective call failed before training, from the store: the first peer's error
+    line (`tell`), rank 0 gone when the store does not answer, else None."""
+    from ernie_doc import distributed as dist
+    host, port = master_endpoint()
+    rank, local_size = dist.rank(), dist.local_size() or 1
+    try:
+        store = store_client(host, port, 2)
+        told = [r for r in range(dist.world_size())
+                if r != rank and store.add(FAILED.format(r) + "/set", 0)]
+        if not told:
+            return None
+        line = store.get(FAILED.format(told[0])).decode("utf-8", "replace")
+        return f"{describe(told[:1], local_size)} stopped before training: {line}"
+    except Exception:  # noqa: BLE001  OSError, the store's errors: rank 0 and its store gone
+        if rank == 0:
+            return None
+        return (f"{describe([0], local_size)} stopped before training: nothing answers at "
+                f"{host}:{port}, where it served the TCP store; see node 0's log for its error")
+
+
+@contextlib.contextmanager
+def telling() -> Iterator[None]:
+    """Once the process group is joined, until every rank is ready to train (no watch yet):
+    this rank's own error (ErnieDocError, OSError: its one line) is left for the others
+    (`tell`); a failed collective call of this rank (gloo raises once a peer exited) becomes
+    PeerLost naming the peer and its error (`heard`), not gloo's traceback that names no
+    rank. Outside a joined group, nothing."""
+    from ernie_doc import distributed as dist
+    try:
+        yield
+    except PeerLost:
+        raise
+    except Exception as e:
+        if not dist.joined():
+            raise
+        if isinstance(e, (ErnieDocError, OSError)):
+            with contextlib.suppress(Exception):   # rank 0's store gone too: nothing to tell
+                tell(str(e))
+            raise
+        line = heard()
+        if line is None:
+            raise
+        raise PeerLost(line) from e

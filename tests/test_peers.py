@@ -29,13 +29,19 @@ COMMON = ("max_steps=8", "save_steps=2", f"peer_timeout={TIMEOUT}")
 # -- the decision ------------------------------------------------------------------------------
 class FakeStore:
     def __init__(self):
-        self.counts, self.broken = {}, False
+        self.counts, self.values, self.broken = {}, {}, False
 
     def add(self, key, n):
         if self.broken:
             raise ValueError("TCP send error. Details: Broken pipe.")
         self.counts[key] = self.counts.get(key, 0) + n
         return self.counts[key]
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def get(self, key):
+        return self.values[key].encode()
 
 
 def fake_watch(rank=0, world=3, timeout=10.0):
@@ -251,7 +257,7 @@ def test_not_joined_names_the_missing_ranks_their_nodes_and_what_to_check():
 
 
 def test_a_rank_waits_for_rank_0s_store_until_the_deadline_then_marks_itself(monkeypatch):
-    from ernie_doc.errors import NotJoined
+    from ernie_doc.errors import PeerLost
     monkeypatch.setattr(peers.time, "sleep", lambda seconds: None)
     now, tries = [0.0], []
 
@@ -261,11 +267,11 @@ def test_a_rank_waits_for_rank_0s_store_until_the_deadline_then_marks_itself(mon
         raise ConnectionRefusedError(111, "Connection refused")
 
     join = peers.Joining(1, 2, 3, "10.0.0.1", 6170, connect=refused, clock=lambda: now[0])
-    with pytest.raises(NotJoined) as info:
+    with pytest.raises(PeerLost) as info:
         join.arrive()
     assert str(info.value).startswith("rank 0 (node 0) did not join the process group within "
                                       "3 s: nothing answers at 10.0.0.1:6170")
-    assert tries == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5] and NotJoined.exit_status == peers.PEER_LOST
+    assert tries == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5] and PeerLost.exit_status == peers.PEER_LOST
     # the store answers: the rank marks itself there; rank 0 never waits before its store
     store = FakeStore()
     peers.Joining(1, 2, 3, "h", 1, connect=lambda *a: store).arrive()
@@ -286,6 +292,40 @@ def test_at_the_deadline_the_ranks_that_never_marked_are_named(capfd):
     join.joined = True   # init_parallel_env returned just before: nothing
     join.expire()
     assert exits == [peers.PEER_LOST] and capfd.readouterr().err == ""
+
+
+def test_before_training_a_ranks_error_reaches_the_others_with_its_line(monkeypatch):
+    from ernie_doc import distributed
+    from ernie_doc.errors import ConfigError, PeerLost
+    store = FakeStore()
+    monkeypatch.setattr(distributed, "joined", lambda: True)
+    monkeypatch.setattr(peers, "store_client", lambda *args: store)
+    for name, value in (("TRAINERS_NUM", "2"), ("TRAINER_ID", "1"), ("LOCAL_SIZE", "1"),
+                        ("MASTER", "10.0.0.1:6170")):
+        monkeypatch.setenv("PADDLE_" + name, value)
+    with pytest.raises(ConfigError), peers.telling():   # rank 1's own error: left for the others
+        raise ConfigError("output_dir /o: not empty")
+    assert store.values == {peers.FAILED.format(1): "output_dir /o: not empty"}
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")   # rank 0's next collective call fails
+    with pytest.raises(PeerLost, match=r"^rank 1 \(node 1\) stopped before training: "
+                                       r"output_dir /o: not empty$"), peers.telling():
+        raise RuntimeError("gloo: TIMEOUT self_rank = 0 pair_rank = 1")
+    store.counts.clear()   # nobody told: gloo's own error
+    with pytest.raises(RuntimeError, match="gloo"), peers.telling():
+        raise RuntimeError("gloo: TIMEOUT")
+
+    def refused(*args):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(peers, "store_client", refused)   # rank 0 and its store gone
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    with pytest.raises(PeerLost, match=r"^rank 0 \(node 0\) stopped before training: nothing "
+                                       r"answers at 10.0.0.1:6170, where it served the TCP "
+                                       r"store; see node 0's log for its error$"), peers.telling():
+        raise RuntimeError("gloo: Connection reset by peer")
+    monkeypatch.setattr(distributed, "joined", lambda: False)   # before joining: untouched
+    with pytest.raises(RuntimeError, match="gloo"), peers.telling():
+        raise RuntimeError("gloo")
 
 
 ALARM = """
@@ -452,6 +492,27 @@ def test_a_node_failing_before_training_ends_the_other_with_one_line(corpus, bas
                           "started and reaches 127.0.0.1:", "raise peer_join_timeout")
     assert node0["exited"] < JOIN + 5, node0["exited"]   # after node 1's launcher exited
     assert not out.exists()
+
+
+@pytest.mark.two_ranks
+def test_a_node_failing_after_joining_ends_the_other_with_its_line(corpus, base):
+    """Node 1's output_dir (not on a file system node 0 shares, say) holds someone else's
+    file: its rank refuses it after joining the process group, while node 0's goes on to its
+    first collective call (the parameters' broadcast), which fails once node 1's exits."""
+    (base / "later").mkdir()
+    out, foreign = base / "later" / "out", base / "later" / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("not a run\n")
+    nodes = launch_two_nodes(base / "later", lambda node: [
+        "tools/pretrain.py", "--set", *tiny(*corpus, out if node == 0 else foreign)],
+        timeout=150)
+    node0, node1 = nodes
+    assert node1["status"] == 2, node1["log"][-3000:]
+    theirs = one_error_line(node1, str(foreign))
+    assert node0["status"] == peers.PEER_LOST, node0["output"][-3000:]
+    one_error_line(node0, "error: rank 1 (node 1) stopped before training: " + theirs[7:])
+    assert node0["exited"] < 10, node0["exited"]
+    assert not out.exists() and os.listdir(foreign) == ["notes.txt"]
 
 
 def lone_rank(rank, args, timeout=90):
