@@ -9,10 +9,12 @@ process gone), ends this process: one `error:` line on stderr naming the rank, i
 checkpoint to resume from, exit status PEER_LOST. After a collective call failed (`settle`), a
 live peer still beats, so `quick_window` seconds of silence decide.
 
-Before that, joining the process group (`init_parallel_env`) is bounded the same way
-(`joining`, the run config's `peer_join_timeout`): a rank that never reaches it (an error before
-training on its node, a node not started) ends the ranks waiting for it with one line naming it,
-instead of paddle's wait of 900 s for its TCP store.
+Before the watch: joining the process group (`init_parallel_env`) is bounded (`joining`, the
+run config's `peer_join_timeout`): a rank that never reaches it (an error before training on
+its node, a node not started) ends the ranks waiting for it with one line naming it, instead of
+paddle's wait of 900 s for its TCP store. From joining until training (`telling`), a rank that
+stops on its error leaves its line in the store, and the others, whose next collective call
+fails, end with that line.
 
 Why not paddle's own errors: a killed peer makes gloo raise at once, but with a traceback that
 names no rank, or abort the process from C++ when the failed call is the gradient all-reduce
@@ -34,7 +36,8 @@ from ernie_doc.errors import ErnieDocError, PeerLost
 PEER_LOST = 75     # EX_TEMPFAIL: the run can go on (resume)
 KEY = "ernie_doc/alive/{}"
 JOINING = "ernie_doc/joining/{}"   # 1 once that rank began to join (Joining)
-FAILED = "ernie_doc/failed/{}"     # the error line a rank stopped on before training (telling)
+FAILED = "ernie_doc/failed/{}"     # the error line a rank stopped on before training (tell)
+TOLD = "ernie_doc/told/{}"         # 1 once that line is there
 
 
 class _SigAction(ctypes.Structure):
@@ -417,7 +420,10 @@ def joining(timeout: float) -> Iterator[Optional[Joining]]:
     join.arrive()
     # at least a second: the alarm is meant to find the thread waiting inside paddle's C++,
     # not running Python (rank 0's deadline is a full `timeout` away; another rank's may not)
-    cancel = alarm(max(1.0, join.deadline - join.clock()), join.expire)
+    try:
+        cancel = alarm(max(1.0, join.deadline - join.clock()), join.expire)
+    except (OSError, AttributeError):   # no timer to be had: rank 0 waits as paddle does
+        cancel = None
     try:
         yield join
     finally:
@@ -434,7 +440,7 @@ def tell(line: str) -> None:
     host, port = master_endpoint()
     store = store_client(host, port, 2)
     store.set(FAILED.format(dist.rank()), line)
-    store.add(FAILED.format(dist.rank()) + "/set", 1)
+    store.add(TOLD.format(dist.rank()), 1)
 
 
 def heard() -> Optional[str]:
@@ -446,7 +452,7 @@ def heard() -> Optional[str]:
     try:
         store = store_client(host, port, 2)
         told = [r for r in range(dist.world_size())
-                if r != rank and store.add(FAILED.format(r) + "/set", 0)]
+                if r != rank and store.add(TOLD.format(r), 0)]
         if not told:
             return None
         line = store.get(FAILED.format(told[0])).decode("utf-8", "replace")
