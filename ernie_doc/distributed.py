@@ -1,7 +1,8 @@
 """Data parallelism through paddle.distributed (launched by `fleetrun` / paddle.distributed.launch;
 gloo on CPU, NCCL on GPU). A plain `python` run is world size 1 and touches nothing here."""
+import contextlib
 import os
-from typing import Optional
+from typing import ContextManager, Optional
 
 import paddle
 import paddle.distributed as dist
@@ -38,9 +39,10 @@ def gpu_problem() -> Optional[str]:
     return None
 
 
-def init(device="auto"):
-    """Pick the device and join the process group when launched with several ranks. device
-    gpu without a usable GPU is a ConfigError (run_config.validate reports it first)."""
+def init(device: str = "auto", bound: Optional[ContextManager] = None) -> str:
+    """Pick the device and join the process group when launched with several ranks, inside
+    `bound` (`peers.joining`: within a time) → "gpu" or "cpu". device gpu without a usable GPU
+    is a ConfigError (run_config.validate reports it first)."""
     problem = gpu_problem() if device in ("gpu", "auto") else None
     if device == "gpu" and problem:
         raise ConfigError(f"device: gpu: {problem}")
@@ -52,8 +54,14 @@ def init(device="auto"):
     else:
         set_device("cpu")
     if world_size() > 1:
-        dist.init_parallel_env()
+        with bound or contextlib.nullcontext():
+            dist.init_parallel_env()
     return "gpu" if use_gpu else "cpu"
+
+
+def joined() -> bool:
+    """Whether this process is one of several ranks of a process group (init ran)."""
+    return world_size() > 1 and dist.is_initialized()
 
 
 def wrap(model):

@@ -64,6 +64,14 @@ class TrainingError(ErnieDocError, RuntimeError):
     exit_status = 1
 
 
+class PeerLost(ErnieDocError, RuntimeError):
+    """Several ranks: a peer did not join the process group within peer_join_timeout, or
+    stopped on its error before training (the message names it, its node and what to check).
+    Exit status 75 (EX_TEMPFAIL, as ernie_doc.peers.PEER_LOST for a rank lost during
+    training): the same commands can run again."""
+    exit_status = 75
+
+
 class Bf16ProgramError(TrainingError):
     """A captured CPU bf16 program that must not run (see training.compiled's
     bf16_program_problem)."""

@@ -9,21 +9,35 @@ process gone), ends this process: one `error:` line on stderr naming the rank, i
 checkpoint to resume from, exit status PEER_LOST. After a collective call failed (`settle`), a
 live peer still beats, so `quick_window` seconds of silence decide.
 
+Before the watch: joining the process group (`init_parallel_env`) is bounded (`joining`, the
+run config's `peer_join_timeout`): a rank that never reaches it (an error before training on
+its node, a node not started) ends the ranks waiting for it with one line naming it, instead of
+paddle's wait of 900 s for its TCP store. From joining until training (`telling`), a rank that
+stops on its error leaves its line in the store, and the others, whose next collective call
+fails, end with that line.
+
 Why not paddle's own errors: a killed peer makes gloo raise at once, but with a traceback that
 names no rank, or abort the process from C++ when the failed call is the gradient all-reduce
 inside backward (`catch_abort` waits for the verdict there); a peer that hangs or whose node is
 cut off blocks gloo for its 30 s timeout, and NCCL for longer. Details: docs/pretraining.md,
 "Several nodes"."""
+import contextlib
 import ctypes
 import os
 import signal
+import socket
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from ernie_doc.errors import ErnieDocError, PeerLost
 
 PEER_LOST = 75     # EX_TEMPFAIL: the run can go on (resume)
 KEY = "ernie_doc/alive/{}"
+JOINING = "ernie_doc/joining/{}"   # 1 once that rank began to join (Joining)
+FAILED = "ernie_doc/failed/{}"     # the error line a rank stopped on before training (tell)
+TOLD = "ernie_doc/told/{}"         # 1 once that line is there
 
 
 class _SigAction(ctypes.Structure):
@@ -232,3 +246,244 @@ def watch(timeout: float, hint: Callable[[], str] = lambda: "") -> Optional[Peer
         except (OSError, AttributeError):   # no C library to ask
             pass
     return peer_watch
+
+
+# -- joining the process group ------------------------------------------------------------------
+def not_joined(rank: int, world: int, joined: Optional[List[int]], answering: bool,
+               timeout: float, endpoint: str, local_size: int = 1) -> str:
+    """What rank `rank` says (PeerLost's message) when the process group has not formed
+    `timeout` seconds after it began to join. joined: the ranks marked in the store (`marked`;
+    None: not read); answering: whether the store at `endpoint` (host:port, rank 0's) did."""
+    head = f"did not join the process group within {timeout:g} s"
+    slow = "or raise peer_join_timeout for a slower start (a download, a corpus check)"
+    if rank != 0 and not answering:
+        return (f"{describe([0], local_size)} {head}: nothing answers at {endpoint}, where it "
+                f"serves the TCP store; see node 0's log for an error before training, check "
+                f"that it started and that this node reaches that address, {slow}")
+    if joined is None:   # rank 0, its own store silent
+        return (f"the process group did not form within {timeout:g} s: the TCP store this "
+                f"rank serves at {endpoint} did not answer")
+    missing = sorted(set(range(world)) - set(joined))
+    if not missing:
+        return (f"the process group did not form within {timeout:g} s though every rank "
+                f"reached it; check that the nodes reach each other on every port, not only "
+                f"{endpoint}")
+    nodes = sorted({r // max(1, local_size) for r in missing})
+    logs = (f"node {nodes[0]}'s log" if len(nodes) == 1 else
+            "the logs of nodes " + ", ".join(map(str, nodes)))
+    return (f"{describe(missing, local_size)} {head}; see {logs} for an error before "
+            f"training, check that {'it' if len(nodes) == 1 else 'each'} started and reaches "
+            f"{endpoint}, {slow}")
+
+
+class _SigEvent(ctypes.Structure):
+    """glibc's struct sigevent (Linux, 64 bytes): with notify SIGEV_THREAD_ID, the timer sends
+    `signo` to the thread `tid`."""
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("tid", ctypes.c_int), ("pad", ctypes.c_int * 11)]
+
+
+class _TimerSpec(ctypes.Structure):
+    """struct itimerspec: the interval (0: once), then the first expiry (seconds, nanoseconds)."""
+    _fields_ = [("interval_sec", ctypes.c_long), ("interval_nsec", ctypes.c_long),
+                ("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+_SIGEV_THREAD_ID, _CLOCK_MONOTONIC = 4, 1
+
+
+def alarm(seconds: float, callback: Callable[[], None]) -> Optional[Callable[[], None]]:
+    """callback() after `seconds`, on this thread, from a C-level SIGALRM handler: it runs even
+    while the thread is blocked inside a C++ call that holds the GIL (paddle's TCP store and
+    gloo rendezvous do), where neither a Python signal handler nor another thread can run →
+    cancel() (disarms, and puts back the SIGALRM action it replaced), or None where no such
+    timer can be made (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "timer_create"):   # glibc before 2.34: the timers are in librt
+        libc = ctypes.CDLL("librt.so.1", use_errno=True)
+    previous, timer = _SigAction(), ctypes.c_void_p()
+    handler = _SA_HANDLER(lambda signum, info, context: callback())
+    action = _SigAction(handler=ctypes.cast(handler, ctypes.c_void_p).value,
+                        flags=_SA_SIGINFO | _SA_RESTART)
+    if libc.sigaction(int(signal.SIGALRM), ctypes.byref(action), ctypes.byref(previous)):
+        raise OSError(ctypes.get_errno(), "sigaction(SIGALRM)")
+    event = _SigEvent(signo=int(signal.SIGALRM), notify=_SIGEV_THREAD_ID,
+                      tid=threading.get_native_id())
+    nanoseconds = max(1, round(seconds * 1e9))   # 0 would disarm it
+    spec = _TimerSpec(sec=nanoseconds // 10**9, nsec=nanoseconds % 10**9)
+    if libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) or \
+            libc.timer_settime(timer, 0, ctypes.byref(spec), None):
+        errno = ctypes.get_errno()
+        libc.sigaction(int(signal.SIGALRM), ctypes.byref(previous), None)
+        raise OSError(errno, "timer_create")
+
+    def cancel():
+        libc.timer_delete(timer)
+        # a signal already sent was delivered on the way back from timer_delete
+        libc.sigaction(int(signal.SIGALRM), ctypes.byref(previous), None)
+        cancel.handler = None
+    cancel.handler = handler   # the callback lives as long as the timer
+    return cancel
+
+
+def marked(store, world: int) -> List[int]:
+    """The ranks that marked themselves in the store (JOINING), rank 0 among them: it serves
+    the store."""
+    return [0] + [r for r in range(1, world) if store.add(JOINING.format(r), 0)]
+
+
+class Joining:
+    """This rank's bound on joining the process group (`joining`): `timeout` seconds from its
+    start. A rank other than 0 first waits, in Python, for rank 0's TCP store to answer at
+    host:port and marks itself there (JOINING); `expire` (the alarm) then names the ranks that
+    never did. connect(host, port, timeout) → a client of the store (add(key, n) → the counter),
+    OSError while nothing listens."""
+
+    def __init__(self, rank: int, world: int, timeout: float, host: str, port: int,
+                 local_size: int = 1, connect: Optional[Callable] = None,
+                 exit: Callable[[int], None] = os._exit,
+                 clock: Callable[[], float] = time.monotonic):
+        self.rank, self.world, self.timeout = rank, world, float(timeout)
+        self.host, self.port, self.local_size = host, port, local_size
+        self.connect, self.exit, self.clock = connect or store_client, exit, clock
+        self.deadline = clock() + self.timeout
+        self.joined = False    # set once init_parallel_env returned: the alarm is void
+        self.verdict: Optional[str] = None
+
+    def line(self, joined: Optional[List[int]], answering: bool) -> str:
+        return not_joined(self.rank, self.world, joined, answering, self.timeout,
+                          f"{self.host}:{self.port}", self.local_size)
+
+    def arrive(self) -> None:
+        """Rank 0: nothing (its store starts inside init_parallel_env). Another rank: wait
+        for rank 0's store, then mark this rank; PeerLost (the one line) at the deadline."""
+        if self.rank == 0:
+            return
+        while True:
+            try:
+                store = self.connect(self.host, self.port, self.timeout)
+                store.add(JOINING.format(self.rank), 1)
+                return
+            except Exception:  # noqa: BLE001  OSError (nothing listens yet), the store's
+                if self.clock() >= self.deadline:
+                    raise PeerLost(self.line(None, False)) from None
+                time.sleep(min(interval_for(self.timeout) / 2, 0.5))
+
+    def expire(self) -> None:
+        """The alarm: unless joined, the one line from what the store says now, then exit."""
+        if self.joined:
+            return
+        try:   # an exception must not end the handler: the wait would go on
+            try:
+                joined = marked(self.connect(self.host, self.port, self.timeout), self.world)
+                answering = True
+            except Exception:  # noqa: BLE001  OSError, the store's errors: nothing answers
+                joined, answering = None, False
+            self.verdict = "error: " + self.line(joined, answering)
+            with contextlib.suppress(Exception):   # the thread was stopped inside a write
+                sys.stdout.flush()
+            os.write(2, self.verdict.encode() + b"\n")   # not sys.stderr: its lock may be held
+        finally:
+            self.exit(PEER_LOST)
+
+
+def _meets_over_http() -> bool:
+    import paddle
+    return os.environ.get("PADDLE_DISTRI_BACKEND", "auto") == "auto" and \
+        paddle.device.get_device() == "cpu"
+
+
+def store_client(host: str, port: int, timeout: float):
+    """A client of paddle's TCP store at host:port (not counted among the ranks it waits
+    for); OSError at once while nothing listens (paddle's client would retry for `timeout`)."""
+    socket.create_connection((host, port), timeout=1).close()
+    from paddle.base import core
+    return core.TCPStore(host, port, False, 0, max(1, int(timeout)))
+
+
+@contextlib.contextmanager
+def joining(timeout: float) -> Iterator[Optional[Joining]]:
+    """Around init_parallel_env: joining the process group within `timeout` seconds, or one
+    line naming the ranks that did not join and exit status PEER_LOST (`Joining`; PeerLost
+    before init_parallel_env). None with one rank or `timeout` 0: paddle's own wait (900 s);
+    so too on CPU without the launcher's PADDLE_DISTRI_BACKEND: paddle's ranks then meet
+    through an HTTP server, not the TCP store this reads. Entered once the device is set."""
+    from ernie_doc import distributed as dist
+    world = dist.world_size()
+    if world == 1 or not timeout or _meets_over_http():
+        yield None
+        return
+    host, port = master_endpoint()
+    join = Joining(dist.rank(), world, timeout, host, port, dist.local_size() or 1)
+    join.arrive()
+    # at least a second: the alarm is meant to find the thread waiting inside paddle's C++,
+    # not running Python (rank 0's deadline is a full `timeout` away; another rank's may not)
+    try:
+        cancel = alarm(max(1.0, join.deadline - join.clock()), join.expire)
+    except (OSError, AttributeError):   # no timer to be had: rank 0 waits as paddle does
+        cancel = None
+    try:
+        yield join
+    finally:
+        join.joined = True
+        if cancel is not None:
+            cancel()
+
+
+# -- between joining and training --------------------------------------------------------------
+def tell(line: str) -> None:
+    """Leave this rank's error line in rank 0's TCP store (FAILED), for the ranks whose next
+    collective call fails when this one exits (`heard`). Rank 0's own store ends with it."""
+    from ernie_doc import distributed as dist
+    host, port = master_endpoint()
+    store = store_client(host, port, 2)
+    store.set(FAILED.format(dist.rank()), line)
+    store.add(TOLD.format(dist.rank()), 1)
+
+
+def heard() -> Optional[str]:
+    """Why a collective call failed before training, from the store: the first peer's error
+    line (`tell`), rank 0 gone when the store does not answer, else None."""
+    from ernie_doc import distributed as dist
+    host, port = master_endpoint()
+    rank, local_size = dist.rank(), dist.local_size() or 1
+    try:
+        store = store_client(host, port, 2)
+        told = [r for r in range(dist.world_size())
+                if r != rank and store.add(TOLD.format(r), 0)]
+        if not told:
+            return None
+        line = store.get(FAILED.format(told[0])).decode("utf-8", "replace")
+        return f"{describe(told[:1], local_size)} stopped before training: {line}"
+    except Exception:  # noqa: BLE001  OSError, the store's errors: rank 0 and its store gone
+        if rank == 0:
+            return None
+        return (f"{describe([0], local_size)} stopped before training: nothing answers at "
+                f"{host}:{port}, where it served the TCP store; see node 0's log for its error")
+
+
+@contextlib.contextmanager
+def telling() -> Iterator[None]:
+    """Once the process group is joined, until every rank is ready to train (no watch yet):
+    this rank's own error (ErnieDocError, OSError: its one line) is left for the others
+    (`tell`); a failed collective call of this rank (gloo raises once a peer exited) becomes
+    PeerLost naming the peer and its error (`heard`), not gloo's traceback that names no
+    rank. Outside a joined group, nothing."""
+    from ernie_doc import distributed as dist
+    try:
+        yield
+    except PeerLost:
+        raise
+    except Exception as e:
+        if not dist.joined():
+            raise
+        if isinstance(e, (ErnieDocError, OSError)):
+            with contextlib.suppress(Exception):   # rank 0's store gone too: nothing to tell
+                tell(str(e))
+            raise
+        line = heard()
+        if line is None:
+            raise
+        raise PeerLost(line) from e

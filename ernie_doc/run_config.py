@@ -121,6 +121,9 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("peer_timeout", 20, "several ranks: a rank whose peer shows no sign of life for this "
                              "many seconds exits with one line naming it (0 = wait as paddle "
                              "does)"),
+        ("peer_join_timeout", 120, "several ranks: a rank waits this many seconds for the "
+                                   "others to join at the start, then exits with one line "
+                                   "naming those that did not (0 = wait as paddle does)"),
         ("progress", True, "progress bars (false: none; ERNIE_DOC_PROGRESS=0 turns every "
                            "bar off)"),
     )),
@@ -205,7 +208,7 @@ INTEGER_KEYS = {
                      "tokenizer_vocab_size", "stride", "eval_batch_size"), 1),
     **dict.fromkeys(("eval_steps", "save_steps", "logging_steps", "stop_at_step",
                      "keep_checkpoints", "max_steps", "warmup_steps", "max_doc_tokens",
-                     "peer_timeout"), 0),
+                     "peer_timeout", "peer_join_timeout"), 0),
 }
 NULLABLE_KEYS = ("stride", "eval_batch_size")
 # Lists of names: each name at most once, and at most this many (a task has a few splits and

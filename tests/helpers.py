@@ -130,9 +130,10 @@ def started_at(pid):
 def launch_two_nodes(tmp_path, args, kill=None, env=None, timeout=240):
     """Two simulated nodes on this host, as a user launches them: `python -m
     paddle.distributed.launch --nnodes 2 --master 127.0.0.1:PORT --rank R --nproc_per_node 1
-    ARGS` for R = 0, 1 from the repository root, node R's logs in tmp_path/node-R. kill: (node,
-    ready): SIGKILL that node's worker once ready() holds → [{"status", "output" (launcher),
-    "log" (worker), "exited" (seconds from the kill to its launcher's exit)}] per node."""
+    ARGS` for R = 0, 1 from the repository root, node R's logs in tmp_path/node-R; ARGS: a
+    list, or R → node R's list. kill: (node, ready): SIGKILL that node's worker once ready()
+    holds → [{"status", "output" (launcher), "log" (worker), "exited" (seconds from the kill,
+    without one from the first launcher's exit, to its launcher's exit)}] per node."""
     import subprocess
     import time
     port, py = free_port(), sys.executable
@@ -140,7 +141,8 @@ def launch_two_nodes(tmp_path, args, kill=None, env=None, timeout=240):
     procs = [subprocess.Popen(
         [py, "-m", "paddle.distributed.launch", "--nnodes", "2", "--master",
          f"127.0.0.1:{port}", "--rank", str(r), "--nproc_per_node", "1", "--log_dir",
-         str(tmp_path / f"node-{r}"), *args], cwd=ROOT, env={**os.environ, **(env or {})},
+         str(tmp_path / f"node-{r}"), *(args(r) if callable(args) else args)], cwd=ROOT,
+        env={**os.environ, **(env or {})},
         stdout=outs[r], stderr=subprocess.STDOUT) for r in (0, 1)]
     started, killed, exited, workers = time.time(), None, [None, None], {}
     try:
@@ -164,14 +166,14 @@ def launch_two_nodes(tmp_path, args, kill=None, env=None, timeout=240):
             if start is not None and started_at(pid) == start:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-    nodes = []
+    nodes, since = [], killed if kill else min((t for t in exited if t is not None), default=None)
     for r, proc in enumerate(procs):
         log = tmp_path / f"node-{r}" / "workerlog.0"
         outs[r].close()
         nodes.append({"status": proc.wait(), "output": (tmp_path / f"node-{r}.out").read_text(),
                       "log": log.read_text() if log.exists() else "",
-                      "exited": None if killed is None or exited[r] is None
-                      else exited[r] - killed})
+                      "exited": None if since is None or exited[r] is None
+                      else exited[r] - since})
     assert None not in exited, f"still running after {timeout} s: {nodes}"
     return nodes
 

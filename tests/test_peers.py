@@ -10,30 +10,39 @@ config, where
    (`--nproc_per_node 2`) exactly, and so do its logged records.
 
 The three runs build on each other (module-scoped fixtures, one run each)."""
+import contextlib
 import json
 import os
+import re
 
 import numpy as np
 import pytest
-from helpers import ROOT, launch_two_nodes, launch_two_ranks
+from helpers import ROOT, free_port, launch_two_nodes, launch_two_ranks
 from test_pretrain import tiny, write_corpus
 
 from ernie_doc import peers
 
 TIMEOUT = 3   # peer_timeout of the runs here (default 20)
+JOIN = 3      # peer_join_timeout of the runs that fail before training (default 120)
 COMMON = ("max_steps=8", "save_steps=2", f"peer_timeout={TIMEOUT}")
 
 
 # -- the decision ------------------------------------------------------------------------------
 class FakeStore:
     def __init__(self):
-        self.counts, self.broken = {}, False
+        self.counts, self.values, self.broken = {}, {}, False
 
     def add(self, key, n):
         if self.broken:
             raise ValueError("TCP send error. Details: Broken pipe.")
         self.counts[key] = self.counts.get(key, 0) + n
         return self.counts[key]
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def get(self, key):
+        return self.values[key].encode()
 
 
 def fake_watch(rank=0, world=3, timeout=10.0):
@@ -198,13 +207,154 @@ def test_the_default_bound_is_below_gloos_timeout():
     assert timeout == 20 and peers.interval_for(timeout) == 2 and peers.quick_window(timeout) == 10
 
 
+def test_the_join_bound_defaults_to_120_s_and_is_checked():
+    from ernie_doc.errors import ConfigError
+    from ernie_doc.run_config import DEFAULTS, load_config
+    assert DEFAULTS["peer_join_timeout"] == 120
+    for value in ("-1", "2.5", "soon"):
+        with pytest.raises(ConfigError, match="peer_join_timeout: must be a non-negative "
+                                              "integer"):
+            load_config(None, ["task=longdep", "kind=classification",
+                               f"peer_join_timeout={value}"])
+
+
 def test_peer_timeout_0_or_one_rank_watches_nothing(monkeypatch):
     assert peers.watch(0) is None   # one rank (no launcher here)
+    with peers.joining(3) as join:
+        assert join is None
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     assert peers.watch(0) is None   # peer_timeout: 0, paddle's own behaviour
+    with peers.joining(0) as join:   # peer_join_timeout: 0, likewise
+        assert join is None
+    monkeypatch.delenv("PADDLE_DISTRI_BACKEND", raising=False)
+    with peers.joining(3) as join:   # CPU ranks not from the launcher meet over HTTP, no store
+        assert join is None
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "6170")
     assert peers.master_endpoint() == ("10.0.0.1", 6170)
+
+
+# -- joining the process group ----------------------------------------------------------------
+def test_not_joined_names_the_missing_ranks_their_nodes_and_what_to_check():
+    assert peers.not_joined(0, 2, [0], True, 3, "10.0.0.1:6170") == (
+        "rank 1 (node 1) did not join the process group within 3 s; see node 1's log for an "
+        "error before training, check that it started and reaches 10.0.0.1:6170, or raise "
+        "peer_join_timeout for a slower start (a download, a corpus check)")
+    # two nodes of 2 ranks, node 1's never came; three nodes, 1 and 2 missing
+    assert peers.not_joined(0, 4, [0, 1], True, 120, "h:1", local_size=2).startswith(
+        "ranks 2 (node 1), 3 (node 1) did not join the process group within 120 s; see node "
+        "1's log")
+    assert "ranks 1 (node 1), 2 (node 2) did not join the process group within 3 s; see the " \
+           "logs of nodes 1, 2 for an error before training, check that each started" in \
+        peers.not_joined(0, 3, [0], True, 3, "h:1")
+    # rank 0's store does not answer: rank 0 is the one missing
+    assert peers.not_joined(1, 2, None, False, 3, "10.0.0.1:6170") == (
+        "rank 0 (node 0) did not join the process group within 3 s: nothing answers at "
+        "10.0.0.1:6170, where it serves the TCP store; see node 0's log for an error before "
+        "training, check that it started and that this node reaches that address, or raise "
+        "peer_join_timeout for a slower start (a download, a corpus check)")
+    assert "though every rank reached it; check that the nodes reach each other on every " \
+           "port, not only h:1" in peers.not_joined(1, 2, [0, 1], True, 3, "h:1")
+
+
+def test_a_rank_waits_for_rank_0s_store_until_the_deadline_then_marks_itself(monkeypatch):
+    from ernie_doc.errors import PeerLost
+    monkeypatch.setattr(peers.time, "sleep", lambda seconds: None)
+    now, tries = [0.0], []
+
+    def refused(host, port, timeout):
+        tries.append(now[0])
+        now[0] += 0.5
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    join = peers.Joining(1, 2, 3, "10.0.0.1", 6170, connect=refused, clock=lambda: now[0])
+    with pytest.raises(PeerLost) as info:
+        join.arrive()
+    assert str(info.value).startswith("rank 0 (node 0) did not join the process group within "
+                                      "3 s: nothing answers at 10.0.0.1:6170")
+    assert tries == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5] and PeerLost.exit_status == peers.PEER_LOST
+    # the store answers: the rank marks itself there; rank 0 never waits before its store
+    store = FakeStore()
+    peers.Joining(1, 2, 3, "h", 1, connect=lambda *a: store).arrive()
+    peers.Joining(0, 2, 3, "h", 1, connect=refused).arrive()
+    assert store.counts == {peers.JOINING.format(1): 1}
+
+
+def test_at_the_deadline_the_ranks_that_never_marked_are_named(capfd):
+    store, exits = FakeStore(), []
+    store.add(peers.JOINING.format(1), 1)   # rank 1 arrived; node 1 (ranks 2, 3) did not
+    join = peers.Joining(0, 4, 3, "h", 1, local_size=2, connect=lambda *a: store,
+                         exit=exits.append)
+    join.expire()
+    assert exits == [peers.PEER_LOST]
+    assert capfd.readouterr().err == join.verdict + "\n"
+    assert join.verdict.startswith("error: ranks 2 (node 1), 3 (node 1) did not join the "
+                                   "process group within 3 s")
+    join.joined = True   # init_parallel_env returned just before: nothing
+    join.expire()
+    assert exits == [peers.PEER_LOST] and capfd.readouterr().err == ""
+
+
+def test_before_training_a_ranks_error_reaches_the_others_with_its_line(monkeypatch):
+    from ernie_doc import distributed
+    from ernie_doc.errors import ConfigError, PeerLost
+    store = FakeStore()
+    monkeypatch.setattr(distributed, "joined", lambda: True)
+    monkeypatch.setattr(peers, "store_client", lambda *args: store)
+    for name, value in (("TRAINERS_NUM", "2"), ("TRAINER_ID", "1"), ("LOCAL_SIZE", "1"),
+                        ("MASTER", "10.0.0.1:6170")):
+        monkeypatch.setenv("PADDLE_" + name, value)
+    with pytest.raises(ConfigError), peers.telling():   # rank 1's own error: left for the others
+        raise ConfigError("output_dir /o: not empty")
+    assert store.values == {peers.FAILED.format(1): "output_dir /o: not empty"}
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")   # rank 0's next collective call fails
+    with pytest.raises(PeerLost, match=r"^rank 1 \(node 1\) stopped before training: "
+                                       r"output_dir /o: not empty$"), peers.telling():
+        raise RuntimeError("gloo: TIMEOUT self_rank = 0 pair_rank = 1")
+    store.counts.clear()   # nobody told: gloo's own error
+    with pytest.raises(RuntimeError, match="gloo"), peers.telling():
+        raise RuntimeError("gloo: TIMEOUT")
+
+    def refused(*args):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(peers, "store_client", refused)   # rank 0 and its store gone
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    with pytest.raises(PeerLost, match=r"^rank 0 \(node 0\) stopped before training: nothing "
+                                       r"answers at 10.0.0.1:6170, where it served the TCP "
+                                       r"store; see node 0's log for its error$"), peers.telling():
+        raise RuntimeError("gloo: Connection reset by peer")
+    monkeypatch.setattr(distributed, "joined", lambda: False)   # before joining: untouched
+    with pytest.raises(RuntimeError, match="gloo"), peers.telling():
+        raise RuntimeError("gloo")
+
+
+ALARM = """
+import ctypes, os, signal, sys, time
+sys.path.insert(0, {root!r})
+from ernie_doc import peers
+start = time.monotonic()
+cancel = peers.alarm(0.5, lambda: (os.write(1, b"%.2f" % (time.monotonic() - start)),
+                                   os._exit(75)))
+if {cancel}:
+    cancel()
+    print(signal.getsignal(signal.SIGALRM) == signal.SIG_DFL, end=" ", flush=True)
+# blocked in C with the GIL held, as inside paddle's TCP store: no Python handler or thread runs
+ctypes.PyDLL(None).sleep(1)
+"""
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_the_alarm_runs_while_the_thread_holds_the_gil_in_c(cancel):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", ALARM.format(root=str(ROOT), cancel=cancel)],
+                          capture_output=True, text=True, timeout=60)
+    if cancel:   # never fires; SIGALRM's action is the one before
+        assert (proc.returncode, proc.stdout) == (0, "True "), proc.stderr[-2000:]
+    else:
+        assert proc.returncode == peers.PEER_LOST, proc.stderr[-2000:]
+        assert 0.5 <= float(proc.stdout) < 1.5
 
 
 # -- real processes: two simulated nodes ------------------------------------------------------
@@ -227,13 +377,18 @@ def latest(out):
     return os.path.basename(os.path.realpath(out / "checkpoints" / "latest"))
 
 
+GLOG_INFO = re.compile(r"I\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+
+
 def one_error_line(node, *parts):
     """The worker's log ends with its one `error:` line, with every part, and holds no
     traceback (a failure inside backward has the C++ runtime print two lines before it:
-    "terminate called after throwing an instance of 'gloo::IoException'", its what())."""
+    "terminate called after throwing an instance of 'gloo::IoException'", its what()). Only
+    paddle's C++ info log may follow (2.6.2's TCP store says it shut down as rank 0 exits)."""
     log = node["log"]
     lines = [line for line in log.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and log.rstrip().endswith(lines[0]), log[-3000:]
+    ours = "\n".join(line for line in log.splitlines() if not GLOG_INFO.match(line))
+    assert len(lines) == 1 and ours.rstrip().endswith(lines[0]), log[-3000:]
     assert "Traceback (most recent call last)" not in log, log[-3000:]
     for part in parts:
         assert part in lines[0], (part, lines[0])
@@ -323,3 +478,99 @@ def test_two_nodes_resumed_equal_two_processes(resumed, two_processes):
             records.append([{k: v for k, v in json.loads(line).items()
                              if not k.startswith("tokens_per_sec")} for line in f])
     assert len(records[0]) == 8 and records[0] == records[1]
+
+
+# -- real processes: a node that fails before training, or never starts ------------------------
+@pytest.mark.two_ranks
+def test_a_node_failing_before_training_ends_the_other_with_one_line(corpus, base):
+    """Node 1's tokenizer path is wrong: its worker exits with its error before joining the
+    process group; node 0's waits for it in init_parallel_env (paddle: 900 s), here JOIN s."""
+    (base / "early").mkdir()
+    out, vocab = base / "early" / "out", corpus[1]
+    nodes = launch_two_nodes(base / "early", lambda node: [
+        "tools/pretrain.py", "--set", *tiny(corpus[0], vocab if node == 0 else vocab / "nope",
+                                            out, f"peer_join_timeout={JOIN}")], timeout=150)
+    node0, node1 = nodes
+    assert node1["status"] != 0 and "vocab/nope: no such file" in node1["log"], node1["log"]
+    assert node0["status"] == peers.PEER_LOST, node0["output"][-3000:]
+    one_error_line(node0, f"error: rank 1 (node 1) did not join the process group within {JOIN} "
+                          "s; see node 1's log for an error before training, check that it "
+                          "started and reaches 127.0.0.1:", "raise peer_join_timeout")
+    assert node0["exited"] < JOIN + 5, node0["exited"]   # after node 1's launcher exited
+    assert not out.exists()
+
+
+@pytest.mark.two_ranks
+def test_a_node_failing_after_joining_ends_the_other_with_its_line(corpus, base):
+    """Node 1's output_dir (not on a file system node 0 shares, say) holds someone else's
+    file: its rank refuses it after joining the process group, while node 0's goes on to its
+    first collective call (the parameters' broadcast), which fails once node 1's exits."""
+    (base / "later").mkdir()
+    out, foreign = base / "later" / "out", base / "later" / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("not a run\n")
+    nodes = launch_two_nodes(base / "later", lambda node: [
+        "tools/pretrain.py", "--set", *tiny(*corpus, out if node == 0 else foreign)],
+        timeout=150)
+    node0, node1 = nodes
+    assert node1["status"] == 2, node1["log"][-3000:]
+    theirs = one_error_line(node1, str(foreign))
+    assert node0["status"] == peers.PEER_LOST, node0["output"][-3000:]
+    one_error_line(node0, "error: rank 1 (node 1) stopped before training: " + theirs[7:])
+    assert node0["exited"] < 10, node0["exited"]
+    assert not out.exists() and os.listdir(foreign) == ["notes.txt"]
+
+
+def lone_rank(rank, args, timeout=90):
+    """tools/pretrain.py ARGS as rank `rank` of 2 (the environment paddle's launcher gives a
+    worker of `--nnodes 2`), the other rank never started → (status, stderr, seconds from rank
+    0's TCP store listening to the exit (rank 0; else None), the store's host:port)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    port = free_port()
+    env = {**os.environ, "PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ID": str(rank),
+           "PADDLE_GLOBAL_RANK": str(rank), "PADDLE_LOCAL_RANK": "0", "PADDLE_LOCAL_SIZE": "1",
+           "PADDLE_MASTER": f"127.0.0.1:{port}", "PADDLE_DISTRI_BACKEND": "gloo",
+           "PADDLE_TRAINER_ENDPOINTS": f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"}
+    env["PADDLE_CURRENT_ENDPOINT"] = env["PADDLE_TRAINER_ENDPOINTS"].split(",")[rank]
+    proc = subprocess.Popen([sys.executable, "tools/pretrain.py", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    listening, started = None, time.time()
+    try:
+        while rank == 0 and listening is None and proc.poll() is None \
+                and time.time() - started < timeout:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                listening = time.time()
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=max(1, timeout - (time.time() - started)))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err, listening and time.time() - listening, f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_whose_peer_never_started_exits_with_one_line_within_the_bound(corpus, base,
+                                                                               rank):
+    """Rank 1 alone: nothing ever listens at rank 0's address (its node failed before
+    training, or was never started). Rank 0 alone: its store listens, nobody joins."""
+    out = base / f"alone-{rank}"
+    status, err, seconds, endpoint = lone_rank(
+        rank, ["--set", *tiny(*corpus, out, f"peer_join_timeout={JOIN}")])
+    lines = err.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    assert status == peers.PEER_LOST and errors == lines[-1:], err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    if rank == 1:
+        assert errors[0].startswith(f"error: rank 0 (node 0) did not join the process group "
+                                    f"within {JOIN} s: nothing answers at {endpoint}, where it "
+                                    f"serves the TCP store; see node 0's log"), errors[0]
+    else:
+        assert errors[0].startswith(f"error: rank 1 (node 1) did not join the process group "
+                                    f"within {JOIN} s"), errors[0]
+        assert JOIN - 0.5 < seconds < JOIN + 2, seconds   # from the store's start to the exit
+    assert not out.exists()

@@ -16,6 +16,7 @@ import numpy as np
 import paddle
 
 from ernie_doc import distributed as dist
+from ernie_doc import peers
 from ernie_doc.assemble import (Assembly, build_model, check_memory, choose_tokenizer,
                                 read_as_trained, resolve_inputs, setup_reading)
 from ernie_doc.data.segment import reading_passes
@@ -71,7 +72,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     rank, world = dist.rank(), dist.world_size()
     if task.streaming:   # before any collective call: bad data fails on every rank
         task.check_data(world)
-    device = dist.init(cfg.device)
+    device = dist.init(cfg.device, peers.joining(cfg.peer_join_timeout))
     try:
         amp = amp_settings(cfg.amp, device, gpu_capability() if device == "gpu" else None,
                            compiled=bool(cfg.compile))

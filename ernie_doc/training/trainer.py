@@ -693,10 +693,14 @@ def run(cfg, resume: bool = False):
     signals, trainer, prepared = StopSignals(), None, None
     try:
         with signals.installed():
-            prepared = prepare(cfg, resume)
+            # several ranks: one's error before training ends the others with its line
+            with peers.telling():
+                prepared = prepare(cfg, resume)
             try:
-                trainer = Trainer(prepared)
-                trainer.signals = signals
+                with peers.telling():
+                    trainer = Trainer(prepared)
+                    trainer.signals = signals
+                    dist.barrier()   # every rank ready to train (or evaluate)
                 return trainer.evaluate_only() if cfg.eval_only else trainer.train()
             finally:
                 outdir.release_output_dir(prepared.out)   # the lock prepare took (main)
