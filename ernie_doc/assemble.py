@@ -281,12 +281,18 @@ def reading_record(cfg: TrainConfig, special: Dict[str, int]) -> Dict[str, Any]:
     return {"retro_feed": bool(cfg.retro_feed), "cls_token_id": special.get("cls")}
 
 
-def tokenizer_record(cfg: TrainConfig, model_config: ErnieDocConfig) -> Dict[str, Any]:
-    """What a saved run's tokenizer_config.json adds to the tokenizer's own: the segment it
-    lays a text out as (max_seq_len tokens, [CLS] where the model's pooler reads it)."""
-    last = model_config.cls_token_idx % cfg.max_seq_len == cfg.max_seq_len - 1
-    return {"segment_layout": "cls_last" if last else "cls_first",
-            "model_max_length": cfg.max_seq_len}
+def tokenizer_record(cfg: TrainConfig, task: Any, saved: Dict[str, Any]) -> Dict[str, Any]:
+    """A saved run's tokenizer_config.json: the tokenizer's own record (`saved`) with
+    max_seq_len as model_max_length and, for a kind whose segment a call can lay out from one
+    text (the classifier's), that segment and the run's max_doc_tokens."""
+    record = {k: v for k, v in saved.items() if k not in ("segment_layout", "max_doc_tokens")}
+    record["model_max_length"] = cfg.max_seq_len
+    layout = task.text_segment_layout()
+    if layout is not None:
+        record["segment_layout"] = layout
+        if cfg.max_doc_tokens:
+            record["max_doc_tokens"] = cfg.max_doc_tokens
+    return record
 
 
 def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:

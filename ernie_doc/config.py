@@ -80,6 +80,9 @@ _DEFAULTS = dict(
 )
 # The sub-folders of a run's OUTPUT_DIR that hold a saved model, in the order they are taken.
 RUN_MODEL_FOLDERS = ("best", "final")
+TASK_FILE = "task.json"   # beside a fine-tuned model: its task, kind, labels and run config
+RUN_CONFIG_FILE = "run_config.yaml"   # what marks a run's OUTPUT_DIR
+MAX_TASK_FILE_BYTES = 16 << 20
 
 
 
@@ -195,16 +198,52 @@ def read_config_file(path: "str | os.PathLike[str]", error: Type[Exception] = Va
 
 
 def run_model_folder(path: str) -> str:
-    """A run's OUTPUT_DIR (a folder without a model config of its own) → its best/, else its
-    final/, when that holds a saved model (config.json); any other path as given."""
-    if not os.path.isdir(path) or any(os.path.isfile(os.path.join(path, name))
-                                      for name in CONFIG_FILES):
+    """The saved model a local folder stands for: the first of it, its best/ and its final/
+    that holds task.json (a fine-tuned model: what `pipeline` and `predict` take); else the
+    folder when it holds a model config, else its best/ or final/ with one; else `path`."""
+    if not os.path.isdir(path):
         return path
-    for name in RUN_MODEL_FOLDERS:
-        folder = os.path.join(path, name)
-        if os.path.isfile(os.path.join(folder, CONFIG_FILES[0])):
-            return folder
+    candidates = [path] + [os.path.join(path, name) for name in RUN_MODEL_FOLDERS]
+    for marker in (TASK_FILE, None):
+        for folder in candidates:
+            names = [marker] if marker else CONFIG_FILES if folder == path else CONFIG_FILES[:1]
+            if any(os.path.isfile(os.path.join(folder, name)) for name in names):
+                return folder
+    if os.path.isfile(os.path.join(path, RUN_CONFIG_FILE)):
+        from ernie_doc.errors import CheckpointError
+        raise CheckpointError(f"{path}: a run's OUTPUT_DIR with no best/ or final/ (a run "
+                              f"saves its model there at its first evaluation and at its end; "
+                              f"an eval_only run saves none)")
     return path
+
+
+def saved_reading(folder: str) -> Dict[str, Any]:
+    """How the run that saved `folder` read a segment, from its task.json: {"retro_feed",
+    "max_seq_len", "max_doc_tokens", and for a classifier "segment_layout"}; {} without a
+    readable one. For folders saved before config.json (retro_feed) and tokenizer_config.json
+    (segment_layout) recorded it; predict reports a broken task.json itself."""
+    from ernie_doc.utils import read_json
+    path = os.path.join(folder, TASK_FILE)
+    try:
+        if os.path.getsize(path) > MAX_TASK_FILE_BYTES:
+            return {}
+        record = read_json(path, ValueError)
+    except (OSError, ValueError):
+        return {}
+    config = record.get("config") if isinstance(record, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    reading = {}
+    if isinstance(config.get("retro_feed"), bool):
+        reading["retro_feed"] = config["retro_feed"]
+    for key, low in (("max_seq_len", 3), ("max_doc_tokens", 0)):
+        if integer_problem(config.get(key), low) is None:
+            reading[key] = config[key]
+    if record.get("kind") == "classification" and "max_seq_len" in reading:
+        layout = config.get("segment_layout", "cls_last")
+        if layout in ("cls_first", "cls_last"):
+            reading["segment_layout"] = layout
+    return reading
 
 
 def _config_file(path: str) -> Optional[str]:

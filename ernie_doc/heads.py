@@ -17,7 +17,7 @@ from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
 from ernie_doc.modeling.linear import Linear
 from ernie_doc.modeling.model import ErnieDocModel, activation
 from ernie_doc.modeling.pretrained import PretrainedMixin
-from ernie_doc.modeling.reading import SegmentReader
+from ernie_doc.modeling.reading import READ_ADVICE, SegmentReader
 
 NUM_REORDER_CLASSES = 33  # 1! + 2! + 3! + 4!: orderings of up to 4 chunks
 
@@ -63,6 +63,7 @@ class Head(SegmentReader, PretrainedMixin, nn.Layer):
             config = ErnieDocConfig.from_any(config)
         self.config = config
         self.ernie_doc = ErnieDocModel(config)
+        self.ernie_doc.plain_call_advice = self.plain_call_advice   # its check says ours
         self.dropout = nn.Dropout(config.classifier_dropout if dropout is None else dropout,
                                   mode="upscale_in_train")
 
@@ -139,6 +140,7 @@ class ErnieDocForSequenceClassification(Head):
     """pooled → dropout (0.1 as official) → linear: logits [B, num_labels]."""
     official_names = dict(names.CLASSIFICATION_HEAD)
     exportable = True
+    plain_call_advice = READ_ADVICE   # its folder's tokenizer lays out its segment
 
     def __init__(self, config: Union[ErnieDocConfig, str, dict],
                  num_labels: Optional[int] = None, dropout: Optional[float] = None):

@@ -34,13 +34,18 @@ def sharpened(run, dest):
     return dest
 
 
+RUNS = {"retro": (),                              # the retrospective feed (the default)
+        "once": ("retro_feed=false",),
+        "first": ("segment_layout=cls_first",),    # [CLS] first, padding at the end
+        "cut": ("max_doc_tokens=4",)}              # the run read 4 tokens of a document
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """{"retro": the run with the retrospective feed (the default), "once": without it};
-    each: (OUTPUT_DIR, a sharpened copy of its best/)."""
+    """{name: (the OUTPUT_DIR of a run with RUNS[name], a sharpened copy of its best/)}."""
     root = tmp_path_factory.mktemp("reading")
     out = {}
-    for name, extra in (("retro", ()), ("once", ("retro_feed=false",))):
+    for name, extra in RUNS.items():
         run = tiny_classifier(root / name, *extra)
         out[name] = (run, sharpened(run, root / f"{name}-model"))
     return out
@@ -103,19 +108,82 @@ def test_the_layout_survives_save_and_load(folders, tmp_path):
         '{"tokenizer_class": "WordPieceTokenizer", "segment_layout": "cls_middle"}')
     with pytest.raises(TokenizerError, match="segment_layout 'cls_middle'"):
         AutoTokenizer.from_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "WordPieceTokenizer", "max_doc_tokens": -1}')
+    with pytest.raises(TokenizerError, match="max_doc_tokens must be a non-negative integer"):
+        AutoTokenizer.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize("name", ["retro", "once"])
-def test_read_gives_the_pipelines_probabilities(folders, name):
-    _, folder = folders[name]
+def read_and_pipeline(folder, texts=TEXTS, **call):
+    """(model.read's probabilities of `texts` through the folder's tokenizer, the pipeline's):
+    read() itself never warns."""
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    enc = AutoTokenizer.from_pretrained(folder)(texts, return_tensors="pd", **call)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReadingWarning)
+        got = probabilities(model, enc)
+    return got, pipeline_probabilities(folder, texts)
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("padding", [False, True])
+def test_read_gives_the_pipelines_probabilities(folders, name, padding):
+    got, expected = read_and_pipeline(folders[name][1], padding=padding)
+    assert np.abs(expected - 0.5).max() > 0.1   # a model that tells documents apart
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_a_first_cls_segment_is_padded_to_the_run_length_too(folders):
+    tok = AutoTokenizer.from_pretrained(folders["first"][0] / "best")
+    words = tok.encode(TEXTS[0])
+    # under the retrospective feed the memory holds the segment's last positions: padding
+    # included, so the row is the run's full segment
+    assert tok(TEXTS[0])["input_ids"] == [1] + words + [2] + [0] * (16 - len(words) - 2)
+
+
+def test_the_runs_max_doc_tokens_cuts_what_the_tokenizer_lays_out(folders):
+    tok = AutoTokenizer.from_pretrained(folders["cut"][0] / "best")
+    words = tok.encode(TEXTS[1])
+    assert len(words) > 4 and tok.max_doc_tokens == 4
+    assert tok(TEXTS[1])["input_ids"] == words[:4] + [2] + [0] * 10 + [1]
+
+
+def test_another_max_length_is_refused(folders):
+    tok = AutoTokenizer.from_pretrained(folders["retro"][0] / "best")
+    assert len(tok(TEXTS[0], max_length=16)["input_ids"]) == 16
+    with pytest.raises(TokenizerError) as info:
+        tok(TEXTS, max_length=12, truncation=True)
+    assert "max_length=12" in str(info.value) and "16 tokens" in str(info.value)
+
+
+def test_padding_without_its_mask_is_refused_by_read_and_said_by_a_call(folders):
+    _, folder = folders["once"]
     model = AutoModel.from_pretrained(folder)
     model.eval()
     enc = AutoTokenizer.from_pretrained(folder)(TEXTS, return_tensors="pd")
-    expected = pipeline_probabilities(folder)
-    assert np.abs(expected - 0.5).max() > 0.1   # a model that tells documents apart
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ReadingWarning)   # read() itself never warns
-        got = probabilities(model, enc)
+    with pytest.raises(ValueError, match=r"holds \[PAD\] \(id 0\) in 3 of 3 rows and no "
+                                         r"attention_mask"):
+        model.read(enc["input_ids"])
+    with pytest.warns(ReadingWarning, match="no attention_mask"):
+        probabilities(model, {"input_ids": enc["input_ids"]}, call="plain")
+
+
+def test_a_folder_saved_before_the_record_reads_as_its_task_json_says(folders, tmp_path):
+    """A folder whose config.json and tokenizer_config.json predate the record: the run's
+    task.json gives the retrospective feed, the layout and the segment length."""
+    import json
+    old = tmp_path / "old"
+    shutil.copytree(folders["retro"][1], old)
+    for name, keys in (("config.json", ("retro_feed", "cls_token_id")),
+                       ("tokenizer_config.json", ("segment_layout", "model_max_length"))):
+        values = json.loads((old / name).read_text())
+        (old / name).write_text(json.dumps({k: v for k, v in values.items() if k not in keys}))
+    assert ErnieDocConfig.from_pretrained(old).retro_feed is None   # the file says nothing
+    assert AutoModel.from_pretrained(old).config.retro_feed is True
+    tok = AutoTokenizer.from_pretrained(old)
+    assert (tok.segment_layout, tok.model_max_length) == ("cls_last", 16)
+    got, expected = read_and_pipeline(old)
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
@@ -134,6 +202,23 @@ def test_a_plain_call_of_a_model_that_reads_twice_says_so_once(folders):
     assert np.abs(plain - pipeline_probabilities(folder)).max() > 0.1
 
 
+def test_other_heads_send_a_plain_call_to_the_pipeline_only():
+    """A span model's segment is packed by its task (`[CLS] context [SEP] question [SEP]`):
+    no tokenizer call lays it out, so model.read is not offered."""
+    from helpers import tiny_config
+
+    from ernie_doc import ErnieDocForQuestionAnswering
+    model = ErnieDocForQuestionAnswering(tiny_config(retro_feed=True, cls_token_id=1,
+                                                     cls_token_idx=0))
+    model.eval()
+    ids = paddle.to_tensor([[1, 7, 8, 2, 9, 2]])
+    with pytest.warns(ReadingWarning) as caught:
+        model(ids, attention_mask=paddle.ones([1, 6]))
+    message, = [str(w.message) for w in caught if w.category is ReadingWarning]
+    assert "ernie_doc.pipeline(<its folder>) reads documents as it was fine-tuned" in message
+    assert "model.read" not in message
+
+
 def test_a_plain_call_of_a_model_that_reads_once_is_its_reading(folders):
     _, folder = folders["once"]
     model = AutoModel.from_pretrained(folder)
@@ -150,7 +235,7 @@ def test_cls_where_the_model_does_not_read_it_says_so_once(folders):
     model = AutoModel.from_pretrained(folder)
     model.eval()
     tok = AutoTokenizer.from_pretrained(folder)
-    tok.segment_layout = "cls_first"   # e.g. the released tokenizer: [CLS] first
+    tok.segment_layout = None   # e.g. the released tokenizer: [CLS] first
     enc = tok(TEXTS, padding=True, return_tensors="pd")
     with pytest.warns(ReadingWarning) as caught:
         probabilities(model, enc, call="plain")
@@ -188,6 +273,29 @@ def test_a_runs_output_dir_loads_through_every_door(folders, tmp_path):
     assert AutoModel.from_pretrained(only_final).load_report.path.startswith(
         str(only_final / "final"))
     assert AutoTokenizer.from_pretrained(only_final).segment_layout == "cls_last"
+
+
+def test_a_run_folder_is_read_by_one_rule(folders, tmp_path):
+    """The saved model a folder stands for is the same for AutoModel, AutoTokenizer and
+    pipeline: the first of it, best/, final/ with task.json; a run without any says so."""
+    from ernie_doc.errors import CheckpointError, PipelineError
+    from ernie_doc.predict.inputs import model_directory
+    run, _ = folders["retro"]
+    both = tmp_path / "both"   # a model of its own beside best/, but no task.json
+    shutil.copytree(run / "best", both / "best")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copyfile(folders["once"][1] / name, both / name)
+    assert model_directory(str(both)) == str(both / "best")
+    assert AutoModel.from_pretrained(both).load_report.path.startswith(str(both / "best"))
+    running = tmp_path / "running"   # started, nothing saved yet
+    running.mkdir()
+    (running / "run_config.yaml").write_text("task: imdb\n")
+    for load in (AutoModel.from_pretrained, AutoTokenizer.from_pretrained,
+                 ErnieDocConfig.from_pretrained):
+        with pytest.raises(CheckpointError, match="a run's OUTPUT_DIR with no best/ or final/"):
+            load(running)
+    with pytest.raises(PipelineError, match="a run's OUTPUT_DIR with no best/ or final/"):
+        pipeline(str(running))
 
 
 def test_a_pair_is_laid_out_with_its_types(folders):

@@ -13,11 +13,10 @@ docs/design-notes.md, "Registries"."""
 import functools
 from typing import Any, Callable, Dict, List, Optional, Type
 
+from ernie_doc.config import TASK_FILE  # noqa: F401  (the kinds' door to it)
 from ernie_doc.errors import ConfigError
 from ernie_doc.kinds.folders import K, load_task_folders, register
 from ernie_doc.utils import clip, did_you_mean
-
-TASK_FILE = "task.json"   # beside a saved model: its task, kind, labels and run config
 
 _kinds: Dict[str, type] = {}      # the task folders' kinds (the built-in ones are not in it)
 

@@ -237,6 +237,12 @@ class Task:
         (output_dir, entry) gives the temporary path to write."""
         return []
 
+    def text_segment_layout(self) -> Optional[str]:
+        """The layout of this kind's segment when a tokenizer call can build it from a
+        document's one text ("cls_last" / "cls_first": a saved model's tokenizer then lays
+        it out), else None (the kind packs several fields its own way)."""
+        return None
+
 
 class DocumentTask(Task):
     """The document family: reading, label ids, segment passes, an ERNIE-Doc head. `group_size`

@@ -46,6 +46,9 @@ class ClassificationTask(DocumentTask):
     def model_config_overrides(self) -> Dict[str, Any]:
         return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
 
+    def text_segment_layout(self) -> Optional[str]:
+        return self.cfg.segment_layout
+
     def label_id(self, doc: Document) -> int:
         if doc.label is None:
             raise DataError(f"document {doc.doc_id!r} has no label")

@@ -228,7 +228,7 @@ class ErnieDocModel(SegmentReader, PretrainedMixin, nn.Layer):
         if paddle.in_dynamic_mode():
             self._check_inputs(input_ids, memories, token_type_ids, attention_mask,
                                reset_memory, memory_mask)
-            check_plain_call(self, input_ids, memories, reset_memory)
+            check_plain_call(self, input_ids, memories, reset_memory, attention_mask)
         input_ids = input_ids.astype("int64")
         batch, seg_len = input_ids.shape[0], input_ids.shape[1]
         mem_len = self.memory_len

@@ -9,6 +9,7 @@ ernie_doc.checkpoint.names; the model's own state_dict keys are PaddleNLP's (hea
 encoder under `ernie_doc.`). What may load partially: docs/checkpoints.md."""
 import inspect
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.lodtensor import PathLike, bf16_to_fp32
-from ernie_doc.config import ErnieDocConfig, known_keys
+from ernie_doc.config import ErnieDocConfig, known_keys, saved_reading
 from ernie_doc.errors import CheckpointError
 from ernie_doc.utils import clip, dtype_name, short_list
 
@@ -266,7 +267,12 @@ def _resolve_config(ckpt: io.Checkpoint, config: Any) -> Tuple[ErnieDocConfig, s
             logger.info("%s: using the given config instead of %s", where, ckpt.config_path)
         return ErnieDocConfig.from_any(config), "the config argument"
     if ckpt.config is not None:
-        return ErnieDocConfig.from_dict(ckpt.config, source=ckpt.config_path), ckpt.config_path
+        cfg = ErnieDocConfig.from_dict(ckpt.config, source=ckpt.config_path)
+        if cfg.retro_feed is None:   # saved before config.json recorded it: its task.json
+            retro_feed = saved_reading(os.path.dirname(ckpt.config_path)).get("retro_feed")
+            if isinstance(retro_feed, bool):
+                cfg = cfg.replace(retro_feed=retro_feed)
+        return cfg, ckpt.config_path
     raise CheckpointError(
         f"{where}: the checkpoint has no config file (looked for {io.CONFIG_FILE}, "
         f"{io.LEGACY_CONFIG_FILE} or {io.OFFICIAL_CONFIG_FILE}); pass config= (a preset "

@@ -6,22 +6,30 @@ reading. For a document that fits in one segment, `read` is that reading in one 
 segment from empty memory, then (retrospective feed) the same segment again with the memory
 the first reading left. A plain call (`model(**enc)`: no memories, no reset flags) is only the
 first reading; `check_plain_call` says so once per model, and also when [CLS] is not where
-the model was fine-tuned to find it. Longer documents: `ernie_doc.pipeline` or
-`ernie_doc.segment_batches`."""
+the model was fine-tuned to find it or [PAD] comes without an attention mask. Longer
+documents: `ernie_doc.pipeline` or `ernie_doc.segment_batches`."""
 import warnings
 from typing import Any, Optional
 
 import paddle
 
-# What a plain call is told, at most once per model each.
+# What a plain call is told, at most once per model each. The advice is the head's: a
+# classifier's tokenizer lays out its segment from one text (the folder records it), other
+# kinds pack several fields their own way.
+READ_ADVICE = ("model.read(**inputs) is its reading of a one-segment document laid out by its "
+               "folder's tokenizer, ernie_doc.pipeline(<its folder>) of a document of any "
+               "length")
+PIPELINE_ADVICE = ("ernie_doc.pipeline(<its folder>) reads documents as it was fine-tuned (its "
+                   "task lays a segment out from its fields its own way)")
 RETRO_FEED = ("this model was fine-tuned to read each segment twice (the retrospective feed): "
-              "a call without memories is its first reading only; model.read(**inputs) is its "
-              "reading of a one-segment document, ernie_doc.pipeline(<its folder>) of a "
-              "document of any length")
+              "a call without memories is its first reading only; {advice}")
 LAYOUT = ("input_ids: [CLS] (id {id}) is not at position {index} in {rows} of {batch} rows, "
           "where this model was fine-tuned to read it: encode with the tokenizer saved beside "
           "the model (AutoTokenizer.from_pretrained(<its folder>)), or predict with "
           "ernie_doc.pipeline(<its folder>)")
+NO_MASK = ("input_ids holds [PAD] (id {id}) in {rows} of {batch} rows and no attention_mask "
+           "was given: the model would attend to the padding; pass the tokenizer's "
+           "attention_mask too (model(**enc))")
 
 
 class ReadingWarning(UserWarning):
@@ -31,7 +39,9 @@ class ReadingWarning(UserWarning):
 class SegmentReader:
     """`read()` for ErnieDocModel and every head: a call of either takes (input_ids, memories,
     token_type_ids, attention_mask, reset_memory, memory_mask, **head inputs) and returns an
-    output with `memories` and `memory_mask`."""
+    output with `memories` and `memory_mask`. `plain_call_advice`: where a plain call of a
+    model that reads twice is sent (the encoder holds its head's)."""
+    plain_call_advice = PIPELINE_ADVICE
 
     def read(self, input_ids: paddle.Tensor, token_type_ids: Optional[paddle.Tensor] = None,
              attention_mask: Optional[paddle.Tensor] = None, retro_feed: Optional[bool] = None,
@@ -44,6 +54,9 @@ class SegmentReader:
         ernie_doc.segment_batches."""
         if retro_feed is None:
             retro_feed = bool(getattr(self.config, "retro_feed", None))
+        padded = unmasked_padding(self.config, input_ids, attention_mask)
+        if padded:
+            raise ValueError(NO_MASK.format(**padded))
         rows = int(input_ids.shape[0])
         out = self(input_ids, memories=None, token_type_ids=token_type_ids,
                    attention_mask=attention_mask, reset_memory=paddle.ones([rows], "bool"),
@@ -55,15 +68,31 @@ class SegmentReader:
         return out
 
 
+def unmasked_padding(config: Any, input_ids: paddle.Tensor,
+                     attention_mask: Optional[paddle.Tensor]) -> Optional[dict]:
+    """Without an attention_mask: the [PAD] id and how many of the rows hold it (NO_MASK's
+    fields), or None when no row does (or a mask is given)."""
+    if attention_mask is not None or not input_ids.shape[1]:
+        return None
+    rows = int((input_ids == config.pad_token_id).any(axis=1).astype("int32").sum())
+    return {"id": config.pad_token_id, "rows": rows, "batch": input_ids.shape[0]} if rows \
+        else None
+
+
 def check_plain_call(model: Any, input_ids: paddle.Tensor, memories: Any,
-                     reset_memory: Any) -> None:
-    """On a plain dygraph call of a fine-tuned model (no memories, no reset flags): a
-    ReadingWarning, once per model each, when [CLS] is not at config.cls_token_idx or the model
-    reads every segment twice (config.retro_feed)."""
+                     reset_memory: Any, attention_mask: Any) -> None:
+    """On a plain dygraph call (no memories, no reset flags): a ReadingWarning, once per model
+    each, when [PAD] comes without an attention_mask and, for a fine-tuned model, when [CLS]
+    is not at config.cls_token_idx or the model reads every segment twice (retro_feed)."""
     config = model.config
     if memories is not None or reset_memory is not None or not paddle.in_dynamic_mode():
         return
     said = model.__dict__.setdefault("_reading_said", set())
+    padded = unmasked_padding(config, input_ids, attention_mask) if "mask" not in said \
+        else None
+    if padded:
+        said.add("mask")
+        warnings.warn(NO_MASK.format(**padded), ReadingWarning)
     if config.cls_token_id is not None and "layout" not in said and input_ids.shape[1]:
         index = config.cls_token_idx
         if -input_ids.shape[1] <= index < input_ids.shape[1]:
@@ -74,4 +103,4 @@ def check_plain_call(model: Any, input_ids: paddle.Tensor, memories: Any,
                                             batch=input_ids.shape[0]), ReadingWarning)
     if config.retro_feed and "retro_feed" not in said:
         said.add("retro_feed")
-        warnings.warn(RETRO_FEED, ReadingWarning)
+        warnings.warn(RETRO_FEED.format(advice=model.plain_call_advice), ReadingWarning)

@@ -9,8 +9,9 @@ from typing import Any, Iterable, Iterator, List, Optional, Set, Union
 
 import numpy as np
 
+from ernie_doc.config import MAX_TASK_FILE_BYTES, run_model_folder
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
-from ernie_doc.errors import PipelineError
+from ernie_doc.errors import CheckpointError, PipelineError
 from ernie_doc.kinds import TASK_FILE
 from ernie_doc.utils import clip
 
@@ -30,7 +31,6 @@ class InputProblem:
 # The most one input item (document, task.json) may hold, checked before it is read whole:
 # 64 MiB is some 15 million words, far beyond any document.
 MAX_ITEM_BYTES = 64 << 20
-MAX_TASK_FILE_BYTES = 16 << 20
 
 
 def shown(text: str) -> str:
@@ -179,14 +179,17 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
     if not os.path.isdir(path):
         raise PipelineError(f"{path}: not a directory (give a fine-tuning run's OUTPUT_DIR, "
                             f"or its best/ or final/)")
-    for candidate in (path, os.path.join(path, "best"), os.path.join(path, "final")):
-        if os.path.isfile(os.path.join(candidate, TASK_FILE)):
-            return candidate
-    if os.path.isfile(os.path.join(path, MODEL_CONFIG)):
+    try:
+        folder = run_model_folder(path)   # the one rule AutoModel and AutoTokenizer follow too
+    except CheckpointError as e:   # a run's OUTPUT_DIR without a saved model
+        raise PipelineError(str(e)) from None
+    if os.path.isfile(os.path.join(folder, TASK_FILE)):
+        return folder
+    if os.path.isfile(os.path.join(folder, MODEL_CONFIG)):
         if task is not None:
-            return path
+            return folder
         from ernie_doc.kinds.folders import task_names
-        raise PipelineError(f"{path}: a model saved without its task (no {TASK_FILE}): pass "
+        raise PipelineError(f"{folder}: a model saved without its task (no {TASK_FILE}): pass "
                             f"--task NAME (task= in Python), one of {', '.join(task_names())}")
     raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
                         f"model fine-tuned by this version (a released pretrained model has "

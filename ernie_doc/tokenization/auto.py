@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
-from ernie_doc.config import run_model_folder
+from ernie_doc.config import run_model_folder, saved_reading
 from ernie_doc.errors import TokenizerError
 
 from . import base
@@ -74,7 +74,8 @@ def _saved_config(directory: Path) -> dict:
     config = read_tokenizer_json(path, "tokenizer config")
     if not isinstance(config, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
-    known = {"tokenizer_class", "model_max_length", "segment_layout", *_WORDPIECE_OPTIONS}
+    known = {"tokenizer_class", "model_max_length", "segment_layout", "max_doc_tokens",
+             *_WORDPIECE_OPTIONS}
     for key, value in config.items():
         if key not in known:
             raise TokenizerError(f"{path}: unknown key {key!r} (known: {sorted(known)})")
@@ -88,6 +89,10 @@ def _saved_config(directory: Path) -> dict:
         if key == "segment_layout" and value not in base.SEGMENT_LAYOUTS:
             raise TokenizerError(f"{path}: segment_layout {value!r} is not one of "
                                  f"{', '.join(base.SEGMENT_LAYOUTS)}")
+        if key == "max_doc_tokens" and (isinstance(value, bool) or not isinstance(value, int)
+                                        or value < 0):
+            raise TokenizerError(f"{path}: max_doc_tokens must be a non-negative integer, "
+                                 f"got {value!r}")
     return config
 
 
@@ -150,11 +155,24 @@ def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[
         tokenizer = _with_files(WordPieceTokenizer(directory / "vocab.txt", **kwargs),
                                 [directory / "vocab.txt"])
     if tokenizer is not None:
-        limit = config.get("model_max_length") or _model_positions(directory)
-        if limit is not None:
-            tokenizer.model_max_length = limit
-        tokenizer.segment_layout = config.get("segment_layout", base.SEGMENT_LAYOUTS[0])
+        _set_reading(tokenizer, directory, config)
     return tokenizer
+
+
+def _set_reading(tokenizer: Tokenizer, directory: Path, config: dict) -> None:
+    """model_max_length, and a fine-tuned classifier's segment: from tokenizer_config.json,
+    else (a folder saved before it recorded them) from the run's task.json."""
+    if "segment_layout" not in config:
+        reading = saved_reading(str(directory))
+        if reading.get("segment_layout") in base.SEGMENT_LAYOUTS:
+            config = dict(config, segment_layout=reading["segment_layout"],
+                          max_doc_tokens=reading.get("max_doc_tokens") or 0)
+            config.setdefault("model_max_length", reading.get("max_seq_len"))
+    limit = config.get("model_max_length") or _model_positions(directory)
+    if limit is not None:
+        tokenizer.model_max_length = limit
+    tokenizer.segment_layout = config.get("segment_layout")
+    tokenizer.max_doc_tokens = config.get("max_doc_tokens") or 0
 
 
 def _with_files(tokenizer, files):

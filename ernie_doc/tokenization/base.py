@@ -4,10 +4,11 @@
     tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
     tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
 
-Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1; the tokenizer of a model fine-tuned with
-[CLS] last (its tokenizer_config.json records `segment_layout: cls_last`) lays every text out as
-the segment the model reads instead: `A [SEP] (B [SEP]) [PAD] … [CLS]`, model_max_length tokens.
-A tokenizer class supplies `encode(text)`, `encode_with_offsets(text)` and `_files()`. Details:
+Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1. The tokenizer of a fine-tuned classifier
+(its tokenizer_config.json records `segment_layout`) lays every text out as the segment the
+model was fine-tuned on instead: model_max_length tokens, `[CLS] A [SEP] [PAD] …`
+(`cls_first`) or `A [SEP] [PAD] … [CLS]` (`cls_last`, the official layout). A tokenizer class
+supplies `encode(text)`, `encode_with_offsets(text)` and `_files()`. Details:
 docs/design-notes.md, "Tokenizers: calling"."""
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ _HF_ONLY = {"is_split_into_words", "return_length", "stride", "pad_to_multiple_o
             "padding_side", "split_special_tokens"}
 TRUNCATIONS = ("longest_first", "only_first", "only_second")
 PADDINGS = ("longest", "max_length")
-# Where [CLS] sits in what a call returns: first (the default), or last in a segment of
-# model_max_length tokens, as a model fine-tuned on the official classification layout reads it.
+# The segments a fine-tuned classifier's tokenizer lays out (model_max_length tokens each):
+# [CLS] first, or last (the official classification layout).
 SEGMENT_LAYOUTS = ("cls_first", "cls_last")
 CONFIG_FILE = "tokenizer_config.json"
 logger = logging.getLogger("ernie_doc.tokenization")
@@ -89,21 +90,25 @@ class TokenizerCallMixin:
     # -- loading, limits ------------------------------------------------------------------------
     # None: nothing recorded it (see model_max_length)
     _model_max_length: Optional[int] = None
-    # what a call lays out (SEGMENT_LAYOUTS); a fine-tuned model's folder records its own
-    _segment_layout: str = "cls_first"
+    # the segment a call lays out (SEGMENT_LAYOUTS) and the most tokens of a document it
+    # reads (the run's max_doc_tokens, 0: all), as a fine-tuned classifier's folder records;
+    # None: a plain `[CLS] A [SEP]` call
+    _segment_layout: Optional[str] = None
+    max_doc_tokens: int = 0
 
     @property
-    def segment_layout(self) -> str:
-        """Where a call puts [CLS]: "cls_first" (`[CLS] A [SEP]`), or "cls_last" (`A [SEP]
-        [PAD] … [CLS]`, every row one segment of model_max_length tokens)."""
+    def segment_layout(self) -> Optional[str]:
+        """None: a call gives `[CLS] A [SEP] (B [SEP])`; else every row is one segment of
+        model_max_length tokens, as fine-tuning built it: "cls_first" `[CLS] A [SEP] [PAD] …`
+        or "cls_last" `A [SEP] [PAD] … [CLS]`."""
         return self._segment_layout
 
     @segment_layout.setter
-    def segment_layout(self, value: str) -> None:
-        if value not in SEGMENT_LAYOUTS:
+    def segment_layout(self, value: Optional[str]) -> None:
+        if value is not None and value not in SEGMENT_LAYOUTS:
             from ernie_doc.errors import TokenizerError
-            raise TokenizerError(f"segment_layout must be one of {', '.join(SEGMENT_LAYOUTS)}, "
-                                 f"got {value!r}")
+            raise TokenizerError(f"segment_layout must be None or one of "
+                                 f"{', '.join(SEGMENT_LAYOUTS)}, got {value!r}")
         self._segment_layout = value
 
     @property
@@ -154,6 +159,9 @@ class TokenizerCallMixin:
         else:
             a, oa = self.encode(text), None
             b, ob = (self.encode(pair), None) if pair is not None else (None, None)
+        if add_special_tokens and self.segment_layout and self.max_doc_tokens:
+            # the document as the run read it: its first max_doc_tokens tokens
+            a, oa = a[:self.max_doc_tokens], oa[:self.max_doc_tokens] if oa else oa
         specials = (3 if b is not None else 2) if add_special_tokens else 0
         if truncation and max_length is not None:
             keep_a, keep_b = _truncate(a, b, max(0, max_length - specials), truncation)
@@ -192,7 +200,13 @@ class TokenizerCallMixin:
         batched = not isinstance(text, str)
         texts = list(text) if batched else [text]
         pairs = self._pairs_of(texts, text_pair, batched)
-        segments = add_special_tokens and self.segment_layout == "cls_last"
+        segments = add_special_tokens and self.segment_layout is not None
+        if segments and max_length not in (None, self.model_max_length):
+            from ernie_doc.errors import TokenizerError
+            raise TokenizerError(f"max_length={max_length}: this tokenizer lays a text out as "
+                                 f"the segment its model was fine-tuned on, "
+                                 f"{self.model_max_length} tokens; another length is another "
+                                 f"reading (leave max_length out)")
         if max_length is None and (truncation not in (False, None) or padding == "max_length"
                                    or segments):
             max_length = self.model_max_length
@@ -278,19 +292,19 @@ class TokenizerCallMixin:
                 row[key] = row[key][:cut] + [fill[key]] * short + row[key][cut:]
 
     def _lay_out_segments(self, rows: List[Dict[str, list]], width: int) -> None:
-        """cls_last: every row becomes one segment of `width` tokens, `A [SEP] [PAD] … [CLS]`,
-        as fine-tuning lays it out; a row that does not fit is a TokenizerError."""
+        """Every row becomes one segment of `width` tokens as fine-tuning laid it out (padding
+        before a last [CLS]); a row that does not fit is a TokenizerError."""
         for row in rows:
             n = len(row["input_ids"])
             if n > width:
                 from ernie_doc.errors import TokenizerError
                 raise TokenizerError(
-                    f"a text of {n} tokens with [SEP] and [CLS] does not fit one segment of "
-                    f"{width} (this tokenizer lays a text out as its model reads a segment: "
-                    f"tokens [SEP] [PAD] ... [CLS]): pass truncation=True to keep what fits, "
-                    f"or read the whole document with ernie_doc.pipeline(<model folder>) or "
+                    f"a text of {n} tokens with [CLS] and [SEP] does not fit one segment of "
+                    f"{width} (this tokenizer lays a text out as the segment its model was "
+                    f"fine-tuned on): pass truncation=True to keep what fits, or read the whole "
+                    f"document with ernie_doc.pipeline(<model folder>) or "
                     f"ernie_doc.segment_batches")
-        self._pad(rows, width, before_last=True)
+        self._pad(rows, width, before_last=self.segment_layout == "cls_last")
 
     def _encoding(self, rows: List[Dict[str, list]], batched: bool,
                   return_tensors: Optional[str]) -> BatchEncoding:
@@ -325,8 +339,10 @@ class TokenizerCallMixin:
         config = dict(self._config(), tokenizer_class=type(self).__name__)
         if self._model_max_length is not None:
             config["model_max_length"] = self._model_max_length
-        if self.segment_layout != SEGMENT_LAYOUTS[0]:
+        if self.segment_layout is not None:
             config["segment_layout"] = self.segment_layout
+            if self.max_doc_tokens:
+                config["max_doc_tokens"] = self.max_doc_tokens
         return config
 
     def save_pretrained(self, directory) -> List[str]:

@@ -19,6 +19,7 @@ from ernie_doc import distributed as dist
 from ernie_doc import peers
 from ernie_doc.assemble import (Assembly, build_model, check_memory, choose_tokenizer,
                                 read_as_trained, resolve_inputs, setup_reading)
+from ernie_doc.config import RUN_CONFIG_FILE
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
 from ernie_doc.errors import ConfigError, DataError
@@ -31,7 +32,7 @@ from ernie_doc.training import state as ckpt
 from ernie_doc.training.runlog import logger, setup_logging
 from ernie_doc.utils import flush_denormals
 
-RUN_CONFIG = "run_config.yaml"
+RUN_CONFIG = RUN_CONFIG_FILE
 
 
 @dataclass

@@ -589,7 +589,7 @@ class Trainer:
         saved_config = getattr(self.tokenizer, "saved_config", None)
         if not saved_config:
             return None
-        return dict(saved_config(), **tokenizer_record(self.cfg, self.model.config))
+        return tokenizer_record(self.cfg, self.task, saved_config())
 
     def _tokenizer_files(self):
         """Files saved beside every exported model (tokenizer or vocabulary)."""
