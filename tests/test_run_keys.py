@@ -152,3 +152,27 @@ def test_the_keys_the_user_set_and_a_fine_tuned_folders_reading(tmp_path):
     assert load_config(packaged, ev[:2]).eval_splits == ["dev"]
     (folder / "task.json").unlink()
     assert fine_tuned_record(load_config(packaged, ev)) is None
+
+
+def test_eval_only_scores_the_splits_the_user_names(tmp_path):
+    """eval_only: a split key the user sets with a split in it empties the other one when the
+    user did not set it (THUCNews' packaged test_splits [test] is not scored with
+    eval_splits=[dev], as IMDB's eval_splits [dev] is not with test_splits=[test]); naming
+    none, or an empty list, keeps the config's; training is unchanged."""
+    packaged = str(ROOT / "tasks" / "thucnews" / "config.yaml")
+    ev = ["eval_only=true", "init_checkpoint=x"]
+
+    def splits(path, *given):
+        cfg = load_config(path, list(given))
+        return cfg.eval_splits, cfg.test_splits
+    assert splits(packaged, *ev, "eval_splits=[dev]") == (["dev"], [])
+    assert splits(packaged, *ev, "test_splits=[test]") == ([], ["test"])
+    assert splits(packaged, *ev, "eval_splits=[dev]", "test_splits=[test]") == (["dev"], ["test"])
+    assert splits(packaged, *ev) == (["dev"], ["test"])
+    assert splits(packaged, *ev, "eval_splits=[]") == ([], ["test"])
+    assert splits(packaged, "eval_splits=[dev]") == (["dev"], ["test"])   # training
+    # a file written to evaluate names its splits: the packaged config is not read then
+    write(tmp_path, {"eval.yaml": "task: thucnews\neval_only: true\ntest_splits: [test]\n"})
+    assert splits(str(tmp_path / "eval.yaml"), "init_checkpoint=x") == ([], ["test"])
+    assert splits(str(tmp_path / "eval.yaml"), "init_checkpoint=x", "eval_splits=[dev]") == (
+        ["dev"], ["test"])
