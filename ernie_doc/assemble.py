@@ -6,8 +6,8 @@ one place that assembles them, for training, evaluation and prediction.
     build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
     setup_reading(run, special)  the kind's segmenter set up for the model
     saved_run(directory, ...)    a saved model folder (task.json) → all of the above
-    read_as_trained(cfg, record) eval_only of such a folder: the reading settings it was
-                                 trained with (trained_reading), but those the user set"""
+    read_as_trained(cfg, folder, record)  eval_only of such a folder: the reading settings it
+                                 was trained with (trained_reading), but those the user set"""
 import contextlib
 import copy
 import logging
@@ -450,14 +450,13 @@ def _shown(key: str, value: Any) -> str:
     return clip(json.dumps(value, ensure_ascii=False, default=str), 80)
 
 
-def read_as_trained(cfg: TrainConfig, record: Mapping[str, Any]
+def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
                     ) -> Tuple[Dict[str, Any], List[str]]:
-    """eval_only of a fine-tuned folder (init_checkpoint, whose task.json is `record`): its
-    reading settings (trained_reading), except those the user set (`cfg.user_keys`; a map's
-    entries one by one) → (the values to set, at most two log lines: the config's values
-    replaced, the user's that differ from the run's)."""
+    """eval_only of a fine-tuned folder (init_checkpoint, or the folder of its weights file),
+    whose task.json is `record`: its reading settings (trained_reading), except those the user
+    set (`cfg.user_keys`; a map's entries one by one) → (the values to set, at most two log
+    lines: the config's values replaced, the user's that differ from the run's)."""
     from ernie_doc.kinds import TASK_FILE
-    folder = cfg.init_checkpoint
     trained = trained_reading(record)
     if record["kind"] != cfg.kind:   # another kind's options do not apply
         del trained["task_options"]

@@ -127,13 +127,14 @@ def evaluate_folder(data, best, out, *given):
                                 *given]).stdout
 
 
-@pytest.mark.parametrize("given", ["best", "run"])
+@pytest.mark.parametrize("given", ["best", "run", "weights"])
 def test_eval_only_of_a_fine_tuned_folder_reads_as_it_was_trained(read_run, tmp_path, given):
     """eval_only from the packaged config reads with the folder's task.json settings, so its
     predictions and metrics are predict's; one line says the config's values were replaced.
-    The run's OUTPUT_DIR is its best/."""
+    The run's OUTPUT_DIR is its best/; the weights file in best/ reads as best/ does."""
     data, best = read_run
-    log = evaluate_folder(data, best if given == "best" else best.parent, tmp_path / "eval")
+    checkpoint = {"best": best, "run": best.parent, "weights": best / "model.safetensors"}
+    log = evaluate_folder(data, checkpoint[given], tmp_path / "eval")
     assert "T=16 " in log and "stride=5 " in log, log
     line, = [x for x in log.splitlines() if "reading as" in x]
     assert line.endswith(f"eval_only: reading as {best} was trained (its task.json), not as "

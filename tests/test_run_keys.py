@@ -3,6 +3,7 @@ Hugging Face / PaddleNLP user means by a name of theirs), and `finetune --help-c
 and tools/finetune.py too) lists every key with its default and meaning, from the same table
 the defaults come from."""
 import json
+import os
 
 import pytest
 from helpers import ROOT, write
@@ -115,7 +116,7 @@ def test_the_keys_the_user_set_and_a_fine_tuned_folders_reading(tmp_path):
     from ernie_doc.training.prepare import fine_tuned_record
 
     def reading(cfg):
-        return read_as_trained(cfg, fine_tuned_record(cfg))
+        return read_as_trained(cfg, *fine_tuned_record(cfg))
     packaged = str(ROOT / "tasks" / "imdb" / "config.yaml")
     folder = tmp_path / "best"
     folder.mkdir()
@@ -150,8 +151,19 @@ def test_the_keys_the_user_set_and_a_fine_tuned_folders_reading(tmp_path):
     # eval_splits named too, or test_splits not named: both evaluated; no task.json: no change
     assert load_config(packaged, ev + ["eval_splits=[dev]"]).eval_splits == ["dev"]
     assert load_config(packaged, ev[:2]).eval_splits == ["dev"]
+    # a weights file in the folder, or in its params/, is that folder's model
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "params").mkdir()
+    (folder / "params" / "model.safetensors").write_bytes(b"")
+    for weights in (folder / "model.safetensors", folder / "params",
+                    folder / "params" / "model.safetensors"):
+        found, record = fine_tuned_record(load_config(packaged, [
+            "eval_only=true", f"init_checkpoint={weights}", "test_splits=[test]"]))
+        assert os.path.samefile(found, folder) and record["config"] == trained
     (folder / "task.json").unlink()
     assert fine_tuned_record(load_config(packaged, ev)) is None
+    assert fine_tuned_record(load_config(packaged, ev[:1] + [
+        f"init_checkpoint={folder / 'model.safetensors'}"])) is None
 
 
 def test_eval_only_scores_the_splits_the_user_names(tmp_path):

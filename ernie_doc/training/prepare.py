@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -60,9 +60,9 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if resume and cfg.eval_only:
         raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
     given, cfg = cfg, resolve_inputs(cfg)
-    record, notes = fine_tuned_record(cfg), []
-    if record is not None:   # run_config.yaml records how this evaluation reads
-        reading, notes = read_as_trained(cfg, record)
+    fine_tuned, notes = fine_tuned_record(cfg), []
+    if fine_tuned is not None:   # run_config.yaml records how this evaluation reads
+        reading, notes = read_as_trained(cfg, *fine_tuned)
         given, cfg = with_values(given, reading), with_values(cfg, reading)
     task = build_task(cfg)
     reported = tuple(task.metric_names) + ("loss",)
@@ -115,17 +115,32 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         raise
 
 
-def fine_tuned_record(cfg: TrainConfig) -> Optional[dict]:
-    """eval_only of a fine-tuned folder (init_checkpoint holding task.json): its task.json,
-    checked; else None."""
-    if not (cfg.eval_only and os.path.isfile(os.path.join(cfg.init_checkpoint, TASK_FILE))):
+def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
+    """eval_only of a fine-tuned model (init_checkpoint a folder holding task.json, or a
+    weights file in one: fine_tuned_folder) → (that folder, its task.json checked); else
+    None."""
+    folder = fine_tuned_folder(cfg.init_checkpoint) if cfg.eval_only else None
+    if folder is None:
         return None
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import read_task_record
     try:
-        return read_task_record(cfg.init_checkpoint)
+        return folder, read_task_record(folder)
     except PipelineError as e:
         raise ConfigError(f"{cfg.source}: init_checkpoint: {e}") from None
+
+
+def fine_tuned_folder(path: str) -> Optional[str]:
+    """The folder with task.json that checkpoint `path` belongs to, as its model config is
+    found (config._config_file): a directory itself, a weights file's folder, and above a
+    folder named params/ its parent; None when there is none."""
+    if not os.path.exists(path):
+        return None
+    folder = path if os.path.isdir(path) else (os.path.dirname(path) or os.curdir)
+    candidates = [folder]
+    if os.path.basename(os.path.abspath(folder)) == "params":
+        candidates.append(os.path.dirname(os.path.abspath(folder)))
+    return next((f for f in candidates if os.path.isfile(os.path.join(f, TASK_FILE))), None)
 
 
 def _abandon(output_dir: str, created: bool) -> None:
