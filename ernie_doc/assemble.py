@@ -338,22 +338,39 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
 
 # -- saved runs ---------------------------------------------------------------------------------
 class SavedReader:
-    """The reader of a saved model's kind: labels from task.json instead of a data directory
-    (and a pre-tokenized task's `id_vocabulary` when its folder is there)."""
+    """The reader of a saved model's kind: the labels its task.json lists, in the order of the
+    model's outputs (output i means labels[i]), whatever a data directory lists (and a
+    pre-tokenized task's `id_vocabulary` when its folder is there). Predict reads no documents
+    here (its input holds them); eval_only reads them with the data's task reader
+    (`documents`), and a label that reader lists and the model was not trained on is a
+    DataError naming it (`model`: the saved folder)."""
 
-    def __init__(self, labels: Sequence[str], task: str):
-        self.saved = list(labels)
+    def __init__(self, labels: Sequence[str], task: str, documents: Any = None,
+                 model: str = ""):
+        self.saved, self.documents, self.model = list(labels), documents, model
         self.id_vocabulary = None
         try:
-            self.id_vocabulary = getattr(load_reader(task), "id_vocabulary", None)
+            self.id_vocabulary = getattr(documents or load_reader(task), "id_vocabulary", None)
         except DataError:   # a task folder that is not installed: a text task reads none
             pass
 
     def labels(self, data_dir, options) -> List[str]:
+        listed = getattr(self.documents, "labels", None)   # a reader's optional function
+        unknown = [str(x) for x in listed(data_dir, options) if str(x) not in self.saved] \
+            if listed else []
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise DataError(f"{data_dir or 'the data'}: label {clip(repr(unknown[0]), 80)}"
+                            f"{more} is not one of the {len(self.saved)} labels {self.model} "
+                            f"was trained on (its task.json: "
+                            f"{clip(', '.join(self.saved), 120)}): the model has no output "
+                            f"for it")
         return self.saved
 
     def read(self, data_dir, split, options):
-        raise DataError("a saved model's task reads its documents from the predict input")
+        if self.documents is None:
+            raise DataError("a saved model's task reads its documents from the predict input")
+        return self.documents.read(data_dir, split, options)
 
 
 class OptionsReader:

@@ -17,7 +17,8 @@ import pytest
 from helpers import ROOT, exits, in_process, one_error_line, tiny_classifier, tiny_export
 from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
-from test_tasks import WORDS, finetune_task, imdb_tsv, vocab_dir
+from test_tasks import HANZI as THUC
+from test_tasks import WORDS, finetune_task, imdb_tsv, text, vocab_dir
 
 from ernie_doc.cli import predict
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
@@ -175,6 +176,67 @@ def test_eval_only_evaluates_only_the_splits_it_names(read_run, tmp_path):
     evaluate_folder(data, best, tmp_path / "both", "eval_splits=[dev]")
     assert sorted(p.name for p in (tmp_path / "both").glob("*_results.json")) == [
         "dev_results.json", "eval_results.json", "test_results.json"]
+
+
+def thucnews_data(folder, labels, rng):
+    """THUCNews' layout: label.txt (the label list, in id order) and labelled lines."""
+    folder.mkdir()
+    (folder / "label.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    for name, n in (("train.txt", 12), ("val.txt", 9), ("test.txt", 6)):
+        lines = [f"{labels[i % 3]}\t{text(rng, THUC, int(rng.integers(8, 30)), sep='')}"
+                 for i in range(n)]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def evaluate_thucnews(data, run, out, expect=0):
+    """eval_only of `run` on THUCNews data from the packaged config, dev alone."""
+    from tools.finetune import command
+    return in_process(command, [str(ROOT / "tasks" / "thucnews" / "config.yaml"), "--set",
+                                f"data_dir={data}", "eval_only=true", f"init_checkpoint={run}",
+                                "eval_splits=[dev]", f"output_dir={out}", "progress=false"],
+                      expect)
+
+
+def test_eval_only_reads_the_labels_in_the_models_order(tmp_path, capsys):
+    """A copy of the data whose label.txt lists the labels in another order: output i is still
+    task.json's labels[i], so pred, probs and accuracy are predict's (the packaged
+    test_splits are not scored: dev alone is named). A label the model was not trained on is
+    one line naming it, before anything is written."""
+    rng = np.random.default_rng(3)
+    labels = ["体育", "财经", "游戏"]
+    data = thucnews_data(tmp_path / "thucnews", labels, rng)
+    run = tmp_path / "run"
+    finetune_task("thucnews", data, run, vocab_dir(tmp_path / "vocab", THUC),
+                  "model_overrides.initializer_range=1.0", "test_splits=[]")
+    assert json.loads((run / "best" / "task.json").read_text())["labels"] == labels
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    (copy / "label.txt").write_text("\n".join(labels[1:] + labels[:1]) + "\n", encoding="utf-8")
+    evaluate_thucnews(copy, run, tmp_path / "eval")
+    docs = load_reader("thucnews").read(str(data), "dev", {})
+    predicted = {r["doc_id"]: r for r in Pipeline.from_pretrained(str(run))(docs)}
+    assert len({r["pred"] for r in predicted.values()}) > 1   # the order shows
+    evaluated = read_jsonl(tmp_path / "eval" / "predictions_dev.jsonl")
+    assert sorted(predicted) == sorted(r["doc_id"] for r in evaluated)
+    for r in evaluated:
+        assert r["pred"] == predicted[r["doc_id"]]["pred"], (r, predicted[r["doc_id"]])
+        np.testing.assert_allclose(r["probs"], predicted[r["doc_id"]]["probs"], atol=1e-5)
+    results = json.loads((tmp_path / "eval" / "dev_results.json").read_text())
+    gold = {d.doc_id: d.label for d in docs}
+    assert results["accuracy"] == pytest.approx(
+        np.mean([r["pred"] == gold[r["doc_id"]] for r in predicted.values()]))
+    assert not (tmp_path / "eval" / "test_results.json").exists()
+    # a label the model has no output for
+    (copy / "label.txt").write_text("\n".join(labels + ["科技"]) + "\n", encoding="utf-8")
+    from tools.finetune import main
+    exits(2, lambda: main([str(ROOT / "tasks" / "thucnews" / "config.yaml"), "--set",
+                           f"data_dir={copy}", "eval_only=true", f"init_checkpoint={run}",
+                           "eval_splits=[dev]", f"output_dir={tmp_path / 'refused'}"]))
+    one_error_line(capsys, f"{copy}: label '科技' is not one of the 3 labels {run / 'best'} "
+                           "was trained on (its task.json: 体育, 财经, 游戏): the model has no "
+                           "output for it")
+    assert not (tmp_path / "refused").exists()
 
 
 def test_span_predict_equals_evaluation(tmp_path):

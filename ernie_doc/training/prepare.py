@@ -17,12 +17,12 @@ import paddle
 
 from ernie_doc import distributed as dist
 from ernie_doc import peers
-from ernie_doc.assemble import (Assembly, build_model, check_memory, choose_tokenizer,
+from ernie_doc.assemble import (Assembly, SavedReader, build_model, check_memory, choose_tokenizer,
                                 read_as_trained, resolve_inputs, setup_reading)
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.kinds import TASK_FILE, build_task
+from ernie_doc.kinds import TASK_FILE, build_task, kind_class
 from ernie_doc.kinds.base import Task, label_notes
 from ernie_doc.precision import AmpSettings, amp_settings, gpu_capability
 from ernie_doc.run_config import TrainConfig, batch_rows, with_values
@@ -64,7 +64,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if fine_tuned is not None:   # run_config.yaml records how this evaluation reads
         reading, notes = read_as_trained(cfg, *fine_tuned)
         given, cfg = with_values(given, reading), with_values(cfg, reading)
-    task = build_task(cfg)
+    task = build_task(cfg, trained_labels(cfg, fine_tuned))
     reported = tuple(task.metric_names) + ("loss",)
     if cfg.main_metric is not None and cfg.main_metric not in reported:
         raise ConfigError(f"{cfg.source}: main_metric {cfg.main_metric!r}: kind "
@@ -128,6 +128,20 @@ def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
         return folder, read_task_record(folder)
     except PipelineError as e:
         raise ConfigError(f"{cfg.source}: init_checkpoint: {e}") from None
+
+
+def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]
+                   ) -> Optional[SavedReader]:
+    """eval_only of a fine-tuned folder of this kind: the reader that gives its task.json's
+    labels (the order of the model's outputs) and reads the data with the task's reader; else
+    None (build_task's own reader)."""
+    if fine_tuned is None:
+        return None
+    folder, record = fine_tuned
+    if record["kind"] != cfg.kind or kind_class(cfg.kind).builds_model:
+        return None
+    from ernie_doc.kinds.base import load_reader
+    return SavedReader(record["labels"], cfg.task, load_reader(cfg.task), folder)
 
 
 def fine_tuned_folder(path: str) -> Optional[str]:
