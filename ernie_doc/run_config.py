@@ -131,10 +131,18 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
 DEFAULTS = {name: default for _, keys in KEY_GROUPS for name, default, _ in keys}
 # The keys that decide how a model reads a document: a fine-tuned folder's task.json holds the
 # run's, and both its prediction and its evaluation (eval_only) read with them
-# (assemble.trained_reading).
+# (assemble.trained_reading). A map is read entry by entry; of `reader`, only the options that
+# change the text the model reads are (a task's reader.py documents each): the others say where
+# the data is or which examples a split holds (file, files, dev_ratio, split_seed, labels ...),
+# which belong to the data evaluated.
 READING_KEYS = ("max_seq_len", "stride", "segment_layout", "retro_feed", "train_skim",
                 "loss_segments", "doc_prediction", "max_doc_tokens", "task_options",
-                "model_overrides", "tokenizer")
+                "model_overrides", "tokenizer",
+                "reader.remove_spaces",        # iflytek, thucnews: spaces dropped from the text
+                "reader.remove_urls",          # openkp: URLs dropped from the words
+                "reader.max_docs",             # dureader: documents joined into the context
+                "reader.max_evidence_chars",   # triviaqa: evidence cut to this many characters
+                "reader.special_ids")          # longdep: the [PAD] / [CLS] / [SEP] ids
 MEANINGS = {name: meaning for _, keys in KEY_GROUPS for name, _, meaning in keys}
 # The names a Hugging Face / PaddleNLP user types by habit → ours (suggest_keys).
 KEY_ALIASES = {
@@ -153,6 +161,12 @@ KEY_ALIASES = {
     "use_amp": "amp", "no_cuda": "device", "use_cpu": "device",
     "memory_length": "model_overrides.memory_len", "resume_from_checkpoint": "--resume OUTPUT_DIR",
 }
+
+
+def is_reading_key(key: str) -> bool:
+    """Whether `key` (dotted: an entry of a map, "reader.remove_spaces") is one of READING_KEYS
+    or an entry of a map that is wholly one ("model_overrides.memory_len")."""
+    return key in READING_KEYS or key.split(".")[0] in READING_KEYS
 
 
 def suggest_keys(key: str) -> str:

@@ -35,6 +35,11 @@ def predict_cli(*args, expect=0):
     return in_process(command, [str(a) for a in args] + ["--no-progress"], expect)
 
 
+def yaml_values(path):
+    import yaml
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
 def read_jsonl(path):
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -237,6 +242,55 @@ def test_eval_only_reads_the_labels_in_the_models_order(tmp_path, capsys):
                            "was trained on (its task.json: 体育, 财经, 游戏): the model has no "
                            "output for it")
     assert not (tmp_path / "refused").exists()
+
+
+def test_eval_only_reads_the_text_with_the_runs_reader_options(tmp_path):
+    """IFLYTEK trained with reader.remove_spaces=false (its words keep their spaces): eval_only
+    through the packaged config (reader: {}) reads the text as the run did, as predict does,
+    and says so; the user's reader.remove_spaces wins with its own line. Where the data is
+    (reader.files) stays the config's."""
+    rng = np.random.default_rng(2)
+    data = tmp_path / "iflytek"
+    data.mkdir()
+    for name, n in (("train.json", 12), ("dev.json", 8)):
+        with open(data / name, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({"label": str(i % 3), "label_des": "x",
+                                    "sentence": text(rng, WORDS, int(rng.integers(4, 20)))})
+                        + "\n")
+    (data / "other.json").write_text((data / "dev.json").read_text())
+    run = tmp_path / "run"
+    finetune_task("iflytek", data, run, vocab_dir(tmp_path / "vocab", WORDS),
+                  "reader.remove_spaces=false", "model_overrides.initializer_range=1.0")
+    from tools.finetune import command
+
+    def evaluate(out, *given):
+        return in_process(command, [str(ROOT / "tasks" / "iflytek" / "config.yaml"), "--set",
+                                    f"data_dir={data}", "eval_only=true",
+                                    f"init_checkpoint={run}", "eval_splits=[dev]",
+                                    f"output_dir={out}", "progress=false", *given]).stdout
+    log = evaluate(tmp_path / "eval", "reader.files.dev=other.json")
+    line, = [x for x in log.splitlines() if "reading as" in x]
+    assert line.endswith(f"eval_only: reading as {run / 'best'} was trained (its task.json), "
+                         f"not as {ROOT / 'tasks' / 'iflytek' / 'config.yaml'} says: "
+                         "max_seq_len 16 (config 512), reader.remove_spaces false (config not "
+                         "set)"), line
+    assert (yaml_values(tmp_path / "eval" / "run_config.yaml")["reader"] ==
+            {"files": {"dev": "other.json"}, "remove_spaces": False})
+    docs = load_reader("iflytek").read(str(data), "dev", {"remove_spaces": False})
+    predicted = {r["doc_id"]: r for r in Pipeline.from_pretrained(str(run))(docs)}
+    evaluated = read_jsonl(tmp_path / "eval" / "predictions_dev.jsonl")
+    assert sorted(predicted) == sorted(r["doc_id"] for r in evaluated)
+    for r in evaluated:
+        assert r["pred"] == predicted[r["doc_id"]]["pred"]
+        np.testing.assert_allclose(r["probs"], predicted[r["doc_id"]]["probs"], atol=1e-5)
+    # the user's value wins, with its line; the text then differs (its words run together)
+    log = evaluate(tmp_path / "given", "reader.remove_spaces=true")
+    line, = [x for x in log.splitlines() if "differ from" in x]
+    assert line.endswith("and are used: reader.remove_spaces true (trained with false)"), line
+    glued = read_jsonl(tmp_path / "given" / "predictions_dev.jsonl")
+    assert any(not np.allclose(r["probs"], predicted[r["doc_id"]]["probs"], atol=1e-3)
+               for r in glued)
 
 
 def test_span_predict_equals_evaluation(tmp_path):

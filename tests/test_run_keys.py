@@ -188,3 +188,46 @@ def test_eval_only_scores_the_splits_the_user_names(tmp_path):
     assert splits(str(tmp_path / "eval.yaml"), "init_checkpoint=x") == ([], ["test"])
     assert splits(str(tmp_path / "eval.yaml"), "init_checkpoint=x", "eval_splits=[dev]") == (
         ["dev"], ["test"])
+
+
+def test_a_fine_tuned_folders_reader_options_that_change_the_text(tmp_path):
+    """Of `reader`, the options that change the text the model reads (READING_KEYS' reader.*:
+    OpenKP's remove_urls ...) are read as trained, entry by entry; those saying where the data
+    is (files, dev_ratio ...) stay the config's; another task's reader options do not apply."""
+    from ernie_doc.assemble import read_as_trained
+    from ernie_doc.run_config import READING_KEYS, is_reading_key
+    folder = tmp_path / "best"
+    folder.mkdir()
+    trained = dict(task="openkp", kind="keyphrase", max_seq_len=128, stride=128,
+                   task_options={"top_k": 5, "empty_phrases": "keep"},
+                   reader={"remove_urls": False, "files": {"dev": "mine.jsonl"}})
+    record = {"format": 1, "task": "openkp", "kind": "keyphrase", "labels": [],
+              "config": trained}
+    packaged = str(ROOT / "tasks" / "openkp" / "config.yaml")
+    ev = ["eval_only=true", f"init_checkpoint={folder}", "eval_splits=[dev]"]
+    cfg = load_config(packaged, ev + ["reader.files.dev=theirs.jsonl"])
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert values["reader"] == {"files": {"dev": "theirs.jsonl"}, "remove_urls": False}
+    assert lines == [f"eval_only: reading as {folder} was trained (its task.json), not as "
+                     f"{packaged} says: max_seq_len 128 (config 512), reader.remove_urls "
+                     f"false (config not set)"]
+    cfg = load_config(packaged, ev + ["reader.remove_urls=true"])
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert values["reader"] == {"remove_urls": True}
+    assert lines[-1].endswith("are used: reader.remove_urls true (trained with false)")
+    # the run left it to the reader: the config's value goes, and the line says so
+    del trained["reader"]["remove_urls"]
+    cfg = load_config(packaged, ev)
+    cfg["reader"] = {"remove_urls": False, "dev_ratio": 0.5}
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert values["reader"] == {"dev_ratio": 0.5}
+    assert lines[0].endswith("reader.remove_urls not set (config false)")
+    # another task's data: its reader's options are its own
+    cfg = load_config(str(ROOT / "tasks" / "iflytek" / "config.yaml"), ev)
+    cfg["reader"] = {"remove_spaces": False}
+    trained["reader"] = {"remove_spaces": True}
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert "reader" not in values and not any("reader." in line for line in lines)
+    assert is_reading_key("reader.remove_spaces") and is_reading_key("model_overrides.x")
+    assert not is_reading_key("reader.files") and not is_reading_key("reader.dev_ratio")
+    assert "reader" not in READING_KEYS   # where the data is belongs to the data evaluated
