@@ -18,7 +18,7 @@ from helpers import ROOT, exits, in_process, one_error_line, tiny_classifier, ti
 from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
 from test_tasks import HANZI as THUC
-from test_tasks import WORDS, finetune_task, imdb_tsv, text, vocab_dir
+from test_tasks import WORDS, finetune_task, iflytek_json, imdb_tsv, text, vocab_dir
 
 from ernie_doc.cli import predict
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
@@ -250,14 +250,8 @@ def test_eval_only_reads_the_text_with_the_runs_reader_options(tmp_path):
     and says so; the user's reader.remove_spaces wins with its own line. Where the data is
     (reader.files) stays the config's."""
     rng = np.random.default_rng(2)
-    data = tmp_path / "iflytek"
-    data.mkdir()
-    for name, n in (("train.json", 12), ("dev.json", 8)):
-        with open(data / name, "w", encoding="utf-8") as f:
-            for i in range(n):
-                f.write(json.dumps({"label": str(i % 3), "label_des": "x",
-                                    "sentence": text(rng, WORDS, int(rng.integers(4, 20)))})
-                        + "\n")
+    data = iflytek_json(tmp_path / "iflytek", (("train.json", 12), ("dev.json", 8)),
+                        lambda i: str(i % 3), lambda: text(rng, WORDS, int(rng.integers(4, 20))))
     (data / "other.json").write_text((data / "dev.json").read_text())
     run = tmp_path / "run"
     finetune_task("iflytek", data, run, vocab_dir(tmp_path / "vocab", WORDS),
