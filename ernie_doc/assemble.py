@@ -6,8 +6,8 @@ one place that assembles them, for training, evaluation and prediction.
     build_model(run, special)    the task's ERNIE-Doc head, the memory estimate checked first
     setup_reading(run, special)  the kind's segmenter set up for the model
     saved_run(directory, ...)    a saved model folder (task.json) → all of the above
-    read_as_trained(cfg, record) eval_only of such a folder: the reading settings it was
-                                 trained with (trained_reading), but those the user set"""
+    read_as_trained(cfg, folder, record)  eval_only of such a folder: the reading settings it
+                                 was trained with (trained_reading), but those the user set"""
 import contextlib
 import copy
 import logging
@@ -25,7 +25,8 @@ from ernie_doc.kinds import build_task, kind_class
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import AmpSettings, amp_settings
-from ernie_doc.run_config import DEFAULTS, READING_KEYS, TrainConfig, batch_rows, config_from_values
+from ernie_doc.run_config import (DEFAULTS, READING_KEYS, TrainConfig, batch_rows,
+                                  config_from_values, is_reading_key)
 from ernie_doc.utils import clip, flush_denormals, set_device
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
@@ -344,22 +345,39 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
 
 # -- saved runs ---------------------------------------------------------------------------------
 class SavedReader:
-    """The reader of a saved model's kind: labels from task.json instead of a data directory
-    (and a pre-tokenized task's `id_vocabulary` when its folder is there)."""
+    """The reader of a saved model's kind: the labels its task.json lists, in the order of the
+    model's outputs (output i means labels[i]), whatever a data directory lists (and a
+    pre-tokenized task's `id_vocabulary` when its folder is there). Predict reads no documents
+    here (its input holds them); eval_only reads them with the data's task reader
+    (`documents`), and a label that reader lists and the model was not trained on is a
+    DataError naming it (`model`: the saved folder)."""
 
-    def __init__(self, labels: Sequence[str], task: str):
-        self.saved = list(labels)
+    def __init__(self, labels: Sequence[str], task: str, documents: Any = None,
+                 model: str = ""):
+        self.saved, self.documents, self.model = list(labels), documents, model
         self.id_vocabulary = None
         try:
-            self.id_vocabulary = getattr(load_reader(task), "id_vocabulary", None)
+            self.id_vocabulary = getattr(documents or load_reader(task), "id_vocabulary", None)
         except DataError:   # a task folder that is not installed: a text task reads none
             pass
 
     def labels(self, data_dir, options) -> List[str]:
+        listed = getattr(self.documents, "labels", None)   # a reader's optional function
+        unknown = [str(x) for x in listed(data_dir, options) if str(x) not in self.saved] \
+            if listed else []
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise DataError(f"{data_dir or 'the data'}: label {clip(repr(unknown[0]), 80)}"
+                            f"{more} is not one of the {len(self.saved)} labels {self.model} "
+                            f"was trained on (its task.json: "
+                            f"{clip(', '.join(self.saved), 120)}): the model has no output "
+                            f"for it")
         return self.saved
 
     def read(self, data_dir, split, options):
-        raise DataError("a saved model's task reads its documents from the predict input")
+        if self.documents is None:
+            raise DataError("a saved model's task reads its documents from the predict input")
+        return self.documents.read(data_dir, split, options)
 
 
 class OptionsReader:
@@ -386,7 +404,8 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
     """A saved model folder → its Assembly, nothing written; the memory estimate (`rows` rows) is
     checked first. ConfigError / DataError / CheckpointError / UntrainedHead."""
     given = dict(record["config"])
-    given.update(trained_reading(record))
+    # the run's reader options stay, all of them (trained_reading keeps the reading ones)
+    given.update({k: v for k, v in trained_reading(record).items() if k != "reader"})
     given.update(init_checkpoint=directory, data_dir="", output_dir="", eval_only=True,
                  device=device)
     own_model = _builds_model(record["kind"])
@@ -418,11 +437,15 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
 # -- a fine-tuned folder's reading ---------------------------------------------------------------
 def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
     """How the run that saved a folder (its task.json, `record`) read documents: its values of
-    READING_KEYS (the default of one it lacks), with the tokenizer the folder's own; a kind
-    that builds its own model reads the model config from the folder alone (its saved
-    lm_config.json holds the run's model_overrides) and uses no tokenizer."""
+    READING_KEYS (the default of one it lacks; of `reader`, the reading options it set), with
+    the tokenizer the folder's own; a kind that builds its own model reads the model config
+    from the folder alone (its saved lm_config.json holds the run's model_overrides) and uses
+    no tokenizer."""
     config = record["config"]
-    values = {key: copy.deepcopy(config.get(key, DEFAULTS[key])) for key in READING_KEYS}
+    values = {key: copy.deepcopy(config.get(key, DEFAULTS[key]))
+              for key in dict.fromkeys(k.split(".")[0] for k in READING_KEYS)}
+    reader = values["reader"] if isinstance(values["reader"], dict) else {}
+    values["reader"] = {k: v for k, v in reader.items() if is_reading_key(f"reader.{k}")}
     if _builds_model(record["kind"]):
         values["model_overrides"] = {}
         del values["tokenizer"]
@@ -448,42 +471,44 @@ def saved_model_config(folder: str, own_model: bool) -> Dict[str, Any]:
         return {}
 
 
+UNSET = object()   # a reader option not set: the reader's default
+
+
 def _shown(key: str, value: Any) -> str:
     """A setting's value in a log line, as YAML / JSON write it (null, true, "last")."""
     import json
     if key == "tokenizer" and value == "":
         return "the folder's own"
+    if value is UNSET:
+        return "not set"
     return clip(json.dumps(value, ensure_ascii=False, default=str), 80)
 
 
-def read_as_trained(cfg: TrainConfig, record: Mapping[str, Any]
+def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
                     ) -> Tuple[Dict[str, Any], List[str]]:
-    """eval_only of a fine-tuned folder (init_checkpoint, whose task.json is `record`): its
-    reading settings (trained_reading), except those the user set (`cfg.user_keys`; a map's
-    entries one by one) → (the values to set, at most two log lines: the config's values
-    replaced, the user's that differ from the run's)."""
+    """eval_only of a fine-tuned folder (init_checkpoint, or the folder of its weights file),
+    whose task.json is `record`: its reading settings (trained_reading), except those the user
+    set (`cfg.user_keys`; a map's entries one by one) → (the values to set, at most two log
+    lines: the config's values replaced, the user's that differ from the run's)."""
     from ernie_doc.kinds import TASK_FILE
-    folder = cfg.init_checkpoint
     trained = trained_reading(record)
     if record["kind"] != cfg.kind:   # another kind's options do not apply
         del trained["task_options"]
+    if record["task"] != cfg.task:   # nor another task's reader options
+        del trained["reader"]
     model = {}   # what a model_overrides entry the run did not set was trained with
     if cfg.model_overrides:
         model = saved_model_config(folder, _builds_model(record["kind"]))
     values = {}
     differ = {True: [], False: []}   # user-set or not → [(key, the run's value, cfg's)]
     for key, ran in trained.items():
-        if not isinstance(ran, dict):
-            mine = _user_set(cfg, key)
-            if not mine:
-                values[key] = ran
-            differ[mine] += [] if cfg[key] == ran else [(key, ran, cfg[key])]
+        if isinstance(ran, dict):   # a map: entry by entry
+            values[key] = _map_as_trained(cfg, key, ran, model, differ)
             continue
-        mine = {k: v for k, v in cfg[key].items() if _user_set(cfg, f"{key}.{k}")}
-        values[key] = {**ran, **mine}   # a map: entry by entry
-        for entry, value in cfg[key].items():
-            run = ran.get(entry, model.get(entry) if key == "model_overrides" else None)
-            differ[entry in mine] += [] if value == run else [(f"{key}.{entry}", run, value)]
+        mine = _user_set(cfg, key)
+        if not mine:
+            values[key] = ran
+        differ[mine] += [] if cfg[key] == ran else [(key, ran, cfg[key])]
     where = f"{folder} was trained (its {TASK_FILE})"
     lines = [f"eval_only: reading as {where}, not as {cfg.source} says: " + ", ".join(
         f"{k} {_shown(k, run)} (config {_shown(k, value)})" for k, run, value in differ[False])
@@ -493,6 +518,29 @@ def read_as_trained(cfg: TrainConfig, record: Mapping[str, Any]
                      + ", ".join(f"{k} {_shown(k, value)} (trained with {_shown(k, run)})"
                                  for k, run, value in differ[True]))
     return values, lines
+
+
+def _map_as_trained(cfg: TrainConfig, key: str, ran: Dict[str, Any], model: Dict[str, Any],
+                    differ: Dict[bool, list]) -> Dict[str, Any]:
+    """read_as_trained for the map `key` (the run's reading entries `ran`) → its value: the
+    config's entries that are not reading ones (reader: where the data is), the run's, and
+    the user's; `differ` gets the entries that change. A reader option only the run set is
+    listed too (the config leaves the reader's default)."""
+    given = cfg[key]
+    reading = [e for e in dict.fromkeys([*ran, *given]) if is_reading_key(f"{key}.{e}")]
+    mine = {e: given[e] for e in reading if e in given and _user_set(cfg, f"{key}.{e}")}
+    value = {e: v for e, v in given.items() if e not in reading}
+    value.update({e: ran[e] for e in reading if e in ran})
+    value.update(mine)
+    for entry in reading:
+        if entry in given:
+            run = ran.get(entry, model.get(entry) if key == "model_overrides" else
+                          UNSET if key == "reader" else None)
+            differ[entry in mine] += [] if given[entry] == run else [
+                (f"{key}.{entry}", run, given[entry])]
+        elif key == "reader":
+            differ[False].append((f"{key}.{entry}", ran[entry], UNSET))
+    return value
 
 
 def _user_set(cfg: TrainConfig, key: str) -> bool:

@@ -49,9 +49,9 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("model_source", "official", "a released name's weights: official | paddlenlp"),
         ("allow_partial_checkpoint", False, "load init_checkpoint even when encoder tensors "
                                             "are missing or unknown ones are left over"),
-        ("eval_only", False, "no training: evaluate init_checkpoint on eval_splits and "
-                             "test_splits (test_splits alone when only they are given); a "
-                             "fine-tuned folder reads as its task.json says"),
+        ("eval_only", False, "no training: evaluate init_checkpoint on the eval_splits and "
+                             "test_splits given (none given: the config's); a fine-tuned "
+                             "folder reads as its task.json says"),
         ("model_overrides", {}, "ErnieDocConfig keys (recurrence, memory_len, dropouts ...)"),
         ("tokenizer", "", "a released name, a directory or a file; \"\" = init_checkpoint's, "
                           "else model's; train = SentencePiece on the train split"),
@@ -131,10 +131,18 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
 DEFAULTS = {name: default for _, keys in KEY_GROUPS for name, default, _ in keys}
 # The keys that decide how a model reads a document: a fine-tuned folder's task.json holds the
 # run's, and both its prediction and its evaluation (eval_only) read with them
-# (assemble.trained_reading).
+# (assemble.trained_reading). A map is read entry by entry; of `reader`, only the options that
+# change the text the model reads are (a task's reader.py documents each): the others say where
+# the data is or which examples a split holds (file, files, dev_ratio, split_seed, labels ...),
+# which belong to the data evaluated.
 READING_KEYS = ("max_seq_len", "stride", "segment_layout", "retro_feed", "train_skim",
                 "loss_segments", "doc_prediction", "max_doc_tokens", "task_options",
-                "model_overrides", "tokenizer")
+                "model_overrides", "tokenizer",
+                "reader.remove_spaces",        # iflytek, thucnews: spaces dropped from the text
+                "reader.remove_urls",          # openkp: URLs dropped from the words
+                "reader.max_docs",             # dureader: documents joined into the context
+                "reader.max_evidence_chars",   # triviaqa: evidence cut to this many characters
+                "reader.special_ids")          # longdep: the [PAD] / [CLS] / [SEP] ids
 MEANINGS = {name: meaning for _, keys in KEY_GROUPS for name, _, meaning in keys}
 # The names a Hugging Face / PaddleNLP user types by habit → ours (suggest_keys).
 KEY_ALIASES = {
@@ -153,6 +161,12 @@ KEY_ALIASES = {
     "use_amp": "amp", "no_cuda": "device", "use_cpu": "device",
     "memory_length": "model_overrides.memory_len", "resume_from_checkpoint": "--resume OUTPUT_DIR",
 }
+
+
+def is_reading_key(key: str) -> bool:
+    """Whether `key` (dotted: an entry of a map, "reader.remove_spaces") is one of READING_KEYS
+    or an entry of a map that is wholly one ("model_overrides.memory_len")."""
+    return key in READING_KEYS or key.split(".")[0] in READING_KEYS
 
 
 def suggest_keys(key: str) -> str:
@@ -403,8 +417,8 @@ def config_from_values(given: dict, source: str, overrides=(),
                        given_by_user: bool = False) -> TrainConfig:
     """DEFAULTS ← `given` (a mapping read from `source`, e.g. a saved model's task.json) ←
     overrides, validated; errors name `source`. `user_keys`: the overrides' keys, and
-    `given`'s with `given_by_user`. eval_only with test_splits set and eval_splits not
-    evaluates test_splits alone (what the command names: IMDB's dev is its test file)."""
+    `given`'s with `given_by_user`. eval_only scores the splits the user names
+    (named_splits)."""
     values = copy.deepcopy(DEFAULTS)
     for key, value in given.items():
         if key not in DEFAULTS:   # load_yaml checked a file's keys; a mapping's are checked here
@@ -412,14 +426,27 @@ def config_from_values(given: dict, source: str, overrides=(),
         values[key] = copy.deepcopy(value)
     user_keys = frozenset([apply_override(values, text) for text in overrides]
                           + (list(given) if given_by_user else []))
-    if values["eval_only"] is True and values["test_splits"] and "test_splits" in user_keys \
-            and "eval_splits" not in user_keys:
-        values["eval_splits"] = []
+    if values["eval_only"] is True:
+        named_splits(values, user_keys)
     cfg = TrainConfig(values)
     cfg.source = source
     cfg.user_keys = user_keys
     validate(cfg)
     return cfg
+
+
+SPLIT_KEYS = ("eval_splits", "test_splits")
+
+
+def named_splits(values: dict, user_keys: FrozenSet[str]) -> None:
+    """eval_only scores what the user names: when the user's eval_splits or test_splits name a
+    split, the other key, not set by the user (the task config's), is emptied in `values`
+    (`test_splits=[test]` reads IMDB's test file once, not again as its dev; `eval_splits=[dev]`
+    does not score a config's test_splits). Naming none keeps the config's."""
+    if any(key in user_keys and values[key] for key in SPLIT_KEYS):
+        for key in SPLIT_KEYS:
+            if key not in user_keys:
+                values[key] = []
 
 
 def with_values(cfg: TrainConfig, values: dict) -> TrainConfig:

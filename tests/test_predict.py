@@ -17,7 +17,8 @@ import pytest
 from helpers import ROOT, exits, in_process, one_error_line, tiny_classifier, tiny_export
 from test_span_tasks import HANZI as ZH
 from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
-from test_tasks import WORDS, finetune_task, imdb_tsv, vocab_dir
+from test_tasks import HANZI as THUC
+from test_tasks import WORDS, finetune_task, iflytek_json, imdb_tsv, text, vocab_dir
 
 from ernie_doc.cli import predict
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
@@ -32,6 +33,11 @@ def predict_cli(*args, expect=0):
     """tools/predict.py, in this process."""
     from tools.predict import command
     return in_process(command, [str(a) for a in args] + ["--no-progress"], expect)
+
+
+def yaml_values(path):
+    import yaml
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def read_jsonl(path):
@@ -127,13 +133,14 @@ def evaluate_folder(data, best, out, *given):
                                 *given]).stdout
 
 
-@pytest.mark.parametrize("given", ["best", "run"])
+@pytest.mark.parametrize("given", ["best", "run", "weights"])
 def test_eval_only_of_a_fine_tuned_folder_reads_as_it_was_trained(read_run, tmp_path, given):
     """eval_only from the packaged config reads with the folder's task.json settings, so its
     predictions and metrics are predict's; one line says the config's values were replaced.
-    The run's OUTPUT_DIR is its best/."""
+    The run's OUTPUT_DIR is its best/; the weights file in best/ reads as best/ does."""
     data, best = read_run
-    log = evaluate_folder(data, best if given == "best" else best.parent, tmp_path / "eval")
+    checkpoint = {"best": best, "run": best.parent, "weights": best / "model.safetensors"}
+    log = evaluate_folder(data, checkpoint[given], tmp_path / "eval")
     assert "T=16 " in log and "stride=5 " in log, log
     line, = [x for x in log.splitlines() if "reading as" in x]
     assert line.endswith(f"eval_only: reading as {best} was trained (its task.json), not as "
@@ -174,6 +181,110 @@ def test_eval_only_evaluates_only_the_splits_it_names(read_run, tmp_path):
     evaluate_folder(data, best, tmp_path / "both", "eval_splits=[dev]")
     assert sorted(p.name for p in (tmp_path / "both").glob("*_results.json")) == [
         "dev_results.json", "eval_results.json", "test_results.json"]
+
+
+def thucnews_data(folder, labels, rng):
+    """THUCNews' layout: label.txt (the label list, in id order) and labelled lines."""
+    folder.mkdir()
+    (folder / "label.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    for name, n in (("train.txt", 12), ("val.txt", 9), ("test.txt", 6)):
+        lines = [f"{labels[i % 3]}\t{text(rng, THUC, int(rng.integers(8, 30)), sep='')}"
+                 for i in range(n)]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def evaluate_thucnews(data, run, out, expect=0):
+    """eval_only of `run` on THUCNews data from the packaged config, dev alone."""
+    from tools.finetune import command
+    return in_process(command, [str(ROOT / "tasks" / "thucnews" / "config.yaml"), "--set",
+                                f"data_dir={data}", "eval_only=true", f"init_checkpoint={run}",
+                                "eval_splits=[dev]", f"output_dir={out}", "progress=false"],
+                      expect)
+
+
+def test_eval_only_reads_the_labels_in_the_models_order(tmp_path, capsys):
+    """A copy of the data whose label.txt lists the labels in another order: output i is still
+    task.json's labels[i], so pred, probs and accuracy are predict's (the packaged
+    test_splits are not scored: dev alone is named). A label the model was not trained on is
+    one line naming it, before anything is written."""
+    rng = np.random.default_rng(3)
+    labels = ["体育", "财经", "游戏"]
+    data = thucnews_data(tmp_path / "thucnews", labels, rng)
+    run = tmp_path / "run"
+    finetune_task("thucnews", data, run, vocab_dir(tmp_path / "vocab", THUC),
+                  "model_overrides.initializer_range=1.0", "test_splits=[]")
+    assert json.loads((run / "best" / "task.json").read_text())["labels"] == labels
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    (copy / "label.txt").write_text("\n".join(labels[1:] + labels[:1]) + "\n", encoding="utf-8")
+    evaluate_thucnews(copy, run, tmp_path / "eval")
+    docs = load_reader("thucnews").read(str(data), "dev", {})
+    predicted = {r["doc_id"]: r for r in Pipeline.from_pretrained(str(run))(docs)}
+    assert len({r["pred"] for r in predicted.values()}) > 1   # the order shows
+    evaluated = read_jsonl(tmp_path / "eval" / "predictions_dev.jsonl")
+    assert sorted(predicted) == sorted(r["doc_id"] for r in evaluated)
+    for r in evaluated:
+        assert r["pred"] == predicted[r["doc_id"]]["pred"], (r, predicted[r["doc_id"]])
+        np.testing.assert_allclose(r["probs"], predicted[r["doc_id"]]["probs"], atol=1e-5)
+    results = json.loads((tmp_path / "eval" / "dev_results.json").read_text())
+    gold = {d.doc_id: d.label for d in docs}
+    assert results["accuracy"] == pytest.approx(
+        np.mean([r["pred"] == gold[r["doc_id"]] for r in predicted.values()]))
+    assert not (tmp_path / "eval" / "test_results.json").exists()
+    # a label the model has no output for
+    (copy / "label.txt").write_text("\n".join(labels + ["科技"]) + "\n", encoding="utf-8")
+    from tools.finetune import main
+    exits(2, lambda: main([str(ROOT / "tasks" / "thucnews" / "config.yaml"), "--set",
+                           f"data_dir={copy}", "eval_only=true", f"init_checkpoint={run}",
+                           "eval_splits=[dev]", f"output_dir={tmp_path / 'refused'}"]))
+    one_error_line(capsys, f"{copy}: label '科技' is not one of the 3 labels {run / 'best'} "
+                           "was trained on (its task.json: 体育, 财经, 游戏): the model has no "
+                           "output for it")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_eval_only_reads_the_text_with_the_runs_reader_options(tmp_path):
+    """IFLYTEK trained with reader.remove_spaces=false (its words keep their spaces): eval_only
+    through the packaged config (reader: {}) reads the text as the run did, as predict does,
+    and says so; the user's reader.remove_spaces wins with its own line. Where the data is
+    (reader.files) stays the config's."""
+    rng = np.random.default_rng(2)
+    data = iflytek_json(tmp_path / "iflytek", (("train.json", 12), ("dev.json", 8)),
+                        lambda i: str(i % 3), lambda: text(rng, WORDS, int(rng.integers(4, 20))))
+    (data / "other.json").write_text((data / "dev.json").read_text())
+    run = tmp_path / "run"
+    finetune_task("iflytek", data, run, vocab_dir(tmp_path / "vocab", WORDS),
+                  "reader.remove_spaces=false", "model_overrides.initializer_range=1.0")
+    from tools.finetune import command
+
+    def evaluate(out, *given):
+        return in_process(command, [str(ROOT / "tasks" / "iflytek" / "config.yaml"), "--set",
+                                    f"data_dir={data}", "eval_only=true",
+                                    f"init_checkpoint={run}", "eval_splits=[dev]",
+                                    f"output_dir={out}", "progress=false", *given]).stdout
+    log = evaluate(tmp_path / "eval", "reader.files.dev=other.json")
+    line, = [x for x in log.splitlines() if "reading as" in x]
+    assert line.endswith(f"eval_only: reading as {run / 'best'} was trained (its task.json), "
+                         f"not as {ROOT / 'tasks' / 'iflytek' / 'config.yaml'} says: "
+                         "max_seq_len 16 (config 512), reader.remove_spaces false (config not "
+                         "set)"), line
+    assert (yaml_values(tmp_path / "eval" / "run_config.yaml")["reader"] ==
+            {"files": {"dev": "other.json"}, "remove_spaces": False})
+    docs = load_reader("iflytek").read(str(data), "dev", {"remove_spaces": False})
+    predicted = {r["doc_id"]: r for r in Pipeline.from_pretrained(str(run))(docs)}
+    evaluated = read_jsonl(tmp_path / "eval" / "predictions_dev.jsonl")
+    assert sorted(predicted) == sorted(r["doc_id"] for r in evaluated)
+    for r in evaluated:
+        assert r["pred"] == predicted[r["doc_id"]]["pred"]
+        np.testing.assert_allclose(r["probs"], predicted[r["doc_id"]]["probs"], atol=1e-5)
+    # the user's value wins, with its line; the text then differs (its words run together)
+    log = evaluate(tmp_path / "given", "reader.remove_spaces=true")
+    line, = [x for x in log.splitlines() if "differ from" in x]
+    assert line.endswith("and are used: reader.remove_spaces true (trained with false)"), line
+    glued = read_jsonl(tmp_path / "given" / "predictions_dev.jsonl")
+    assert any(not np.allclose(r["probs"], predicted[r["doc_id"]]["probs"], atol=1e-3)
+               for r in glued)
 
 
 def test_span_predict_equals_evaluation(tmp_path):

@@ -3,6 +3,7 @@ Hugging Face / PaddleNLP user means by a name of theirs), and `finetune --help-c
 and tools/finetune.py too) lists every key with its default and meaning, from the same table
 the defaults come from."""
 import json
+import os
 
 import pytest
 from helpers import ROOT, write
@@ -115,7 +116,7 @@ def test_the_keys_the_user_set_and_a_fine_tuned_folders_reading(tmp_path):
     from ernie_doc.training.prepare import fine_tuned_record
 
     def reading(cfg):
-        return read_as_trained(cfg, fine_tuned_record(cfg))
+        return read_as_trained(cfg, *fine_tuned_record(cfg))
     packaged = str(ROOT / "tasks" / "imdb" / "config.yaml")
     folder = tmp_path / "best"
     folder.mkdir()
@@ -150,5 +151,83 @@ def test_the_keys_the_user_set_and_a_fine_tuned_folders_reading(tmp_path):
     # eval_splits named too, or test_splits not named: both evaluated; no task.json: no change
     assert load_config(packaged, ev + ["eval_splits=[dev]"]).eval_splits == ["dev"]
     assert load_config(packaged, ev[:2]).eval_splits == ["dev"]
+    # a weights file in the folder, or in its params/, is that folder's model
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "params").mkdir()
+    (folder / "params" / "model.safetensors").write_bytes(b"")
+    for weights in (folder / "model.safetensors", folder / "params",
+                    folder / "params" / "model.safetensors"):
+        found, record = fine_tuned_record(load_config(packaged, [
+            "eval_only=true", f"init_checkpoint={weights}", "test_splits=[test]"]))
+        assert os.path.samefile(found, folder) and record["config"] == trained
     (folder / "task.json").unlink()
     assert fine_tuned_record(load_config(packaged, ev)) is None
+    assert fine_tuned_record(load_config(packaged, ev[:1] + [
+        f"init_checkpoint={folder / 'model.safetensors'}"])) is None
+
+
+def test_eval_only_scores_the_splits_the_user_names(tmp_path):
+    """eval_only: a split key the user sets with a split in it empties the other one when the
+    user did not set it (THUCNews' packaged test_splits [test] is not scored with
+    eval_splits=[dev], as IMDB's eval_splits [dev] is not with test_splits=[test]); naming
+    none, or an empty list, keeps the config's; training is unchanged."""
+    packaged = str(ROOT / "tasks" / "thucnews" / "config.yaml")
+    ev = ["eval_only=true", "init_checkpoint=x"]
+
+    def splits(path, *given):
+        cfg = load_config(path, list(given))
+        return cfg.eval_splits, cfg.test_splits
+    assert splits(packaged, *ev, "eval_splits=[dev]") == (["dev"], [])
+    assert splits(packaged, *ev, "test_splits=[test]") == ([], ["test"])
+    assert splits(packaged, *ev, "eval_splits=[dev]", "test_splits=[test]") == (["dev"], ["test"])
+    assert splits(packaged, *ev) == (["dev"], ["test"])
+    assert splits(packaged, *ev, "eval_splits=[]") == ([], ["test"])
+    assert splits(packaged, "eval_splits=[dev]") == (["dev"], ["test"])   # training
+    # a file written to evaluate names its splits: the packaged config is not read then
+    write(tmp_path, {"eval.yaml": "task: thucnews\neval_only: true\ntest_splits: [test]\n"})
+    assert splits(str(tmp_path / "eval.yaml"), "init_checkpoint=x") == ([], ["test"])
+    assert splits(str(tmp_path / "eval.yaml"), "init_checkpoint=x", "eval_splits=[dev]") == (
+        ["dev"], ["test"])
+
+
+def test_a_fine_tuned_folders_reader_options_that_change_the_text(tmp_path):
+    """Of `reader`, the options that change the text the model reads (READING_KEYS' reader.*:
+    OpenKP's remove_urls ...) are read as trained, entry by entry; those saying where the data
+    is (files, dev_ratio ...) stay the config's; another task's reader options do not apply."""
+    from ernie_doc.assemble import read_as_trained
+    from ernie_doc.run_config import READING_KEYS, is_reading_key
+    folder = tmp_path / "best"
+    folder.mkdir()
+    trained = dict(task="openkp", kind="keyphrase", max_seq_len=128, stride=128,
+                   task_options={"top_k": 5, "empty_phrases": "keep"},
+                   reader={"remove_urls": False, "files": {"dev": "mine.jsonl"}})
+    record = {"format": 1, "task": "openkp", "kind": "keyphrase", "labels": [],
+              "config": trained}
+    packaged = str(ROOT / "tasks" / "openkp" / "config.yaml")
+    ev = ["eval_only=true", f"init_checkpoint={folder}", "eval_splits=[dev]"]
+    cfg = load_config(packaged, ev + ["reader.files.dev=theirs.jsonl"])
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert values["reader"] == {"files": {"dev": "theirs.jsonl"}, "remove_urls": False}
+    assert lines == [f"eval_only: reading as {folder} was trained (its task.json), not as "
+                     f"{packaged} says: max_seq_len 128 (config 512), reader.remove_urls "
+                     f"false (config not set)"]
+    cfg = load_config(packaged, ev + ["reader.remove_urls=true"])
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert values["reader"] == {"remove_urls": True}
+    assert lines[-1].endswith("are used: reader.remove_urls true (trained with false)")
+    # the run left it to the reader: the config's value goes, and the line says so
+    del trained["reader"]["remove_urls"]
+    cfg = load_config(packaged, ev)
+    cfg["reader"] = {"remove_urls": False, "dev_ratio": 0.5}
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert values["reader"] == {"dev_ratio": 0.5}
+    assert lines[0].endswith("reader.remove_urls not set (config false)")
+    # another task's data: its reader's options are its own
+    cfg = load_config(str(ROOT / "tasks" / "iflytek" / "config.yaml"), ev)
+    cfg["reader"] = {"remove_spaces": False}
+    trained["reader"] = {"remove_spaces": True}
+    values, lines = read_as_trained(cfg, str(folder), record)
+    assert "reader" not in values and not any("reader." in line for line in lines)
+    assert is_reading_key("reader.remove_spaces") and is_reading_key("model_overrides.x")
+    assert not is_reading_key("reader.files") and not is_reading_key("reader.dev_ratio")
+    assert "reader" not in READING_KEYS   # where the data is belongs to the data evaluated

@@ -148,16 +148,23 @@ def test_hyp_on_semeval_xml(tmp_path):
     assert test["split"] == "test" and "f1" in test
 
 
+def iflytek_json(folder, sizes, label, sentence):
+    """CLUE's IFLYTEK JSON lines in `folder`: n records per file of `sizes` ((name, n), ...),
+    with label(i) and sentence()."""
+    folder.mkdir()
+    for name, n in sizes:
+        with open(folder / name, "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({"label": label(i), "label_des": "x", "sentence": sentence()},
+                                   ensure_ascii=False) + "\n")
+    return folder
+
+
 def test_iflytek_on_clue_json_lines(tmp_path):
     rng = np.random.default_rng(2)
-    data = tmp_path / "iflytek"
-    data.mkdir()
-    for name, n in (("train.json", 16), ("dev.json", 6)):
-        with open(data / name, "w", encoding="utf-8") as f:
-            for i in range(n):
-                f.write(json.dumps({"label": str(int(rng.integers(0, 119))), "label_des": "x",
-                                    "sentence": text(rng, HANZI, 30, sep="")},
-                                   ensure_ascii=False) + "\n")
+    data = iflytek_json(tmp_path / "iflytek", (("train.json", 16), ("dev.json", 6)),
+                        lambda i: str(int(rng.integers(0, 119))),
+                        lambda: text(rng, HANZI, 30, sep=""))
     out = tmp_path / "out"
     finetune_task("iflytek", data, out, vocab_dir(tmp_path / "vocab", HANZI))
     check_results(out, "accuracy", 6)

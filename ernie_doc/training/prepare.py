@@ -10,20 +10,20 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import paddle
 
 from ernie_doc import distributed as dist
 from ernie_doc import peers
-from ernie_doc.assemble import (Assembly, build_model, check_memory, choose_tokenizer,
+from ernie_doc.assemble import (Assembly, SavedReader, build_model, check_memory, choose_tokenizer,
                                 read_as_trained, resolve_inputs, setup_reading)
 from ernie_doc.config import RUN_CONFIG_FILE
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.kinds import TASK_FILE, build_task
+from ernie_doc.kinds import TASK_FILE, build_task, kind_class
 from ernie_doc.kinds.base import Task, label_notes
 from ernie_doc.precision import AmpSettings, amp_settings, gpu_capability
 from ernie_doc.run_config import TrainConfig, batch_rows, with_values
@@ -61,11 +61,11 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if resume and cfg.eval_only:
         raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
     given, cfg = cfg, resolve_inputs(cfg)
-    record, notes = fine_tuned_record(cfg), []
-    if record is not None:   # run_config.yaml records how this evaluation reads
-        reading, notes = read_as_trained(cfg, record)
+    fine_tuned, notes = fine_tuned_record(cfg), []
+    if fine_tuned is not None:   # run_config.yaml records how this evaluation reads
+        reading, notes = read_as_trained(cfg, *fine_tuned)
         given, cfg = with_values(given, reading), with_values(cfg, reading)
-    task = build_task(cfg)
+    task = build_task(cfg, trained_labels(cfg, fine_tuned))
     reported = tuple(task.metric_names) + ("loss",)
     if cfg.main_metric is not None and cfg.main_metric not in reported:
         raise ConfigError(f"{cfg.source}: main_metric {cfg.main_metric!r}: kind "
@@ -116,17 +116,46 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         raise
 
 
-def fine_tuned_record(cfg: TrainConfig) -> Optional[dict]:
-    """eval_only of a fine-tuned folder (init_checkpoint holding task.json): its task.json,
-    checked; else None."""
-    if not (cfg.eval_only and os.path.isfile(os.path.join(cfg.init_checkpoint, TASK_FILE))):
+def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
+    """eval_only of a fine-tuned model (init_checkpoint a folder holding task.json, or a
+    weights file in one: fine_tuned_folder) → (that folder, its task.json checked); else
+    None."""
+    folder = fine_tuned_folder(cfg.init_checkpoint) if cfg.eval_only else None
+    if folder is None:
         return None
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import read_task_record
     try:
-        return read_task_record(cfg.init_checkpoint)
+        return folder, read_task_record(folder)
     except PipelineError as e:
         raise ConfigError(f"{cfg.source}: init_checkpoint: {e}") from None
+
+
+def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]
+                   ) -> Optional[SavedReader]:
+    """eval_only of a fine-tuned folder of this kind: the reader that gives its task.json's
+    labels (the order of the model's outputs) and reads the data with the task's reader; else
+    None (build_task's own reader)."""
+    if fine_tuned is None:
+        return None
+    folder, record = fine_tuned
+    if record["kind"] != cfg.kind or kind_class(cfg.kind).builds_model:
+        return None
+    from ernie_doc.kinds.base import load_reader
+    return SavedReader(record["labels"], cfg.task, load_reader(cfg.task), folder)
+
+
+def fine_tuned_folder(path: str) -> Optional[str]:
+    """The folder with task.json that checkpoint `path` belongs to, as its model config is
+    found (config._config_file): a directory itself, a weights file's folder, and above a
+    folder named params/ its parent; None when there is none."""
+    if not os.path.exists(path):
+        return None
+    folder = path if os.path.isdir(path) else (os.path.dirname(path) or os.curdir)
+    candidates = [folder]
+    if os.path.basename(os.path.abspath(folder)) == "params":
+        candidates.append(os.path.dirname(os.path.abspath(folder)))
+    return next((f for f in candidates if os.path.isfile(os.path.join(f, TASK_FILE))), None)
 
 
 def _abandon(output_dir: str, created: bool) -> None:
