@@ -533,6 +533,8 @@ def _map_as_trained(cfg: TrainConfig, key: str, ran: Dict[str, Any], model: Dict
     value.update({e: ran[e] for e in reading if e in ran})
     value.update(mine)
     for entry in reading:
+        if entry in given and entry not in ran and key == "task_options":
+            continue   # a task.json from before the option existed: the config's is read
         if entry in given:
             run = ran.get(entry, model.get(entry) if key == "model_overrides" else
                           UNSET if key == "reader" else None)
