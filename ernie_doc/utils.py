@@ -10,7 +10,7 @@ import stat
 import sys
 import tempfile
 import unicodedata
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 # errno values that mean "this write cannot succeed here" (the user's environment, never a bug)
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
@@ -170,13 +170,38 @@ def long_integer_problem(digits: int) -> str:
     return f"an integer of {digits} digits (at most {MAX_INT_DIGITS})"
 
 
+class DuplicateKey(ValueError):
+    """A JSON object naming one key twice: json.loads keeps the last value without a word,
+    so a hand-edited file would mean what its reader never showed. str(): the problem."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {clip(json.dumps(key), 120)} appears twice in one object")
+        self.key = key
+
+
+def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """json's object_pairs_hook: the object as a dict; DuplicateKey naming a key it holds
+    twice."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
 def parse_json(text: str, where: str, error=ValueError):
-    """`text` (of file `where`) parsed as JSON; invalid, too deep, or an integer over
-    MAX_INT_DIGITS digits raises `error` naming `where` (and the line)."""
+    """`text` (of file `where`) parsed as JSON; invalid, too deep, an object holding a key
+    twice, or an integer over MAX_INT_DIGITS digits raises `error` naming `where` (and the
+    line, or the key)."""
     try:
-        return json.loads(text, parse_int=_bounded_int)
+        return json.loads(text, parse_int=_bounded_int, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise error(f"{where}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except DuplicateKey as e:
+        raise error(f"{where}: {e}") from None
     except RecursionError:   # "[[[[..." thousands deep: no config or sidecar is like that
         raise error(f"{where}: JSON nested too deeply") from None
     except _LongInteger as e:

@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -584,6 +585,40 @@ def test_deep_json_in_reader_files_is_one_line(tmp_path):
         read_json_file(path)
     with pytest.raises(DataError, match=r"x.jsonl:7: JSON nested too deeply"):
         parse_json_line(DEEP, "x.jsonl", 7)
+
+
+def test_a_json_key_given_twice_is_refused_naming_it(saved, tmp_path, capsys):
+    """json.loads keeps the last of two values under one key without a word: a task.json
+    listing its labels twice (the second list reversed) predicted with swapped label names,
+    and an input line giving 'text' twice predicted the second. Now: one line naming the
+    task.json and the key (exit 2); an error record naming the input line; a reader's JSON
+    file, one line."""
+    model = copy_of(saved[0] / "best", tmp_path)
+    task = (model / "task.json").read_text()
+    labels = json.dumps(json.loads(task)["labels"])
+    (model / "task.json").write_text(task.replace('"labels":', '"labels": %s, "labels":'
+                                                  % labels, 1))
+    message = 'the key "labels" appears twice in one object'
+    with pytest.raises(PipelineError, match=f"^{re.escape(str(model / 'task.json'))}: "
+                                            f"{message}$"):
+        pipeline(str(model))
+    inputs = write_jsonl(tmp_path / "in.jsonl", [
+        {"id": "a", "text": "good"}, '{"id": "b", "text": "good", "text": "bad plot"}'])
+    exits(2, lambda: predict.main([str(model), "--input", str(inputs), "--output",
+                                   str(tmp_path / "p.jsonl")]))
+    one_error_line(capsys, f"{model / 'task.json'}: {message}")
+    preds = tmp_path / "preds.jsonl"
+    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(preds),
+                         "--no-progress"]) == 0
+    out = records(preds)
+    assert out["#1"]["error"] == f'{inputs}:2: the key "text" appears twice in one object'
+    assert "pred" in out["a"]
+    path = tmp_path / "reader.json"
+    path.write_text('[{"id": 1, "label": "a",\n "label": "b"}]')
+    with pytest.raises(DataError, match=f'^{path}: the key "label" appears twice'):
+        read_json_file(path)
+    with pytest.raises(DataError, match=r'^x.jsonl:7: the key "id" appears twice'):
+        parse_json_line('{"id": 1, "id": 2}', "x.jsonl", 7)
 
 
 def test_a_byte_order_mark_is_dropped(tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
 from ernie_doc.errors import PipelineError
 from ernie_doc.kinds import TASK_FILE
-from ernie_doc.utils import clip
+from ernie_doc.utils import DuplicateKey, clip, unique_keys
 
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
@@ -542,7 +542,9 @@ def _file_items(path: str, fmt: str) -> Iterator[Union[dict, InputProblem]]:
 def _json_item(line: str, where: str) -> Union[dict, InputProblem]:
     """A JSON Lines line (at `where`) → its object, or an InputProblem naming it."""
     try:
-        item = json.loads(line)
+        item = json.loads(line, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:   # json.loads would read the last 'text' without a word
+        return InputProblem(None, f"{where}: {e}")
     except ValueError as e:
         return InputProblem(None, f"{where}: invalid JSON ({e})")
     except RecursionError:
