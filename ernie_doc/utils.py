@@ -237,10 +237,16 @@ def clip(text: str, limit: int = 200) -> str:
 
 def did_you_mean(value: object, known: Iterable[str]) -> str:
     """The hint an error line about an unknown name ends with: " (did you mean 'imdb'?)" for
-    the nearest of `known` (difflib's near miss), else ""; a value that is no string gets none."""
+    the nearest of `known` (difflib's near miss, case ignored: 'IMDB' and 'Imbd' are near
+    'imdb'; the hint spells it as `known` does), else ""; a value that is no string gets none."""
     import difflib
-    close = difflib.get_close_matches(value, list(known), n=1) if isinstance(value, str) else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    if not isinstance(value, str):
+        return ""
+    spelled: Dict[str, str] = {}
+    for name in known:
+        spelled.setdefault(name.casefold(), name)
+    close = difflib.get_close_matches(value.casefold(), list(spelled), n=1)
+    return f" (did you mean {spelled[close[0]]!r}?)" if close else ""
 
 
 def control_character(text: str) -> Optional[str]:
