@@ -86,6 +86,13 @@ class PipelineError(ErnieDocError, ValueError):
     """A model directory or document that cannot be predicted; the message is one line."""
 
 
+class NothingPredicted(PipelineError):
+    """`ernie-doc predict` wrote error records alone: no document could be predicted. The
+    output holds them, complete (the reason of each); exit status 1, as a TrainingError: the
+    input was read, the run did not do its job."""
+    exit_status = 1
+
+
 class ExportError(ErnieDocError, ValueError):
     """A model or argument that cannot be exported, or an export that cannot be loaded (a
     missing, damaged or edited file); one line naming the file."""

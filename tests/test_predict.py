@@ -1037,17 +1037,63 @@ def test_a_task_split_without_documents_is_one_line(saved, tmp_path, capsys, mon
 def test_an_empty_txt_file_is_one_empty_document(saved, tmp_path, capsys, monkeypatch):
     """A .txt input (and standard input read as txt) is one document, whatever it holds: an
     empty one is an empty document, an error record (as `{"text": ""}` on a JSON line), not
-    an input without documents."""
+    an input without documents. Its run predicted nothing: exit 1 with one line naming the
+    output, which keeps the record (it exited 0, as if it had done its job)."""
     (tmp_path / "empty.txt").write_bytes(b"")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
     for given, name in (([str(tmp_path / "empty.txt")], "empty.txt"),
                         (["-", "--format", "txt"], "stdin")):
         preds = tmp_path / f"{name}.jsonl"
-        assert predict.main([str(saved[0]), "--input", *given, "--output", str(preds),
-                             "--no-progress"]) == 0
+        exits(1, lambda: predict.main([str(saved[0]), "--input", *given, "--output",
+                                       str(preds), "--no-progress"]))
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert (summary["documents"], summary["errors"]) == (0, 1)
         assert [(r["doc_id"], r["error"]) for r in read_jsonl(preds)] == [(name, "empty text")]
+
+
+def test_a_run_that_predicts_nothing_exits_1_and_keeps_its_error_records(saved, tmp_path,
+                                                                         capsys):
+    """Every document an error record (a folder of empty .txt files, JSON lines without
+    text): one line naming the output, how many records and the first reason, exit 1; the
+    records stay (the reasons are the useful part), --allow-empty included, and --output -
+    says standard output. One prediction among errors is a run that did its job: exit 0, as
+    a --resume whose earlier records hold a prediction; a --resume onto error records alone
+    is the same failed run."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (folder / name).write_bytes(b"")
+    preds = tmp_path / "p.jsonl"
+    argv = [str(saved[0]), "--input", str(folder), "--output", str(preds), "--no-progress"]
+    line = (f"error: no document could be predicted: {preds} holds 2 error records and no "
+            f"prediction (the first, document 'a.txt': empty text)")
+    for extra in ([], ["--overwrite", "--allow-empty"]):
+        exits(1, lambda: predict.main(argv + extra))
+        assert one_error_line(capsys, line) == line
+        assert [r["error"] for r in read_jsonl(preds)] == ["empty text", "empty text"]
+    assert sorted(os.listdir(tmp_path)) == ["docs", "p.jsonl", "p.jsonl.meta.json"]
+    exits(1, lambda: predict.main(argv[:-3] + ["--output", "-", "--no-progress"]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == line.replace(str(preds), "standard output")
+    (folder / "c.txt").write_text("good movie")
+    assert predict.main(argv + ["--overwrite"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["documents"], summary["errors"]) == (1, 2)
+    # --resume: the records kept decide with this run's
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "text": "good"},
+                                                 {"id": "y", "title": "no text"}])
+    part = tmp_path / "part.jsonl"
+    resume = [str(saved[0]), "--input", str(inputs), "--output", str(part), "--no-progress"]
+    assert predict.main(resume) == 0
+    lines = {json.loads(line)["doc_id"]: line for line in part.read_text().splitlines()}
+    part.write_text(lines["x"] + "\n")   # x, predicted: y is left to --resume
+    assert predict.main(resume + ["--resume"]) == 0
+    assert [("error" in r) for r in read_jsonl(part)] == [False, True]
+    part.write_text(lines["y"] + "\n" + lines["y"].replace('"y"', '"x"') + "\n")   # errors
+    capsys.readouterr()
+    exits(1, lambda: predict.main(resume + ["--resume"]))
+    one_error_line(capsys, f"error: no document could be predicted: {part} holds 2 error "
+                           f"records and no prediction")
 
 
 def test_python_reads_an_empty_input_as_no_documents(pipe, tmp_path):

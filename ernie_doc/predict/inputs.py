@@ -5,7 +5,7 @@ resuming a predictions file. No model code: both pipelines import it."""
 import json
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, List, Optional, Set, Union
+from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -703,6 +703,11 @@ def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> Non
 def completed_ids(output: str, record: dict, folder=None) -> List[str]:
     """Document ids already in a predictions file written for `record`'s model (sidecar checked
     first); a cut-short last line is removed, other bad lines refused. Read line by line."""
+    return completed_records(output, record, folder)[0]
+
+
+def completed_records(output: str, record: dict, folder=None) -> Tuple[List[str], int]:
+    """completed_ids, and how many of those records are predictions (not error records)."""
     from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:
@@ -712,16 +717,15 @@ def completed_ids(output: str, record: dict, folder=None) -> List[str]:
             folder.open_append()
         side = os.path.basename(provenance_path(output))
         check_provenance(output, record, folder.read(side, MAX_SIDECAR))
-        ids = _read_ids(output, folder.file)
+        return _read_ids(output, folder.file)
     finally:
         if own:
             folder.close()
-    return ids
 
 
-def _read_ids(output: str, f) -> List[str]:
-    """completed_ids' reading of the open predictions file `f` (binary, read-write)."""
-    ids, good, number = [], 0, 0
+def _read_ids(output: str, f) -> Tuple[List[str], int]:
+    """completed_records' reading of the open predictions file `f` (binary, read-write)."""
+    ids, good, number, predicted = [], 0, 0, 0
     while True:
         line = f.readline(MAX_RECORD_LINE + 1)
         if not line:
@@ -740,9 +744,10 @@ def _read_ids(output: str, f) -> List[str]:
         if not isinstance(item, dict) or "doc_id" not in item:
             raise PipelineError(f"{output}:{number}: not a prediction record; nothing changed")
         ids.append(str(item["doc_id"]))
+        predicted += "error" not in item
         good += len(line)
     f.seek(0, os.SEEK_END)
-    return ids
+    return ids, predicted
 
 
 def to_jsonable(value: Any) -> Any:
