@@ -505,6 +505,14 @@ def records(path):
     return {r["doc_id"]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
+def predicted(model, inputs, output, *options):
+    """The records (by doc_id) of `ernie-doc predict MODEL --input INPUTS --output OUTPUT`,
+    which must exit 0."""
+    assert predict.main([str(model), "--input", str(inputs), "--output", str(output),
+                         "--no-progress", *options]) == 0
+    return records(output)
+
+
 # -- input lines ---------------------------------------------------------------------------------
 BAD_IDS = {   # id → (ids, what the error record says)
     "big": ([5, 6, 20], "'ids' item 2 is 20: token ids lie in [0, 20)"),
@@ -607,10 +615,7 @@ def test_a_json_key_given_twice_is_refused_naming_it(saved, tmp_path, capsys):
     exits(2, lambda: predict.main([str(model), "--input", str(inputs), "--output",
                                    str(tmp_path / "p.jsonl")]))
     one_error_line(capsys, f"{model / 'task.json'}: {message}")
-    preds = tmp_path / "preds.jsonl"
-    assert predict.main([str(saved[0]), "--input", str(inputs), "--output", str(preds),
-                         "--no-progress"]) == 0
-    out = records(preds)
+    out = predicted(saved[0], inputs, tmp_path / "preds.jsonl")
     assert out["#1"]["error"] == f'{inputs}:2: the key "text" appears twice in one object'
     assert "pred" in out["a"]
     path = tmp_path / "reader.json"
@@ -807,9 +812,7 @@ def test_strings_that_are_not_unicode_are_error_records_and_the_run_goes_on(save
     with open(os.path.join(os.fsencode(folder), b"b\xff.txt"), "wb") as f:
         f.write(b"bad plot")
     dir_preds = tmp_path / "dir.jsonl"
-    assert predict.main([str(saved[0]), "--input", str(folder), "--output", str(dir_preds),
-                         "--no-progress"]) == 0
-    out = records(dir_preds)
+    out = predicted(saved[0], folder, dir_preds)
     assert out["#1"]["error"] == f"{folder}/b\\xff.txt: the file name is not UTF-8"
     assert "pred" in out["a.txt"]
     assert predict.main([str(saved[0]), "--input", str(folder), "--output", str(dir_preds),
