@@ -12,6 +12,8 @@ import tempfile
 import unicodedata
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from ernie_doc.errors import DuplicateKey
+
 # errno values that mean "this write cannot succeed here" (the user's environment, never a bug)
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 # errno values that, for a path inside the output location, make it unusable (not ENOENT: a
@@ -170,24 +172,16 @@ def long_integer_problem(digits: int) -> str:
     return f"an integer of {digits} digits (at most {MAX_INT_DIGITS})"
 
 
-class DuplicateKey(ValueError):
-    """A JSON object naming one key twice: json.loads keeps the last value without a word,
-    so a hand-edited file would mean what its reader never showed. str(): the problem."""
-
-    def __init__(self, key: str):
-        super().__init__(f"the key {clip(json.dumps(key), 120)} appears twice in one object")
-        self.key = key
-
-
 def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-    """json's object_pairs_hook: the object as a dict; DuplicateKey naming a key it holds
-    twice."""
+    """json's object_pairs_hook: the object as a dict; errors.DuplicateKey naming a key it
+    holds twice (json.loads alone keeps the last value)."""
     value = dict(pairs)
     if len(value) < len(pairs):
         seen = set()
         for key, _ in pairs:
             if key in seen:
-                raise DuplicateKey(key)
+                raise DuplicateKey(f"the key {clip(json.dumps(key), 120)} appears twice in "
+                                   f"one object", key)
             seen.add(key)
     return value
 

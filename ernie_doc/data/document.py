@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ernie_doc.errors import DataError, NotSet
+from ernie_doc.errors import DataError, DuplicateKey, NotSet
 # file_kind and mode_kind are re-exported: readers import them from here
-from ernie_doc.utils import DuplicateKey, clip, file_kind, mode_kind  # noqa: F401
+from ernie_doc.utils import clip, file_kind, mode_kind  # noqa: F401
 from ernie_doc.utils import open_regular as _open_regular
 from ernie_doc.utils import read_utf8, regular_file_problem, unique_keys
 

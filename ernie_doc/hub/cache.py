@@ -24,12 +24,11 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from ernie_doc import releases as registry
 from ernie_doc.config import run_model_folder
-from ernie_doc.errors import CheckpointError, HubError
+from ernie_doc.errors import CheckpointError, DuplicateKey, HubError
 from ernie_doc.hub import archive
 from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
                                  open_own, sha256_file, sha256_of, shown)
-from ernie_doc.utils import (DuplicateKey, atomic_write_text, clip, open_regular, parse_json,
-                             unique_keys)
+from ernie_doc.utils import atomic_write_text, clip, open_regular, parse_json, unique_keys
 
 logger = logging.getLogger("ernie_doc.hub")
 

@@ -10,9 +10,9 @@ from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple, Union
 import numpy as np
 
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
-from ernie_doc.errors import PipelineError
+from ernie_doc.errors import DuplicateKey, PipelineError
 from ernie_doc.kinds import TASK_FILE
-from ernie_doc.utils import DuplicateKey, clip, unique_keys
+from ernie_doc.utils import clip, unique_keys
 
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
