@@ -33,6 +33,17 @@ class DataError(ErnieDocError, ValueError):
     """Bad input data. The message names the file and line (or the key) and what is wrong."""
 
 
+class DuplicateKey(ErnieDocError, ValueError):
+    """A JSON object giving one key twice: json.loads would keep the last value without a word,
+    so a hand-edited file would mean what its reader never showed. Raised by json's
+    object_pairs_hook (ernie_doc.utils.unique_keys) as 'the key "x" appears twice in one
+    object'; each reader puts the file (and line) in front. `key`: that key."""
+
+    def __init__(self, message: str, key: str):
+        super().__init__(message)
+        self.key = key
+
+
 class NotSet(DataError):
     """A reader was given an empty path: the config key behind it (data_dir) is not set.
     The task that called the reader turns it into the config's one-line missing-key error."""
@@ -84,6 +95,13 @@ class CheckpointStateError(ErnieDocError, RuntimeError):
 # -- prediction, export and outputs -------------------------------------------------------------
 class PipelineError(ErnieDocError, ValueError):
     """A model directory or document that cannot be predicted; the message is one line."""
+
+
+class NothingPredicted(PipelineError):
+    """`ernie-doc predict` wrote error records alone: no document could be predicted. The
+    output holds them, complete (the reason of each); exit status 1, as a TrainingError: the
+    input was read, the run did not do its job."""
+    exit_status = 1
 
 
 class ExportError(ErnieDocError, ValueError):

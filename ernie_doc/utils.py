@@ -10,7 +10,9 @@ import stat
 import sys
 import tempfile
 import unicodedata
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ernie_doc.errors import DuplicateKey
 
 # errno values that mean "this write cannot succeed here" (the user's environment, never a bug)
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
@@ -170,13 +172,30 @@ def long_integer_problem(digits: int) -> str:
     return f"an integer of {digits} digits (at most {MAX_INT_DIGITS})"
 
 
+def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """json's object_pairs_hook: the object as a dict; errors.DuplicateKey naming a key it
+    holds twice (json.loads alone keeps the last value)."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"the key {clip(json.dumps(key), 120)} appears twice in "
+                                   f"one object", key)
+            seen.add(key)
+    return value
+
+
 def parse_json(text: str, where: str, error=ValueError):
-    """`text` (of file `where`) parsed as JSON; invalid, too deep, or an integer over
-    MAX_INT_DIGITS digits raises `error` naming `where` (and the line)."""
+    """`text` (of file `where`) parsed as JSON; invalid, too deep, an object holding a key
+    twice, or an integer over MAX_INT_DIGITS digits raises `error` naming `where` (and the
+    line, or the key)."""
     try:
-        return json.loads(text, parse_int=_bounded_int)
+        return json.loads(text, parse_int=_bounded_int, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise error(f"{where}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except DuplicateKey as e:
+        raise error(f"{where}: {e}") from None
     except RecursionError:   # "[[[[..." thousands deep: no config or sidecar is like that
         raise error(f"{where}: JSON nested too deeply") from None
     except _LongInteger as e:
@@ -212,10 +231,16 @@ def clip(text: str, limit: int = 200) -> str:
 
 def did_you_mean(value: object, known: Iterable[str]) -> str:
     """The hint an error line about an unknown name ends with: " (did you mean 'imdb'?)" for
-    the nearest of `known` (difflib's near miss), else ""; a value that is no string gets none."""
+    the nearest of `known` (difflib's near miss, case ignored: 'IMDB' and 'Imbd' are near
+    'imdb'; the hint spells it as `known` does), else ""; a value that is no string gets none."""
     import difflib
-    close = difflib.get_close_matches(value, list(known), n=1) if isinstance(value, str) else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    if not isinstance(value, str):
+        return ""
+    spelled: Dict[str, str] = {}
+    for name in known:
+        spelled.setdefault(name.casefold(), name)
+    close = difflib.get_close_matches(value.casefold(), list(spelled), n=1)
+    return f" (did you mean {spelled[close[0]]!r}?)" if close else ""
 
 
 def control_character(text: str) -> Optional[str]:

@@ -81,6 +81,8 @@ def test_a_task_name_is_its_config(capsys):
 
 @pytest.mark.parametrize("name, hint", [("imbd", " (did you mean 'imdb'?)"),
                                         ("hotpot_qa", " (did you mean 'hotpotqa'?)"),
+                                        ("IMDB", " (did you mean 'imdb'?)"),   # had no hint
+                                        ("Imbd", " (did you mean 'imdb'?)"),   # had no hint
                                         ("zzzz", "")])
 def test_a_misspelt_task_is_one_line_naming_the_nearest(tmp_path, name, hint):
     """`ernie-doc finetune imbd`: neither a file nor a task; one line, the nearest task (when

@@ -189,6 +189,25 @@ def test_model_config_sizes_fit_paddle_int32(tmp_path):
         ErnieDocConfig.from_any(str(tmp_path))
 
 
+def test_a_json_key_given_twice_is_one_line_naming_it(tmp_path):
+    """json.loads keeps the last of two values under one key without a word: a config.json
+    (task.json, tokenizer_config.json, a hub manifest: every file read by parse_json) saying
+    memory_len twice was read as its last value. Now one line names the file and the key."""
+    with pytest.raises(ConfigError, match=r'^c.json: the key "b" appears twice in one object$'):
+        parse_json('{"a": {"b": 1, "c": 2, "b": 3}}', "c.json", ConfigError)
+    with pytest.raises(ValueError, match=r'^c.json: the key "a" appears twice in one object$'):
+        parse_json('{"a": 1,\n "a": 1}', "c.json")   # even with one value
+    assert parse_json('[{"a": 1}, {"a": 2}, {"b": {"a": 3}}]', "c.json") == \
+        [{"a": 1}, {"a": 2}, {"b": {"a": 3}}]
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": 16, "num_attention_heads": 2, "memory_len": 8,\n'
+                    ' "memory_len": 128}')
+    with pytest.raises(ConfigError, match=f'^{path}: the key "memory_len" appears twice'):
+        ErnieDocConfig.from_json(path)
+    with pytest.raises(ConfigError, match=f'^{path}: the key "memory_len" appears twice'):
+        ErnieDocConfig.from_any(str(tmp_path))
+
+
 @pytest.mark.parametrize("values, message", [
     ({"mem_len": 10 ** 11}, "mem_len must be at most 2147483647"),
     ({"tgt_len": 2 ** 30, "mem_len": 2 ** 30}, r"tgt_len \+ ext_len \+ mem_len must be at most"),

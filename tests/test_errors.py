@@ -23,7 +23,7 @@ VALUE_ERRORS = {"ConfigError", "UntrainedHead", "DataError", "NotSet", "Tokenize
 RUNTIME_ERRORS = {"TrainingError", "Bf16ProgramError", "CheckpointStateError"}
 # exceptions that never leave their module (turned into one of ours there), and the
 # benchmarks' own failures (reported by the benchmark itself)
-INTERNAL = {"_Refused", "_Late", "_LongInteger", "ContenderError", "PretrainRunError",
+INTERNAL = {"_Refused", "_Stopped", "_LongInteger", "ContenderError", "PretrainRunError",
             "Interrupted", "InterruptedEarly"}
 
 

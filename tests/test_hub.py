@@ -877,6 +877,38 @@ def test_a_malformed_pin_is_one_line_before_any_download(hub, tmp_path, capsys, 
     assert cache_files(cache) == ["checksums.json"]
 
 
+# (label, checksums.json's text for the mirror's URL {u}, the key the line names)
+KEYS_TWICE = [
+    ("a record twice", '{{"{u}": "abc", "{u}": {{"sha256": "%s"}}}}' % SHA0, '"{u}"'),
+    ("two sha256 for one key", '{{"{u}": {{"sha256": "%s"}},\n "{u}": {{"sha256": "%s"}}}}'
+     % (SHA0, "1" * 64), '"{u}"'),
+    ("a field twice", '{{"{u}": {{"sha256": "%s", "sha256": "%s"}}}}' % (SHA0, "1" * 64),
+     '"sha256"'),
+]
+
+
+@pytest.mark.parametrize("label,text,key", KEYS_TWICE, ids=[c[0] for c in KEYS_TWICE])
+def test_a_key_given_twice_is_one_line_before_any_download(hub, tmp_path, capsys, label, text,
+                                                           key):
+    """JSON keeps the last of two values under one key without a word: a record written twice
+    (the first a string) or two sha256 for one URL were trusted as the last one said. Any key
+    given twice is an error naming the file and the key, before anything is fetched."""
+    from ernie_doc.hub.cli import main
+    server = hub()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    url = server.url + TARBALL
+    (cache / "checksums.json").write_text(text.format(u=url))
+    before = (cache / "checksums.json").read_bytes()
+    for argv in ([NAME], [NAME, "--tokenizer-only"]):
+        assert main(argv) == 2
+        one_error_line(capsys, f"error: {cache / 'checksums.json'}: the key "
+                               f"{key.format(u=url)} appears twice in one object; fix or "
+                               f"remove that record (nothing is downloaded or trusted")
+    assert server.total() == 0
+    assert (cache / "checksums.json").read_bytes() == before
+
+
 def test_a_pin_holds_under_any_spelling_of_its_url(hub, model_files, tmp_path, capsys):
     """A record keyed by the registry's URL spelled otherwise (upper case, the default port,
     `/./`) pins that URL: a different file is refused and nothing is recorded."""

@@ -195,7 +195,8 @@ def test_set_kind_is_checked_before_anything_is_written(tmp_path, monkeypatch, c
 
 def test_a_misspelt_task_name_gets_the_nearest(tmp_path):
     """Every place a task's name is looked up (a config's `task:`, predict's --task; the
-    command's positional name: tests/test_cli.py) says which task is nearest."""
+    command's positional name: tests/test_cli.py) says which task is nearest, whatever the
+    case of the name ('CMRC' had no hint)."""
     from ernie_doc.errors import DataError
     from ernie_doc.kinds.base import load_reader
     from ernie_doc.predict.inputs import task_record
@@ -205,6 +206,9 @@ def test_a_misspelt_task_name_gets_the_nearest(tmp_path):
     with pytest.raises(PipelineError, match=r"^task 'cmrc': not a task folder \(did you mean "
                                             r"'cmrc2018'\?\) \(one of c3, "):
         task_record(str(tmp_path), "cmrc")   # a save_pretrained folder: no task.json
+    with pytest.raises(DataError, match=r"^task 'CMRC': no tasks/CMRC/reader\.py \(did you "
+                                        r"mean 'cmrc2018'\?\)$"):
+        load_reader("CMRC")   # case is ignored, the hint spells the folder's name
     with pytest.raises(DataError) as info:
         load_reader("zzzz")
     assert "did you mean" not in str(info.value)

@@ -7,6 +7,7 @@ import io
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -615,6 +616,14 @@ def records(path):
     return {r["doc_id"]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
+def predicted(model, inputs, output, *options):
+    """The records (by doc_id) of `ernie-doc predict MODEL --input INPUTS --output OUTPUT`,
+    which must exit 0."""
+    assert predict.main([str(model), "--input", str(inputs), "--output", str(output),
+                         "--no-progress", *options]) == 0
+    return records(output)
+
+
 # -- input lines ---------------------------------------------------------------------------------
 BAD_IDS = {   # id → (ids, what the error record says)
     "big": ([5, 6, 20], "'ids' item 2 is 20: token ids lie in [0, 20)"),
@@ -695,6 +704,37 @@ def test_deep_json_in_reader_files_is_one_line(tmp_path):
         read_json_file(path)
     with pytest.raises(DataError, match=r"x.jsonl:7: JSON nested too deeply"):
         parse_json_line(DEEP, "x.jsonl", 7)
+
+
+def test_a_json_key_given_twice_is_refused_naming_it(saved, tmp_path, capsys):
+    """json.loads keeps the last of two values under one key without a word: a task.json
+    listing its labels twice (the second list reversed) predicted with swapped label names,
+    and an input line giving 'text' twice predicted the second. Now: one line naming the
+    task.json and the key (exit 2); an error record naming the input line; a reader's JSON
+    file, one line."""
+    model = copy_of(saved[0] / "best", tmp_path)
+    task = (model / "task.json").read_text()
+    labels = json.dumps(json.loads(task)["labels"])
+    (model / "task.json").write_text(task.replace('"labels":', '"labels": %s, "labels":'
+                                                  % labels, 1))
+    message = 'the key "labels" appears twice in one object'
+    with pytest.raises(PipelineError, match=f"^{re.escape(str(model / 'task.json'))}: "
+                                            f"{message}$"):
+        pipeline(str(model))
+    inputs = write_jsonl(tmp_path / "in.jsonl", [
+        {"id": "a", "text": "good"}, '{"id": "b", "text": "good", "text": "bad plot"}'])
+    exits(2, lambda: predict.main([str(model), "--input", str(inputs), "--output",
+                                   str(tmp_path / "p.jsonl")]))
+    one_error_line(capsys, f"{model / 'task.json'}: {message}")
+    out = predicted(saved[0], inputs, tmp_path / "preds.jsonl")
+    assert out["#1"]["error"] == f'{inputs}:2: the key "text" appears twice in one object'
+    assert "pred" in out["a"]
+    path = tmp_path / "reader.json"
+    path.write_text('[{"id": 1, "label": "a",\n "label": "b"}]')
+    with pytest.raises(DataError, match=f'^{path}: the key "label" appears twice'):
+        read_json_file(path)
+    with pytest.raises(DataError, match=r'^x.jsonl:7: the key "id" appears twice'):
+        parse_json_line('{"id": 1, "id": 2}', "x.jsonl", 7)
 
 
 def test_a_byte_order_mark_is_dropped(tmp_path):
@@ -883,9 +923,7 @@ def test_strings_that_are_not_unicode_are_error_records_and_the_run_goes_on(save
     with open(os.path.join(os.fsencode(folder), b"b\xff.txt"), "wb") as f:
         f.write(b"bad plot")
     dir_preds = tmp_path / "dir.jsonl"
-    assert predict.main([str(saved[0]), "--input", str(folder), "--output", str(dir_preds),
-                         "--no-progress"]) == 0
-    out = records(dir_preds)
+    out = predicted(saved[0], folder, dir_preds)
     assert out["#1"]["error"] == f"{folder}/b\\xff.txt: the file name is not UTF-8"
     assert "pred" in out["a.txt"]
     assert predict.main([str(saved[0]), "--input", str(folder), "--output", str(dir_preds),
@@ -1113,17 +1151,63 @@ def test_a_task_split_without_documents_is_one_line(saved, tmp_path, capsys, mon
 def test_an_empty_txt_file_is_one_empty_document(saved, tmp_path, capsys, monkeypatch):
     """A .txt input (and standard input read as txt) is one document, whatever it holds: an
     empty one is an empty document, an error record (as `{"text": ""}` on a JSON line), not
-    an input without documents."""
+    an input without documents. Its run predicted nothing: exit 1 with one line naming the
+    output, which keeps the record (it exited 0, as if it had done its job)."""
     (tmp_path / "empty.txt").write_bytes(b"")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
     for given, name in (([str(tmp_path / "empty.txt")], "empty.txt"),
                         (["-", "--format", "txt"], "stdin")):
         preds = tmp_path / f"{name}.jsonl"
-        assert predict.main([str(saved[0]), "--input", *given, "--output", str(preds),
-                             "--no-progress"]) == 0
+        exits(1, lambda: predict.main([str(saved[0]), "--input", *given, "--output",
+                                       str(preds), "--no-progress"]))
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert (summary["documents"], summary["errors"]) == (0, 1)
         assert [(r["doc_id"], r["error"]) for r in read_jsonl(preds)] == [(name, "empty text")]
+
+
+def test_a_run_that_predicts_nothing_exits_1_and_keeps_its_error_records(saved, tmp_path,
+                                                                         capsys):
+    """Every document an error record (a folder of empty .txt files, JSON lines without
+    text): one line naming the output, how many records and the first reason, exit 1; the
+    records stay (the reasons are the useful part), --allow-empty included, and --output -
+    says standard output. One prediction among errors is a run that did its job: exit 0, as
+    a --resume whose earlier records hold a prediction; a --resume onto error records alone
+    is the same failed run."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (folder / name).write_bytes(b"")
+    preds = tmp_path / "p.jsonl"
+    argv = [str(saved[0]), "--input", str(folder), "--output", str(preds), "--no-progress"]
+    line = (f"error: no document could be predicted: {preds} holds 2 error records and no "
+            f"prediction (the first, document 'a.txt': empty text)")
+    for extra in ([], ["--overwrite", "--allow-empty"]):
+        exits(1, lambda: predict.main(argv + extra))
+        assert one_error_line(capsys, line) == line
+        assert [r["error"] for r in read_jsonl(preds)] == ["empty text", "empty text"]
+    assert sorted(os.listdir(tmp_path)) == ["docs", "p.jsonl", "p.jsonl.meta.json"]
+    exits(1, lambda: predict.main(argv[:-3] + ["--output", "-", "--no-progress"]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == line.replace(str(preds), "standard output")
+    (folder / "c.txt").write_text("good movie")
+    assert predict.main(argv + ["--overwrite"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["documents"], summary["errors"]) == (1, 2)
+    # --resume: the records kept decide with this run's
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "text": "good"},
+                                                 {"id": "y", "title": "no text"}])
+    part = tmp_path / "part.jsonl"
+    resume = [str(saved[0]), "--input", str(inputs), "--output", str(part), "--no-progress"]
+    assert predict.main(resume) == 0
+    lines = {json.loads(line)["doc_id"]: line for line in part.read_text().splitlines()}
+    part.write_text(lines["x"] + "\n")   # x, predicted: y is left to --resume
+    assert predict.main(resume + ["--resume"]) == 0
+    assert [("error" in r) for r in read_jsonl(part)] == [False, True]
+    part.write_text(lines["y"] + "\n" + lines["y"].replace('"y"', '"x"') + "\n")   # errors
+    capsys.readouterr()
+    exits(1, lambda: predict.main(resume + ["--resume"]))
+    one_error_line(capsys, f"error: no document could be predicted: {part} holds 2 error "
+                           f"records and no prediction")
 
 
 def test_python_reads_an_empty_input_as_no_documents(pipe, tmp_path):

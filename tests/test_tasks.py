@@ -3,6 +3,7 @@ the command line's behaviour on bad data."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -124,6 +125,35 @@ def test_run_sh_help_is_its_contract_then_the_trainers(tmp_path, task, flag):
     extra = {"hotpotqa": ["STAGE", "EVIDENCE"], "longdep": ["JOBS", "DATA_DIR is not used"],
              "wikitext103": ["CONFIG=config_large.yaml"]}
     assert all(name in out[:contract] for name in extra.get(task, [])), out[:contract]
+
+
+@pytest.mark.parametrize("task", ["imdb", "longdep"])
+def test_run_sh_help_without_python_is_the_contract_then_one_line(tmp_path, task):
+    """No `python` on PATH: --help printed the contract, then bash's `python: command not
+    found` (exit 127) where a run says which variable to set. Now the contract, then that
+    same one line, exit 2; PYTHON naming no executable alike. A run of longdep (not through
+    tools/launch.sh) checks PYTHON and NPROC as every other run.sh does (it ran
+    `exec python`: exit 127)."""
+    bin_dir = tmp_path / "bin"   # what the scripts run, but no python
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "basename", "sed", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    cases = [(dict(env, PATH=str(bin_dir)), "python"),
+             (dict(env, PYTHON=str(tmp_path / "nope")), str(tmp_path / "nope"))]
+    for case, name in cases:
+        proc = subprocess.run([shutil.which("bash"), f"tasks/{task}/run.sh", "--help"],
+                              cwd=ROOT, env=case, capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stderr) == \
+            (2, f"error: PYTHON: '{name}' is not an executable\n"), proc.stderr
+        assert "NPROC" in proc.stdout and proc.stdout.rstrip().endswith(
+            "A run writes OUTPUT_DIR/eval_results.json, best/ (for predict) and its logs."), \
+            proc.stdout[-300:]
+    for case, line in ((cases[0][0], "PYTHON: 'python' is not an executable"),
+                       (dict(env, NPROC="x"), "NPROC: must be a positive integer, got 'x'")):
+        proc = subprocess.run([shutil.which("bash"), f"tasks/{task}/run.sh", "epochs=1"],
+                              cwd=ROOT, env=case, capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", "")
 
 
 def test_hyp_on_semeval_xml(tmp_path):

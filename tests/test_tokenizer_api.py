@@ -175,6 +175,11 @@ def test_bad_tokenizer_config_is_one_line(wordpiece, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": "yes"}')
     with pytest.raises(TokenizerError, match="do_lower_case must be true or false"):
         load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true, '
+                                                     '"do_lower_case": false}')
+    with pytest.raises(TokenizerError, match=r'tokenizer_config.json: the key "do_lower_case" '
+                                             r'appears twice in one object$'):
+        load_tokenizer(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "BPETokenizer"}')
     with pytest.raises(TokenizerError, match="records BPETokenizer, which needs encoder.json, "
                                              "vocab.bpe: not there"):

@@ -6,7 +6,8 @@
 # help; nothing is launched then.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-fail() { echo "error: $*" >&2; exit 2; }
+# fail, need_python (before anything runs the interpreter: the trainer's --help too), need_nproc
+source "$ROOT/tools/checks.sh"
 [ $# -ge 1 ] || fail "usage: bash tools/launch.sh tasks/<name>/config.yaml [key=value ...]"
 CONFIG=$1
 shift
@@ -38,9 +39,9 @@ one differs):
 Arguments: config overrides, key=value (the values are YAML; dotted keys for the maps:
 model_overrides.recurrence=xl); \`ernie-doc finetune --help-config\` lists every key.
 A run writes OUTPUT_DIR/eval_results.json, best/ (for predict) and its logs.
-
-The trainer (tools/finetune.py; the overrides are its --set):
 USAGE
+    need_python
+    printf '\nThe trainer (tools/finetune.py; the overrides are its --set):\n'
     "$PY" "$ROOT/tools/finetune.py" --help
 }
 for arg in "$@"; do
@@ -49,8 +50,8 @@ done
 
 OUTPUT_DIR=${OUTPUT_DIR:-output/$NAME}
 NPROC=${NPROC:-1}
-[[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || fail "NPROC: must be a positive integer, got '$NPROC'"
-command -v "$PY" >/dev/null 2>&1 || fail "PYTHON: '$PY' is not an executable"
+need_nproc
+need_python
 
 overrides=("output_dir=$OUTPUT_DIR" "overwrite_output_dir=true")
 [ -n "${DATA_DIR:-}" ] && overrides+=("data_dir=$DATA_DIR")

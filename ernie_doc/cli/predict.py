@@ -192,27 +192,64 @@ def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[i
 def write_records(records: Iterable[dict], out: Any, counts: dict, progress: dict,
                   bar: Any) -> None:
     """Write each record as a line of `out`, flushed when complete (after a stop, --resume
-    continues from it), counting documents and errors in `counts`, records in `progress`."""
+    continues from it), counting documents and errors in `counts`, records in `progress` (and
+    its first error record as "first_error")."""
     from ernie_doc.predict.inputs import record_line
     for record in records:
         out.write(record_line(record))   # UTF-8; never fails on a record
         out.flush()
         counts["errors" if "error" in record else "documents"] += 1
+        if "error" in record:
+            progress.setdefault("first_error", record)
         progress["records"] += 1
         bar.update(1)
 
 
+def nothing_predicted(summary: dict, predicted_before: int,
+                      first_error: Optional[dict]) -> Optional[str]:
+    """The line for a run whose output holds error records alone (every document of this run
+    an error, and none of the records --resume kept a prediction), or None. A run with one
+    prediction or more, or no document at all (--allow-empty), did its job."""
+    from ernie_doc.predict.inputs import STDIO
+    from ernie_doc.utils import clip
+    errors = summary["errors"] + summary["skipped"]
+    if summary["documents"] or predicted_before or not errors:
+        return None
+    where = "standard output" if summary["output"] == STDIO else summary["output"]
+    first = "" if first_error is None else \
+        f" (the first, document {first_error['doc_id']!r}: {clip(first_error['error'], 300)})"
+    return f"no document could be predicted: {where} holds {errors} error " \
+           f"record{'s' * (errors != 1)} and no prediction{first}"
+
+
+def report(args: argparse.Namespace, pipe: Any, counts: dict, seconds: float,
+           predicted_before: int, first_error: Optional[dict]) -> dict:
+    """Print the run's summary (JSON; on stderr when the records take standard output) →
+    it. NothingPredicted (exit 1) when no document could be predicted."""
+    from ernie_doc.errors import NothingPredicted
+    from ernie_doc.predict.inputs import STDIO
+    summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,
+                   output=args.output, seconds=round(seconds, 2),
+                   documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
+    print(json.dumps(summary), file=sys.stderr if args.output == STDIO else sys.stdout)
+    problem = nothing_predicted(summary, predicted_before, first_error)
+    if problem:
+        raise NothingPredicted(problem)
+    return summary
+
+
 def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
-    """Predict --input into --output → the run's summary (also printed as JSON). `progress`
-    (a dict, filled as the run goes): "created", whether --output holds this run's records,
-    and "records", how many it holds: what Ctrl-C reports (`interrupted_line`).
+    """Predict --input into --output → the run's summary (also printed as JSON); when every
+    record is an error, NothingPredicted after the summary (`report`). `progress` (a dict,
+    filled as the run goes): "created", whether --output holds this run's records, and
+    "records", how many it holds: what Ctrl-C reports (`interrupted_line`).
 
     --output is written through its folder, opened once (ernie_doc.predict.outputs.OutputFolder),
     and locked for the run; --resume reads the checked file's records before the model loads;
     otherwise the sidecar and a new file are complete before they replace the old output.
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import (STDIO, completed_ids, provenance, provenance_bytes,
+    from ernie_doc.predict.inputs import (STDIO, completed_records, provenance, provenance_bytes,
                                           provenance_path)
     from ernie_doc.predict.outputs import OutputFolder
     from ernie_doc.predict.pipeline import pipeline
@@ -230,10 +267,10 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
             folder = stack.enter_context(OutputFolder(args.output, inputs, error=PipelineError,
                                                       writer="another ernie-doc predict"))
         documents, total = input_documents(args)   # refused before the model and --resume
-        done = []
+        done, predicted_before = [], 0
         if args.resume:
             folder.open_append(checked)
-            done = completed_ids(args.output, origin, folder)
+            done, predicted_before = completed_records(args.output, origin, folder)
             progress.update(created=True, records=len(done))
         if args.threads:
             set_paddle_threads(args.threads, "--threads", PipelineError)
@@ -254,12 +291,8 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
         if out is not stdout:
             out.detach()   # the file (or standard output) stays open for its owner
     bar.close()
-    seconds = time.perf_counter() - start
-    summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,
-                   output=args.output, seconds=round(seconds, 2),
-                   documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
-    print(json.dumps(summary), file=sys.stderr if to_stdout else sys.stdout)
-    return summary
+    return report(args, pipe, counts, time.perf_counter() - start, predicted_before,
+                  progress.get("first_error"))
 
 
 def records_writer(target):
@@ -290,6 +323,7 @@ def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Exit 2 with one `error:` line for bad model, input, document (--on-error fail) or output;
+    exit 1 with one line when every document is an error record (the output keeps them);
     Ctrl-C: one line and 130. --debug shows the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)

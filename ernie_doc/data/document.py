@@ -16,11 +16,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ernie_doc.errors import DataError, NotSet
+from ernie_doc.errors import DataError, DuplicateKey, NotSet
 # file_kind and mode_kind are re-exported: readers import them from here
 from ernie_doc.utils import clip, file_kind, mode_kind  # noqa: F401
 from ernie_doc.utils import open_regular as _open_regular
-from ernie_doc.utils import read_utf8, regular_file_problem
+from ernie_doc.utils import read_utf8, regular_file_problem, unique_keys
 
 # json.loads recurses once per nesting level: "[[[[..." thousands deep raises RecursionError.
 # No input of ours nests more than a few levels, so such a value is bad data, said so.
@@ -131,9 +131,11 @@ def read_json_file(path) -> Any:
     file and line."""
     text = read_text(path)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise DataError(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
+    except DuplicateKey as e:
+        raise DataError(f"{os.fspath(path)}: {e}") from None
     except RecursionError:
         raise DataError(f"{os.fspath(path)}: {TOO_DEEP}") from None
 
@@ -173,9 +175,11 @@ def parse_json_line(raw, path, line):
     """One line of a JSON-lines file → its object; malformed JSON or a non-object raises
     DataError naming the file and line."""
     try:
-        record = json.loads(raw)
+        record = json.loads(raw, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
+    except DuplicateKey as e:
+        raise DataError(f"{where(path, line)}: {e}") from None
     except RecursionError:
         raise DataError(f"{where(path, line)}: {TOO_DEEP}") from None
     if not isinstance(record, dict):

@@ -24,11 +24,11 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from ernie_doc import releases as registry
 from ernie_doc.config import run_model_folder
-from ernie_doc.errors import CheckpointError, HubError
+from ernie_doc.errors import CheckpointError, DuplicateKey, HubError
 from ernie_doc.hub import archive
 from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
                                  open_own, sha256_file, sha256_of, shown)
-from ernie_doc.utils import atomic_write_text, clip, open_regular, parse_json
+from ernie_doc.utils import atomic_write_text, clip, open_regular, parse_json, unique_keys
 
 logger = logging.getLogger("ernie_doc.hub")
 
@@ -327,13 +327,16 @@ def _read_checksums() -> Dict:
         with open_regular(path, "file", HubError) as f:
             text = f.read().decode("utf-8")
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=unique_keys)
         except RecursionError:   # "[[[[..." thousands deep
             raise ValueError("JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except HubError as e:   # a FIFO or device under that name: never opened
         raise HubError(f"{e}; remove it ({why})") from None
+    except DuplicateKey as e:   # json.loads would keep the last record (or field) silently
+        raise HubError(f"{path}: {e}; fix or remove that record (nothing is downloaded or "
+                       f"trusted until then)") from None
     except (OSError, ValueError) as e:
         raise HubError(f"{path}: unreadable ({shown(e)}); fix or remove it ({why})") from None
     seen: Dict[str, str] = {}

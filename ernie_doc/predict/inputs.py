@@ -5,15 +5,15 @@ resuming a predictions file. No model code: both pipelines import it."""
 import json
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, List, Optional, Set, Union
+from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
 from ernie_doc.config import MAX_TASK_FILE_BYTES, run_model_folder
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
-from ernie_doc.errors import CheckpointError, PipelineError
+from ernie_doc.errors import CheckpointError, DuplicateKey, PipelineError
 from ernie_doc.kinds import TASK_FILE
-from ernie_doc.utils import clip
+from ernie_doc.utils import clip, unique_keys
 
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
@@ -545,7 +545,9 @@ def _file_items(path: str, fmt: str) -> Iterator[Union[dict, InputProblem]]:
 def _json_item(line: str, where: str) -> Union[dict, InputProblem]:
     """A JSON Lines line (at `where`) → its object, or an InputProblem naming it."""
     try:
-        item = json.loads(line)
+        item = json.loads(line, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:   # json.loads would read the last 'text' without a word
+        return InputProblem(None, f"{where}: {e}")
     except ValueError as e:
         return InputProblem(None, f"{where}: invalid JSON ({e})")
     except RecursionError:
@@ -704,6 +706,11 @@ def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> Non
 def completed_ids(output: str, record: dict, folder=None) -> List[str]:
     """Document ids already in a predictions file written for `record`'s model (sidecar checked
     first); a cut-short last line is removed, other bad lines refused. Read line by line."""
+    return completed_records(output, record, folder)[0]
+
+
+def completed_records(output: str, record: dict, folder=None) -> Tuple[List[str], int]:
+    """completed_ids, and how many of those records are predictions (not error records)."""
     from ernie_doc.predict.outputs import InputSet, OutputFolder
     own = folder is None
     if own:
@@ -713,16 +720,15 @@ def completed_ids(output: str, record: dict, folder=None) -> List[str]:
             folder.open_append()
         side = os.path.basename(provenance_path(output))
         check_provenance(output, record, folder.read(side, MAX_SIDECAR))
-        ids = _read_ids(output, folder.file)
+        return _read_ids(output, folder.file)
     finally:
         if own:
             folder.close()
-    return ids
 
 
-def _read_ids(output: str, f) -> List[str]:
-    """completed_ids' reading of the open predictions file `f` (binary, read-write)."""
-    ids, good, number = [], 0, 0
+def _read_ids(output: str, f) -> Tuple[List[str], int]:
+    """completed_records' reading of the open predictions file `f` (binary, read-write)."""
+    ids, good, number, predicted = [], 0, 0, 0
     while True:
         line = f.readline(MAX_RECORD_LINE + 1)
         if not line:
@@ -741,9 +747,10 @@ def _read_ids(output: str, f) -> List[str]:
         if not isinstance(item, dict) or "doc_id" not in item:
             raise PipelineError(f"{output}:{number}: not a prediction record; nothing changed")
         ids.append(str(item["doc_id"]))
+        predicted += "error" not in item
         good += len(line)
     f.seek(0, os.SEEK_END)
-    return ids
+    return ids, predicted
 
 
 def to_jsonable(value: Any) -> Any:

@@ -17,6 +17,9 @@ done
 PY=${PYTHON:-python}
 OUTPUT_DIR=${OUTPUT_DIR:-output/longdep}
 NPROC=${NPROC:-1}
+source "$ROOT/tools/checks.sh"   # one line, exit 2: as every run.sh through tools/launch.sh
+need_nproc
+need_python
 JOBS=${JOBS:-$([ "$NPROC" -gt 1 ] && echo 1 || echo 2)}   # 2 variants at once on 2 cores
 
 overrides=()
