@@ -576,21 +576,22 @@ class BarSafeHandler(logging.StreamHandler):
             self.handleError(record)
 
 
+class CurrentStdout(BarSafeHandler):
+    """A BarSafeHandler writing to sys.stdout as it is when a record comes (it may have been
+    replaced since the handler was made: captured, or a command run in-process ended)."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def notes_to_stdout(name: str = "ernie_doc") -> None:
     """Send the `name` logger's records to stdout with a tool's report (stderr: only errors).
     For a tool's `__main__`: changes process-wide logging."""
-    class CurrentStdout(BarSafeHandler):
-        """Writes to sys.stdout as it is when a record comes (it may have been replaced,
-        e.g. captured, since the handler was made)."""
-
-        @property
-        def stream(self):
-            return sys.stdout
-
-        @stream.setter
-        def stream(self, value):
-            pass
-
     handler = CurrentStdout()
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     log = logging.getLogger(name)

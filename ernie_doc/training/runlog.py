@@ -6,7 +6,7 @@ import math
 import os
 import sys
 
-from ernie_doc.utils import BarSafeHandler
+from ernie_doc.utils import CurrentStdout
 
 logger = logging.getLogger("ernie_doc.train")
 
@@ -17,7 +17,7 @@ def setup_logging(output_dir=None, is_main=True):
     for h in list(logger.handlers):
         logger.removeHandler(h)
     fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
-    console = BarSafeHandler(sys.stdout)   # log lines under a progress bar
+    console = CurrentStdout()   # log lines under a progress bar
     console.setFormatter(fmt)
     logger.addHandler(console)
     if output_dir and is_main:
