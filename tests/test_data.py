@@ -20,6 +20,40 @@ def test_windows_follow_the_official_stride():
         assert len(windows(n, 6, 3)) == -(-(n - 6) // 3) + 1
 
 
+def official_windows(num_tokens, window, stride):
+    """The official ClassifyReader's loop, as windows() was first written."""
+    spans, start = [], 0
+    while True:
+        length = min(num_tokens - start, window)
+        spans.append((start, start + length))
+        if start + length >= num_tokens:
+            return spans
+        start += min(length, stride)
+
+
+def test_windows_computed_per_index_equal_the_official_loop():
+    """A segment is cut when read, its window computed from its index alone: the same windows
+    as the official loop for every length, window and stride."""
+    for window in (1, 2, 5, 6):
+        for stride in (1, 2, 3, 6, 9):
+            for n in range(0, 40):
+                assert windows(n, window, stride) == official_windows(n, window, stride), \
+                    (n, window, stride)
+
+
+def test_segments_are_built_when_read():
+    """ClassificationSegmenter holds the ids, not the segments: every read builds the same
+    rows anew; indices, negative indices and slices as a list's."""
+    seg = ClassificationSegmenter(8, 3, CLS, SEP, PAD)
+    segs = seg(list(range(20, 34)), doc_index=2, targets={"label": 1}, has_loss=False)
+    assert len(segs) == 4 and segs[0] is not segs[0]
+    assert segs[-1].input_ids.tolist() == segs[3].input_ids.tolist()
+    assert [s.seg_index for s in segs[1:3]] == [1, 2]
+    assert all(not s.has_loss and s.targets == {"label": 1} and s.doc_index == 2 for s in segs)
+    with pytest.raises(IndexError):
+        segs[4]
+
+
 def test_classification_layout_cls_last_and_cls_first():
     seg = ClassificationSegmenter(8, 3, CLS, SEP, PAD)
     (s,) = seg([11, 12, 13, 14, 15], doc_index=4, targets={"label": 1})
@@ -49,7 +83,10 @@ def test_reading_passes_skim_then_retrospective():
     assert [p.final for p in passes] == [False] * n + [True] * n
     assert [p.has_loss for p in passes] == [False] * n + [True] * n
     assert [p.seg_index for p in passes] == list(range(n)) * 2
-    assert all(a.input_ids is b.input_ids for a, b in zip(passes[:n], passes[n:]))
+    # both passes read the same rows, built anew at each read
+    assert all((a.input_ids == b.input_ids).all() and (a.attention_mask == b.attention_mask).all()
+               for a, b in zip(passes[:n], passes[n:]))
+    assert passes[-1].seg_index == n - 1 and not passes[0].final
     both = reading_passes(segs, retro_feed=True, train_skim=True)
     assert all(p.has_loss for p in both)
     assert reading_passes(segs, retro_feed=False) == segs
