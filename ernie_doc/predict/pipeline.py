@@ -21,7 +21,7 @@ from ernie_doc.data.collate import collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
-from ernie_doc.data.splits import collect_row_outputs
+from ernie_doc.data.splits import RowOutputs, collect_row_outputs
 from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.precision import AmpSettings
@@ -208,7 +208,7 @@ class Pipeline(DocumentStream):
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
         inflight: Dict[int, tuple] = {}     # key → (input index, document, passes)
-        outputs = defaultdict(list)         # key → [(segment index, row output)]
+        outputs = defaultdict(RowOutputs)   # key → its (segment index, row output) pairs
         ready: List[dict] = []              # problems met while filling rows
         keys = iter(range(1 << 62))
 
@@ -253,7 +253,8 @@ class Pipeline(DocumentStream):
             for key, seg, _ in step:
                 if key is not None and seg == len(inflight[key][2]) - 1:   # its last step
                     index, doc, passes = inflight.pop(key)
-                    record = task.predict([doc], {0: outputs.pop(key, [])}, [passes])[0]
+                    record = task.predict([doc], {0: outputs.pop(key, RowOutputs())},
+                                          [passes])[0]
                     yield dict(record, index=index)
 
 
