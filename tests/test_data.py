@@ -166,3 +166,23 @@ def test_collate_all_padding_step_keeps_the_target_keys():
     batch = collate([None, None], [False, False], 4, PAD, template={"label": 0})
     assert batch["target_label"].tolist() == [0, 0] and not batch["has_loss"].any()
     assert batch["reset_memory"].all()
+
+
+def test_tensor_stage_gives_each_step_its_own_tensors():
+    """TensorStage: the tensors paddle.to_tensor gives (values, dtypes, no gradient), and a
+    later step's batch never changes an earlier step's tensors (each is a copy)."""
+    import paddle
+
+    from ernie_doc.data.collate import TensorStage
+    seg = ClassificationSegmenter(6, 4, CLS, SEP, PAD)
+    stage = TensorStage()
+    first = collate([seg([7, 8], 0, {"label": 1})[0], None], [True, False], 6, PAD)
+    kept = stage(first)
+    second = collate([None, seg([9], 1, {"label": 0})[0]], [False, True], 6, PAD)
+    later = stage(second)
+    for batch, tensors in ((first, kept), (second, later)):
+        assert sorted(tensors) == sorted(batch)
+        for name, array in batch.items():
+            reference = paddle.to_tensor(array)
+            assert tensors[name].dtype == reference.dtype and tensors[name].stop_gradient
+            assert tensors[name].numpy().tolist() == array.tolist(), name

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ernie_doc.data.collate import collate
+from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import (ClassificationSegmenter, LazySteps, Segment, window_count,
                                     window_span)
@@ -85,6 +85,7 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         return index, len(held[index])
 
     scheduler = RowScheduler(batch_size)
+    stage = TensorStage() if return_tensors == "pd" else None
     while True:
         step = scheduler.step(next_doc)
         if all(key is None for key, _, _ in step):
@@ -94,7 +95,7 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         for key, seg, _ in step:
             if key is not None and seg == len(held[key]) - 1:
                 del held[key]
-        yield _batch(arrays, return_tensors)
+        yield _batch(arrays, stage)
 
 
 def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int],
@@ -148,11 +149,12 @@ def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) ->
     return ids.astype(np.int64, copy=False)
 
 
-def _batch(arrays, return_tensors: Optional[str]) -> SegmentBatch:
-    fields = [arrays["input_ids"], arrays["attention_mask"], arrays["reset_memory"]]
-    if return_tensors == "pd":
-        import paddle
-        fields = [paddle.to_tensor(a) for a in fields]
-    batch = SegmentBatch(*fields)
+def _batch(arrays, stage: Optional[TensorStage]) -> SegmentBatch:
+    """One step's SegmentBatch: numpy arrays, or tensors through `stage`."""
+    names = ("input_ids", "attention_mask", "reset_memory")
+    fields = {k: arrays[k] for k in names}
+    if stage is not None:
+        fields = stage(fields)
+    batch = SegmentBatch(*(fields[k] for k in names))
     batch.doc_index, batch.is_last = arrays["doc_index"], arrays["is_last"]
     return batch

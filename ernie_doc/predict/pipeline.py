@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 import paddle
 
 from ernie_doc.assemble import Assembly, saved_run
-from ernie_doc.data.collate import collate
+from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
@@ -232,7 +232,7 @@ class Pipeline(DocumentStream):
                 return key, len(passes)
             return None
 
-        scheduler = RowScheduler(self.rows // g)
+        scheduler, stage = RowScheduler(self.rows // g), TensorStage()
         carry: Dict[str, Any] = {}
         while True:
             step = scheduler.step(next_doc)
@@ -245,7 +245,7 @@ class Pipeline(DocumentStream):
                 rows.extend([None] * g if key is None else step_members(inflight[key][2][seg]))
                 resets.extend([reset] * g)
             batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
-            tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
+            tensors = stage(batch)
             # as evaluation reads: under AMP when the run trained with it (dygraph on a GPU)
             with paddle.no_grad(), self.amp.autocast():
                 out, carry = task.forward(self.model, tensors, carry)
