@@ -186,3 +186,24 @@ def test_tensor_stage_gives_each_step_its_own_tensors():
             reference = paddle.to_tensor(array)
             assert tensors[name].dtype == reference.dtype and tensors[name].stop_gradient
             assert tensors[name].numpy().tolist() == array.tolist(), name
+
+
+def test_row_outputs_read_back_as_the_pairs_appended():
+    """RowOutputs: arrays of one shape go into one growing array, read back (len, iteration,
+    indexing) as the pairs appended; an output of another kind turns it into a list of pairs;
+    aggregate_segments gives the list form's bits for either."""
+    from ernie_doc.data.splits import RowOutputs
+    from ernie_doc.metrics.classification import aggregate_segments
+    rng = np.random.default_rng(0)
+    pairs = [(s, rng.random(3).astype(np.float32)) for s in (2, 0, 1, 4, 3, 5, 6, 7, 8)]
+    rows = RowOutputs()
+    for pair in pairs:
+        rows.append(pair)
+    assert len(rows) == 9 and rows.arrays()[1].shape == (9, 3)
+    assert [s for s, _ in rows] == [s for s, _ in pairs] and rows[-1][0] == 8
+    assert all((a == b).all() for (_, a), (_, b) in zip(rows, pairs))
+    for how in ("mean", "last"):
+        assert np.array_equal(aggregate_segments(rows, how), aggregate_segments(pairs, how))
+    rows.append((9, np.float32(0.5)))   # a scalar (the pair kind's output)
+    assert rows.arrays() is None and len(rows) == 10 and rows[9] == (9, np.float32(0.5))
+    assert [s for s, _ in rows] == [s for s, _ in pairs] + [9]
