@@ -269,6 +269,30 @@ def test_benchmark_predict_reports_every_engine(imdb_run, tmp_path):
         assert 0 < bf16["agreement_with_inference"]["max_prob_diff"] < 0.1   # bf16 ran, close
 
 
+def test_benchmark_predict_reads_one_long_document(saved, tmp_path, capsys):
+    """--long-document: one document of the input's texts joined, in a process of its own,
+    with its tokens, time, the model's share, resident memory and prediction; --compare-with
+    is checked before anything runs."""
+    from benchmarks import predict as benchmark_predict
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": str(i), "text": " ".join(WORDS[i:])}
+                                                 for i in range(4)])
+    report = tmp_path / "bench.json"
+    assert benchmark_predict.main([str(saved[0]), "--input", str(inputs), "--long-document",
+                                   "100", "--threads", "1", "--output", str(report)]) == 0
+    run = json.loads(report.read_text())["long_document"]["100"]["this"]
+    assert 100 <= run["tokens"] < 115 and run["segments"] == -(-(run["tokens"] - 14) // 8) + 1
+    assert run["model_calls"] == 2 * run["segments"] and 0 < run["model_share"] < 1
+    assert run["peak_rss_mib"] >= run["rss_at_end_mib"] > 0 and run["prediction"]["pred"]
+    assert run["ernie_doc"] == str(ROOT)
+    exits(2, lambda: benchmark_predict.main([str(saved[0]), "--input", str(inputs),
+                                             "--compare-with", str(tmp_path)]))
+    assert "--compare-with and --long-timeout go with --long-document" in capsys.readouterr().err
+    exits(2, lambda: benchmark_predict.main([str(saved[0]), "--input", str(inputs),
+                                             "--long-document", "100", "--compare-with",
+                                             str(tmp_path)]))
+    one_error_line(capsys, f"--compare-with {tmp_path}: no ernie_doc/ there")
+
+
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
     _, out = imdb_run
     inputs = tmp_path / "in.jsonl"
