@@ -149,10 +149,15 @@ def long_run(root: str, args: argparse.Namespace, directory: str,
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     progress = [line["progress"] for line in lines if "progress" in line]
     result = next((line["result"] for line in lines if "result" in line), None)
+    # resident memory as the document is read: [seconds, tokens the model read (both passes,
+    # [SEP] and [CLS] counted), MiB], at most 25 of the samples
+    series = [[p["seconds"], p["model_tokens"], p["rss_mib"]]
+              for p in progress[::max(1, -(-len(progress) // 25))]]
     if result is None:
         return {"error": error or (err.strip().splitlines() or ["no result"])[-1],
-                "progress": progress[-1] if progress else None,
+                "progress": progress[-1] if progress else None, "rss_while_read": series,
                 "max_rss_mib_sampled": max((p["rss_mib"] for p in progress), default=None)}
+    result["rss_while_read"] = series
     result["max_rss_mib_sampled"] = max([p["rss_mib"] for p in progress]
                                         + [result["rss_at_end_mib"]])
     return result
