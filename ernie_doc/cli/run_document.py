@@ -117,6 +117,8 @@ def document_ids(args, config):
     if not text.strip():
         raise InputError(f"--text {args.text}: the file holds no text")
     ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
+    from ernie_doc.resources import release_free_memory
+    release_free_memory()   # what tokenizing a long text freed (a Python int a token ...)
     if not len(ids):
         raise InputError(f"--text {args.text}: the text has no tokens for this tokenizer")
     return ids, tokenizer

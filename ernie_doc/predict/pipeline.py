@@ -12,7 +12,7 @@ import os
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import paddle
 
@@ -31,10 +31,14 @@ from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  
                                       completed_ids, count_inputs, input_format, model_directory,
                                       read_inputs, read_task_record, task_record, to_document,
                                       to_jsonable)
+from ernie_doc.resources import release_free_memory
 from ernie_doc.run_config import batch_rows
 from ernie_doc.utils import threads_problem
 
 DEVICES = ("cpu", "gpu")
+# a document of this many segments (about 130k tokens at stride 126) gives the heap's free
+# pages back once it is tokenized and cut (resources.release_free_memory)
+LONG_DOCUMENT_SEGMENTS = 1024
 
 
 def check_device(device: str) -> str:
@@ -195,10 +199,12 @@ class Pipeline(DocumentStream):
                    on_error)
 
     # -- documents → predictions -----------------------------------------------------------
-    def _passes(self, doc: Document, key: int) -> list:
+    def _passes(self, doc: Document, key: int) -> Sequence:
         """The document's steps: one reading pass cut into segments, read as the run read it
-        (skim pass then retrospective pass when retro_feed)."""
+        (skim pass then retrospective pass when retro_feed), each built when read."""
         steps = self.task.document_segments(doc, key, self.tokenizer)
+        if len(steps) >= LONG_DOCUMENT_SEGMENTS:   # tokenizing it left free pages resident
+            release_free_memory()
         return reading_passes(steps, self.cfg.retro_feed, self.cfg.train_skim)
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
