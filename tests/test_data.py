@@ -207,3 +207,12 @@ def test_row_outputs_read_back_as_the_pairs_appended():
     rows.append((9, np.float32(0.5)))   # a scalar (the pair kind's output)
     assert rows.arrays() is None and len(rows) == 10 and rows[9] == (9, np.float32(0.5))
     assert [s for s, _ in rows] == [s for s, _ in pairs] + [9]
+
+
+def test_segments_are_cut_from_a_copy_of_the_ids():
+    """Segments are built when read, from the segmenter's own copy: changing the caller's ids
+    afterwards changes nothing."""
+    ids = np.arange(20, 34)
+    segs = ClassificationSegmenter(8, 3, CLS, SEP, PAD)(ids, doc_index=0)
+    ids[:] = 5
+    assert segs[0].input_ids[:6].tolist() == list(range(20, 26))

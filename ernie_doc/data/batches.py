@@ -36,7 +36,7 @@ def raw_segments(ids: Sequence[int], doc_index: int, seq_len: int, pad_id: int,
                  stride: Optional[int] = None) -> LazySteps:
     """ids → consecutive windows of `seq_len` tokens (`stride` apart, default seq_len), padded
     with pad_id, no special tokens (run-document's cut), each Segment built when read."""
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = np.array(ids, dtype=np.int64)   # our own copy: segments are cut from it later
     stride = stride or seq_len
     count = window_count(len(ids), seq_len, stride)
 

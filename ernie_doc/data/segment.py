@@ -98,7 +98,7 @@ class ClassificationSegmenter:
         the same for every segment; aligned: {name: [n] int array} per token of `ids`, laid
         out like the tokens (−1 at [CLS]/[SEP]/padding) into target `name` [T]; has_loss:
         False for a document without gold (its rows never train)."""
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = np.array(ids, dtype=np.int64)   # our own copy: segments are cut from it later
         count = window_count(len(ids), self.seq_len - 2, self.stride)
         targets, aligned = dict(targets or {}), dict(aligned or {})
 
