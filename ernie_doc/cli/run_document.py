@@ -104,7 +104,7 @@ def document_ids(args, config):
     document)."""
     if args.text is None:
         rng = np.random.RandomState(args.seed)
-        return rng.randint(4, config.vocab_size, args.tokens).astype(np.int64), None
+        return rng.randint(4, config.vocab_size, args.tokens).astype(np.int64, copy=False), None
     from ernie_doc.tokenization import load_tokenizer
     from ernie_doc.utils import read_utf8
     source = args.tokenizer or args.model
