@@ -5,6 +5,8 @@ not a MemoryError (or the OOM killer) minutes into a run. The estimate counts we
 (×4 when training: gradients and Adam's moments), activations kept for backward (Korthikanti
 et al. 2022), the carried memories and a per-layer overhead. The parameter count is exact:
 the model is built under paddle.LazyGuard. Details: docs/design-notes.md, "Memory estimates"."""
+import ctypes
+import functools
 import math
 import os
 from typing import Callable, Optional
@@ -165,3 +167,21 @@ def training_parts(params: int, layers: int, rows: int, tokens: int, memory_len:
     parts["memories"] = 4 * layers * rows * memory_len * hidden
     parts["layer objects"] = LAYER_OVERHEAD * layers
     return parts
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> Optional[ctypes.CDLL]:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:   # not glibc
+        return None
+
+
+def release_free_memory() -> bool:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim) → whether any
+    were. After a large transient, such as tokenizing a long document (sentencepiece's
+    buffers and a Python int a token: 100 MiB for a million tokens), the freed memory would
+    otherwise stay resident for the rest of the run. False without glibc."""
+    libc = _libc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False

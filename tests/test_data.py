@@ -20,6 +20,40 @@ def test_windows_follow_the_official_stride():
         assert len(windows(n, 6, 3)) == -(-(n - 6) // 3) + 1
 
 
+def official_windows(num_tokens, window, stride):
+    """The official ClassifyReader's loop, as windows() was first written."""
+    spans, start = [], 0
+    while True:
+        length = min(num_tokens - start, window)
+        spans.append((start, start + length))
+        if start + length >= num_tokens:
+            return spans
+        start += min(length, stride)
+
+
+def test_windows_computed_per_index_equal_the_official_loop():
+    """A segment is cut when read, its window computed from its index alone: the same windows
+    as the official loop for every length, window and stride."""
+    for window in (1, 2, 5, 6):
+        for stride in (1, 2, 3, 6, 9):
+            for n in range(0, 40):
+                assert windows(n, window, stride) == official_windows(n, window, stride), \
+                    (n, window, stride)
+
+
+def test_segments_are_built_when_read():
+    """ClassificationSegmenter holds the ids, not the segments: every read builds the same
+    rows anew; indices, negative indices and slices as a list's."""
+    seg = ClassificationSegmenter(8, 3, CLS, SEP, PAD)
+    segs = seg(list(range(20, 34)), doc_index=2, targets={"label": 1}, has_loss=False)
+    assert len(segs) == 4 and segs[0] is not segs[0]
+    assert segs[-1].input_ids.tolist() == segs[3].input_ids.tolist()
+    assert [s.seg_index for s in segs[1:3]] == [1, 2]
+    assert all(not s.has_loss and s.targets == {"label": 1} and s.doc_index == 2 for s in segs)
+    with pytest.raises(IndexError):
+        segs[4]
+
+
 def test_classification_layout_cls_last_and_cls_first():
     seg = ClassificationSegmenter(8, 3, CLS, SEP, PAD)
     (s,) = seg([11, 12, 13, 14, 15], doc_index=4, targets={"label": 1})
@@ -49,7 +83,10 @@ def test_reading_passes_skim_then_retrospective():
     assert [p.final for p in passes] == [False] * n + [True] * n
     assert [p.has_loss for p in passes] == [False] * n + [True] * n
     assert [p.seg_index for p in passes] == list(range(n)) * 2
-    assert all(a.input_ids is b.input_ids for a, b in zip(passes[:n], passes[n:]))
+    # both passes read the same rows, built anew at each read
+    assert all((a.input_ids == b.input_ids).all() and (a.attention_mask == b.attention_mask).all()
+               for a, b in zip(passes[:n], passes[n:]))
+    assert passes[-1].seg_index == n - 1 and not passes[0].final
     both = reading_passes(segs, retro_feed=True, train_skim=True)
     assert all(p.has_loss for p in both)
     assert reading_passes(segs, retro_feed=False) == segs
@@ -129,3 +166,53 @@ def test_collate_all_padding_step_keeps_the_target_keys():
     batch = collate([None, None], [False, False], 4, PAD, template={"label": 0})
     assert batch["target_label"].tolist() == [0, 0] and not batch["has_loss"].any()
     assert batch["reset_memory"].all()
+
+
+def test_tensor_stage_gives_each_step_its_own_tensors():
+    """TensorStage: the tensors paddle.to_tensor gives (values, dtypes, no gradient), and a
+    later step's batch never changes an earlier step's tensors (each is a copy)."""
+    import paddle
+
+    from ernie_doc.data.collate import TensorStage
+    seg = ClassificationSegmenter(6, 4, CLS, SEP, PAD)
+    stage = TensorStage()
+    first = collate([seg([7, 8], 0, {"label": 1})[0], None], [True, False], 6, PAD)
+    kept = stage(first)
+    second = collate([None, seg([9], 1, {"label": 0})[0]], [False, True], 6, PAD)
+    later = stage(second)
+    for batch, tensors in ((first, kept), (second, later)):
+        assert sorted(tensors) == sorted(batch)
+        for name, array in batch.items():
+            reference = paddle.to_tensor(array)
+            assert tensors[name].dtype == reference.dtype and tensors[name].stop_gradient
+            assert tensors[name].numpy().tolist() == array.tolist(), name
+
+
+def test_row_outputs_read_back_as_the_pairs_appended():
+    """RowOutputs: arrays of one shape go into one growing array, read back (len, iteration,
+    indexing) as the pairs appended; an output of another kind turns it into a list of pairs;
+    aggregate_segments gives the list form's bits for either."""
+    from ernie_doc.data.splits import RowOutputs
+    from ernie_doc.metrics.classification import aggregate_segments
+    rng = np.random.default_rng(0)
+    pairs = [(s, rng.random(3).astype(np.float32)) for s in (2, 0, 1, 4, 3, 5, 6, 7, 8)]
+    rows = RowOutputs()
+    for pair in pairs:
+        rows.append(pair)
+    assert len(rows) == 9 and rows.arrays()[1].shape == (9, 3)
+    assert [s for s, _ in rows] == [s for s, _ in pairs] and rows[-1][0] == 8
+    assert all((a == b).all() for (_, a), (_, b) in zip(rows, pairs))
+    for how in ("mean", "last"):
+        assert np.array_equal(aggregate_segments(rows, how), aggregate_segments(pairs, how))
+    rows.append((9, np.float32(0.5)))   # a scalar (the pair kind's output)
+    assert rows.arrays() is None and len(rows) == 10 and rows[9] == (9, np.float32(0.5))
+    assert [s for s, _ in rows] == [s for s, _ in pairs] + [9]
+
+
+def test_segments_are_cut_from_a_copy_of_the_ids():
+    """Segments are built when read, from the segmenter's own copy: changing the caller's ids
+    afterwards changes nothing."""
+    ids = np.arange(20, 34)
+    segs = ClassificationSegmenter(8, 3, CLS, SEP, PAD)(ids, doc_index=0)
+    ids[:] = 5
+    assert segs[0].input_ids[:6].tolist() == list(range(20, 26))

@@ -459,6 +459,30 @@ def test_benchmark_predict_reports_every_engine(imdb_run, tmp_path):
         assert 0 < bf16["agreement_with_inference"]["max_prob_diff"] < 0.1   # bf16 ran, close
 
 
+def test_benchmark_predict_reads_one_long_document(saved, tmp_path, capsys):
+    """--long-document: one document of the input's texts joined, in a process of its own,
+    with its tokens, time, the model's share, resident memory and prediction; --compare-with
+    is checked before anything runs."""
+    from benchmarks import predict as benchmark_predict
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": str(i), "text": " ".join(WORDS[i:])}
+                                                 for i in range(4)])
+    report = tmp_path / "bench.json"
+    assert benchmark_predict.main([str(saved[0]), "--input", str(inputs), "--long-document",
+                                   "100", "--threads", "1", "--output", str(report)]) == 0
+    run = json.loads(report.read_text())["long_document"]["100"]["this"]
+    assert 100 <= run["tokens"] < 115 and run["segments"] == -(-(run["tokens"] - 14) // 8) + 1
+    assert run["model_calls"] == 2 * run["segments"] and 0 < run["model_share"] < 1
+    assert run["peak_rss_mib"] >= run["rss_at_end_mib"] > 0 and run["prediction"]["pred"]
+    assert run["ernie_doc"] == str(ROOT)
+    exits(2, lambda: benchmark_predict.main([str(saved[0]), "--input", str(inputs),
+                                             "--compare-with", str(tmp_path)]))
+    assert "--compare-with and --long-timeout go with --long-document" in capsys.readouterr().err
+    exits(2, lambda: benchmark_predict.main([str(saved[0]), "--input", str(inputs),
+                                             "--long-document", "100", "--compare-with",
+                                             str(tmp_path)]))
+    one_error_line(capsys, f"--compare-with {tmp_path}: no ernie_doc/ there")
+
+
 def test_bad_documents_get_an_error_line_or_stop_the_run(imdb_run, tmp_path):
     _, out = imdb_run
     inputs = tmp_path / "in.jsonl"
@@ -549,6 +573,87 @@ def test_documents_stream_in_bounded_memory(imdb_run):
     endless = ({"id": str(i), "text": "good movie " * (1 + i % 7)} for i in itertools.count())
     first = list(itertools.islice(pipe.stream(endless), 20))
     assert len({r["doc_id"] for r in first}) == 20
+
+
+# A long document: memory flat in its length, predictions those of evaluation's reading.
+LONG_DOCS = """
+import json, sys, threading, time
+import numpy as np
+from ernie_doc.predict.pipeline import Pipeline
+rows, short, long = 16, 400, 4000
+pipe = Pipeline.from_pretrained(sys.argv[1], batch_size=rows)
+rng = np.random.default_rng(0)
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+def read(n):   # `rows` documents of n token ids, one a row → (peak RSS while read, segments)
+    docs = [{"id": str(i), "ids": rng.integers(5, 20, n).tolist()} for i in range(rows)]
+    peak, done = [rss()], threading.Event()
+    def sample():   # what a document holds lives until it ends: sampled, it is seen
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], rss())
+    watch = threading.Thread(target=sample)
+    watch.start()
+    records = list(pipe.stream(docs))
+    done.set()
+    watch.join()
+    return max(peak[0], rss()), records[0]["segments"]
+read(5)   # the first steps build paddle's kernels and caches
+(before, few), (after, many) = read(short), read(long)
+print(json.dumps({"growth": after - before, "tokens": rows * (long - short),
+                  "segments": [few, many], "peak": after}))
+"""
+
+
+def test_memory_is_flat_in_document_length(saved):
+    """What a document in a row holds grows only with its token ids (16 bytes a token: the
+    input's list and its int64 copy), not with its segments. The tiny model's windows advance
+    8 tokens, so 4,000 tokens are 500 segments (as many as 63,000 tokens at stride 126), and
+    16 documents read side by side put 8,000 segments through the pipeline in 1,000 steps:
+    the resident memory of a separate process, sampled while 16 × 4,000 tokens are read,
+    peaks above its peak for 16 × 400 by at most their ids and 2 MiB (it was about 10 MiB
+    more: every segment of both
+    passes built up front, each row output keeping its batch's tensor, a leaked list per
+    paddle.to_tensor). At 1M tokens this bound is 16 MiB, 5 % of a ~350 MiB process."""
+    proc = subprocess.run([sys.executable, "-c", LONG_DOCS, str(saved[0])], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["segments"] == [50, 500]
+    assert out["growth"] <= 16 * out["tokens"] + (2 << 20), out
+
+
+def test_a_long_document_is_predicted_as_evaluation_reads_it(pipe, monkeypatch):
+    """A 1,200-token document (150 segments, two passes): the pipeline's streamed record
+    equals what evaluation's path gives with every segment built up front (DocumentSplit's
+    batches, to_tensor, collect_row_outputs into lists), probabilities bit for bit."""
+    from collections import defaultdict
+
+    from ernie_doc.data.document import Document
+    from ernie_doc.data.segment import reading_passes
+    from ernie_doc.data.splits import DocumentSplit, collect_row_outputs
+    from ernie_doc.metrics.classification import aggregate_segments
+    task, cfg = pipe.task, pipe.cfg
+    streamed = {}
+    original = task.predict_document
+    monkeypatch.setattr(task, "predict_document",
+                        lambda d, r, s: streamed.update(rows=r) or original(d, r, s))
+    ids = np.random.default_rng(3).integers(5, 20, 1200).tolist()
+    [record] = pipe.stream([{"id": "long", "ids": ids}])
+    doc = Document("long", ids=ids)
+    steps = list(task.document_segments(doc, 0, pipe.tokenizer))
+    passes = [list(reading_passes(steps, cfg.retro_feed, cfg.train_skim))]
+    split = DocumentSplit("eager", [doc], passes, 1, pipe.rows, cfg.max_seq_len, pipe.pad_id)
+    rows, carry = defaultdict(list), {}
+    for _, batch in split.batches():
+        tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
+        with paddle.no_grad():
+            out, carry = task.forward(pipe.model, tensors, carry)
+        collect_row_outputs(task, batch, tensors, out, 1, rows)
+    assert len(rows[0]) == 150 and record["segments"] == 150
+    assert {k: v for k, v in record.items() if k != "index"} == task.predict([doc], rows,
+                                                                             passes)[0]
+    assert np.array_equal(aggregate_segments(streamed["rows"]), aggregate_segments(rows[0]))
 
 
 def test_model_directory_errors(tmp_path, imdb_run):

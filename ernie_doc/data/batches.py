@@ -9,13 +9,14 @@
 The pieces are the trainer's (data.segment, data.schedule, data.collate), and documents are
 read as a stream: only those in the batch rows are held."""
 from collections import namedtuple
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ernie_doc.data.collate import collate
+from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.schedule import RowScheduler
-from ernie_doc.data.segment import ClassificationSegmenter, Segment, windows
+from ernie_doc.data.segment import (ClassificationSegmenter, LazySteps, Segment, window_count,
+                                    window_span)
 from ernie_doc.utils import clip
 
 # The largest segment and batch segment_batches cuts: a segment's [batch_size, seq_len] arrays
@@ -32,17 +33,20 @@ class SegmentBatch(namedtuple("SegmentBatch", ["input_ids", "attention_mask", "n
 
 
 def raw_segments(ids: Sequence[int], doc_index: int, seq_len: int, pad_id: int,
-                 stride: Optional[int] = None) -> List[Segment]:
+                 stride: Optional[int] = None) -> LazySteps:
     """ids → consecutive windows of `seq_len` tokens (`stride` apart, default seq_len), padded
-    with pad_id, no special tokens (run-document's cut)."""
-    out = []
-    spans = windows(len(ids), seq_len, stride or seq_len)
-    for i, (start, end) in enumerate(spans):
+    with pad_id, no special tokens (run-document's cut), each Segment built when read."""
+    ids = np.array(ids, dtype=np.int64)   # our own copy: segments are cut from it later
+    stride = stride or seq_len
+    count = window_count(len(ids), seq_len, stride)
+
+    def build(i):
+        start, end = window_span(i, len(ids), seq_len, stride)
         row = np.full(seq_len, pad_id, dtype=np.int64)
         mask = np.zeros(seq_len, dtype=np.float32)
         row[:end - start], mask[:end - start] = ids[start:end], 1.0
-        out.append(Segment(row, mask, doc_index, i, len(spans)))
-    return out
+        return Segment(row, mask, doc_index, i, count)
+    return LazySteps(count, build)
 
 
 def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
@@ -81,6 +85,7 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         return index, len(held[index])
 
     scheduler = RowScheduler(batch_size)
+    stage = TensorStage() if return_tensors == "pd" else None
     while True:
         step = scheduler.step(next_doc)
         if all(key is None for key, _, _ in step):
@@ -90,11 +95,11 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         for key, seg, _ in step:
             if key is not None and seg == len(held[key]) - 1:
                 del held[key]
-        yield _batch(arrays, return_tensors)
+        yield _batch(arrays, stage)
 
 
 def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int],
-                     pad_id: int) -> Callable[[Any, int], List[Segment]]:
+                     pad_id: int) -> Callable[[Any, int], LazySteps]:
     """How one document's ids become its segments: the official layout with the tokenizer's
     [CLS] / [SEP] when a tokenizer is given, else raw windows of seq_len (`raw_segments`)."""
     if tokenizer is not None:
@@ -106,7 +111,7 @@ def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int],
             return segmenter(ids, index)
     else:
         def cut(ids, index):
-            return raw_segments(np.asarray(ids, dtype=np.int64), index, seq_len, pad_id, stride)
+            return raw_segments(ids, index, seq_len, pad_id, stride)
     return cut
 
 
@@ -144,11 +149,12 @@ def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) ->
     return ids.astype(np.int64, copy=False)
 
 
-def _batch(arrays, return_tensors: Optional[str]) -> SegmentBatch:
-    fields = [arrays["input_ids"], arrays["attention_mask"], arrays["reset_memory"]]
-    if return_tensors == "pd":
-        import paddle
-        fields = [paddle.to_tensor(a) for a in fields]
-    batch = SegmentBatch(*fields)
+def _batch(arrays, stage: Optional[TensorStage]) -> SegmentBatch:
+    """One step's SegmentBatch: numpy arrays, or tensors through `stage`."""
+    names = ("input_ids", "attention_mask", "reset_memory")
+    fields = {k: arrays[k] for k in names}
+    if stage is not None:
+        fields = stage(fields)
+    batch = SegmentBatch(*(fields[k] for k in names))
     batch.doc_index, batch.is_last = arrays["doc_index"], arrays["is_last"]
     return batch

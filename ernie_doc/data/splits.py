@@ -117,10 +117,70 @@ def predicted_rows(batch: Batch) -> np.ndarray:
     return batch["final"] & (batch["doc_index"] >= 0)
 
 
+class RowOutputs:
+    """One document's predicted rows as collect_row_outputs appends them, (segment index,
+    output) pairs, read back as the list of pairs it stands for (len, iteration, indexing).
+    While every output is an array of one shape and dtype, they are copied into one array
+    that doubles when full: a long document holds its outputs (C floats a segment for
+    classification), not an object per segment or the batch arrays each was cut from."""
+
+    def __init__(self):
+        self.count = 0
+        self.indices: Optional[np.ndarray] = None   # int64 [capacity]
+        self.values: Optional[np.ndarray] = None    # [capacity, ...] (the outputs' shape)
+        self.pairs: Optional[list] = None           # the pairs, once an output does not fit
+
+    def append(self, pair: Tuple[int, Any]) -> None:
+        seg, value = pair
+        if self.pairs is None and isinstance(value, np.ndarray) and (
+                self.values is None or (value.shape == self.values.shape[1:]
+                                        and value.dtype == self.values.dtype)):
+            if self.values is None or self.count == len(self.values):
+                self._grow(value)
+            self.indices[self.count], self.values[self.count] = seg, value
+            self.count += 1
+            return
+        if self.pairs is None:
+            self.pairs = list(self)
+        self.pairs.append(pair)
+
+    def _grow(self, value: np.ndarray) -> None:
+        capacity = max(4, 2 * self.count)
+        indices = np.empty(capacity, dtype=np.int64)
+        values = np.empty((capacity,) + value.shape, dtype=value.dtype)
+        if self.count:
+            indices[:self.count], values[:self.count] = self.indices[:self.count], \
+                self.values[:self.count]
+        self.indices, self.values = indices, values
+
+    def arrays(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """(segment indices [n], outputs [n, ...]) when every output was an array of one
+        shape, else None."""
+        if self.pairs is not None:
+            return None
+        if self.values is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return self.indices[:self.count], self.values[:self.count]
+
+    def __len__(self) -> int:
+        return len(self.pairs) if self.pairs is not None else self.count
+
+    def __getitem__(self, i: int) -> Tuple[int, Any]:
+        if self.pairs is not None:
+            return self.pairs[i]
+        if not -self.count <= i < self.count:
+            raise IndexError(f"row {i} of {self.count}")
+        i %= self.count
+        return int(self.indices[i]), self.values[i]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
 def collect_row_outputs(task, batch: Batch, tensors: Dict[str, Any], out, group: int,
-                        rows: Dict[int, list]) -> List[int]:
-    """Append each predicted row's output (task.row_outputs) to rows[doc_index] as (segment
-    index, output) → the doc indices that got one."""
+                        rows: Dict[int, Any]) -> List[int]:
+    """Append each predicted row's output (task.row_outputs) to rows[doc_index] (a list or a
+    RowOutputs) as (segment index, output) → the doc indices that got one."""
     predicted = predicted_rows(batch)
     if not predicted.any():
         return []

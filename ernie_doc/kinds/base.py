@@ -436,7 +436,10 @@ def text_problem(name: str, value: Any) -> Optional[str]:
 
 def without_training(steps: list) -> list:
     """A document without its gold fields (one to predict): none of its rows trains (its
-    targets are neutral placeholders, never a label). → the same steps."""
+    targets are neutral placeholders, never a label). → the same steps, a list (steps built
+    when read, data.segment.LazySteps, take has_loss=False from their segmenter instead)."""
+    if not isinstance(steps, list):
+        raise TypeError(f"without_training marks a list of steps, got {type(steps).__name__}")
     for step in steps:
         for member in step_members(step):
             member.has_loss = False

@@ -9,7 +9,7 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 
 
@@ -59,7 +59,7 @@ class ClassificationTask(DocumentTask):
 
     def segments(self, doc: Document, doc_index: int, ids: Any) -> list:
         if doc.label is None:   # a document to predict: label 0 is a placeholder, never read
-            return without_training(self.segmenter(ids, doc_index, {"label": 0}))
+            return self.segmenter(ids, doc_index, {"label": 0}, has_loss=False)
         return self.segmenter(ids, doc_index, {"label": self.label_id(doc)})
 
     def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:

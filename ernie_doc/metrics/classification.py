@@ -4,15 +4,22 @@ import numpy as np
 
 def aggregate_segments(segment_probs, how="mean"):
     """segment_probs: [(seg_index, probs [C])] of one document's predicted (final-pass)
-    segments → document probabilities [C]: their mean (official) or the last segment's."""
-    if not segment_probs:
+    segments, or an object whose `arrays()` gives them as (seg_index [n], probs [n, C])
+    (data.splits.RowOutputs) → document probabilities [C]: their mean (official) or the last
+    segment's. Either form gives the same bits: the same rows, in the same order."""
+    if not len(segment_probs):
         raise ValueError("a document has no predicted segment")
-    ordered = sorted(segment_probs, key=lambda x: x[0])
+    arrays = segment_probs.arrays() if hasattr(segment_probs, "arrays") else None
+    if arrays is not None:
+        segs, probs = arrays
+        ordered = probs[np.argsort(segs, kind="stable")]
+    else:
+        ordered = [p for _, p in sorted(segment_probs, key=lambda x: x[0])]
     if how == "last":
-        return np.asarray(ordered[-1][1], dtype=np.float64)
+        return np.asarray(ordered[-1], dtype=np.float64)
     if how != "mean":
         raise ValueError(f"unknown aggregation {how!r}")
-    return np.mean([p for _, p in ordered], axis=0)
+    return np.mean(ordered, axis=0)
 
 
 def accuracy(pred, gold):

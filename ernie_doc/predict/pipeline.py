@@ -12,16 +12,16 @@ import os
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import paddle
 
 from ernie_doc.assemble import Assembly, saved_run
-from ernie_doc.data.collate import collate
+from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
-from ernie_doc.data.splits import collect_row_outputs
+from ernie_doc.data.splits import RowOutputs, collect_row_outputs
 from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.precision import AmpSettings
@@ -31,10 +31,14 @@ from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  
                                       completed_ids, count_inputs, input_format, model_directory,
                                       read_inputs, read_task_record, task_record, to_document,
                                       to_jsonable)
+from ernie_doc.resources import release_free_memory
 from ernie_doc.run_config import batch_rows
 from ernie_doc.utils import threads_problem
 
 DEVICES = ("cpu", "gpu")
+# a document of this many segments (about 130k tokens at stride 126) gives the heap's free
+# pages back once it is tokenized and cut (resources.release_free_memory)
+LONG_DOCUMENT_SEGMENTS = 1024
 
 
 def check_device(device: str) -> str:
@@ -195,10 +199,12 @@ class Pipeline(DocumentStream):
                    on_error)
 
     # -- documents → predictions -----------------------------------------------------------
-    def _passes(self, doc: Document, key: int) -> list:
+    def _passes(self, doc: Document, key: int) -> Sequence:
         """The document's steps: one reading pass cut into segments, read as the run read it
-        (skim pass then retrospective pass when retro_feed)."""
+        (skim pass then retrospective pass when retro_feed), each built when read."""
         steps = self.task.document_segments(doc, key, self.tokenizer)
+        if len(steps) >= LONG_DOCUMENT_SEGMENTS:   # tokenizing it left free pages resident
+            release_free_memory()
         return reading_passes(steps, self.cfg.retro_feed, self.cfg.train_skim)
 
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
@@ -208,7 +214,7 @@ class Pipeline(DocumentStream):
         skip, seen = self.skip_ids(skip), {}
         source = enumerate(self.items(documents))
         inflight: Dict[int, tuple] = {}     # key → (input index, document, passes)
-        outputs = defaultdict(list)         # key → [(segment index, row output)]
+        outputs = defaultdict(RowOutputs)   # key → its (segment index, row output) pairs
         ready: List[dict] = []              # problems met while filling rows
         keys = iter(range(1 << 62))
 
@@ -232,7 +238,7 @@ class Pipeline(DocumentStream):
                 return key, len(passes)
             return None
 
-        scheduler = RowScheduler(self.rows // g)
+        scheduler, stage = RowScheduler(self.rows // g), TensorStage()
         carry: Dict[str, Any] = {}
         while True:
             step = scheduler.step(next_doc)
@@ -245,7 +251,7 @@ class Pipeline(DocumentStream):
                 rows.extend([None] * g if key is None else step_members(inflight[key][2][seg]))
                 resets.extend([reset] * g)
             batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
-            tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
+            tensors = stage(batch)
             # as evaluation reads: under AMP when the run trained with it (dygraph on a GPU)
             with paddle.no_grad(), self.amp.autocast():
                 out, carry = task.forward(self.model, tensors, carry)
@@ -253,7 +259,8 @@ class Pipeline(DocumentStream):
             for key, seg, _ in step:
                 if key is not None and seg == len(inflight[key][2]) - 1:   # its last step
                     index, doc, passes = inflight.pop(key)
-                    record = task.predict([doc], {0: outputs.pop(key, [])}, [passes])[0]
+                    record = task.predict([doc], {0: outputs.pop(key, RowOutputs())},
+                                          [passes])[0]
                     yield dict(record, index=index)
 
 
