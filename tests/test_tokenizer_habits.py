@@ -228,3 +228,23 @@ def test_what_the_tokenizers_do_not_take_is_one_clear_error(folders):
     wordpiece = load_tokenizer(str(folders["wordpiece"]))
     assert wordpiece.convert_ids_to_tokens(10) == ["hello"]
     assert wordpiece.convert_ids_to_tokens(np.array([10, 7])) == ["hello", "world"]
+
+
+def test_a_long_text_is_encoded_a_piece_at_a_time_to_the_same_ids(folders, spm):
+    """encode_array (what a document's reading uses): int64 ids equal to encode(text), built
+    from pieces cut before whitespace (WordPiece) or between sentences (BPE), so a long
+    document's ids never stand as one list of Python ints."""
+    from ernie_doc.tokenization import base
+    rng = np.random.default_rng(0)
+    words = ["hello", "world", "naïve", "café", "Hello", "SAD", "!", ",", "长文档", "建模",
+             "Dr.", "U.S.", "3.14", "e.g."]
+    seps = [" ", "  ", "\n", "\n\n", "\t", " \u3000", ". ", "! ", "\xa0"]
+    text = "".join(str(rng.choice(words)) + str(rng.choice(seps)) for _ in range(40_000))
+    assert len(text) > 3 * base.ENCODE_CHUNK_CHARS
+    pieces = list(base.whitespace_chunks(text))
+    assert "".join(pieces) == text and len(pieces) > 3
+    assert all(p[:1].isspace() for p in pieces[1:])
+    for tok in (load_tokenizer(folders["wordpiece"]), load_tokenizer(folders["bpe"]), spm):
+        ids = tok.encode_array(text)
+        assert ids.dtype == np.int64 and ids.tolist() == tok.encode(text), type(tok)
+    assert list(base.whitespace_chunks("x" * 200_000)) == ["x" * 200_000]

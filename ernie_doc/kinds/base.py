@@ -313,7 +313,7 @@ class DocumentTask(Task):
     def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         """One reading pass of a document → [Segment] (or [tuple of Segments] for groups).
         Default: tokenize doc.text (or take doc.ids) and cut it with `segments`."""
-        ids = doc.ids if doc.ids is not None else tokenizer.encode(doc.text)
+        ids = doc.ids if doc.ids is not None else encode_ids(tokenizer, doc.text)
         if len(ids) == 0:
             raise DataError(f"document {doc.doc_id!r} has no tokens")
         return self.segments(doc, doc_index, self.cap(ids, doc))
@@ -416,6 +416,13 @@ class DocumentTask(Task):
         """One document's prediction record (see `predict`): rows [(segment index, row
         output)] of its predicted steps, steps its reading passes."""
         raise NotImplementedError(f"kind {type(self).__name__} does not predict documents")
+
+
+def encode_ids(tokenizer: Any, text: str) -> Any:
+    """A document's ids: the tokenizer's int64 array (encode_array: bounded memory for a long
+    text), or what its encode gives (a tokenizer of another kind)."""
+    encode_array = getattr(tokenizer, "encode_array", None)   # ours; a test's may lack it
+    return encode_array(text) if encode_array is not None else tokenizer.encode(text)
 
 
 def input_value(doc: Document, name: str) -> Any:

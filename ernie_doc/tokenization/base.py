@@ -17,7 +17,9 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 Offsets = List[Tuple[int, int]]
 # max_position_embeddings of every released ERNIE-Doc model: the segment one forward takes
@@ -138,6 +140,27 @@ class TokenizerCallMixin:
     # -- decoding -----------------------------------------------------------------------------
     def decode(self, ids, skip_special_tokens: bool = False) -> str:  # pragma: no cover
         raise NotImplementedError
+
+    # -- a long document ----------------------------------------------------------------------
+    def encode_array(self, text: str) -> np.ndarray:
+        """encode(text) as int64 [n], built a piece of the text at a time: a million-token
+        document's ids as one list of Python ints take some 36 bytes each, as an array 8."""
+        parts, total = [], 0
+        for ids in self._id_chunks(text):
+            parts.append(np.asarray(ids, dtype=np.int64))
+            total += len(ids)
+        out = np.empty(total, dtype=np.int64)
+        at = 0
+        for part in parts:
+            out[at:at + len(part)] = part
+            at += len(part)
+        return out
+
+    def _id_chunks(self, text: str) -> Iterator[List[int]]:
+        """The ids of `text` in consecutive chunks that join into encode(text) exactly: whole
+        here (SentencePiece: its segmentation of a word can depend on the text around it, in
+        near ties of the scores, so no cut is exact)."""
+        yield self.encode(text)
 
     def batch_decode(self, sequences, skip_special_tokens: bool = False) -> List[str]:
         """decode() of every row of `sequences` (lists of ids, a [B, T] numpy array or paddle
@@ -325,7 +348,6 @@ class TokenizerCallMixin:
 
     @staticmethod
     def _tensor(values, kind):
-        import numpy as np
         array = np.asarray(values, dtype=np.int64)
         if kind == "pd":
             import paddle
@@ -365,6 +387,22 @@ class TokenizerCallMixin:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return [os.path.join(directory, name) for name in names]
+
+
+ENCODE_CHUNK_CHARS = 1 << 16   # what a long text is encoded a piece of at a time
+
+
+def whitespace_chunks(text: str, size: int = ENCODE_CHUNK_CHARS) -> Iterator[str]:
+    """`text` cut into consecutive pieces of about `size` characters, each cut just before a
+    whitespace character (a text without one is one piece); the pieces join into `text`."""
+    start = 0
+    while len(text) - start > size:
+        cut = next((i for i in range(start + size, len(text)) if text[i].isspace()), None)
+        if cut is None:
+            break
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 def check_model_max_length(value: Any, where: str) -> int:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import regex
 
 from ernie_doc.errors import TokenizerError
 
-from .base import TokenizerCallMixin
+from .base import ENCODE_CHUNK_CHARS, TokenizerCallMixin
 from .sentences import rule_split_sentences, split_sentences
 from .vocab import PathLike, SpecialTokensMixin, Vocab, read_tokenizer_json, read_tokenizer_text
 
@@ -231,6 +231,18 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""
         return self.vocab.to_ids([token for sentence in self._sentences(text, sentence_split)
                                   for token in self.encode_sentence_gpt2(sentence)])
+
+    def _id_chunks(self, text: str) -> Iterator[List[int]]:
+        # encode() is its sentences' tokens one after the other: a group of sentences at a time
+        group: List[str] = []
+        size = 0
+        for sentence in self._sentences(text, True):
+            group.append(sentence)
+            size += len(sentence)
+            if size >= ENCODE_CHUNK_CHARS:
+                yield self.vocab.to_ids([t for s in group for t in self.encode_sentence_gpt2(s)])
+                group, size = [], 0
+        yield self.vocab.to_ids([t for s in group for t in self.encode_sentence_gpt2(s)])
 
     def encode_with_offsets(self, text: str,
                             sentence_split: bool = True) -> Tuple[List[int], List[Tuple[int, int]]]:

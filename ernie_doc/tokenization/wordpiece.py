@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Tuple
 
-from .base import TokenizerCallMixin
+from .base import TokenizerCallMixin, whitespace_chunks
 from .vocab import PathLike, SpecialTokensMixin, Vocab
 
 __all__ = ["WordPieceTokenizer", "basic_tokenize", "is_cjk_char", "is_punctuation"]
@@ -230,6 +230,11 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
     def encode(self, text: str) -> List[int]:
         """Model ids of ``text`` (no [CLS]/[SEP] added)."""
         return self.convert_tokens_to_ids(self.tokenize(text))
+
+    def _id_chunks(self, text: str) -> Iterator[List[int]]:
+        # words never cross whitespace: a text cut before one encodes piece by piece
+        for piece in whitespace_chunks(text):
+            yield self.encode(piece)
 
     def convert_tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
         return self.vocab.to_ids(list(tokens))
