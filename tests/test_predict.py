@@ -577,7 +577,7 @@ def test_documents_stream_in_bounded_memory(imdb_run):
 
 # A long document: memory flat in its length, predictions those of evaluation's reading.
 LONG_DOCS = """
-import json, sys, threading, time
+import json, resource, sys, threading, time
 import numpy as np
 from ernie_doc.predict.pipeline import Pipeline
 rows, short, long = 16, 400, 4000
@@ -599,6 +599,9 @@ def read(n):   # `rows` documents of n token ids, one a row → (peak RSS while 
     watch.join()
     return max(peak[0], rss()), records[0]["segments"]
 read(5)   # the first steps build paddle's kernels and caches
+with open("/proc/self/status") as f:   # a leak ends in a MemoryError, not a swapping machine
+    size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
 (before, few), (after, many) = read(short), read(long)
 print(json.dumps({"growth": after - before, "tokens": rows * (long - short),
                   "segments": [few, many], "peak": after}))
@@ -614,7 +617,8 @@ def test_memory_is_flat_in_document_length(saved):
     peaks above its peak for 16 × 400 by at most their ids and 2 MiB (it was about 10 MiB
     more: every segment of both
     passes built up front, each row output keeping its batch's tensor, a leaked list per
-    paddle.to_tensor). At 1M tokens this bound is 16 MiB, 5 % of a ~350 MiB process."""
+    paddle.to_tensor). At 1M tokens this bound is 16 MiB, 5 % of a ~350 MiB process. The
+    address space is capped at 1 GiB over the warmed-up process's, so a leak fails cleanly."""
     proc = subprocess.run([sys.executable, "-c", LONG_DOCS, str(saved[0])], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
