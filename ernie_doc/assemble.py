@@ -26,7 +26,7 @@ from ernie_doc.kinds.base import load_reader
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import AmpSettings, amp_settings
 from ernie_doc.run_config import (DEFAULTS, READING_KEYS, TrainConfig, batch_rows,
-                                  config_from_values, is_reading_key)
+                                  config_from_values, is_reading_key, with_values)
 from ernie_doc.utils import clip, flush_denormals, set_device
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
@@ -488,8 +488,9 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
                     ) -> Tuple[Dict[str, Any], List[str]]:
     """eval_only of a fine-tuned folder (init_checkpoint, or the folder of its weights file),
     whose task.json is `record`: its reading settings (trained_reading), except those the user
-    set (`cfg.user_keys`; a map's entries one by one) → (the values to set, at most two log
-    lines: the config's values replaced, the user's that differ from the run's)."""
+    set (`cfg.user_keys`; a map's entries one by one) → (the values to set, at most three log
+    lines: `tokenizer: train` read as the folder's own tokenizer, the config's values
+    replaced, the user's that differ from the run's)."""
     from ernie_doc.kinds import TASK_FILE
     trained = trained_reading(record)
     if record["kind"] != cfg.kind:   # another kind's options do not apply
@@ -499,7 +500,14 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
     model = {}   # what a model_overrides entry the run did not set was trained with
     if cfg.model_overrides:
         model = saved_model_config(folder, _builds_model(record["kind"]))
-    values = {}
+    values, lines = {}, []
+    if "tokenizer" in trained and cfg.tokenizer == "train":
+        # evaluation trains nothing: a new tokenizer's ids are not the ones the model learned
+        # (the training command with eval_only=true added must not score 0.5 in silence)
+        lines.append(f'eval_only: tokenizer "train" reads with the tokenizer {folder} was '
+                     "trained with (the folder's own); evaluation trains none")
+        cfg = with_values(cfg, {"tokenizer": ""})
+        values["tokenizer"] = ""
     differ = {True: [], False: []}   # user-set or not → [(key, the run's value, cfg's)]
     for key, ran in trained.items():
         if isinstance(ran, dict):   # a map: entry by entry
@@ -510,7 +518,7 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
             values[key] = ran
         differ[mine] += [] if cfg[key] == ran else [(key, ran, cfg[key])]
     where = f"{folder} was trained (its {TASK_FILE})"
-    lines = [f"eval_only: reading as {where}, not as {cfg.source} says: " + ", ".join(
+    lines += [f"eval_only: reading as {where}, not as {cfg.source} says: " + ", ".join(
         f"{k} {_shown(k, run)} (config {_shown(k, value)})" for k, run, value in differ[False])
     ] if differ[False] else []
     if differ[True]:
