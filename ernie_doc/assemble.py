@@ -285,14 +285,17 @@ def reading_record(cfg: TrainConfig, special: Dict[str, int]) -> Dict[str, Any]:
 def tokenizer_record(cfg: TrainConfig, task: Any, saved: Dict[str, Any]) -> Dict[str, Any]:
     """A saved run's tokenizer_config.json: the tokenizer's own record (`saved`) with
     max_seq_len as model_max_length and, for a kind whose segment a call can lay out from one
-    text (the classifier's), that segment and the run's max_doc_tokens."""
-    record = {k: v for k, v in saved.items() if k not in ("segment_layout", "max_doc_tokens")}
+    text (the classifier's), that segment, the run's max_doc_tokens and its stride (how far
+    apart a document's segments start: segment_batches cuts them so)."""
+    record = {k: v for k, v in saved.items()
+              if k not in ("segment_layout", "max_doc_tokens", "segment_stride")}
     record["model_max_length"] = cfg.max_seq_len
     layout = task.text_segment_layout()
     if layout is not None:
         record["segment_layout"] = layout
         if cfg.max_doc_tokens:
             record["max_doc_tokens"] = cfg.max_doc_tokens
+        record["segment_stride"] = task.segmenter.stride
     return record
 
 

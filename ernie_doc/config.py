@@ -219,7 +219,8 @@ def run_model_folder(path: str) -> str:
 
 def saved_reading(folder: str) -> Dict[str, Any]:
     """How the run that saved `folder` read a segment, from its task.json: {"retro_feed",
-    "max_seq_len", "max_doc_tokens", and for a classifier "segment_layout"}; {} without a
+    "max_seq_len", "max_doc_tokens", "stride" (when set), and for a classifier
+    "segment_layout"}; {} without a
     readable one. For folders saved before config.json (retro_feed) and tokenizer_config.json
     (segment_layout) recorded it; predict reports a broken task.json itself."""
     from ernie_doc.utils import read_json
@@ -236,7 +237,7 @@ def saved_reading(folder: str) -> Dict[str, Any]:
     reading = {}
     if isinstance(config.get("retro_feed"), bool):
         reading["retro_feed"] = config["retro_feed"]
-    for key, low in (("max_seq_len", 3), ("max_doc_tokens", 0)):
+    for key, low in (("max_seq_len", 3), ("max_doc_tokens", 0), ("stride", 1)):
         if integer_problem(config.get(key), low) is None:
             reading[key] = config[key]
     if record.get("kind") == "classification" and "max_seq_len" in reading:

@@ -13,7 +13,7 @@ import pytest
 from helpers import tiny_classifier
 
 from ernie_doc import (AutoModel, AutoTokenizer, ErnieDocConfig, ErnieDocForSequenceClassification,
-                       pipeline)
+                       pipeline, segment_batches)
 from ernie_doc.errors import TokenizerError
 from ernie_doc.modeling.reading import ReadingWarning
 
@@ -68,6 +68,7 @@ def test_the_folder_records_how_the_model_reads(folders):
     assert ErnieDocConfig.from_pretrained(folders["once"][0] / "best").retro_feed is False
     tok = AutoTokenizer.from_pretrained(run / "best")
     assert (tok.segment_layout, tok.model_max_length) == ("cls_last", 16)
+    assert tok.segment_stride == 8   # the run's stride: by default the model's memory_len
 
 
 def test_the_folders_tokenizer_lays_out_the_segment_the_model_reads(folders):
@@ -102,7 +103,8 @@ def test_the_layout_survives_save_and_load(folders, tmp_path):
     tok = AutoTokenizer.from_pretrained(folders["retro"][0] / "best")
     tok.save_pretrained(tmp_path)
     again = AutoTokenizer.from_pretrained(tmp_path)
-    assert (again.segment_layout, again.model_max_length) == ("cls_last", 16)
+    assert (again.segment_layout, again.model_max_length, again.segment_stride) == \
+        ("cls_last", 16, 8)
     assert again(TEXTS)["input_ids"] == tok(TEXTS)["input_ids"]
     (tmp_path / "tokenizer_config.json").write_text(
         '{"tokenizer_class": "WordPieceTokenizer", "segment_layout": "cls_middle"}')
@@ -111,6 +113,10 @@ def test_the_layout_survives_save_and_load(folders, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(
         '{"tokenizer_class": "WordPieceTokenizer", "max_doc_tokens": -1}')
     with pytest.raises(TokenizerError, match="max_doc_tokens must be a non-negative integer"):
+        AutoTokenizer.from_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "WordPieceTokenizer", "segment_stride": 0}')
+    with pytest.raises(TokenizerError, match="segment_stride must be a positive integer, got 0"):
         AutoTokenizer.from_pretrained(tmp_path)
 
 
@@ -132,6 +138,59 @@ def test_read_gives_the_pipelines_probabilities(folders, name, padding):
     got, expected = read_and_pipeline(folders[name][1], padding=padding)
     assert np.abs(expected - 0.5).max() > 0.1   # a model that tells documents apart
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+LONG = [" ".join(np.random.default_rng(i).choice(
+    ["good", "great", "bad", "awful", "the", "movie", "plot", "actor", "left", "right"], n))
+    for i, n in enumerate([40, 3, 61, 25])]   # 1 to 7 segments at T 16, stride 8
+
+
+def loop_probabilities(folder, texts, batch_size=2):
+    """docs/model.md's loop for a fine-tuned classifier: segment_batches with the folder's
+    tokenizer (its segment layout, stride and document cut), reading twice when the model
+    does, the mean of the softmax over each document's final reading → [docs, labels]."""
+    model = AutoModel.from_pretrained(folder)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    probs, memories = {}, None
+    with warnings.catch_warnings(), paddle.no_grad():
+        warnings.simplefilter("error", ReadingWarning)
+        for batch in segment_batches(texts, tok.model_max_length, batch_size, tok,
+                                     retro_feed=model.config.retro_feed, return_tensors="pd"):
+            out = model(batch.input_ids, memories, attention_mask=batch.attention_mask,
+                        reset_memory=batch.new_doc)
+            memories = out.memories
+            for row in np.flatnonzero(batch.final):
+                probs.setdefault(int(batch.doc_index[row]), []).append(
+                    F.softmax(out.logits[row], axis=-1).numpy())
+    return np.array([np.mean(probs[i], axis=0) for i in range(len(texts))])
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_a_loop_over_segment_batches_gives_the_pipelines_probabilities(folders, name):
+    """For documents longer than a segment: the loop reads what evaluation reads (it read
+    each segment once, T−2 apart, [CLS] last whatever the run: 0.48 against the pipeline's
+    0.50 on an IMDB review, the label flipped)."""
+    got = loop_probabilities(folders[name][1], LONG)
+    expected = pipeline_probabilities(folders[name][1], LONG)
+    assert np.abs(expected - 0.5).max() > 0.1
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_segment_batches_reads_twice_under_the_retrospective_feed():
+    """retro_feed: each row reads its document's segments, then again; `final` marks the
+    second reading and `is_last` its last segment only."""
+    class Specials:
+        cls_token_id, sep_token_id, pad_token_id = 0, 2, 1
+    steps = list(segment_batches([[10, 11, 12, 13], [5]], 4, 2, Specials(), retro_feed=True))
+    assert [b.input_ids[0].tolist() for b in steps] == [[10, 11, 2, 0], [12, 13, 2, 0]] * 2
+    assert [b.doc_index.tolist() for b in steps] == [[0, 1], [0, 1], [0, -1], [0, -1]]
+    assert [b.final.tolist() for b in steps] == [[False, False], [False, True],
+                                                 [True, False], [True, False]]
+    assert [b.is_last.tolist() for b in steps] == [[False, False], [False, True],
+                                                   [False, False], [True, False]]
+    assert [b.new_doc.tolist() for b in steps] == [[True, True], [False, False],
+                                                   [False, True], [False, True]]
 
 
 def test_a_first_cls_segment_is_padded_to_the_run_length_too(folders):
@@ -171,20 +230,28 @@ def test_padding_without_its_mask_is_refused_by_read_and_said_by_a_call(folders)
 
 def test_a_folder_saved_before_the_record_reads_as_its_task_json_says(folders, tmp_path):
     """A folder whose config.json and tokenizer_config.json predate the record: the run's
-    task.json gives the retrospective feed, the layout and the segment length."""
+    task.json gives the retrospective feed, the layout, the segment length and the stride
+    (its own, else the model's memory_len)."""
     import json
     old = tmp_path / "old"
     shutil.copytree(folders["retro"][1], old)
     for name, keys in (("config.json", ("retro_feed", "cls_token_id")),
-                       ("tokenizer_config.json", ("segment_layout", "model_max_length"))):
+                       ("tokenizer_config.json", ("segment_layout", "model_max_length",
+                                                  "segment_stride"))):
         values = json.loads((old / name).read_text())
         (old / name).write_text(json.dumps({k: v for k, v in values.items() if k not in keys}))
     assert ErnieDocConfig.from_pretrained(old).retro_feed is None   # the file says nothing
     assert AutoModel.from_pretrained(old).config.retro_feed is True
     tok = AutoTokenizer.from_pretrained(old)
-    assert (tok.segment_layout, tok.model_max_length) == ("cls_last", 16)
+    assert (tok.segment_layout, tok.model_max_length, tok.segment_stride) == ("cls_last", 16, 8)
     got, expected = read_and_pipeline(old)
     np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(loop_probabilities(old, LONG), pipeline_probabilities(old, LONG),
+                               atol=1e-5)
+    record = json.loads((old / "task.json").read_text())
+    record["config"]["stride"] = 5
+    (old / "task.json").write_text(json.dumps(record))
+    assert AutoTokenizer.from_pretrained(old).segment_stride == 5
 
 
 def test_a_plain_call_of_a_model_that_reads_twice_says_so_once(folders):

@@ -7,7 +7,9 @@
         memories = out.memories
 
 The pieces are the trainer's (data.segment, data.schedule, data.collate), and documents are
-read as a stream: only those in the batch rows are held."""
+read as a stream: only those in the batch rows are held. With a fine-tuned run's tokenizer,
+`stride` the run's and `retro_feed=model.config.retro_feed`, the segments are those its
+evaluation and `pipeline` read (docs/model.md: a classifier's loop)."""
 from collections import namedtuple
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
@@ -15,8 +17,8 @@ import numpy as np
 
 from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.schedule import RowScheduler
-from ernie_doc.data.segment import (ClassificationSegmenter, LazySteps, Segment, window_count,
-                                    window_span)
+from ernie_doc.data.segment import (ClassificationSegmenter, LazySteps, Segment, reading_passes,
+                                    window_count, window_span)
 from ernie_doc.utils import clip
 
 # The largest segment and batch segment_batches cuts: a segment's [batch_size, seq_len] arrays
@@ -27,8 +29,11 @@ MAX_BATCH_SIZE = 1 << 16
 
 class SegmentBatch(namedtuple("SegmentBatch", ["input_ids", "attention_mask", "new_doc"])):
     """One step: input_ids [B, T] int64, attention_mask [B, T] float32, new_doc [B] bool (unpacks
-    as those three); doc_index [B] int64 (−1: padding) and is_last [B] bool."""
+    as those three); doc_index [B] int64 (−1: padding), final [B] bool (the reading whose
+    outputs count: the second under retro_feed, else every segment) and is_last [B] bool (the
+    document's last segment of that reading)."""
     doc_index: np.ndarray
+    final: np.ndarray
     is_last: np.ndarray
 
 
@@ -52,11 +57,15 @@ def raw_segments(ids: Sequence[int], doc_index: int, seq_len: int, pad_id: int,
 def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
                     tokenizer: Any = None, *, stride: Optional[int] = None,
                     pad_id: Optional[int] = None, special_tokens: bool = True,
+                    retro_feed: bool = False,
                     return_tensors: Optional[str] = None) -> Iterator[SegmentBatch]:
     """Yield the SegmentBatch of each step reading `documents` (ids, or str with a tokenizer)
     lazily in `batch_size` rows of `seq_len`; with special_tokens the official layout (T−2
-    tokens, [SEP], padding, [CLS]). return_tensors: None or "pd". ValueError naming the bad
-    argument or document."""
+    tokens, [SEP], padding, [CLS]), or the layout a fine-tuned run's tokenizer records
+    (`segment_layout`; its `max_doc_tokens` cuts each document, and `stride` defaults to its
+    `segment_stride`, else T−2). retro_feed: each row
+    reads its document twice, memory carried into the second reading (paper §3.1).
+    return_tensors: None or "pd". ValueError naming the bad argument or document."""
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)
     if stride is not None:
@@ -70,7 +79,10 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         pad_id = getattr(tokenizer, "pad_token_id", None)
         if pad_id is None:
             raise ValueError("pad_id: give it, or a tokenizer that has one")
-    cut = _document_cutter(seq_len, tokenizer if special_tokens else None, stride, pad_id)
+    if stride is None and special_tokens:   # a fine-tuned run's tokenizer: the run's
+        stride = getattr(tokenizer, "segment_stride", 0) or None
+    cut = _document_cutter(seq_len, tokenizer if special_tokens else None, stride, pad_id,
+                           bool(retro_feed))
     vocab = getattr(tokenizer, "vocab_size", None)
     source = ((index, _document_ids(doc, index, tokenizer, vocab))
               for index, doc in enumerate(documents))
@@ -98,20 +110,27 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         yield _batch(arrays, stage)
 
 
-def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int],
-                     pad_id: int) -> Callable[[Any, int], LazySteps]:
-    """How one document's ids become its segments: the official layout with the tokenizer's
-    [CLS] / [SEP] when a tokenizer is given, else raw windows of seq_len (`raw_segments`)."""
+def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int], pad_id: int,
+                     retro_feed: bool) -> Callable[[Any, int], Sequence[Segment]]:
+    """How one document's ids become the segments its row reads: the tokenizer's segment
+    layout (the official one, [CLS] last, unless a run's tokenizer records another) with its
+    [CLS] / [SEP] and its document cut (max_doc_tokens) when a tokenizer is given, else raw
+    windows of seq_len (`raw_segments`); twice under retro_feed."""
     if tokenizer is not None:
+        layout = getattr(tokenizer, "segment_layout", None) or "cls_last"
+        keep = getattr(tokenizer, "max_doc_tokens", 0) or None
         segmenter = ClassificationSegmenter(seq_len, stride or seq_len - 2,
                                             tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                            pad_id)
+                                            pad_id, layout)
 
-        def cut(ids, index):
-            return segmenter(ids, index)
+        def segments(ids, index):
+            return segmenter(ids[:keep], index)
     else:
-        def cut(ids, index):
+        def segments(ids, index):
             return raw_segments(ids, index, seq_len, pad_id, stride)
+
+    def cut(ids, index):
+        return reading_passes(segments(ids, index), retro_feed)
     return cut
 
 
@@ -156,5 +175,6 @@ def _batch(arrays, stage: Optional[TensorStage]) -> SegmentBatch:
     if stage is not None:
         fields = stage(fields)
     batch = SegmentBatch(*(fields[k] for k in names))
-    batch.doc_index, batch.is_last = arrays["doc_index"], arrays["is_last"]
+    batch.doc_index, batch.final = arrays["doc_index"], arrays["final"]
+    batch.is_last = arrays["is_last"] & arrays["final"]   # a skim's last segment is not
     return batch

@@ -75,7 +75,7 @@ def _saved_config(directory: Path) -> dict:
     if not isinstance(config, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
     known = {"tokenizer_class", "model_max_length", "segment_layout", "max_doc_tokens",
-             *_WORDPIECE_OPTIONS}
+             "segment_stride", *_WORDPIECE_OPTIONS}
     for key, value in config.items():
         if key not in known:
             raise TokenizerError(f"{path}: unknown key {key!r} (known: {sorted(known)})")
@@ -89,16 +89,18 @@ def _saved_config(directory: Path) -> dict:
         if key == "segment_layout" and value not in base.SEGMENT_LAYOUTS:
             raise TokenizerError(f"{path}: segment_layout {value!r} is not one of "
                                  f"{', '.join(base.SEGMENT_LAYOUTS)}")
-        if key == "max_doc_tokens" and (isinstance(value, bool) or not isinstance(value, int)
-                                        or value < 0):
-            raise TokenizerError(f"{path}: max_doc_tokens must be a non-negative integer, "
-                                 f"got {value!r}")
+        for name, low, what in (("max_doc_tokens", 0, "non-negative"),
+                                ("segment_stride", 1, "positive")):
+            if key == name and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < low):
+                raise TokenizerError(f"{path}: {name} must be a {what} integer, got {value!r}")
     return config
 
 
-def _model_positions(directory: Path) -> Optional[int]:
-    """max_position_embeddings of the model config in `directory`, or None (no config, or one
-    this cannot read: loading the model reports that, the tokenizer does not need it)."""
+def _model_value(directory: Path, key: str) -> Optional[int]:
+    """A positive integer `key` of the model config in `directory` ("max_position_embeddings",
+    "memory_len"), or None (no config, or one this cannot read: loading the model reports
+    that, the tokenizer does not need it)."""
     from .vocab import read_tokenizer_json
     for name in ("config.json", "ernie_config.json"):
         if _regular(directory / name):
@@ -106,7 +108,7 @@ def _model_positions(directory: Path) -> Optional[int]:
                 config = read_tokenizer_json(directory / name, "model config")
             except (TokenizerError, OSError):
                 return None
-            value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+            value = config.get(key) if isinstance(config, dict) else None
             try:
                 return check_model_max_length(value, str(directory / name))
             except TokenizerError:
@@ -165,14 +167,18 @@ def _set_reading(tokenizer: Tokenizer, directory: Path, config: dict) -> None:
     if "segment_layout" not in config:
         reading = saved_reading(str(directory))
         if reading.get("segment_layout") in base.SEGMENT_LAYOUTS:
+            # the run's stride: its own, or by default the model's memory_len
+            stride = reading.get("stride") or _model_value(directory, "memory_len")
             config = dict(config, segment_layout=reading["segment_layout"],
-                          max_doc_tokens=reading.get("max_doc_tokens") or 0)
+                          max_doc_tokens=reading.get("max_doc_tokens") or 0,
+                          segment_stride=stride or 0)
             config.setdefault("model_max_length", reading.get("max_seq_len"))
-    limit = config.get("model_max_length") or _model_positions(directory)
+    limit = config.get("model_max_length") or _model_value(directory, "max_position_embeddings")
     if limit is not None:
         tokenizer.model_max_length = limit
     tokenizer.segment_layout = config.get("segment_layout")
     tokenizer.max_doc_tokens = config.get("max_doc_tokens") or 0
+    tokenizer.segment_stride = config.get("segment_stride") or 0
 
 
 def _with_files(tokenizer, files):

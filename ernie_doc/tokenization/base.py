@@ -97,6 +97,9 @@ class TokenizerCallMixin:
     # None: a plain `[CLS] A [SEP]` call
     _segment_layout: Optional[str] = None
     max_doc_tokens: int = 0
+    # how far apart the run's segments of a document start (its stride; 0: not recorded):
+    # segment_batches cuts a document so with this tokenizer
+    segment_stride: int = 0
 
     @property
     def segment_layout(self) -> Optional[str]:
@@ -365,6 +368,8 @@ class TokenizerCallMixin:
             config["segment_layout"] = self.segment_layout
             if self.max_doc_tokens:
                 config["max_doc_tokens"] = self.max_doc_tokens
+            if self.segment_stride:
+                config["segment_stride"] = self.segment_stride
         return config
 
     def save_pretrained(self, directory) -> List[str]:
