@@ -10,11 +10,13 @@ Task folders register their own heads (`@register_head`); task kinds have their 
 only looked up, never imported. Details: docs/design-notes.md, "Registries"."""
 import difflib
 import logging
+import os
 from typing import Any, Callable, Collection, Dict, List, Optional, Set, Type, Union
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.io import Checkpoint
 from ernie_doc.checkpoint.lodtensor import PathLike
+from ernie_doc.config import training_checkpoint_problem
 from ernie_doc.errors import CheckpointError
 from ernie_doc.heads import HEADS, Head
 from ernie_doc.kinds.folders import load_task_folders, register
@@ -109,6 +111,18 @@ def _official_heads_present(tensors: Collection[str]) -> Set[str]:
     return found
 
 
+def _unnamed_head(path: str) -> str:
+    """The one line for a checkpoint whose 'linear' head no config names: a trainer
+    checkpoint's own line, else how to name the class."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    linear = [cls.__name__ for cls in head_classes().values()
+              if "linear.weight" in cls.official_names]
+    return training_checkpoint_problem(folder) or (
+        f"{path}: holds a 'linear' head but no config names its class; load it with its class "
+        f"({' / '.join(linear)}).from_pretrained(path), or record the class in its "
+        f'config.json: "architecture": {{"class": "{linear[0]}"}}')
+
+
 def model_class_for(ckpt: Checkpoint) -> ModelClass:
     """The model class a checkpoint was saved from: the config's architecture, else the head
     tensors present, else ErnieDocModel. CheckpointError when several heads leave it open."""
@@ -127,8 +141,7 @@ def model_class_for(ckpt: Checkpoint) -> ModelClass:
             found.add("pretraining")
         if any(n.startswith("linear.") for n in heads):
             if not recorded:
-                raise CheckpointError(f"{ckpt.path}: holds a 'linear' head but no config names "
-                                      f"its class; say which head it is")
+                raise CheckpointError(_unnamed_head(ckpt.path))
             known = sorted(model_class_names())
             close = difflib.get_close_matches(recorded, known, n=1) \
                 if isinstance(recorded, str) else []

@@ -82,6 +82,7 @@ _DEFAULTS = dict(
 RUN_MODEL_FOLDERS = ("best", "final")
 TASK_FILE = "task.json"   # beside a fine-tuned model: its task, kind, labels and run config
 RUN_CONFIG_FILE = "run_config.yaml"   # what marks a run's OUTPUT_DIR
+TRAINER_STATE = "trainer_state.json"   # what marks a trainer checkpoint (checkpoints/step-N)
 MAX_TASK_FILE_BYTES = 16 << 20
 
 
@@ -215,6 +216,20 @@ def run_model_folder(path: str) -> str:
                               f"saves its model there at its first evaluation and at its end; "
                               f"an eval_only run saves none)")
     return path
+
+
+def training_checkpoint_problem(path: str) -> Optional[str]:
+    """The one line for a trainer checkpoint (a run's checkpoints/step-N or latest: weights,
+    optimizer and trainer state, no config) given where a saved model is expected; else None."""
+    names = (TASK_FILE,) + tuple(CONFIG_FILES)
+    if not os.path.isfile(os.path.join(path, TRAINER_STATE)) or any(
+            os.path.isfile(os.path.join(path, name)) for name in names):
+        return None
+    parent = os.path.dirname(os.path.normpath(path))
+    run = (os.path.dirname(parent) or os.curdir) if os.path.basename(parent) == "checkpoints" \
+        else "the run's OUTPUT_DIR"
+    return (f"{path}: a training checkpoint (what `--resume` continues), not a saved model; "
+            f"give the run's folder {run}, or its best/ or final/")
 
 
 def saved_reading(folder: str) -> Dict[str, Any]:

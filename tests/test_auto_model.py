@@ -4,6 +4,7 @@ ErnieDocConfig.from_pretrained / save_pretrained, the top-level names (`pipeline
 import orders) and segment_batches, the helper that feeds the model's own loop."""
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -183,6 +184,29 @@ def test_auto_model_names_an_unknown_recorded_class(saved, tmp_path):
     assert "unknown model class 'ErnieDocForSequenceClassificatio'" in message
     assert "did you mean ErnieDocForSequenceClassification?" in message
     assert "ErnieDocForQuestionAnswering" in message and "\n" not in message
+
+
+def test_a_head_no_config_names_says_how_and_a_training_checkpoint_says_so(saved, tmp_path):
+    """Weights alone (no config.json): the line says how to name the class; a trainer
+    checkpoint (checkpoints/step-N: weights and trainer_state.json) points to its run."""
+    import shutil
+    step = tmp_path / "run" / "checkpoints" / "step-2"
+    step.mkdir(parents=True)
+    shutil.copy(os.path.join(saved["ours"], "model.safetensors"), step)
+    with pytest.raises(CheckpointError) as e:
+        AutoModel.from_pretrained(str(step))
+    assert str(e.value).endswith(
+        ": holds a 'linear' head but no config names its class; load it with its class "
+        "(ErnieDocForSequenceClassification / ErnieDocForQuestionAnswering / "
+        "ErnieDocForTokenClassification / ErnieDocForMultipleChoice / "
+        "ErnieDocForPairMatching).from_pretrained(path), or record the class in its "
+        'config.json: "architecture": {"class": "ErnieDocForSequenceClassification"}')
+    (step / "trainer_state.json").write_text('{"step": 2, "total_steps": 5}')
+    with pytest.raises(CheckpointError) as e:
+        AutoModel.from_pretrained(str(step))
+    assert str(e.value) == (f"{step}: a training checkpoint (what `--resume` continues), not a "
+                            f"saved model; give the run's folder {tmp_path / 'run'}, or its "
+                            "best/ or final/")
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -741,3 +741,12 @@ def test_ablation_reports_the_variant_error(tmp_path, capsys):
     exits(2, lambda: main(["tasks/longdep/config.yaml", "--output-dir",
                            str(tmp_path / "afile" / "o"), "--variant", "a"]))
     one_error_line(capsys, f"--output-dir {tmp_path / 'afile' / 'o'}")
+    # exit 0 (here: stopped at a step, as if interrupted) without its results: what is missing,
+    # never "failed (exit 0)"
+    out = tmp_path / "s"
+    exits(1, lambda: main(["tasks/longdep/config.yaml", "--output-dir", str(out),
+                           "--progress-seconds", "0", "--variant", "a", "stop_at_step=1",
+                           "--set"] + TINY_LONGDEP))
+    line = one_error_line(capsys, f"variant a finished (exit 0) but wrote no "
+                          f"{out / 'a' / 'eval_results.json'}; log: {out / 'a.log'}")
+    assert "failed" not in line

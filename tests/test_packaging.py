@@ -107,6 +107,16 @@ def test_the_development_files_include_the_users():
     assert gpu == {k: v for k, v in user.items() if k != "paddlepaddle"}
 
 
+def test_the_requirement_files_name_readme_sections_that_exist():
+    """A comment's `README "X"` names a heading of README.md."""
+    headings = {line.lstrip("#").strip() for line in
+                (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+                if line.startswith("## ")}
+    named = {(path.name, section) for path in ROOT.glob("requirements*.txt")
+             for section in re.findall(r'README "([^"]+)"', path.read_text(encoding="utf-8"))}
+    assert named and {(name, s) for name, s in named if s not in headings} == set()
+
+
 def test_the_missing_paddle_hint_names_the_pinned_builds():
     # the one line `ernie-doc` prints without paddle (CI's smoke sees it in a fresh venv)
     from ernie_doc.cli import PADDLE_MISSING

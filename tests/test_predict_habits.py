@@ -153,6 +153,22 @@ def _python(code, tmp_path, env=None):
                           text=True, timeout=120, env=environment(**(env or {})))
 
 
+def test_a_training_checkpoint_is_not_taken_for_a_model(tmp_path):
+    """A run's checkpoints/latest (weights, optimizer, trainer_state.json): one line pointing
+    to the run's folder, not "fine-tune it first"."""
+    step = tmp_path / "out" / "checkpoints" / "step-3"
+    step.mkdir(parents=True)
+    (step / "trainer_state.json").write_text('{"step": 3, "total_steps": 3}')
+    (step / "model.safetensors").write_bytes(b"")
+    (tmp_path / "out" / "checkpoints" / "latest").symlink_to("step-3")
+    latest = tmp_path / "out" / "checkpoints" / "latest"
+    with pytest.raises(PipelineError) as e:
+        pipeline(str(latest))
+    assert str(e.value) == (f"{latest}: a training checkpoint (what `--resume` continues), not "
+                            f"a saved model; give the run's folder {tmp_path / 'out'}, or its "
+                            "best/ or final/")
+
+
 def test_predict_help_does_not_import_paddle(tmp_path):
     code = ("import sys\nfrom ernie_doc.cli import main\ntry:\n    main(['predict', '--help'])\n"
             "except SystemExit:\n    pass\nprint('paddle' in sys.modules, file=sys.stderr)")

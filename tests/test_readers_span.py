@@ -18,6 +18,10 @@ from tasks.dureader import reader as dureader
 from tasks.triviaqa import reader as triviaqa
 
 SKIP_LINE = re.compile(r"^(.*): skipped (\d+)(?: of (\d+))? (\w+): (.*) \(first at (.*)\)$")
+# an item corrected and kept (Skips.fixed): "<file>: realigned the answer_start of 7 of 9657
+# answers (answers kept; first at ...)", parsed to the key (what, "realigned the answer_start of")
+KEPT_LINE = re.compile(r"^(.*): (\D+) (\d+)(?: of (\d+))? (\w+) \(\5 kept; first at (.*)\)$")
+REALIGNED = ("answers", "realigned the answer_start of")
 
 
 @pytest.fixture
@@ -38,6 +42,11 @@ def skips(caplog):
             if match:
                 _, n, total, what, reason, first = match.groups()
                 found[(what, reason)] = (int(n), total and int(total), first)
+            kept = KEPT_LINE.match(record.getMessage())
+            if kept:   # never said skipped
+                assert "skipped" not in record.getMessage()
+                _, action, n, total, what, first = kept.groups()
+                found[(what, action)] = (int(n), total and int(total), first)
         return found
 
     yield parse
@@ -118,7 +127,7 @@ def test_squad_fields_alignment_and_counted_skips(tmp_path, skips):
     assert docs[3].fields["answers"] == [] and docs[3].fields["references"] == ["索尼"]
     assert docs[4].fields["answers"] == docs[4].fields["references"] == []
     found = skips()
-    assert found[("answers", "answer_start realigned (answer kept)")][:2] == (2, 7)
+    assert found[REALIGNED][:2] == (2, 7)
     assert found[("answers", "answer text not found in context")] == (
         2, 7, "data[0].paragraphs[0].qas[2].answers[0] (id 'Q2')")
     assert not any(what == "questions" for what, _ in found)
@@ -290,7 +299,7 @@ def test_dureader_span_word_offset_wins_and_falls_back(tmp_path, skips):
         duread(2, docs_q, spans=[[40, 41]], answer_doc=0, fake="点击设置"))})
     docs = dureader.read(root, "train", {})
     assert [d.fields["answers"][0]["start"] for d in docs] == [6, 0]
-    assert skips()[("answers", "answer_start realigned (answer kept)")] == (
+    assert skips()[REALIGNED] == (
         1, 2, "line 2 (question_id 2)")
 
 
@@ -513,7 +522,7 @@ def test_real_cmrc2018(skips):
     assert sum(len(d.fields["references"]) for d in dev) == 9657
     found = skips()
     assert found[("answers", "answer text not found in context")][:2] == (193, 9657)
-    assert found[("answers", "answer_start realigned (answer kept)")][:2] == (7, 9657)
+    assert found[REALIGNED][:2] == (7, 9657)
     assert not any(what == "questions" for what, _ in found)
 
     # trial: 1,002 questions, two with an empty question (TRIAL_776_QUERY_4, TRIAL_20_QUERY_0)
@@ -526,7 +535,7 @@ def test_real_cmrc2018(skips):
     assert len(train) == 1000
     found = skips()
     assert found[("questions", "empty question")][:2] == (2, 1002)
-    assert found[("answers", "answer_start realigned (answer kept)")][:2] == (5, 1000)
+    assert found[REALIGNED][:2] == (5, 1000)
     # No cmrc2018_test.json here: test falls back to the trial set.
     assert len(cmrc2018.read(root, "test", {"skip_empty_questions": True})) == 1000
 

@@ -89,6 +89,21 @@ def test_blocks_run_by_a_test_are_run_there():
         assert rf.block_run_by(block.run_by) is not None
 
 
+def test_python_blocks_import_ernie_doc_before_paddle():
+    """paddle's own import warns "No ccache found" on stderr; ernie_doc's import silences it
+    for what follows, so a block a user copies imports ernie_doc first and prints nothing."""
+    late = []
+    for block in rf.collect_blocks():
+        if block.lang != "python":
+            continue
+        imports = [line.split()[1].split(".")[0] for line in block.code.splitlines()
+                   if re.match(r"(import|from) (paddle|ernie_doc)\b", line)]
+        if {"paddle", "ernie_doc"} <= set(imports) and \
+                imports.index("paddle") < imports.index("ernie_doc"):
+            late.append(block.id)
+    assert late == []
+
+
 def test_every_setup_a_marker_names_exists():
     """A marker names only setups of the fixed registry (a typo fails here, not as a
     puzzling missing file)."""

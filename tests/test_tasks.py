@@ -219,14 +219,17 @@ def test_thucnews_on_label_tab_text(tmp_path):
 
 
 def test_longdep_run_sh_prints_the_ablation_table(tmp_path):
+    """Run from outside the checkout with a relative OUTPUT_DIR: every variant's results land
+    under the caller's directory, where the table is read from (none in the checkout)."""
     out = tmp_path / "out"
-    env = dict(os.environ, OUTPUT_DIR=str(out), PYTHON=sys.executable)
+    env = dict(os.environ, OUTPUT_DIR="out", PYTHON=sys.executable)
     proc = subprocess.run(
-        ["bash", "tasks/longdep/run.sh", "epochs=1", "reader.num_docs={train: 16, dev: 8}",
-         "model_overrides.num_hidden_layers=1", "model_overrides.hidden_size=16",
-         "model_overrides.num_attention_heads=2"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        ["bash", os.path.join(ROOT, "tasks", "longdep", "run.sh"), "epochs=1",
+         "reader.num_docs={train: 16, dev: 8}", "model_overrides.num_hidden_layers=1",
+         "model_overrides.hidden_size=16", "model_overrides.num_attention_heads=2"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (out / "none" / "eval_results.json").is_file()
     results = json.loads((out / "results.json").read_text())
     assert list(results) == ["none", "xl", "enhanced", "enhanced+retro"]
     assert all(0.0 <= v <= 1.0 for v in results.values())

@@ -94,6 +94,26 @@ def test_lr_schedules():
     assert lr_lambda("cosine", 0, 100)(0) == 1.0
 
 
+def test_the_log_says_what_max_steps_leaves_of_the_epochs():
+    """The trainer's `training:` line: epochs that max_steps cuts short are not announced as
+    run (a run of 15 epochs of 4 steps each with max_steps=6 runs 2 of them)."""
+    from types import SimpleNamespace
+
+    from ernie_doc.training.prepare import count_steps, training_plan
+    train = SimpleNamespace(endless=False, num_steps=lambda epoch: 7)   # micro-steps per epoch
+
+    def plan(**cfg):
+        cfg = SimpleNamespace(**dict(dict(epochs=15, max_steps=0, grad_accum_steps=2), **cfg))
+        return training_plan(cfg, train, count_steps(cfg, train))
+    assert plan() == "15 epochs, 60 optimizer steps"
+    assert plan(max_steps=6) == "2 of 15 epochs (max_steps), 6 optimizer steps"
+    assert plan(max_steps=3) == "1 of 15 epochs (max_steps), 3 optimizer steps"
+    assert plan(max_steps=60) == plan(max_steps=99) == plan()
+    assert plan(max_steps=57) == "15 epochs (max_steps), 57 optimizer steps"
+    stream = SimpleNamespace(endless=True)
+    assert training_plan(SimpleNamespace(max_steps=9), stream, 9) == "9 optimizer steps"
+
+
 def test_metrics_and_aggregation():
     probs = [(1, np.array([0.2, 0.8])), (0, np.array([0.9, 0.1])), (2, np.array([0.4, 0.6]))]
     assert aggregate_segments(probs).tolist() == pytest.approx([0.5, 0.5])

@@ -314,8 +314,8 @@ def _run(args):
                   + f": {' '.join(overrides) or '(config as is)'}", flush=True)
             argv = commands[name] + (["--resume", os.path.join(args.output_dir, name)]
                                      if again else [])
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env,
-                                    stdout=log, stderr=subprocess.STDOUT)
+            # the caller's directory: OUT and every relative path given resolve as they were meant
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
             running[name] = (proc, log, time.time() - earlier)
             watch[name] = Progress(name, os.path.join(args.output_dir, name), time.time())
         time.sleep(0.5)
@@ -351,8 +351,12 @@ def _run(args):
     for name, _ in ((v[0], v[1:]) for v in args.variant):
         code, seconds = done[name]
         path = os.path.join(args.output_dir, name, "eval_results.json")
-        if code != 0 or not os.path.isfile(path):
-            log_path = os.path.join(args.output_dir, name + ".log")
+        log_path = os.path.join(args.output_dir, name + ".log")
+        if code == 0 and not os.path.isfile(path):
+            print(f"error: variant {name} finished (exit 0) but wrote no {path}; "
+                  f"log: {log_path}", file=sys.stderr)
+            sys.exit(1)
+        if code != 0:
             reason = variant_error(log_path)
             print(f"error: variant {name} failed (exit {code})"
                   + (f": {reason}" if reason else "") + f"; log: {log_path}", file=sys.stderr)

@@ -270,10 +270,11 @@ def keep_or_write(out: str, files: Dict[str, str]) -> None:
 
 # -- 2. the tokenizer, 3. pretraining, 4. fine-tuning: runs --------------------------------------
 def run(cmd: List[str]) -> None:
-    """Run a step's command from the repository root; a failure ends the experiment with its
-    exit status (the step's own error line is already on the screen)."""
+    """Run a step's command from the caller's directory (where --output-dir and --data are
+    meant); a failure ends the experiment with its exit status (the step's own error line is
+    already on the screen)."""
     print("$ " + " ".join(cmd), flush=True)
-    code = subprocess.call(cmd, cwd=ROOT)
+    code = subprocess.call(cmd)
     if code:
         sys.exit(code)
 

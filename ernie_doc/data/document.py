@@ -206,25 +206,36 @@ def read_json_list(path, what):
 
 class Skips:
     """Counted skips of one file: `add(reason, where)` per item, `report(total)` logs one line
-    per reason with its count and first location ("skip and report" policy)."""
+    per reason with its count and first location ("skip and report" policy). Items corrected
+    and kept are counted apart (`fixed(action, where)`): reported, never called skipped."""
 
     def __init__(self, path, what="examples"):
         self.path, self.what = os.fspath(path), what
-        self.counts, self.first = Counter(), {}
+        self.counts, self.fixes, self.first = Counter(), Counter(), {}
 
     def add(self, reason, location=None):
         self.counts[reason] += 1
         self.first.setdefault(reason, location or self.path)
 
+    def fixed(self, action, location=None):
+        """One item kept after `action` (e.g. "realigned the answer_start of")."""
+        self.fixes[action] += 1
+        self.first.setdefault(action, location or self.path)
+
     def __len__(self):
         return sum(self.counts.values())
 
     def report(self, total=None, log=None):
+        """Log one line per reason (skipped) and per action (kept) → {reason: count} of the
+        skipped."""
         log = log or logging.getLogger("ernie_doc.train")
         of = f" of {total}" if total is not None else ""
         for reason, n in self.counts.most_common():
             log.warning(f"{self.path}: skipped {n}{of} {self.what}: {reason} "
                         f"(first at {self.first[reason]})")
+        for action, n in self.fixes.most_common():
+            log.warning(f"{self.path}: {action} {n}{of} {self.what} ({self.what} kept; "
+                        f"first at {self.first[action]})")
         return dict(self.counts)
 
 

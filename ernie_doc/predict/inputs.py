@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
-from ernie_doc.config import MAX_TASK_FILE_BYTES, run_model_folder
+from ernie_doc.config import MAX_TASK_FILE_BYTES, run_model_folder, training_checkpoint_problem
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
 from ernie_doc.errors import CheckpointError, DuplicateKey, PipelineError
 from ernie_doc.kinds import TASK_FILE
@@ -191,6 +191,9 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
         from ernie_doc.kinds.folders import task_names
         raise PipelineError(f"{folder}: a model saved without its task (no {TASK_FILE}): pass "
                             f"--task NAME (task= in Python), one of {', '.join(task_names())}")
+    problem = training_checkpoint_problem(path)
+    if problem:
+        raise PipelineError(problem)
     raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
                         f"model fine-tuned by this version (a released pretrained model has "
                         f"no trained head; fine-tune it first)")

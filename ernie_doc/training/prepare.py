@@ -199,14 +199,32 @@ def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bo
     return run
 
 
+def epoch_steps(cfg: TrainConfig, train: Split) -> List[int]:
+    """Optimizer steps of each epoch: its micro-steps over grad_accum_steps (an epoch's last
+    partial step counts)."""
+    return [math.ceil(train.num_steps(e) / cfg.grad_accum_steps) for e in range(cfg.epochs)]
+
+
 def count_steps(cfg: TrainConfig, train: Split) -> int:
-    """Optimizer steps of the run: max_steps for a stream, else every epoch's micro-steps
-    over grad_accum_steps (an epoch's last partial step counts), capped by max_steps."""
+    """Optimizer steps of the run: max_steps for a stream, else every epoch's steps, capped by
+    max_steps."""
     if train.endless:
         return cfg.max_steps
-    total = sum(math.ceil(train.num_steps(e) / cfg.grad_accum_steps)
-                for e in range(cfg.epochs))
+    total = sum(epoch_steps(cfg, train))
     return min(total, cfg.max_steps) if cfg.max_steps else total
+
+
+def training_plan(cfg: TrainConfig, train: Split, total_steps: int) -> str:
+    """What the run will do, for its log: "3 epochs, 60 optimizer steps", or when max_steps
+    stops it inside an earlier epoch "1 of 15 epochs (max_steps), 60 optimizer steps"."""
+    if train.endless:
+        return f"{total_steps} optimizer steps"
+    per_epoch, done, epochs = epoch_steps(cfg, train), 0, 0
+    while done < total_steps and epochs < len(per_epoch):
+        done, epochs = done + per_epoch[epochs], epochs + 1
+    run = f"{cfg.epochs}" if epochs == cfg.epochs else f"{epochs} of {cfg.epochs}"
+    limit = " (max_steps)" if total_steps < sum(per_epoch) else ""
+    return f"{run} epochs{limit}, {total_steps} optimizer steps"
 
 
 # -- inputs -------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 import paddle
 
 from ernie_doc import distributed as dist
+from ernie_doc.config import TRAINER_STATE
 from ernie_doc.errors import CheckpointStateError
 from ernie_doc.kinds import TASK_FILE
 from ernie_doc.tokenization.base import CONFIG_FILE as TOKENIZER_CONFIG
@@ -28,7 +29,6 @@ CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 OPTIMIZER_META = "optimizer.json"
-TRAINER_STATE = "trainer_state.json"
 MASTER_PREFIX = "master_weights/"      # optimizer.safetensors keys of AMP master weights
 
 

@@ -33,7 +33,7 @@ from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer
-from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record
+from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record, training_plan
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
 
 __all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "run",
@@ -311,9 +311,8 @@ class Trainer:
         bar = progress_bar(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
                            requested=self.is_main and cfg.progress, dynamic_ncols=True,
                            mininterval=1.0)
-        epochs = "" if train.endless else f"{cfg.epochs} epochs, "
         rows = batch_rows(cfg, self.task.group_size)
-        logger.info(f"training: {epochs}{total_steps} optimizer steps "
+        logger.info(f"training: {training_plan(cfg, train, total_steps)} "
                     f"({rows} rows/rank x {self.world} ranks x "
                     f"{cfg.grad_accum_steps} accumulation)")
         return bar
