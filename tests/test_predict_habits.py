@@ -148,6 +148,45 @@ def test_a_bare_string_is_one_document(run_dir):
     assert len(got) == 1 and got[0]["doc_id"] == "0" and "error" not in got[0]
 
 
+def test_hugging_faces_pipeline_call_names_the_task_beside_the_model(run_dir):
+    """pipeline("text-classification", model=RUN) is pipeline(RUN) with the task checked
+    against the model's kind (it was a TypeError: "got multiple values for argument 'model'");
+    so is pipeline(model=RUN)."""
+    out, _ = run_dir
+    text = "Great movie, loved it."
+    expected = pipeline(str(out))(text)
+    for pipe in (pipeline("text-classification", model=str(out)),
+                 pipeline("sentiment-analysis", model=str(out)), pipeline(model=str(out))):
+        assert pipe(text) == expected
+    with pytest.raises(PipelineError) as e:
+        pipeline("question-answering", model=str(out))
+    assert str(e.value) == (f"{out / 'best'}: a classification model (task imdb), not one for "
+                            f"'question-answering' (span or hotpotqa); pipeline({str(out)!r}) "
+                            "reads it as what it is")
+    with pytest.raises(PipelineError, match=r"pipeline\('text-classification'\): give the model "
+                                            r"too: pipeline\('text-classification', model=RUN\)"):
+        pipeline("text-classification")
+    with pytest.raises(PipelineError, match="a Hugging Face task name, one of text-classification"):
+        pipeline("imdb", model=str(out))
+    with pytest.raises(PipelineError, match="give the model"):
+        pipeline()
+
+
+@pytest.mark.parametrize("option, says", [
+    ("batch_size", "batch_size is the pipeline's, set when it is made: pipeline(RUN, "
+                   "batch_size=N)"),
+    ("truncation", "truncation: a pipeline reads the whole document, segment by segment"),
+    ("top_k", "unexpected option 'top_k': a call takes the documents only; the options are "
+              "pipeline()'s: batch_size")])
+def test_a_hugging_face_call_option_says_where_it_belongs(run_dir, option, says):
+    """pipe(texts, batch_size=2) was "DocumentStream.__call__() got an unexpected keyword
+    argument"."""
+    out, _ = run_dir
+    with pytest.raises(TypeError) as e:
+        pipeline(str(out))(["Great movie."], **{option: 2})
+    assert says in str(e.value)
+
+
 def _python(code, tmp_path, env=None):
     return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env=environment(**(env or {})))

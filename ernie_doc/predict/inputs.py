@@ -97,8 +97,12 @@ class DocumentStream:
     def stream(self, documents, skip=()) -> Iterator[dict]:
         raise NotImplementedError
 
-    def __call__(self, documents) -> List[dict]:
-        """Predict every document → one record per document, in input order."""
+    def __call__(self, documents, **options) -> List[dict]:
+        """Predict every document → one record per document, in input order. A call takes
+        nothing else: a Hugging Face call's options (batch_size, truncation, top_k ...) are a
+        TypeError naming where such a choice is made."""
+        if options:
+            raise TypeError(call_option_problem(sorted(options)[0]))
         return sorted(self.stream(documents), key=lambda r: r["index"])
 
     @staticmethod
@@ -159,6 +163,19 @@ class DocumentStream:
         if problem:
             return self.problem(index, name, problem)
         return doc
+
+
+def call_option_problem(name: str) -> str:
+    """The message for a pipeline call given the option `name`."""
+    if name == "batch_size":   # each row holds one document's memory while it is read
+        return ("pipeline call: batch_size is the pipeline's, set when it is made: "
+                "pipeline(RUN, batch_size=N) (a row holds a document's memory while it is read)")
+    if name in ("truncation", "max_length", "padding"):
+        return (f"pipeline call: {name}: a pipeline reads the whole document, segment by "
+                f"segment, as evaluation does (the run's max_doc_tokens cuts it)")
+    return (f"pipeline call: unexpected option {clip(repr(name))}: a call takes the documents "
+            f"only; the options are pipeline()'s: batch_size, on_error, device, engine, "
+            f"precision, threads")
 
 
 def check_batch_size(batch_size: Optional[int]) -> None:

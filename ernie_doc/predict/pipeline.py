@@ -12,7 +12,7 @@ import os
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import paddle
 
@@ -33,7 +33,7 @@ from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  
                                       to_jsonable)
 from ernie_doc.resources import release_free_memory
 from ernie_doc.run_config import batch_rows
-from ernie_doc.utils import threads_problem
+from ernie_doc.utils import clip, threads_problem
 
 DEVICES = ("cpu", "gpu")
 # a document of this many segments (about 130k tokens at stride 126) gives the heap's free
@@ -352,14 +352,32 @@ def task_documents(record: dict, path: Optional[str] = None,
         raise PipelineError(str(e)) from None
 
 
-def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optional[int] = None,
-             on_error: str = "record", device: str = "cpu", engine: str = "auto",
-             precision: str = "fp32", threads: int = 1, task: Optional[str] = None):
-    """The pipeline for a saved model, whatever its kind (Pipeline, LMPipeline, or
-    TwoStagePipeline with `answer_model`), each with `__call__` and `stream`."""
+# Hugging Face's pipeline task names → the kinds of model that do that task
+HF_TASKS = {"text-classification": ("classification", "pair_matching"),
+            "sentiment-analysis": ("classification",),
+            "question-answering": ("span", "hotpotqa"),
+            "multiple-choice": ("multiple_choice",),
+            "token-classification": ("keyphrase",)}
+
+
+def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = None,
+             batch_size: Optional[int] = None, on_error: str = "record", device: str = "cpu",
+             engine: str = "auto", precision: str = "fp32", threads: int = 1,
+             task: Optional[str] = None, *, model: Optional[str] = None):
+    """The pipeline for a saved model (`pipeline(RUN)`, `pipeline(model=RUN)`, or Hugging
+    Face's `pipeline("text-classification", model=RUN)`, the task checked against the model),
+    whatever its kind (Pipeline, LMPipeline, or TwoStagePipeline with `answer_model`), each
+    with `__call__` and `stream`. `task`: one of our task names, for a save_pretrained folder
+    without task.json."""
+    model, hf_task = _model_and_hf_task(model_or_task, model)
     check_device(device)
     directory = model_directory(model, task)
-    if task_record(directory, task)["kind"] == "language_model":
+    record = task_record(directory, task)
+    if hf_task is not None and record["kind"] not in HF_TASKS[hf_task]:
+        raise PipelineError(f"{directory}: a {record['kind']} model (task {record['task']}), "
+                            f"not one for {hf_task!r} ({' or '.join(HF_TASKS[hf_task])}); "
+                            f"pipeline({model!r}) reads it as what it is")
+    if record["kind"] == "language_model":
         if answer_model:
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
         if engine == "inference" or precision != "fp32":
@@ -372,3 +390,26 @@ def pipeline(model: str, answer_model: Optional[str] = None, batch_size: Optiona
     if not answer_model:
         return first
     return TwoStagePipeline(first, Pipeline.from_pretrained(answer_model, **options))
+
+
+def _model_and_hf_task(model_or_task: Any, model: Any) -> Tuple[str, Optional[str]]:
+    """pipeline()'s first argument and `model=` → (the model folder, Hugging Face's task name
+    or None); PipelineError for a call that names no model, or a first argument beside
+    model= that is no task."""
+    names = ", ".join(HF_TASKS)
+    if model is None:
+        if model_or_task is None:
+            raise PipelineError("pipeline: give the model: pipeline(RUN) or "
+                                "pipeline('text-classification', model=RUN)")
+        if model_or_task in HF_TASKS and not os.path.isdir(model_or_task):
+            raise PipelineError(f"pipeline({model_or_task!r}): give the model too: "
+                                f"pipeline({model_or_task!r}, model=RUN) (a fine-tuning run's "
+                                f"OUTPUT_DIR); no model is chosen or downloaded for a task")
+        return model_or_task, None
+    if model_or_task is None:
+        return model, None
+    if model_or_task not in HF_TASKS:
+        raise PipelineError(f"pipeline({clip(repr(model_or_task))}, model=...): the first "
+                            f"argument beside model= is a Hugging Face task name, one of "
+                            f"{names}; one of our tasks is task=NAME")
+    return model, model_or_task
