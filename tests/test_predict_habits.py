@@ -170,6 +170,15 @@ def test_hugging_faces_pipeline_call_names_the_task_beside_the_model(run_dir):
         pipeline("imdb", model=str(out))
     with pytest.raises(PipelineError, match="give the model"):
         pipeline()
+    assert pipeline(task="text-classification", model=str(out))(text) == expected
+    for odd in (["text-classification"], b"run", {"a": 1}):
+        with pytest.raises(PipelineError, match="expected a model folder .a path. or a task "
+                                                "name, got " + type(odd).__name__):
+            pipeline(odd, model=str(out))
+    for odd in (None, 5):
+        with pytest.raises(PipelineError, match="documents: expected text or an iterable of "
+                                                "documents, got " + type(odd).__name__):
+            pipeline(str(out))(odd)
 
 
 @pytest.mark.parametrize("option, says", [

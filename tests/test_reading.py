@@ -116,8 +116,12 @@ def test_the_layout_survives_save_and_load(folders, tmp_path):
         AutoTokenizer.from_pretrained(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text(
         '{"tokenizer_class": "WordPieceTokenizer", "segment_stride": 0}')
-    with pytest.raises(TokenizerError, match="segment_stride must be a positive integer, got 0"):
-        AutoTokenizer.from_pretrained(tmp_path)
+    for bad, shown in (("0", "0"), ("true", "True"), ("2.5", "2.5"), (str(10 ** 20), "1000")):
+        (tmp_path / "tokenizer_config.json").write_text(
+            '{"tokenizer_class": "WordPieceTokenizer", "segment_stride": %s}' % bad)
+        with pytest.raises(TokenizerError, match="segment_stride must be a positive integer up "
+                                                 "to 1048576, got " + shown):
+            AutoTokenizer.from_pretrained(tmp_path)
 
 
 def read_and_pipeline(folder, texts=TEXTS, **call):
@@ -175,6 +179,36 @@ def test_a_loop_over_segment_batches_gives_the_pipelines_probabilities(folders, 
     expected = pipeline_probabilities(folders[name][1], LONG)
     assert np.abs(expected - 0.5).max() > 0.1
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_a_folder_that_records_its_layout_but_not_its_stride_reads_the_runs(folders, tmp_path):
+    """A folder saved when tokenizer_config.json recorded the segment layout but not yet the
+    stride: segment_batches cut it T−2 apart (14) where the run read 8 apart, a label flipped
+    in silence; the stride comes from task.json (its stride, else memory_len)."""
+    import json
+    folder = tmp_path / "mid"
+    shutil.copytree(folders["retro"][1], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["segment_stride"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert AutoTokenizer.from_pretrained(folder).segment_stride == 8
+    np.testing.assert_allclose(loop_probabilities(folder, LONG),
+                               pipeline_probabilities(folder, LONG), atol=1e-5)
+
+
+def test_segment_batches_refuses_what_the_run_did_not_read(folders):
+    """Another seq_len than the run tokenizer's segments, a document without tokens (the
+    pipeline's error record), a retro_feed that is no bool: ValueError naming it."""
+    tok = AutoTokenizer.from_pretrained(folders["retro"][1])
+    with pytest.raises(ValueError, match="seq_len 12: this tokenizer lays out its run's "
+                                         "segments of 16 tokens"):
+        next(segment_batches(["good movie"], 12, 1, tok))
+    for blank in ("", "   ", "\u3000"):
+        with pytest.raises(ValueError, match="document 1: no tokens"):
+            list(segment_batches(["good movie", blank], 16, 2, tok))
+    with pytest.raises(ValueError, match="retro_feed must be True or False, got 'false'"):
+        next(segment_batches(["good movie"], 16, 1, tok, retro_feed="false"))
+    assert len(list(segment_batches(["good movie"], 16, 1, tok, retro_feed=None))) == 1
 
 
 def test_segment_batches_reads_twice_under_the_retrospective_feed():

@@ -63,10 +63,19 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
     lazily in `batch_size` rows of `seq_len`; with special_tokens the official layout (T−2
     tokens, [SEP], padding, [CLS]), or the layout a fine-tuned run's tokenizer records
     (`segment_layout`; its `max_doc_tokens` cuts each document, and `stride` defaults to its
-    `segment_stride`, else T−2). retro_feed: each row
-    reads its document twice, memory carried into the second reading (paper §3.1).
-    return_tensors: None or "pd". ValueError naming the bad argument or document."""
+    `segment_stride`, else T−2; seq_len must be its model_max_length). retro_feed (a bool;
+    None, as a model config that records nothing, is False): each row reads its document
+    twice, memory carried into the second reading (paper §3.1). return_tensors: None or "pd".
+    ValueError naming the bad argument or document (one without tokens included: the
+    pipeline gives it an error record)."""
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
+    if not isinstance(retro_feed, (bool, type(None))):
+        raise ValueError(f"retro_feed must be True or False, got {clip(repr(retro_feed), 80)}")
+    run_length = getattr(tokenizer, "model_max_length", None)
+    if special_tokens and getattr(tokenizer, "segment_layout", None) and seq_len != run_length:
+        raise ValueError(f"seq_len {seq_len}: this tokenizer lays out its run's segments of "
+                         f"{run_length} tokens (its model_max_length); the model was "
+                         f"fine-tuned on those")
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)
     if stride is not None:
         _check_size("stride", stride, MAX_SEQ_LEN)
@@ -156,7 +165,8 @@ def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) ->
         doc = doc.numpy()
     ids = np.asarray(doc)
     if ids.size == 0:
-        return np.zeros(0, dtype=np.int64)
+        raise ValueError(f"document {index}: no tokens (an empty or blank text): nothing to "
+                         f"read (the pipeline gives it an error record)")
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise ValueError(f"document {index}: expected a sequence of integer token ids, got "
                          f"{'shape ' + str(list(ids.shape)) if ids.ndim != 1 else ids.dtype}")

@@ -134,6 +134,9 @@ class DocumentStream:
         if isinstance(documents, bytes):
             raise PipelineError("documents: expected text or an iterable of documents, got "
                                 "bytes (decode them first)")
+        if not isinstance(documents, Iterable):
+            raise PipelineError(f"documents: expected text or an iterable of documents, got "
+                                f"{type(documents).__name__}")
         return documents
 
     def admit(self, index: int, item: Any, skip: set, seen: dict) -> Union[Document, dict,

@@ -369,6 +369,8 @@ def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = 
     whatever its kind (Pipeline, LMPipeline, or TwoStagePipeline with `answer_model`), each
     with `__call__` and `stream`. `task`: one of our task names, for a save_pretrained folder
     without task.json."""
+    if isinstance(task, str) and task in HF_TASKS:   # Hugging Face's keyword form
+        model_or_task, model, task = task, model if model is not None else model_or_task, None
     model, hf_task = _model_and_hf_task(model_or_task, model)
     check_device(device)
     directory = model_directory(model, task)
@@ -397,6 +399,12 @@ def _model_and_hf_task(model_or_task: Any, model: Any) -> Tuple[str, Optional[st
     or None); PipelineError for a call that names no model, or a first argument beside
     model= that is no task."""
     names = ", ".join(HF_TASKS)
+    for given in (model_or_task, model):
+        if given is not None and not isinstance(given, (str, os.PathLike)):
+            raise PipelineError(f"pipeline: expected a model folder (a path) or a task name, "
+                                f"got {type(given).__name__}")
+    model_or_task = None if model_or_task is None else os.fspath(model_or_task)
+    model = None if model is None else os.fspath(model)
     if model is None:
         if model_or_task is None:
             raise PipelineError("pipeline: give the model: pipeline(RUN) or "

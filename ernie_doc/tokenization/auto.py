@@ -15,6 +15,7 @@ from typing import List, Optional, Union
 
 from ernie_doc.config import run_model_folder, saved_reading
 from ernie_doc.errors import TokenizerError
+from ernie_doc.utils import clip
 
 from . import base
 from .base import check_model_max_length
@@ -89,11 +90,15 @@ def _saved_config(directory: Path) -> dict:
         if key == "segment_layout" and value not in base.SEGMENT_LAYOUTS:
             raise TokenizerError(f"{path}: segment_layout {value!r} is not one of "
                                  f"{', '.join(base.SEGMENT_LAYOUTS)}")
-        for name, low, what in (("max_doc_tokens", 0, "non-negative"),
-                                ("segment_stride", 1, "positive")):
-            if key == name and (isinstance(value, bool) or not isinstance(value, int)
-                                or value < low):
-                raise TokenizerError(f"{path}: {name} must be a {what} integer, got {value!r}")
+        if key == "max_doc_tokens" and (isinstance(value, bool) or not isinstance(value, int)
+                                        or value < 0):
+            raise TokenizerError(f"{path}: max_doc_tokens must be a non-negative integer, "
+                                 f"got {clip(repr(value))}")
+        if key == "segment_stride" and (isinstance(value, bool) or not isinstance(value, int)
+                                        or not 1 <= value <= base.MAX_MODEL_MAX_LENGTH):
+            # a stride beyond the longest segment is no run's (a window advances ≤ T−2)
+            raise TokenizerError(f"{path}: segment_stride must be a positive integer up to "
+                                 f"{base.MAX_MODEL_MAX_LENGTH}, got {clip(repr(value))}")
     return config
 
 
@@ -164,15 +169,18 @@ def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[
 def _set_reading(tokenizer: Tokenizer, directory: Path, config: dict) -> None:
     """model_max_length, and a fine-tuned classifier's segment: from tokenizer_config.json,
     else (a folder saved before it recorded them) from the run's task.json."""
+    reading = None
     if "segment_layout" not in config:
         reading = saved_reading(str(directory))
         if reading.get("segment_layout") in base.SEGMENT_LAYOUTS:
-            # the run's stride: its own, or by default the model's memory_len
-            stride = reading.get("stride") or _model_value(directory, "memory_len")
             config = dict(config, segment_layout=reading["segment_layout"],
-                          max_doc_tokens=reading.get("max_doc_tokens") or 0,
-                          segment_stride=stride or 0)
+                          max_doc_tokens=reading.get("max_doc_tokens") or 0)
             config.setdefault("model_max_length", reading.get("max_seq_len"))
+    if config.get("segment_layout") and "segment_stride" not in config:
+        # saved before the stride was recorded: the run's own, else the model's memory_len
+        reading = saved_reading(str(directory)) if reading is None else reading
+        stride = reading.get("stride") or _model_value(directory, "memory_len")
+        config = dict(config, segment_stride=stride or 0)
     limit = config.get("model_max_length") or _model_value(directory, "max_position_embeddings")
     if limit is not None:
         tokenizer.model_max_length = limit
