@@ -342,6 +342,11 @@ def build_model(run: Assembly, special: Dict[str, int]) -> paddle.nn.Layer:
     if run.tokenizer is not None and len(run.tokenizer) > vocab:
         raise ConfigError(f"tokenizer has {len(run.tokenizer)} tokens but the model's "
                           f"vocabulary has {vocab}")
+    ids = task.id_vocabulary()   # a pre-tokenized task's ids: [0, ids[1])
+    if ids is not None and ids[1] > vocab:
+        raise ConfigError(f"{cfg.source}: task {cfg.task}'s token ids reach {ids[1] - 1} but "
+                          f"the model's vocabulary ({cfg.init_checkpoint or cfg.model}) has "
+                          f"{vocab}: a model of another vocabulary")
     model.ernie_doc.recompute = cfg.recompute
     return model
 
@@ -442,8 +447,8 @@ def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
     """How the run that saved a folder (its task.json, `record`) read documents: its values of
     READING_KEYS (the default of one it lacks; of `reader`, the reading options it set), with
     the tokenizer the folder's own; a kind that builds its own model reads the model config
-    from the folder alone (its saved lm_config.json holds the run's model_overrides) and uses
-    no tokenizer."""
+    from the folder alone (its saved lm_config.json holds the run's model_overrides), uses
+    no tokenizer, and evaluates in the run's eval_batch_size rows."""
     config = record["config"]
     values = {key: copy.deepcopy(config.get(key, DEFAULTS[key]))
               for key in dict.fromkeys(k.split(".")[0] for k in READING_KEYS)}
@@ -452,6 +457,10 @@ def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
     if _builds_model(record["kind"]):
         values["model_overrides"] = {}
         del values["tokenizer"]
+        # a language model's evaluation cuts the stream into this many rows (Transformer-XL's
+        # protocol): another number reads other context and gives another perplexity
+        values["eval_batch_size"] = config.get("eval_batch_size") or config.get(
+            "batch_size", DEFAULTS["batch_size"])
     else:
         values["tokenizer"] = ""
     return values

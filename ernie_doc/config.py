@@ -226,10 +226,10 @@ def training_checkpoint_problem(path: str) -> Optional[str]:
             os.path.isfile(os.path.join(path, name)) for name in names):
         return None
     parent = os.path.dirname(os.path.normpath(path))
-    run = (os.path.dirname(parent) or os.curdir) if os.path.basename(parent) == "checkpoints" \
-        else "the run's OUTPUT_DIR"
+    run = f"the run's folder {os.path.dirname(parent) or os.curdir}" \
+        if os.path.basename(parent) == "checkpoints" else "the run's OUTPUT_DIR"
     return (f"{path}: a training checkpoint (what `--resume` continues), not a saved model; "
-            f"give the run's folder {run}, or its best/ or final/")
+            f"give {run}, or its best/ or final/")
 
 
 def saved_reading(folder: str) -> Dict[str, Any]:
@@ -456,6 +456,10 @@ class ErnieDocConfig:
         spec = os.fspath(path)
         if os.path.exists(spec):
             found = _config_file(spec)
+            folder = spec if os.path.isdir(spec) else os.path.dirname(spec) or os.curdir
+            problem = training_checkpoint_problem(folder)
+            if problem and (found is None or os.path.basename(found) == TRAINER_STATE):
+                raise ConfigError(problem)
             if found is None:
                 raise ConfigError(f"{spec}: no config file ({', '.join(CONFIG_FILES)})")
             values, _ = read_config_file(found, ConfigError)

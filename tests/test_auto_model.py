@@ -204,9 +204,29 @@ def test_a_head_no_config_names_says_how_and_a_training_checkpoint_says_so(saved
     (step / "trainer_state.json").write_text('{"step": 2, "total_steps": 5}')
     with pytest.raises(CheckpointError) as e:
         AutoModel.from_pretrained(str(step))
-    assert str(e.value) == (f"{step}: a training checkpoint (what `--resume` continues), not a "
-                            f"saved model; give the run's folder {tmp_path / 'run'}, or its "
-                            "best/ or final/")
+    line = (f"{step}: a training checkpoint (what `--resume` continues), not a saved model; "
+            f"give the run's folder {tmp_path / 'run'}, or its best/ or final/")
+    assert str(e.value) == line
+    # every other door says the same (they said "pass config=", "no config file", "no
+    # tokenizer files in", or read trainer_state.json as a model config)
+    from ernie_doc import AutoTokenizer
+    from ernie_doc.errors import ConfigError
+    for load, error in ((ErnieDocForSequenceClassification.from_pretrained, CheckpointError),
+                        (ErnieDocModel.from_pretrained, CheckpointError),
+                        (ErnieDocConfig.from_pretrained, ConfigError),
+                        (AutoTokenizer.from_pretrained, FileNotFoundError)):
+        with pytest.raises(error) as e:
+            load(str(step))
+        assert str(e.value) == line, load
+    with pytest.raises(ConfigError) as e:
+        ErnieDocConfig.from_pretrained(str(step / "trainer_state.json"))
+    assert str(e.value) == line
+    alone = tmp_path / "step-2"   # copied out of its run
+    shutil.copytree(step, alone)
+    with pytest.raises(CheckpointError) as e:
+        AutoModel.from_pretrained(str(alone))
+    assert str(e.value).endswith("not a saved model; give the run's OUTPUT_DIR, or its best/ or "
+                                 "final/")
 
 
 @pytest.mark.parametrize("kwargs, match", [

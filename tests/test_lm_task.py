@@ -166,6 +166,12 @@ def test_eval_only_reads_the_test_stream_under_any_protocol(finished, data, tmp_
                         40, -1, False, corpus.positions["test"])
     assert results["ppl"] == pytest.approx(ppl, rel=1e-5)
     assert abs(results["ppl"] - test["ppl"]) > 1e-3 * test["ppl"]
+    # a config without the run's eval_batch_size (3 rows; the default is batch_size, 4)
+    # evaluates in the run's rows, and so gives the run's own test perplexity
+    args = [a for a in tiny(data, tmp_path / "eval3", "eval_only=true", f"init_checkpoint={best}",
+                            "model_overrides={}", "eval_splits=[]")
+            if not a.startswith("eval_batch_size=")]
+    assert train(args)["ppl"] == pytest.approx(test["ppl"], rel=1e-6)
 
 
 def test_resume_reproduces_the_uninterrupted_run(data, tmp_path):

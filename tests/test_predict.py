@@ -178,6 +178,36 @@ def test_eval_only_with_the_training_commands_tokenizer_train_reads_the_folders(
     assert f'eval_only: tokenizer "train" reads with the tokenizer {best} was trained with ' \
            "(the folder's own); evaluation trains none" in log, log
     assert_evaluated_as_predicted(data, best, tmp_path / "eval")
+    # a folder without task.json (a save_pretrained one): nothing says which tokenizer it
+    # learned, and training a new one is refused in one line, before anything is written
+    bare = tmp_path / "bare"
+    shutil.copytree(best, bare)
+    (bare / "task.json").unlink()
+    from tools.finetune import command
+    proc = in_process(command, [str(ROOT / "tasks" / "imdb" / "config.yaml"), "--set",
+                                f"data_dir={data}", "eval_only=true", f"init_checkpoint={bare}",
+                                "test_splits=[test]", f"output_dir={tmp_path / 'e2'}",
+                                "tokenizer=train"], expect=2)
+    assert proc.stderr.strip().endswith(
+        f'tokenizer "train" with eval_only would train a new tokenizer, whose ids are not the '
+        f'ones {bare} learned; give the tokenizer it was trained with (tokenizer="": the '
+        "checkpoint's own, or a directory)"), proc.stderr
+    assert not (tmp_path / "e2").exists()
+
+
+def test_eval_only_of_a_model_of_another_vocabulary_is_one_line(read_run, tmp_path):
+    """The IMDB folder (20 token ids) evaluated on longdep's pre-tokenized ids (32): one line
+    before anything is written (it was the model's ValueError, a traceback, mid-evaluation)."""
+    data, best = read_run
+    from tools.finetune import command
+    proc = in_process(command, [str(ROOT / "tasks" / "imdb" / "config.yaml"), "--set",
+                                "task=longdep", "kind=classification", f"data_dir={data}",
+                                "eval_only=true", f"init_checkpoint={best}", "test_splits=[test]",
+                                f"output_dir={tmp_path / 'e'}", "progress=false"], expect=2)
+    assert proc.stderr.strip().endswith(
+        f"task longdep's token ids reach 31 but the model's vocabulary ({best}) has 20: a model "
+        "of another vocabulary"), proc.stderr
+    assert not (tmp_path / "e").exists()
 
 
 def test_eval_only_settings_given_win_over_the_folder_with_one_line(read_run, tmp_path):

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
-from ernie_doc.config import run_model_folder, saved_reading
+from ernie_doc.config import run_model_folder, saved_reading, training_checkpoint_problem
 from ernie_doc.errors import TokenizerError
 from ernie_doc.utils import clip
 
@@ -236,9 +236,8 @@ def _load(path: Path, do_lower_case: Optional[bool]) -> Tokenizer:
         tokenizer = _from_directory(candidate, do_lower_case)
         if tokenizer is not None:
             return tokenizer
-    raise FileNotFoundError(
-        f"no tokenizer files in {' or '.join(str(d) for d in searched)}; looked for {_LOOKED_FOR}"
-    )
+    raise FileNotFoundError(training_checkpoint_problem(str(directory)) or (
+        f"no tokenizer files in {' or '.join(str(d) for d in searched)}; looked for {_LOOKED_FOR}"))
 
 
 class AutoTokenizer:
