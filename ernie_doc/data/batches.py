@@ -69,13 +69,7 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
     ValueError naming the bad argument or document (one without tokens included: the
     pipeline gives it an error record)."""
     _check_size("seq_len", seq_len, MAX_SEQ_LEN)
-    if not isinstance(retro_feed, (bool, type(None))):
-        raise ValueError(f"retro_feed must be True or False, got {clip(repr(retro_feed), 80)}")
-    run_length = getattr(tokenizer, "model_max_length", None)
-    if special_tokens and getattr(tokenizer, "segment_layout", None) and seq_len != run_length:
-        raise ValueError(f"seq_len {seq_len}: this tokenizer lays out its run's segments of "
-                         f"{run_length} tokens (its model_max_length); the model was "
-                         f"fine-tuned on those")
+    _check_reading(seq_len, tokenizer if special_tokens else None, retro_feed)
     _check_size("batch_size", batch_size, MAX_BATCH_SIZE)
     if stride is not None:
         _check_size("stride", stride, MAX_SEQ_LEN)
@@ -141,6 +135,18 @@ def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int], pad_id
     def cut(ids, index):
         return reading_passes(segments(ids, index), retro_feed)
     return cut
+
+
+def _check_reading(seq_len: int, tokenizer: Any, retro_feed: Any) -> None:
+    """ValueError for a retro_feed that is no bool (None: False), or a seq_len other than the
+    segments a fine-tuned run's tokenizer lays out (its model_max_length)."""
+    if not isinstance(retro_feed, (bool, type(None))):
+        raise ValueError(f"retro_feed must be True or False, got {clip(repr(retro_feed), 80)}")
+    run_length = getattr(tokenizer, "model_max_length", None)
+    if getattr(tokenizer, "segment_layout", None) and seq_len != run_length:
+        raise ValueError(f"seq_len {seq_len}: this tokenizer lays out its run's segments of "
+                         f"{run_length} tokens (its model_max_length); the model was "
+                         f"fine-tuned on those")
 
 
 def _check_size(name: str, value: Any, high: int) -> None:

@@ -65,12 +65,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if fine_tuned is not None:   # run_config.yaml records how this evaluation reads
         reading, notes = read_as_trained(cfg, *fine_tuned)
         given, cfg = with_values(given, reading), with_values(cfg, reading)
-    if cfg.eval_only and cfg.tokenizer == "train" and not kind_class(cfg.kind).builds_model:
-        # a folder without task.json (a fine-tuned one reads with its own: read_as_trained)
-        raise ConfigError(f"{cfg.source}: tokenizer \"train\" with eval_only would train a new "
-                          f"tokenizer, whose ids are not the ones {cfg.init_checkpoint} learned; "
-                          f"give the tokenizer it was trained with (tokenizer=\"\": the "
-                          f"checkpoint's own, or a directory)")
+    check_evaluated_tokenizer(cfg)
     task = build_task(cfg, trained_labels(cfg, fine_tuned))
     reported = tuple(task.metric_names) + ("loss",)
     if cfg.main_metric is not None and cfg.main_metric not in reported:
@@ -120,6 +115,16 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         if isinstance(e, KeyboardInterrupt) and getattr(e, "output_dir", False) is None:
             e.output_dir = cfg.output_dir
         raise
+
+
+def check_evaluated_tokenizer(cfg: TrainConfig) -> None:
+    """eval_only trains no tokenizer: a new one's ids are not the ones the model learned (a
+    fine-tuned folder's `tokenizer: train` already reads with its own: read_as_trained)."""
+    if cfg.eval_only and cfg.tokenizer == "train" and not kind_class(cfg.kind).builds_model:
+        raise ConfigError(f"{cfg.source}: tokenizer \"train\" with eval_only would train a new "
+                          f"tokenizer, whose ids are not the ones {cfg.init_checkpoint} learned; "
+                          f"give the tokenizer it was trained with (tokenizer=\"\": the "
+                          f"checkpoint's own, or a directory)")
 
 
 def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
