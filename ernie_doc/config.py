@@ -83,6 +83,7 @@ RUN_MODEL_FOLDERS = ("best", "final")
 TASK_FILE = "task.json"   # beside a fine-tuned model: its task, kind, labels and run config
 RUN_CONFIG_FILE = "run_config.yaml"   # what marks a run's OUTPUT_DIR
 TRAINER_STATE = "trainer_state.json"   # what marks a trainer checkpoint (checkpoints/step-N)
+LM_CONFIG_FILE = "lm_config.json"      # what marks a saved language model (Transformer-XL)
 MAX_TASK_FILE_BYTES = 16 << 20
 
 
@@ -230,6 +231,17 @@ def training_checkpoint_problem(path: str) -> Optional[str]:
         if os.path.basename(parent) == "checkpoints" else "the run's OUTPUT_DIR"
     return (f"{path}: a training checkpoint (what `--resume` continues), not a saved model; "
             f"give {run}, or its best/ or final/")
+
+
+def language_model_problem(path: str) -> Optional[str]:
+    """The one line for a saved language model (lm_config.json, no ERNIE-Doc config) given
+    where an ERNIE-Doc model or its tokenizer is expected; else None."""
+    if not os.path.isfile(os.path.join(path, LM_CONFIG_FILE)) or any(
+            os.path.isfile(os.path.join(path, name)) for name in CONFIG_FILES):
+        return None
+    return (f"{path}: a language model ({LM_CONFIG_FILE}: a Transformer-XL with a word "
+            f"vocabulary, no tokenizer), not an ERNIE-Doc model; read text with "
+            f"pipeline({path!r}), load it with ernie_doc.lm.model.TransformerXLLM")
 
 
 def saved_reading(folder: str) -> Dict[str, Any]:

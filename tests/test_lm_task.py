@@ -128,6 +128,22 @@ def test_run_writes_ppl_logs_and_a_reloadable_model(finished, data):
     assert corpus.oov["test"] == test["unk_in_split"]
 
 
+def test_the_encoder_doors_name_a_saved_language_model(finished):
+    """AutoModel / AutoTokenizer on a language model's folder: one line naming what it is and
+    how to read it (they said "pass config=" and "vocab.txt has no [UNK]")."""
+    from ernie_doc import AutoModel, AutoTokenizer
+    from ernie_doc.errors import CheckpointError, TokenizerError
+    best = finished[0] / "best"
+    line = (f"{best}: a language model (lm_config.json: a Transformer-XL with a word vocabulary, "
+            f"no tokenizer), not an ERNIE-Doc model; read text with pipeline({str(best)!r}), "
+            "load it with ernie_doc.lm.model.TransformerXLLM")
+    for load, error in ((AutoModel.from_pretrained, CheckpointError),
+                        (AutoTokenizer.from_pretrained, TokenizerError)):
+        with pytest.raises(error) as e:
+            load(str(best))
+        assert str(e.value) == line
+
+
 def test_warm_start_from_a_trained_model(finished, data, tmp_path):
     best = finished[0] / "best"
     out = tmp_path / "warm"

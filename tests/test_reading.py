@@ -286,6 +286,11 @@ def test_a_folder_saved_before_the_record_reads_as_its_task_json_says(folders, t
     record["config"]["stride"] = 5
     (old / "task.json").write_text(json.dumps(record))
     assert AutoTokenizer.from_pretrained(old).segment_stride == 5
+    record["config"]["max_seq_len"] = 2 ** 31 - 1   # a bad value is one line naming the file
+    (old / "task.json").write_text(json.dumps(record))
+    with pytest.raises(TokenizerError, match=f"^{old / 'task.json'}: model_max_length must be "
+                                             "an integer from 1 to 1048576, got 2147483647$"):
+        AutoTokenizer.from_pretrained(old)
 
 
 def test_a_plain_call_of_a_model_that_reads_twice_says_so_once(folders):

@@ -16,7 +16,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from ernie_doc.config import MAX_DIM
+from ernie_doc.config import LM_CONFIG_FILE, MAX_DIM
 from ernie_doc.errors import CheckpointError, ConfigError
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
@@ -28,7 +28,7 @@ __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "pad_reshape_re
 RECURRENCES = ("enhanced", "xl", "none")
 SEGA_RELATIVE = ("exact", "segatron")
 MASK_VALUE = 1e30   # added (negated) to masked scores: exp underflows to exactly 0
-CONFIG_FILE = "lm_config.json"
+CONFIG_FILE = LM_CONFIG_FILE
 WEIGHTS_FILE = "model.safetensors"
 
 # The paper's WikiText-103 models (appendix table; the rest is Transformer-XL's scripts).

@@ -17,7 +17,8 @@ import numpy as np
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.lodtensor import PathLike, bf16_to_fp32
-from ernie_doc.config import ErnieDocConfig, known_keys, saved_reading, training_checkpoint_problem
+from ernie_doc.config import (ErnieDocConfig, known_keys, language_model_problem, saved_reading,
+                              training_checkpoint_problem)
 from ernie_doc.errors import CheckpointError
 from ernie_doc.utils import clip, dtype_name, short_list
 
@@ -274,7 +275,7 @@ def _resolve_config(ckpt: io.Checkpoint, config: Any) -> Tuple[ErnieDocConfig, s
                 cfg = cfg.replace(retro_feed=retro_feed)
         return cfg, ckpt.config_path
     folder = ckpt.path if os.path.isdir(ckpt.path) else os.path.dirname(ckpt.path) or os.curdir
-    problem = training_checkpoint_problem(folder)
+    problem = training_checkpoint_problem(folder) or language_model_problem(folder)
     if problem:
         raise CheckpointError(problem)
     raise CheckpointError(

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import List, Optional, Union
 
-from ernie_doc.config import run_model_folder, saved_reading, training_checkpoint_problem
+from ernie_doc.config import (TASK_FILE, language_model_problem, run_model_folder, saved_reading,
+                              training_checkpoint_problem)
 from ernie_doc.errors import TokenizerError
 from ernie_doc.utils import clip
 
@@ -129,6 +130,9 @@ def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[
     """The tokenizer of `directory`: the type its tokenizer_config.json records (its files
     required), else the one its files show; None when it holds no tokenizer."""
     from .base import CONFIG_FILE
+    problem = language_model_problem(str(directory))
+    if problem:   # its vocab.txt is a word list, no WordPiece vocabulary
+        raise TokenizerError(problem)
     config = _saved_config(directory)
     wanted = config.get("tokenizer_class")
     if wanted is not None:   # the record decides: its files must be there
@@ -175,7 +179,9 @@ def _set_reading(tokenizer: Tokenizer, directory: Path, config: dict) -> None:
         if reading.get("segment_layout") in base.SEGMENT_LAYOUTS:
             config = dict(config, segment_layout=reading["segment_layout"],
                           max_doc_tokens=reading.get("max_doc_tokens") or 0)
-            config.setdefault("model_max_length", reading.get("max_seq_len"))
+            if "model_max_length" not in config:   # the run's, checked naming its file
+                config["model_max_length"] = check_model_max_length(
+                    reading.get("max_seq_len"), str(directory / TASK_FILE))
     if config.get("segment_layout") and "segment_stride" not in config:
         # saved before the stride was recorded: the run's own, else the model's memory_len
         reading = saved_reading(str(directory)) if reading is None else reading
