@@ -9,7 +9,7 @@ import json
 import logging
 import math
 import os
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from ernie_doc.errors import ConfigError
 
@@ -280,13 +280,16 @@ def _config_file(path: str) -> Optional[str]:
     when there is none."""
     if os.path.isfile(path) and path.endswith(".json"):
         return path
-    path = run_model_folder(path)
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    folders = [folder]
-    if os.path.basename(os.path.normpath(os.path.abspath(folder))) == "params":
-        folders.append(os.path.dirname(os.path.normpath(os.path.abspath(folder))))
-    return next((os.path.join(f, n) for f in folders for n in CONFIG_FILES
-                 if os.path.isfile(os.path.join(f, n))), None)
+    return next((os.path.join(f, n) for f in model_folders(run_model_folder(path))
+                 for n in CONFIG_FILES if os.path.isfile(os.path.join(f, n))), None)
+
+
+def model_folders(path: str) -> List[str]:
+    """Where the files of a local checkpoint path lie: its folder (the path itself, or a
+    file's folder) and, above a folder named params/ (the official layout), its parent."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or os.curdir
+    parent = os.path.normpath(os.path.abspath(folder))
+    return [folder] + ([os.path.dirname(parent)] if os.path.basename(parent) == "params" else [])
 
 
 def integer_problem(value: object, low: int = 0, high: int = MAX_DIM,

@@ -82,8 +82,6 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
         pad_id = getattr(tokenizer, "pad_token_id", None)
         if pad_id is None:
             raise ValueError("pad_id: give it, or a tokenizer that has one")
-    if stride is None and special_tokens:   # a fine-tuned run's tokenizer: the run's
-        stride = getattr(tokenizer, "segment_stride", 0) or None
     cut = _document_cutter(seq_len, tokenizer if special_tokens else None, stride, pad_id,
                            bool(retro_feed))
     vocab = getattr(tokenizer, "vocab_size", None)
@@ -117,12 +115,14 @@ def _document_cutter(seq_len: int, tokenizer: Any, stride: Optional[int], pad_id
                      retro_feed: bool) -> Callable[[Any, int], Sequence[Segment]]:
     """How one document's ids become the segments its row reads: the tokenizer's segment
     layout (the official one, [CLS] last, unless a run's tokenizer records another) with its
-    [CLS] / [SEP] and its document cut (max_doc_tokens) when a tokenizer is given, else raw
-    windows of seq_len (`raw_segments`); twice under retro_feed."""
-    if tokenizer is not None:
+    [CLS] / [SEP], its document cut (max_doc_tokens) and its stride (segment_stride, else
+    T−2) when a tokenizer is given, else raw windows of seq_len (`raw_segments`); twice under
+    retro_feed."""
+    if tokenizer is not None:   # what a fine-tuned run's tokenizer records is how it read
         layout = getattr(tokenizer, "segment_layout", None) or "cls_last"
         keep = getattr(tokenizer, "max_doc_tokens", 0) or None
-        segmenter = ClassificationSegmenter(seq_len, stride or seq_len - 2,
+        stride = stride or getattr(tokenizer, "segment_stride", 0) or seq_len - 2
+        segmenter = ClassificationSegmenter(seq_len, stride,
                                             tokenizer.cls_token_id, tokenizer.sep_token_id,
                                             pad_id, layout)
 

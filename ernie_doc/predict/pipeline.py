@@ -398,7 +398,6 @@ def _model_and_hf_task(model_or_task: Any, model: Any) -> Tuple[str, Optional[st
     """pipeline()'s first argument and `model=` → (the model folder, Hugging Face's task name
     or None); PipelineError for a call that names no model, or a first argument beside
     model= that is no task."""
-    names = ", ".join(HF_TASKS)
     for given in (model_or_task, model):
         if given is not None and not isinstance(given, (str, os.PathLike)):
             raise PipelineError(f"pipeline: expected a model folder (a path) or a task name, "
@@ -419,5 +418,5 @@ def _model_and_hf_task(model_or_task: Any, model: Any) -> Tuple[str, Optional[st
     if model_or_task not in HF_TASKS:
         raise PipelineError(f"pipeline({clip(repr(model_or_task))}, model=...): the first "
                             f"argument beside model= is a Hugging Face task name, one of "
-                            f"{names}; one of our tasks is task=NAME")
+                            f"{', '.join(HF_TASKS)}; one of our tasks is task=NAME")
     return model, model_or_task

@@ -148,16 +148,8 @@ class TokenizerCallMixin:
     def encode_array(self, text: str) -> np.ndarray:
         """encode(text) as int64 [n], built a piece of the text at a time: a million-token
         document's ids as one list of Python ints take some 36 bytes each, as an array 8."""
-        parts, total = [], 0
-        for ids in self._id_chunks(text):
-            parts.append(np.asarray(ids, dtype=np.int64))
-            total += len(ids)
-        out = np.empty(total, dtype=np.int64)
-        at = 0
-        for part in parts:
-            out[at:at + len(part)] = part
-            at += len(part)
-        return out
+        parts = [np.asarray(ids, dtype=np.int64) for ids in self._id_chunks(text)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def _id_chunks(self, text: str) -> Iterator[List[int]]:
         """The ids of `text` in consecutive chunks that join into encode(text) exactly: whole

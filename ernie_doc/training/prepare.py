@@ -19,7 +19,7 @@ from ernie_doc import distributed as dist
 from ernie_doc import peers
 from ernie_doc.assemble import (Assembly, SavedReader, build_model, check_memory, choose_tokenizer,
                                 read_as_trained, resolve_inputs, setup_reading)
-from ernie_doc.config import RUN_CONFIG_FILE
+from ernie_doc.config import RUN_CONFIG_FILE, model_folders
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
 from ernie_doc.errors import ConfigError, DataError
@@ -158,15 +158,12 @@ def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]
 
 def fine_tuned_folder(path: str) -> Optional[str]:
     """The folder with task.json that checkpoint `path` belongs to, as its model config is
-    found (config._config_file): a directory itself, a weights file's folder, and above a
+    found (config.model_folders): a directory itself, a weights file's folder, and above a
     folder named params/ its parent; None when there is none."""
     if not os.path.exists(path):
         return None
-    folder = path if os.path.isdir(path) else (os.path.dirname(path) or os.curdir)
-    candidates = [folder]
-    if os.path.basename(os.path.abspath(folder)) == "params":
-        candidates.append(os.path.dirname(os.path.abspath(folder)))
-    return next((f for f in candidates if os.path.isfile(os.path.join(f, TASK_FILE))), None)
+    return next((f for f in model_folders(path) if os.path.isfile(os.path.join(f, TASK_FILE))),
+                None)
 
 
 def _abandon(output_dir: str, created: bool) -> None:
