@@ -6,8 +6,9 @@
 - none: no memory.
 
 Memory carries no gradient, except in an explanation's gradient pass (`detach=False`, the
-model's `memory_gradient` switch), which follows a prediction back through it. A row whose document ends is reset to zeros, exactly the
-official start-of-evaluation state; nothing here keeps hidden state."""
+model's `memory_gradient` switch), which follows a prediction back through it. A row whose
+document ends is reset to zeros, exactly the official start-of-evaluation state; nothing here
+keeps hidden state."""
 from typing import Optional
 
 import paddle
