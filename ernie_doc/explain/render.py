@@ -28,7 +28,7 @@ LEVELS = 10
 SHADES = [f"m{-k}" if k < 0 else f"p{k}" if k > 0 else "z" for k in range(-LEVELS, LEVELS + 1)]
 # the PNG's two readings (the page's table uses the same words)
 READING_LABELS = {"skim": "skim (1st reading)", "retrospective": "retrospective (2nd reading)"}
-READING_COLOURS = ("#9a9a9a", "#2a9d8f")
+READING_COLOURS = ("#8172b3", "#2a9d8f")
 NEEDS_MATPLOTLIB = "the PNG needs matplotlib: pip install matplotlib (or --no-png)"
 PREDICTION_CHARS = 400   # the page's header shows the prediction record up to this length
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -152,7 +152,7 @@ def _draw_segments(ax, record: dict) -> None:
         colours = [_hex(RED) if v > 0 else _hex(BLUE) for v in totals]
         ax.bar(x, totals, width=0.8, color=colours, linewidth=0)
     if not np.any(totals) and (split is None or not np.any(split)):
-        ax.text(0.5, 0.5, "every segment scores 0" if segments else "no segments",
+        ax.text(0.5, 0.75, "every segment scores 0" if segments else "no segments",
                 transform=ax.transAxes, ha="center", va="center", color="dimgray")
     ax.axhline(0.0, color="black", linewidth=0.6)
     if segments:
