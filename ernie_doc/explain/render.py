@@ -225,9 +225,10 @@ def _header_html(record: dict, token_scale: float, segment_scale: float) -> str:
             f"{_esc(', '.join(map(str, record.get('readings') or [])))}</p>\n"
             f"<p>prediction: <code>{_esc(prediction)}</code></p>\n"
             f'<p><span class="bar"></span> blue lowers the target score, white is 0, red '
-            f"raises it; the text is shaded on ±{_esc(f'{token_scale:.4g}')} (its largest "
-            f"|token score|), the tables on ±{_esc(f'{segment_scale:.4g}')} (the largest "
-            f"|segment score|). Hover a word for its score.</p>\n")
+            f"raises it. The text and the top tokens are shaded on "
+            f"±{_esc(f'{token_scale:.4g}')} (the largest |token score|), the segment table "
+            f"on ±{_esc(f'{segment_scale:.4g}')} (the largest |segment score|). Hover over a "
+            f"word for its score.</p>\n")
 
 
 def _segments_html(record: dict, scale: float) -> str:
