@@ -131,6 +131,13 @@ def test_png_all_zero_many_segments_and_a_hostile_title(tmp_path):
     # a doc_id matplotlib would read as (broken) mathtext is drawn as text
     render_png(_record(1, doc_id=r"$\frac{$ " + HOSTILE), str(tmp_path / "math.png"))
     assert _pixels(tmp_path / "math.png").shape == (400, 512, 3)
+    # no segment at all (an empty document): an empty frame, no error
+    render_png({"doc_id": "empty", "segments": [], "readings": ["single"]},
+               str(tmp_path / "empty.png"))
+    assert _pixels(tmp_path / "empty.png").shape == (400, 500, 3)
+    # a lone surrogate (the font engine's TypeError) and a very long id: drawn, clipped
+    render_png(_record(1, doc_id="x\udc80" * 5000), str(tmp_path / "odd.png"))
+    assert _pixels(tmp_path / "odd.png").shape == (400, 512, 3)
 
 
 def test_png_replaces_and_fails_whole(tmp_path, monkeypatch):
@@ -270,6 +277,19 @@ def test_page_makes_a_hostile_document_inert():
     # the hostile token's text sits escaped in its span
     assert any(x == '</span><script>alert(1)</script><img' for _, _, x in _spans(page))
     assert html.escape('7" onload="x', quote=True) in page
+
+
+def test_page_of_an_empty_document():
+    page = page_html({"doc_id": "e", "segments": [], "texts": {"text": ""},
+                      "token_scores": {"text": []}})
+    assert _field_text(page) == "" and "<h2>Segments</h2>" in page and "Top tokens" not in page
+
+
+def test_page_with_a_lone_surrogate_is_written(tmp_path):
+    """Not UTF-8 (a lone surrogate, which predict's inputs refuse): written as \\uXXXX."""
+    render_html(_record(1, text="a \ud800 b", doc_id="x\udc80"), str(tmp_path / "s.html"))
+    page = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert _field_text(page) == "a \\ud800 b" and "<h1>document x\\udc80:" in page
 
 
 def test_page_of_a_long_text_is_linear():

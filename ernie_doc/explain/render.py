@@ -12,6 +12,7 @@ numpy and the standard library only; matplotlib is imported by render_png alone,
 a million characters costs one pass over its tokens, not over its characters."""
 import html
 import json
+import numbers
 import re
 import warnings
 from typing import List, Optional, Sequence, Tuple
@@ -19,7 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ernie_doc.errors import MissingDependency
-from ernie_doc.utils import atomic_path, atomic_write_text
+from ernie_doc.utils import atomic_path
 
 # One diverging map for the page and the picture, as (r, g, b): +max, 0, -max.
 RED, WHITE, BLUE = (220, 50, 47), (255, 255, 255), (38, 110, 220)
@@ -40,8 +41,9 @@ def figure_names(index: int, doc_id: str) -> Tuple[str, str]:
     to [A-Za-z0-9._-] (anything else, leading dots too, becomes `_`), at most 60 characters,
     `doc` when nothing is left; the zero-padded index keeps the names in input order and
     unique when two ids reduce alike. No name leaves the directory or hides in it."""
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
         raise ValueError(f"figure_names: index must be an int >= 0, not {index!r}")
+    index = int(index)
     safe = _UNSAFE.sub("_", str(doc_id)[:60])
     dots = len(safe) - len(safe.lstrip("."))
     safe = ("_" * dots + safe[dots:]) or "doc"
@@ -85,9 +87,14 @@ def _esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _is_number(value: object) -> bool:
+    """A real number (numpy's scalars too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _number(value: object, digits: int = 4) -> str:
     """A score as the page and the title show it: signed, `digits` significant digits."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if _is_number(value):
         return f"{value:+.{digits}g}"
     return "–" if value is None else str(value)
 
@@ -105,11 +112,14 @@ def reading_split(record: dict) -> Tuple[List[str], Optional[np.ndarray]]:
     return labels, np.asarray(splits, dtype=np.float64).reshape(len(splits), len(readings))
 
 
-def _target_line(record: dict) -> str:
-    """'document 7: label 'pos' = +0.93 (occlusion)', unescaped."""
+def _target_line(record: dict, limit: int = 200) -> str:
+    """'document 7: label 'pos' = +0.93 (occlusion)', unescaped; the id and the target's name
+    clipped to `limit` characters each."""
     target = record.get("target") or {}
-    return (f"document {record.get('doc_id')}: {target.get('name')} = "
-            f"{_number(target.get('score'))} ({record.get('method')})")
+    doc_id, name = (v if len(v) <= limit else v[:limit - 1] + "…"
+                    for v in (str(record.get("doc_id")), str(target.get("name"))))
+    return (f"document {doc_id}: {name} = {_number(target.get('score'))} "
+            f"({record.get('method')})")
 
 
 # -- the picture --------------------------------------------------------------------------------
@@ -128,9 +138,10 @@ def _matplotlib():
     return Figure, FigureCanvasAgg, MaxNLocator
 
 
-def _plain(text: str, limit: int = 80) -> str:
-    """`text` for a matplotlib label: clipped, its `$` escaped (no mathtext from a doc_id)."""
-    text = text if len(text) <= limit else text[:limit - 1] + "…"
+def _plain(text: str) -> str:
+    """`text` for a matplotlib label: its `$` escaped (no mathtext from a doc_id), a lone
+    surrogate (which the font engine refuses) as \\uXXXX."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("$", r"\$")
 
 
@@ -175,7 +186,7 @@ def render_png(record: dict, path: str) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("segment (in document order)")
     ax.set_ylabel("attribution (+ raises the target score)")
-    ax.set_title(_plain(_target_line(record), 110), fontsize=10)
+    ax.set_title(_plain(_target_line(record, 40)), fontsize=10)
     with warnings.catch_warnings():
         # a doc_id in a script the font lacks: boxes in the title, not a warning per glyph
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
@@ -206,7 +217,7 @@ def _style() -> str:
 
 def _cell(value: object, scale: float) -> str:
     """A table cell holding a score, shaded on ±scale."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not _is_number(value):
         return f'<td class="num">{_esc(_number(value))}</td>'
     level = int(shade_levels(np.asarray([value]), scale)[0])
     return f'<td class="num {SHADES[level + LEVELS]}">{_esc(_number(value))}</td>'
@@ -310,5 +321,7 @@ def page_html(record: dict) -> str:
 def render_html(record: dict, path: str) -> None:
     """Write `path`: the record's page (page_html), UTF-8, self-contained (inline CSS; no
     script, font or image from anywhere: it opens with no network). Atomic: a temporary file
-    beside `path`, then os.replace."""
-    atomic_write_text(path, page_html(record))
+    beside `path`, then os.replace. A lone surrogate (not UTF-8) is written as \\uXXXX."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(page_html(record))
