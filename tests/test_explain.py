@@ -10,7 +10,7 @@ import json
 import numpy as np
 import paddle
 import pytest
-from helpers import in_process, one_error_line, tiny_classifier
+from helpers import in_process, tiny_classifier
 from test_tasks import WORDS
 
 from ernie_doc.data.document import Document
@@ -244,20 +244,32 @@ def test_explain_command_writes_lines_pictures_and_pages(runs, tmp_path):
     assert (out / "explanations.jsonl").read_bytes() == before
 
 
-def test_explain_command_refuses_in_one_line(runs, tmp_path, capsys):
+def one_line(proc, *parts):
+    """The command's stderr is one `error:` line holding every part → that line."""
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert all(p in lines[0] for p in parts), lines[0]
+    return lines[0]
+
+
+def test_explain_command_refuses_in_one_line(runs, tmp_path):
     docs = tmp_path / "d.txt"
     docs.write_text(DOCS[0], encoding="utf-8")
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    explain_cli(runs["none"], "--input", docs, "--output", a_file, expect=2)
-    assert "exists and is not a directory" in one_error_line(capsys)
+    one_line(explain_cli(runs["none"], "--input", docs, "--output", a_file, expect=2),
+             "exists and is not a directory")
     missing = tmp_path / "no" / "where"
-    explain_cli(runs["none"], "--input", docs, "--output", missing, expect=2)
-    assert "does not exist" in one_error_line(capsys) and not missing.parent.exists()
+    one_line(explain_cli(runs["none"], "--input", docs, "--output", missing, expect=2),
+             "does not exist")
+    assert not missing.parent.exists()
     out = tmp_path / "new"
-    explain_cli(runs["none"], "--input", tmp_path / "nothing.txt", "--output", out, expect=2)
-    one_error_line(capsys, "nothing.txt")
+    one_line(explain_cli(runs["none"], "--input", tmp_path / "nothing.txt", "--output", out,
+                         expect=2), "nothing.txt")
     assert not out.exists()   # made by this run, left empty: removed
-    explain_cli(runs["none"], "--input", docs, "--output", out, "--target", "nope",
-                "--on-error", "fail", expect=2)
-    one_error_line(capsys, "--target 'nope' is not a label")
+    one_line(explain_cli(runs["none"], "--input", docs, "--output", out, "--target", "nope",
+                         "--on-error", "fail", expect=2), "--target 'nope' is not a label")
+    # as predict: the records written before the failure (none), complete, and no figure
+    assert (out / "explanations.jsonl").read_bytes() == b""
+    assert sorted(p.name for p in out.iterdir()) == ["explanations.jsonl",
+                                                     "explanations.jsonl.meta.json"]

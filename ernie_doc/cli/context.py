@@ -145,9 +145,8 @@ def relative_text(curve: List[float]) -> str:
 def plot_document_curves(found: Dict[str, Any], path: str) -> None:
     """context.png: occlusion |Δ| and gradient norm by distance, each run's curve divided by
     its value at d = 0, one colour per variant (log scale)."""
-    from ernie_doc.explain.render import save_figure
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(10, 4), dpi=100)
+    from ernie_doc.explain.render import new_figure, save_figure
+    fig = new_figure(10, 4)
     colours: Dict[str, str] = {}
     for i, method in enumerate(("occlusion", "gradient")):
         ax = fig.add_subplot(1, 2, i + 1)
@@ -166,7 +165,6 @@ def plot_document_curves(found: Dict[str, Any], path: str) -> None:
         ax.set_ylabel("÷ influence at d = 0")
         ax.set_title("occlusion |Δ|" if method == "occlusion" else "gradient norm")
         ax.legend(fontsize=8)
-    fig.tight_layout()
     save_figure(fig, path)
 
 
@@ -185,9 +183,9 @@ def check_output(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Measure every model and write --output's files → what context.json holds."""
+    from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import model_directory, task_record
     from ernie_doc.utils import atomic_write_text, set_paddle_threads
-    from ernie_doc.errors import PipelineError
     directory = check_output(args)
     if args.threads:
         set_paddle_threads(args.threads, "--threads", PipelineError)

@@ -65,8 +65,7 @@ def explainer(args: argparse.Namespace) -> Any:
     pipe = Pipeline.from_pretrained(args.model, args.batch_size, args.on_error, args.device,
                                     "dygraph", "fp32", args.threads or 1, task=args.task)
     return Explainer(pipe, args.method, args.target, args.replace, args.steps,
-                     args.max_segments, args.top_tokens, progress=not args.no_progress,
-                     on_error=args.on_error)
+                     args.max_segments, args.top_tokens, progress=not args.no_progress)
 
 
 def figure_writer(args: argparse.Namespace, directory: str):

@@ -85,10 +85,10 @@ def measure_documents(explainer: Explainer, documents: Iterable[Any], limit: int
     others, and those it cannot read, are counted) → {"occlusion": mean_curve + reach,
     "gradient": mean_curve + reach, "documents", "skipped"}."""
     occlusion, gradient, skipped = [], [], 0
-    for index, item in enumerate(explainer.items(documents)):
+    for index, item in enumerate(explainer.pipe.items(documents)):
         if len(occlusion) >= limit:
             break
-        doc = explainer.admit(index, item, set(), {})
+        doc = explainer.pipe.admit(index, item, set(), {})
         try:
             found = last_segment_influence(explainer, doc) \
                 if isinstance(doc, Document) else None

@@ -6,7 +6,7 @@ drove the prediction (ernie_doc.explain.attribution), in the schema docs/explain
     pipe.explain(["a long review ..."], method="gradient")   # → [{"doc_id", "segments", ...}]
 """
 import math
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -18,16 +18,23 @@ from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_me
                                            document_layout, gradient_pass, read_variants,
                                            token_attributions)
 from ernie_doc.explain.record import explanation_record
-from ernie_doc.predict.inputs import DocumentStream
 from ernie_doc.resources import activation_bytes, available_memory, describe
 from ernie_doc.utils import progress_bar
 
+EXPLAINED = ("classification", "span", "multiple_choice", "pair_matching")
 MAX_SEGMENTS = 256   # occlusion reads a document once per segment: more is refused
 TOP_TOKENS = 20
 
 
-class Explainer(DocumentStream):
-    """Explanations of a Pipeline's predictions (dygraph engine). `method`: occlusion,
+def explains(task: Any) -> bool:
+    """Whether `task`'s kind says what an explanation follows (Task.explain_target)."""
+    from ernie_doc.kinds.base import DocumentTask
+    return type(task).explain_target is not DocumentTask.explain_target
+
+
+class Explainer:
+    """Explanations of a Pipeline's predictions (dygraph engine); the pipeline admits the
+    documents (its error records, on_error and ids: predict's rules). `method`: occlusion,
     gradient or integrated_gradients; `target`: what to explain (a label, an answer text, a
     choice; None: the prediction); `replace`: pad or mask (occlusion's token, and the
     gradients' baseline); `steps`: integrated gradients' midpoints; `max_memory`: bytes a
@@ -36,19 +43,23 @@ class Explainer(DocumentStream):
     def __init__(self, pipe: Any, method: str = "occlusion", target: Optional[str] = None,
                  replace: str = "pad", steps: int = 16, max_segments: int = MAX_SEGMENTS,
                  top_tokens: int = TOP_TOKENS, max_memory: Optional[int] = None,
-                 progress: bool = False, on_error: str = "record"):
+                 progress: bool = False):
         check_method(method, replace, steps)
         if not isinstance(pipe.model, paddle.nn.Layer):
             raise PipelineError("explain reads the model on the dygraph engine: give the "
                                 "fine-tuned folder, not its export")
+        for key, value in (("max_segments", max_segments), ("top_tokens", top_tokens + 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PipelineError(f"{key} must be a positive integer, got {value!r}")
+        if not explains(pipe.task):
+            raise PipelineError(f"explain: kind {pipe.cfg.kind!r} has no explanation target "
+                                f"(the document kinds that have one: {', '.join(EXPLAINED)})")
         self.pipe, self.task, self.cfg, self.model = pipe, pipe.task, pipe.cfg, pipe.model
         self.method, self.target, self.steps = method, target, steps
         self.max_segments, self.top_tokens = max_segments, top_tokens
         self.max_memory, self.progress = max_memory, progress
-        self.on_error = self.check_on_error(on_error)
         self.replacement = self._replacement(replace)
         self.chunk = max(1, pipe.rows // pipe.group)   # variants read side by side
-        self.vocab_size, self.reads_text = pipe.vocab_size, pipe.reads_text
 
     def _replacement(self, replace: str) -> int:
         if replace == "pad":
@@ -62,9 +73,10 @@ class Explainer(DocumentStream):
     # -- documents → records -------------------------------------------------------------------
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
         """One record per document, in input order, each with its input `index`."""
-        skip, seen = self.skip_ids(skip), {}
-        for index, item in enumerate(self.items(documents)):
-            doc = self.admit(index, item, skip, seen)
+        pipe = self.pipe
+        skip, seen = pipe.skip_ids(skip), {}
+        for index, item in enumerate(pipe.items(documents)):
+            doc = pipe.admit(index, item, skip, seen)
             if not isinstance(doc, Document):   # skipped, or an error record
                 if doc:
                     yield doc
@@ -72,8 +84,12 @@ class Explainer(DocumentStream):
             try:
                 record = self.explain_document(doc)
             except DataError as e:
-                record = self.problem(index, doc.doc_id, str(e))
+                record = pipe.problem(index, doc.doc_id, str(e))
             yield dict(record, index=index)
+
+    def __call__(self, documents: Iterable[Any]) -> List[dict]:
+        """Explain every document → one record per document, in input order."""
+        return sorted(self.stream(documents), key=lambda r: r["index"])
 
     def explain_document(self, doc: Document) -> dict:
         """One document → its explanation record (DataError: what it cannot explain)."""
@@ -83,46 +99,46 @@ class Explainer(DocumentStream):
         layout = document_layout(self.task, doc, self.pipe.tokenizer, self.cfg.retro_feed,
                                  self.cfg.train_skim)
         fields = self.task.field_offsets(doc, self.pipe.tokenizer)
-        with paddle.no_grad():
-            rows = self._read(layout, [None])[0]
-        plain = [(s, r.numpy()) for s, r in rows]
-        prediction = self.task.predict_document(doc, plain, layout.passes)
-        target = self.task.explain_target(doc, layout.passes, plain, prediction, self.target)
-        score = float(target.score(rows))
-        if self.method == "occlusion":
-            per_segment, by_reading, tokens = self._occlusion(doc, layout, target, score)
-            extra = {}
-        else:
-            per_segment, by_reading, tokens, extra = self._gradients(doc, layout, target,
-                                                                      fields)
-        return self._record(doc, layout, fields, prediction, target, score, per_segment,
-                            by_reading, tokens, extra)
+        explain = self._occlusion if self.method == "occlusion" else self._gradients
+        return explain(doc, layout, fields)
 
     def _read(self, layout: Layout, variants: Sequence[Optional[int]],
               probe: Optional[EmbeddingProbe] = None) -> list:
         return read_variants(self.model, self.task, layout, self.cfg.max_seq_len,
                              self.pipe.pad_id, variants, self.replacement, probe)
 
+    def _predicted(self, doc: Document, layout: Layout, rows: list) -> Tuple[dict, Any, float]:
+        """The unchanged document's rows → (predict's record, the target, its score)."""
+        plain = [(s, r.detach().numpy()) for s, r in rows]
+        prediction = self.task.predict_document(doc, plain, layout.passes)
+        target = self.task.explain_target(doc, layout.passes, plain, prediction, self.target)
+        return prediction, target, float(target.score(rows))
+
     # -- occlusion -------------------------------------------------------------------------------
-    def _occlusion(self, doc: Document, layout: Layout, target: Any, score: float
-                   ) -> Tuple[np.ndarray, None, Optional[dict]]:
-        """Each segment's target(document) − target(segment replaced in every reading) [S]."""
+    def _occlusion(self, doc: Document, layout: Layout, fields: dict) -> dict:
+        """Each segment's target(document) − target(segment replaced in every reading); the
+        document itself is read beside the first variants."""
         if layout.segments > self.max_segments:
             raise DataError(f"{layout.segments} segments: more than max_segments "
                             f"{self.max_segments} (occlusion reads the document once per "
                             f"segment); raise it, or use method gradient")
-        deltas = np.zeros(layout.segments)
-        bar = progress_bar(total=layout.segments, unit="read", desc=f"occlude {doc.doc_id}",
-                           requested=self.progress and layout.segments > self.chunk,
+        variants: List[Optional[int]] = [None] + list(range(layout.segments))
+        deltas, found = np.zeros(layout.segments), None
+        bar = progress_bar(total=len(variants), unit="read", desc=f"occlude {doc.doc_id}",
+                           requested=self.progress and len(variants) > self.chunk,
                            leave=False)
         with paddle.no_grad():
-            for first in range(0, layout.segments, self.chunk):
-                variants = list(range(first, min(first + self.chunk, layout.segments)))
-                for v, rows in zip(variants, self._read(layout, variants)):
-                    deltas[v] = score - float(target.score(rows))
-                bar.update(len(variants))
+            for first in range(0, len(variants), self.chunk):
+                part = variants[first:first + self.chunk]
+                read = self._read(layout, part)
+                if found is None:
+                    found = self._predicted(doc, layout, read[0])
+                for v, rows in zip(part, read):
+                    if v is not None:
+                        deltas[v] = found[2] - float(found[1].score(rows))
+                bar.update(len(part))
         bar.close()
-        return deltas, None, None
+        return self._record(doc, layout, fields, *found, deltas, None, None, {})
 
     # -- gradients -------------------------------------------------------------------------------
     def graph_bytes(self, layout: Layout, rows: int, recompute: bool) -> int:
@@ -156,42 +172,42 @@ class Explainer(DocumentStream):
                         f"{describe(limit)} available; use method occlusion, or cut the "
                         f"document (max_doc_tokens)")
 
-    def _gradients(self, doc: Document, layout: Layout, target: Any,
-                   fields: Dict[str, Tuple[str, np.ndarray]]
-                   ) -> Tuple[np.ndarray, np.ndarray, dict, dict]:
-        """(segment scores [S], per reading [S, R], token scores {field: [R, n]}, extra
-        record fields) of gradient × (x − x'), or integrated gradients' midpoint mean."""
-        alphas = [1.0] if self.method == "gradient" else \
-            [(k + 0.5) / self.steps for k in range(self.steps)]
+    def _gradients(self, doc: Document, layout: Layout, fields: dict) -> dict:
+        """(x − x') · ∂target/∂z per token and segment: z = x for gradient (its forward is
+        the prediction too), the midpoints between x' and x for integrated gradients."""
         per_pass, recompute = self._plan(layout)
-        sizes = {f: len(offsets) for f, (_, offsets) in fields.items()}
-        tokens = {f: np.zeros((layout.readings, n)) for f, n in sizes.items()}
+        found, extra = None, {"recompute": recompute}
+        alphas = [1.0]
+        if self.method == "integrated_gradients":
+            alphas = [(k + 0.5) / self.steps for k in range(self.steps)]
+            with paddle.no_grad():
+                plain, baseline = self._read(layout, [None, ALL])
+                found = self._predicted(doc, layout, plain)
+            extra.update(steps=self.steps, baseline=round(float(found[1].score(baseline)), 6))
+        tokens = {f: np.zeros((layout.readings, len(o))) for f, (_, o) in fields.items()}
         segments = np.zeros((layout.segments, layout.readings))
         embedding = self.model.ernie_doc.embeddings.word_emb
         for first in range(0, len(alphas), per_pass):
             part = alphas[first:first + per_pass]
             probe = EmbeddingProbe(embedding, self.replacement, part, layout.group)
             with gradient_pass(self.model, recompute), probe.attached():
-                found = self._read(layout, [None] * len(part), probe)
-                paddle.add_n([target.score(rows) for rows in found]).backward()
+                read = self._read(layout, [None] * len(part), probe)
+                if found is None:   # gradient: this forward is the document's reading
+                    found = self._predicted(doc, layout, read[0])
+                paddle.add_n([found[1].score(rows) for rows in read]).backward()
             token_attributions(probe, len(alphas), tokens, segments)
-        extra = {"recompute": recompute}
-        if self.method == "integrated_gradients":
-            with paddle.no_grad():
-                baseline = float(target.score(self._read(layout, [ALL])[0]))
-            extra.update(steps=self.steps, baseline=baseline)
-        return segments.sum(axis=1), segments, tokens, extra
+        return self._record(doc, layout, fields, *found, segments.sum(axis=1), segments,
+                            {f: v.sum(axis=0) for f, v in tokens.items()}, extra)
 
     # -- the record ------------------------------------------------------------------------------
     def _record(self, doc: Document, layout: Layout, fields: dict, prediction: dict,
                 target: Any, score: float, per_segment: np.ndarray,
                 by_reading: Optional[np.ndarray], tokens: Optional[dict], extra: dict) -> dict:
         sources = segment_sources(layout)
-        summed = None if tokens is None else {f: v.sum(axis=0) for f, v in tokens.items()}
         return explanation_record(
             doc.doc_id, self.cfg.kind, self.method,
             {"name": target.name, "label": target.label, "score": round(score, 6)},
-            prediction, layout.readings, sources, per_segment, by_reading, summed, fields,
+            prediction, layout.readings, sources, per_segment, by_reading, tokens, fields,
             self.top_tokens, extra)
 
 

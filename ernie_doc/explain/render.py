@@ -15,7 +15,7 @@ import json
 import numbers
 import re
 import warnings
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -187,12 +187,30 @@ def render_png(record: dict, path: str) -> None:
     ax.set_xlabel("segment (in document order)")
     ax.set_ylabel("attribution (+ raises the target score)")
     ax.set_title(_plain(_target_line(record, 40)), fontsize=10)
+    save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: str) -> None:
+    """Lay out a matplotlib Figure (an Agg canvas attached) and write it to `path` as a PNG,
+    atomically: a temporary file beside `path`, then os.replace."""
+    _, FigureCanvasAgg, _ = _matplotlib()
+    if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
     with warnings.catch_warnings():
         # a doc_id in a script the font lacks: boxes in the title, not a warning per glyph
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
         fig.tight_layout()
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png")
+
+
+def new_figure(width: float, height: float) -> Any:
+    """A matplotlib Figure on an Agg canvas (no pyplot); MissingDependency without
+    matplotlib."""
+    Figure, FigureCanvasAgg, _ = _matplotlib()
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 # -- the page -----------------------------------------------------------------------------------

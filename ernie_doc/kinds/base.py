@@ -380,7 +380,7 @@ class DocumentTask(Task):
         ...; None: the prediction `record`), scored on the final reading's rows [(segment,
         row_scores row)]; `rows` are the unchanged document's (numpy). DataError for a
         target the document cannot have."""
-        raise ExplainUnsupported(f"kind {type(self).__name__} has no explanation target")
+        raise NotImplementedError(f"kind {type(self).__name__} has no explanation target")
 
     def field_offsets(self, doc: Document, tokenizer: Any) -> Dict[str, Tuple[str, np.ndarray]]:
         """The texts `Segment.sources` name → (text, character offsets [n, 2] of its tokens,
@@ -439,10 +439,6 @@ class DocumentTask(Task):
         """One document's prediction record (see `predict`): rows [(segment index, row
         output)] of its predicted steps, steps its reading passes."""
         raise NotImplementedError(f"kind {type(self).__name__} does not predict documents")
-
-
-class ExplainUnsupported(DataError):
-    """The model's kind has no explanation (ernie_doc.explain)."""
 
 
 @dataclasses.dataclass

@@ -269,7 +269,7 @@ class Pipeline(DocumentStream):
         (ernie_doc.explain.explainer.Explainer: `method`, `target`, `replace`, `steps` ...;
         docs/explain.md)."""
         from ernie_doc.explain.explainer import Explainer
-        return Explainer(self, on_error=self.on_error, **options)(documents)
+        return Explainer(self, **options)(documents)
 
 
 class TwoStagePipeline(DocumentStream):
