@@ -1,0 +1,1 @@
+"""What a trained model's prediction rests on: attributions and effective context."""
