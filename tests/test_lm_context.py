@@ -45,7 +45,7 @@ def lms(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm_context")
     text = write_wikitext(root / "wiki.test.tokens", 30, 0, words=30)
     vocab = Vocabulary.build([text])
-    return {"text": text, **{r: saved_lm(root, r, r, vocab) for r in ("enhanced", "none")}}
+    return {"text": text, **{r: saved_lm(root, r, r, vocab) for r in ("enhanced", "xl", "none")}}
 
 
 def losses(curve):
@@ -103,6 +103,27 @@ def test_refusals_are_one_line_before_reading(lms, tmp_path):
         memory_curve(run, text, [0], max_tokens=3)
     with pytest.raises(DataError, match="missing.tokens"):
         memory_curve(run, str(tmp_path / "missing.tokens"), [0])
+
+
+def test_documented_comparison_runs(lms, tmp_path, monkeypatch, capsys):
+    """docs/explain.md's block as written, on three saved models of one weights and the
+    three recurrences: `none` gains nothing from memory (effective context and RECL 0)."""
+    import readme_fixtures as rf
+    block = rf.block_run_by("tests/test_lm_context.py::test_documented_comparison_runs")
+    (tmp_path / "out").mkdir()
+    for name in ("none", "xl", "enhanced"):
+        (tmp_path / "out" / f"lm-{name}").symlink_to(lms[name])
+    (tmp_path / "wiki.test.tokens").symlink_to(lms["text"])
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(block.code, "docs/explain.md", "exec"), scope)
+    curves = scope["curves"]
+    assert curves["none"]["effective_context"] == {"length": 0, "beyond_grid": False}
+    assert len({p["loss"] for p in curves["none"]["points"]}) == 1
+    assert all(curves[n]["tokens"] == curves["none"]["tokens"] for n in curves)
+    assert recl(scope["token_nll"], 0.1)["none"]["recl"] == 0
+    printed = capsys.readouterr().out
+    assert printed.count("RECL r=") == 3 and "'none': 0" in printed
 
 
 # -- one model's effective context ----------------------------------------------------------------
