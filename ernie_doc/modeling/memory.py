@@ -19,15 +19,15 @@ def memory_source(mode: str, layer_input: paddle.Tensor,
 
 
 def update_memory(prev: Optional[paddle.Tensor], current: paddle.Tensor,
-                  mem_len: int) -> paddle.Tensor:
-    """Last mem_len positions of [prev; current] along time, detached: prev [B,M,*] or None,
-    current [B,T,*] → [B,M,*]."""
+                  mem_len: int, detach: bool = True) -> paddle.Tensor:
+    """Last mem_len positions of [prev; current] along time, detached unless `detach` is False:
+    prev [B,M,*] or None, current [B,T,*] → [B,M,*]."""
     seg_len = current.shape[1]
     if prev is None or (isinstance(seg_len, int) and seg_len >= mem_len):
         new = current[:, -mem_len:]
     else:
         new = paddle.concat([prev, current], axis=1)[:, -mem_len:]
-    return new.detach()
+    return new.detach() if detach else new
 
 
 def reset_rows(tensor: paddle.Tensor, reset: paddle.Tensor, batch_axis: int) -> paddle.Tensor:
