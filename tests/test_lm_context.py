@@ -10,8 +10,9 @@ import pytest
 from helpers import write_wikitext
 
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.explain.lm_context import (check_mem_lens, effective_context, memory_curve, recl,
-                                          relative_gains)
+from ernie_doc.explain.lm_context import (check_mem_lens, default_mem_lens, effective_context,
+                                          measure_language_models, memory_curve, plot_memory_curves,
+                                          recl, relative_gains)
 from ernie_doc.lm.data import Vocabulary
 from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM
 from ernie_doc.predict.lm import LMPipeline
@@ -124,6 +125,32 @@ def test_documented_comparison_runs(lms, tmp_path, monkeypatch, capsys):
     assert recl(scope["token_nll"], 0.1)["none"]["recl"] == 0
     printed = capsys.readouterr().out
     assert printed.count("RECL r=") == 3 and "'none': 0" in printed
+
+
+def test_a_group_is_measured_on_one_grid_and_tabled(lms, tmp_path):
+    """measure_language_models: the default grid (0, 32, … up to 4× the run's eval memory 16,
+    and 16 itself), the same tokens for every run, a JSON-able result, one table row per run,
+    and a figure."""
+    assert default_mem_lens({"mem_len": 16, "tgt_len": 8}) == [0, 16, 32, 64]
+    assert default_mem_lens({"mem_len": 0, "tgt_len": 8}) == [0, 32]
+    assert default_mem_lens({"mem_len": 64, "tgt_len": 64}) == list(range(0, 257, 32))
+    runs = {name: str(lms[name]) for name in ("none", "xl", "enhanced")}
+    found = measure_language_models(runs, str(lms["text"]), max_tokens=200)
+    assert found["mem_lens"] == [0, 16, 32, 64]
+    assert json.loads(json.dumps(found)) == found
+    assert {r["tokens"] for r in found["runs"].values()} == {198}
+    assert set(found["recl"]) == {"0.1", "0.5", "1.0"}
+    assert found["recl"]["0.1"]["none"]["recl"] == 0
+    lines = found["table"].splitlines()
+    assert lines[0].startswith("| run | recurrence | tokens | ppl, no memory |")
+    assert len(lines) == 5 and lines[2].startswith("| none | none | 198 |")
+    none_ppl = found["runs"]["none"]["points"][0]["ppl"]
+    assert f"| {none_ppl:.2f} | {none_ppl:.2f} (16) | {none_ppl:.2f} (0) | 0 | 0 | 0 | 0 |" \
+        in lines[2]
+    fig = plot_memory_curves(found)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 3
+    fig.savefig(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # -- one model's effective context ----------------------------------------------------------------

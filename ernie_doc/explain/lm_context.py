@@ -29,11 +29,13 @@ from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.kinds.lm import VOCAB_FILE, LMEvalStream
 from ernie_doc.lm.data import load_corpus
 
-__all__ = ["memory_curve", "recl", "relative_gains", "effective_context", "RECL_RATIOS",
+__all__ = ["memory_curve", "recl", "relative_gains", "effective_context",
+           "measure_language_models", "context_table", "plot_memory_curves", "RECL_RATIOS",
            "GAIN_THRESHOLD"]
 
 RECL_RATIOS = (0.1, 0.5, 1.0)   # the ratios r of Transformer-XL's Table 8
 GAIN_THRESHOLD = 0.01           # Appendix C: stop when the relative gain falls below 1 %
+MEM_STEP = 32                   # the default grid's step
 
 Losses = Union[float, Sequence[float], np.ndarray]
 
@@ -103,26 +105,37 @@ def _check(pipe: Any, directory: str, mems: List[int], rows: int, device: str) -
                                 what=f"{directory}: memory_curve mem_len {mems[-1]}")
 
 
-def memory_curve(run_dir: str, text_path: str, mem_lens: Sequence[int],
+def default_mem_lens(lengths: Mapping[str, Any]) -> List[int]:
+    """0, 32, 64, … up to 4× the eval protocol's memory (at least its tgt_len), and the
+    protocol's own memory length."""
+    own = int(lengths["mem_len"])
+    top = 4 * max(own, int(lengths["tgt_len"]))
+    return sorted(set(range(0, top + 1, MEM_STEP)) | {own})
+
+
+def memory_curve(run_dir: str, text_path: str, mem_lens: Optional[Sequence[int]] = None,
                  max_tokens: Optional[int] = None, rows: Optional[int] = None,
                  device: str = "cpu", progress: bool = False) -> Dict[str, Any]:
     """The loss of a saved language model (`run_dir`: a run's OUTPUT_DIR, or its best/ or
     final/) on `text_path` (a WikiText-style tokens file) for each test-time memory length in
-    `mem_lens`. `max_tokens`: read only the stream's first N tokens (None: all); `rows`: the
-    stream's rows (None: the run's eval_batch_size). Every memory length predicts the same
-    tokens. → {"model", "text", "recurrence", "protocol", "rows", "tokens", "unk",
-    "points": [{"mem_len", "loss" (nats per token), "ppl", "seconds"}],
-    "effective_context", "token_nll": {M: [N] float32}, "positions": [N] int64 (the stream
-    index of each predicted token)}. ConfigError / DataError / PipelineError: one line."""
+    `mem_lens` (None: default_mem_lens of the run's protocol). `max_tokens`: read only the
+    stream's first N tokens (None: all); `rows`: the stream's rows (None: the run's
+    eval_batch_size). Every memory length predicts the same tokens. → {"model", "text",
+    "recurrence", "protocol", "rows", "tokens", "unk", "mem_lens", "points": [{"mem_len",
+    "loss" (nats per token), "ppl", "seconds"}], "effective_context", "token_nll": {M: [N]
+    float32}, "positions": [N] int64 (the stream index of each predicted token)}.
+    ConfigError / DataError / PipelineError: one line."""
     from ernie_doc.predict.inputs import model_directory
     from ernie_doc.predict.lm import LMPipeline
-    mems = check_mem_lens(mem_lens)
+    if mem_lens is not None:
+        check_mem_lens(mem_lens)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
             max_tokens, int) or max_tokens < 2):
         raise ConfigError(f"max_tokens must be an integer >= 2 or None, got {max_tokens!r}")
     directory = model_directory(run_dir)
     pipe = LMPipeline.from_pretrained(directory, batch_size=rows, device=device)
     c = pipe.model.config
+    mems = check_mem_lens(default_mem_lens(pipe.lengths) if mem_lens is None else mem_lens)
     data, positions = _stream(directory, text_path, c.segment_positions, max_tokens)
     rows = pipe.rows
     if len(data) < 2 * rows:
@@ -143,7 +156,7 @@ def memory_curve(run_dir: str, text_path: str, mem_lens: Sequence[int],
             "protocol": {k: pipe.lengths[k] for k in ("tgt_len", "mem_len", "clamp_len",
                                                       "same_length", "ext_len")},
             "rows": rows, "tokens": int(predicted.size),
-            "unk": int((data == pipe.vocab.unk_id).sum()), "points": points,
+            "unk": int((data == pipe.vocab.unk_id).sum()), "mem_lens": mems, "points": points,
             "effective_context": effective_context({p["mem_len"]: p["loss"] for p in points}),
             "token_nll": token_nll, "positions": predicted}
 
@@ -234,3 +247,81 @@ def recl(curves: Mapping[str, Mapping[int, Losses]], r: float = 0.1,
             c = c_long
         found[name] = {"recl": c, "beyond_grid": not stopped, "gains": gains}
     return found
+
+
+# -- a group of runs: what `ernie-doc context` reports ------------------------------------------
+ARRAYS = ("token_nll", "positions")   # a curve's per-token arrays (RECL's input, not JSON)
+
+
+def measure_language_models(models: Mapping[str, str], text_path: str,
+                            mem_lens: Optional[Sequence[int]] = None,
+                            max_tokens: Optional[int] = None, rows: Optional[int] = None,
+                            progress: bool = False,
+                            ratios: Sequence[float] = RECL_RATIOS) -> Dict[str, Any]:
+    """memory_curve of each run ({name: run folder}, one group) on the same tokens (the first
+    run's memory lengths and rows for all), and the group's RECL for each r in `ratios` →
+    JSON-able {"kind": "language_model", "text", "mem_lens", "runs": {name: curve without
+    its arrays}, "recl": {r: {name: recl's entry}}, "table": context_table's Markdown}."""
+    if not models:
+        raise ConfigError("no language model to measure")
+    curves: Dict[str, Dict[str, Any]] = {}
+    for name, run_dir in models.items():
+        curves[name] = memory_curve(run_dir, text_path, mem_lens, max_tokens, rows,
+                                    progress=progress)
+        mem_lens, rows = curves[name]["mem_lens"], curves[name]["rows"]
+    token_nll = {name: curve["token_nll"] for name, curve in curves.items()}
+    found = {"kind": "language_model", "text": text_path, "mem_lens": list(mem_lens),
+             "runs": {name: {k: v for k, v in curve.items() if k not in ARRAYS}
+                      for name, curve in curves.items()},
+             "recl": {str(r): recl(token_nll, r) for r in ratios}}
+    found["table"] = context_table(found)
+    return found
+
+
+def context_table(found: Mapping[str, Any]) -> str:
+    """The Markdown table of measure_language_models' result: per run, the perplexity without
+    memory, at the run's eval memory and at its best length, its effective context, and its
+    RECL for each r (≥: the longest length still helped)."""
+    ratios = list(found["recl"])
+    lines = ["| run | recurrence | tokens | ppl, no memory | ppl, run's memory (M) | best ppl (M) "
+             "| effective context | " + " | ".join(f"RECL r={r}" for r in ratios) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(ratios)]
+    for name, run in found["runs"].items():
+        ppl = {p["mem_len"]: p["ppl"] for p in run["points"]}
+        own = run["protocol"]["mem_len"]
+        best = min(ppl, key=lambda m: (ppl[m], m))
+        eff = run["effective_context"]
+        cells = [name, run["recurrence"], f"{run['tokens']:,}",
+                 f"{ppl[0]:.2f}" if 0 in ppl else "–",
+                 f"{ppl[own]:.2f} ({own})" if own in ppl else f"– ({own})",
+                 f"{ppl[best]:.2f} ({best})",
+                 ("≥ " if eff["beyond_grid"] else "") + str(eff["length"])]
+        for r in ratios:
+            entry = found["recl"][r][name]
+            cells.append(("≥ " if entry["beyond_grid"] else "") + str(entry["recl"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_memory_curves(found: Mapping[str, Any]) -> Any:
+    """A matplotlib Figure of measure_language_models' result: each run's perplexity against
+    the memory length (left) and its relative gain from one length to the next (right, the
+    1 % line dotted)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 4), dpi=100)
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for name, run in found["runs"].items():
+        mems = [p["mem_len"] for p in run["points"]]
+        ppl = [p["ppl"] for p in run["points"]]
+        left.plot(mems, ppl, marker="o", label=f"{name} ({run['recurrence']})")
+        gains = [1.0 - b / a for a, b in zip(ppl, ppl[1:])]
+        right.plot(mems[1:], gains, marker="o", label=name)
+    right.axhline(GAIN_THRESHOLD, color="grey", linestyle=":", linewidth=1)
+    left.set_xlabel("memory length at test time (tokens)")
+    left.set_ylabel("perplexity")
+    right.set_xlabel("memory length at test time (tokens)")
+    right.set_ylabel("relative perplexity gain over the previous length")
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
