@@ -122,6 +122,11 @@ class OutputError(ErnieDocError, ValueError):
     """An output path that would overwrite, alias or block on something; one line."""
 
 
+class MissingDependency(ErnieDocError, ImportError):
+    """An optional package a requested output needs is not installed (matplotlib for a PNG):
+    one line saying what to install, or which option skips that output. Also an ImportError."""
+
+
 class InputError(ErnieDocError):
     """A bad input file or argument value a command found after parsing its arguments: its
     message is the line."""

@@ -22,8 +22,8 @@ def run_cli(*argv, cwd=None, env=None):
                           text=True, cwd=cwd or ROOT, env=env, timeout=120)
 
 
-USER_COMMANDS = ("finetune", "pretrain", "predict", "export", "convert", "download",
-                 "train-tokenizer", "run-document")
+USER_COMMANDS = ("finetune", "pretrain", "predict", "explain", "context", "export", "convert",
+                 "download", "train-tokenizer", "run-document")
 
 
 def test_help_version_and_unknown_command():
@@ -37,7 +37,7 @@ def test_help_version_and_unknown_command():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: unknown command 'fine-tune'; choose one of "
                                    "finetune, pretrain, export, convert, train-tokenizer, "
-                                   "run-document, predict, download")
+                                   "run-document, predict, explain, context, download")
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))

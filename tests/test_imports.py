@@ -201,10 +201,13 @@ def test_no_private_names_imported():
 # == layers ====================================================================================
 # Each rule: (modules it binds, what they never import). A package's name covers its submodules.
 LAYER_RULES = (
-    (("ernie_doc.predict", "ernie_doc.kinds", "ernie_doc.assemble"), ("ernie_doc.training",)),
+    (("ernie_doc.explain", "ernie_doc.predict", "ernie_doc.kinds", "ernie_doc.assemble"),
+     ("ernie_doc.training",)),
     (("ernie_doc.modeling", "ernie_doc.checkpoint", "ernie_doc.hub", "ernie_doc.config"),
-     ("ernie_doc.kinds", "ernie_doc.training", "ernie_doc.predict", "ernie_doc.cli")),
-    (("tasks",), ("ernie_doc.training", "ernie_doc.predict", "ernie_doc.cli")),
+     ("ernie_doc.kinds", "ernie_doc.training", "ernie_doc.predict", "ernie_doc.explain",
+      "ernie_doc.cli")),
+    (("tasks",), ("ernie_doc.training", "ernie_doc.predict", "ernie_doc.explain",
+                  "ernie_doc.cli")),
 )
 
 
@@ -247,10 +250,10 @@ def _layer_problems(edges):
 
 
 def test_layers_read_downwards():
-    """Prediction, export, the task kinds and the assembly never import training/; the model,
-    checkpoints, hub and model config know nothing of kinds, training, prediction or the
-    commands; and no two layers (subpackages, top-level modules) import each other, directly
-    or around a loop, late imports included."""
+    """Prediction, export, attribution (explain/), the task kinds and the assembly never import
+    training/; the model, checkpoints, hub and model config know nothing of kinds, training,
+    prediction, attribution or the commands; and no two layers (subpackages, top-level
+    modules) import each other, directly or around a loop, late imports included."""
     edges, _ = _graph()
     wrong = _layer_problems(edges)
     assert not wrong, "\n".join(wrong)
@@ -265,6 +268,8 @@ def test_layer_rules_catch_what_they_forbid():
              "ernie_doc.training.prepare": {"ernie_doc.kinds.base": 39},
              "ernie_doc.training.state": {"ernie_doc.predict.inputs": 34},
              "ernie_doc.predict.inputs": {},
+             "ernie_doc.explain.engine": {"ernie_doc.training.state": 12},
+             "ernie_doc.modeling.model": {"ernie_doc.explain.render": 9},
              "ernie_doc.kinds.base": {},
              "ernie_doc.config": {"ernie_doc.hub.registry": 401},
              "ernie_doc.hub.registry": {"ernie_doc.hub.cache": 1},
@@ -272,6 +277,8 @@ def test_layer_rules_catch_what_they_forbid():
              "ernie_doc.checkpoint.io": {"ernie_doc.config": 33}}
     wrong = _layer_problems(edges)
     assert "ernie_doc.predict.pipeline imports ernie_doc.training.prepare (line 46)" in wrong
+    assert "ernie_doc.explain.engine imports ernie_doc.training.state (line 12)" in wrong
+    assert "ernie_doc.modeling.model imports ernie_doc.explain.render (line 9)" in wrong
     cycles = [w for w in wrong if w.startswith("layer cycle: ")]
     assert any("ernie_doc.predict" in w and "ernie_doc.training" in w for w in cycles), wrong
     assert any("ernie_doc.config" in w and "ernie_doc.hub" in w for w in cycles), wrong

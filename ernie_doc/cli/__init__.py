@@ -3,6 +3,8 @@
     ernie-doc finetune CONFIG|TASK [--set key=value ...] [--nproc N]
     ernie-doc pretrain --config CONFIG [--set ...] [--nproc N]
     ernie-doc predict MODEL --input FILE|DIR --output preds.jsonl
+    ernie-doc explain MODEL --input FILE|DIR --output DIR
+    ernie-doc context --output DIR --group NAME MODEL ... [--group ...]
     ernie-doc export | convert | train-tokenizer | run-document | download ...
 
 Each subcommand is a module of this package with `main(argv)` (for callers in Python) and
@@ -37,6 +39,10 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
                                                    "segment"),
     "predict": ("ernie_doc.cli.predict", "predict documents with a fine-tuned model (JSON "
                                          "lines, streamed, resumable)"),
+    "explain": ("ernie_doc.cli.explain", "explain predictions: which segments and words drove "
+                                         "them (JSON lines, a PNG and an HTML page each)"),
+    "context": ("ernie_doc.cli.context", "measure how far back models look (effective "
+                                         "context: occlusion and gradients by distance)"),
     "download": ("ernie_doc.hub.cli", "fetch released models into the cache ahead of time"),
 }
 DISTRIBUTED = ("finetune", "pretrain")

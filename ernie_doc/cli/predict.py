@@ -21,7 +21,7 @@ import shlex
 import sys
 import time
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 # paddle is imported only once the arguments are read: --help and a bad argument answer at
 # once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc
@@ -30,8 +30,26 @@ ALLOW_EMPTY = " (--allow-empty writes an empty --output instead)"
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.predict.inputs import ENGINES, INPUT_FORMATS, ON_ERROR, STDIO
+    from ernie_doc.predict.inputs import ENGINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common_arguments(p, "predictions, one JSON object per line; - for standard output")
+    p.add_argument("--answer-model", help="HotpotQA: the answer-stage model; MODEL is then the "
+                                          "evidence-stage model, whose selection it reads")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="dygraph, or inference (an export under paddle.inference); default: "
+                        "inference for an exported model, else dygraph")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="engine inference: bf16 on a CPU with AVX512-BF16 / AMX, fp16 / bf16 "
+                        "on GPU")
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def common_arguments(p: argparse.ArgumentParser, output_help: str) -> None:
+    """The options predict shares with explain: the model, the documents, --output, the
+    error and resume rules, threads, progress and --debug."""
+    from ernie_doc.predict.inputs import INPUT_FORMATS, ON_ERROR
     p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/, or "
                                  "a save_pretrained directory with --task")
     p.add_argument("--input", help="a .txt file, a directory of .txt files, a .tsv file with a "
@@ -39,10 +57,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                    "unless --format says otherwise); --format task: the "
                                    "task's data directory or one of its files (default: the "
                                    "run's data_dir)")
-    p.add_argument("--output", required=True, help="predictions, one JSON object per line; "
-                                                   "- for standard output")
-    p.add_argument("--answer-model", help="HotpotQA: the answer-stage model; MODEL is then the "
-                                          "evidence-stage model, whose selection it reads")
+    p.add_argument("--output", required=True, help=output_help)
     p.add_argument("--format", choices=INPUT_FORMATS + (TASK_FORMAT,), default="auto",
                    help="input format (default: from the path); task: read --input with the "
                         "task's own reader, as fine-tuning read it")
@@ -53,12 +68,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                   "e.g. imdb")
     p.add_argument("--batch-size", type=int, help="rows read at once (default: the run's "
                                                   "eval_batch_size, else batch_size)")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="dygraph, or inference (an export under paddle.inference); default: "
-                        "inference for an exported model, else dygraph")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="engine inference: bf16 on a CPU with AVX512-BF16 / AMX, fp16 / bf16 "
-                        "on GPU")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--on-error", choices=ON_ERROR, default="record",
                    help="record: a line with an error field for a bad document (default); "
@@ -73,7 +82,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (ERNIE_DOC_PROGRESS=0: no bar in any command)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = p.parse_args(argv)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The checks of common_arguments' options that argparse cannot make (p.error: exit 2)."""
+    from ernie_doc.predict.inputs import STDIO
     if args.input is None and args.format != TASK_FORMAT:
         p.error("--input is required (except with --format task: the run's data)")
     if args.format == TASK_FORMAT and args.input == STDIO:
@@ -88,7 +101,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f"--threads must be >= 0, got {args.threads}")
     if args.resume and args.overwrite:
         p.error("--resume and --overwrite exclude each other")
-    return args
 
 
 def check_input(path: str, error: type) -> None:
@@ -190,12 +202,15 @@ def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[i
 
 
 def write_records(records: Iterable[dict], out: Any, counts: dict, progress: dict,
-                  bar: Any) -> None:
+                  bar: Any, finish: Optional[Callable[[dict], dict]] = None) -> None:
     """Write each record as a line of `out`, flushed when complete (after a stop, --resume
     continues from it), counting documents and errors in `counts`, records in `progress` (and
-    its first error record as "first_error")."""
+    its first error record as "first_error"). `finish`: a record → the record to write (what
+    goes beside it is written first)."""
     from ernie_doc.predict.inputs import record_line
     for record in records:
+        if finish is not None:
+            record = finish(record)
         out.write(record_line(record))   # UTF-8; never fails on a record
         out.flush()
         counts["errors" if "error" in record else "documents"] += 1
@@ -238,11 +253,23 @@ def report(args: argparse.Namespace, pipe: Any, counts: dict, seconds: float,
     return summary
 
 
-def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
+def predict_pipeline(args: argparse.Namespace) -> Any:
+    """The pipeline predict's arguments name."""
+    from ernie_doc.predict.pipeline import pipeline
+    return pipeline(args.model, args.answer_model, args.batch_size, args.on_error,
+                    args.device, args.engine, args.precision, args.threads or 1,
+                    task=args.task)
+
+
+def run(args: argparse.Namespace, progress: Optional[dict] = None,
+        build: Callable[[argparse.Namespace], Any] = predict_pipeline,
+        finish: Optional[Callable[[dict], dict]] = None, desc: str = "predict") -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON); when every
     record is an error, NothingPredicted after the summary (`report`). `progress` (a dict,
     filled as the run goes): "created", whether --output holds this run's records, and
-    "records", how many it holds: what Ctrl-C reports (`interrupted_line`).
+    "records", how many it holds: what Ctrl-C reports (`interrupted_line`). `build`: the
+    arguments → the pipeline whose `stream` gives the records (`ernie-doc explain` passes its
+    explainer); `finish`: see write_records; `desc`: the progress bar's.
 
     --output is written through its folder, opened once (ernie_doc.predict.outputs.OutputFolder),
     and locked for the run; --resume reads the checked file's records before the model loads;
@@ -252,7 +279,6 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     from ernie_doc.predict.inputs import (STDIO, completed_records, provenance, provenance_bytes,
                                           provenance_path)
     from ernie_doc.predict.outputs import OutputFolder
-    from ernie_doc.predict.pipeline import pipeline
     from ernie_doc.utils import progress_bar, set_paddle_threads
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
@@ -274,20 +300,18 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
             progress.update(created=True, records=len(done))
         if args.threads:
             set_paddle_threads(args.threads, "--threads", PipelineError)
-        pipe = pipeline(args.model, args.answer_model, args.batch_size, args.on_error,
-                        args.device, args.engine, args.precision, args.threads or 1,
-                        task=args.task)
+        pipe = build(args)
         counts = {"documents": 0, "errors": 0, "skipped": len(done)}
         start = time.perf_counter()
         bar = progress_bar(total=None if total is None else max(0, total - len(done)),
-                           unit="doc", desc="predict", requested=not args.no_progress,
+                           unit="doc", desc=desc, requested=not args.no_progress,
                            dynamic_ncols=True, mininterval=1.0)
         if folder is not None and not args.resume:
             folder.create({os.path.basename(provenance_path(args.output)):
                            provenance_bytes(origin)}, replace=args.overwrite)
         progress["created"] = True
         out = records_writer(stdout if to_stdout else folder.file)
-        write_records(pipe.stream(documents, skip=done), out, counts, progress, bar)
+        write_records(pipe.stream(documents, skip=done), out, counts, progress, bar, finish)
         if out is not stdout:
             out.detach()   # the file (or standard output) stays open for its owner
     bar.close()
@@ -307,7 +331,8 @@ def records_writer(target):
     return io.TextIOWrapper(target, encoding="utf-8", newline="\n", write_through=True)
 
 
-def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
+def interrupted_line(argv: List[str], output: str, progress: dict,
+                     command: str = "predict") -> str:
     """The one line Ctrl-C prints: how many documents --output holds and the command that
     continues it (`argv`: predict's arguments, with --resume instead of --overwrite)."""
     from ernie_doc.predict.inputs import STDIO
@@ -318,7 +343,7 @@ def interrupted_line(argv: List[str], output: str, progress: dict) -> str:
     if output == STDIO:
         return line
     again = [a for a in argv if a not in ("--resume", "--overwrite")] + ["--resume"]
-    return f"{line}: resume with ernie-doc predict {shlex.join(again)}"
+    return f"{line}: resume with ernie-doc {command} {shlex.join(again)}"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -20,7 +20,9 @@ CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's c
 @dataclass
 class Segment:
     """One model input row: input_ids / attention_mask / token_type_ids [T]; `final` (predicted
-    pass), `has_loss`, `targets` (collated arrays), `meta` (for evaluation, never collated)."""
+    pass), `has_loss`, `targets` (collated arrays), `meta` (for evaluation, never collated),
+    `sources`: where the document's tokens sit in the row, [(field, first token, end token,
+    first position)] (an explanation maps positions back to the text; never collated)."""
     input_ids: np.ndarray
     attention_mask: np.ndarray
     doc_index: int
@@ -31,6 +33,7 @@ class Segment:
     has_loss: bool = True
     targets: Dict[str, object] = field(default_factory=dict)
     meta: Optional[Dict[str, object]] = None
+    sources: Tuple[Tuple[str, int, int, int], ...] = ()
 
     @property
     def is_last(self):
@@ -123,7 +126,8 @@ class ClassificationSegmenter:
             laid = np.full(self.seq_len, -1, dtype=np.int64)
             laid[offset:offset + n] = values[start:end]
             seg_targets[name] = laid
-        return Segment(row, mask, doc_index, i, count, targets=seg_targets, has_loss=has_loss)
+        return Segment(row, mask, doc_index, i, count, targets=seg_targets, has_loss=has_loss,
+                       sources=(("text", start, end, offset),))
 
 
 Step = Union[Segment, Tuple[Segment, ...]]

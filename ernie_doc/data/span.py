@@ -179,7 +179,8 @@ class SpanSegmenter:
                 targets={"start_gold": start_gold, "end_gold": end_gold, "allowed": allowed},
                 meta={"window": (a, b), "starts": context.starts[a:b],
                       "ends": context.ends[a:b], "piece_starts": context.piece_starts[a:b],
-                      "piece_ends": context.piece_ends[a:b], "max_context": max_ctx}))
+                      "piece_ends": context.piece_ends[a:b], "max_context": max_ctx},
+                sources=(("context", a, b, 1),)))
         return segments
 
 

@@ -1,1 +1,1 @@
-"""What a trained model's prediction rests on: attributions and effective context."""
+"""What a prediction rests on: which segments and words drove it, and how far back a model looks."""

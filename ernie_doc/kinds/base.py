@@ -364,8 +364,31 @@ class DocumentTask(Task):
 
     # -- evaluation (data.splits.DocumentEvaluation) -------------------------------------
     def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
-        """What each predicted row contributes: numpy [B, ...] (batch: its tensors)."""
+        """What each predicted row contributes: numpy [B, ...] (batch: its tensors); by
+        default `row_scores` as numpy."""
+        return self.row_scores(out, batch).numpy()
+
+    def row_scores(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> paddle.Tensor:
+        """`row_outputs` as a float32 tensor that keeps its graph (an explanation follows its
+        gradient): [B / g, ...]."""
         raise NotImplementedError
+
+    # -- explanation (ernie_doc.explain) --------------------------------------------------------
+    def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
+                       record: Dict[str, Any], target: Optional[str]) -> "ExplainTarget":
+        """What `ernie-doc explain` follows in a document: `target` (a label, an answer text
+        ...; None: the prediction `record`), scored on the final reading's rows [(segment,
+        row_scores row)]; `rows` are the unchanged document's (numpy). DataError for a
+        target the document cannot have."""
+        raise ExplainUnsupported(f"kind {type(self).__name__} has no explanation target")
+
+    def field_offsets(self, doc: Document, tokenizer: Any) -> Dict[str, Tuple[str, np.ndarray]]:
+        """The texts `Segment.sources` name → (text, character offsets [n, 2] of its tokens,
+        the ids `document_segments` cut); a pre-tokenized document's ids become a text of
+        the ids, space-separated."""
+        if doc.ids is not None and doc.text is None:
+            return {"text": ids_text(doc.ids)}
+        return {"text": text_offsets(tokenizer, doc.text)}
 
     def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                  passes: Any) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
@@ -416,6 +439,60 @@ class DocumentTask(Task):
         """One document's prediction record (see `predict`): rows [(segment index, row
         output)] of its predicted steps, steps its reading passes."""
         raise NotImplementedError(f"kind {type(self).__name__} does not predict documents")
+
+
+class ExplainUnsupported(DataError):
+    """The model's kind has no explanation (ernie_doc.explain)."""
+
+
+@dataclasses.dataclass
+class ExplainTarget:
+    """What an explanation follows: `name` (one phrase: "probability of label 'pos'"), `label`
+    (the target as a string) and `score`, a document's final-reading rows [(segment index,
+    row tensor of row_scores)] → a scalar tensor (differentiable)."""
+    name: str
+    label: str
+    score: Callable[[List[Tuple[int, Any]]], Any]
+    # the same rows → a score that does not saturate (a probability's log-odds against the
+    # other labels), for gradients near certainty; None: `score` itself
+    margin: Optional[Callable[[List[Tuple[int, Any]]], Any]] = None
+
+
+def log_odds(p: Any, k: int) -> Any:
+    """log p[k] − mean over the other labels of log p[j] (p [C] probabilities, C ≥ 2): the
+    logit margin, whose gradient does not vanish as p[k] nears 1."""
+    logp = paddle.log(paddle.clip(p, min=1e-30))
+    others = paddle.concat([logp[:k], logp[k + 1:]])
+    return logp[k] - others.mean()
+
+
+def aggregate_rows(rows: List[Tuple[int, Any]], how: str = "mean") -> Any:
+    """aggregate_segments (metrics.classification) on tensors: the mean (official) or the
+    last of a document's rows [(segment index, tensor [C])] in segment order → [C]."""
+    ordered = [r for _, r in sorted(rows, key=lambda x: x[0])]
+    if not ordered:
+        raise ValueError("a document has no predicted segment")
+    if how == "last":
+        return ordered[-1]
+    return paddle.stack(ordered).mean(axis=0)
+
+
+def text_offsets(tokenizer: Any, text: str) -> Tuple[str, np.ndarray]:
+    """(text, its tokens' character offsets [n, 2]), the tokens `encode_ids` gives; DataError
+    when the tokenizer gives no offsets for them."""
+    ids, offsets = tokenizer.encode_with_offsets(text)
+    if len(ids) != len(encode_ids(tokenizer, text)):
+        raise DataError("the tokenizer's offsets do not match its tokens: the text cannot "
+                        "be coloured")
+    return text, np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+
+
+def ids_text(ids: Sequence[int]) -> Tuple[str, np.ndarray]:
+    """A pre-tokenized document as (its ids space-separated, each id's offsets [n, 2])."""
+    words = [str(int(i)) for i in ids]
+    ends = np.cumsum([len(w) + 1 for w in words]) - 1
+    return " ".join(words), np.stack([ends - [len(w) for w in words], ends], axis=1) \
+        if words else np.zeros((0, 2), dtype=np.int64)
 
 
 def encode_ids(tokenizer: Any, text: str) -> Any:

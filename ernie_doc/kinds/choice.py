@@ -15,7 +15,8 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import Segment, pack_row, windows
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForMultipleChoice, ErnieDocForPairMatching
-from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import (Config, DocumentTask, ExplainTarget, aggregate_rows, masked_mean,
+                                  text_offsets, with_gold, without_training)
 from ernie_doc.metrics.classification import accuracy, aggregate_segments
 
 NEG = -1e9
@@ -90,16 +91,18 @@ class _GroupTask(DocumentTask):
                             f"{self.labels}")
         return self.label_ids[doc.label]
 
-    def _steps(self, doc_index, parts_per_row, targets):
-        """parts_per_row: per step, the parts of each of the group's rows → [tuple of Segments]."""
+    def _steps(self, doc_index, parts_per_row, targets, sources=None):
+        """parts_per_row: per step, the parts of each of the group's rows → [tuple of Segments];
+        sources: per step, each row's Segment.sources (default none)."""
         n = len(parts_per_row)
         steps = []
         for k, rows in enumerate(parts_per_row):
             members = []
-            for parts in rows:
+            for r, parts in enumerate(rows):
                 ids, mask, types = self._row(parts)
                 members.append(Segment(ids, mask, doc_index, k, n, token_type_ids=types,
-                                       targets=dict(targets)))
+                                       targets=dict(targets),
+                                       sources=sources[k][r] if sources else ()))
             steps.append(tuple(members))
         return steps
 
@@ -158,7 +161,8 @@ class MultipleChoiceTask(_GroupTask):
             mask[:] = 1.0   # empty choices are scored like the others
         spans = windows(len(context), room, self.stride)
         rows = [[(context[a:b], q, c) for q, c in pairs] for a, b in spans]
-        steps = self._steps(doc_index, rows, {"label": label, "choice_mask": mask})
+        sources = [[(("context", a, b, 1),)] * len(pairs) for a, b in spans]
+        steps = self._steps(doc_index, rows, {"label": label, "choice_mask": mask}, sources)
         return steps if doc.label is not None else without_training(steps)
 
     def input_problem(self, name: str, value: Any) -> Optional[str]:
@@ -184,8 +188,27 @@ class MultipleChoiceTask(_GroupTask):
                              reduction="none").reshape([-1])
         return masked_mean(ce, weight[::g])
 
-    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
-        return out.logits.astype("float32").numpy()   # [B / g, g]; masked in evaluate
+    def row_scores(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> paddle.Tensor:
+        return out.logits.astype("float32")   # [B / g, g]; masked in evaluate
+
+    def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
+                       record: Dict[str, Any], target: Optional[str]) -> ExplainTarget:
+        """The probability of choice `target` (its index, or its text; default: the chosen
+        one), as predict gives it."""
+        choices = list(doc.fields["choices"])
+        n = self.group_size if self.options["missing_choices"] == "paddlenlp" else len(choices)
+        label = record["pred"] if target is None else str(target)
+        if label in choices and not label.isdigit():
+            label = str(choices.index(label))
+        if not label.isdigit() or int(label) >= n:
+            raise DataError(f"--target {label!r}: give a choice's index (0 to {n - 1}) or its "
+                            f"text")
+        k, how = int(label), self.cfg.doc_prediction
+        return ExplainTarget(f"probability of choice {k}", label, lambda got: aggregate_rows(
+            [(s, F.softmax(lg[:n], axis=-1)) for s, lg in got], how)[k])
+
+    def field_offsets(self, doc: Document, tokenizer: Any) -> Dict[str, Tuple[str, np.ndarray]]:
+        return {"context": text_offsets(tokenizer, doc.fields["context"])}
 
     def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
@@ -239,7 +262,8 @@ class PairMatchingTask(_GroupTask):
         parts = [[t[a:b] for a, b in s] + [[]] * (n - len(s)) for t, s in zip(texts, spans)]
         a, b, c = parts
         rows = [[(a[k], b[k]), (a[k], c[k])] for k in range(n)]
-        steps = self._steps(doc_index, rows, {"label": np.float32(label)})
+        steps = self._steps(doc_index, rows, {"label": np.float32(label)},
+                            pair_sources(spans, n))
         return steps if doc.label is not None else without_training(steps)
 
     def loss(self, out: Any, batch: Dict[str, Any], weight: paddle.Tensor) -> paddle.Tensor:
@@ -249,8 +273,26 @@ class PairMatchingTask(_GroupTask):
                                                  batch["target_label"][::2], reduction="none")
         return masked_mean(bce.reshape([-1]), weight[::2])
 
-    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
-        return F.sigmoid(out.logits.astype("float32")).numpy()   # [B / 2]: P(B is closer)
+    def row_scores(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> paddle.Tensor:
+        return F.sigmoid(out.logits.astype("float32"))   # [B / 2]: P(B is closer)
+
+    def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
+                       record: Dict[str, Any], target: Optional[str]) -> ExplainTarget:
+        """The probability of `target` ("B": B is closer to A, or the other label; default:
+        the prediction), as predict gives it."""
+        label = record["pred"] if target is None else str(target)
+        if label not in self.label_ids:
+            raise DataError(f"--target {label!r} is not a label of this model "
+                            f"({', '.join(self.labels)})")
+        positive, how = label == self.positive, self.cfg.doc_prediction
+
+        def score(got):
+            p = aggregate_rows([(s, v.reshape([1])) for s, v in got], how)[0]
+            return p if positive else 1.0 - p
+        return ExplainTarget(f"probability of label {label!r}", label, score)
+
+    def field_offsets(self, doc: Document, tokenizer: Any) -> Dict[str, Tuple[str, np.ndarray]]:
+        return {k: text_offsets(tokenizer, doc.fields[k]) for k in ("A", "B", "C")}
 
     def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:
@@ -269,6 +311,24 @@ class PairMatchingTask(_GroupTask):
         gold = [d.label for d in docs]
         return {"accuracy": accuracy(pred, gold)}, [with_gold(p, label=d.label)
                                                      for p, d in zip(predictions, docs)]
+
+
+def pair_sources(spans: Sequence[Sequence[Tuple[int, int]]], n: int) -> list:
+    """Segment.sources of pair matching's n steps from the windows of A, B and C: row (A, B)
+    and row (A, C), each `[CLS] a [SEP] b [SEP]` (a window past a text's end is empty)."""
+    def window(k, field):
+        found = spans["ABC".index(field)]
+        return found[k] if k < len(found) else (0, 0)
+
+    steps = []
+    for k in range(n):
+        a0, a1 = window(k, "A")
+        step = []
+        for other in "BC":
+            b0, b1 = window(k, other)
+            step.append((("A", a0, a1, 1), (other, b0, b1, a1 - a0 + 2)))
+        steps.append(step)
+    return steps
 
 
 def _softmax(x):

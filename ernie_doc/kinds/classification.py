@@ -9,7 +9,8 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import CLS_INDEX, ClassificationSegmenter
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForSequenceClassification
-from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold
+from ernie_doc.kinds.base import (Config, DocumentTask, ExplainTarget, aggregate_rows, log_odds,
+                                  masked_mean, with_gold)
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics
 
 
@@ -67,8 +68,21 @@ class ClassificationTask(DocumentTask):
                              reduction="none").reshape([-1])
         return masked_mean(ce, weight)
 
-    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
-        return F.softmax(out.logits.astype("float32"), axis=-1).numpy()
+    def row_scores(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> paddle.Tensor:
+        return F.softmax(out.logits.astype("float32"), axis=-1)   # [B, C]
+
+    def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
+                       record: Dict[str, Any], target: Optional[str]) -> ExplainTarget:
+        """The document's probability of `target` (default: the predicted label), as predict
+        gives it: the mean (or last) of its segments' softmax."""
+        label = record["pred"] if target is None else str(target)
+        if label not in self.label_ids:
+            raise DataError(f"--target {label!r} is not a label of this model (labels: "
+                            f"{', '.join(self.labels[:20])})")
+        k, how = self.label_ids[label], self.cfg.doc_prediction
+        return ExplainTarget(f"probability of label {label!r}", label,
+                             lambda got: aggregate_rows(got, how)[k],
+                             lambda got: log_odds(aggregate_rows(got, how), k))
 
     def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence] = None) -> Dict[str, Any]:

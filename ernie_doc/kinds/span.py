@@ -6,6 +6,7 @@ starts' (ends') probability (Clark & Gardner 2018); decoding and scoring follow 
 code by default. Details: docs/design-notes.md, "Span extraction"."""
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import paddle
 
 from ernie_doc.data.document import Document
@@ -13,7 +14,8 @@ from ernie_doc.data.segment import step_members
 from ernie_doc.data.span import POOLS, UNITS, SpanSegmenter, best_spans, tokenize_with_offsets
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForQuestionAnswering
-from ernie_doc.kinds.base import Config, DocumentTask, masked_mean, with_gold, without_training
+from ernie_doc.kinds.base import (Config, DocumentTask, ExplainTarget, masked_mean, with_gold,
+                                  without_training)
 
 NEG = -1e9
 
@@ -115,8 +117,41 @@ class SpanTask(DocumentTask):
         return masked_mean(span_nll(out.logits, batch,
                                     self.options["loss_positions"] == "all"), weight)
 
-    def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
-        return out.logits.astype("float32").numpy()
+    def row_scores(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> paddle.Tensor:
+        return out.logits.astype("float32")   # [B, T, 2]
+
+    def field_offsets(self, doc: Document, tokenizer: Any) -> Dict[str, Tuple[str, np.ndarray]]:
+        context = doc.fields["context"]
+        tokens = tokenize_with_offsets(context, tokenizer, self._word_cache)
+        return {"context": (context, np.stack([tokens.piece_starts, tokens.piece_ends], 1))}
+
+    def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
+                       record: Dict[str, Any], target: Optional[str]) -> ExplainTarget:
+        """The start + end logit of the chosen answer (or of the n-best answer whose text is
+        `target`), in the segment whose logits gave it its score."""
+        found = [a for a in record["n_best"] if target is None or a["text"] == target][:1]
+        if not found:
+            raise DataError("no answer span to explain" if target is None else
+                            f"--target {target!r} is not among the n-best answers")
+        answer = found[0]
+        logits = dict(rows)
+        best = None
+        for step in steps:
+            for m in step_members(step):
+                if not m.final or m.meta is None:
+                    continue
+                for lo, hi in (("piece_starts", "piece_ends"), ("starts", "ends")):
+                    i = np.flatnonzero(m.meta[lo] == answer["start"])
+                    j = np.flatnonzero(m.meta[hi] == answer["end"])
+                    for a, b in ((a, b) for a in i for b in j if a <= b):
+                        got = logits[m.seg_index][a + 1, 0] + logits[m.seg_index][b + 1, 1]
+                        if best is None or got > best[0]:
+                            best = (got, m.seg_index, a + 1, b + 1)
+        if best is None:
+            raise DataError(f"answer {answer['text']!r}: no segment holds its span")
+        _, seg, i, j = best
+        return ExplainTarget(f"start + end logit of {answer['text']!r}", answer["text"],
+                             lambda got: dict(got)[seg][i, 0] + dict(got)[seg][j, 1])
 
     def predict_document(self, doc: Document, rows: List[Tuple[int, Any]],
                          steps: Optional[Sequence]) -> Dict[str, Any]:

@@ -5,8 +5,10 @@
 - xl (Transformer-XL): layer n caches its input h_{n-1}; context grows one segment per layer.
 - none: no memory.
 
-Memory never carries gradient. A row whose document ends is reset to zeros, exactly the
-official start-of-evaluation state; nothing here keeps hidden state."""
+Memory carries no gradient, except in an explanation's gradient pass (`detach=False`, the
+model's `memory_gradient` switch), which follows a prediction back through it. A row whose
+document ends is reset to zeros, exactly the official start-of-evaluation state; nothing here
+keeps hidden state."""
 from typing import Optional
 
 import paddle

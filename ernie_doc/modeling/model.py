@@ -140,6 +140,9 @@ class ErnieDocModel(SegmentReader, PretrainedMixin, nn.Layer):
         # Activation recompute (gradient checkpointing) of each encoder layer in training;
         # a runtime switch, not a config field: saved configs and state_dict are unchanged.
         self.recompute = False
+        # Keep the memories attached (gradients reach earlier segments): an explanation's
+        # gradient pass only (ernie_doc.explain); a runtime switch like `recompute`.
+        self.memory_gradient = False
         # Whether every row has one task type, set by a compiled step (it cannot look at the
         # values while tracing); None = look.
         self.uniform_task_types: Optional[bool] = None
@@ -262,15 +265,16 @@ class ErnieDocModel(SegmentReader, PretrainedMixin, nn.Layer):
         new_memories = []
         for i, layer in enumerate(self.encoder.layers):
             mem_i = memories[i] if mem_len else None
-            if self.recompute and self.training and paddle.in_dynamic_mode():
+            if self.recompute and paddle.in_dynamic_mode() and paddle.is_grad_enabled():
                 # Keep only the layer inputs; backward reruns the layer (same RNG state, so
                 # the same dropout masks): activation memory traded for a second forward.
+                # Wherever a graph is built: training, or an explanation's gradient pass.
                 out = recompute(layer, x, mem_i, pos_emb, task_emb, task_ids, mask_bias)
             else:
                 out = layer(x, mem_i, pos_emb, task_emb, task_ids, mask_bias)
             if mem_len:
                 new_memories.append(update_memory(mem_i, memory_source(c.recurrence, x, out),
-                                                  mem_len))
+                                                  mem_len, detach=not self.memory_gradient))
             x = out
         pooled = self.pooler(x)
         return ErnieDocOutput(x, pooled, paddle.stack(new_memories) if mem_len else None,

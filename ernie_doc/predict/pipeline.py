@@ -264,6 +264,14 @@ class Pipeline(DocumentStream):
                     yield dict(record, index=index)
 
 
+    def explain(self, documents: Iterable[Any], **options: Any) -> List[dict]:
+        """Explain the prediction of each document → one record per document, in input order
+        (ernie_doc.explain.explainer.Explainer: `method`, `target`, `replace`, `steps` ...;
+        docs/explain.md)."""
+        from ernie_doc.explain.explainer import Explainer
+        return Explainer(self, on_error=self.on_error, **options)(documents)
+
+
 class TwoStagePipeline(DocumentStream):
     """HotpotQA's two models in a row (evidence, then answer) as stage-2 training read stage 1;
     records are the answer model's, or stage 1's error record."""
@@ -341,7 +349,7 @@ def task_documents(record: dict, path: Optional[str] = None,
                                     f"--split")
             options["files"] = {split: os.path.basename(data_dir)}
             data_dir = os.path.dirname(os.path.abspath(data_dir))
-        if not data_dir:
+        if not data_dir and not getattr(reader, "SYNTHETIC", False):
             raise PipelineError(f"the model's run recorded no data_dir: give --input (the "
                                 f"{task} data directory, or a file of it)")
         return list(reader.read(data_dir, split, options))

@@ -68,6 +68,10 @@ DEFAULTS = dict(num_docs=None, seed=0, segment_tokens=6, min_segments=2, max_seg
 _DEFAULT_NUM_DOCS = {"train": 10000, "dev": 500, "test": 500}
 
 
+# the documents are generated, not read: `--format task` needs no data directory
+SYNTHETIC = True
+
+
 def labels(data_dir=None, options=None):
     return ["0", "1"]
 

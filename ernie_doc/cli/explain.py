@@ -1,0 +1,153 @@
+"""Explain predictions: which segments and words of each document drove the model's decision.
+
+    ernie-doc explain output/imdb --input reviews/ --output why/
+    ernie-doc explain output/imdb --input reviews/ --output why/ --method gradient
+    ernie-doc explain output/cmrc2018 --input questions.jsonl --output why/ --target "北京"
+
+--output DIR receives `explanations.jsonl` (one JSON line per document: its per-segment
+scores and top tokens with character offsets) and, per document, a PNG of the segment scores
+along the document and a self-contained HTML page of the text coloured by attribution. The
+documents, error records, --resume and the output checks are predict's (ernie-doc predict).
+Methods and costs: docs/explain.md."""
+import argparse
+import os
+import sys
+from typing import Any, List, Optional
+
+RECORDS = "explanations.jsonl"
+LEAN = ("token_scores", "texts")   # kept out of the JSON line: the page shows them
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    from ernie_doc.cli.predict import check_args, common_arguments
+    from ernie_doc.explain.attribution import METHODS, REPLACEMENTS
+    from ernie_doc.explain.explainer import MAX_SEGMENTS, TOP_TOKENS
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common_arguments(p, f"a directory: {RECORDS} and each document's PNG and HTML page "
+                        f"(created if missing; its parent must exist)")
+    p.add_argument("--method", choices=METHODS, default="occlusion",
+                   help="occlusion (exact: one extra read per segment), gradient (one "
+                        "forward + backward through the memories) or integrated_gradients "
+                        "(--steps of them)")
+    p.add_argument("--target", help="what to explain: a label (classification, pair "
+                                    "matching), a choice's index or text, an answer's text "
+                                    "(span QA); default: the prediction")
+    p.add_argument("--replace", choices=REPLACEMENTS, default="pad",
+                   help="the token a segment's tokens become (occlusion), and the gradients' "
+                        "baseline (default pad)")
+    p.add_argument("--steps", type=int, default=16,
+                   help="integrated gradients: points along the path (default 16)")
+    p.add_argument("--max-segments", type=int, default=MAX_SEGMENTS,
+                   help=f"occlusion: a document of more segments is an error record "
+                        f"(default {MAX_SEGMENTS})")
+    p.add_argument("--top-tokens", type=int, default=TOP_TOKENS,
+                   help=f"tokens listed in each JSON line (default {TOP_TOKENS})")
+    p.add_argument("--no-png", action="store_true", help="write no PNG")
+    p.add_argument("--no-html", action="store_true", help="write no HTML page")
+    args = p.parse_args(argv)
+    args.answer_model, args.engine, args.precision = None, "dygraph", "fp32"
+    if args.output == "-":
+        p.error("--output is a directory (explain writes a PNG and a page per document)")
+    for key in ("steps", "max_segments"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key.replace('_', '-')} must be a positive integer, got "
+                    f"{getattr(args, key)}")
+    if args.top_tokens < 0:
+        p.error(f"--top-tokens must be >= 0, got {args.top_tokens}")
+    check_args(p, args)
+    return args
+
+
+def explainer(args: argparse.Namespace) -> Any:
+    """The Explainer the arguments ask for, on the model's Pipeline."""
+    from ernie_doc.explain.explainer import Explainer
+    from ernie_doc.predict.pipeline import Pipeline
+    pipe = Pipeline.from_pretrained(args.model, args.batch_size, args.on_error, args.device,
+                                    "dygraph", "fp32", args.threads or 1, task=args.task)
+    return Explainer(pipe, args.method, args.target, args.replace, args.steps,
+                     args.max_segments, args.top_tokens, progress=not args.no_progress,
+                     on_error=args.on_error)
+
+
+def figure_writer(args: argparse.Namespace, directory: str):
+    """record → the record to write: a document's PNG and HTML page written first (each
+    atomically), named in its "files"; the long per-token fields left out."""
+    from ernie_doc.explain.render import figure_names, render_html, render_png
+
+    def finish(record: dict) -> dict:
+        if "error" in record:
+            return record
+        png, page = figure_names(record["index"], record["doc_id"])
+        files = {}
+        if not args.no_png:
+            render_png(record, os.path.join(directory, png))
+            files["png"] = png
+        if not args.no_html:
+            render_html(record, os.path.join(directory, page))
+            files["html"] = page
+        lean = {k: v for k, v in record.items() if k not in LEAN}
+        return dict(lean, files=files)
+    return finish
+
+
+def output_directory(path: str) -> bool:
+    """Make --output's directory (its parent must exist) → whether this run created it;
+    PipelineError (one line) for a path that is no directory."""
+    from ernie_doc.errors import PipelineError
+    if os.path.isdir(path):
+        return False
+    if os.path.lexists(path):
+        raise PipelineError(f"--output {path}: exists and is not a directory (explain "
+                            f"writes a directory)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise PipelineError(f"--output {path}: directory {parent} does not exist")
+    os.mkdir(path)
+    return True
+
+
+def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
+    """Explain --input into --output (see the module docstring) → the run's summary."""
+    from ernie_doc.cli.predict import run as predict_run
+    directory = args.output
+    created = output_directory(directory)
+    records = argparse.Namespace(**vars(args))
+    records.output = os.path.join(directory, RECORDS)
+    try:
+        return predict_run(records, progress, explainer, figure_writer(args, directory),
+                           desc="explain")
+    finally:
+        if created and not os.listdir(directory):   # ours, and nothing was written in it
+            os.rmdir(directory)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Exit statuses as predict's: 2 with one `error:` line for bad model, input, document
+    (--on-error fail) or output; 1 when every document is an error record; Ctrl-C: 130."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types
+    from ernie_doc.cli.predict import interrupted_line
+    progress: dict = {}
+    try:
+        run(args, progress)
+        return 0
+    except KeyboardInterrupt:
+        if args.debug:
+            import traceback
+            traceback.print_exc()
+        print(interrupted_line(argv, args.output, progress, "explain"), file=sys.stderr)
+        return INTERRUPTED_STATUS
+    except user_error_types() as e:
+        exit_on_user_error(e, args.debug, args.output, what="--output", target_is_dir=True)
+        raise
+
+
+def command(argv: Optional[List[str]] = None) -> int:
+    """The command line (the loaders' notes go to stdout with the summary)."""
+    from ernie_doc.cli import with_notes_on_stdout
+    return with_notes_on_stdout(main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(command())

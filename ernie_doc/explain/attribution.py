@@ -1,0 +1,211 @@
+"""Which segments and tokens of a document drove a prediction: occlusion, and gradients that
+follow the prediction back through the recurrence memory.
+
+A document is read as prediction reads it (its reading passes: under the retrospective feed a
+skim reading, then the retrospective one that predicts), and several *variants* of it are read
+side by side as batch rows of one stream: the document as is, copies with one segment's
+tokens replaced (occlusion), or copies whose token embeddings are moved toward a baseline
+(integrated gradients). Rows never see each other, so a variant reads exactly as the document
+alone would.
+
+- Occlusion (exact): variant s replaces segment s's tokens with [PAD] or [MASK] in every
+  reading, keeping the layout; the segment's score is target(document) − target(variant).
+- Gradient: (x − x') · ∂target/∂x on each token's embedding x, x' the replacement token's
+  embedding, with the memories attached for this pass only (`memory_gradient`), so an earlier
+  segment receives the gradient that crossed the memory.
+- Integrated gradients (Sundararajan et al., 2017): (x − x') · mean over N midpoints α of
+  ∂target/∂z at z = x' + α (x − x'); their sum is target(document) − target(baseline), the
+  baseline being every token replaced.
+
+Details and costs: docs/explain.md."""
+import contextlib
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import paddle
+
+from ernie_doc.data.collate import collate
+from ernie_doc.data.segment import Segment, reading_passes, step_members
+from ernie_doc.errors import DataError
+
+METHODS = ("occlusion", "gradient", "integrated_gradients")
+REPLACEMENTS = ("pad", "mask")
+ALL = -1   # an occlusion variant that replaces every segment: the baseline document
+
+Rows = List[Tuple[int, Any]]   # a variant's final-reading rows: (segment index, row tensor)
+
+
+@dataclass
+class Layout:
+    """One document laid out for an explanation: its reading passes (steps built when read),
+    the segments of one reading, the readings (2 under the retrospective feed) and the rows
+    one step takes (the kind's group size)."""
+    passes: Sequence
+    segments: int
+    readings: int
+    group: int
+
+
+def document_layout(task: Any, doc: Any, tokenizer: Any, retro_feed: bool,
+                    train_skim: bool = False) -> Layout:
+    """The layout of `doc` as the task's prediction reads it (DataError for what it refuses)."""
+    steps = task.document_segments(doc, 0, tokenizer)
+    passes = reading_passes(steps, retro_feed, train_skim)
+    return Layout(passes, len(steps), 2 if retro_feed else 1, task.group_size)
+
+
+def reading_of(layout: Layout, step: int) -> int:
+    """Which reading step `step` belongs to: 0 (the skim, or the only one) or 1."""
+    return 0 if layout.readings == 1 else int(step >= layout.segments)
+
+
+def content_mask(member: Segment, seq_len: int) -> np.ndarray:
+    """[T] bool: the positions of `member` that hold the document's tokens (its sources)."""
+    mask = np.zeros(seq_len, dtype=bool)
+    for _, start, end, at in member.sources:
+        mask[at:at + end - start] = True
+    return mask
+
+
+def occluded(member: Segment, replacement: int) -> Segment:
+    """A copy of `member` whose document tokens are `replacement` (layout, mask, types kept)."""
+    ids = np.array(member.input_ids, copy=True)
+    ids[content_mask(member, len(ids))] = replacement
+    return replace(member, input_ids=ids)
+
+
+def variant_rows(members: Sequence[Segment], variants: Sequence[Optional[int]],
+                 replacement: int) -> List[Segment]:
+    """The step's rows for each variant in turn: the members, occluded where the variant
+    replaces their segment (None: none, ALL: every one)."""
+    rows = []
+    for seg in variants:
+        for m in members:
+            hit = seg == ALL or (seg is not None and m.seg_index == seg)
+            rows.append(occluded(m, replacement) if hit else m)
+    return rows
+
+
+def read_variants(model: Any, task: Any, layout: Layout, seq_len: int, pad_id: int,
+                  variants: Sequence[Optional[int]], replacement: int,
+                  probe: Optional["EmbeddingProbe"] = None) -> List[Rows]:
+    """Read the document once per variant, all side by side → each variant's final-reading
+    rows [(segment index, its row of task.row_scores)]. A graph is built when gradients are
+    enabled (the caller's choice); `probe` sees every step's rows."""
+    found: List[Rows] = [[] for _ in variants]
+    carry: Dict[str, Any] = {}
+    rows_per_step = len(variants) * layout.group
+    for i in range(len(layout.passes)):
+        members = step_members(layout.passes[i])
+        rows = variant_rows(members, variants, replacement)
+        batch = collate(rows, [i == 0] * rows_per_step, seq_len, pad_id)
+        tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
+        if probe is not None:
+            probe.step(i, reading_of(layout, i), rows, seq_len)
+        out, carry = task.forward(model, tensors, carry)
+        if members[0].final:
+            scores = task.row_scores(out, tensors)   # [variants, ...]
+            for v in range(len(variants)):
+                found[v].append((members[0].seg_index, scores[v]))
+    return found
+
+
+class EmbeddingProbe:
+    """A forward hook on the word embedding: each step's output becomes a leaf tensor that
+    keeps its gradient, moved toward the baseline (the replacement token's embedding, at the
+    document's positions only) by `alphas[v]` for variant v's rows (1: the input itself).
+    `steps` keeps, per step, (reading, rows, leaf z [B,T,H], x − x' [B,T,H])."""
+
+    def __init__(self, embedding: paddle.nn.Layer, replacement: int, alphas: Sequence[float],
+                 group: int):
+        self.embedding, self.replacement = embedding, replacement
+        self.alphas = np.repeat(np.asarray(alphas, dtype=np.float32), group)
+        self.steps: List[Tuple[int, List[Segment], Any, Any]] = []
+        self._pending: Optional[Tuple[int, List[Segment], np.ndarray]] = None
+
+    def step(self, index: int, reading: int, rows: List[Segment], seq_len: int) -> None:
+        mask = np.stack([content_mask(m, seq_len) for m in rows]).astype(np.float32)
+        self._pending = (reading, rows, mask)
+
+    def hook(self, layer: Any, inputs: Any, output: paddle.Tensor) -> paddle.Tensor:
+        reading, rows, mask = self._pending
+        x = output.detach()
+        base_vector = self.embedding.weight[self.replacement].detach()
+        m = paddle.to_tensor(mask).unsqueeze(-1)
+        delta = (x - base_vector) * m                                   # x − x' [B,T,H]
+        alpha = paddle.to_tensor(self.alphas).reshape([-1, 1, 1])
+        z = (x - delta + alpha * delta).detach()
+        z.stop_gradient = False
+        self.steps.append((reading, rows, z, delta))
+        return z
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator["EmbeddingProbe"]:
+        handle = self.embedding.register_forward_post_hook(self.hook)
+        try:
+            yield self
+        finally:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def gradient_pass(model: Any, recompute: bool) -> Iterator[None]:
+    """Inside: gradients are built, the memories stay attached (memory_gradient), each layer
+    is recomputed in backward when `recompute`, and the weights get no gradient (only the
+    embeddings' is wanted). Everything is restored on the way out."""
+    encoder = model.ernie_doc
+    params = [p for p in model.parameters()]
+    frozen = [p.stop_gradient for p in params]
+    saved = (encoder.memory_gradient, encoder.recompute)
+    try:
+        for p in params:
+            p.stop_gradient = True
+        encoder.memory_gradient, encoder.recompute = True, recompute
+        with paddle.enable_grad():
+            yield
+    finally:
+        encoder.memory_gradient, encoder.recompute = saved
+        for p, was in zip(params, frozen):
+            p.stop_gradient = was
+
+
+def token_attributions(probe: EmbeddingProbe, variants: int, tokens: Dict[str, np.ndarray],
+                       segments: np.ndarray) -> None:
+    """Add Σ over the probe's steps of (x − x') · ∂/∂z, divided by `variants` (integrated
+    gradients' midpoints), to `tokens` {field: [readings, n]} per token and to `segments`
+    [S, readings] per segment, in place."""
+    for reading, rows, z, delta in probe.steps:
+        if z.grad is None:   # nothing reached this step's embeddings
+            continue
+        per_position = (z.grad * delta).sum(axis=-1).numpy() / variants   # [B, T]
+        for r, m in enumerate(rows):
+            for field, start, end, at in m.sources:
+                values = per_position[r, at:at + end - start]
+                tokens[field][reading, start:end] += values
+                segments[m.seg_index, reading] += float(values.sum())
+
+
+def gradient_norms(probe: EmbeddingProbe, segments: int) -> np.ndarray:
+    """‖∂target/∂x‖ over each segment's document positions, both readings → [segments],
+    from a probe of one variant."""
+    squares = np.zeros(segments)
+    for _, rows, z, _ in probe.steps:
+        if z.grad is None:
+            continue
+        g2 = (z.grad * z.grad).sum(axis=-1).numpy()   # [B, T]
+        for r, m in enumerate(rows):
+            squares[m.seg_index] += float(g2[r][content_mask(m, g2.shape[1])].sum())
+    return np.sqrt(squares)
+
+
+def check_method(method: str, replacement: str, steps: int) -> None:
+    """DataError (one line) for an unknown method or replacement, or steps < 1."""
+    if method not in METHODS:
+        raise DataError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if replacement not in REPLACEMENTS:
+        raise DataError(f"replace must be one of {', '.join(REPLACEMENTS)}, got "
+                        f"{replacement!r}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise DataError(f"steps (integrated gradients) must be a positive integer, got "
+                        f"{steps!r}")

@@ -1,0 +1,108 @@
+"""How far back a document model looks: the influence of the segment d segments back on the
+last segment's prediction, by occlusion |Δ| and by gradient norm, averaged over documents.
+
+For each document of two segments or more, the target is the last segment's own prediction
+(its row of the final reading: the probability of its predicted label). Occluding segment s
+(every reading) changes it by Δ_s; the gradient pass gives ‖∂target/∂x‖ over segment s's
+token embeddings, through the memories, of the target's log-odds where the kind gives them
+(a probability near 1 has a vanishing gradient). Segment s lies d = S − 1 − s segments back. A curve
+averages each distance over the documents long enough to have it; the *reach* is the distance
+from which the occlusion curve stays under 1 % of its value at d = 0 (the last segment
+itself). Details: docs/explain.md, "How far back a model looks"."""
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+import paddle
+
+from ernie_doc.data.document import Document
+from ernie_doc.errors import DataError
+from ernie_doc.explain.attribution import EmbeddingProbe, gradient_norms, gradient_pass
+from ernie_doc.explain.explainer import Explainer
+
+THRESHOLD = 0.01   # the reach: influence under 1 % of the last segment's own
+
+
+def last_segment_influence(explainer: Explainer, doc: Document) -> Optional[Dict[str, list]]:
+    """One document → {"occlusion": |Δ| by distance [S], "gradient": norm by distance [S]}
+    (index d: d segments back from the last), or None for a one-segment document."""
+    task, pipe = explainer.task, explainer.pipe
+    problem = task.check_input(doc)
+    if problem is not None:
+        raise DataError(problem)
+    from ernie_doc.explain.attribution import document_layout
+    layout = document_layout(task, doc, pipe.tokenizer, explainer.cfg.retro_feed,
+                             explainer.cfg.train_skim)
+    S = layout.segments
+    if S < 2:
+        return None
+    with paddle.no_grad():
+        rows = explainer._read(layout, [None])[0]
+    last = [max(rows, key=lambda r: r[0])]
+    plain = [(s, r.numpy()) for s, r in last]
+    record = task.predict_document(doc, plain, layout.passes)
+    target = task.explain_target(doc, layout.passes, plain, record, None)
+    score = float(target.score(last))
+    deltas = np.zeros(S)
+    with paddle.no_grad():
+        for first in range(0, S, explainer.chunk):
+            variants = list(range(first, min(first + explainer.chunk, S)))
+            for v, got in zip(variants, explainer._read(layout, variants)):
+                deltas[v] = abs(score - float(target.score([max(got, key=lambda r: r[0])])))
+    probe = EmbeddingProbe(explainer.model.ernie_doc.embeddings.word_emb,
+                           explainer.replacement, [1.0], layout.group)
+    _, recompute = explainer._plan(layout)
+    with gradient_pass(explainer.model, recompute), probe.attached():
+        got = explainer._read(layout, [None], probe)[0]
+        (target.margin or target.score)([max(got, key=lambda r: r[0])]).backward()
+    norms = gradient_norms(probe, S)
+    return {"occlusion": deltas[::-1].tolist(), "gradient": norms[::-1].tolist()}
+
+
+def mean_curve(curves: List[List[float]]) -> Dict[str, list]:
+    """Per distance d: the mean over the curves that reach d, and how many do."""
+    longest = max((len(c) for c in curves), default=0)
+    means, counts = [], []
+    for d in range(longest):
+        values = [c[d] for c in curves if len(c) > d]
+        means.append(float(np.mean(values)))
+        counts.append(len(values))
+    return {"mean": means, "documents": counts}
+
+
+def reach(curve: List[float], threshold: float = THRESHOLD) -> Dict[str, Any]:
+    """The distance from which `curve` (by distance, d = 0 first) stays under threshold ×
+    curve[0] → {"distance": d, "beyond": True when it never falls under within the curve}."""
+    if not curve or curve[0] <= 0:
+        return {"distance": 0, "beyond": False}
+    above = [d for d, v in enumerate(curve) if v >= threshold * curve[0]]
+    d = max(above) + 1
+    return {"distance": d, "beyond": d >= len(curve)}
+
+
+def measure_documents(explainer: Explainer, documents: Iterable[Any], limit: int,
+                      bar: Any = None) -> Dict[str, Any]:
+    """The model's curves over the first `limit` documents of two segments or more (the
+    others, and those it cannot read, are counted) → {"occlusion": mean_curve + reach,
+    "gradient": mean_curve + reach, "documents", "skipped"}."""
+    occlusion, gradient, skipped = [], [], 0
+    for index, item in enumerate(explainer.items(documents)):
+        if len(occlusion) >= limit:
+            break
+        doc = explainer.admit(index, item, set(), {})
+        try:
+            found = last_segment_influence(explainer, doc) \
+                if isinstance(doc, Document) else None
+        except DataError:
+            found = None
+        if found is None:
+            skipped += 1
+            continue
+        occlusion.append(found["occlusion"])
+        gradient.append(found["gradient"])
+        if bar is not None:
+            bar.update(1)
+    result: Dict[str, Any] = {"documents": len(occlusion), "skipped": skipped}
+    for name, curves in (("occlusion", occlusion), ("gradient", gradient)):
+        curve = mean_curve(curves)
+        result[name] = dict(curve, reach=reach(curve["mean"]))
+    return result

@@ -1,0 +1,205 @@
+"""`ernie-doc explain` in Python: one record per document saying which segments and tokens
+drove the prediction (ernie_doc.explain.attribution), in the schema docs/explain.md gives.
+
+    from ernie_doc import pipeline
+    pipe = pipeline("output/imdb")
+    pipe.explain(["a long review ..."], method="gradient")   # → [{"doc_id", "segments", ...}]
+"""
+import math
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import paddle
+
+from ernie_doc.data.document import Document
+from ernie_doc.data.segment import step_members
+from ernie_doc.errors import DataError, PipelineError
+from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_method,
+                                           document_layout, gradient_pass, read_variants,
+                                           token_attributions)
+from ernie_doc.explain.record import explanation_record
+from ernie_doc.predict.inputs import DocumentStream
+from ernie_doc.resources import activation_bytes, available_memory, describe
+from ernie_doc.utils import progress_bar
+
+MAX_SEGMENTS = 256   # occlusion reads a document once per segment: more is refused
+TOP_TOKENS = 20
+
+
+class Explainer(DocumentStream):
+    """Explanations of a Pipeline's predictions (dygraph engine). `method`: occlusion,
+    gradient or integrated_gradients; `target`: what to explain (a label, an answer text, a
+    choice; None: the prediction); `replace`: pad or mask (occlusion's token, and the
+    gradients' baseline); `steps`: integrated gradients' midpoints; `max_memory`: bytes a
+    gradient pass may keep (None: what the machine has)."""
+
+    def __init__(self, pipe: Any, method: str = "occlusion", target: Optional[str] = None,
+                 replace: str = "pad", steps: int = 16, max_segments: int = MAX_SEGMENTS,
+                 top_tokens: int = TOP_TOKENS, max_memory: Optional[int] = None,
+                 progress: bool = False, on_error: str = "record"):
+        check_method(method, replace, steps)
+        if not isinstance(pipe.model, paddle.nn.Layer):
+            raise PipelineError("explain reads the model on the dygraph engine: give the "
+                                "fine-tuned folder, not its export")
+        self.pipe, self.task, self.cfg, self.model = pipe, pipe.task, pipe.cfg, pipe.model
+        self.method, self.target, self.steps = method, target, steps
+        self.max_segments, self.top_tokens = max_segments, top_tokens
+        self.max_memory, self.progress = max_memory, progress
+        self.on_error = self.check_on_error(on_error)
+        self.replacement = self._replacement(replace)
+        self.chunk = max(1, pipe.rows // pipe.group)   # variants read side by side
+        self.vocab_size, self.reads_text = pipe.vocab_size, pipe.reads_text
+
+    def _replacement(self, replace: str) -> int:
+        if replace == "pad":
+            return self.pipe.pad_id
+        found = getattr(self.pipe.tokenizer, "mask_token_id", None)
+        if found is None:
+            raise PipelineError("replace mask: this model's tokenizer has no [MASK] token; "
+                                "use replace pad")
+        return int(found)
+
+    # -- documents → records -------------------------------------------------------------------
+    def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
+        """One record per document, in input order, each with its input `index`."""
+        skip, seen = self.skip_ids(skip), {}
+        for index, item in enumerate(self.items(documents)):
+            doc = self.admit(index, item, skip, seen)
+            if not isinstance(doc, Document):   # skipped, or an error record
+                if doc:
+                    yield doc
+                continue
+            try:
+                record = self.explain_document(doc)
+            except DataError as e:
+                record = self.problem(index, doc.doc_id, str(e))
+            yield dict(record, index=index)
+
+    def explain_document(self, doc: Document) -> dict:
+        """One document → its explanation record (DataError: what it cannot explain)."""
+        problem = self.task.check_input(doc)
+        if problem is not None:
+            raise DataError(problem)
+        layout = document_layout(self.task, doc, self.pipe.tokenizer, self.cfg.retro_feed,
+                                 self.cfg.train_skim)
+        fields = self.task.field_offsets(doc, self.pipe.tokenizer)
+        with paddle.no_grad():
+            rows = self._read(layout, [None])[0]
+        plain = [(s, r.numpy()) for s, r in rows]
+        prediction = self.task.predict_document(doc, plain, layout.passes)
+        target = self.task.explain_target(doc, layout.passes, plain, prediction, self.target)
+        score = float(target.score(rows))
+        if self.method == "occlusion":
+            per_segment, by_reading, tokens = self._occlusion(doc, layout, target, score)
+            extra = {}
+        else:
+            per_segment, by_reading, tokens, extra = self._gradients(doc, layout, target,
+                                                                      fields)
+        return self._record(doc, layout, fields, prediction, target, score, per_segment,
+                            by_reading, tokens, extra)
+
+    def _read(self, layout: Layout, variants: Sequence[Optional[int]],
+              probe: Optional[EmbeddingProbe] = None) -> list:
+        return read_variants(self.model, self.task, layout, self.cfg.max_seq_len,
+                             self.pipe.pad_id, variants, self.replacement, probe)
+
+    # -- occlusion -------------------------------------------------------------------------------
+    def _occlusion(self, doc: Document, layout: Layout, target: Any, score: float
+                   ) -> Tuple[np.ndarray, None, Optional[dict]]:
+        """Each segment's target(document) − target(segment replaced in every reading) [S]."""
+        if layout.segments > self.max_segments:
+            raise DataError(f"{layout.segments} segments: more than max_segments "
+                            f"{self.max_segments} (occlusion reads the document once per "
+                            f"segment); raise it, or use method gradient")
+        deltas = np.zeros(layout.segments)
+        bar = progress_bar(total=layout.segments, unit="read", desc=f"occlude {doc.doc_id}",
+                           requested=self.progress and layout.segments > self.chunk,
+                           leave=False)
+        with paddle.no_grad():
+            for first in range(0, layout.segments, self.chunk):
+                variants = list(range(first, min(first + self.chunk, layout.segments)))
+                for v, rows in zip(variants, self._read(layout, variants)):
+                    deltas[v] = score - float(target.score(rows))
+                bar.update(len(variants))
+        bar.close()
+        return deltas, None, None
+
+    # -- gradients -------------------------------------------------------------------------------
+    def graph_bytes(self, layout: Layout, rows: int, recompute: bool) -> int:
+        """What a gradient pass over the document keeps until backward, `rows` rows a step:
+        every layer's activations (or, recomputed, each layer's inputs and one layer's
+        activations), the memories and the probe's embeddings."""
+        c, T = self.model.ernie_doc.config, self.cfg.max_seq_len
+        M, H, L = self.model.ernie_doc.memory_len, c.hidden_size, c.num_hidden_layers
+        steps = len(layout.passes)
+        if recompute:
+            kept = steps * L * rows * (T + M) * H * 4 + \
+                activation_bytes(1, rows, T, T + M, H, c.num_attention_heads)
+        else:
+            kept = steps * activation_bytes(L, rows, T, T + M, H, c.num_attention_heads)
+        return kept + steps * rows * (L * M * H + 3 * T * H) * 4
+
+    def _plan(self, layout: Layout) -> Tuple[int, bool]:
+        """(variants per pass, recompute) for the gradient passes: the most that fit in
+        max_memory (or the memory available), without recompute when that fits; DataError
+        with the estimate when not even one variant fits recomputed."""
+        limit = self.max_memory if self.max_memory is not None else available_memory()
+        limit = math.inf if limit is None else limit
+        wanted = 1 if self.method == "gradient" else self.steps
+        for recompute in (False, True):
+            for n in sorted({min(wanted, self.chunk), 1}, reverse=True):
+                if self.graph_bytes(layout, n * layout.group, recompute) <= limit:
+                    return n, recompute
+        need = self.graph_bytes(layout, layout.group, True)
+        raise DataError(f"a gradient pass over this document ({len(layout.passes)} segment "
+                        f"reads) keeps about {describe(need)}, more than the "
+                        f"{describe(limit)} available; use method occlusion, or cut the "
+                        f"document (max_doc_tokens)")
+
+    def _gradients(self, doc: Document, layout: Layout, target: Any,
+                   fields: Dict[str, Tuple[str, np.ndarray]]
+                   ) -> Tuple[np.ndarray, np.ndarray, dict, dict]:
+        """(segment scores [S], per reading [S, R], token scores {field: [R, n]}, extra
+        record fields) of gradient × (x − x'), or integrated gradients' midpoint mean."""
+        alphas = [1.0] if self.method == "gradient" else \
+            [(k + 0.5) / self.steps for k in range(self.steps)]
+        per_pass, recompute = self._plan(layout)
+        sizes = {f: len(offsets) for f, (_, offsets) in fields.items()}
+        tokens = {f: np.zeros((layout.readings, n)) for f, n in sizes.items()}
+        segments = np.zeros((layout.segments, layout.readings))
+        embedding = self.model.ernie_doc.embeddings.word_emb
+        for first in range(0, len(alphas), per_pass):
+            part = alphas[first:first + per_pass]
+            probe = EmbeddingProbe(embedding, self.replacement, part, layout.group)
+            with gradient_pass(self.model, recompute), probe.attached():
+                found = self._read(layout, [None] * len(part), probe)
+                paddle.add_n([target.score(rows) for rows in found]).backward()
+            token_attributions(probe, len(alphas), tokens, segments)
+        extra = {"recompute": recompute}
+        if self.method == "integrated_gradients":
+            with paddle.no_grad():
+                baseline = float(target.score(self._read(layout, [ALL])[0]))
+            extra.update(steps=self.steps, baseline=baseline)
+        return segments.sum(axis=1), segments, tokens, extra
+
+    # -- the record ------------------------------------------------------------------------------
+    def _record(self, doc: Document, layout: Layout, fields: dict, prediction: dict,
+                target: Any, score: float, per_segment: np.ndarray,
+                by_reading: Optional[np.ndarray], tokens: Optional[dict], extra: dict) -> dict:
+        sources = segment_sources(layout)
+        summed = None if tokens is None else {f: v.sum(axis=0) for f, v in tokens.items()}
+        return explanation_record(
+            doc.doc_id, self.cfg.kind, self.method,
+            {"name": target.name, "label": target.label, "score": round(score, 6)},
+            prediction, layout.readings, sources, per_segment, by_reading, summed, fields,
+            self.top_tokens, extra)
+
+
+def segment_sources(layout: Layout) -> List[Tuple[str, int, int]]:
+    """Each segment's (field, first token, end token): its first row's first source."""
+    found = []
+    for s in range(layout.segments):
+        member = step_members(layout.passes[s])[0]   # the first reading's step s
+        field, start, end, _ = member.sources[0] if member.sources else ("text", 0, 0, 0)
+        found.append((field, start, end))
+    return found

@@ -1,0 +1,263 @@
+"""ernie_doc.explain: occlusion and gradients through the memory (attribution, explainer,
+the effective-context measurement) and `ernie-doc explain` / `ernie-doc context`.
+
+The models are tiny IMDB classifiers trained for one step (helpers.tiny_classifier): the
+checks here hold for any weights (exact zeros, completeness, agreement with predict). What a
+trained model shows (the demo's keys) is checked after the demo's own run in
+tests/test_tasks.py::test_main_command_shows_the_paper_ablation_order."""
+import json
+
+import numpy as np
+import paddle
+import pytest
+from helpers import in_process, one_error_line, tiny_classifier
+from test_tasks import WORDS
+
+from ernie_doc.data.document import Document
+from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, content_mask, document_layout,
+                                           gradient_norms, gradient_pass, occluded)
+from ernie_doc.explain.context import last_segment_influence, reach
+from ernie_doc.explain.explainer import Explainer
+from ernie_doc.predict.pipeline import Pipeline
+
+RECURRENCES = ("none", "xl", "enhanced")
+
+
+def review(k: int, n: int = 60) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for i in range(n))
+
+
+DOCS = [review(k, n) for k, n in ((0, 60), (3, 45), (5, 13), (8, 90))]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{recurrence: the run's OUTPUT_DIR}, the retrospective feed on (the imdb default)."""
+    root = tmp_path_factory.mktemp("explain")
+    return {r: tiny_classifier(root / r, f"model_overrides.recurrence={r}")
+            for r in RECURRENCES}
+
+
+def loud(pipe, seed=0):
+    """`pipe` with its model's weights redrawn wide (seeded): a one-step model is nearly
+    constant, and these checks want outputs that move (nothing is written)."""
+    rng = np.random.default_rng(seed)
+    for p in pipe.model.parameters():
+        if len(p.shape) == 2:
+            p.set_value(rng.normal(0, 0.3, p.shape).astype("float32"))
+    return pipe
+
+
+def explainer(run, **options):
+    return Explainer(loud(Pipeline.from_pretrained(str(run))), **options)
+
+
+# -- the layout: what occlusion replaces -------------------------------------------------------
+def test_occlusion_replaces_the_documents_tokens_only(runs):
+    pipe = Pipeline.from_pretrained(str(runs["enhanced"]))
+    doc = Document("d", DOCS[0])
+    layout = document_layout(pipe.task, doc, pipe.tokenizer, True)
+    assert layout.readings == 2 and len(layout.passes) == 2 * layout.segments
+    specials = {pipe.run.special[k] for k in ("cls", "sep", "pad")}
+    for i in range(len(layout.passes)):
+        seg = layout.passes[i]
+        mask = content_mask(seg, 16)
+        # the document's tokens: real, never [CLS], [SEP] or padding
+        assert mask.sum() > 0 and not (seg.attention_mask[mask] == 0).any()
+        assert not set(seg.input_ids[mask].tolist()) & specials
+        out = occluded(seg, pipe.pad_id)
+        assert (out.input_ids[mask] == pipe.pad_id).all()
+        assert (out.input_ids[~mask] == seg.input_ids[~mask]).all()
+        assert (out.attention_mask == seg.attention_mask).all()
+        assert out.input_ids is not seg.input_ids   # a copy: the segment is untouched
+
+
+def test_occluding_only_padding_changes_nothing(runs):
+    """A variant whose replaced positions are the rows' padding alone reads bit for bit as the
+    document; occluding the document's own tokens does not."""
+    from dataclasses import replace as copy_with
+
+    from ernie_doc.data.segment import LazySteps
+    ex = explainer(runs["enhanced"])
+    layout = document_layout(ex.task, Document("d", DOCS[2] + " " + DOCS[1]),
+                             ex.pipe.tokenizer, True)
+    padded_rows = []
+
+    def padding_only(i):
+        seg = layout.passes[i]
+        pads = np.flatnonzero(seg.attention_mask == 0)
+        assert (seg.input_ids[pads] == ex.pipe.pad_id).all()
+        padded_rows.append(len(pads))
+        return copy_with(seg, sources=(("text", 0, len(pads), int(pads[0])),) if len(pads)
+                         else ())
+    padded = type(layout)(LazySteps(len(layout.passes), padding_only), layout.segments,
+                          layout.readings, layout.group)
+    with paddle.no_grad():
+        plain, *same = ex._read(padded, [None, 0, ALL])   # one batch: the same kernels
+        changed = ex._read(layout, [None, ALL])[1]
+    assert max(padded_rows) > 0   # some rows have padding to replace
+    for variant in same:
+        assert all((a.numpy() == b.numpy()).all() for (_, a), (_, b) in zip(variant, plain))
+    assert any(not np.allclose(a.numpy(), b.numpy()) for (_, a), (_, b) in zip(changed, plain))
+
+
+# -- gradients through the memory ----------------------------------------------------------------
+@pytest.mark.parametrize("recurrence", RECURRENCES)
+def test_the_last_segments_gradient_reaches_earlier_segments_only_through_memory(runs,
+                                                                                 recurrence):
+    """For recurrence none, the gradient of the last segment's prediction on every earlier
+    segment's embeddings is exactly 0 (and so is occlusion's change); one layer of
+    Transformer-XL's recurrence reaches exactly one segment back, the enhanced one every
+    segment; and it is all 0 again when the memories stay detached (the pass lifts the
+    stop-gradient for itself only)."""
+    ex = explainer(runs[recurrence])
+    found = last_segment_influence(ex, Document("d", DOCS[3]))
+    grads, occl = np.array(found["gradient"]), np.array(found["occlusion"])
+    assert grads[0] > 0 and occl[0] > 0 and len(grads) >= 4
+    if recurrence == "none":
+        assert (grads[1:] == 0).all() and (occl[1:] == 0).all()
+    elif recurrence == "xl":   # one layer: Transformer-XL's memory reaches one segment back
+        assert grads[1] > 0 and occl[1] > 0
+        assert (grads[2:] == 0).all() and (occl[2:] == 0).all()
+    else:                      # the enhanced recurrence: every earlier segment
+        assert (grads > 0).all() and (occl > 0).all()
+    encoder = ex.model.ernie_doc
+    assert encoder.memory_gradient is False and encoder.recompute is False
+    assert all(not p.stop_gradient for p in ex.model.parameters())   # restored
+    # the same pass with the memories detached: nothing reaches the earlier segments
+    layout = document_layout(ex.task, Document("d", DOCS[3]), ex.pipe.tokenizer, True)
+    probe = EmbeddingProbe(encoder.embeddings.word_emb, ex.replacement, [1.0], 1)
+    with gradient_pass(ex.model, False), probe.attached():
+        encoder.memory_gradient = False
+        got = ex._read(layout, [None], probe)[0]
+        max(got, key=lambda r: r[0])[1][0].backward()
+    norms = gradient_norms(probe, layout.segments)
+    assert norms[-1] > 0 and (norms[:-1] == 0).all()
+
+
+def test_recomputed_gradients_equal_kept_ones(runs):
+    ex = explainer(runs["enhanced"], method="gradient")
+    doc = Document("d", DOCS[0])
+    kept = ex.explain_document(doc)
+    ex.max_memory = ex.graph_bytes(document_layout(ex.task, doc, ex.pipe.tokenizer, True),
+                                   1, True)   # fits recomputed only
+    again = ex.explain_document(doc)
+    assert kept["recompute"] is False and again["recompute"] is True
+    np.testing.assert_allclose([s["score"] for s in again["segments"]],
+                               [s["score"] for s in kept["segments"]], rtol=1e-4, atol=1e-9)
+    ex.max_memory = 1000
+    with pytest.raises(Exception, match=r"a gradient pass over this document \(\d+ segment "
+                                        r"reads\) keeps about .* more than the"):
+        ex.explain_document(doc)
+
+
+@pytest.mark.parametrize("recurrence", ("none", "enhanced"))
+def test_integrated_gradients_are_complete(runs, recurrence):
+    """Σ attributions = target(document) − target(baseline: every token replaced), to the
+    midpoint rule's error; and gradient × input is their one-step version."""
+    ex = explainer(runs[recurrence], method="integrated_gradients", steps=32)
+    record = ex.explain_document(Document("d", DOCS[0]))
+    change = record["target"]["score"] - record["baseline"]
+    total = sum(s["score"] for s in record["segments"])
+    by_token = sum(v for _, _, v in record["token_scores"]["text"])
+    assert abs(change) > 1e-4
+    assert total == pytest.approx(change, rel=0.02, abs=1e-6)
+    assert by_token == pytest.approx(total, rel=1e-3, abs=1e-7)
+    for s in record["segments"]:   # the readings add up to the segment
+        assert sum(s["by_reading"]) == pytest.approx(s["score"], rel=1e-3, abs=1e-9)
+
+
+# -- explain agrees with predict -----------------------------------------------------------------
+def test_explain_agrees_with_predict_and_the_record_is_whole(runs):
+    pipe = loud(Pipeline.from_pretrained(str(runs["xl"])))
+    predicted = pipe(DOCS)
+    for method in ("occlusion", "gradient"):
+        records = pipe.explain(DOCS, method=method)
+        for p, r in zip(predicted, records):
+            assert r["prediction"] == {k: v for k, v in p.items() if k != "index"}
+            assert r["index"] == p["index"] and r["doc_id"] == p["doc_id"]
+            assert r["target"]["label"] == p["pred"]
+            assert r["target"]["score"] == pytest.approx(p["probs"][int(p["pred"])], abs=2e-6)
+            assert r["readings"] == ["skim", "retrospective"]
+            assert len(r["segments"]) == p["segments"]
+            text = r["texts"]["text"]
+            for t in r["top_tokens"]:
+                assert text[t["start"]:t["end"]] == t["text"] and t["text"] in WORDS
+            assert [s["chars"][0] for s in r["segments"]][0] == 0
+            assert r["segments"][-1]["chars"][1] == len(text)
+    other = pipe.explain(DOCS[:1], target="0")[0]
+    assert other["target"]["label"] == "0"
+    assert other["target"]["score"] == pytest.approx(predicted[0]["probs"][0], abs=2e-6)
+    bad = pipe.explain(DOCS[:1], target="nope")[0]
+    assert bad["error"].startswith("--target 'nope' is not a label of this model")
+
+
+def test_occlusion_is_the_change_of_reading_the_document_without_the_segment(runs):
+    """Segment s's occlusion score = target(document) − target(segment s replaced in both
+    readings), each variant read as the document alone would be."""
+    ex = explainer(runs["enhanced"])
+    doc = Document("d", DOCS[0])
+    record = ex.explain_document(doc)
+    layout = document_layout(ex.task, doc, ex.pipe.tokenizer, True)
+    target = record["target"]["score"]
+    for s in (0, 2):
+        with paddle.no_grad():
+            alone = ex._read(layout, [s])[0]
+        probs = np.mean([r.numpy() for _, r in alone], axis=0)
+        assert record["segments"][s]["score"] == pytest.approx(
+            target - probs[int(record["target"]["label"])], abs=2e-6)
+    assert record["segments"][0]["by_reading"] is None
+
+
+def test_reach_is_where_influence_stays_under_one_percent():
+    assert reach([1.0, 0.5, 0.02, 0.001, 0.0]) == {"distance": 3, "beyond": False}
+    assert reach([1.0, 0.5, 0.001, 0.02]) == {"distance": 4, "beyond": True}
+    assert reach([1.0, 0.0]) == {"distance": 1, "beyond": False}
+    assert reach([0.0, 0.0]) == {"distance": 0, "beyond": False}
+
+
+# -- the command line ----------------------------------------------------------------------------
+def explain_cli(*args, expect=0):
+    from tools.explain import command
+    return in_process(command, [str(a) for a in args] + ["--no-progress"], expect)
+
+
+def test_explain_command_writes_lines_pictures_and_pages(runs, tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"r{i}", "text": t}) + "\n"
+                            for i, t in enumerate(DOCS)) + json.dumps({"id": "x", "text": ""})
+                    + "\n", encoding="utf-8")
+    out = tmp_path / "why"
+    explain_cli(runs["enhanced"], "--input", docs, "--output", out, "--method", "gradient")
+    lines = [json.loads(x) for x in (out / "explanations.jsonl").read_text().splitlines()]
+    assert [x["doc_id"] for x in lines] == ["r0", "r1", "r2", "r3", "x"]
+    assert lines[-1]["error"] == "empty text"
+    for x in lines[:-1]:
+        assert "token_scores" not in x and "texts" not in x
+        assert (out / x["files"]["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        page = (out / x["files"]["html"]).read_text(encoding="utf-8")
+        assert "<html" in page and "http" not in page
+    # --resume: nothing new to explain; the same file, the same figures
+    before = (out / "explanations.jsonl").read_bytes()
+    explain_cli(runs["enhanced"], "--input", docs, "--output", out, "--method", "gradient",
+                "--resume")
+    assert (out / "explanations.jsonl").read_bytes() == before
+
+
+def test_explain_command_refuses_in_one_line(runs, tmp_path, capsys):
+    docs = tmp_path / "d.txt"
+    docs.write_text(DOCS[0], encoding="utf-8")
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    explain_cli(runs["none"], "--input", docs, "--output", a_file, expect=2)
+    assert "exists and is not a directory" in one_error_line(capsys)
+    missing = tmp_path / "no" / "where"
+    explain_cli(runs["none"], "--input", docs, "--output", missing, expect=2)
+    assert "does not exist" in one_error_line(capsys) and not missing.parent.exists()
+    out = tmp_path / "new"
+    explain_cli(runs["none"], "--input", tmp_path / "nothing.txt", "--output", out, expect=2)
+    one_error_line(capsys, "nothing.txt")
+    assert not out.exists()   # made by this run, left empty: removed
+    explain_cli(runs["none"], "--input", docs, "--output", out, "--target", "nope",
+                "--on-error", "fail", expect=2)
+    one_error_line(capsys, "--target 'nope' is not a label")

@@ -1,0 +1,15 @@
+#!/usr/bin/env python
+"""tools/context.py: `ernie-doc context` from a source checkout, installed or
+not (the code: ernie_doc/cli/context.py; `--help` for its arguments)."""
+import os
+import sys
+import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ernie_doc.cli.context import *  # noqa: E402,F401,F403  (callers import from here)
+from ernie_doc.cli.context import command, main  # noqa: E402,F401
+
+if __name__ == "__main__":
+    from ernie_doc.cli import run_command  # Ctrl-C: one line, not a traceback
+    sys.exit(run_command(command))
