@@ -246,6 +246,53 @@ def test_recurrence_none_ignores_memory():
     assert make_model(mem_len=0)(x).memories is None
 
 
+def segment_embedding_grads(model, segments, target):
+    """Read `segments` in turn (memories carried), backpropagate the last one's summed nll →
+    max |gradient| on each segment's embedding output (0.0 where none arrived)."""
+    leaves = []
+
+    def probe(layer, inputs, output):
+        leaf = output.detach()
+        leaf.stop_gradient = False
+        leaves.append(leaf)
+        return leaf
+
+    handle = model.word_emb.register_forward_post_hook(probe)
+    try:
+        memories = None
+        for i, seg in enumerate(segments):
+            out = model(seg, target if i == len(segments) - 1 else None, memories=memories)
+            memories = out.memories
+        out.nll.sum().backward()
+    finally:
+        handle.remove()
+    return [0.0 if leaf.grad is None else float(leaf.grad.abs().max()) for leaf in leaves]
+
+
+@pytest.mark.parametrize("recurrence", ["enhanced", "xl", "none"])
+def test_memory_gradient_switch_reaches_earlier_segments(recurrence):
+    """model.memory_gradient (a runtime switch: default False, in neither the config nor the
+    state_dict): off, the gradient of the last segment's loss wrt the earlier segments'
+    embeddings is exactly 0 (detached memories, as in training); on, it reaches them through
+    xl's and enhanced's memories, two segments back too; `none` has no memory: 0 either way."""
+    model = make_model(recurrence=recurrence)
+    assert model.memory_gradient is False
+    rng = np.random.RandomState(7)
+    segments = [ids(rng, [2, 5]) for _ in range(3)]
+    target = ids(rng, [2, 5])
+    off = segment_embedding_grads(model, segments, target)
+    assert off[:2] == [0.0, 0.0] and off[2] > 0
+    model.memory_gradient = True
+    on = segment_embedding_grads(model, segments, target)
+    if recurrence == "none":
+        assert on[:2] == [0.0, 0.0]
+    else:
+        assert min(on[:2]) > 1e-6, on
+    assert on[2] == pytest.approx(off[2], rel=1e-6)   # the segment's own gradient unchanged
+    assert "memory_gradient" not in model.config.to_dict()
+    assert not any("memory_gradient" in k for k in model.state_dict())
+
+
 @pytest.mark.parametrize("segment_positions", [False, True])
 def test_xl_recurrence_equals_one_long_causal_pass(segment_positions):
     """Transformer-XL's caching is exact: with mem_len ≥ |segment 1|, segment 2 read with

@@ -1,1 +1,1 @@
-"""Attribution: which segments and words of a document drove a prediction (`ernie-doc explain`)."""
+"""What a prediction rests on: which segments and words drove it, and how far back a model looks."""

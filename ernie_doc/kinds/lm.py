@@ -273,18 +273,20 @@ class LanguageModelTask(Task):
         """The model with `n` layers (resources.parameter_count builds 1 and 2)."""
         return TransformerXLLM(dataclasses.replace(self.config, n_layer=n))
 
-    def check_eval_memory(self, rows: int, device: Optional[str] = None) -> None:
-        """Refuse (ConfigError naming the eval protocol's keys) an evaluation of `rows` rows
-        whose memory estimate exceeds what `device` has, before anything is built."""
+    def check_eval_memory(self, rows: int, device: Optional[str] = None,
+                          mem_len: Optional[int] = None, what: Optional[str] = None) -> None:
+        """Refuse (ConfigError naming the eval protocol's keys, or `what`) an evaluation of
+        `rows` rows (with memory `mem_len`, None: the protocol's) whose memory estimate
+        exceeds what `device` has, before anything is built."""
         from ernie_doc import resources
         c, lengths = self.config, self.eval_lengths()
+        mem = lengths["mem_len"] if mem_len is None else mem_len
         params = resources.parameter_count(self._build_layers, c.n_layer)
-        parts = resources.training_parts(params, c.n_layer, rows, lengths["tgt_len"],
-                                         lengths["mem_len"], c.d_model, c.n_head,
-                                         training=False)
-        resources.check_fits(parts, f"{self.cfg.source}: task_options eval_mem_len "
-                                    f"{lengths['mem_len']}, eval_tgt_len {lengths['tgt_len']}, "
-                                    f"{rows} rows of {params:,} parameters", device)
+        parts = resources.training_parts(params, c.n_layer, rows, lengths["tgt_len"], mem,
+                                         c.d_model, c.n_head, training=False)
+        what = what or f"{self.cfg.source}: task_options eval_mem_len {mem}"
+        resources.check_fits(parts, f"{what}, eval_tgt_len {lengths['tgt_len']}, {rows} rows "
+                                    f"of {params:,} parameters", device)
 
     def build_model(self) -> TransformerXLLM:
         """The Transformer-XL from init_checkpoint, or new from the config."""

@@ -413,6 +413,9 @@ class TransformerXLLM(nn.Layer):
         self.crit = ProjectedAdaptiveLogSoftmax(c.vocab_size, c.embed_dim, c.d_model, c.cutoffs,
                                                 c.div_val, c.init_std, c.proj_init_std)
         self.crit.tie_to(self.word_emb, tie_weight=c.tie_weight, tie_projs=c.tie_projs)
+        # Keep the memories attached (gradients reach earlier segments' embeddings): an
+        # explanation's gradient pass only (ernie_doc.explain); a runtime switch, never saved.
+        self.memory_gradient = False
 
     # -- weights ---------------------------------------------------------------------------
     def save_pretrained(self, directory: str) -> str:
@@ -645,7 +648,8 @@ class TransformerXLLM(nn.Layer):
             out = layer(core, mem_i, rel, r_w, r_r, mask_bias)
             if use_memory:
                 source = memory_source(c.recurrence, core, out)
-                new_mems.append(update_memory(mem_i, source[:, :keep], c.mem_len))
+                new_mems.append(update_memory(mem_i, source[:, :keep], c.mem_len,
+                                              detach=not self.memory_gradient))
             core = out
         hidden = self.drop(core)
 
