@@ -273,3 +273,35 @@ def test_explain_command_refuses_in_one_line(runs, tmp_path):
     assert (out / "explanations.jsonl").read_bytes() == b""
     assert sorted(p.name for p in out.iterdir()) == ["explanations.jsonl",
                                                      "explanations.jsonl.meta.json"]
+
+
+def context_cli(*args, expect=0):
+    from tools.context import command
+    return in_process(command, [str(a) for a in args] + ["--no-progress"], expect)
+
+
+def test_context_command_measures_how_far_back_each_run_looks(runs, tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in DOCS), encoding="utf-8")
+    out = tmp_path / "ctx"
+    named = []   # the runs under their recurrence's name (a run's name is its folder's)
+    for r in ("none", "xl", "enhanced"):
+        (tmp_path / r).symlink_to(runs[r], target_is_directory=True)
+        named.append(tmp_path / r)
+    context_cli(*named, "--input", docs, "--output", out, "--documents", "3")
+    found = json.loads((out / "context.json").read_text())
+    assert found["kind"] == "document" and list(found["runs"]) == ["none", "xl", "enhanced"]
+    none, xl = found["runs"]["none"], found["runs"]["xl"]
+    # DOCS[2] is one segment: skipped; the other three measured
+    assert none["documents"] == 3 and none["skipped"] == 1
+    assert none["occlusion"]["mean"][1:] == [0.0] * (len(none["occlusion"]["mean"]) - 1)
+    assert none["occlusion"]["reach"]["distance"] == 1
+    assert none["gradient"]["reach"] == {"distance": 1, "beyond": False}
+    assert xl["gradient"]["mean"][2:] == [0.0] * (len(xl["gradient"]["mean"]) - 2)
+    counts = none["occlusion"]["documents"]   # documents that have each distance
+    assert counts[0] == 3 and counts[-1] >= 1 and counts == sorted(counts, reverse=True)
+    assert "| none | none | yes | 3 | 1 | 1 |" in (out / "context.md").read_text()
+    assert (out / "context.png").read_bytes()[:4] == b"\x89PNG"
+    proc = context_cli(named[0], "--input", docs, "--output", out, expect=2)
+    assert "holds context.json, context.md, context.png already (--overwrite replaces them)" \
+        in proc.stderr and proc.stderr.count("\n") == 1

@@ -1,4 +1,4 @@
-"""The language model's effective context (ernie_doc.explain.lm_context): the loss against the
+"""The language model's effective context (ernie_doc.predict.lm_context): the loss against the
 test-time memory length (the run's protocol, the same predicted tokens for every length), a
 model's own effective context, and Transformer-XL's RECL on hand-made curves with known
 answers."""
@@ -10,12 +10,12 @@ import pytest
 from helpers import write_wikitext
 
 from ernie_doc.errors import ConfigError, DataError
-from ernie_doc.explain.lm_context import (check_mem_lens, default_mem_lens, effective_context,
-                                          measure_language_models, memory_curve, plot_memory_curves,
-                                          recl, relative_gains)
 from ernie_doc.lm.data import Vocabulary
 from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM
 from ernie_doc.predict.lm import LMPipeline
+from ernie_doc.predict.lm_context import (check_mem_lens, default_mem_lens, effective_context,
+                                          measure_language_models, memory_curve, plot_memory_curves,
+                                          recl, relative_gains)
 
 TGT = 8
 

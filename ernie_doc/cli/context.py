@@ -168,6 +168,32 @@ def plot_document_curves(found: Dict[str, Any], path: str) -> None:
     save_figure(fig, path)
 
 
+def measure_lm_models(args: argparse.Namespace) -> Dict[str, Any]:
+    """measure_language_models for the language models of the arguments."""
+    from ernie_doc.cli.predict import check_input
+    from ernie_doc.errors import PipelineError
+    from ernie_doc.predict.lm_context import measure_language_models
+    if args.input is None:
+        raise PipelineError("language models: give --input, the evaluation text (a "
+                            "WikiText-style tokens file)")
+    check_input(args.input, PipelineError)
+    mem_lens = None
+    if args.mem_lens:
+        try:
+            mem_lens = [int(x) for x in args.mem_lens.split(",")]
+        except ValueError:
+            raise PipelineError(f"--mem-lens {args.mem_lens!r}: expected comma-separated "
+                                f"integers such as 0,32,64") from None
+    names = {}
+    for model in args.models:
+        if run_name(model) in names:
+            raise PipelineError(f"{model}: two models named {run_name(model)!r}: give runs of "
+                                f"distinct names")
+        names[run_name(model)] = model
+    return measure_language_models(names, args.input, mem_lens, args.max_tokens,
+                                   args.batch_size, progress=not args.no_progress)
+
+
 def check_output(args: argparse.Namespace) -> str:
     """--output's directory, made if missing (its parent must exist); PipelineError when
     its files exist and --overwrite is not given."""
@@ -184,7 +210,9 @@ def check_output(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Measure every model and write --output's files → what context.json holds."""
     from ernie_doc.errors import PipelineError
+    from ernie_doc.explain.render import save_figure
     from ernie_doc.predict.inputs import model_directory, task_record
+    from ernie_doc.predict.lm_context import plot_memory_curves
     from ernie_doc.utils import atomic_write_text, set_paddle_threads
     directory = check_output(args)
     if args.threads:
@@ -193,8 +221,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     if len(kinds) > 1:
         raise PipelineError("give document models or language models, not both")
     if kinds == {True}:
-        from ernie_doc.explain.lm_context import measure_language_models
-        result = measure_language_models(args)
+        result = measure_lm_models(args)
+        save_figure(plot_memory_curves(result), os.path.join(directory, "context.png"))
     else:
         found = measure_document_models(args)
         result = {"kind": "document", "runs": found, "table": document_table(found)}
