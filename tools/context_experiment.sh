@@ -15,7 +15,8 @@ OUT=${OUT:-out/context}
 DATA=${DATA:?set DATA to the folder holding hyperpartisan/ and wikitext103/}
 HYP_EPOCHS=${HYP_EPOCHS:-3}
 LM_STEPS=${LM_STEPS:-1000}
-DOCS=${DOCS:-64}   # documents (or LM evaluation windows) each measurement reads
+DOCS=${DOCS:-64}            # documents of two segments or more each document model reads
+LM_TOKENS=${LM_TOKENS:-50000}   # test tokens each language model reads per memory length
 STEPS=("$@")
 [ ${#STEPS[@]} -gt 0 ] || STEPS=(train-demo train-hyp train-lm measure)
 
@@ -47,14 +48,14 @@ train_lm() {    # tasks/wikitext103/config_small.yaml at LM_STEPS, one seed per 
         --set "data_dir=$DATA/wikitext103" "max_steps=$LM_STEPS" save_steps=500
 }
 
-measure() {
-    "$PY" -m ernie_doc.cli context --output "$OUT/measure" --documents "$DOCS" \
-        --group demo "$OUT/demo/none" "$OUT/demo/xl" "$OUT/demo/enhanced" \
-            "$OUT/demo/enhanced+retro" \
-        --group hyperpartisan "$OUT"/hyp/{none,xl,enhanced}-s{1,2} \
-        --input-hyperpartisan "$DATA/hyperpartisan" \
-        --group wikitext "$OUT/lm/none" "$OUT/lm/xl" "$OUT/lm/enhanced" \
-        --input-wikitext "$DATA/wikitext103/wiki.test.tokens"
+measure() {     # each group on the same documents: its runs' dev split, or the test file
+    local cli=("$PY" -m ernie_doc.cli context --overwrite)
+    "${cli[@]}" "$OUT"/demo/{none,xl,enhanced,enhanced+retro} --format task --split dev \
+        --documents "$DOCS" --output "$OUT/measure/demo"
+    "${cli[@]}" "$OUT"/hyp/{none,xl,enhanced}-s{1,2} --format task --split dev \
+        --documents "$DOCS" --output "$OUT/measure/hyp"
+    "${cli[@]}" "$OUT"/lm/{none,xl,enhanced} --input "$DATA/wikitext103/wiki.test.tokens" \
+        --max-tokens "$LM_TOKENS" --output "$OUT/measure/lm"
 }
 
 for step in "${STEPS[@]}"; do
