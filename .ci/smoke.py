@@ -33,7 +33,7 @@ import traceback
 WORK = os.path.abspath("smoke-work")
 # what `ernie-doc --help` lists: the user commands only (the benchmarks run from a checkout)
 USER_COMMANDS = ("finetune", "pretrain", "export", "convert", "train-tokenizer", "run-document",
-                 "predict", "download")
+                 "predict", "explain", "context", "download")
 BIN = os.path.dirname(sys.executable)
 ERNIE_DOC = os.path.join(BIN, "ernie-doc")
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "plot", "actor",
@@ -181,6 +181,25 @@ def main():
     preds = {r["doc_id"]: r for r in read_jsonl(os.path.join(WORK, "preds.jsonl"))}
     check(sorted(preds) == ["d0", "d1", "d2"] and all("pred" in r for r in preds.values()),
           f"predict wrote {preds}")
+
+    @step("explain (occlusion and gradients): lines, pictures, pages")
+    def _():
+        for method in ("occlusion", "gradient"):
+            why = os.path.join(WORK, f"why-{method}")
+            run("explain", out, "--input", "docs.jsonl", "--output", why, "--method", method)
+            records = read_jsonl(os.path.join(why, "explanations.jsonl"))
+            check([r["doc_id"] for r in records] == ["d0", "d1", "d2"] and
+                  all(r["prediction"]["pred"] == preds[r["doc_id"]]["pred"] for r in records),
+                  f"explain {method} wrote {records}, predict {preds}")
+            for r in records:
+                with open(os.path.join(why, r["files"]["png"]), "rb") as f:
+                    check(f.read(8) == b"\x89PNG\r\n\x1a\n", f"{r['files']['png']}: no PNG")
+                with open(os.path.join(why, r["files"]["html"]), encoding="utf-8") as f:
+                    page = f.read()
+                words = [t["text"] for t in r["top_tokens"]][:1] or ["the"]
+                check("<html" in page and ">" + words[0] + "<" in page and
+                      len(r["segments"]) == preds[r["doc_id"]]["segments"],
+                      f"{r['files']['html']}: not the document's page ({r})")
 
     @step("export (sequence classification head)")
     def _():
