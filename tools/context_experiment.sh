@@ -17,6 +17,7 @@ HYP_EPOCHS=${HYP_EPOCHS:-3}
 LM_STEPS=${LM_STEPS:-1000}
 DOCS=${DOCS:-64}            # documents of two segments or more each document model reads
 LM_TOKENS=${LM_TOKENS:-50000}   # test tokens each language model reads per memory length
+LM_MEM_LENS=${LM_MEM_LENS:-0,16,32,64,128,192,256,384,512}   # memory lengths allowed at test
 STEPS=("$@")
 [ ${#STEPS[@]} -gt 0 ] || STEPS=(train-demo train-hyp train-lm measure)
 
@@ -55,7 +56,7 @@ measure() {     # each group on the same documents: its runs' dev split, or the 
     "${cli[@]}" "$OUT"/hyp/{none,xl,enhanced}-s{1,2} --format task --split dev \
         --documents "$DOCS" --output "$OUT/measure/hyp"
     "${cli[@]}" "$OUT"/lm/{none,xl,enhanced} --input "$DATA/wikitext103/wiki.test.tokens" \
-        --max-tokens "$LM_TOKENS" --output "$OUT/measure/lm"
+        --max-tokens "$LM_TOKENS" --mem-lens "$LM_MEM_LENS" --output "$OUT/measure/lm"
 }
 
 for step in "${STEPS[@]}"; do

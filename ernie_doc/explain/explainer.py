@@ -48,9 +48,11 @@ class Explainer:
         if not isinstance(pipe.model, paddle.nn.Layer):
             raise PipelineError("explain reads the model on the dygraph engine: give the "
                                 "fine-tuned folder, not its export")
-        for key, value in (("max_segments", max_segments), ("top_tokens", top_tokens + 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PipelineError(f"{key} must be a positive integer, got {value!r}")
+        for key, value, least in (("max_segments", max_segments, 1),
+                                  ("top_tokens", top_tokens, 0),
+                                  ("max_memory", 1 if max_memory is None else max_memory, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise PipelineError(f"{key} must be an integer >= {least}, got {value!r}")
         if not explains(pipe.task):
             raise PipelineError(f"explain: kind {pipe.cfg.kind!r} has no explanation target "
                                 f"(the document kinds that have one: {', '.join(EXPLAINED)})")
