@@ -239,6 +239,31 @@ def write_wikitext(path, lines, seed, words=40, unseen=0, periods=0.0):
     return path
 
 
+def saved_lm(root, name, recurrence, vocab, tgt=8, scale=0.3, **config):
+    """A saved language model (seeded numpy weights, the same for every recurrence) whose
+    task.json gives the eval protocol tgt_len `tgt` (8), memory 2·tgt, same_length, 2 rows;
+    `config`: TransformerXLConfig keys over the tiny defaults (2 layers of width 16, one
+    softmax cluster); every weight drawn from N(0, scale²)."""
+    from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM
+    folder = root / name
+    values = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, dropout=0.0,
+                  vocab_size=len(vocab), cutoffs=[], tgt_len=tgt, mem_len=tgt,
+                  recurrence=recurrence)
+    model = TransformerXLLM(TransformerXLConfig(**dict(values, **config)))
+    rng = np.random.RandomState(0)
+    for p in model.parameters():
+        p.set_value((rng.standard_normal(p.shape) * scale).astype("float32"))
+    model.save_pretrained(str(folder))
+    vocab.save(folder / "vocab.txt")
+    (folder / "task.json").write_text(json.dumps({
+        "format": 1, "task": "wikitext103", "kind": "language_model", "labels": [],
+        "config": {"task": "wikitext103", "kind": "language_model", "max_steps": 1,
+                   "batch_size": 2, "test_splits": ["test"],
+                   "task_options": {"eval_tgt_len": tgt, "eval_mem_len": 2 * tgt,
+                                    "eval_same_length": True}}}))
+    return folder
+
+
 def tiny_classifier(root, *extra):
     """A saved IMDB classifier trained for one step in-process (about 2 s): a tiny model
     (1 layer, H=16, max_seq_len 16) over a 20-token WordPiece vocabulary, → the run's

@@ -135,6 +135,34 @@ def test_the_last_segments_gradient_reaches_earlier_segments_only_through_memory
     assert norms[-1] > 0 and (norms[:-1] == 0).all()
 
 
+def test_the_gradient_pass_keeps_layer_norm_input_gradients():
+    """Paddle gives LayerNorm's input the gradient of a unit scale when the scale is frozen:
+    the pass keeps the scales' gradient on (and drops it after), so ∂/∂x is the true one."""
+    rng = np.random.default_rng(0)
+    model = paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.LayerNorm(8))
+    model.memory_gradient = False   # gradient_pass's switch (a model without .ernie_doc)
+    for p in model.parameters():
+        p.set_value(rng.normal(0, 1.0, p.shape).astype("float32"))
+    x0, c = (rng.normal(0, 1, (3, 8)).astype("float32") for _ in range(2))
+
+    def input_gradient():
+        x = paddle.to_tensor(x0, stop_gradient=False)
+        (model(x) * paddle.to_tensor(c)).sum().backward()
+        return x.grad.numpy()
+    plain = input_gradient()
+    for p in model.parameters():   # no gradient at all (None), as a pipeline's model
+        p.clear_gradient(False)
+    with gradient_pass(model, False):
+        assert model.memory_gradient is True
+        inside = input_gradient()
+    np.testing.assert_allclose(inside, plain, rtol=1e-5, atol=1e-6)
+    assert model.memory_gradient is False
+    assert all(p.grad is None and not p.stop_gradient for p in model.parameters())
+    with pytest.raises(ValueError, match="Sequential cannot recompute its layers"):
+        with gradient_pass(model, True):
+            pass
+
+
 def test_recomputed_gradients_equal_kept_ones(runs):
     ex = explainer(runs["enhanced"], method="gradient")
     doc = Document("d", DOCS[0])

@@ -7,38 +7,16 @@ import math
 
 import numpy as np
 import pytest
-from helpers import write_wikitext
+from helpers import saved_lm, write_wikitext
 
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.lm.data import Vocabulary
-from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM
 from ernie_doc.predict.lm import LMPipeline
 from ernie_doc.predict.lm_context import (check_mem_lens, default_mem_lens, effective_context,
                                           measure_language_models, memory_curve, plot_memory_curves,
                                           recl, relative_gains)
 
 TGT = 8
-
-
-def saved_lm(root, name, recurrence, vocab):
-    """A saved language model (seeded numpy weights, the same for every recurrence) whose
-    task.json gives the eval protocol tgt_len 8, memory 16, same_length, 2 rows."""
-    folder = root / name
-    model = TransformerXLLM(TransformerXLConfig(
-        n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, dropout=0.0,
-        vocab_size=len(vocab), cutoffs=[], tgt_len=TGT, mem_len=TGT, recurrence=recurrence))
-    rng = np.random.RandomState(0)
-    for p in model.parameters():
-        p.set_value((rng.standard_normal(p.shape) * 0.3).astype("float32"))
-    model.save_pretrained(str(folder))
-    vocab.save(folder / "vocab.txt")
-    (folder / "task.json").write_text(json.dumps({
-        "format": 1, "task": "wikitext103", "kind": "language_model", "labels": [],
-        "config": {"task": "wikitext103", "kind": "language_model", "max_steps": 1,
-                   "batch_size": 2, "test_splits": ["test"],
-                   "task_options": {"eval_tgt_len": TGT, "eval_mem_len": 2 * TGT,
-                                    "eval_same_length": True}}}))
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
     ernie-doc explain output/imdb --input reviews/ --output why/
     ernie-doc explain output/imdb --input reviews/ --output why/ --method gradient
     ernie-doc explain output/cmrc2018 --input questions.jsonl --output why/ --target "北京"
+    ernie-doc explain output/lm --input articles/ --output why/ --target 100:150
 
 --output DIR receives `explanations.jsonl` (one JSON line per document: its per-segment
 scores and top tokens with character offsets) and, per document, a PNG of the segment scores
@@ -31,10 +32,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "(--steps of them)")
     p.add_argument("--target", help="what to explain: a label (classification, pair "
                                     "matching), a choice's index or text, an answer's text "
-                                    "(span QA); default: the prediction")
-    p.add_argument("--replace", choices=REPLACEMENTS, default="pad",
+                                    "(span QA); default: the prediction. A language model: "
+                                    "the token span T0:T1 whose log-probability is explained "
+                                    "(token indices, words and <eos>; default: each "
+                                    "document's last eval_tgt_len tokens)")
+    p.add_argument("--replace", choices=REPLACEMENTS, default=None,
                    help="the token a segment's tokens become (occlusion), and the gradients' "
-                        "baseline (default pad)")
+                        "baseline (default pad; a language model always uses <unk>)")
     p.add_argument("--steps", type=int, default=16,
                    help="integrated gradients: points along the path (default 16)")
     p.add_argument("--max-segments", type=int, default=MAX_SEGMENTS,
@@ -59,13 +63,32 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def explainer(args: argparse.Namespace) -> Any:
-    """The Explainer the arguments ask for, on the model's Pipeline."""
+    """The explainer the arguments ask for: LMExplainer on a language model's LMPipeline,
+    else Explainer on the model's Pipeline."""
+    from ernie_doc.predict.inputs import model_directory, task_record
+    directory = model_directory(args.model, args.task)
+    if task_record(directory, args.task)["kind"] == "language_model":
+        return lm_explainer(args, directory)
     from ernie_doc.explain.explainer import Explainer
     from ernie_doc.predict.pipeline import Pipeline
     pipe = Pipeline.from_pretrained(args.model, args.batch_size, args.on_error, args.device,
                                     "dygraph", "fp32", args.threads or 1, task=args.task)
-    return Explainer(pipe, args.method, args.target, args.replace, args.steps,
+    return Explainer(pipe, args.method, args.target, args.replace or "pad", args.steps,
                      args.max_segments, args.top_tokens, progress=not args.no_progress)
+
+
+def lm_explainer(args: argparse.Namespace, directory: str) -> Any:
+    """LMExplainer for the language model in `directory` (--target: the span T0:T1)."""
+    from ernie_doc.errors import PipelineError
+    from ernie_doc.explain.lm import LMExplainer, parse_span
+    from ernie_doc.predict.lm import LMPipeline
+    if args.replace is not None:
+        raise PipelineError(f"--replace {args.replace}: a language model's segments become "
+                            f"<unk> (it has no [PAD] or [MASK]); leave --replace out")
+    span = None if args.target is None else parse_span(args.target)
+    pipe = LMPipeline.from_pretrained(directory, args.batch_size, args.on_error, args.device)
+    return LMExplainer(pipe, args.method, span, args.steps, args.top_tokens,
+                       progress=not args.no_progress, max_segments=args.max_segments)
 
 
 def figure_writer(args: argparse.Namespace, directory: str):

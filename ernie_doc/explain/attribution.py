@@ -19,8 +19,9 @@ alone would.
 
 Details and costs: docs/explain.md."""
 import contextlib
+import math
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -28,6 +29,7 @@ import paddle
 from ernie_doc.data.collate import collate
 from ernie_doc.data.segment import Segment, reading_passes, step_members
 from ernie_doc.errors import DataError
+from ernie_doc.resources import available_memory, describe
 
 METHODS = ("occlusion", "gradient", "integrated_gradients")
 REPLACEMENTS = ("pad", "mask")
@@ -102,7 +104,8 @@ def read_variants(model: Any, task: Any, layout: Layout, seq_len: int, pad_id: i
         batch = collate(rows, [i == 0] * rows_per_step, seq_len, pad_id)
         tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
         if probe is not None:
-            probe.step(i, reading_of(layout, i), rows, seq_len)
+            probe.step(reading_of(layout, i), rows,
+                       np.stack([content_mask(m, seq_len) for m in rows]))
         out, carry = task.forward(model, tensors, carry)
         if members[0].final:
             scores = task.row_scores(out, tensors)   # [variants, ...]
@@ -114,26 +117,31 @@ def read_variants(model: Any, task: Any, layout: Layout, seq_len: int, pad_id: i
 class EmbeddingProbe:
     """A forward hook on the word embedding: each step's output becomes a leaf tensor that
     keeps its gradient, moved toward the baseline (the replacement token's embedding, at the
-    document's positions only) by `alphas[v]` for variant v's rows (1: the input itself).
-    `steps` keeps, per step, (reading, rows, leaf z [B,T,H], x − x' [B,T,H])."""
+    positions the step's mask marks) by `alphas[v]` for variant v's rows (1: the input
+    itself). `embedding` is any layer mapping ids [...] to vectors [..., H] (an nn.Embedding,
+    the language model's adaptive embedding): the baseline vector is its output for
+    `replacement`. `steps` keeps, per step, (reading, rows, leaf z [B,T,H], x − x' [B,T,H])."""
 
     def __init__(self, embedding: paddle.nn.Layer, replacement: int, alphas: Sequence[float],
                  group: int):
-        self.embedding, self.replacement = embedding, replacement
+        self.embedding = embedding
+        with paddle.no_grad():
+            ids = paddle.to_tensor([int(replacement)], dtype="int64")
+            self.base_vector = embedding(ids).reshape([-1]).detach()   # x' [H]
         self.alphas = np.repeat(np.asarray(alphas, dtype=np.float32), group)
-        self.steps: List[Tuple[int, List[Segment], Any, Any]] = []
-        self._pending: Optional[Tuple[int, List[Segment], np.ndarray]] = None
+        self.steps: List[Tuple[int, List[Any], Any, Any]] = []
+        self._pending: Optional[Tuple[int, List[Any], np.ndarray]] = None
 
-    def step(self, index: int, reading: int, rows: List[Segment], seq_len: int) -> None:
-        mask = np.stack([content_mask(m, seq_len) for m in rows]).astype(np.float32)
-        self._pending = (reading, rows, mask)
+    def step(self, reading: int, rows: List[Any], mask: np.ndarray) -> None:
+        """The next forward's rows (kept for the caller) and mask [B, T] (the positions the
+        baseline replaces)."""
+        self._pending = (reading, rows, np.asarray(mask, dtype=np.float32))
 
     def hook(self, layer: Any, inputs: Any, output: paddle.Tensor) -> paddle.Tensor:
         reading, rows, mask = self._pending
         x = output.detach()
-        base_vector = self.embedding.weight[self.replacement].detach()
         m = paddle.to_tensor(mask).unsqueeze(-1)
-        delta = (x - base_vector) * m                                   # x − x' [B,T,H]
+        delta = (x - self.base_vector) * m                                   # x − x' [B,T,H]
         alpha = paddle.to_tensor(self.alphas).reshape([-1, 1, 1])
         z = (x - delta + alpha * delta).detach()
         z.stop_gradient = False
@@ -153,21 +161,57 @@ class EmbeddingProbe:
 def gradient_pass(model: Any, recompute: bool) -> Iterator[None]:
     """Inside: gradients are built, the memories stay attached (memory_gradient), each layer
     is recomputed in backward when `recompute`, and the weights get no gradient (only the
-    embeddings' is wanted). Everything is restored on the way out."""
-    encoder = model.ernie_doc
+    embeddings' is wanted; LayerNorm scales excepted, their gradient discarded). Everything
+    is restored on the way out. `model`: a document model
+    (its encoder `.ernie_doc`) or a model that is its own encoder (the language model, which
+    has no recompute: ValueError when asked for it)."""
+    encoder = getattr(model, "ernie_doc", model)
+    switches = {"memory_gradient": True}
+    if hasattr(encoder, "recompute"):
+        switches["recompute"] = recompute
+    elif recompute:
+        raise ValueError(f"{type(encoder).__name__} cannot recompute its layers in backward")
     params = [p for p in model.parameters()]
     frozen = [p.stop_gradient for p in params]
-    saved = (encoder.memory_gradient, encoder.recompute)
+    # Paddle (2.6 and 3.x) computes LayerNorm's input gradient as if its scale were 1 when
+    # the scale has stop_gradient: those [H] scales keep a gradient, dropped on the way out.
+    scales = {id(layer.weight) for layer in model.sublayers()
+              if isinstance(layer, paddle.nn.LayerNorm) and layer.weight is not None}
+    saved = {k: getattr(encoder, k) for k in switches}
     try:
         for p in params:
-            p.stop_gradient = True
-        encoder.memory_gradient, encoder.recompute = True, recompute
+            p.stop_gradient = id(p) not in scales
+        for k, v in switches.items():
+            setattr(encoder, k, v)
         with paddle.enable_grad():
             yield
     finally:
-        encoder.memory_gradient, encoder.recompute = saved
+        for k, v in saved.items():
+            setattr(encoder, k, v)
         for p, was in zip(params, frozen):
+            if id(p) in scales:
+                p.clear_gradient(False)
             p.stop_gradient = was
+
+
+def plan_passes(graph_bytes: Callable[[int, bool], int], wanted: int, chunk: int,
+                max_memory: Optional[int], what: str, advice: str,
+                recomputable: bool = True) -> Tuple[int, bool]:
+    """(variants per gradient pass, recompute): the most variants (up to `wanted`, at most
+    `chunk`, else 1) whose graph (`graph_bytes(variants, recompute)`) fits in `max_memory`
+    (None: the memory available), without recompute when that fits. DataError with the
+    estimate of one variant (recomputed when `recomputable`) when nothing fits: "a gradient
+    pass over {what} keeps about …; {advice}"."""
+    limit = max_memory if max_memory is not None else available_memory()
+    limit = math.inf if limit is None else limit
+    options = (False, True) if recomputable else (False,)
+    for recompute in options:
+        for n in sorted({min(wanted, chunk), 1}, reverse=True):
+            if graph_bytes(n, recompute) <= limit:
+                return n, recompute
+    raise DataError(f"a gradient pass over {what} keeps about "
+                    f"{describe(graph_bytes(1, options[-1]))}, more than the "
+                    f"{describe(limit)} available; {advice}")
 
 
 def token_attributions(probe: EmbeddingProbe, variants: int, tokens: Dict[str, np.ndarray],

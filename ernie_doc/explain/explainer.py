@@ -5,7 +5,6 @@ drove the prediction (ernie_doc.explain.attribution), in the schema docs/explain
     pipe = pipeline("output/imdb")
     pipe.explain(["a long review ..."], method="gradient")   # → [{"doc_id", "segments", ...}]
 """
-import math
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -15,10 +14,10 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_method,
-                                           document_layout, gradient_pass, read_variants,
-                                           token_attributions)
+                                           document_layout, gradient_pass, plan_passes,
+                                           read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
-from ernie_doc.resources import activation_bytes, available_memory, describe
+from ernie_doc.resources import activation_bytes
 from ernie_doc.utils import progress_bar
 
 EXPLAINED = ("classification", "span", "multiple_choice", "pair_matching")
@@ -32,7 +31,38 @@ def explains(task: Any) -> bool:
     return type(task).explain_target is not DocumentTask.explain_target
 
 
-class Explainer:
+class Explaining:
+    """What every kind's explainer shares: documents admitted by its pipeline `self.pipe`
+    (its error records, on_error and ids: predict's rules), each explained by
+    `explain_document` (DataError: an error record for that document)."""
+    pipe: Any
+
+    def explain_document(self, doc: Document) -> dict:
+        raise NotImplementedError
+
+    # -- documents → records -------------------------------------------------------------------
+    def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
+        """One record per document, in input order, each with its input `index`."""
+        pipe = self.pipe
+        skip, seen = pipe.skip_ids(skip), {}
+        for index, item in enumerate(pipe.items(documents)):
+            doc = pipe.admit(index, item, skip, seen)
+            if not isinstance(doc, Document):   # skipped, or an error record
+                if doc:
+                    yield doc
+                continue
+            try:
+                record = self.explain_document(doc)
+            except DataError as e:
+                record = pipe.problem(index, doc.doc_id, str(e))
+            yield dict(record, index=index)
+
+    def __call__(self, documents: Iterable[Any]) -> List[dict]:
+        """Explain every document → one record per document, in input order."""
+        return sorted(self.stream(documents), key=lambda r: r["index"])
+
+
+class Explainer(Explaining):
     """Explanations of a Pipeline's predictions (dygraph engine); the pipeline admits the
     documents (its error records, on_error and ids: predict's rules). `method`: occlusion,
     gradient or integrated_gradients; `target`: what to explain (a label, an answer text, a
@@ -71,27 +101,6 @@ class Explainer:
             raise PipelineError("replace mask: this model's tokenizer has no [MASK] token; "
                                 "use replace pad")
         return int(found)
-
-    # -- documents → records -------------------------------------------------------------------
-    def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
-        """One record per document, in input order, each with its input `index`."""
-        pipe = self.pipe
-        skip, seen = pipe.skip_ids(skip), {}
-        for index, item in enumerate(pipe.items(documents)):
-            doc = pipe.admit(index, item, skip, seen)
-            if not isinstance(doc, Document):   # skipped, or an error record
-                if doc:
-                    yield doc
-                continue
-            try:
-                record = self.explain_document(doc)
-            except DataError as e:
-                record = pipe.problem(index, doc.doc_id, str(e))
-            yield dict(record, index=index)
-
-    def __call__(self, documents: Iterable[Any]) -> List[dict]:
-        """Explain every document → one record per document, in input order."""
-        return sorted(self.stream(documents), key=lambda r: r["index"])
 
     def explain_document(self, doc: Document) -> dict:
         """One document → its explanation record (DataError: what it cannot explain)."""
@@ -158,21 +167,12 @@ class Explainer:
         return kept + steps * rows * (L * M * H + 3 * T * H) * 4
 
     def _plan(self, layout: Layout) -> Tuple[int, bool]:
-        """(variants per pass, recompute) for the gradient passes: the most that fit in
-        max_memory (or the memory available), without recompute when that fits; DataError
-        with the estimate when not even one variant fits recomputed."""
-        limit = self.max_memory if self.max_memory is not None else available_memory()
-        limit = math.inf if limit is None else limit
-        wanted = 1 if self.method == "gradient" else self.steps
-        for recompute in (False, True):
-            for n in sorted({min(wanted, self.chunk), 1}, reverse=True):
-                if self.graph_bytes(layout, n * layout.group, recompute) <= limit:
-                    return n, recompute
-        need = self.graph_bytes(layout, layout.group, True)
-        raise DataError(f"a gradient pass over this document ({len(layout.passes)} segment "
-                        f"reads) keeps about {describe(need)}, more than the "
-                        f"{describe(limit)} available; use method occlusion, or cut the "
-                        f"document (max_doc_tokens)")
+        """(variants per pass, recompute) for the gradient passes (plan_passes)."""
+        return plan_passes(
+            lambda n, recompute: self.graph_bytes(layout, n * layout.group, recompute),
+            1 if self.method == "gradient" else self.steps, self.chunk, self.max_memory,
+            f"this document ({len(layout.passes)} segment reads)",
+            "use method occlusion, or cut the document (max_doc_tokens)")
 
     def _gradients(self, doc: Document, layout: Layout, fields: dict) -> dict:
         """(x − x') · ∂target/∂z per token and segment: z = x for gradient (its forward is

@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 from collections import defaultdict
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -123,8 +123,9 @@ class LMPipeline(DocumentStream):
                    prepend_eos, run.cfg, run.task)
 
     # -- documents → records ---------------------------------------------------------------
-    def _start(self, index: int, doc: Document) -> _Reading:
-        """A document → its reading (DataError: not a document this model can score)."""
+    def open_document(self, doc: Document) -> Tuple[EncodedDocument, LMStreams]:
+        """A document → (its encoding, its segments as this model reads them: one row of
+        tgt_len windows, ext_len context), DataError: not a document this model can score."""
         if doc.text is None:
             raise DataError("no 'text' (a language model scores text)")
         encoded = encode_document(doc.text, self.vocab, self.model.config.segment_positions,
@@ -133,8 +134,20 @@ class LMPipeline(DocumentStream):
         if ext and self.model.uses_memory and len(encoded.ids) - 1 <= ext:
             # the model caches all but the last ext_len inputs of a segment
             raise DataError(f"{len(encoded.ids)} tokens: too few for eval_ext_len {ext}")
-        streams = LMStreams(encoded.ids, 1, self.lengths["tgt_len"], ext, encoded.positions)
-        return _Reading(index, doc, encoded, streams)
+        return encoded, LMStreams(encoded.ids, 1, self.lengths["tgt_len"], ext,
+                                  encoded.positions)
+
+    def _start(self, index: int, doc: Document) -> _Reading:
+        """A document → its reading (DataError: not a document this model can score)."""
+        return _Reading(index, doc, *self.open_document(doc))
+
+    def record_of(self, doc: Document, index: int = 0) -> dict:
+        """One admitted document, read alone → its record (as `stream` gives it; DataError:
+        not a document this model can score)."""
+        r = self._start(index, doc)
+        while r.step < len(r.streams):
+            self._step([r])
+        return self._record(r)
 
     def _record(self, r: _Reading) -> dict:
         nll = np.concatenate(r.nll).astype(np.float64)
@@ -204,3 +217,11 @@ class LMPipeline(DocumentStream):
             for r in [r for r in active if r.step == len(r.streams)]:
                 active.remove(r)
                 yield self._record(r)
+
+    def explain(self, documents: Iterable[Any], **options: Any) -> List[dict]:
+        """Which segments and tokens of each document drove the log-probability of a span of
+        its tokens → one record per document, in input order
+        (ernie_doc.explain.lm.LMExplainer: `method`, `span`, `steps` ...; docs/explain.md,
+        "The language model")."""
+        from ernie_doc.explain.lm import LMExplainer
+        return LMExplainer(self, **options)(documents)
