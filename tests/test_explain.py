@@ -333,3 +333,115 @@ def test_context_command_measures_how_far_back_each_run_looks(runs, tmp_path):
     proc = context_cli(named[0], "--input", docs, "--output", out, expect=2)
     assert "holds context.json, context.md, context.png already (--overwrite replaces them)" \
         in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_long_documents_gradient_pass_does_not_overflow_the_stack(runs, tmp_path):
+    """The graph through the memories is walked (and freed) recursively by paddle's autograd:
+    on the main thread's stack a long document segfaults. Under a 1 MiB stack limit the
+    gradient pass of a 400-segment document still explains (attribution.deep)."""
+    import resource
+    import subprocess
+    import sys
+    doc = tmp_path / "long.txt"
+    doc.write_text(" ".join(["good movie the plot"] * 800), encoding="utf-8")
+
+    def small_stack():
+        resource.setrlimit(resource.RLIMIT_STACK, (1 << 20, 1 << 20))
+    proc = subprocess.run([sys.executable, "-m", "ernie_doc.cli", "explain",
+                           str(runs["enhanced"]),   # a chain through every segment
+                           "--input", str(doc), "--output", str(tmp_path / "why"),
+                           "--method", "gradient", "--no-png", "--no-html", "--no-progress"],
+                          preexec_fn=small_stack, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((tmp_path / "why" / "explanations.jsonl").read_text())
+    assert len(record["segments"]) >= 400 and record["segments"][-2]["score"] != 0
+
+
+# -- what an attack found ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def span_run(tmp_path_factory):
+    from test_span_tasks import HANZI, SPAN_COMMON, squad_json, zh_questions
+    from test_tasks import finetune_task, vocab_dir
+    tmp = tmp_path_factory.mktemp("span")
+    data = tmp / "cmrc2018"
+    data.mkdir()
+    squad_json(data / "cmrc2018_train.json", zh_questions(12, 0))
+    squad_json(data / "cmrc2018_dev.json", zh_questions(6, 1))
+    out = tmp / "out"
+    finetune_task("cmrc2018", data, out, vocab_dir(tmp / "vocab", HANZI), *SPAN_COMMON)
+    return data, out
+
+
+def test_span_target_is_the_score_predict_decoded(span_run):
+    """Overlapping windows hold an answer more than once: the explained logit is the one whose
+    score predict's decoding reported (the window giving the answer its largest context)."""
+    from ernie_doc.kinds.base import load_reader
+    data, out = span_run
+    docs = load_reader("cmrc2018").read(str(data), "dev", {})
+    inputs = [{"id": d.doc_id, "question": d.fields["question"],
+               "context": d.fields["context"]} for d in docs]
+    records = loud(Pipeline.from_pretrained(str(out))).explain(inputs)
+    explained = [r for r in records if "error" not in r]
+    assert explained
+    for r in explained:
+        assert r["target"]["score"] == pytest.approx(r["prediction"]["score"], abs=1e-4)
+        assert r["target"]["label"] == r["prediction"]["pred"]
+
+
+def test_resume_refuses_another_method_or_another_commands_file(runs, tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"r{i}", "text": t}) + "\n"
+                            for i, t in enumerate(DOCS[:2])), encoding="utf-8")
+    out = tmp_path / "why"
+    explain_cli(runs["none"], "--input", docs, "--output", out)
+    before = (out / "explanations.jsonl").read_bytes()
+    one_line(explain_cli(runs["none"], "--input", docs, "--output", out, "--resume",
+                         "--method", "gradient", expect=2), "written with other settings")
+    from tools.predict import command as predict
+    preds = tmp_path / "p"
+    preds.mkdir()
+    in_process(predict, [str(runs["none"]), "--input", str(docs), "--output",
+                         str(preds / "explanations.jsonl"), "--no-progress"])
+    one_line(explain_cli(runs["none"], "--input", docs, "--output", preds, "--resume",
+                         expect=2), "not a record of ernie-doc explain")
+    assert (out / "explanations.jsonl").read_bytes() == before
+    # a new run never replaces a file named like a figure (--overwrite may)
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "00000-r0.png").write_bytes(b"mine")
+    one_line(explain_cli(runs["none"], "--input", docs, "--output", other, expect=2),
+             "holds 00000-r0.png named like this command's figures")
+    assert (other / "00000-r0.png").read_bytes() == b"mine"
+
+
+def test_context_never_writes_in_a_model_folder_and_leaves_nothing(runs, tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"text": DOCS[0]}) + "\n", encoding="utf-8")
+    best = runs["none"] / "best"
+    before = sorted(p.name for p in best.iterdir())
+    one_line(context_cli(runs["none"], "--input", docs, "--output", best, expect=2),
+             "inside the input folder")
+    one_line(context_cli(runs["none"], "--input", docs, "--output", best / "ctx", expect=2),
+             "inside the input folder")
+    assert sorted(p.name for p in best.iterdir()) == before
+    out = tmp_path / "ctx"
+    one_line(context_cli(runs["none"], "--input", tmp_path / "none.jsonl", "--output", out,
+                         expect=2), "none.jsonl")
+    assert not out.exists()
+
+
+def test_choice_targets_read_text_first_then_an_index(tmp_path):
+    from test_span_tasks import c3_data
+    from test_tasks import HANZI, finetune_task, vocab_dir
+    data = c3_data(tmp_path, (("train", 4), ("dev", 2), ("test", 2)))
+    out = tmp_path / "out"
+    finetune_task("c3", data, out, vocab_dir(tmp_path / "vocab", HANZI), "stride=4",
+                  "batch_size=1", "grad_accum_steps=1", "max_seq_len=32", "max_steps=1",
+                  "model_overrides.max_position_embeddings=32")
+    pipe = Pipeline.from_pretrained(str(out))
+    doc = {"id": "q", "context": "好坏新闻体育", "question": "新闻", "choices": ["1", "0", "坏"]}
+    by_text = pipe.explain([doc], target="1")[0]
+    assert by_text["target"]["label"] == "0"   # the choice whose text is "1"
+    assert pipe.explain([doc], target="2")[0]["target"]["label"] == "2"
+    for bad in ("²", "3", "-1", "01x"):
+        assert pipe.explain([doc], target=bad)[0]["error"].startswith(f"--target {bad!r}")

@@ -51,6 +51,7 @@ train_lm() {    # tasks/wikitext103/config_small.yaml at LM_STEPS, one seed per 
 
 measure() {     # each group on the same documents: its runs' dev split, or the test file
     local cli=("$PY" -m ernie_doc.cli context --overwrite)
+    mkdir -p "$OUT/measure"
     "${cli[@]}" "$OUT"/demo/{none,xl,enhanced,enhanced+retro} --format task --split dev \
         --documents "$DOCS" --output "$OUT/measure/demo"
     "${cli[@]}" "$OUT"/hyp/{none,xl,enhanced}-s{1,2} --format task --split dev \

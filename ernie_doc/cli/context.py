@@ -14,7 +14,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 FILES = ("context.json", "context.md", "context.png")
 
@@ -142,10 +142,10 @@ def relative_text(curve: List[float]) -> str:
     return ", ".join(f"{v / curve[0]:.3f}" for v in curve[1:4]) or "–"
 
 
-def plot_document_curves(found: Dict[str, Any], path: str) -> None:
+def plot_document_curves(found: Dict[str, Any]) -> Any:
     """context.png: occlusion |Δ| and gradient norm by distance, each run's curve divided by
     its value at d = 0, one colour per variant (log scale)."""
-    from ernie_doc.explain.render import new_figure, save_figure
+    from ernie_doc.explain.render import new_figure
     fig = new_figure(10, 4)
     colours: Dict[str, str] = {}
     for i, method in enumerate(("occlusion", "gradient")):
@@ -165,7 +165,7 @@ def plot_document_curves(found: Dict[str, Any], path: str) -> None:
         ax.set_ylabel("÷ influence at d = 0")
         ax.set_title("occlusion |Δ|" if method == "occlusion" else "gradient norm")
         ax.legend(fontsize=8)
-    save_figure(fig, path)
+    return fig
 
 
 def measure_lm_models(args: argparse.Namespace) -> Dict[str, Any]:
@@ -177,6 +177,9 @@ def measure_lm_models(args: argparse.Namespace) -> Dict[str, Any]:
         raise PipelineError("language models: give --input, the evaluation text (a "
                             "WikiText-style tokens file)")
     check_input(args.input, PipelineError)
+    if args.input.endswith((".jsonl", ".json", ".tsv")) or os.path.isdir(args.input):
+        raise PipelineError(f"--input {args.input}: a language model reads a tokens file "
+                            f"(WikiText-style text, one paragraph per line), not documents")
     mem_lens = None
     if args.mem_lens:
         try:
@@ -194,53 +197,84 @@ def measure_lm_models(args: argparse.Namespace) -> Dict[str, Any]:
                                    args.batch_size, progress=not args.no_progress)
 
 
-def check_output(args: argparse.Namespace) -> str:
-    """--output's directory, made if missing (its parent must exist); PipelineError when
-    its files exist and --overwrite is not given."""
+def check_output(args: argparse.Namespace) -> bool:
+    """--output's directory, made if missing (its parent must exist) → whether this run made
+    it. PipelineError (one line) when it is in a model folder or an input folder, or holds
+    the files already without --overwrite."""
     from ernie_doc.cli.explain import output_directory
     from ernie_doc.errors import PipelineError
-    output_directory(args.output)
-    present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
-    if present and not args.overwrite:
-        raise PipelineError(f"--output {args.output}: holds {', '.join(present)} already "
-                            f"(--overwrite replaces them)")
-    return args.output
+    from ernie_doc.predict.inputs import model_directory
+    from ernie_doc.predict.outputs import InputSet
+    from ernie_doc.predict.outputs import check_output as check_file
+    inputs = InputSet([model_directory(m) for m in args.models] +
+                      ([args.input] if args.input else []))
+    if os.path.isdir(args.output) or os.path.lexists(args.output):
+        present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
+        if present and not args.overwrite:
+            raise PipelineError(f"--output {args.output}: holds {', '.join(present)} already "
+                                f"(--overwrite replaces them)")
+    for name in FILES:   # the rule of every output file: never an input, nor in a model
+        check_file(os.path.join(args.output, name), inputs, exists_ok=True,
+                   error=PipelineError)
+    return output_directory(args.output)
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    """Measure every model and write --output's files → what context.json holds."""
+def measure(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any]:
+    """Measure every model → (what context.json holds, the figure)."""
     from ernie_doc.errors import PipelineError
-    from ernie_doc.explain.render import save_figure
     from ernie_doc.predict.inputs import model_directory, task_record
     from ernie_doc.predict.lm_context import plot_memory_curves
-    from ernie_doc.utils import atomic_write_text, set_paddle_threads
-    directory = check_output(args)
-    if args.threads:
-        set_paddle_threads(args.threads, "--threads", PipelineError)
     kinds = {task_record(model_directory(m))["kind"] == "language_model" for m in args.models}
     if len(kinds) > 1:
         raise PipelineError("give document models or language models, not both")
     if kinds == {True}:
         result = measure_lm_models(args)
-        save_figure(plot_memory_curves(result), os.path.join(directory, "context.png"))
-    else:
-        found = measure_document_models(args)
-        result = {"kind": "document", "runs": found, "table": document_table(found)}
-        plot_document_curves(found, os.path.join(directory, "context.png"))
-    atomic_write_text(os.path.join(directory, "context.md"), result["table"])
-    atomic_write_text(os.path.join(directory, "context.json"),
-                      json.dumps(result, indent=1) + "\n")
+        return result, plot_memory_curves(result)
+    found = measure_document_models(args)
+    result = {"kind": "document", "runs": found, "table": document_table(found)}
+    return result, plot_document_curves(found)
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    """Measure every model and write --output's three files, all or none → what context.json
+    holds. The files are written once every measurement is done."""
+    from ernie_doc.errors import PipelineError
+    from ernie_doc.explain.render import new_figure, save_figure
+    from ernie_doc.utils import atomic_path, set_paddle_threads
+    new_figure(1, 1)   # no matplotlib: one line now, not after the measuring
+    made = check_output(args)
+    try:
+        if args.threads:
+            set_paddle_threads(args.threads, "--threads", PipelineError)
+        result, figure = measure(args)
+        paths = [os.path.join(args.output, name) for name in FILES]
+        with atomic_path(paths[0]) as js, atomic_path(paths[1]) as md, \
+                atomic_path(paths[2]) as png:   # renamed together, at the end
+            with open(js, "w", encoding="utf-8") as f:
+                f.write(json.dumps(result, indent=1) + "\n")
+            with open(md, "w", encoding="utf-8") as f:
+                f.write(result["table"])
+            save_figure(figure, png)
+    finally:
+        if made and not os.listdir(args.output):   # ours, and nothing was written in it
+            os.rmdir(args.output)
     print(result["table"])
     return result
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Exit 2 with one `error:` line for a bad model, input or output; --debug: traceback."""
+    """Exit 2 with one `error:` line for a bad model, input or output; Ctrl-C: one line and
+    130, nothing written; --debug: the traceback."""
     args = parse_args(argv)
-    from ernie_doc.cli import exit_on_user_error, user_error_types
+    from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types
     try:
         run(args)
         return 0
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted: nothing written; run the same command again", file=sys.stderr)
+        return INTERRUPTED_STATUS
     except user_error_types() as e:
         exit_on_user_error(e, args.debug, args.output, what="--output", target_is_dir=True)
         raise

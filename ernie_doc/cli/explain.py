@@ -128,16 +128,36 @@ def output_directory(path: str) -> bool:
     return True
 
 
+def foreign_figures(directory: str) -> List[str]:
+    """The files of `directory` named like explain's figures (render.figure_names)."""
+    import re
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if re.fullmatch(r"\d{5,}-.*\.(png|html)", n))
+
+
 def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
-    """Explain --input into --output (see the module docstring) → the run's summary."""
+    """Explain --input into --output (see the module docstring) → the run's summary. A new
+    run (neither --resume nor --overwrite) never replaces a file named like a figure."""
     from ernie_doc.cli.predict import run as predict_run
+    from ernie_doc.errors import PipelineError
     directory = args.output
+    found = [] if args.resume or args.overwrite else foreign_figures(directory)
+    if found:
+        raise PipelineError(f"--output {directory}: holds {found[0]}"
+                            f"{f' and {len(found) - 1} more' if len(found) > 1 else ''} "
+                            f"named like this command's figures; give a new directory "
+                            f"(--overwrite replaces them)")
     created = output_directory(directory)
     records = argparse.Namespace(**vars(args))
     records.output = os.path.join(directory, RECORDS)
     try:
+        settings = {k: getattr(args, k) for k in ("method", "target", "replace", "steps")}
+        if args.method != "integrated_gradients":
+            settings["steps"] = None   # the others take no steps
         return predict_run(records, progress, explainer, figure_writer(args, directory),
-                           desc="explain")
+                           desc="explain", origin={"written_by": "ernie-doc explain",
+                                                   "settings": settings})
     finally:
         if created and not os.listdir(directory):   # ours, and nothing was written in it
             os.rmdir(directory)

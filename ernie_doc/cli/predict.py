@@ -263,13 +263,16 @@ def predict_pipeline(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace, progress: Optional[dict] = None,
         build: Callable[[argparse.Namespace], Any] = predict_pipeline,
-        finish: Optional[Callable[[dict], dict]] = None, desc: str = "predict") -> dict:
+        finish: Optional[Callable[[dict], dict]] = None, desc: str = "predict",
+        origin: Optional[dict] = None) -> dict:
     """Predict --input into --output → the run's summary (also printed as JSON); when every
     record is an error, NothingPredicted after the summary (`report`). `progress` (a dict,
     filled as the run goes): "created", whether --output holds this run's records, and
     "records", how many it holds: what Ctrl-C reports (`interrupted_line`). `build`: the
     arguments → the pipeline whose `stream` gives the records (`ernie-doc explain` passes its
-    explainer); `finish`: see write_records; `desc`: the progress bar's.
+    explainer); `finish`: see write_records; `desc`: the progress bar's; `origin`: what the
+    sidecar records beside the model's fingerprint (explain: its name and settings), which
+    --resume must find again.
 
     --output is written through its folder, opened once (ernie_doc.predict.outputs.OutputFolder),
     and locked for the run; --resume reads the checked file's records before the model loads;
@@ -283,7 +286,7 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None,
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
     inputs, checked = check_paths(args)
-    origin = provenance(*model_directories(args))
+    origin = dict(provenance(*model_directories(args)), **(origin or {}))
     to_stdout, stdout = args.output == STDIO, sys.stdout
     with contextlib.ExitStack() as stack:
         folder = None

@@ -243,6 +243,38 @@ def gradient_norms(probe: EmbeddingProbe, segments: int) -> np.ndarray:
     return np.sqrt(squares)
 
 
+# A long document's graph is a chain through the memories that paddle's C++ autograd walks,
+# and frees, recursively: past a few thousand segment reads that overflows the main thread's
+# 8 MiB stack (a segfault, no message). Gradient passes run on a thread with this stack.
+DEEP_STACK = 1 << 30
+
+
+def deep(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) on a thread with a DEEP_STACK stack (virtual memory, touched only as deep as
+    the graph goes), everything it builds freed there → its result; its exception raised
+    here. A daemon thread: Ctrl-C in the caller does not wait for it."""
+    import threading
+    result: List[Any] = []
+    failed: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(fn(*args))
+        except BaseException as e:   # noqa: BLE001 - handed to the caller's thread
+            failed.append(e)
+
+    previous = threading.stack_size(DEEP_STACK)
+    try:
+        worker = threading.Thread(target=run, name="explain-gradients", daemon=True)
+        worker.start()
+    finally:
+        threading.stack_size(previous)
+    worker.join()
+    if failed:
+        raise failed[0]
+    return result[0]
+
+
 def check_method(method: str, replacement: str, steps: int) -> None:
     """DataError (one line) for an unknown method or replacement, or steps < 1."""
     if method not in METHODS:

@@ -16,7 +16,7 @@ import paddle
 
 from ernie_doc.data.document import Document
 from ernie_doc.errors import DataError
-from ernie_doc.explain.attribution import EmbeddingProbe, gradient_norms, gradient_pass
+from ernie_doc.explain.attribution import EmbeddingProbe, deep, gradient_norms, gradient_pass
 from ernie_doc.explain.explainer import Explainer
 
 THRESHOLD = 0.01   # the reach: influence under 1 % of the last segment's own
@@ -48,14 +48,20 @@ def last_segment_influence(explainer: Explainer, doc: Document) -> Optional[Dict
             variants = list(range(first, min(first + explainer.chunk, S)))
             for v, got in zip(variants, explainer._read(layout, variants)):
                 deltas[v] = abs(score - float(target.score([max(got, key=lambda r: r[0])])))
+    norms = deep(last_segment_gradients, explainer, layout, target)
+    return {"occlusion": deltas[::-1].tolist(), "gradient": norms[::-1].tolist()}
+
+
+def last_segment_gradients(explainer: Explainer, layout: Any, target: Any) -> np.ndarray:
+    """‖∂target/∂x‖ per segment [S] (the target's margin where the kind has one), from one
+    gradient pass through the memories (run it with attribution.deep)."""
     probe = EmbeddingProbe(explainer.model.ernie_doc.embeddings.word_emb,
                            explainer.replacement, [1.0], layout.group)
     _, recompute = explainer._plan(layout)
     with gradient_pass(explainer.model, recompute), probe.attached():
         got = explainer._read(layout, [None], probe)[0]
         (target.margin or target.score)([max(got, key=lambda r: r[0])]).backward()
-    norms = gradient_norms(probe, S)
-    return {"occlusion": deltas[::-1].tolist(), "gradient": norms[::-1].tolist()}
+    return gradient_norms(probe, layout.segments)
 
 
 def mean_curve(curves: List[List[float]]) -> Dict[str, list]:

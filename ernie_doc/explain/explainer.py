@@ -13,7 +13,7 @@ import paddle
 from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.errors import DataError, PipelineError
-from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_method,
+from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_method, deep,
                                            document_layout, gradient_pass, plan_passes,
                                            read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
@@ -110,8 +110,9 @@ class Explainer(Explaining):
         layout = document_layout(self.task, doc, self.pipe.tokenizer, self.cfg.retro_feed,
                                  self.cfg.train_skim)
         fields = self.task.field_offsets(doc, self.pipe.tokenizer)
-        explain = self._occlusion if self.method == "occlusion" else self._gradients
-        return explain(doc, layout, fields)
+        if self.method == "occlusion":
+            return self._occlusion(doc, layout, fields)
+        return deep(self._gradients, doc, layout, fields)
 
     def _read(self, layout: Layout, variants: Sequence[Optional[int]],
               probe: Optional[EmbeddingProbe] = None) -> list:

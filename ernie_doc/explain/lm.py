@@ -30,7 +30,7 @@ import paddle
 
 from ernie_doc.data.document import Document
 from ernie_doc.errors import DataError, PipelineError
-from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, check_method, gradient_pass,
+from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, check_method, deep, gradient_pass,
                                            plan_passes)
 from ernie_doc.explain.explainer import Explaining
 from ernie_doc.explain.record import explanation_record
@@ -165,7 +165,7 @@ class LMExplainer(Explaining):
         layout = lm_layout(streams, encoded.ids, self.lengths["tgt_len"], self.span)
         if self.method == "occlusion":
             return self._occlusion(doc, layout)
-        return self._gradients(doc, layout)
+        return deep(self._gradients, doc, layout)
 
     # -- reading ---------------------------------------------------------------------------------
     def _read(self, layout: LMLayout, variants: Sequence[Optional[int]],

@@ -83,8 +83,15 @@ def _hex(rgb: Sequence[int]) -> str:
 
 
 # -- what the record holds ----------------------------------------------------------------------
+# control characters other than tab, newline and carriage return have no place in HTML (a NUL
+# makes tools read the page as binary): shown as U+FFFD
+_CONTROLS = {c: "\ufffd" for c in range(32) if c not in (9, 10, 13)}
+_CONTROLS[127] = "\ufffd"
+
+
 def _esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """`value` as HTML text: escaped, its control characters replaced (same length)."""
+    return html.escape(str(value).translate(_CONTROLS), quote=True)
 
 
 def _is_number(value: object) -> bool:
@@ -300,7 +307,7 @@ def field_html(text: str, tokens: Sequence[Sequence[float]], scale: float) -> st
         starts = np.maximum(starts, np.concatenate([[0], np.maximum.accumulate(ends)[:-1]]))
     keep = ends > starts
     levels = shade_levels(arr[keep, 2], scale) + LEVELS
-    pieces, pos, escape = [], 0, html.escape
+    pieces, pos, escape = [], 0, _esc
     for start, end, level, score in zip(starts[keep].tolist(), ends[keep].tolist(),
                                         levels.tolist(), arr[keep, 2].tolist()):
         if start > pos:

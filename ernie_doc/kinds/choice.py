@@ -5,6 +5,7 @@ memory stream (Task.group_size > 1).
 `pair_matching` (CAIL2019-SCM): rows (A,B) and (A,C), one logit from the difference of their
 [CLS] outputs. Both follow PaddleNLP's port by default (task_options `token_types`, `window`,
 `missing_choices`). Details: docs/design-notes.md, "Multiple choice and pair matching"."""
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -197,13 +198,16 @@ class MultipleChoiceTask(_GroupTask):
         one), as predict gives it."""
         choices = list(doc.fields["choices"])
         n = self.group_size if self.options["missing_choices"] == "paddlenlp" else len(choices)
-        label = record["pred"] if target is None else str(target)
-        if label in choices and not label.isdigit():
-            label = str(choices.index(label))
-        if not label.isdigit() or int(label) >= n:
-            raise DataError(f"--target {label!r}: give a choice's index (0 to {n - 1}) or its "
-                            f"text")
-        k, how = int(label), self.cfg.doc_prediction
+        if target is None:
+            k = int(record["pred"])
+        elif str(target) in choices:   # a choice's text first, then an index
+            k = choices.index(str(target))
+        elif re.fullmatch(r"[0-9]+", str(target)) and int(target) < n:
+            k = int(target)
+        else:
+            raise DataError(f"--target {str(target)!r}: give a choice's text or its index (0 "
+                            f"to {n - 1})")
+        label, how = str(k), self.cfg.doc_prediction
         return ExplainTarget(f"probability of choice {k}", label, lambda got: aggregate_rows(
             [(s, F.softmax(lg[:n], axis=-1)) for s, lg in got], how)[k])
 

@@ -128,28 +128,19 @@ class SpanTask(DocumentTask):
     def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
                        record: Dict[str, Any], target: Optional[str]) -> ExplainTarget:
         """The start + end logit of the chosen answer (or of the n-best answer whose text is
-        `target`), in the segment whose logits gave it its score."""
+        `target`), in the segment whose logits gave it its score (the n-best score; ties: the
+        segment that gives its tokens the most context, as decoding prefers)."""
         found = [a for a in record["n_best"] if target is None or a["text"] == target][:1]
         if not found:
             raise DataError("no answer span to explain" if target is None else
                             f"--target {target!r} is not among the n-best answers")
         answer = found[0]
-        logits = dict(rows)
-        best = None
-        for step in steps:
-            for m in step_members(step):
-                if not m.final or m.meta is None:
-                    continue
-                for lo, hi in (("piece_starts", "piece_ends"), ("starts", "ends")):
-                    i = np.flatnonzero(m.meta[lo] == answer["start"])
-                    j = np.flatnonzero(m.meta[hi] == answer["end"])
-                    for a, b in ((a, b) for a in i for b in j if a <= b):
-                        got = logits[m.seg_index][a + 1, 0] + logits[m.seg_index][b + 1, 1]
-                        if best is None or got > best[0]:
-                            best = (got, m.seg_index, a + 1, b + 1)
-        if best is None:
+        candidates = answer_positions(steps, dict(rows), answer["start"], answer["end"])
+        if not candidates:
             raise DataError(f"answer {answer['text']!r}: no segment holds its span")
-        _, seg, i, j = best
+        # the decoded score is rounded to 4 decimals: the candidate nearest it
+        _, _, seg, i, j = min(candidates, key=lambda c: (abs(c[0] - answer["score"]),
+                                                         not c[1]))
         return ExplainTarget(f"start + end logit of {answer['text']!r}", answer["text"],
                              lambda got: dict(got)[seg][i, 0] + dict(got)[seg][j, 1])
 
@@ -200,3 +191,24 @@ class SpanTask(DocumentTask):
                    if isinstance(v, (int, float))} if scored else {}
         return metrics, [with_gold(p, references=refs[d.doc_id])
                          for p, d in zip(predictions, docs)]
+
+
+def answer_positions(steps: Sequence, logits: Dict[int, Any], start: int,
+                     end: int) -> List[Tuple[float, bool, int, int, int]]:
+    """Every place of the final reading that holds the answer characters [start, end) →
+    [(start + end logit, whether the window gives it its largest context, segment, start
+    position, end position)]."""
+    found = []
+    for step in steps:
+        for m in step_members(step):
+            if not m.final or m.meta is None:
+                continue
+            for lo, hi in (("piece_starts", "piece_ends"), ("starts", "ends")):
+                for a in np.flatnonzero(m.meta[lo] == start):
+                    for b in np.flatnonzero(m.meta[hi] == end):
+                        if a <= b:
+                            row = logits[m.seg_index]
+                            found.append((float(row[a + 1, 0] + row[b + 1, 1]),
+                                          bool(m.meta["max_context"][a]), m.seg_index,
+                                          int(a + 1), int(b + 1)))
+    return found

@@ -708,16 +708,21 @@ MAX_RECORD_LINE = 64 << 20
 def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> None:
     """PipelineError (one line) unless `sidecar` (the bytes of `output`'s sidecar, None when
     there is none) says this tool wrote `output` with the model(s) of `record`."""
-    from ernie_doc.utils import decode_utf8, parse_json
+    from ernie_doc.utils import clip, decode_utf8, parse_json
     side = provenance_path(output)
     if sidecar is None:
         raise PipelineError(f"--resume: {output} has no {os.path.basename(side)} beside it, so "
                             f"ernie-doc predict did not write it: nothing changed; --overwrite "
                             f"replaces it")
     found = parse_json(decode_utf8(sidecar, side, PipelineError), side, PipelineError)
-    if not isinstance(found, dict) or found.get("written_by") != WRITTEN_BY:
-        raise PipelineError(f"--resume: {side}: not a record of ernie-doc predict; nothing "
-                            f"changed")
+    writer = record.get("written_by", WRITTEN_BY)
+    if not isinstance(found, dict) or found.get("written_by") != writer:
+        raise PipelineError(f"--resume: {side}: not a record of {writer}; nothing changed")
+    if found.get("settings") != record.get("settings"):   # explain's method, target ...
+        raise PipelineError(f"--resume: {output} was written with other settings "
+                            f"({clip(json.dumps(found.get('settings')), 200)}, now "
+                            f"{clip(json.dumps(record.get('settings')), 200)}): nothing "
+                            f"changed; --overwrite replaces it")
     for key, name in (("model", "MODEL"), ("answer_model", "--answer-model")):
         if found.get(key) != record[key]:
             raise PipelineError(f"--resume: {output} was written by a different model (its "
