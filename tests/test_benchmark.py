@@ -258,9 +258,9 @@ def test_documented_commands_parse(monkeypatch):
     """The benchmark commands the documentation shows (its measuring block is not run: it
     takes minutes) are accepted by their tools' argument checks, as a user types them from the
     checkout."""
-    from benchmarks import finetune, predict
+    from benchmarks import explain, finetune, predict
     parsers = {"model": benchmark_model.parse_args, "train": benchmark_train.parse_args,
-               "predict": predict.parse_args,
+               "predict": predict.parse_args, "explain": explain.parse_args,
                # its check wants PaddleNLP's script and the data: the options alone
                "finetune": lambda argv: finetune.build_parser().parse_args(argv)}
     monkeypatch.chdir(ROOT)
@@ -271,4 +271,4 @@ def test_documented_commands_parse(monkeypatch):
         except SystemExit as e:
             pytest.fail(f"{where}: tools/benchmark_{tool}.py {' '.join(argv)}: exit {e.code}")
         seen.append(tool)
-    assert {"model", "train", "finetune"} <= set(seen), seen
+    assert {"model", "train", "finetune", "explain"} <= set(seen), seen

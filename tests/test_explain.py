@@ -101,6 +101,47 @@ def test_occluding_only_padding_changes_nothing(runs):
     assert any(not np.allclose(a.numpy(), b.numpy()) for (_, a), (_, b) in zip(changed, plain))
 
 
+def test_an_occlusion_read_keeps_one_tensor_a_step_and_builds_none_from_arrays(runs,
+                                                                               monkeypatch):
+    """Occlusion reads a document once per segment, many variants side by side: what a read
+    keeps is one score tensor per predicted step (not one per step and variant: thousands of
+    small tensors that outlived the read held on to the heap pages of every step, and the
+    resident memory grew with segments x variants), and its step tensors come from the
+    explainer's TensorStage, never paddle.to_tensor (paddle 3 keeps memory of each call)."""
+    import gc
+
+    ex = explainer(runs["enhanced"], method="occlusion")
+    layout = document_layout(ex.task, Document("d", DOCS[3]), ex.pipe.tokenizer, True)
+    variants = [None] + list(range(7))
+    built = []
+    real = paddle.to_tensor
+    monkeypatch.setattr(paddle, "to_tensor", lambda *a, **k: built.append(1) or real(*a, **k))
+
+    def held(obj):   # the tensors `obj` holds, through containers and ernie_doc objects
+        seen, found, todo = set(), [], [obj]
+        while todo:
+            o = todo.pop()
+            if id(o) in seen:
+                continue
+            seen.add(id(o))
+            if isinstance(o, paddle.Tensor):
+                found.append(o)
+            elif isinstance(o, (list, tuple, dict)) or (
+                    not isinstance(o, type) and type(o).__module__.startswith("ernie_doc")):
+                todo.extend(gc.get_referents(*(vars(o).values() if hasattr(o, "__dict__")
+                                               else [o])))
+        return found
+    with paddle.no_grad():
+        read = ex._read(layout, variants)
+    assert built == []
+    assert len(read) == len(variants) and layout.segments >= 5
+    # the final reading's steps, one [variants, C] each
+    assert [t.shape for t in held(read)] == [[len(variants), 2]] * layout.segments
+    rows = read[3]
+    assert [s for s, _ in rows] == list(range(layout.segments))
+    assert all(r.shape == [2] for _, r in rows)
+
+
 # -- gradients through the memory ----------------------------------------------------------------
 @pytest.mark.parametrize("recurrence", RECURRENCES)
 def test_the_last_segments_gradient_reaches_earlier_segments_only_through_memory(runs,

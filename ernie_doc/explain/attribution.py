@@ -20,13 +20,14 @@ alone would.
 Details and costs: docs/explain.md."""
 import contextlib
 import math
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
 
-from ernie_doc.data.collate import collate
+from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.segment import Segment, reading_passes, step_members
 from ernie_doc.errors import DataError
 from ernie_doc.resources import available_memory, describe
@@ -91,27 +92,49 @@ def variant_rows(members: Sequence[Segment], variants: Sequence[Optional[int]],
 
 def read_variants(model: Any, task: Any, layout: Layout, seq_len: int, pad_id: int,
                   variants: Sequence[Optional[int]], replacement: int,
-                  probe: Optional["EmbeddingProbe"] = None) -> List[Rows]:
+                  probe: Optional["EmbeddingProbe"] = None,
+                  stage: Optional[TensorStage] = None) -> "VariantRows":
     """Read the document once per variant, all side by side → each variant's final-reading
-    rows [(segment index, its row of task.row_scores)]. A graph is built when gradients are
-    enabled (the caller's choice); `probe` sees every step's rows."""
-    found: List[Rows] = [[] for _ in variants]
+    rows [(segment index, its row of task.row_scores)] (VariantRows). A graph is built when
+    gradients are enabled (the caller's choice); `probe` sees every step's rows. `stage`
+    turns each step's arrays into tensors (give one stage to every read of an explanation:
+    occlusion reads a document once per segment, and a tensor built from an array per step
+    costs memory that paddle 3 never returns, see TensorStage)."""
+    stage = stage or TensorStage()
+    found = VariantRows(len(variants))
     carry: Dict[str, Any] = {}
     rows_per_step = len(variants) * layout.group
     for i in range(len(layout.passes)):
         members = step_members(layout.passes[i])
         rows = variant_rows(members, variants, replacement)
         batch = collate(rows, [i == 0] * rows_per_step, seq_len, pad_id)
-        tensors = {k: paddle.to_tensor(v) for k, v in batch.items()}
+        tensors = stage(batch)
         if probe is not None:
             probe.step(reading_of(layout, i), rows,
                        np.stack([content_mask(m, seq_len) for m in rows]))
         out, carry = task.forward(model, tensors, carry)
         if members[0].final:
-            scores = task.row_scores(out, tensors)   # [variants, ...]
-            for v in range(len(variants)):
-                found[v].append((members[0].seg_index, scores[v]))
+            found.steps.append((members[0].seg_index, task.row_scores(out, tensors)))
     return found
+
+
+class VariantRows(SequenceABC):
+    """Each variant's final-reading rows [(segment index, row)], sliced from the steps' score
+    tensors [variants, ...] when a variant is asked for. One tensor a step is kept, not one
+    a step and variant: thousands of small tensors that outlive the read pin the heap pages
+    of every step's temporaries, and the resident memory grew with variants × segments."""
+
+    def __init__(self, variants: int):
+        self.variants = variants
+        self.steps: List[Tuple[int, Any]] = []   # (segment index, scores [variants, ...])
+
+    def __len__(self) -> int:
+        return self.variants
+
+    def __getitem__(self, v: int) -> Rows:
+        if not -self.variants <= v < self.variants:
+            raise IndexError(f"variant {v} of {self.variants}")
+        return [(seg, scores[v % self.variants]) for seg, scores in self.steps]
 
 
 class EmbeddingProbe:

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle
 
+from ernie_doc.data.collate import TensorStage
 from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.errors import DataError, PipelineError
@@ -92,6 +93,7 @@ class Explainer(Explaining):
         self.max_memory, self.progress = max_memory, progress
         self.replacement = self._replacement(replace)
         self.chunk = max(1, pipe.rows // pipe.group)   # variants read side by side
+        self.stage = TensorStage()   # every read's step tensors, from buffers it reuses
 
     def _replacement(self, replace: str) -> int:
         if replace == "pad":
@@ -117,7 +119,7 @@ class Explainer(Explaining):
     def _read(self, layout: Layout, variants: Sequence[Optional[int]],
               probe: Optional[EmbeddingProbe] = None) -> list:
         return read_variants(self.model, self.task, layout, self.cfg.max_seq_len,
-                             self.pipe.pad_id, variants, self.replacement, probe)
+                             self.pipe.pad_id, variants, self.replacement, probe, self.stage)
 
     def _predicted(self, doc: Document, layout: Layout, rows: list) -> Tuple[dict, Any, float]:
         """The unchanged document's rows → (predict's record, the target, its score)."""
