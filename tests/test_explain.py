@@ -401,16 +401,8 @@ def test_a_long_documents_gradient_pass_does_not_overflow_the_stack(runs, tmp_pa
 # -- what an attack found ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def span_run(tmp_path_factory):
-    from test_span_tasks import HANZI, SPAN_COMMON, squad_json, zh_questions
-    from test_tasks import finetune_task, vocab_dir
-    tmp = tmp_path_factory.mktemp("span")
-    data = tmp / "cmrc2018"
-    data.mkdir()
-    squad_json(data / "cmrc2018_train.json", zh_questions(12, 0))
-    squad_json(data / "cmrc2018_dev.json", zh_questions(6, 1))
-    out = tmp / "out"
-    finetune_task("cmrc2018", data, out, vocab_dir(tmp / "vocab", HANZI), *SPAN_COMMON)
-    return data, out
+    from test_span_tasks import cmrc_run
+    return cmrc_run(tmp_path_factory.mktemp("span"))
 
 
 def test_span_target_is_the_score_predict_decoded(span_run):

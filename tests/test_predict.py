@@ -17,7 +17,7 @@ import paddle
 import pytest
 from helpers import ROOT, exits, in_process, one_error_line, tiny_classifier, tiny_export
 from test_span_tasks import HANZI as ZH
-from test_span_tasks import SPAN_COMMON, c3_data, cail_data, squad_json, zh_questions
+from test_span_tasks import c3_data, cail_data, cmrc_run
 from test_tasks import HANZI as THUC
 from test_tasks import WORDS, finetune_task, iflytek_json, imdb_tsv, text, vocab_dir
 
@@ -337,12 +337,7 @@ def test_eval_only_reads_the_text_with_the_runs_reader_options(tmp_path):
 
 
 def test_span_predict_equals_evaluation(tmp_path):
-    data = tmp_path / "cmrc2018"
-    data.mkdir()
-    squad_json(data / "cmrc2018_train.json", zh_questions(12, 0))
-    squad_json(data / "cmrc2018_dev.json", zh_questions(6, 1))
-    out = tmp_path / "out"
-    finetune_task("cmrc2018", data, out, vocab_dir(tmp_path / "vocab", ZH), *SPAN_COMMON)
+    data, out = cmrc_run(tmp_path)
     docs = load_reader("cmrc2018").read(str(data), "dev", {})
     # the fields a user sends: question and context (no answers)
     inputs = [{"id": d.doc_id, "question": d.fields["question"],

@@ -139,6 +139,18 @@ def squad_json(path, questions):
                     encoding="utf-8")
 
 
+def cmrc_run(tmp_path):
+    """A tiny CMRC2018 run on fixture questions (12 train, 6 dev) → (data_dir, OUTPUT_DIR)."""
+    from test_tasks import finetune_task, vocab_dir
+    data = tmp_path / "cmrc2018"
+    data.mkdir()
+    squad_json(data / "cmrc2018_train.json", zh_questions(12, 0))
+    squad_json(data / "cmrc2018_dev.json", zh_questions(6, 1))
+    out = tmp_path / "out"
+    finetune_task("cmrc2018", data, out, vocab_dir(tmp_path / "vocab", HANZI), *SPAN_COMMON)
+    return data, out
+
+
 def zh_questions(n, seed):
     rng = np.random.default_rng(seed)
     out = []

@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import os
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ernie_doc._version import __version__
 from ernie_doc.errors import ErnieDocError
@@ -99,6 +99,27 @@ def exit_on_user_error(error: BaseException, debug: bool,
     quiet_failed_closes()
     report_error(error, message)
     sys.exit(2)
+
+
+def report_run(run: Callable[[], Any], args: Any, interrupted: Callable[[], str],
+               target_is_dir: bool = False) -> int:
+    """A command's `main` around its run: 0 when it returns; Ctrl-C: the `interrupted()`
+    line and 130 (--debug: the traceback first); an ErnieDocError or a failed write to
+    args.output: one `error:` line and its status (exit_on_user_error); anything else
+    raised as it is."""
+    try:
+        run()
+        return 0
+    except KeyboardInterrupt:
+        if args.debug:
+            import traceback
+            traceback.print_exc()
+        print(interrupted(), file=sys.stderr)
+        return INTERRUPTED_STATUS
+    except user_error_types() as e:
+        exit_on_user_error(e, args.debug, args.output, what="--output",
+                           target_is_dir=target_is_dir)
+        raise
 
 
 def is_paddle_missing(error: BaseException) -> bool:

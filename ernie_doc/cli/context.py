@@ -266,18 +266,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Exit 2 with one `error:` line for a bad model, input or output; Ctrl-C: one line and
     130, nothing written; --debug: the traceback."""
     args = parse_args(argv)
-    from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types
-    try:
-        run(args)
-        return 0
-    except KeyboardInterrupt:
-        if args.debug:
-            raise
-        print("interrupted: nothing written; run the same command again", file=sys.stderr)
-        return INTERRUPTED_STATUS
-    except user_error_types() as e:
-        exit_on_user_error(e, args.debug, args.output, what="--output", target_is_dir=True)
-        raise
+    from ernie_doc.cli import report_run
+    return report_run(lambda: run(args), args,
+                      lambda: "interrupted: nothing written; run the same command again",
+                      target_is_dir=True)
 
 
 def command(argv: Optional[List[str]] = None) -> int:

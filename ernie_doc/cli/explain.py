@@ -168,21 +168,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     (--on-error fail) or output; 1 when every document is an error record; Ctrl-C: 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types
+    from ernie_doc.cli import report_run
     from ernie_doc.cli.predict import interrupted_line
     progress: dict = {}
-    try:
-        run(args, progress)
-        return 0
-    except KeyboardInterrupt:
-        if args.debug:
-            import traceback
-            traceback.print_exc()
-        print(interrupted_line(argv, args.output, progress, "explain"), file=sys.stderr)
-        return INTERRUPTED_STATUS
-    except user_error_types() as e:
-        exit_on_user_error(e, args.debug, args.output, what="--output", target_is_dir=True)
-        raise
+    return report_run(lambda: run(args, progress), args,
+                      lambda: interrupted_line(argv, args.output, progress, "explain"),
+                      target_is_dir=True)
 
 
 def command(argv: Optional[List[str]] = None) -> int:

@@ -352,23 +352,14 @@ def interrupted_line(argv: List[str], output: str, progress: dict,
 def main(argv: Optional[List[str]] = None) -> int:
     """Exit 2 with one `error:` line for bad model, input, document (--on-error fail) or output;
     exit 1 with one line when every document is an error record (the output keeps them);
-    Ctrl-C: one line and 130. --debug shows the traceback."""
+    Ctrl-C: one line and 130 (the file holds complete records and its sidecar). --debug
+    shows the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ernie_doc.cli import INTERRUPTED_STATUS, exit_on_user_error, user_error_types
+    from ernie_doc.cli import report_run
     progress: dict = {}
-    try:
-        run(args, progress)
-        return 0
-    except KeyboardInterrupt:   # the file holds complete records and its sidecar
-        if args.debug:
-            import traceback
-            traceback.print_exc()
-        print(interrupted_line(argv, args.output, progress), file=sys.stderr)
-        return INTERRUPTED_STATUS
-    except user_error_types() as e:
-        exit_on_user_error(e, args.debug, args.output, what="--output", target_is_dir=False)
-        raise
+    return report_run(lambda: run(args, progress), args,
+                      lambda: interrupted_line(argv, args.output, progress))
 
 
 def command(argv: Optional[List[str]] = None) -> int:

@@ -298,6 +298,24 @@ def deep(fn: Callable[..., Any], *args: Any) -> Any:
     return result[0]
 
 
+def occlusion_chunks(count: int, chunk: int, desc: str, progress: bool
+                     ) -> Iterator[List[Optional[int]]]:
+    """Occlusion's variants, the document itself (None) then each of `count` segments, in
+    parts of `chunk` read side by side; a progress bar of reads when asked and there is more
+    than one part."""
+    from ernie_doc.utils import progress_bar
+    variants: List[Optional[int]] = [None] + list(range(count))
+    bar = progress_bar(total=len(variants), unit="read", desc=desc,
+                       requested=progress and len(variants) > chunk, leave=False)
+    try:
+        for first in range(0, len(variants), chunk):
+            part = variants[first:first + chunk]
+            yield part
+            bar.update(len(part))
+    finally:
+        bar.close()
+
+
 def check_method(method: str, replacement: str, steps: int) -> None:
     """DataError (one line) for an unknown method or replacement, or steps < 1."""
     if method not in METHODS:

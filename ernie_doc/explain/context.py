@@ -12,7 +12,6 @@ itself). Details: docs/explain.md, "How far back a model looks"."""
 from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
-import paddle
 
 from ernie_doc.data.document import Document
 from ernie_doc.errors import DataError
@@ -35,19 +34,16 @@ def last_segment_influence(explainer: Explainer, doc: Document) -> Optional[Dict
     S = layout.segments
     if S < 2:
         return None
-    with paddle.no_grad():
-        rows = explainer._read(layout, [None])[0]
-    last = [max(rows, key=lambda r: r[0])]
-    plain = [(s, r.numpy()) for s, r in last]
-    record = task.predict_document(doc, plain, layout.passes)
-    target = task.explain_target(doc, layout.passes, plain, record, None)
-    score = float(target.score(last))
-    deltas = np.zeros(S)
-    with paddle.no_grad():
-        for first in range(0, S, explainer.chunk):
-            variants = list(range(first, min(first + explainer.chunk, S)))
-            for v, got in zip(variants, explainer._read(layout, variants)):
-                deltas[v] = abs(score - float(target.score([max(got, key=lambda r: r[0])])))
+    found: list = []
+
+    def scorer(rows):   # the last segment's own prediction, from the document's rows
+        last = [max(rows, key=lambda r: r[0])]
+        plain = [(s, r.numpy()) for s, r in last]
+        record = task.predict_document(doc, plain, layout.passes)
+        found.append(task.explain_target(doc, layout.passes, plain, record, None))
+        return lambda got: float(found[0].score([max(got, key=lambda r: r[0])]))
+    deltas = np.abs(explainer.occlusion_deltas(layout, f"context {doc.doc_id}", scorer))
+    target = found[0]
     norms = deep(last_segment_gradients, explainer, layout, target)
     return {"occlusion": deltas[::-1].tolist(), "gradient": norms[::-1].tolist()}
 

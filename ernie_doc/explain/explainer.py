@@ -5,7 +5,7 @@ drove the prediction (ernie_doc.explain.attribution), in the schema docs/explain
     pipe = pipeline("output/imdb")
     pipe.explain(["a long review ..."], method="gradient")   # → [{"doc_id", "segments", ...}]
 """
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -15,11 +15,10 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_method, deep,
-                                           document_layout, gradient_pass, plan_passes,
-                                           read_variants, token_attributions)
+                                           document_layout, gradient_pass, occlusion_chunks,
+                                           plan_passes, read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
 from ernie_doc.resources import activation_bytes
-from ernie_doc.utils import progress_bar
 
 EXPLAINED = ("classification", "span", "multiple_choice", "pair_matching")
 MAX_SEGMENTS = 256   # occlusion reads a document once per segment: more is refused
@@ -130,29 +129,38 @@ class Explainer(Explaining):
 
     # -- occlusion -------------------------------------------------------------------------------
     def _occlusion(self, doc: Document, layout: Layout, fields: dict) -> dict:
-        """Each segment's target(document) − target(segment replaced in every reading); the
-        document itself is read beside the first variants."""
+        """Each segment's target(document) − target(segment replaced in every reading)."""
         if layout.segments > self.max_segments:
             raise DataError(f"{layout.segments} segments: more than max_segments "
                             f"{self.max_segments} (occlusion reads the document once per "
                             f"segment); raise it, or use method gradient")
-        variants: List[Optional[int]] = [None] + list(range(layout.segments))
-        deltas, found = np.zeros(layout.segments), None
-        bar = progress_bar(total=len(variants), unit="read", desc=f"occlude {doc.doc_id}",
-                           requested=self.progress and len(variants) > self.chunk,
-                           leave=False)
-        with paddle.no_grad():
-            for first in range(0, len(variants), self.chunk):
-                part = variants[first:first + self.chunk]
-                read = self._read(layout, part)
-                if found is None:
-                    found = self._predicted(doc, layout, read[0])
-                for v, rows in zip(part, read):
-                    if v is not None:
-                        deltas[v] = found[2] - float(found[1].score(rows))
-                bar.update(len(part))
-        bar.close()
+        found: list = []
+
+        def scorer(plain):   # the document's prediction and target, from its own rows
+            found.extend(self._predicted(doc, layout, plain))
+            return lambda rows: float(found[1].score(rows))
+        deltas = self.occlusion_deltas(layout, f"occlude {doc.doc_id}", scorer)
         return self._record(doc, layout, fields, *found, deltas, None, None, {})
+
+    def occlusion_deltas(self, layout: Layout, desc: str,
+                         scorer: Callable[[Any], Callable[[Any], float]]) -> np.ndarray:
+        """score(document) − score(segment s replaced) for each segment [S]. `scorer`: the
+        document's rows → the score function of a variant's rows. Every read has the same
+        rows, and each variant is compared with the document read at its own row: a batch
+        row's numbers can differ in the last bit with its position, and a segment that
+        cannot reach the target must score exactly 0."""
+        width = min(self.chunk, layout.segments + 1)
+        deltas = np.zeros(layout.segments)
+        with paddle.no_grad():
+            plain = self._read(layout, [None] * width)
+            score = scorer(plain[0])
+            reference = [score(plain[p]) for p in range(width)]
+            for part in occlusion_chunks(layout.segments, self.chunk, desc, self.progress):
+                read = self._read(layout, part + [None] * (width - len(part)))
+                for p, v in enumerate(part):
+                    if v is not None:
+                        deltas[v] = reference[p] - score(read[p])
+        return deltas
 
     # -- gradients -------------------------------------------------------------------------------
     def graph_bytes(self, layout: Layout, rows: int, recompute: bool) -> int:

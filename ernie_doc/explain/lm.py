@@ -31,11 +31,10 @@ import paddle
 from ernie_doc.data.document import Document
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, check_method, deep, gradient_pass,
-                                           plan_passes)
+                                           occlusion_chunks, plan_passes)
 from ernie_doc.explain.explainer import Explaining
 from ernie_doc.explain.record import explanation_record
 from ernie_doc.resources import activation_bytes
-from ernie_doc.utils import progress_bar
 
 KIND = "language_model"
 MAX_SEGMENTS = 256   # occlusion reads the document once per segment: more is refused
@@ -211,25 +210,20 @@ class LMExplainer(Explaining):
             raise DataError(f"{layout.read} segments before the span's end: more than "
                             f"max_segments {self.max_segments} (occlusion reads the document "
                             f"once per segment); raise it, or use method gradient")
-        variants: List[Optional[int]] = [None] + list(range(layout.read))
         deltas, score = np.zeros(layout.segments), None
-        bar = progress_bar(total=len(variants), unit="read", desc=f"occlude {doc.doc_id}",
-                           requested=self.progress and len(variants) > self.chunk,
-                           leave=False)
+        width = min(self.chunk, layout.read + 1)
         with paddle.no_grad(), row_by_row(self.model.word_emb):
-            for first in range(0, len(variants), self.chunk):
-                part = variants[first:first + self.chunk]
+            for part in occlusion_chunks(layout.read, self.chunk, f"occlude {doc.doc_id}",
+                                         self.progress):
                 # every read has the same rows (the last padded with the document) and embeds
                 # each row alone: the same kernels for a row whatever its neighbours hold, so
                 # a segment that cannot reach the span scores exactly 0
-                rows = part + [None] * (min(self.chunk, len(variants)) - len(part))
+                rows = part + [None] * (width - len(part))
                 found = [float(x) for x in self._read(layout, rows)]
                 score = found[0] if score is None else score
                 for v, value in zip(part, found):
                     if v is not None:
                         deltas[v] = score - value
-                bar.update(len(part))
-        bar.close()
         return self._record(doc, layout, score, deltas, None, {})
 
     # -- gradients -------------------------------------------------------------------------------
