@@ -478,3 +478,22 @@ def test_choice_targets_read_text_first_then_an_index(tmp_path):
     assert pipe.explain([doc], target="2")[0]["target"]["label"] == "2"
     for bad in ("²", "3", "-1", "01x"):
         assert pipe.explain([doc], target=bad)[0]["error"].startswith(f"--target {bad!r}")
+
+
+def test_span_context_measures_only_the_last_segments_answer(span_run):
+    """The last segment's own answer may sit in earlier overlapping windows too: only the
+    scored rows are looked up (it raised KeyError)."""
+    from ernie_doc.errors import DataError
+    from ernie_doc.kinds.base import load_reader
+    data, out = span_run
+    ex = Explainer(loud(Pipeline.from_pretrained(str(out))))
+    measured = 0
+    for d in load_reader("cmrc2018").read(str(data), "dev", {}):
+        doc = Document(d.doc_id, fields={"question": d.fields["question"],
+                                         "context": d.fields["context"]})
+        try:
+            found = last_segment_influence(ex, doc)
+        except DataError:   # the last segment holds no answer of its own
+            continue
+        measured += found is not None
+    assert measured >= 1

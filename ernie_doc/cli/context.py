@@ -110,7 +110,7 @@ def measure_document_models(args: argparse.Namespace) -> Dict[str, Any]:
 def document_table(found: Dict[str, Any]) -> str:
     """The Markdown table of document models: per run, then per variant over its seeds."""
     lines = ["| run | recurrence | retro feed | documents | reach, occlusion | reach, gradient "
-             "| |Δ| at d = 1, 2, 3 (÷ d = 0) |", "|---|---|---|---|---|---|---|"]
+             "| \\|Δ\\| at d = 1, 2, 3 (÷ d = 0) |", "|---|---|---|---|---|---|---|"]
     for name, r in found.items():
         lines.append(f"| {name} | {r['recurrence']} | {'yes' if r['retro_feed'] else 'no'} | "
                      f"{r['documents']} | {reach_text(r['occlusion']['reach'])} | "

@@ -155,6 +155,8 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
         settings = {k: getattr(args, k) for k in ("method", "target", "replace", "steps")}
         if args.method != "integrated_gradients":
             settings["steps"] = None   # the others take no steps
+        if args.replace == "pad":
+            settings["replace"] = None   # the default, given or not
         return predict_run(records, progress, explainer, figure_writer(args, directory),
                            desc="explain", origin={"written_by": "ernie-doc explain",
                                                    "settings": settings})

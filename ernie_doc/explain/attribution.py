@@ -166,7 +166,7 @@ class EmbeddingProbe:
         m = paddle.to_tensor(mask).unsqueeze(-1)
         delta = (x - self.base_vector) * m                                   # x − x' [B,T,H]
         alpha = paddle.to_tensor(self.alphas).reshape([-1, 1, 1])
-        z = (x - delta + alpha * delta).detach()
+        z = (x - (1.0 - alpha) * delta).detach()   # x itself, bit for bit, at α = 1
         z.stop_gradient = False
         self.steps.append((reading, rows, z, delta))
         return z

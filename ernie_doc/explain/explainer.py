@@ -224,11 +224,15 @@ class Explainer(Explaining):
             self.top_tokens, extra)
 
 
-def segment_sources(layout: Layout) -> List[Tuple[str, int, int]]:
-    """Each segment's (field, first token, end token): its first row's first source."""
+def segment_sources(layout: Layout) -> List[List[Tuple[str, int, int]]]:
+    """Each segment's sources [(field, first token, end token)]: those of its rows, each
+    once, in order (pair matching: A, then B and C)."""
     found = []
     for s in range(layout.segments):
-        member = step_members(layout.passes[s])[0]   # the first reading's step s
-        field, start, end, _ = member.sources[0] if member.sources else ("text", 0, 0, 0)
-        found.append((field, start, end))
+        seen: List[Tuple[str, int, int]] = []
+        for member in step_members(layout.passes[s]):   # the first reading's step s
+            for field, start, end, _ in member.sources:
+                if (field, start, end) not in seen:
+                    seen.append((field, start, end))
+        found.append(seen or [("text", 0, 0)])
     return found

@@ -1,22 +1,30 @@
 """An explanation as one JSON-able record (its schema: docs/explain.md, "The record"), built
 from per-segment and per-token scores; every kind's explainer builds it here."""
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 READINGS = {1: ["single"], 2: ["skim", "retrospective"]}
 Fields = Dict[str, Tuple[str, np.ndarray]]   # field → (text, token offsets [n, 2])
 Source = Tuple[str, int, int]                 # (field, first token, end token)
+# a segment's source, or all of them (pair matching reads A beside B, and A beside C)
+Sources = Union[Source, List[Source]]
 
 
-def spread(sources: Sequence[Source], scores: np.ndarray, fields: Fields
+def all_sources(source: Sources) -> List[Source]:
+    return source if isinstance(source, list) else [source]
+
+
+def spread(sources: Sequence[Sources], scores: np.ndarray, fields: Fields
            ) -> Dict[str, np.ndarray]:
     """Each token's score as the mean of the scores of the segments holding it (segments may
-    overlap) → {field: [n]}; tokens no segment holds get 0."""
+    overlap; a segment may hold tokens of several fields) → {field: [n]}; tokens no segment
+    holds get 0."""
     found = {}
+    pairs = [(src, score) for each, score in zip(sources, scores) for src in all_sources(each)]
     for field, (_, offsets) in fields.items():
         total, count = np.zeros(len(offsets) + 1), np.zeros(len(offsets) + 1)
-        for (f, start, end), score in zip(sources, scores):
+        for (f, start, end), score in pairs:
             if f == field and end > start:
                 total[start] += score
                 total[end] -= score
@@ -27,12 +35,13 @@ def spread(sources: Sequence[Source], scores: np.ndarray, fields: Fields
     return found
 
 
-def segment_entries(sources: Sequence[Source], scores: np.ndarray,
+def segment_entries(sources: Sequence[Sources], scores: np.ndarray,
                     by_reading: Optional[np.ndarray], fields: Fields) -> List[dict]:
-    """The record's "segments": one entry per segment with its field, token and character
-    ranges, score, and per-reading scores (or None)."""
+    """The record's "segments": one entry per segment with its (first) field, token and
+    character ranges, score, and per-reading scores (or None)."""
     entries = []
-    for s, (field, start, end) in enumerate(sources):
+    for s, each in enumerate(sources):
+        field, start, end = all_sources(each)[0]
         offsets = fields[field][1]
         chars = [int(offsets[start][0]), int(offsets[end - 1][1])] if end > start else [0, 0]
         entries.append({"segment": s, "field": field, "chars": chars,
@@ -64,13 +73,15 @@ def explanation_record(doc_id: str, kind: str, method: str, target: Dict[str, An
                        fields: Fields, top: int = 20, extra: Optional[dict] = None) -> dict:
     """The record. `scores` [S]: each segment's; `by_reading` [S, readings] or None;
     `tokens` {field: [n]} per token, or None (occlusion: each segment's score spread over
-    its tokens)."""
+    its tokens for the page; no top tokens)."""
+    per_token = tokens is not None
     if tokens is None:
         tokens = spread(sources, scores, fields)
     record = {"doc_id": doc_id, "kind": kind, "method": method, "target": target,
               "prediction": prediction, "readings": READINGS[readings],
               "segments": segment_entries(sources, scores, by_reading, fields),
-              "top_tokens": top_tokens(tokens, fields, top)}
+              # occlusion scores segments: its tokens would list the best segment's words
+              "top_tokens": top_tokens(tokens, fields, top) if per_token else []}
     record.update(extra or {})
     record["token_scores"] = {
         field: [[int(a), int(b), _num(v)] for (a, b), v in zip(fields[field][1], values)]

@@ -201,8 +201,8 @@ def answer_positions(steps: Sequence, logits: Dict[int, Any], start: int,
     found = []
     for step in steps:
         for m in step_members(step):
-            if not m.final or m.meta is None:
-                continue
+            if not m.final or m.meta is None or m.seg_index not in logits:
+                continue   # (a target scored on some segments only: the others)
             for lo, hi in (("piece_starts", "piece_ends"), ("starts", "ends")):
                 for a in np.flatnonzero(m.meta[lo] == start):
                     for b in np.flatnonzero(m.meta[hi] == end):
