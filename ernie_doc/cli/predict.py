@@ -278,8 +278,7 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None,
     and locked for the run; --resume reads the checked file's records before the model loads;
     otherwise the sidecar and a new file are complete before they replace the old output.
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
-    # paddle first: without it, that is the one line, before any path is looked at
-    import ernie_doc.predict.pipeline  # noqa: F401
+    import ernie_doc.predict.pipeline  # noqa: F401  (paddle first: its absence is the line)
     from ernie_doc.errors import PipelineError
     from ernie_doc.predict.inputs import (STDIO, completed_records, provenance, provenance_bytes,
                                           provenance_path)
