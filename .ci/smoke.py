@@ -196,7 +196,9 @@ def main():
                     check(f.read(8) == b"\x89PNG\r\n\x1a\n", f"{r['files']['png']}: no PNG")
                 with open(os.path.join(why, r["files"]["html"]), encoding="utf-8") as f:
                     page = f.read()
-                words = [t["text"] for t in r["top_tokens"]][:1] or ["the"]
+                # occlusion lists no top tokens: a word of the document itself then
+                words = [t["text"] for t in r["top_tokens"]][:1] or \
+                    [texts[int(r["doc_id"][1:])].split()[0]]
                 check("<html" in page and ">" + words[0] + "<" in page and
                       len(r["segments"]) == preds[r["doc_id"]]["segments"],
                       f"{r['files']['html']}: not the document's page ({r})")
