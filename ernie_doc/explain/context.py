@@ -24,13 +24,8 @@ THRESHOLD = 0.01   # the reach: influence under 1 % of the last segment's own
 def last_segment_influence(explainer: Explainer, doc: Document) -> Optional[Dict[str, list]]:
     """One document → {"occlusion": |Δ| by distance [S], "gradient": norm by distance [S]}
     (index d: d segments back from the last), or None for a one-segment document."""
-    task, pipe = explainer.task, explainer.pipe
-    problem = task.check_input(doc)
-    if problem is not None:
-        raise DataError(problem)
-    from ernie_doc.explain.attribution import document_layout
-    layout = document_layout(task, doc, pipe.tokenizer, explainer.cfg.retro_feed,
-                             explainer.cfg.train_skim)
+    task = explainer.task
+    layout = explainer.layout_of(doc)
     S = layout.segments
     if S < 2:
         return None

@@ -105,15 +105,19 @@ class Explainer(Explaining):
 
     def explain_document(self, doc: Document) -> dict:
         """One document → its explanation record (DataError: what it cannot explain)."""
-        problem = self.task.check_input(doc)
-        if problem is not None:
-            raise DataError(problem)
-        layout = document_layout(self.task, doc, self.pipe.tokenizer, self.cfg.retro_feed,
-                                 self.cfg.train_skim)
+        layout = self.layout_of(doc)
         fields = self.task.field_offsets(doc, self.pipe.tokenizer)
         if self.method == "occlusion":
             return self._occlusion(doc, layout, fields)
         return deep(self._gradients, doc, layout, fields)
+
+    def layout_of(self, doc: Document) -> Layout:
+        """The document as prediction reads it (DataError for input it cannot read)."""
+        problem = self.task.check_input(doc)
+        if problem is not None:
+            raise DataError(problem)
+        return document_layout(self.task, doc, self.pipe.tokenizer, self.cfg.retro_feed,
+                               self.cfg.train_skim)
 
     def _read(self, layout: Layout, variants: Sequence[Optional[int]],
               probe: Optional[EmbeddingProbe] = None) -> list:
