@@ -125,6 +125,37 @@ def test_run_sh_help_is_its_contract_then_the_trainers(tmp_path, task, flag):
     extra = {"hotpotqa": ["STAGE", "EVIDENCE"], "longdep": ["JOBS", "DATA_DIR is not used"],
              "wikitext103": ["CONFIG=config_large.yaml"]}
     assert all(name in out[:contract] for name in extra.get(task, [])), out[:contract]
+    # SIZE where the task has a large-model config (the paper's large rows), only there
+    large = (ROOT / "tasks" / task / "config_large.yaml").is_file()
+    assert ("\n  SIZE " in out[contract:]) == large
+
+
+def test_size_large_picks_the_large_config_and_its_own_output_dir(tmp_path):
+    """SIZE=large: <config>_large.yaml (the contract's Config line) and OUTPUT_DIR
+    output/<task>_large (hotpotqa's stage 2: output/hotpotqa_answer_large, reading
+    output/hotpotqa_large); another value, or large for a task without one, is one line and
+    nothing runs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OUTPUT_DIR", "STAGE")}
+    env.update(PYTHON="true", SIZE="large")   # the trainer's help is not what is tested here
+    for task, stage, config, out in (
+            ("imdb", "evidence", "imdb/config_large.yaml", "output/imdb_large"),
+            ("hotpotqa", "answer", "hotpotqa/config_answer_large.yaml",
+             "output/hotpotqa_answer_large")):
+        proc = subprocess.run(["bash", f"tasks/{task}/run.sh", "--help"], cwd=ROOT,
+                              env=dict(env, STAGE=stage), capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert f"Config: tasks/{config}\n" in proc.stdout, proc.stdout
+        assert f"here: {out})" in proc.stdout
+    for task, size, line in (
+            ("imdb", "huge", "SIZE=huge: expected base or large"),
+            ("c3", "large", "SIZE=large: no large-model config beside tasks/c3/config.yaml "
+                            "(tasks/c3/config_large.yaml)")):
+        proc = subprocess.run(["bash", f"tasks/{task}/run.sh", "epochs=1"], cwd=ROOT,
+                              env=dict(env, SIZE=size), capture_output=True, text=True,
+                              timeout=60)
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+        assert proc.stderr == f"error: {line}\n"
 
 
 @pytest.mark.parametrize("task", ["imdb", "longdep"])

@@ -13,12 +13,27 @@ CONFIG=$1
 shift
 NAME=$(basename "$(dirname "$CONFIG")")
 PY=${PYTHON:-python}
+# SIZE: a config's large-model variant is <config>_large.yaml beside it (the paper's large rows)
+LARGE="${CONFIG%.yaml}_large.yaml"
+SUFFIX=""
+case ${SIZE:-base} in
+    base) ;;
+    large)
+        [ -f "$LARGE" ] || fail "SIZE=large: no large-model config beside $CONFIG ($LARGE)"
+        CONFIG=$LARGE
+        SUFFIX=_large ;;
+    *) fail "SIZE=$SIZE: expected base or large" ;;
+esac
 
 usage() {
-    local run_sh
+    local run_sh size=""
     run_sh="$(dirname "$CONFIG")/run.sh"
     # the run.sh's own notes: its comment lines from the second to the first other line
     [ -f "$run_sh" ] && sed -n '2,/^[^#]/{/^#/{s/^# \{0,1\}//;p;}}' "$run_sh"
+    [ -f "$LARGE" ] && size="
+  SIZE             base (default) or large: $(basename "$LARGE") instead, the paper's
+                   large-model hyper-parameters (its header names the weights to start
+                   from); OUTPUT_DIR's default is then output/${NAME}_large"
     cat <<USAGE
 
 Config: $CONFIG
@@ -26,16 +41,16 @@ The environment every task's run.sh reads (tools/launch.sh; the notes above say 
 one differs):
   DATA_DIR         the task's data in its official format (data_dir); required unless the
                    config sets it
-  OUTPUT_DIR       where the run is written (output_dir; here: ${OUTPUT_DIR:-output/$NAME});
+  OUTPUT_DIR       where the run is written (output_dir; here: ${OUTPUT_DIR:-output/$NAME$SUFFIX});
                    re-running replaces the run there (only what a run writes;
                    overwrite_output_dir=false refuses instead)
   INIT_CHECKPOINT  the weights to start from: a released name (ernie-doc-base-en,
-                   ernie-doc-base-zh), a checkpoint folder or a run's best/ (init_checkpoint;
-                   default: the config's, empty = from scratch)
+                   ernie-doc-base-zh, ernie-doc-large-en), a checkpoint folder or a run's
+                   best/ (init_checkpoint; default: the config's, empty = from scratch)
   MODEL_CONFIG     a preset name or a model config file (model; default: the config's)
   NPROC            processes (default 1); more: data parallel through fleetrun (gloo on CPU,
-                   NCCL on GPU), worker logs in LAUNCH_LOG_DIR (default: log/$NAME)
-  PYTHON           the interpreter (default: python)
+                   NCCL on GPU), worker logs in LAUNCH_LOG_DIR (default: log/$NAME$SUFFIX)
+  PYTHON           the interpreter (default: python)$size
 Arguments: config overrides, key=value (the values are YAML; dotted keys for the maps:
 model_overrides.recurrence=xl); \`ernie-doc finetune --help-config\` lists every key.
 A run writes OUTPUT_DIR/eval_results.json, best/ (for predict) and its logs.
@@ -48,7 +63,7 @@ for arg in "$@"; do
     case $arg in -h|--help) usage; exit ;; esac
 done
 
-OUTPUT_DIR=${OUTPUT_DIR:-output/$NAME}
+OUTPUT_DIR=${OUTPUT_DIR:-output/$NAME$SUFFIX}
 NPROC=${NPROC:-1}
 need_nproc
 need_python
@@ -62,7 +77,7 @@ overrides+=("$@")
 if [ "$NPROC" -gt 1 ]; then
     launcher=(fleetrun)
     command -v fleetrun >/dev/null 2>&1 || launcher=("$PY" -m paddle.distributed.launch)
-    exec "${launcher[@]}" --nproc_per_node "$NPROC" --log_dir "${LAUNCH_LOG_DIR:-log/$NAME}" \
+    exec "${launcher[@]}" --nproc_per_node "$NPROC" --log_dir "${LAUNCH_LOG_DIR:-log/$NAME$SUFFIX}" \
         "$ROOT/tools/finetune.py" "$CONFIG" --set "${overrides[@]}"
 fi
 exec "$PY" "$ROOT/tools/finetune.py" "$CONFIG" --set "${overrides[@]}"
