@@ -322,6 +322,57 @@ def test_document_steps_undo_gives_the_text(doc_task, layout, n, seed):
         assert np.array_equal(restore_document(permuted, labels.pop()), expected)
 
 
+def restored_text(steps):
+    """The document the final pass of `steps` reads, masks undone: ids [n]."""
+    pieces = []
+    for s in (s for s in steps if s.final):
+        mlm = s.targets["mlm_labels"]
+        restored = np.where(mlm >= 0, mlm, s.input_ids)
+        pieces.append(restored[~np.isin(restored, [CLS, SEP, PAD])])
+    return np.concatenate(pieces)
+
+
+def test_without_segment_reordering_every_document_is_read_in_order(doc_task):
+    """The ablation's "w/o segment reordering" (configs/ablation.yaml: task_options.max_chunks=1
+    and reorder_weight=0): MLM reads each document in its own order in every epoch, with
+    reorder label 0, where the default shuffles it; the reordering loss then weighs 0."""
+    d = doc(60)
+    off, tokenizer = doc_task("task_options.max_chunks=1", "task_options.reorder_weight=0")
+    on, _ = doc_task()
+    expected = np.asarray(tokenizer.encode(d.text), dtype=np.int64)
+    assert off.options["reorder_weight"] == 0 and on.options["reorder_weight"] == 1
+    shuffled_epochs = 0
+    for epoch in range(6):
+        steps = off.document_steps(d, epoch, 0)
+        assert np.array_equal(restored_text(steps), expected)
+        assert {s.targets["reorder_label"] for s in steps} == {0}
+        shuffled_epochs += not np.array_equal(restored_text(on.document_steps(d, epoch, 0)),
+                                              expected)
+    assert shuffled_epochs >= 3
+
+
+def test_a_chinese_document_is_read_character_by_character(tmp_path):
+    """Chinese pretraining (configs/pretrain/base_zh.yaml, a WordPiece vocabulary): text
+    written without spaces is read one CJK character a token, none unknown, whole-word masking
+    masks characters, and the rows hold the text in order (reordering off here)."""
+    hanzi = list("文档的长度远超过一个片段因此需要记忆")
+    (tmp_path / "zh").mkdir()
+    (tmp_path / "zh" / "vocab.txt").write_text("\n".join(SPECIALS + hanzi) + "\n",
+                                                encoding="utf-8")
+    text = "".join(np.random.default_rng(0).choice(hanzi, size=40))
+    cfg = load_config(None, ["task=pretrain", "kind=pretraining", f"data_dir={tmp_path}",
+                             "max_steps=1", f"max_seq_len={SEQ}", "task_options.max_chunks=1",
+                             "task_options.whole_word_mask=true"])
+    task = build_task(cfg)
+    tokenizer = load_tokenizer(tmp_path / "zh")
+    task.setup({"cls": CLS, "sep": SEP, "pad": PAD}, SEQ, None, tokenizer)
+    ids = tokenizer.encode(text)
+    assert tokenizer.convert_ids_to_tokens(ids) == list(text)
+    steps = task.document_steps(CorpusDocument("zh.txt:1", text, "zh.txt", 1), 0, 0)
+    assert restored_text(steps).tolist() == ids
+    assert sum(int((s.targets["mlm_labels"] >= 0).sum()) for s in steps if s.final) == 6
+
+
 @pytest.mark.parametrize("n,count", [(4, 1), (7, 1), (10, 2), (33, 5), (100, 15), (130, 20)])
 def test_document_steps_mask_count(doc_task, n, count):
     task, _ = doc_task()
