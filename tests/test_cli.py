@@ -750,3 +750,23 @@ def test_ablation_reports_the_variant_error(tmp_path, capsys):
     line = one_error_line(capsys, f"variant a finished (exit 0) but wrote no "
                           f"{out / 'a' / 'eval_results.json'}; log: {out / 'a.log'}")
     assert "failed" not in line
+
+
+def test_ablation_takes_its_variants_from_a_file_section(tmp_path, capsys):
+    """--variants FILE:SECTION: the section's variants in the file's order, after which
+    --variant adds more; `{variant}` in an override is the variant's name; a missing section or
+    a malformed entry is one line naming the file."""
+    from tools.ablation import command, parse_args
+    rows = tmp_path / "rows.yaml"
+    rows.write_text("a: {x: [seed=2], y: null}\nb: [1]\nc: {x: seed=2}\nd: {../x: []}\n")
+    config = "tasks/longdep/config.yaml"
+    args = parse_args([config, "--output-dir", "o", "--variants", f"{rows}:a", "--variant", "z",
+                       "--set", "init_checkpoint=p/{variant}/final"])
+    assert args.variant == [["x", "seed=2"], ["y"], ["z"]]
+    assert command(args, "x", ["seed=2"])[-2:] == ["init_checkpoint=p/x/final", "seed=2"]
+    for spec, part in ((f"{rows}:b", "no mapping 'b' of variants (sections: a, c, d)"),
+                       (f"{rows}:c", "c.x: expected a list of key=value strings"),
+                       (f"{rows}:d", "d: variant name '../x': letters, digits, _ . - only"),
+                       (f"{tmp_path / 'none.yaml'}:a", "No such file"), (str(rows), "FILE:")):
+        exits(2, lambda: parse_args([config, "--output-dir", "o", "--variants", spec]))
+        one_error_line(capsys, f"--variants {spec}: ", part)

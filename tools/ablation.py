@@ -5,7 +5,10 @@
         --variant enhanced+retro retro_feed=true [--jobs 2] [--set key=value ...]
 
 Each variant is a `tools/finetune.py` run in OUT/<variant>/ (`--set` overrides apply to all;
-`recurrence=...` is short for `model_overrides.recurrence=...`), its output in OUT/<variant>.log.
+`recurrence=...` is short for `model_overrides.recurrence=...`; `{variant}` in any override is
+the variant's name), its output in OUT/<variant>.log. `--variants FILE:SECTION` takes the
+variants from a YAML file's mapping SECTION ({name: [key=value, ...]}), e.g. the paper's
+ablation rows (configs/ablation.yaml).
 While they run, the screen gets one line per evaluation (`[xl] step 624/1872 dev accuracy
 0.6140`) and, every --progress-seconds, one line per running variant with its step; this
 process alone prints them, a whole line at a time, so variants run at once never mix. At the
@@ -43,8 +46,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("config")
     p.add_argument("--output-dir", required=True)
-    p.add_argument("--variant", nargs="+", action="append", required=True,
+    p.add_argument("--variant", nargs="+", action="append", default=[],
                    metavar=("NAME", "KEY=VALUE"), help="a name and its overrides")
+    p.add_argument("--variants", metavar="FILE:SECTION",
+                   help="variants from a YAML file: its mapping SECTION of name: [overrides]")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE")
     p.add_argument("--metric", help="metric to tabulate (default: the run's main metric)")
@@ -58,6 +63,13 @@ def parse_args(argv=None):
                    help="a line with each running variant's step every S seconds (0: none; "
                         "evaluations are always shown)")
     args = p.parse_args(argv)
+    if args.variants:
+        try:
+            args.variant = variants_from_file(args.variants) + args.variant
+        except ValueError as e:
+            p.error(f"--variants {args.variants}: {e}")
+    if not args.variant:
+        p.error("give --variant NAME [KEY=VALUE ...] or --variants FILE:SECTION")
     names = [v[0] for v in args.variant]
     if len(set(names)) != len(names):
         p.error(f"variant names must be unique: {names}")
@@ -73,6 +85,38 @@ def parse_args(argv=None):
         if "=" not in override or not override.split("=", 1)[0].strip():
             p.error(f"override {override!r}: expected key=value")
     return args
+
+
+VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def variants_from_file(spec: str) -> List[List[str]]:
+    """FILE:SECTION → [[name, override, ...], ...], the file's mapping SECTION in its order;
+    ValueError (one line) for a missing file or section or a malformed entry."""
+    import yaml
+    path, _, section = spec.rpartition(":")
+    if not path or not section:
+        raise ValueError("expected FILE:SECTION")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(" ".join(str(e).split())) from None
+    rows = data.get(section) if isinstance(data, dict) else None
+    if not isinstance(rows, dict) or not rows:
+        sections = ", ".join(str(k) for k, v in data.items() if isinstance(v, dict)) \
+            if isinstance(data, dict) else ""
+        raise ValueError(f"no mapping {section!r} of variants (sections: {sections or 'none'})")
+    out = []
+    for name, overrides in rows.items():
+        if not isinstance(name, str) or not VARIANT_NAME.fullmatch(name):
+            raise ValueError(f"{section}: variant name {name!r}: letters, digits, _ . - only")
+        if overrides is None:
+            overrides = []
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise ValueError(f"{section}.{name}: expected a list of key=value strings")
+        out.append([name] + overrides)
+    return out
 
 
 def variant_error(log_path):
@@ -258,7 +302,7 @@ def command(args, name, overrides):
     script = os.path.join(ROOT, "tools", "finetune.py")
     out = os.path.join(args.output_dir, name)
     sets = [f"output_dir={out}", "overwrite_output_dir=true", "progress=false"]
-    sets += [expand(o) for o in args.overrides + list(overrides)]
+    sets += [expand(o).replace("{variant}", name) for o in args.overrides + list(overrides)]
     launcher = [sys.executable]
     if args.nproc > 1:
         launcher += ["-m", "paddle.distributed.launch", "--nproc_per_node", str(args.nproc),
