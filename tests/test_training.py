@@ -3,6 +3,7 @@ longdep task: results, resume, atomic checkpoints, data parallel, errors."""
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -92,6 +93,8 @@ def test_lr_schedules():
     assert [cos(g) for g in (0, 5, 10, 50, 100, 120)] == pytest.approx(
         [0, .5, (1 + math.cos(math.pi * .1)) / 2, .5, 0, 0])
     assert lr_lambda("cosine", 0, 100)(0) == 1.0
+    # model/optimization.py without warmup: a constant LR
+    assert [lr_lambda("official", 0, 100)(g) for g in (0, 50, 100)] == [1.0, 1.0, 1.0]
 
 
 def test_the_log_says_what_max_steps_leaves_of_the_epochs():
@@ -129,9 +132,17 @@ def test_metrics_and_aggregation():
 # -- the trainer -----------------------------------------------------------------------------
 def test_finetune_end_to_end_writes_results(tmp_path):
     out = tmp_path / "run"
-    finetune(out, "test_splits=[test]", "eval_steps=5")
+    stdout = finetune(out, "test_splits=[test]", "eval_steps=5").stdout
     results = json.loads((out / "eval_results.json").read_text())
     assert set(results) >= {"accuracy", "f1", "loss", "step", "split", "main_metric"}
+    # the optimiser as the official rule resolved the null clipping and epsilon; the run's
+    # saved config keeps the nulls (a resume resolves them again for the same steps)
+    line, = [x for x in stdout.splitlines() if "optimizer: AdamW" in x]
+    assert re.search(r"warmup [1-9]\d* of \d+ steps, no gradient clipping, epsilon 1e-08 "
+                     r"\(max_grad_norm and adam_epsilon null: the official code's values with "
+                     r"warmup\)$", line), line
+    saved = (out / "run_config.yaml").read_text()
+    assert "max_grad_norm: null" in saved and "adam_epsilon: null" in saved
     assert results["main_metric"] == "accuracy"
     assert 0.0 <= results["accuracy"] <= 1.0 and results["split"] == "dev"
     test = json.loads((out / "test_results.json").read_text())
