@@ -64,9 +64,11 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("segment_layout", "cls_last", "where [CLS] sits in a segment: cls_last | cls_first"),
         ("retro_feed", True, "read every document twice (skim, then retrospective)"),
         ("train_skim", False, "also train on the skim pass"),
-        ("loss_segments", "all", "which final-pass segments train: all | last"),
-        ("doc_prediction", "mean", "document = mean of segment probabilities, or the last "
-                                   "segment's: mean | last"),
+        ("loss_segments", "all", "which final-pass segments train: all (official) | last "
+                                 "(the paper's appendix: the last segment's [CLS])"),
+        ("doc_prediction", None, "document = mean of segment probabilities (official), or "
+                                 "the last segment's: mean | last; null = last when "
+                                 "loss_segments is last, else mean"),
     )),
     ("optimisation", (
         ("batch_size", 16, "examples per rank (batch_unit)"),
@@ -649,8 +651,18 @@ def _check_splits(cfg: TrainConfig) -> None:
         _fail(cfg, "eval_splits", "needs at least one split (it picks the best checkpoint)")
 
 
+def resolved_doc_prediction(values: dict) -> Any:
+    """`values`' doc_prediction; a null one (or none) is read where the loss trains: "last"
+    under loss_segments: last (the paper's appendix reading), else "mean" (official)."""
+    given = values.get("doc_prediction")
+    if given is not None:
+        return given
+    return "last" if values.get("loss_segments", DEFAULTS["loss_segments"]) == "last" else "mean"
+
+
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Check every key of `cfg` (in place: some values are normalised) and return it."""
+    cfg["doc_prediction"] = resolved_doc_prediction(cfg)
     _check_names(cfg)
     _check_numbers(cfg)
     _check_switches(cfg)
