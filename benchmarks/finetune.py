@@ -21,7 +21,9 @@ CPU threads (--threads, default: every CPU; OMP_NUM_THREADS / MKL_NUM_THREADS to
 * ours: `ernie-doc finetune imdb` with the same T, memory length (model_overrides.memory_len),
   batch size, learning rate, max_steps and threads; stride = min(T - 2, M) so that its windows
   of T - 2 tokens advance as PaddleNLP's do; retro_feed=false (PaddleNLP reads each document
-  once); the same documents' evaluation at the end.
+  once); PaddleNLP's optimiser (no clipping, epsilon 1e-8, where ours would follow the
+  official code's rule and clip a run too short for a warmup step); the same documents'
+  evaluation at the end.
 
 The documents: the first --train-docs rows of --data (a TSV in the official IMDB layout: a
 header row naming `label` and `text_a`) are the training split, the next --test-docs rows
@@ -253,6 +255,7 @@ def ours_command(args: argparse.Namespace, data_dir: str, out: str) -> List[str]
             f"tokenizer={os.path.abspath(args.tokenizer)}", f"max_seq_len={args.seq_len}",
             f"stride={stride(args)}", "retro_feed=false", f"batch_size={args.batch_size}",
             f"learning_rate={args.learning_rate!r}", "epochs=1", f"max_steps={args.steps}",
+            "max_grad_norm=0", "adam_epsilon=1e-8",   # PaddleNLP's AdamW, whatever the warmup
             f"threads={args.threads}", "logging_steps=1", "progress=false",
             f"device={args.device}", f"model_overrides.memory_len={args.memory_len}",
             f"flush_denormals={str(args.flush_denormals != 'none').lower()}"]

@@ -26,7 +26,8 @@ from ernie_doc.kinds.base import load_reader
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import AmpSettings, amp_settings
 from ernie_doc.run_config import (DEFAULTS, READING_KEYS, TrainConfig, batch_rows,
-                                  config_from_values, is_reading_key, with_values)
+                                  config_from_values, is_reading_key, resolved_doc_prediction,
+                                  with_values)
 from ernie_doc.utils import clip, flush_denormals, set_device
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
@@ -452,6 +453,7 @@ def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
     config = record["config"]
     values = {key: copy.deepcopy(config.get(key, DEFAULTS[key]))
               for key in dict.fromkeys(k.split(".")[0] for k in READING_KEYS)}
+    values["doc_prediction"] = resolved_doc_prediction(values)
     reader = values["reader"] if isinstance(values["reader"], dict) else {}
     values["reader"] = {k: v for k, v in reader.items() if is_reading_key(f"reader.{k}")}
     if _builds_model(record["kind"]):

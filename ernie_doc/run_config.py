@@ -64,9 +64,11 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("segment_layout", "cls_last", "where [CLS] sits in a segment: cls_last | cls_first"),
         ("retro_feed", True, "read every document twice (skim, then retrospective)"),
         ("train_skim", False, "also train on the skim pass"),
-        ("loss_segments", "all", "which final-pass segments train: all | last"),
-        ("doc_prediction", "mean", "document = mean of segment probabilities, or the last "
-                                   "segment's: mean | last"),
+        ("loss_segments", "all", "which final-pass segments train: all (official) | last "
+                                 "(the paper's appendix: the last segment's [CLS])"),
+        ("doc_prediction", None, "document = mean of segment probabilities (official), or "
+                                 "the last segment's: mean | last; null = last when "
+                                 "loss_segments is last, else mean"),
     )),
     ("optimisation", (
         ("batch_size", 16, "examples per rank (batch_unit)"),
@@ -78,8 +80,9 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("max_steps", 0, "stop after this many optimizer steps (0 = run epochs); a streamed "
                          "corpus needs it"),
         ("learning_rate", 7e-5, "peak learning rate"),
-        ("lr_schedule", "linear", "linear (warmup, decay to 0) | official (paper) | cosine "
-                                  "(Transformer-XL's)"),
+        ("lr_schedule", "linear", "linear (warmup, decay to 0; PaddleNLP's) | official (the "
+                                  "official code's: warmup, a jump, decay to 0; constant "
+                                  "without warmup) | cosine (Transformer-XL's)"),
         ("warmup_proportion", 0.1, "warm up over this fraction of the steps"),
         ("warmup_steps", 0, "> 0: warm up over this many steps instead of the proportion"),
         ("weight_decay", 0.01, "AdamW weight decay"),
@@ -88,9 +91,11 @@ KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
         ("layer_decay_rule", "official", "official: layer_decay scales the Adam step only, "
                                          "weight decay uses the global LR | paddlenlp: it "
                                          "scales both"),
-        ("max_grad_norm", 0.0, "clip gradients by the global norm; 0 = no clipping "
-                               "(official)"),
-        ("adam_epsilon", 1e-8, "AdamW epsilon"),
+        ("max_grad_norm", None, "clip gradients by their global norm (0 = no clipping); "
+                                "null = the official rule: 1.0 when the run has no warmup "
+                                "steps, else none"),
+        ("adam_epsilon", None, "AdamW epsilon; null = the official rule: 1e-6 when the run "
+                               "has no warmup steps, else 1e-8"),
         ("grad_accum_steps", 1, "micro-batches per optimizer step"),
         ("amp", False, "mixed precision: false | true (= fp16) | fp16 | bf16 (GPU; CPU bf16 "
                        "with compile)"),
@@ -225,6 +230,9 @@ INTEGER_KEYS = {
                      "peer_timeout", "peer_join_timeout"), 0),
 }
 NULLABLE_KEYS = ("stride", "eval_batch_size")
+# Numbers whose null is the official code's value for the run's warmup (training.optim.
+# clip_and_epsilon): known only once the run has counted its steps.
+OFFICIAL_RULE_KEYS = ("max_grad_norm", "adam_epsilon")
 # Lists of names: each name at most once, and at most this many (a task has a few splits and
 # metrics; each one listed is a full evaluation pass).
 NAME_LISTS = ("eval_splits", "test_splits", "metrics")
@@ -555,6 +563,8 @@ def _check_numbers(cfg: TrainConfig) -> None:
             _fail(cfg, key, problem)
     for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
                 "max_grad_norm", "adam_epsilon"):
+        if cfg[key] is None and key in OFFICIAL_RULE_KEYS:   # training.optim decides
+            continue
         if isinstance(cfg[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
             try:
                 cfg[key] = float(cfg[key])
@@ -641,8 +651,18 @@ def _check_splits(cfg: TrainConfig) -> None:
         _fail(cfg, "eval_splits", "needs at least one split (it picks the best checkpoint)")
 
 
+def resolved_doc_prediction(values: dict) -> Any:
+    """`values`' doc_prediction; a null one (or none) is read where the loss trains: "last"
+    under loss_segments: last (the paper's appendix reading), else "mean" (official)."""
+    given = values.get("doc_prediction")
+    if given is not None:
+        return given
+    return "last" if values.get("loss_segments", DEFAULTS["loss_segments"]) == "last" else "mean"
+
+
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Check every key of `cfg` (in place: some values are normalised) and return it."""
+    cfg["doc_prediction"] = resolved_doc_prediction(cfg)
     _check_names(cfg)
     _check_numbers(cfg)
     _check_switches(cfg)

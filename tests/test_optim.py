@@ -1,6 +1,7 @@
 """Optimiser rules through the trainer and `training.optim`, each against numbers worked out
 here: gradient accumulation equals the k-times batch, `max_grad_norm` clips the gradients
-AdamW steps with, steps without loss still advance Adam's moments and apply weight decay,
+AdamW steps with, null clipping and epsilon follow the official rule for the warmup, steps
+without loss still advance Adam's moments and apply weight decay,
 `lr_schedule: official` is the LR of every step, and the two `layer_decay_rule`s take the
 steps restated from model/optimization.py and from PaddleNLP."""
 import json
@@ -109,6 +110,40 @@ def test_max_grad_norm_clips_the_global_gradient_norm(layer_decay):
     clipped = optimizer._grad_clip([(p, p.grad) for _, p in params])
     for (name, _), g, (_, c) in zip(params, grads, clipped):
         np.testing.assert_allclose(c.numpy(), g * scale, rtol=1e-5, atol=1e-9, err_msg=name)
+
+
+def test_clipping_and_epsilon_default_to_the_official_rule_for_the_warmup():
+    """model/optimization.py: with warmup steps, Adam with ε 1e-8 and no clipping; without
+    (its constant-LR branch), ε 1e-6 and GradientClipByGlobalNorm(1.0). max_grad_norm and
+    adam_epsilon default to null, which follows that rule for the run's warmup (a run too
+    short for one warmup step, 9 x 0.1, has none, as in the official scripts); a value given
+    is kept whatever the warmup; the log line says which."""
+    from ernie_doc.run_config import DEFAULTS
+    from ernie_doc.training.optim import build_optimizer, describe_optimizer
+    assert DEFAULTS["max_grad_norm"] is None and DEFAULTS["adam_epsilon"] is None
+    model, _ = tiny_classifier()
+    base = dict(learning_rate=1e-3, lr_schedule="official", weight_decay=0.0, layer_decay=1.0,
+                layer_decay_rule="official", warmup_proportion=0.1,
+                max_grad_norm=None, adam_epsilon=None)
+
+    def built(total_steps, **given):
+        optimizer, _ = build_optimizer(model, dict(base, **given), total_steps, num_layers=0)
+        clip = optimizer._grad_clip
+        return (clip.clip_norm if clip is not None else None), optimizer._epsilon
+
+    assert built(20) == (None, 1e-8)                        # warmup 2
+    assert built(20, warmup_proportion=0.0) == (1.0, 1e-6)
+    assert built(9) == (1.0, 1e-6)                          # int(9 x 0.1) = 0
+    assert built(9, warmup_steps=3) == (None, 1e-8)
+    assert built(9, max_grad_norm=0.0, adam_epsilon=1e-8) == (None, 1e-8)
+    assert built(20, max_grad_norm=0.5, adam_epsilon=1e-6) == (0.5, 1e-6)
+    assert describe_optimizer(base, 9) == (
+        "optimizer: AdamW, official schedule, peak lr 0.001, warmup 0 of 9 steps, gradients "
+        "clipped to global norm 1, epsilon 1e-06 (max_grad_norm and adam_epsilon null: the "
+        "official code's values without warmup)")
+    assert describe_optimizer(dict(base, adam_epsilon=1e-6), 20) == (
+        "optimizer: AdamW, official schedule, peak lr 0.001, warmup 2 of 20 steps, no gradient "
+        "clipping, epsilon 1e-06 (max_grad_norm null: the official code's values with warmup)")
 
 
 # -- a run whose steps 1, 2, 5, 6 carry no loss (skim pass) and steps 3, 4, 7, 8 do -----------

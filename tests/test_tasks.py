@@ -204,9 +204,33 @@ def test_hyp_on_semeval_xml(tmp_path):
         {"train": list(range(12)), "dev": list(range(12, 16)), "test": list(range(16, 20))}))
     out = tmp_path / "out"
     finetune_task("hyp", data, out, vocab_dir(tmp_path / "vocab", WORDS))
-    check_results(out, "f1", 4)
+    results = check_results(out, "f1", 4)
     test = json.loads((out / "test_results.json").read_text())
-    assert test["split"] == "test" and "f1" in test
+    assert test["split"] == "test" and {"f1", "macro_f1", "accuracy"} <= set(test)
+    assert {"f1", "macro_f1", "accuracy"} <= set(results)
+
+
+@pytest.mark.parametrize("pred, f1, macro_f1, accuracy", [
+    # "true": tp 1, fp 1, fn 1 → 1/2; "false": tp 2, fp 1, fn 1 → 2/3
+    (["true", "true", "false", "false", "false"], 1 / 2, (1 / 2 + 2 / 3) / 2, 3 / 5),
+    # the majority guess: "true" 0; "false": tp 3, fp 2 → 3/4
+    (["false"] * 5, 0.0, (0 + 3 / 4) / 2, 3 / 5),
+])
+def test_hyp_reports_binary_and_macro_f1(pred, f1, macro_f1, accuracy):
+    """The shipped HYP config reports F1 of "true" (PaddleNLP's; it picks the checkpoint) and
+    sklearn's macro F1 (Longformer's script's, the one beside the paper's table): on 5 articles
+    (2 hyperpartisan) they differ."""
+    from ernie_doc.data.document import Document
+    from ernie_doc.kinds import build_task
+    from ernie_doc.run_config import load_config
+    task = build_task(load_config(str(ROOT / "tasks" / "hyp" / "config.yaml")))
+    assert task.main_metric == "f1" and task.labels[task.positive] == "true"
+    gold = ["true", "false", "false", "false", "true"]
+    docs = [Document(f"a{i}", text="x", label=g) for i, g in enumerate(gold)]
+    rows = {i: [(0, np.array([0.3, 0.7]) if p == "true" else np.array([0.7, 0.3]))]
+            for i, p in enumerate(pred)}
+    metrics, _ = task.evaluate(docs, rows)
+    assert metrics == pytest.approx({"f1": f1, "macro_f1": macro_f1, "accuracy": accuracy})
 
 
 def iflytek_json(folder, sizes, label, sentence):

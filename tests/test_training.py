@@ -3,6 +3,7 @@ longdep task: results, resume, atomic checkpoints, data parallel, errors."""
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import ROOT, in_process, launch_two_ranks, tiny_config
 
+from ernie_doc.data.document import Document
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
 from ernie_doc.training.optim import build_optimizer, lr_lambda, paddlenlp_ratio
 
@@ -92,6 +94,8 @@ def test_lr_schedules():
     assert [cos(g) for g in (0, 5, 10, 50, 100, 120)] == pytest.approx(
         [0, .5, (1 + math.cos(math.pi * .1)) / 2, .5, 0, 0])
     assert lr_lambda("cosine", 0, 100)(0) == 1.0
+    # model/optimization.py without warmup: a constant LR
+    assert [lr_lambda("official", 0, 100)(g) for g in (0, 50, 100)] == [1.0, 1.0, 1.0]
 
 
 def test_the_log_says_what_max_steps_leaves_of_the_epochs():
@@ -126,12 +130,80 @@ def test_metrics_and_aggregation():
     assert f1_score([0, 1, 1, 2], [0, 1, 2, 1], "macro") == pytest.approx((1 + 0.5 + 0) / 3)
 
 
+def classification_task(*overrides):
+    from ernie_doc.kinds import build_task
+    from ernie_doc.run_config import load_config
+    return build_task(load_config(None, [*TINY, *overrides]))
+
+
+def test_classification_objective_is_official_and_the_papers_is_one_switch_away():
+    """Default (the official classifier): every final-pass segment trains and the document is
+    the mean of its segments' probabilities. `loss_segments: last` (the paper's appendix: the
+    loss on the last segment's [CLS]) trains the last segment only, and doc_prediction, null,
+    follows it: the document is its last segment's. A doc_prediction given is kept."""
+    import paddle
+    batch = {"has_loss": np.array([True, True, True, False]),
+             "is_last": np.array([False, True, True, False]),
+             "target_label": paddle.to_tensor([0, 1, 1, 0])}
+    logits = paddle.to_tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 9.0]])
+    ce = [math.log1p(math.exp(-2.0)), math.log1p(math.exp(-1.0)), math.log1p(math.exp(1.0))]
+    rows = [(1, np.array([0.8, 0.2])), (0, np.array([0.9, 0.1])), (2, np.array([0.3, 0.7]))]
+    doc = Document("d", text="x")
+    from types import SimpleNamespace
+    for given, weight, loss, probs in (
+            ((), [1, 1, 1, 0], sum(ce) / 3, [2 / 3, 1 / 3]),
+            (("loss_segments=last",), [0, 1, 1, 0], (ce[1] + ce[2]) / 2, [0.3, 0.7]),
+            (("loss_segments=last", "doc_prediction=mean"), [0, 1, 1, 0], None, [2 / 3, 1 / 3])):
+        task = classification_task(*given)
+        assert task.train_weight(batch).astype(int).tolist() == weight, given
+        got = task.loss(SimpleNamespace(logits=logits), batch,
+                        paddle.to_tensor(np.array(weight, dtype="float32")))
+        if loss is not None:
+            assert float(got) == pytest.approx(loss, rel=1e-6), given
+        record = task.predict_document(doc, rows)
+        assert record["probs"] == pytest.approx(probs, abs=1e-6), given
+        assert record["pred"] == task.labels[int(np.argmax(probs))]
+
+
+def test_two_label_softmax_cross_entropy_is_binary_cross_entropy_of_the_logit_difference():
+    """The paper's "binary cross entropy" with two labels: the classification loss, a softmax
+    cross-entropy over the logits (a0, a1), is the binary cross-entropy of the one logit
+    a1 − a0 (softmax(a)₁ = σ(a1 − a0)), row by row, and its gradient is that logit's, with
+    opposite signs on a0 and a1: the paper's head is ours reparametrised, no second head."""
+    import paddle
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(0)
+    values, labels = rng.normal(0, 3, (64, 2)), rng.integers(0, 2, 64)
+    task = classification_task()
+    logits = paddle.to_tensor(values, stop_gradient=False)
+    from types import SimpleNamespace
+    softmax_ce = task.loss(SimpleNamespace(logits=logits), {"target_label": paddle.to_tensor(
+        labels)}, paddle.ones([64], dtype="float64"))
+    diff = paddle.to_tensor(values[:, 1] - values[:, 0], stop_gradient=False)
+    binary_ce = F.binary_cross_entropy_with_logits(diff, paddle.to_tensor(labels * 1.0))
+    np.testing.assert_allclose(float(softmax_ce), float(binary_ce), rtol=1e-12)
+    softmax_ce.backward()
+    binary_ce.backward()
+    np.testing.assert_allclose(logits.grad.numpy()[:, 1], diff.grad.numpy(), atol=1e-15)
+    np.testing.assert_allclose(logits.grad.numpy()[:, 0], -diff.grad.numpy(), atol=1e-15)
+    np.testing.assert_allclose(F.softmax(logits, axis=-1).numpy()[:, 1],
+                               F.sigmoid(diff).numpy(), atol=1e-15)
+
+
 # -- the trainer -----------------------------------------------------------------------------
 def test_finetune_end_to_end_writes_results(tmp_path):
     out = tmp_path / "run"
-    finetune(out, "test_splits=[test]", "eval_steps=5")
+    stdout = finetune(out, "test_splits=[test]", "eval_steps=5").stdout
     results = json.loads((out / "eval_results.json").read_text())
     assert set(results) >= {"accuracy", "f1", "loss", "step", "split", "main_metric"}
+    # the optimiser as the official rule resolved the null clipping and epsilon; the run's
+    # saved config keeps the nulls (a resume resolves them again for the same steps)
+    line, = [x for x in stdout.splitlines() if "optimizer: AdamW" in x]
+    assert re.search(r"warmup [1-9]\d* of \d+ steps, no gradient clipping, epsilon 1e-08 "
+                     r"\(max_grad_norm and adam_epsilon null: the official code's values with "
+                     r"warmup\)$", line), line
+    saved = (out / "run_config.yaml").read_text()
+    assert "max_grad_norm: null" in saved and "adam_epsilon: null" in saved
     assert results["main_metric"] == "accuracy"
     assert 0.0 <= results["accuracy"] <= 1.0 and results["split"] == "dev"
     test = json.loads((out / "test_results.json").read_text())
@@ -158,6 +230,25 @@ def test_finetune_end_to_end_writes_results(tmp_path):
     best = ErnieDocForSequenceClassification.from_pretrained(str(out / "best"))
     assert best.config.num_labels == 2 and best.config.num_hidden_layers == 2
     assert not best.load_report.missing
+
+
+def test_the_papers_objective_is_saved_and_predict_reads_as_the_run_evaluated(tmp_path):
+    """A run with `loss_segments: last` and doc_prediction left null saves the resolved "last"
+    in its task.json: predict reads the last segment as the run's evaluation did. (Large
+    initial weights: the segments' probabilities differ by up to 0.7, so the mean would show.)"""
+    from ernie_doc.kinds.base import load_reader
+    from ernie_doc.predict.pipeline import Pipeline
+    out = tmp_path / "run"
+    finetune(out, "loss_segments=last", "epochs=1", "model_overrides.initializer_range=1.0")
+    config = json.loads((out / "best" / "task.json").read_text())["config"]
+    assert (config["loss_segments"], config["doc_prediction"]) == ("last", "last")
+    pipeline = Pipeline.from_pretrained(str(out / "best"))
+    assert pipeline.cfg.doc_prediction == "last"
+    docs = load_reader("longdep").read("", "dev", config["reader"])
+    evaluated = {r["doc_id"]: r for r in read_jsonl(out / "predictions_dev.jsonl")}
+    for r in pipeline(docs):
+        assert r["pred"] == evaluated[r["doc_id"]]["pred"]
+        np.testing.assert_allclose(r["probs"], evaluated[r["doc_id"]]["probs"], atol=1e-5)
 
 
 def test_eval_only_evaluates_a_trained_model(tmp_path):

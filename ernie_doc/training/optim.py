@@ -79,10 +79,47 @@ def decays(param: paddle.Tensor) -> bool:
     return len(param.shape) > 1
 
 
+def run_warmup(cfg: Mapping[str, Any], total_steps: int) -> int:
+    """The warmup steps of a run of `total_steps`: warmup_steps when > 0, else
+    int(total_steps × warmup_proportion), as the official scripts count them."""
+    return cfg.get("warmup_steps") or int(total_steps * cfg["warmup_proportion"])
+
+
+# model/optimization.py: with warmup, Adam (ε 1e-8) and no clipping; without (a constant LR),
+# Adam with ε 1e-6 and GradientClipByGlobalNorm(1.0). (max_grad_norm, adam_epsilon) of each.
+OFFICIAL_WITH_WARMUP = (0.0, 1e-8)
+OFFICIAL_WITHOUT_WARMUP = (1.0, 1e-6)
+
+
+def clip_and_epsilon(cfg: Mapping[str, Any], warmup: int) -> Tuple[float, float]:
+    """(max_grad_norm, adam_epsilon) of a run with `warmup` warmup steps: the config's values;
+    a null (or missing) one takes the official code's for that warmup (OFFICIAL_WITH_WARMUP,
+    OFFICIAL_WITHOUT_WARMUP). max_grad_norm 0 = no clipping."""
+    official = OFFICIAL_WITH_WARMUP if warmup > 0 else OFFICIAL_WITHOUT_WARMUP
+    given = (cfg.get("max_grad_norm"), cfg.get("adam_epsilon"))
+    return tuple(float(official[i] if v is None else v) for i, v in enumerate(given))
+
+
+def describe_optimizer(cfg: Mapping[str, Any], total_steps: int) -> str:
+    """The optimiser a run of `total_steps` builds, for its log: schedule, warmup, clipping
+    and epsilon, saying which values the official rule chose for a null key."""
+    warmup = run_warmup(cfg, total_steps)
+    clip, eps = clip_and_epsilon(cfg, warmup)
+    ruled = [k for k in ("max_grad_norm", "adam_epsilon") if cfg.get(k) is None]
+    rule = (f" ({' and '.join(ruled)} null: the official code's values "
+            f"{'with' if warmup else 'without'} warmup)" if ruled else "")
+    clipping = f"gradients clipped to global norm {clip:g}" if clip else "no gradient clipping"
+    return (f"optimizer: AdamW, {cfg['lr_schedule']} schedule, peak lr {cfg['learning_rate']:g}, "
+            f"warmup {warmup} of {total_steps} steps, {clipping}, epsilon {eps:g}{rule}")
+
+
 def lr_lambda(schedule, warmup_steps, total_steps):
     """Multiplier of the peak LR at optimizer step g (0-based), g/warmup during warmup, then:
-    linear to 0 at total_steps; official 1 − g/total; cosine (1 + cos(π g/total)) / 2."""
+    linear to 0 at total_steps; official 1 − g/total, or 1 throughout when there is no warmup
+    (model/optimization.py's constant-LR branch); cosine (1 + cos(π g/total)) / 2."""
     total = max(1, total_steps)
+    if schedule == "official" and warmup_steps <= 0:
+        return lambda g: 1.0
 
     def f(g):
         if g < warmup_steps:
@@ -139,8 +176,10 @@ def group_weight_decay(weight_decay: float, ratio: float, rule: str) -> float:
 def build_optimizer(model: paddle.nn.Layer, cfg: Mapping[str, Any], total_steps: int,
                     num_layers: int) -> Tuple[paddle.optimizer.AdamW, Any]:
     """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion (or warmup_steps),
-    lr_schedule, weight_decay, layer_decay, layer_decay_rule, max_grad_norm, adam_epsilon."""
-    warmup = cfg.get("warmup_steps") or int(total_steps * cfg["warmup_proportion"])
+    lr_schedule, weight_decay, layer_decay, layer_decay_rule, max_grad_norm and adam_epsilon
+    (null: clip_and_epsilon's official rule)."""
+    warmup = run_warmup(cfg, total_steps)
+    max_grad_norm, epsilon = clip_and_epsilon(cfg, warmup)
     scheduler = paddle.optimizer.lr.LambdaDecay(
         cfg["learning_rate"], lr_lambda(cfg["lr_schedule"], warmup, total_steps))
     weight_decay = float(cfg["weight_decay"])   # paddle 2.6's AdamW refuses an int (0)
@@ -155,10 +194,9 @@ def build_optimizer(model: paddle.nn.Layer, cfg: Mapping[str, Any], total_steps:
         groups.setdefault(key, []).append(param)
     param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
                     for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
-    clip = (GlobalNormClip(cfg["max_grad_norm"], [g["params"] for g in param_groups])
-            if cfg["max_grad_norm"] else None)
+    clip = (GlobalNormClip(max_grad_norm, [g["params"] for g in param_groups])
+            if max_grad_norm else None)
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,
-                                       beta1=0.9, beta2=0.999,
-                                       epsilon=cfg.get("adam_epsilon", 1e-8),
+                                       beta1=0.9, beta2=0.999, epsilon=epsilon,
                                        weight_decay=weight_decay, grad_clip=clip)
     return optimizer, scheduler

@@ -32,7 +32,7 @@ from ernie_doc.run_config import batch_rows
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import compiled_or_none, try_compiled
-from ernie_doc.training.optim import build_optimizer
+from ernie_doc.training.optim import build_optimizer, describe_optimizer, run_warmup
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record, training_plan
 from ernie_doc.training.runlog import RunLog, logger, plot_curves
 
@@ -305,7 +305,7 @@ class Trainer:
 
     def _progress_bar(self) -> Any:
         """The progress bar of the optimizer steps (main rank, when progress is shown), after
-        logging the run's plan: epochs, steps, rows per step."""
+        logging the run's plan (epochs, steps, rows per step) and its optimiser."""
         cfg, train, total_steps = self.cfg, self.run.train, self.run.total_steps
         from ernie_doc.utils import progress_bar
         bar = progress_bar(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
@@ -315,6 +315,7 @@ class Trainer:
         logger.info(f"training: {training_plan(cfg, train, total_steps)} "
                     f"({rows} rows/rank x {self.world} ranks x "
                     f"{cfg.grad_accum_steps} accumulation)")
+        logger.info(describe_optimizer(cfg, total_steps))
         return bar
 
     def _optimizer_step(self, optimizer: Any, scheduler: Any, scaler: Any) -> float:
@@ -420,7 +421,7 @@ class Trainer:
         before = scheduler.last_lr
         scheduler.step(step)   # last_lr = base lr x the new schedule's factor at `step`
         state["total_steps"] = new   # what later checkpoints record
-        warmup = cfg.get("warmup_steps") or int(new * cfg["warmup_proportion"])
+        warmup = run_warmup(cfg, new)
         logger.info(f"max_steps / epochs raised: continuing the run that finished at step "
                     f"{step} to step {new}; the learning rate follows the {cfg.lr_schedule} "
                     f"schedule of a {new}-step run (warmup {warmup}) from step {step} on, "
