@@ -298,8 +298,12 @@ def _duration(hours: Tuple[float, float]) -> str:
     """A range of hours, in days when over two."""
     if hours[1] >= 48:
         return f"{hours[0] / 24:.1f}–{hours[1] / 24:.1f} days"
-    return f"{hours[0]:.1f}–{hours[1]:.1f} hours" if hours[1] >= 1 else \
-        f"{hours[0] * 60:.0f}–{hours[1] * 60:.0f} minutes"
+    if hours[1] >= 1:
+        return f"{hours[0]:.1f}–{hours[1]:.1f} hours"
+    low, high = hours[0] * 60, hours[1] * 60
+    if high < 1:
+        return "under a minute"
+    return f"{low:.{1 if high < 10 else 0}f}–{high:.{1 if high < 10 else 0}f} minutes"
 
 
 def _count(n: float) -> str:
