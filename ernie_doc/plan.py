@@ -227,7 +227,8 @@ def _language_model(task: Any, rows: int) -> _Model:
     return _Model(f"Transformer-XL LM ({layers} layers, d_model {c.d_model}, {c.n_head} heads, "
                   f"recurrence {c.recurrence})", resources.parameter_count(build, layers), plan,
                   cost.lm_forward_matmul_flops(c, rows, tokens) / rows, 0.0,
-                  "the adaptive softmax's head cluster is in the model's count", False)
+                  "the whole model; the adaptive softmax's tail clusters, for the rarer "
+                  "words, are not counted", False)
 
 
 def _ernie_doc(cfg: Any, task: Any, rows: int) -> _Model:
@@ -353,10 +354,11 @@ def describe_plan(plan: Plan) -> str:
     per_token = plan.forward_flops / plan.tokens
     factor = "4 (recompute: the forward runs again in backward)" if plan.recompute else \
         "3 (the backward takes two products per forward one)"
+    parts = (f"encoder {_count(plan.encoder_flops / plan.tokens)}, head "
+             f"{_count(plan.head_flops / plan.tokens)}: {plan.head_note}") if plan.head_flops \
+        else plan.head_note
     lines += ["", "compute (estimate):",
-              f"  matmul FLOPs per token, forward: {_count(per_token)} (encoder "
-              f"{_count(plan.encoder_flops / plan.tokens)}, head "
-              f"{_count(plan.head_flops / plan.tokens)}: {plan.head_note})",
+              f"  matmul FLOPs per token, forward: {_count(per_token)} ({parts})",
               f"  training: × {factor}",
               "  rows read: " + "\n    ".join(plan.reads_note),
               f"    = {plan.reads:,.0f} rows = {_count(plan.reads * plan.tokens)} tokens; "
