@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 from benchmarks.common import (PACKAGE_PARENT, add_common_arguments, allocated_bytes,
                                apply_paddle_threads, check_output, emit, environment,
                                measure_retention, retention, set_threads)
+from ernie_doc.cost import forward_matmul_flops  # no paddle at import: a count from the config
 
 if TYPE_CHECKING:   # names for the hints only: paddle is imported after --threads is set
     import numpy as np
@@ -276,26 +277,6 @@ def parity(config: "ErnieDocConfig", ours: "ErnieDocModel", pn: "PaddleNLPRefere
     return {"max_abs_diff": diffs, "max": worst, "tolerance": PARITY_TOL,
             "ok": worst <= PARITY_TOL, "segments": 2,
             "position_ids_equal_paddlenlp_recipe": inputs.pn_pos_equals_official}
-
-
-def forward_matmul_flops(config: "ErnieDocConfig", batch: int, seq_len: int) -> float:
-    """The matmul work one forward of a [batch, seq_len] segment needs (memory_len from the
-    config), in FLOPs: per layer and row, the q and output projections over T tokens, k and v
-    over the K = M + T keys, the feed-forward, the content scores and the weighted sum (T x K
-    each) and the position scores, which each query block of s rows takes against K + s − 1
-    position rows (attention.QUERY_BLOCK); and per layer once, the projection of the 2T + M
-    position rows. The pooler and heads are left out (under 0.1 % at base size)."""
-    from ernie_doc.modeling.attention import QUERY_BLOCK
-    t, m, h = seq_len, config.memory_len, config.hidden_size
-    k, inner = m + t, config.intermediate_size
-    blocks = [min(QUERY_BLOCK, t - start) for start in range(0, t, QUERY_BLOCK)]
-    per_row = (2 * t * h * h * 2            # q and output projections
-               + 2 * k * h * h * 2          # k and v
-               + 2 * t * h * inner * 2      # feed-forward
-               + 2 * t * k * h * 2          # content scores and the weighted sum of values
-               + sum(2 * s * (k + s - 1) * h for s in blocks))   # position scores
-    positions = 2 * (2 * t + m) * h * h
-    return float(config.num_hidden_layers * (batch * per_row + positions))
 
 
 def sgemm_gflops(size: int = 2048, repeats: int = 3) -> float:

@@ -205,9 +205,10 @@ def vocabulary_overrides(run: Assembly, special: Dict[str, int]) -> Dict[str, in
 
 
 def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tokens: int,
-                 memory_len: int) -> None:
+                 memory_len: int, recompute: bool = False) -> None:
     """Refuse (ConfigError) a run whose estimated memory exceeds the device's, before the model
-    is built; `build(n)`: the model with n layers. Eval-only runs count no gradients."""
+    is built; `build(n)`: the model with n layers. Eval-only runs count no gradients;
+    `recompute`: the training activations are recomputed in backward."""
     from ernie_doc import resources
     cfg, group = run.cfg, run.task.group_size
     if cfg.eval_only and run.eval_rows:   # the batch rows a prediction asked for
@@ -218,7 +219,7 @@ def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tok
         words = _batch_words(key, cfg[key], rows)
     params = resources.parameter_count(build, layers)
     parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
-                                     heads, training=not cfg.eval_only)
+                                     heads, training=not cfg.eval_only, recompute=recompute)
     resources.check_fits(parts, f"{cfg.source}: {params:,} parameters, {words}, {tokens} "
                                 f"tokens per row", run.device)
     eval_rows = batch_rows(cfg, group, evaluation=True)
@@ -236,13 +237,22 @@ def _batch_words(key: str, size: int, rows: int) -> str:
     return f"{key} {size}" + (f" ({rows} rows)" if rows != size else "")
 
 
+def head_memory_plan(task: Any, config: ErnieDocConfig, tokens: int
+                     ) -> Tuple[Callable[[int], paddle.nn.Layer], int, int, int, int, int]:
+    """(model builder, layers, hidden, heads, tokens per row, memory length) of `task`'s
+    ERNIE-Doc head over `config` with rows of `tokens` tokens, for the memory estimate (as
+    LanguageModelTask.memory_plan): the builder makes the head with n encoder layers."""
+    head = task.head_class
+    memory = 0 if config.recurrence == "none" else config.memory_len
+    return (lambda n: head(config.replace(num_hidden_layers=n), **task.model_kwargs()),
+            config.num_hidden_layers, config.hidden_size, config.num_attention_heads, tokens,
+            memory)
+
+
 def check_head_memory(run: Assembly, config: ErnieDocConfig) -> None:
     """check_memory for the task's ERNIE-Doc head over `config` (its encoder's layers)."""
-    head, task = run.task.head_class, run.task
-    memory = 0 if config.recurrence == "none" else config.memory_len
-    check_memory(run, lambda n: head(config.replace(num_hidden_layers=n), **task.model_kwargs()),
-                 config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
-                 run.cfg.max_seq_len, memory)
+    check_memory(run, *head_memory_plan(run.task, config, run.cfg.max_seq_len),
+                 recompute=bool(run.cfg.recompute))
 
 
 def checkpoint_config(cfg: TrainConfig, overrides) -> Optional[ErnieDocConfig]:

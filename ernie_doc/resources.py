@@ -123,8 +123,26 @@ def parameter_count(build: Callable[[int], object], layers: int) -> int:
 def activation_bytes(layers: int, rows: int, tokens: int, keys: int, hidden: int,
                      heads: int) -> int:
     """Activations kept for backward by `layers` Transformer layers reading `rows` rows of
-    `tokens` tokens that attend to `keys` keys (tokens + memory)."""
-    return layers * rows * tokens * (68 * hidden + 10 * heads * keys)
+    `tokens` tokens that attend to `keys` keys (tokens + memory): per token Korthikanti et
+    al.'s count in float32, 68·H + 10·heads·K, and what relative attention adds, the position
+    queries (4·H) and the position scores before the shift (4·heads·(K + T), at most K + T
+    columns); per row, the tokens + keys position rows it reads (4·(T + K)·H)."""
+    per_token = 72 * hidden + 10 * heads * keys + 4 * heads * (keys + tokens)
+    return layers * rows * (tokens * per_token + 4 * (tokens + keys) * hidden)
+
+
+def layer_input_bytes(layers: int, rows: int, keys: int, hidden: int) -> int:
+    """What recomputing `layers` layers in backward keeps of each: its inputs, the `keys`
+    rows (tokens + memory) of `rows` rows, float32."""
+    return 4 * layers * rows * keys * hidden
+
+
+def recomputed_activation_bytes(layers: int, rows: int, tokens: int, keys: int, hidden: int,
+                                heads: int) -> int:
+    """activation_bytes when each layer is recomputed in backward (`recompute: true`): every
+    layer's inputs, and one layer's activations while it is recomputed."""
+    return layer_input_bytes(layers, rows, keys, hidden) + \
+        activation_bytes(1, rows, tokens, keys, hidden, heads)
 
 
 def describe(nbytes: float) -> str:
@@ -152,15 +170,16 @@ LAYER_OVERHEAD = 128 << 10
 
 
 def training_parts(params: int, layers: int, rows: int, tokens: int, memory_len: int,
-                   hidden: int, heads: int, training: bool = True) -> dict:
+                   hidden: int, heads: int, training: bool = True,
+                   recompute: bool = False) -> dict:
     """The estimate of the module docstring, by part ({label: bytes}), with LAYER_OVERHEAD
-    per layer."""
+    per layer; `recompute`: the layers' activations recomputed in backward."""
     weights = 4 * params
     parts = {"weights": weights}
     if training:
         parts["gradients + Adam moments"] = 3 * weights
-        parts["activations"] = activation_bytes(layers, rows, tokens, tokens + memory_len,
-                                                hidden, heads)
+        kept = recomputed_activation_bytes if recompute else activation_bytes
+        parts["activations"] = kept(layers, rows, tokens, tokens + memory_len, hidden, heads)
     else:   # no graph kept: one layer's activations at a time
         parts["activations"] = activation_bytes(1, rows, tokens, tokens + memory_len, hidden,
                                                 heads)

@@ -90,20 +90,6 @@ def test_benchmark_quick(tmp_path):
     assert result["environment"]["paddle"]
 
 
-def test_forward_matmul_flops_counts_each_product():
-    """Hand count for a 1-layer H=4 (I=4H=16) model, B=1, T=3, M=2 (one query block): q and
-    out 2·(2·3·4·4), k and v 2·(2·5·4·4), feed-forward 2·(2·3·4·16), scores and the weighted sum
-    2·(2·3·5·4), position scores 2·3·(5+2)·4, position rows 2·8·4·4."""
-    from ernie_doc import ErnieDocConfig
-    config = ErnieDocConfig(vocab_size=10, hidden_size=4, num_hidden_layers=1,
-                            num_attention_heads=1, memory_len=2, max_position_embeddings=8)
-    assert config.intermediate_size == 16
-    want = 192 + 320 + 768 + 240 + 168 + 256
-    assert benchmark_model.forward_matmul_flops(config, 1, 3) == want
-    assert benchmark_model.forward_matmul_flops(config.replace(num_hidden_layers=3), 2, 3) == \
-        3 * (2 * (want - 256) + 256)
-
-
 def test_throughput_is_the_median_of_alternating_rounds(capsys):
     import argparse
     order = []

@@ -23,7 +23,7 @@ def run_cli(*argv, cwd=None, env=None):
 
 
 USER_COMMANDS = ("finetune", "pretrain", "predict", "explain", "context", "export", "convert",
-                 "download", "train-tokenizer", "run-document")
+                 "download", "train-tokenizer", "run-document", "plan")
 
 
 def test_help_version_and_unknown_command():
@@ -37,7 +37,7 @@ def test_help_version_and_unknown_command():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("error: unknown command 'fine-tune'; choose one of "
                                    "finetune, pretrain, export, convert, train-tokenizer, "
-                                   "run-document, predict, explain, context, download")
+                                   "run-document, predict, explain, context, download, plan")
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))

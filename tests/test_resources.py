@@ -166,6 +166,32 @@ def test_the_estimate_counts_the_rows_of_an_example(monkeypatch):
                                         f"(32 rows), 16 tokens per row"]
 
 
+@pytest.mark.parametrize("recompute", [False, True])
+def test_the_trainers_estimate_follows_recompute(monkeypatch, recompute):
+    """recompute: true is checked with recomputed activations (each layer's inputs and one
+    layer's activations), so a batch that fits only with recompute is not refused."""
+    from types import SimpleNamespace
+
+    from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, assemble, resources
+    from ernie_doc.run_config import load_config
+    seen = []
+    monkeypatch.setattr(resources, "check_fits",
+                        lambda parts, where, device=None: seen.append(parts))
+    cfg = load_config(None, ["task=imdb", "batch_size=3", "max_seq_len=16",
+                             f"recompute={str(recompute).lower()}"])
+    task = SimpleNamespace(group_size=1, head_class=ErnieDocForSequenceClassification,
+                           model_kwargs=lambda: {"num_labels": 2})
+    config = ErnieDocConfig(hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                            memory_len=4, max_position_embeddings=16)
+    assemble.check_head_memory(SimpleNamespace(cfg=cfg, task=task, eval_rows=None,
+                                               device="cpu"), config)
+    kept = resources.recomputed_activation_bytes if recompute else resources.activation_bytes
+    checked = [parts for parts in seen if "activations" in parts]   # not the model's own
+    assert checked[0]["activations"] == kept(2, 3, 16, 20, 8, 2)
+    assert resources.recomputed_activation_bytes(2, 3, 16, 20, 8, 2) == \
+        4 * 2 * 3 * 20 * 8 + resources.activation_bytes(1, 3, 16, 20, 8, 2)
+
+
 @pytest.mark.parametrize("given, part", [
     ("model_overrides.memory_len=100000000000", "memory_len must be at most 2147483647"),
     ("model_overrides.max_position_embeddings=10000000000",
@@ -349,7 +375,8 @@ def test_memory_estimate_parts_and_refusal():
                                      hidden=8, heads=2)
     assert parts == {"weights": 4000, "layer objects": 2 * resources.LAYER_OVERHEAD,
                      "gradients + Adam moments": 12000,
-                     "activations": 2 * 3 * 4 * (68 * 8 + 10 * 2 * 9),
+                     "activations": 2 * 3 * (4 * (72 * 8 + 10 * 2 * 9 + 4 * 2 * 13)
+                                             + 4 * 13 * 8),
                      "memories": 4 * 2 * 3 * 5 * 8}
     eval_parts = resources.training_parts(1000, 2, 3, 4, 5, 8, 2, training=False)
     assert eval_parts["activations"] == parts["activations"] // 2 and \

@@ -5,6 +5,7 @@
     ernie-doc predict MODEL --input FILE|DIR --output preds.jsonl
     ernie-doc explain MODEL --input FILE|DIR --output DIR
     ernie-doc context --output DIR --group NAME MODEL ... [--group ...]
+    ernie-doc plan CONFIG|TASK --gpus N [--set key=value ...]   (memory, GPU-hours: estimates)
     ernie-doc export | convert | train-tokenizer | run-document | download ...
 
 Each subcommand is a module of this package with `main(argv)` (for callers in Python) and
@@ -44,6 +45,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "context": ("ernie_doc.cli.context", "measure how far back models look (effective "
                                          "context: occlusion and gradients by distance)"),
     "download": ("ernie_doc.hub.cli", "fetch released models into the cache ahead of time"),
+    "plan": ("ernie_doc.cli.plan", "estimate a run from its config: memory per device, "
+                                   "GPU-hours"),
 }
 DISTRIBUTED = ("finetune", "pretrain")
 

@@ -18,7 +18,7 @@ from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_me
                                            document_layout, gradient_pass, occlusion_chunks,
                                            plan_passes, read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
-from ernie_doc.resources import activation_bytes
+from ernie_doc.resources import activation_bytes, layer_input_bytes
 
 EXPLAINED = ("classification", "span", "multiple_choice", "pair_matching")
 MAX_SEGMENTS = 256   # occlusion reads a document once per segment: more is refused
@@ -175,7 +175,7 @@ class Explainer(Explaining):
         M, H, L = self.model.ernie_doc.memory_len, c.hidden_size, c.num_hidden_layers
         steps = len(layout.passes)
         if recompute:
-            kept = steps * L * rows * (T + M) * H * 4 + \
+            kept = steps * layer_input_bytes(L, rows, T + M, H) + \
                 activation_bytes(1, rows, T, T + M, H, c.num_attention_heads)
         else:
             kept = steps * activation_bytes(L, rows, T, T + M, H, c.num_attention_heads)
