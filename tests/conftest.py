@@ -4,9 +4,16 @@ tests/helpers.py (which also puts the repository on sys.path).
 Under pytest-xdist (`-n 2`) pytest.ini sets `--dist loadscope`: a module's tests run on one
 worker, so a module-scoped fixture (a tiny training run, an export) is built once, not once per
 worker. The modules with a multi-minute or two-process test (marked slow or two_ranks) start
-first, so that none of them starts last while the other worker idles."""
+first, so that none of them starts last while the other worker idles.
+
+Each xdist worker (and every process it starts) gets one thread for the OpenMP and BLAS pools:
+two workers with a pool of two threads each oversubscribe two cores, and the spinning threads
+cost about a tenth of the suite's time. Set before numpy is imported."""
 import os
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 import helpers  # noqa: F401  the repository on sys.path before any test module imports
 import numpy as np
 import pytest

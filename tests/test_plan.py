@@ -17,7 +17,7 @@ from ernie_doc.run_config import load_config
 # optimizer state paddle creates on first use, about 49 MB here, which no estimate of a
 # model's tensors holds), beside resources.training_parts for the same shape.
 STEP = r"""
-import json, resource, sys
+import json, sys
 import numpy as np
 import paddle
 from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
@@ -37,7 +37,9 @@ def step(layers, hidden, heads, rows, tokens, memory):
     return sum(int(np.prod(p.shape)) for p in model.parameters())
 
 def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's RSS across exec (a pytest
+    # worker grown past this child's own peak reads as a step of 0 bytes)
+    return resources._status_bytes("VmHWM")
 
 paddle.seed(0)
 step(1, 8, 2, 1, 8, 4)
