@@ -74,16 +74,38 @@ def test_a_task_name_is_its_config(capsys):
     assert config_path("imdb") == str(ROOT / "tasks" / "imdb" / "config.yaml")
     assert config_path("no/such.yaml") == "no/such.yaml"   # a path: the config file's error
     assert cli.main(["finetune", "--list-tasks"]) == 0
-    listed = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in listed][:3] == ["c3", "cail2019_scm", "cmrc2018"]
-    assert len(listed) == 14
+    listed = dict(line.split() for line in capsys.readouterr().out.splitlines())
+    assert list(listed)[:3] == ["c3", "cail2019_scm", "cmrc2018"]
+    assert len([name for name in listed if ":" not in name]) == 14
+
+
+def test_a_tasks_other_configs_are_named_task_colon_variant(capsys):
+    """A wheel has no run.sh (SIZE=large, STAGE=answer): `ernie-doc finetune imdb:large` is
+    the packaged config_large.yaml; --list-tasks lists each variant under its task."""
+    from ernie_doc.cli.finetune import config_path
+    from ernie_doc.kinds.folders import named_config, task_config
+    tasks = ROOT / "tasks"
+    assert config_path("imdb:large") == str(tasks / "imdb" / "config_large.yaml")
+    assert config_path("hotpotqa:answer_large") == str(tasks / "hotpotqa" /
+                                                       "config_answer_large.yaml")
+    for name in ("imdb:", "imdb:huge", "imdb:large.yaml", "nosuch:large", ":large", "c3:large"):
+        assert named_config(name) is None, name
+    assert task_config("imdb:large") is None   # predict's task names stay the folders
+    assert cli.main(["finetune", "--list-tasks"]) == 0
+    listed = dict(line.split() for line in capsys.readouterr().out.splitlines())
+    large = {f"{t}:large" for t in ("imdb", "hyp", "triviaqa", "hotpotqa", "wikitext103")}
+    assert {n for n in listed if n.endswith(":large")} == large
+    assert list(listed)[list(listed).index("hotpotqa"):][:4] == [
+        "hotpotqa", "hotpotqa:answer", "hotpotqa:answer_large", "hotpotqa:large"]
+    assert all(listed[name] == config_path(name) for name in listed)
 
 
 @pytest.mark.parametrize("name, hint", [("imbd", " (did you mean 'imdb'?)"),
                                         ("hotpot_qa", " (did you mean 'hotpotqa'?)"),
                                         ("IMDB", " (did you mean 'imdb'?)"),   # had no hint
                                         ("Imbd", " (did you mean 'imdb'?)"),   # had no hint
-                                        ("zzzz", "")])
+                                        ("zzzz", ""),
+                                        ("imdb:larg", " (did you mean 'imdb:large'?)")])
 def test_a_misspelt_task_is_one_line_naming_the_nearest(tmp_path, name, hint):
     """`ernie-doc finetune imbd`: neither a file nor a task; one line, the nearest task (when
     one is near) and where the tasks are listed, before paddle's import (a stand-in that
@@ -118,7 +140,8 @@ def test_the_installed_package_brings_the_task_folders(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for path in ("ernie_doc/cli/__main__.py", "ernie_doc/hub/cache.py",
                  "ernie_doc_tasks/__init__.py", "ernie_doc_tasks/imdb/config.yaml",
-                 "ernie_doc_tasks/hotpotqa/config_answer.yaml", "ernie_doc_tasks/README.md"):
+                 "ernie_doc_tasks/hotpotqa/config_answer.yaml", "ernie_doc_tasks/README.md",
+                 "ernie_doc_tasks/imdb/config_large.yaml"):
         assert (target / path).is_file(), path
     assert not (target / "tasks").exists()   # no generic top-level package
     code = ("import importlib, ernie_doc_tasks.imdb.reader as r\n"
@@ -126,7 +149,8 @@ def test_the_installed_package_brings_the_task_folders(tmp_path):
             "print(folders.task_package())\n"
             "print(t.load_reader('imdb').__file__)\n"
             "print(importlib.import_module(folders.task_package() + '.hotpotqa.task').__file__)\n"
-            "print(folders.task_config('c3'))\n")
+            "print(folders.task_config('c3'))\n"
+            "print(folders.named_config('imdb:large'))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(target)))
     assert proc.returncode == 0, proc.stderr[-2000:]

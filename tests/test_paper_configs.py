@@ -232,7 +232,13 @@ def test_language_model_configs_hold_the_paper_values(path):
     assert (model.tgt_len, model.mem_len) == (t, mem)
     assert (cfg.task_options["eval_tgt_len"], cfg.task_options["eval_mem_len"]) == (eval_t,
                                                                                      eval_mem)
-    assert cfg.batch_size * cfg.grad_accum_steps == batch
+    assert cfg.batch_size * cfg.grad_accum_steps == batch   # the paper's global batch, one process
+    # the comment's multi-GPU split (batch_size is per rank) gives the same global batch
+    stated = re.search(r"the paper's (\d+) = (\d+) x (\d+) \(batch_size=(\d+)\)",
+                       (ROOT / path).read_text(encoding="utf-8"))
+    assert stated, f"{path}: no per-rank batch comment"
+    total, ranks, per_rank, given = map(int, stated.groups())
+    assert total == ranks * per_rank == batch and given == per_rank
     assert (cfg.learning_rate, cfg.warmup_steps, cfg.max_steps) == (lr, warmup, steps)
 
 

@@ -25,7 +25,8 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
         epilog="Every setting is a run-config key: in the config file, or --set key=value on "
                "the command line (--set epochs=1 reader.dev_ratio=0.2). --help-config lists "
                "every key with its default and meaning.")
-    help_config = ("config.yaml, or a task's name (its own config.yaml; --list-tasks); "
+    help_config = ("config.yaml, or a task's name (its own config.yaml; imdb:large its "
+                   "config_large.yaml; --list-tasks); "
                    "default with --resume: the run's own run_config.yaml; without either, "
                    "--set must give task=...")
     if config_flag:
@@ -37,7 +38,8 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
                                              "model_overrides.*)")
     p.add_argument("--resume", metavar="OUTPUT_DIR", help="continue an interrupted run")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("--list-tasks", action="store_true", help="list the task folders and exit")
+    p.add_argument("--list-tasks", action="store_true", help="list the task folders and their "
+                                                         "configs' names, and exit")
     p.add_argument("--help-config", action="store_true",
                    help="list every run-config key (for --set key=value) with its default "
                         "and meaning, and exit")
@@ -50,11 +52,12 @@ def parse_args(argv=None, description=__doc__, config_flag=False):
 
 def config_path(config):
     """A config argument as given, or when it is no file but a task's name, that task's
-    packaged config.yaml (a folder of that name never shadows the task). A name that is
-    neither (no such path, no "/" nor ".") is a ConfigError naming the nearest task."""
+    packaged config.yaml ("imdb:large": its config_large.yaml; a folder of that name never
+    shadows the task). A name that is neither (no such path, no "/" nor ".") is a ConfigError
+    naming the nearest task."""
     if config and not os.path.isfile(config):
-        from ernie_doc.kinds.folders import task_config, task_hint
-        path = task_config(config)
+        from ernie_doc.kinds.folders import named_config, task_hint
+        path = named_config(config)
         if path is None and not os.path.lexists(config) and not set(config) & {os.sep, "."}:
             from ernie_doc.errors import ConfigError
             raise ConfigError(f"{config}: no such config file, nor a task{task_hint(config)}; "
@@ -72,9 +75,9 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
         sys.stdout.write(help_config())
         return 0
     if args.list_tasks:   # the task folders only: no paddle needed
-        from ernie_doc.kinds.folders import task_config, task_names
-        for name in task_names():
-            print(f"{name:<14} {task_config(name)}")
+        from ernie_doc.kinds.folders import named_config, task_names, task_variants
+        for name in [n for task in task_names() for n in (task, *task_variants(task))]:
+            print(f"{name:<22} {named_config(name)}")
         return 0
     from ernie_doc.cli import exit_on_user_error, nothing_written_yet, user_error_types
     try:   # a file or a task's name, before paddle's import: a misspelt name answers at once

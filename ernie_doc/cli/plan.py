@@ -19,7 +19,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 epilog="The run's settings are run-config keys, as for "
                                        "`ernie-doc finetune` (--help-config lists them).")
-    p.add_argument("config", help="a task or pretraining config.yaml, or a task's name")
+    p.add_argument("config", help="a task or pretraining config.yaml, or a task's "
+                                       "name (imdb, imdb:large: ernie-doc finetune --list-tasks)")
     p.add_argument("--gpus", type=int, default=1, help="data-parallel devices (default 1); "
                                                        "batch_size is per device")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],

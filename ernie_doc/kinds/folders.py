@@ -89,17 +89,32 @@ def task_package() -> str:
     return "ernie_doc_tasks"
 
 
+def _tasks_folder() -> str:
+    return os.path.dirname(importlib.import_module(task_package()).__file__)
+
+
 def task_names() -> List[str]:
     """The task folders (those with a config.yaml), sorted."""
-    folder = os.path.dirname(importlib.import_module(task_package()).__file__)
+    folder = _tasks_folder()
     return sorted(n for n in os.listdir(folder)
                   if os.path.isfile(os.path.join(folder, n, "config.yaml")))
 
 
+def task_variants(name: str) -> List[str]:
+    """The other configs of the task folder `name` as names, sorted: its config_large.yaml is
+    "imdb:large" (the paper's large model; hotpotqa:answer is its second stage)."""
+    folder = os.path.join(_tasks_folder(), name)
+    return sorted(f"{name}:{n[len('config_'):-len('.yaml')]}" for n in os.listdir(folder)
+                  if n.startswith("config_") and n.endswith(".yaml")
+                  and n[len("config_"):-len(".yaml")].isidentifier())
+
+
 def task_hint(name: object) -> str:
     """What an error about a task name that names no task folder ends with: " (did you mean
-    'imdb'?)" for a near miss, else ""."""
+    'imdb'?)" for a near miss (for "task:variant", the nearest variant), else ""."""
     from ernie_doc.utils import did_you_mean
+    if isinstance(name, str) and ":" in name:
+        return did_you_mean(name, [v for n in task_names() for v in task_variants(n)])
     return did_you_mean(name, task_names())
 
 
@@ -107,8 +122,17 @@ def task_config(name: str) -> Optional[str]:
     """The config.yaml of the task folder `name`, or None when there is no such task."""
     if not name.isidentifier():
         return None
-    folder = os.path.dirname(importlib.import_module(task_package()).__file__)
-    path = os.path.join(folder, name, "config.yaml")
+    path = os.path.join(_tasks_folder(), name, "config.yaml")
+    return path if os.path.isfile(path) else None
+
+
+def named_config(name: str) -> Optional[str]:
+    """A config of a task folder by name: "imdb" its config.yaml (task_config), "imdb:large"
+    the variant beside it, config_large.yaml; None when there is no such task or variant."""
+    task, colon, variant = name.partition(":")
+    if not colon or task_config(task) is None or not variant.isidentifier():
+        return None if colon else task_config(name)
+    path = os.path.join(_tasks_folder(), task, f"config_{variant}.yaml")
     return path if os.path.isfile(path) else None
 
 
