@@ -33,7 +33,7 @@ import traceback
 WORK = os.path.abspath("smoke-work")
 # what `ernie-doc --help` lists: the user commands only (the benchmarks run from a checkout)
 USER_COMMANDS = ("finetune", "pretrain", "export", "convert", "train-tokenizer", "run-document",
-                 "predict", "explain", "context", "download")
+                 "predict", "explain", "context", "download", "plan")
 BIN = os.path.dirname(sys.executable)
 ERNIE_DOC = os.path.join(BIN, "ernie-doc")
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "plot", "actor",
@@ -181,6 +181,17 @@ def main():
     preds = {r["doc_id"]: r for r in read_jsonl(os.path.join(WORK, "preds.jsonl"))}
     check(sorted(preds) == ["d0", "d1", "d2"] and all("pred" in r for r in preds.values()),
           f"predict wrote {preds}")
+
+    @step("plan: the packaged configs by name, the large variant too")
+    def _():
+        base = run("plan", "imdb", "--gpus", "8").stdout
+        large = run("plan", "imdb:large", "--gpus", "8").stdout
+        check("ernie-doc-base-en" in base and "GPU-hours (estimate)" in base,
+              f"plan imdb printed {base[-500:]!r}")
+        check("ernie-doc-large-en" in large and "GPU-hours (estimate)" in large,
+              f"plan imdb:large printed {large[-500:]!r}")
+        bad = run("plan", "imdb:huge", expect=2).stderr.strip().splitlines()
+        check(len(bad) == 1 and bad[0].startswith("error:"), f"plan imdb:huge said {bad}")
 
     @step("explain (occlusion and gradients): lines, pictures, pages")
     def _():

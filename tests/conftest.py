@@ -1,14 +1,15 @@
 """pytest's fixtures for every test: seeded paddle and numpy. Shared helpers are imported from
 tests/helpers.py (which also puts the repository on sys.path).
 
-Under pytest-xdist (`-n 2`) pytest.ini sets `--dist loadscope`: a module's tests run on one
-worker, so a module-scoped fixture (a tiny training run, an export) is built once, not once per
-worker. The modules with a multi-minute or two-process test (marked slow or two_ranks) start
-first, so that none of them starts last while the other worker idles.
+Under pytest-xdist (`-n 3` on two cores: a share of the tests waits on subprocesses and
+timeouts, and a third worker uses that time) pytest.ini sets `--dist loadscope`: a module's
+tests run on one worker, so a module-scoped fixture (a tiny training run, an export) is built
+once, not once per worker. The modules with a multi-minute or two-process test (marked slow or
+two_ranks) start first, so that none of them starts last while the other workers idle.
 
 Each xdist worker (and every process it starts) gets one thread for the OpenMP and BLAS pools:
-two workers with a pool of two threads each oversubscribe two cores, and the spinning threads
-cost about a tenth of the suite's time. Set before numpy is imported."""
+workers with a pool of one thread per core each oversubscribe the cores, and the spinning
+threads cost time. Set before numpy is imported."""
 import os
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
