@@ -121,6 +121,23 @@ def test_a_misspelt_task_is_one_line_naming_the_nearest(tmp_path, name, hint):
     assert os.listdir(tmp_path / "run") == []
 
 
+def test_a_tools_script_without_paddle_is_one_line(tmp_path):
+    """run.sh's PYTHON without paddle: tools/finetune.py says which package to install, in one
+    line, exit 2, and writes nothing (it was a ModuleNotFoundError traceback)."""
+    (tmp_path / "fake" / "paddle").mkdir(parents=True)
+    (tmp_path / "fake" / "paddle" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'paddle'\", name='paddle')\n")
+    (tmp_path / "run").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "finetune.py"),
+                           str(ROOT / "tasks" / "imdb" / "config.yaml"), "--set",
+                           f"data_dir={tmp_path}", "output_dir=out"], cwd=tmp_path / "run",
+                          env=env, capture_output=True, text=True, timeout=60)
+    from ernie_doc.cli import PADDLE_MISSING
+    assert (proc.returncode, proc.stderr) == (2, f"error: {PADDLE_MISSING}\n"), proc.stderr
+    assert os.listdir(tmp_path / "run") == []
+
+
 def test_a_data_folder_named_like_the_task_does_not_shadow_it(tmp_path, monkeypatch):
     # a user keeping the data in ./imdb runs `ernie-doc finetune imdb --set data_dir=imdb`
     from ernie_doc.cli.finetune import config_path

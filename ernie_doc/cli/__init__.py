@@ -270,8 +270,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def run_command(command, argv: Optional[List[str]] = None) -> int:
-    """command(argv) → its exit status; an unreported Ctrl-C or ErnieDocError becomes one line
-    and its status (traceback under --debug). Run by `ernie-doc` and the tools/ scripts."""
+    """command(argv) → its exit status; an unreported Ctrl-C or ErnieDocError, or paddle's
+    absence, becomes one line and its status (traceback under --debug). Run by `ernie-doc` and
+    the tools/ scripts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(argv)
@@ -280,6 +281,11 @@ def run_command(command, argv: Optional[List[str]] = None) -> int:
             raise
         report_error(e)
         return e.exit_status
+    except ImportError as e:   # tools/*.py run by an interpreter without paddle (run.sh's PYTHON)
+        if not is_paddle_missing(e) or "--debug" in argv:
+            raise
+        print(f"error: {PADDLE_MISSING}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as e:
         if "--debug" in argv:
             import traceback
