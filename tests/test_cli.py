@@ -100,6 +100,28 @@ def test_a_tasks_other_configs_are_named_task_colon_variant(capsys):
     assert all(listed[name] == config_path(name) for name in listed)
 
 
+def test_a_task_name_never_reaches_outside_the_task_folders(tmp_path, monkeypatch):
+    """A config_x.yaml (or config.yaml) that is a symlink out of the task folders, or a
+    folder, is no config: `imdb:evil` must not read /etc/passwd; --list-tasks omits them."""
+    from ernie_doc.kinds import folders
+    root = tmp_path / "tasks"
+    (root / "imdb" / "config_dir.yaml").mkdir(parents=True)
+    (root / "imdb" / "config.yaml").write_text("task: imdb\n")
+    (root / "imdb" / "config_large.yaml").write_text("task: imdb\n")
+    (tmp_path / "outside.yaml").write_text("task: imdb\n")
+    (root / "imdb" / "config_evil.yaml").symlink_to(tmp_path / "outside.yaml")
+    (root / "imdb" / "config_same.yaml").symlink_to(root / "imdb" / "config_large.yaml")
+    (root / "away").mkdir()
+    (root / "away" / "config.yaml").symlink_to(tmp_path / "outside.yaml")
+    monkeypatch.setattr(folders, "_tasks_folder", lambda: str(root))
+    assert folders.named_config("imdb:large") == str(root / "imdb" / "config_large.yaml")
+    assert folders.named_config("imdb:same") == str(root / "imdb" / "config_same.yaml")
+    for name in ("imdb:evil", "imdb:dir", "away"):
+        assert folders.named_config(name) is None, name
+    assert folders.task_names() == ["imdb"]
+    assert folders.task_variants("imdb") == ["imdb:large", "imdb:same"]
+
+
 @pytest.mark.parametrize("name, hint", [("imbd", " (did you mean 'imdb'?)"),
                                         ("hotpot_qa", " (did you mean 'hotpotqa'?)"),
                                         ("IMDB", " (did you mean 'imdb'?)"),   # had no hint
