@@ -72,10 +72,11 @@ QUANTILES = (0.0, 0.5, 0.9, 0.95, 1.0)
 
 
 def mean_windows(percentiles: Sequence[int], window: int, stride: int,
-                 bins: int = 4000) -> float:
+                 bins: int = 4000, cap: int = 0) -> float:
     """The mean number of windows (data.segment.window_count) of a document whose length is
     spread linearly between the stated percentiles (0 tokens at the 0th, the longest at the
-    100th), integrated over `bins` equal slices of the distribution."""
+    100th), integrated over `bins` equal slices of the distribution; `cap` > 0: documents cut
+    to that many tokens (max_doc_tokens)."""
     from ernie_doc.data.segment import window_count
     points = (0,) + tuple(percentiles)
     total = 0.0
@@ -84,7 +85,8 @@ def mean_windows(percentiles: Sequence[int], window: int, stride: int,
         i = next(i for i in range(1, len(QUANTILES)) if p <= QUANTILES[i])
         share = (p - QUANTILES[i - 1]) / (QUANTILES[i] - QUANTILES[i - 1])
         tokens = points[i - 1] + share * (points[i] - points[i - 1])
-        total += window_count(int(round(tokens)), window, stride)
+        tokens = int(round(tokens))
+        total += window_count(min(tokens, cap) if cap else tokens, window, stride)
     return total / bins
 
 
@@ -181,14 +183,17 @@ def _segments(cfg: Any, task: Any, stride: int) -> Tuple[float, List[str]]:
                           f"the document's tokens"
                           + (f" beside a {query}-token question" if query else ""))
     stride = stride or window
-    windows = mean_windows(lengths.percentiles, window, stride)
+    cap = cfg.max_doc_tokens or 0
+    windows = mean_windows(lengths.percentiles, window, stride, cap=cap)
     each = (f"{windows:.2f} segment rows each" if task.group_size == 1 else
             f"{windows:.2f} segments each × {task.group_size} rows a segment")
     shown = "/".join(f"{n:,}" for n in lengths.percentiles)
     return examples * windows * task.group_size, [
         f"{examples:,} train examples × {each}: the paper's "
         f"{lengths.name} statistics (appendix; tokens at 50/90/95/100 %: {shown}), lengths "
-        f"linear between them, windows of {window} tokens every {stride}"
+        f"linear between them"
+        + (f", cut at max_doc_tokens {cap:,}" if cap else "")
+        + f", windows of {window} tokens every {stride}"
         + (f" (room left for a {query}-token question)" if query else "")]
 
 

@@ -86,6 +86,14 @@ def test_mean_windows_follows_the_stated_percentiles():
     (percentiles on the line), windows of 100 every 100: ceil(n / 100) averages 5.5."""
     assert plan.mean_windows((200, 300, 400, 500), 510, 128) == 1.0
     assert plan.mean_windows((500, 900, 950, 1000), 100, 100) == pytest.approx(5.5, abs=0.01)
+    # max_doc_tokens cuts them (the plan ignored it: TriviaQA cut at 1,000 tokens read 119
+    # windows a document): 0 … 1,000 cut at 300 reads 1, 2, then 3 windows: 0.1 + 0.2 + 2.4
+    assert plan.mean_windows((500, 900, 950, 1000), 100, 100, cap=300) == \
+        pytest.approx(2.7, abs=0.01)
+    cfg = load_config(str(ROOT / "tasks" / "imdb" / "config.yaml"), ["max_doc_tokens=600"])
+    reads = 25_000 * plan.mean_windows((215, 569, 745, 3_084), 510, 128, cap=600) * 3 * 2
+    assert plan.make_plan(cfg).reads == pytest.approx(reads)
+    assert reads < 25_000 * 1.2 * 3 * 2 < 25_000 * 1.72 * 3 * 2   # 1.72 windows uncut
 
 
 @pytest.fixture(scope="module")
