@@ -77,10 +77,10 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     return resolved
 
 
-def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
-    """Set the task's segmenter up for the model (window max_seq_len, `stride` default the
-    memory_len), checking batch sizes hold whole examples → the stride."""
-    cfg, task, config = run.cfg, run.task, run.model.config
+def reading_stride(cfg: TrainConfig, config: ErnieDocConfig) -> int:
+    """How far apart a document's windows start: `stride`, default the model's memory_len
+    (official); ConfigError when max_seq_len exceeds the model's positions or that is 0.
+    `ernie-doc plan` checks a config by it too."""
     if cfg.max_seq_len > config.max_position_embeddings:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} exceeds the model's "
                           f"max_position_embeddings {config.max_position_embeddings}")
@@ -88,6 +88,14 @@ def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
     if not stride:
         raise ConfigError(f"{cfg.source}: stride: the model's memory_len is 0, so the "
                           "default window advance (stride = memory_len) is 0; give stride")
+    return stride
+
+
+def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
+    """Set the task's segmenter up for the model (window max_seq_len, `stride` default the
+    memory_len), checking batch sizes hold whole examples → the stride."""
+    cfg, task, config = run.cfg, run.task, run.model.config
+    stride = reading_stride(cfg, config)
     try:
         task.setup(special, cfg.max_seq_len, stride, run.tokenizer)
     except ValueError as e:   # the segmenter's limits (no room for tokens ...)

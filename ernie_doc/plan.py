@@ -72,10 +72,11 @@ QUANTILES = (0.0, 0.5, 0.9, 0.95, 1.0)
 
 
 def mean_windows(percentiles: Sequence[int], window: int, stride: int,
-                 bins: int = 4000) -> float:
+                 bins: int = 4000, cap: int = 0) -> float:
     """The mean number of windows (data.segment.window_count) of a document whose length is
     spread linearly between the stated percentiles (0 tokens at the 0th, the longest at the
-    100th), integrated over `bins` equal slices of the distribution."""
+    100th), integrated over `bins` equal slices of the distribution; `cap` > 0: documents cut
+    to that many tokens (max_doc_tokens)."""
     from ernie_doc.data.segment import window_count
     points = (0,) + tuple(percentiles)
     total = 0.0
@@ -84,7 +85,8 @@ def mean_windows(percentiles: Sequence[int], window: int, stride: int,
         i = next(i for i in range(1, len(QUANTILES)) if p <= QUANTILES[i])
         share = (p - QUANTILES[i - 1]) / (QUANTILES[i] - QUANTILES[i - 1])
         tokens = points[i - 1] + share * (points[i] - points[i - 1])
-        total += window_count(int(round(tokens)), window, stride)
+        tokens = int(round(tokens))
+        total += window_count(min(tokens, cap) if cap else tokens, window, stride)
     return total / bins
 
 
@@ -176,14 +178,22 @@ def _segments(cfg: Any, task: Any, stride: int) -> Tuple[float, List[str]]:
         examples = min(examples, cap)
     query = task.options.get("max_query_len", 0) if hasattr(task, "options") else 0
     window = cfg.max_seq_len - (3 + query if query else 2)
+    if window < 1:
+        raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len} leaves no room for "
+                          f"the document's tokens"
+                          + (f" beside a {query}-token question" if query else ""))
     stride = stride or window
-    each = mean_windows(lengths.percentiles, window, stride) * task.group_size
-    per = f" × {task.group_size} rows" if task.group_size > 1 else ""
+    cap = cfg.max_doc_tokens or 0
+    windows = mean_windows(lengths.percentiles, window, stride, cap=cap)
+    each = (f"{windows:.2f} segment rows each" if task.group_size == 1 else
+            f"{windows:.2f} segments each × {task.group_size} rows a segment")
     shown = "/".join(f"{n:,}" for n in lengths.percentiles)
-    return examples * each, [
-        f"{examples:,} train examples × {each:.2f} segment rows each{per}: the paper's "
+    return examples * windows * task.group_size, [
+        f"{examples:,} train examples × {each}: the paper's "
         f"{lengths.name} statistics (appendix; tokens at 50/90/95/100 %: {shown}), lengths "
-        f"linear between them, windows of {window} tokens every {stride}"
+        f"linear between them"
+        + (f", cut at max_doc_tokens {cap:,}" if cap else "")
+        + f", windows of {window} tokens every {stride}"
         + (f" (room left for a {query}-token question)" if query else "")]
 
 
@@ -191,6 +201,9 @@ def _reads(cfg: Any, task: Any, rows: int, gpus: int, train_segments: Optional[f
            stride: int) -> Tuple[float, List[str]]:
     """(segment rows the whole run reads, how they were counted)."""
     per_step = rows * gpus * cfg.grad_accum_steps
+    if cfg.max_steps and train_segments is not None:
+        raise ConfigError(f"--train-segments: {cfg.source} sets max_steps "
+                          f"({cfg.max_steps:,}), which fixes the rows read; give one of them")
     if cfg.max_steps:
         return float(cfg.max_steps * per_step), [
             f"{cfg.max_steps:,} steps × a global batch of {per_step:,} rows ({rows} per device "
@@ -233,11 +246,12 @@ def _language_model(task: Any, rows: int) -> _Model:
 
 def _ernie_doc(cfg: Any, task: Any, rows: int) -> _Model:
     from ernie_doc import cost, resources
-    from ernie_doc.assemble import head_memory_plan
+    from ernie_doc.assemble import head_memory_plan, reading_stride
     from ernie_doc.modeling.model import ErnieDocModel
     config = model_config(cfg, task)
     plan = head_memory_plan(task, config, cfg.max_seq_len)
     build, layers, hidden, _, tokens, _ = plan
+    stride = reading_stride(cfg, config)   # the trainer's refusals first
     params = resources.parameter_count(build, layers)
     encoder = resources.parameter_count(
         lambda n: ErnieDocModel(config.replace(num_hidden_layers=n)), layers)
@@ -254,7 +268,7 @@ def _ernie_doc(cfg: Any, task: Any, rows: int) -> _Model:
     return _Model(f"{name}, {task.head_class.__name__} ({layers} layers, hidden {hidden}, "
                   f"{config.num_attention_heads} heads, recurrence {config.recurrence})",
                   params, plan, cost.forward_matmul_flops(config, rows, tokens) / rows, head,
-                  note, True, cfg.stride or config.memory_len)
+                  note, True, stride)
 
 
 def make_plan(cfg: Any, gpus: int = 1, device: str = "v100",
@@ -267,10 +281,14 @@ def make_plan(cfg: Any, gpus: int = 1, device: str = "v100",
     from ernie_doc.run_config import batch_rows
     if device not in DEVICES:
         raise ConfigError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
-    if gpus < 1 or (train_segments is not None and not train_segments > 0):
-        raise ConfigError("--gpus and --train-segments must be positive")
+    if gpus < 1:
+        raise ConfigError(f"--gpus {gpus}: must be positive")
+    for flag, value in (("--train-segments", train_segments), ("--peak-tflops", peak_tflops)):
+        if value is not None and not 0 < value < math.inf:   # nan fails too
+            raise ConfigError(f"{flag} {value}: must be a positive finite number")
     if not all(0 < u <= 1 for u in utilisation):
         raise ConfigError(f"--utilisation {utilisation}: shares of the peak, in (0, 1]")
+    utilisation = tuple(sorted(utilisation))   # printed low–high, whichever came first
     dev = DEVICES[device]
     precision = _precision(cfg, dev)
     task = _task(cfg)

@@ -100,6 +100,28 @@ def test_a_tasks_other_configs_are_named_task_colon_variant(capsys):
     assert all(listed[name] == config_path(name) for name in listed)
 
 
+def test_a_task_name_never_reaches_outside_the_task_folders(tmp_path, monkeypatch):
+    """A config_x.yaml (or config.yaml) that is a symlink out of the task folders, or a
+    folder, is no config: `imdb:evil` must not read /etc/passwd; --list-tasks omits them."""
+    from ernie_doc.kinds import folders
+    root = tmp_path / "tasks"
+    (root / "imdb" / "config_dir.yaml").mkdir(parents=True)
+    (root / "imdb" / "config.yaml").write_text("task: imdb\n")
+    (root / "imdb" / "config_large.yaml").write_text("task: imdb\n")
+    (tmp_path / "outside.yaml").write_text("task: imdb\n")
+    (root / "imdb" / "config_evil.yaml").symlink_to(tmp_path / "outside.yaml")
+    (root / "imdb" / "config_same.yaml").symlink_to(root / "imdb" / "config_large.yaml")
+    (root / "away").mkdir()
+    (root / "away" / "config.yaml").symlink_to(tmp_path / "outside.yaml")
+    monkeypatch.setattr(folders, "_tasks_folder", lambda: str(root))
+    assert folders.named_config("imdb:large") == str(root / "imdb" / "config_large.yaml")
+    assert folders.named_config("imdb:same") == str(root / "imdb" / "config_same.yaml")
+    for name in ("imdb:evil", "imdb:dir", "away"):
+        assert folders.named_config(name) is None, name
+    assert folders.task_names() == ["imdb"]
+    assert folders.task_variants("imdb") == ["imdb:large", "imdb:same"]
+
+
 @pytest.mark.parametrize("name, hint", [("imbd", " (did you mean 'imdb'?)"),
                                         ("hotpot_qa", " (did you mean 'hotpotqa'?)"),
                                         ("IMDB", " (did you mean 'imdb'?)"),   # had no hint
@@ -807,7 +829,29 @@ def test_ablation_takes_its_variants_from_a_file_section(tmp_path, capsys):
     assert command(args, "x", ["seed=2"])[-2:] == ["init_checkpoint=p/x/final", "seed=2"]
     for spec, part in ((f"{rows}:b", "no mapping 'b' of variants (sections: a, c, d)"),
                        (f"{rows}:c", "c.x: expected a list of key=value strings"),
-                       (f"{rows}:d", "d: variant name '../x': letters, digits, _ . - only"),
+                       (f"{rows}:d", "d: variant name '../x': letters, digits, _ . + - "
+                                     "only"),
                        (f"{tmp_path / 'none.yaml'}:a", "No such file"), (str(rows), "FILE:")):
         exits(2, lambda: parse_args([config, "--output-dir", "o", "--variants", spec]))
         one_error_line(capsys, f"--variants {spec}: ", part)
+
+
+@pytest.mark.parametrize("argv, part", [
+    (["--variant", "../x"], "--variant '../x': a variant's name: letters, digits, _ . + -"),
+    (["--variant", "/tmp/x"], "--variant '/tmp/x': a variant's name"),
+    (["--variant", "."], "--variant '.': a variant's name"),
+    (["--variant", ""], "--variant '': a variant's name"),
+    (["--variant", "a", "--variant", "a.log"], "variant name 'a.log': the ablation writes"),
+    (["--variant", "results.json"], "variant name 'results.json': the ablation writes"),
+    (["--variant", "a", "--set", "output_dir=x"], "override 'output_dir=x': each variant"),
+], ids=["parent", "absolute", "dot", "empty", "log", "results", "output_dir"])
+def test_ablation_variant_names_stay_folders_of_the_output_dir(argv, part, capsys):
+    """--variant's names were not checked as a file's are: `--variant ../x` ran in OUT/../x
+    (`.` in OUT itself, overwriting), `a.log` was variant a's log; `--set output_dir=` sent
+    every variant to one folder. One line each."""
+    from tools.ablation import parse_args
+    exits(2, lambda: parse_args(["tasks/longdep/config.yaml", "--output-dir", "o", *argv]))
+    one_error_line(capsys, "", part)
+    # longdep's run.sh names one enhanced+retro
+    assert parse_args(["tasks/longdep/config.yaml", "--output-dir", "o", "--variant",
+                       "enhanced+retro"]).variant == [["enhanced+retro"]]

@@ -86,6 +86,14 @@ def test_mean_windows_follows_the_stated_percentiles():
     (percentiles on the line), windows of 100 every 100: ceil(n / 100) averages 5.5."""
     assert plan.mean_windows((200, 300, 400, 500), 510, 128) == 1.0
     assert plan.mean_windows((500, 900, 950, 1000), 100, 100) == pytest.approx(5.5, abs=0.01)
+    # max_doc_tokens cuts them (the plan ignored it: TriviaQA cut at 1,000 tokens read 119
+    # windows a document): 0 … 1,000 cut at 300 reads 1, 2, then 3 windows: 0.1 + 0.2 + 2.4
+    assert plan.mean_windows((500, 900, 950, 1000), 100, 100, cap=300) == \
+        pytest.approx(2.7, abs=0.01)
+    cfg = load_config(str(ROOT / "tasks" / "imdb" / "config.yaml"), ["max_doc_tokens=600"])
+    reads = 25_000 * plan.mean_windows((215, 569, 745, 3_084), 510, 128, cap=600) * 3 * 2
+    assert plan.make_plan(cfg).reads == pytest.approx(reads)
+    assert reads < 25_000 * 1.2 * 3 * 2 < 25_000 * 1.72 * 3 * 2   # 1.72 windows uncut
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +155,42 @@ def test_the_verdict_on_the_devices_memory(imdb_plan):
                                     "give --train-segments N"),
     (["tasks/imdb/config.yaml", "--device-memory", "32"], "--device-memory '32': a size"),
     (["tasks/imdb/config.yaml", "--set", "amp=bf16"], "amp: 'bf16': the V100 has no bf16"),
-], ids=["key", "statistics", "size", "precision"])
+    # a peak of 0 divided by zero (a traceback); a negative one printed negative GPU-hours
+    (["tasks/imdb/config.yaml", "--peak-tflops", "0"], "--peak-tflops 0.0: must be a positive"),
+    (["tasks/imdb/config.yaml", "--peak-tflops", "-5"], "--peak-tflops -5.0: must be a positive"),
+    (["tasks/imdb/config.yaml", "--peak-tflops", "nan"], "--peak-tflops nan: must be a positive"),
+    (["tasks/imdb/config.yaml", "--train-segments", "inf"], "--train-segments inf: must be"),
+    (["tasks/imdb/config.yaml", "--gpus", "0"], "--gpus 0: must be positive"),
+    # was ignored: max_steps fixes the rows read
+    (["tasks/imdb/config.yaml", "--set", "max_steps=5", "--train-segments", "4"],
+     "--train-segments: tasks/imdb/config.yaml sets max_steps (5)"),
+    # a window of 0 tokens was a traceback; the trainer's refusals were planned as runs
+    (["tasks/imdb/config.yaml", "--set", "max_seq_len=2"],
+     "max_seq_len 2 leaves no room for the document's tokens"),
+    (["tasks/imdb/config.yaml", "--set", "max_seq_len=513"],
+     "max_seq_len 513 exceeds the model's max_position_embeddings 512"),
+    (["tasks/imdb/config.yaml", "--set", "model_overrides.memory_len=0"],
+     "stride: the model's memory_len is 0"),
+], ids=["key", "statistics", "size", "precision", "peak-0", "peak-negative", "peak-nan",
+        "segments-inf", "gpus", "segments-and-steps", "no-window", "positions", "stride"])
 def test_bad_input_is_one_line(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert cli.main(["plan", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_the_reads_of_a_grouped_kind_and_a_reversed_utilisation(capsys, monkeypatch):
+    """C3 reads 4 rows (one a choice) per segment: the line shows the windows and the 4 once
+    (it showed the product, then "× 4 rows" again); --utilisation HIGH LOW prints low–high
+    (it printed "50%–30%")."""
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["plan", "tasks/c3/config.yaml", "--utilisation", "0.5", "0.3"]) == 0
+    out = capsys.readouterr().out
+    windows = plan.mean_windows((96, 591, 697, 1_534), 445, 128)
+    assert f"11,869 train examples × {windows:.2f} segments each × 4 rows a segment" in out
+    assert f"= {11_869 * windows * 4 * 8 * 2:,.0f} rows" in out
+    assert "at 30%–50% utilisation" in out
 
 
 def test_parse_bytes():

@@ -147,6 +147,9 @@ def test_size_large_picks_the_large_config_and_its_own_output_dir(tmp_path):
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
         assert f"Config: tasks/{config}\n" in proc.stdout, proc.stdout
         assert f"here: {out})" in proc.stdout
+        # the SIZE line said "OUTPUT_DIR's default is then output/hotpotqa_large" for stage 2
+        contract = proc.stdout[proc.stdout.index("Config: "):]
+        assert contract.count(out) == 1 and "LAUNCH_LOG_DIR then end\n" in contract
     for task, size, line in (
             ("imdb", "huge", "SIZE=huge: expected base or large"),
             ("c3", "large", "SIZE=large: no large-model config beside tasks/c3/config.yaml "

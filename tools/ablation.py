@@ -71,8 +71,16 @@ def parse_args(argv=None):
     if not args.variant:
         p.error("give --variant NAME [KEY=VALUE ...] or --variants FILE:SECTION")
     names = [v[0] for v in args.variant]
+    for name in names:   # --variant's too: a name is a folder (and files) in --output-dir
+        if not VARIANT_NAME.fullmatch(name):
+            p.error(f"--variant {name!r}: a variant's name: letters, digits, _ . + - only")
     if len(set(names)) != len(names):
         p.error(f"variant names must be unique: {names}")
+    written = {n + suffix for n in names for suffix in OWN_FILES} | set(RESULT_FILES)
+    for name in names:
+        if name in written:
+            p.error(f"variant name {name!r}: the ablation writes a file of that name in "
+                    f"--output-dir")
     if args.jobs < 1 or args.nproc < 1:
         p.error("--jobs and --nproc must be >= 1")
     if not args.progress_seconds >= 0:   # NaN too
@@ -84,10 +92,15 @@ def parse_args(argv=None):
     for override in args.overrides + [o for v in args.variant for o in v[1:]]:
         if "=" not in override or not override.split("=", 1)[0].strip():
             p.error(f"override {override!r}: expected key=value")
+        if override.split("=", 1)[0].strip() == "output_dir":
+            p.error(f"override {override!r}: each variant writes to --output-dir/<variant>")
     return args
 
 
-VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")   # enhanced+retro: longdep's
+# What OUT holds beside each variant's folder: <variant> + these, and the tables
+OWN_FILES = (".log", ".done.json", ".started.json", ".launch")
+RESULT_FILES = ("results.json", "eval_results.json")
 
 
 def variants_from_file(spec: str) -> List[List[str]]:
@@ -110,7 +123,8 @@ def variants_from_file(spec: str) -> List[List[str]]:
     out = []
     for name, overrides in rows.items():
         if not isinstance(name, str) or not VARIANT_NAME.fullmatch(name):
-            raise ValueError(f"{section}: variant name {name!r}: letters, digits, _ . - only")
+            raise ValueError(f"{section}: variant name {name!r}: letters, digits, _ . + - "
+                             f"only")
         if overrides is None:
             overrides = []
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):

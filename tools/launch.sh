@@ -33,7 +33,8 @@ usage() {
     [ -f "$LARGE" ] && size="
   SIZE             base (default) or large: $(basename "$LARGE") instead, the paper's
                    large-model hyper-parameters (its header names the weights to start
-                   from); OUTPUT_DIR's default is then output/${NAME}_large"
+                   from); the default OUTPUT_DIR (above) and LAUNCH_LOG_DIR then end
+                   in _large"
     cat <<USAGE
 
 Config: $CONFIG

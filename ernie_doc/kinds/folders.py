@@ -97,7 +97,7 @@ def task_names() -> List[str]:
     """The task folders (those with a config.yaml), sorted."""
     folder = _tasks_folder()
     return sorted(n for n in os.listdir(folder)
-                  if os.path.isfile(os.path.join(folder, n, "config.yaml")))
+                  if _task_file(os.path.join(folder, n, "config.yaml")))
 
 
 def task_variants(name: str) -> List[str]:
@@ -106,7 +106,16 @@ def task_variants(name: str) -> List[str]:
     folder = os.path.join(_tasks_folder(), name)
     return sorted(f"{name}:{n[len('config_'):-len('.yaml')]}" for n in os.listdir(folder)
                   if n.startswith("config_") and n.endswith(".yaml")
-                  and n[len("config_"):-len(".yaml")].isidentifier())
+                  and n[len("config_"):-len(".yaml")].isidentifier()
+                  and _task_file(os.path.join(folder, n)))
+
+
+def _task_file(path: str) -> Optional[str]:
+    """`path` when it is a file within the task folders, symlinks resolved (a config_x.yaml
+    linking to /etc/passwd is no config of a task), else None."""
+    root = os.path.realpath(_tasks_folder())
+    real = os.path.realpath(path)
+    return path if os.path.isfile(real) and os.path.commonpath([root, real]) == root else None
 
 
 def task_hint(name: object) -> str:
@@ -122,8 +131,7 @@ def task_config(name: str) -> Optional[str]:
     """The config.yaml of the task folder `name`, or None when there is no such task."""
     if not name.isidentifier():
         return None
-    path = os.path.join(_tasks_folder(), name, "config.yaml")
-    return path if os.path.isfile(path) else None
+    return _task_file(os.path.join(_tasks_folder(), name, "config.yaml"))
 
 
 def named_config(name: str) -> Optional[str]:
@@ -132,8 +140,7 @@ def named_config(name: str) -> Optional[str]:
     task, colon, variant = name.partition(":")
     if not colon or task_config(task) is None or not variant.isidentifier():
         return None if colon else task_config(name)
-    path = os.path.join(_tasks_folder(), task, f"config_{variant}.yaml")
-    return path if os.path.isfile(path) else None
+    return _task_file(os.path.join(_tasks_folder(), task, f"config_{variant}.yaml"))
 
 
 def task_folders_package() -> Optional[ModuleType]:
