@@ -198,3 +198,10 @@ def test_parse_bytes():
     for bad in ("32", "GiB", "-1GiB", "nanGiB"):
         with pytest.raises(ConfigError, match="a size with its unit"):
             plan.parse_bytes(bad)
+
+
+def test_the_device_is_named_in_any_case(capsys, monkeypatch):
+    """`--device V100` is the V100 (it was refused: only the lower-case name was known)."""
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["plan", "imdb", "--device", "A100"]) == 0
+    assert "A100 80.0 GiB" in capsys.readouterr().out

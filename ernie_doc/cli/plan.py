@@ -25,8 +25,9 @@ def parse_args(argv=None):
                                                        "batch_size is per device")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="override config keys, as for finetune")
-    p.add_argument("--device", default="v100", help="v100 (default: 32 GiB, fp32 15.7 and "
-                                                    "fp16 125 TFLOP/s) or a100 (80 GiB)")
+    p.add_argument("--device", default="v100", type=str.lower,
+                   help="v100 (default: 32 GiB, fp32 15.7 and fp16 125 TFLOP/s) or a100 (80 GiB); "
+                        "any case")
     p.add_argument("--device-memory", metavar="SIZE", help="memory per device, e.g. 16GiB "
                                                            "(default: the device's)")
     p.add_argument("--peak-tflops", type=float, metavar="X",
