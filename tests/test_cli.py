@@ -160,6 +160,20 @@ def test_a_tools_script_without_paddle_is_one_line(tmp_path):
     assert os.listdir(tmp_path / "run") == []
 
 
+@pytest.mark.parametrize("script", [["-m", "ernie_doc.cli", "finetune"],
+                                    [str(ROOT / "tools" / "finetune.py")]])
+def test_a_reader_that_leaves_ends_the_listing_quietly(script):
+    """`... --list-tasks | head -1`: the reader closes the pipe after one line; the command
+    ends with 0 and no traceback (tools/*.py printed a BrokenPipeError's)."""
+    proc = subprocess.Popen([sys.executable, *script, "--list-tasks"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    first = proc.stdout.readline()
+    proc.stdout.close()   # head -1 leaves
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and first.startswith(b"c3") and err == "", err
+
+
 def test_a_data_folder_named_like_the_task_does_not_shadow_it(tmp_path, monkeypatch):
     # a user keeping the data in ./imdb runs `ernie-doc finetune imdb --set data_dir=imdb`
     from ernie_doc.cli.finetune import config_path

@@ -271,8 +271,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def run_command(command, argv: Optional[List[str]] = None) -> int:
     """command(argv) → its exit status; an unreported Ctrl-C or ErnieDocError, or paddle's
-    absence, becomes one line and its status (traceback under --debug). Run by `ernie-doc` and
-    the tools/ scripts."""
+    absence, becomes one line and its status (traceback under --debug); a reader that left
+    (`| head`) ends it quietly. Run by `ernie-doc` and the tools/ scripts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(argv)
@@ -281,7 +281,10 @@ def run_command(command, argv: Optional[List[str]] = None) -> int:
             raise
         report_error(e)
         return e.exit_status
-    except ImportError as e:   # tools/*.py run by an interpreter without paddle (run.sh's PYTHON)
+    except BrokenPipeError:   # `ernie-doc ... | head`: the reader left, nothing is wrong
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except ImportError as e:   # a command needs paddle (also run.sh's PYTHON): one line
         if not is_paddle_missing(e) or "--debug" in argv:
             raise
         print(f"error: {PADDLE_MISSING}", file=sys.stderr)
@@ -332,13 +335,5 @@ def _dispatch(argv: List[str]) -> int:
             module = importlib.import_module(COMMANDS[name][0])
             entry = getattr(module, "command", None) or module.main
         return entry(rest)
-    except BrokenPipeError:   # `ernie-doc ... | head`: the reader left, nothing is wrong
-        sys.stdout = open(os.devnull, "w")
-        return 0
-    except ImportError as e:   # a subcommand needs paddle: one line, not a traceback
-        if not is_paddle_missing(e) or "--debug" in rest:
-            raise
-        print(f"error: {PADDLE_MISSING}", file=sys.stderr)
-        return 2
     finally:
         sys.argv[0] = program
