@@ -17,8 +17,7 @@ import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ernie_doc.errors import ConfigError
-
-GiB = float(1 << 30)
+from ernie_doc.resources import describe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,7 +309,7 @@ def make_plan(cfg: Any, gpus: int = 1, device: str = "v100",
 
 
 def _size(nbytes: float) -> str:
-    return f"{nbytes / GiB:.1f} GiB" if nbytes >= 0.05 * GiB else f"{nbytes / (1 << 20):.0f} MiB"
+    return describe(nbytes, gib_from=0.05)
 
 
 def _duration(hours: Tuple[float, float]) -> str:

@@ -145,8 +145,10 @@ def recomputed_activation_bytes(layers: int, rows: int, tokens: int, keys: int, 
         activation_bytes(1, rows, tokens, keys, hidden, heads)
 
 
-def describe(nbytes: float) -> str:
-    return f"{nbytes / GiB:.1f} GiB" if nbytes >= 0.1 * GiB else f"{nbytes / (1 << 20):.0f} MiB"
+def describe(nbytes: float, gib_from: float = 0.1) -> str:
+    """A size in GiB from `gib_from` GiB up, else in MiB."""
+    return f"{nbytes / GiB:.1f} GiB" if nbytes >= gib_from * GiB else \
+        f"{nbytes / (1 << 20):.0f} MiB"
 
 
 def check_fits(parts: dict, what: str, device: Optional[str] = None,
