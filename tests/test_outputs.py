@@ -1,4 +1,4 @@
-"""One rule for every output path (ernie_doc.predict.outputs) and `predict --resume`'s provenance.
+"""One rule for every output path (ernie_doc.outputs) and `predict --resume`'s provenance.
 
 An output is never an input (a symbolic link to it, the input through a linked folder, a hard
 link), never inside an input folder, never a FIFO or device (refused without being opened),
@@ -289,7 +289,7 @@ def test_benchmark_reports_keep_an_existing_file_without_overwrite(tmp_path, cap
 @pytest.mark.parametrize("make", ["device", "link to a device"])
 def test_a_device_is_never_an_output(tmp_path, make):
     from ernie_doc.errors import OutputError
-    from ernie_doc.predict.outputs import check_output
+    from ernie_doc.outputs import check_output
     path = "/dev/null"
     if make == "link to a device":
         path = str(tmp_path / "out.jsonl")
@@ -450,7 +450,7 @@ def test_an_output_in_dev_proc_or_sys_is_refused(path, place):
     """/dev/stdout is a link the system owns (to /proc/self/fd/1): with stdout redirected to
     a file, --overwrite used to unlink it and leave a file and its sidecar in /dev."""
     from ernie_doc.errors import OutputError
-    from ernie_doc.predict.outputs import check_output
+    from ernie_doc.outputs import check_output
     with pytest.raises(OutputError, match=f"^--output {path}: is in {place} "):
         check_output(path, exists_ok=True)
 
@@ -460,7 +460,7 @@ RESUME = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from ernie_doc.errors import PipelineError
-from ernie_doc.predict.inputs import completed_ids, provenance
+from ernie_doc.predict.records import completed_ids, provenance
 try:
     completed_ids(sys.argv[1], provenance(sys.argv[2]))
 except PipelineError as e:

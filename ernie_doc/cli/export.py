@@ -152,10 +152,10 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 
 
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
-    """Every file the export writes, checked by ernie_doc.predict.outputs' rule (ExportError,
+    """Every file the export writes, checked by ernie_doc.outputs' rule (ExportError,
     one line) before anything is written → the paths of the predict files to write."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.predict.outputs import InputSet, check_output
+    from ernie_doc.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
     out_dir = os.path.dirname(os.path.abspath(args.output))
     copies = [os.path.join(out_dir, os.path.basename(path))
@@ -170,7 +170,7 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     """Copy `sources` into `out_dir` under new temporary names (O_EXCL) → those names, renamed
     once the export is done. ExportError (one line) for an unreadable source, copies removed."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.predict.outputs import temp_name
+    from ernie_doc.outputs import temp_name
     from ernie_doc.utils import open_regular
     staged = []
     try:
