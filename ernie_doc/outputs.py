@@ -243,10 +243,17 @@ def unwritable_file(path: str) -> Optional[str]:
     return None
 
 
-def temp_name() -> str:
-    """A fresh name for a temporary file beside an output: short, whatever the output's name
-    (an output name near the length limit must not make its temporary name too long)."""
-    return ".tmp-ernie-doc-" + os.urandom(8).hex()
+def temp_name(prefix: str = ".tmp-ernie-doc-", suffix: str = "") -> str:
+    """A fresh name for a temporary file beside an output, for create_new: short, whatever the
+    output's name (an output name near the length limit must not make its temporary too long)."""
+    return prefix + os.urandom(8).hex() + suffix
+
+
+def create_new(path: str, dir_fd: Optional[int] = None) -> int:
+    """A write-only descriptor of a new regular file at `path` (mode 0666 less the umask, what
+    open() gives); FileExistsError when anything is there, a planted link included."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o666,
+                   dir_fd=dir_fd)
 
 
 class OutputFolder:
@@ -381,8 +388,7 @@ class OutputFolder:
     def _create(self, name: str, exclusive_name: bool = False) -> Tuple[int, str]:
         name = name if exclusive_name else temp_name()
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o666,
-                         dir_fd=self.fd)
+            fd = create_new(name, self.fd)
         except FileExistsError:
             raise self.error(f"{self.where}: appeared after it was checked ({name}); run "
                              f"again") from None

@@ -67,8 +67,7 @@ def check_destination(args: argparse.Namespace, source: str) -> None:
     inputs = InputSet([source] if os.path.isdir(source) else [source, os.path.dirname(
         os.path.abspath(source))])
     for name in written_names(args.dst, TARGETS[args.to]):
-        check_output(os.path.join(args.dst, name), inputs, what="DST", exists_ok=args.overwrite,
-                     hint="--overwrite replaces it")
+        check_output(os.path.join(args.dst, name), inputs, what="DST", exists_ok=args.overwrite)
 
 
 def convert(args: argparse.Namespace):

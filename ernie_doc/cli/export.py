@@ -161,8 +161,7 @@ def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
     copies = [os.path.join(out_dir, os.path.basename(path))
               for path in (predict_files(directory) if directory else [])]
     for path in [args.output + suffix for suffix in EXPORT_SUFFIXES] + copies:
-        check_output(path, inputs, exists_ok=args.overwrite, error=ExportError,
-                     hint="--overwrite replaces it")
+        check_output(path, inputs, exists_ok=args.overwrite, error=ExportError)
     return copies
 
 
@@ -170,16 +169,14 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     """Copy `sources` into `out_dir` under new temporary names (O_EXCL) → those names, renamed
     once the export is done. ExportError (one line) for an unreadable source, copies removed."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.outputs import temp_name
+    from ernie_doc.outputs import create_new, temp_name
     from ernie_doc.utils import open_regular
     staged = []
     try:
         for source in sources:
             with open_regular(source, "predict file", ExportError) as src:
                 staged.append(os.path.join(out_dir, temp_name()))
-                fd = os.open(staged[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL |
-                             getattr(os, "O_NOFOLLOW", 0), 0o666)
-                with os.fdopen(fd, "wb") as dst:
+                with os.fdopen(create_new(staged[-1]), "wb") as dst:
                     while True:
                         try:
                             block = src.read(1 << 20)

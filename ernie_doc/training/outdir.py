@@ -11,11 +11,10 @@ import logging
 import os
 import shutil
 import stat
-import tempfile
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ernie_doc.errors import ConfigError
-from ernie_doc.outputs import check_output_folder
+from ernie_doc.outputs import check_output_folder, create_new, temp_name
 from ernie_doc.utils import atomic_path, path_within
 
 logger = logging.getLogger("ernie_doc.train")   # the run's log (training.runlog)
@@ -146,14 +145,12 @@ def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
     text = json.dumps({"format": _FORMAT, "written_by": "ernie-doc", "entries": entries},
                       indent=1) + "\n"
     path = os.path.join(output_dir, MANIFEST)
+    tmp = os.path.join(output_dir, temp_name(MANIFEST + ".", ".tmp"))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".tmp", dir=output_dir)
+        fd = create_new(tmp)
     except OSError as e:
         raise OSError(e.errno, e.strerror, path) from e
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)   # what a plain open() would give, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
