@@ -496,3 +496,34 @@ def test_a_link_to_an_ancestor_inside_an_input_folder_is_not_an_input(models, wo
     predict(capsys, models[0], "--input", docs, "--output", out)
     assert [json.loads(line)["doc_id"] for line in out.read_text().splitlines()
             if "error" not in json.loads(line)] == ["a.txt"]
+
+
+def test_every_writer_checks_its_paths_through_the_one_rule():
+    """Training's OUTPUT_DIR, predict (explain runs it), export, convert, context and the
+    benchmarks' --output reach ernie_doc.outputs; the per-command doors are gone."""
+    writers = ["ernie_doc/training/outdir.py", "ernie_doc/cli/predict.py",
+               "ernie_doc/cli/export.py", "ernie_doc/cli/convert.py", "ernie_doc/cli/context.py",
+               "benchmarks/common.py"]
+    for path in writers:
+        assert "from ernie_doc.outputs import" in (ROOT / path).read_text(encoding="utf-8"), path
+    for gone in ("ernie_doc/predict/outputs.py", "ernie_doc/predict/inputs.py"):
+        assert not (ROOT / gone).exists(), gone
+
+
+def test_a_temporary_is_new_and_gets_the_mode_open_gives(tmp_path):
+    """create_new makes a new file only (a link planted at the name is refused, never
+    followed), with mode 0666 less the umask; temp_name keeps a prefix and suffix."""
+    from ernie_doc.outputs import create_new, temp_name
+    name = temp_name(".ernie-doc-run.json.", ".tmp")
+    assert name.startswith(".ernie-doc-run.json.") and name.endswith(".tmp") and \
+        name != temp_name(".ernie-doc-run.json.", ".tmp")
+    umask = os.umask(0o022)
+    try:
+        os.close(create_new(str(tmp_path / name)))
+    finally:
+        os.umask(umask)
+    assert os.stat(tmp_path / name).st_mode & 0o777 == 0o644
+    os.symlink(tmp_path / "target", tmp_path / "planted")
+    with pytest.raises(FileExistsError):
+        create_new(str(tmp_path / "planted"))
+    assert not (tmp_path / "target").exists()

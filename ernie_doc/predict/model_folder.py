@@ -7,6 +7,7 @@ from ernie_doc.config import (MAX_TASK_FILE_BYTES, ErnieDocConfig, run_model_fol
                               training_checkpoint_problem)
 from ernie_doc.errors import CheckpointError, ConfigError, DataError, NotSet, PipelineError
 from ernie_doc.kinds import TASK_FILE
+from ernie_doc.kinds.folders import task_config, task_hint, task_names
 from ernie_doc.utils import clip, open_regular, parse_json
 
 MODEL_CONFIG = "config.json"   # what save_pretrained writes beside the weights
@@ -27,7 +28,6 @@ def model_directory(path: str, task: Optional[str] = None) -> str:
     if os.path.isfile(os.path.join(folder, MODEL_CONFIG)):
         if task is not None:
             return folder
-        from ernie_doc.kinds.folders import task_names
         raise PipelineError(f"{folder}: a model saved without its task (no {TASK_FILE}): pass "
                             f"--task NAME (task= in Python), one of {', '.join(task_names())}")
     problem = training_checkpoint_problem(path)
@@ -78,7 +78,6 @@ def task_record(directory: str, task: Optional[str] = None) -> dict:
             raise PipelineError(f"{os.path.join(directory, TASK_FILE)}: the model was "
                                 f"fine-tuned for task {record['task']!r}, not {clip(task)!r}")
         return record
-    from ernie_doc.kinds.folders import task_config, task_hint, task_names
     from ernie_doc.run_config import load_yaml
     path = task_config(task) if isinstance(task, str) else None
     if path is None:
