@@ -209,11 +209,10 @@ def check_output(args: argparse.Namespace) -> bool:
     from ernie_doc.predict.model_folder import model_directory
     inputs = InputSet([model_directory(m) for m in args.models] +
                       ([args.input] if args.input else []))
-    if os.path.isdir(args.output) or os.path.lexists(args.output):
-        present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
-        if present and not args.overwrite:
-            raise PipelineError(f"--output {args.output}: holds {', '.join(present)} already "
-                                f"(--overwrite replaces them)")
+    present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
+    if present and not args.overwrite:
+        raise PipelineError(f"--output {args.output}: holds {', '.join(present)} already "
+                            f"(--overwrite replaces them)")
     for name in FILES:   # the rule of every output file: never an input, nor in a model
         check_file(os.path.join(args.output, name), inputs, exists_ok=True,
                    error=PipelineError)

@@ -14,6 +14,7 @@ JSON summary; an existing export is replaced only with --overwrite. Errors: one 
 exit 2.
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -195,10 +196,8 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
 def remove_files(paths: List[str]) -> None:
     """Remove the files this run created (`paths`), those still there."""
     for path in paths:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def _export(args):
@@ -227,10 +226,8 @@ def _export(args):
     except BaseException:
         remove_files(staged)
         if made:
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(out_dir)
-            except OSError:
-                pass
         raise
     copied = [os.path.basename(path) for path in copies]
     if source == "random":

@@ -147,11 +147,8 @@ def check_paths(args: argparse.Namespace):
         check_input(path, PipelineError)
     inputs = InputSet(input_paths(args) + model_directories(args))
     if args.output == STDIO:   # standard output: no file to lock or resume; not an input
-        if sys.stdout is None:   # closed when Python started (`>&-`)
-            raise PipelineError("--output -: standard output is closed; give --output a "
-                                "file name")
-        try:
-            stdout = sys.stdout.fileno()
+        try:   # None: closed when Python started (`>&-`), which check_stream says
+            stdout = -1 if sys.stdout is None else sys.stdout.fileno()
         except (AttributeError, OSError, ValueError):   # a stream with no file (a notebook)
             return inputs, False
         check_stream(stdout, inputs, error=PipelineError)

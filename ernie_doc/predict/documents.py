@@ -332,10 +332,6 @@ def _decode(data: bytes, where: str, first: bool = True,
     return without_bom(text) if first else text
 
 
-def _too_big(what: str) -> str:
-    return f"{what}, over the {MAX_ITEM_BYTES >> 20} MiB one document may hold"
-
-
 def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
     """A .txt document → {"id": name, "text"}; InputProblem when it is no readable regular file
     (never blocking), exceeds MAX_ITEM_BYTES (never read whole) or is not UTF-8."""
@@ -349,7 +345,8 @@ def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
     except OSError as e:
         return InputProblem(name, f"{where}: cannot read ({e.strerror})")
     if size > MAX_ITEM_BYTES or len(data) > MAX_ITEM_BYTES:
-        return InputProblem(name, f"{where}: {_too_big(f'{max(size, len(data)):,} bytes')}")
+        return InputProblem(name, f"{where}: {max(size, len(data)):,} bytes, over the "
+                                  f"{MAX_ITEM_BYTES >> 20} MiB one document may hold")
     text = _decode(data, where, doc_id=name)
     return text if isinstance(text, InputProblem) else {"id": name, "text": text}
 

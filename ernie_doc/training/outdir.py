@@ -459,10 +459,8 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
     if not os.path.isdir(out):
         raise ConfigError(f"{source}: {where} exists and is not a directory")
     listed = read_manifest(out)
-    marker_info = None
-    with contextlib.suppress(OSError):
-        marker_info = os.lstat(os.path.join(out, marker))
-    has_run = marker_info is not None and stat.S_ISREG(marker_info.st_mode)
+    mark = os.path.join(out, marker)
+    has_run = os.path.isfile(mark) and not os.path.islink(mark)   # the run's own, no link
     if resume:
         if not has_run:
             raise ConfigError(f"--resume {output_dir}: no run there ({marker} missing)")
