@@ -24,7 +24,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_output(p: argparse.ArgumentParser, args: argparse.Namespace,
                  inputs: Sequence[Optional[str]] = ()) -> None:
-    """--output must be writable and follow ernie_doc.predict.outputs' rule against `inputs` (the
+    """--output must be writable and follow ernie_doc.outputs' rule against `inputs` (the
     files and folders the tool reads): never one of them or inside them, a regular file or
     nothing, an existing file only with --overwrite. Checked before minutes of measuring,
     not after; the report is then renamed into place (a link there is replaced, never
@@ -32,8 +32,8 @@ def check_output(p: argparse.ArgumentParser, args: argparse.Namespace,
     if args.output is not None:
         # no paddle import: threads are not set
         from ernie_doc.errors import OutputError
-        from ernie_doc.predict.outputs import check_output as check_path
-        from ernie_doc.utils import unwritable_file
+        from ernie_doc.outputs import check_output as check_path
+        from ernie_doc.outputs import unwritable_file
         try:
             check_path(args.output, [path for path in inputs if path],
                        exists_ok=args.overwrite)

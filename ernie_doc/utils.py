@@ -405,22 +405,6 @@ def write_failure(error: BaseException, target: str, what: str = "output_dir",
     return None
 
 
-def unwritable_file(path: str) -> Optional[str]:
-    """Why `path` cannot be written as a file (checked before a long job), or None: the nearest
-    existing parent must be a writable directory and `path` no directory."""
-    path = os.fspath(path)
-    if path.endswith(os.sep) or os.path.isdir(path):
-        return f"{path}: is a directory; give a file name"
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        return f"{path}: {parent} is a file, not a directory"
-    if not os.access(parent, os.W_OK):
-        return f"{path}: cannot write in {parent}"
-    return None
-
-
 # ERNIE_DOC_PROGRESS: these values turn progress off; "bar" and "lines" force that display;
 # anything else (or nothing) draws a bar on a terminal and plain lines elsewhere (a log file)
 _PROGRESS_OFF = ("0", "false", "no", "off")

@@ -199,7 +199,7 @@ def test_a_misspelt_task_name_gets_the_nearest(tmp_path):
     case of the name ('CMRC' had no hint)."""
     from ernie_doc.errors import DataError
     from ernie_doc.kinds.base import load_reader
-    from ernie_doc.predict.inputs import task_record
+    from ernie_doc.predict.model_folder import task_record
     with pytest.raises(DataError, match=r"^task 'imbd': no tasks/imbd/reader\.py \(did you "
                                         r"mean 'imdb'\?\)$"):
         load_reader("imbd")

@@ -1,4 +1,4 @@
-"""One rule for every output path (ernie_doc.predict.outputs) and `predict --resume`'s provenance.
+"""One rule for every output path (ernie_doc.outputs) and `predict --resume`'s provenance.
 
 An output is never an input (a symbolic link to it, the input through a linked folder, a hard
 link), never inside an input folder, never a FIFO or device (refused without being opened),
@@ -289,7 +289,7 @@ def test_benchmark_reports_keep_an_existing_file_without_overwrite(tmp_path, cap
 @pytest.mark.parametrize("make", ["device", "link to a device"])
 def test_a_device_is_never_an_output(tmp_path, make):
     from ernie_doc.errors import OutputError
-    from ernie_doc.predict.outputs import check_output
+    from ernie_doc.outputs import check_output
     path = "/dev/null"
     if make == "link to a device":
         path = str(tmp_path / "out.jsonl")
@@ -450,7 +450,7 @@ def test_an_output_in_dev_proc_or_sys_is_refused(path, place):
     """/dev/stdout is a link the system owns (to /proc/self/fd/1): with stdout redirected to
     a file, --overwrite used to unlink it and leave a file and its sidecar in /dev."""
     from ernie_doc.errors import OutputError
-    from ernie_doc.predict.outputs import check_output
+    from ernie_doc.outputs import check_output
     with pytest.raises(OutputError, match=f"^--output {path}: is in {place} "):
         check_output(path, exists_ok=True)
 
@@ -460,7 +460,7 @@ RESUME = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from ernie_doc.errors import PipelineError
-from ernie_doc.predict.inputs import completed_ids, provenance
+from ernie_doc.predict.records import completed_ids, provenance
 try:
     completed_ids(sys.argv[1], provenance(sys.argv[2]))
 except PipelineError as e:
@@ -496,3 +496,34 @@ def test_a_link_to_an_ancestor_inside_an_input_folder_is_not_an_input(models, wo
     predict(capsys, models[0], "--input", docs, "--output", out)
     assert [json.loads(line)["doc_id"] for line in out.read_text().splitlines()
             if "error" not in json.loads(line)] == ["a.txt"]
+
+
+def test_every_writer_checks_its_paths_through_the_one_rule():
+    """Training's OUTPUT_DIR, predict (explain runs it), export, convert, context and the
+    benchmarks' --output reach ernie_doc.outputs; the per-command doors are gone."""
+    writers = ["ernie_doc/training/outdir.py", "ernie_doc/cli/predict.py",
+               "ernie_doc/cli/export.py", "ernie_doc/cli/convert.py", "ernie_doc/cli/context.py",
+               "benchmarks/common.py"]
+    for path in writers:
+        assert "from ernie_doc.outputs import" in (ROOT / path).read_text(encoding="utf-8"), path
+    for gone in ("ernie_doc/predict/outputs.py", "ernie_doc/predict/inputs.py"):
+        assert not (ROOT / gone).exists(), gone
+
+
+def test_a_temporary_is_new_and_gets_the_mode_open_gives(tmp_path):
+    """create_new makes a new file only (a link planted at the name is refused, never
+    followed), with mode 0666 less the umask; temp_name keeps a prefix and suffix."""
+    from ernie_doc.outputs import create_new, temp_name
+    name = temp_name(".ernie-doc-run.json.", ".tmp")
+    assert name.startswith(".ernie-doc-run.json.") and name.endswith(".tmp") and \
+        name != temp_name(".ernie-doc-run.json.", ".tmp")
+    umask = os.umask(0o022)
+    try:
+        os.close(create_new(str(tmp_path / name)))
+    finally:
+        os.umask(umask)
+    assert os.stat(tmp_path / name).st_mode & 0o777 == 0o644
+    os.symlink(tmp_path / "target", tmp_path / "planted")
+    with pytest.raises(FileExistsError):
+        create_new(str(tmp_path / "planted"))
+    assert not (tmp_path / "target").exists()

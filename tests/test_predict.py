@@ -25,8 +25,10 @@ from ernie_doc.cli import predict
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.kinds.base import load_reader
-from ernie_doc.predict.inputs import completed_ids, model_directory, provenance, to_document
+from ernie_doc.predict.documents import to_document
+from ernie_doc.predict.model_folder import model_directory
 from ernie_doc.predict.pipeline import Pipeline, pipeline, read_inputs
+from ernie_doc.predict.records import completed_ids, provenance
 from ernie_doc.utils import denormals_flushed, flush_denormals
 
 
@@ -818,7 +820,7 @@ def test_bad_ids_and_ids_with_text_are_error_records(pipe):
 def test_what_a_model_reads_decides_which_fields_are_errors():
     """ids to a model that reads text (a language model, span kinds) and text to a model
     with no tokenizer (a pre-tokenized task's) are errors, never silently ignored."""
-    from ernie_doc.predict.inputs import document_problem
+    from ernie_doc.predict.documents import document_problem
     ids, text = to_document(0, {"ids": [1, 2]}), to_document(0, {"text": "a b"})
     assert document_problem(ids, None) == "this model reads text, not token ids ('ids')"
     assert document_problem(ids, 10, reads_text=False) is None
@@ -1088,7 +1090,7 @@ def test_strings_that_are_not_unicode_are_error_records_and_the_run_goes_on(save
 def test_a_record_no_check_caught_is_still_written():
     """The writer's last line of defence: a record still holding a lone surrogate is written
     with JSON escapes; every other record as UTF-8 text, as before."""
-    from ernie_doc.predict.inputs import record_line
+    from ernie_doc.predict.records import record_line
     assert record_line({"doc_id": "é", "pred": "ü"}) == '{"doc_id": "é", "pred": "ü"}\n'
     line = record_line({"doc_id": "x\ud800", "probs": np.float32(0.5)})
     assert line.encode("utf-8") and json.loads(line) == {"doc_id": "x\ud800", "probs": 0.5}
@@ -1152,7 +1154,7 @@ def test_a_directory_input_reports_every_entry_it_cannot_read(pipe, tmp_path):
     """A FIFO, a link to a device, a link loop and a folder are error records (never read,
     never blocking), counted by count_inputs as read_inputs yields them; a file that is not
     a .txt is not a document."""
-    from ernie_doc.predict.inputs import count_inputs
+    from ernie_doc.predict.documents import count_inputs
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "a.txt").write_text("good movie")
@@ -1178,7 +1180,7 @@ def test_counting_the_input_never_blocks_on_a_fifo(tmp_path):
     does (non-blocking, checked on the open descriptor)."""
     import signal
 
-    from ernie_doc.predict.inputs import count_inputs
+    from ernie_doc.predict.documents import count_inputs
     fifo = tmp_path / "in.jsonl"
     os.mkfifo(fifo)
 
@@ -1387,7 +1389,7 @@ def test_the_progress_total_counts_documents(tmp_path, name, data, items):
     """count_inputs (the progress bar's total) is the number of items read_inputs yields: not
     a TSV's header row, not blank lines (Unicode spaces too), the last line without its
     newline."""
-    from ernie_doc.predict.inputs import count_inputs
+    from ernie_doc.predict.documents import count_inputs
     path = tmp_path / name
     path.write_bytes(data)
     assert count_inputs(str(path)) == len(list(read_inputs(str(path)))) == items
@@ -1416,7 +1418,8 @@ def test_inputs_are_read_in_bounded_memory(tmp_path):
     os.symlink(huge, model / "task.json")
     script = f"""
 import json, resource
-from ernie_doc.predict import inputs as io
+from ernie_doc.predict import documents as io
+from ernie_doc.predict.model_folder import read_task_record
 from ernie_doc.resources import _status_bytes
 resource.setrlimit(resource.RLIMIT_AS, (_status_bytes("VmSize") + (256 << 20),) * 2)
 def show(items):
@@ -1425,7 +1428,7 @@ out = {{}}
 for name, call in (("line", lambda: show(io.read_inputs({str(lines)!r}))),
                    ("count", lambda: io.count_inputs({str(lines)!r})),
                    ("txt", lambda: show(io.read_inputs({str(folder)!r}))),
-                   ("task", lambda: io.read_task_record({str(model)!r}))):
+                   ("task", lambda: read_task_record({str(model)!r}))):
     try:
         out[name] = call()
     except BaseException as e:

@@ -385,7 +385,7 @@ def test_a_run_folder_is_read_by_one_rule(folders, tmp_path):
     """The saved model a folder stands for is the same for AutoModel, AutoTokenizer and
     pipeline: the first of it, best/, final/ with task.json; a run without any says so."""
     from ernie_doc.errors import CheckpointError, PipelineError
-    from ernie_doc.predict.inputs import model_directory
+    from ernie_doc.predict.model_folder import model_directory
     run, _ = folders["retro"]
     both = tmp_path / "both"   # a model of its own beside best/, but no task.json
     shutil.copytree(run / "best", both / "best")

@@ -393,7 +393,7 @@ def demo_explanations_find_the_keys(out):
     prediction is not influenced by any earlier one."""
     from ernie_doc.explain.context import last_segment_influence
     from ernie_doc.explain.explainer import Explainer
-    from ernie_doc.predict.inputs import model_directory, task_record
+    from ernie_doc.predict.model_folder import model_directory, task_record
     from ernie_doc.predict.pipeline import Pipeline, task_documents
     first = {}
     for variant in ("enhanced+retro", "none"):

@@ -21,7 +21,7 @@ FILES = ("context.json", "context.md", "context.png")
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     from ernie_doc.cli.predict import TASK_FORMAT
-    from ernie_doc.predict.inputs import INPUT_FORMATS
+    from ernie_doc.predict.documents import INPUT_FORMATS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="+", help="fine-tuning runs (OUTPUT_DIR or best/), all "
                                              "document models or all language models")
@@ -72,7 +72,8 @@ def model_documents(args: argparse.Namespace, model: str) -> List[Any]:
     """The documents a document model is measured on: --input, or its own task's split."""
     from ernie_doc.cli.predict import TASK_FORMAT, check_input
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import model_directory, read_inputs, task_record
+    from ernie_doc.predict.documents import read_inputs
+    from ernie_doc.predict.model_folder import model_directory, task_record
     from ernie_doc.predict.pipeline import task_documents
     if args.format == TASK_FORMAT:
         return task_documents(task_record(model_directory(model)), args.input, args.split)
@@ -203,16 +204,15 @@ def check_output(args: argparse.Namespace) -> bool:
     the files already without --overwrite."""
     from ernie_doc.cli.explain import output_directory
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import model_directory
-    from ernie_doc.predict.outputs import InputSet
-    from ernie_doc.predict.outputs import check_output as check_file
+    from ernie_doc.outputs import InputSet
+    from ernie_doc.outputs import check_output as check_file
+    from ernie_doc.predict.model_folder import model_directory
     inputs = InputSet([model_directory(m) for m in args.models] +
                       ([args.input] if args.input else []))
-    if os.path.isdir(args.output) or os.path.lexists(args.output):
-        present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
-        if present and not args.overwrite:
-            raise PipelineError(f"--output {args.output}: holds {', '.join(present)} already "
-                                f"(--overwrite replaces them)")
+    present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
+    if present and not args.overwrite:
+        raise PipelineError(f"--output {args.output}: holds {', '.join(present)} already "
+                            f"(--overwrite replaces them)")
     for name in FILES:   # the rule of every output file: never an input, nor in a model
         check_file(os.path.join(args.output, name), inputs, exists_ok=True,
                    error=PipelineError)
@@ -222,8 +222,8 @@ def check_output(args: argparse.Namespace) -> bool:
 def measure(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any]:
     """Measure every model → (what context.json holds, the figure)."""
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import model_directory, task_record
     from ernie_doc.predict.lm_context import plot_memory_curves
+    from ernie_doc.predict.model_folder import model_directory, task_record
     kinds = {task_record(model_directory(m))["kind"] == "language_model" for m in args.models}
     if len(kinds) > 1:
         raise PipelineError("give document models or language models, not both")

@@ -58,17 +58,16 @@ def written_names(dst: str, fmt: str) -> List[str]:
 def check_destination(args: argparse.Namespace, source: str) -> None:
     """Refuse (OutputError, one line) a DST that is, aliases or lies inside `source`, a FIFO or
     device, or that exists without --overwrite."""
-    from ernie_doc.predict.outputs import InputSet, check_output
+    from ernie_doc.outputs import InputSet, check_output
     if os.path.exists(args.dst) and not os.path.isdir(args.dst):
         from ernie_doc.errors import OutputError
         raise OutputError(f"{args.dst}: is a file, not a directory")
     # a weights file is read with the config beside it: its folder is an input too
-    # (every file of the folder, links followed, is an input: see ernie_doc.predict.outputs)
+    # (every file of the folder, links followed, is an input: see ernie_doc.outputs)
     inputs = InputSet([source] if os.path.isdir(source) else [source, os.path.dirname(
         os.path.abspath(source))])
     for name in written_names(args.dst, TARGETS[args.to]):
-        check_output(os.path.join(args.dst, name), inputs, what="DST", exists_ok=args.overwrite,
-                     hint="--overwrite replaces it")
+        check_output(os.path.join(args.dst, name), inputs, what="DST", exists_ok=args.overwrite)
 
 
 def convert(args: argparse.Namespace):

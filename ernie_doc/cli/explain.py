@@ -65,7 +65,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def explainer(args: argparse.Namespace) -> Any:
     """The explainer the arguments ask for: LMExplainer on a language model's LMPipeline,
     else Explainer on the model's Pipeline."""
-    from ernie_doc.predict.inputs import model_directory, task_record
+    from ernie_doc.predict.model_folder import model_directory, task_record
     directory = model_directory(args.model, args.task)
     if task_record(directory, args.task)["kind"] == "language_model":
         return lm_explainer(args, directory)

@@ -14,6 +14,7 @@ JSON summary; an existing export is replaced only with --overwrite. Errors: one 
 exit 2.
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -152,17 +153,16 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 
 
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
-    """Every file the export writes, checked by ernie_doc.predict.outputs' rule (ExportError,
+    """Every file the export writes, checked by ernie_doc.outputs' rule (ExportError,
     one line) before anything is written → the paths of the predict files to write."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.predict.outputs import InputSet, check_output
+    from ernie_doc.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
     out_dir = os.path.dirname(os.path.abspath(args.output))
     copies = [os.path.join(out_dir, os.path.basename(path))
               for path in (predict_files(directory) if directory else [])]
     for path in [args.output + suffix for suffix in EXPORT_SUFFIXES] + copies:
-        check_output(path, inputs, exists_ok=args.overwrite, error=ExportError,
-                     hint="--overwrite replaces it")
+        check_output(path, inputs, exists_ok=args.overwrite, error=ExportError)
     return copies
 
 
@@ -170,16 +170,14 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     """Copy `sources` into `out_dir` under new temporary names (O_EXCL) → those names, renamed
     once the export is done. ExportError (one line) for an unreadable source, copies removed."""
     from ernie_doc.errors import ExportError
-    from ernie_doc.predict.outputs import temp_name
+    from ernie_doc.outputs import create_new, temp_name
     from ernie_doc.utils import open_regular
     staged = []
     try:
         for source in sources:
             with open_regular(source, "predict file", ExportError) as src:
                 staged.append(os.path.join(out_dir, temp_name()))
-                fd = os.open(staged[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL |
-                             getattr(os, "O_NOFOLLOW", 0), 0o666)
-                with os.fdopen(fd, "wb") as dst:
+                with os.fdopen(create_new(staged[-1]), "wb") as dst:
                     while True:
                         try:
                             block = src.read(1 << 20)
@@ -198,10 +196,8 @@ def stage_copies(sources: List[str], out_dir: str) -> List[str]:
 def remove_files(paths: List[str]) -> None:
     """Remove the files this run created (`paths`), those still there."""
     for path in paths:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def _export(args):
@@ -230,10 +226,8 @@ def _export(args):
     except BaseException:
         remove_files(staged)
         if made:
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(out_dir)
-            except OSError:
-                pass
         raise
     copied = [os.path.basename(path) for path in copies]
     if source == "random":

@@ -9,7 +9,7 @@
 Each document is read exactly as evaluation reads it (ernie_doc.predict.pipeline); one that cannot
 be predicted gets a record with an `error` field. `<output>.meta.json` records the model's
 fingerprint, so --resume continues only a file written for this model, and --output is checked
-and locked as ernie_doc.predict.outputs says (never an input, never the model folder).
+and locked as ernie_doc.outputs says (never an input, never the model folder).
 """
 import argparse
 import contextlib
@@ -30,7 +30,7 @@ ALLOW_EMPTY = " (--allow-empty writes an empty --output instead)"
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.predict.inputs import ENGINES
+    from ernie_doc.predict.documents import ENGINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common_arguments(p, "predictions, one JSON object per line; - for standard output")
     p.add_argument("--answer-model", help="HotpotQA: the answer-stage model; MODEL is then the "
@@ -49,7 +49,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def common_arguments(p: argparse.ArgumentParser, output_help: str) -> None:
     """The options predict shares with explain: the model, the documents, --output, the
     error and resume rules, threads, progress and --debug."""
-    from ernie_doc.predict.inputs import INPUT_FORMATS, ON_ERROR
+    from ernie_doc.predict.documents import INPUT_FORMATS, ON_ERROR
     p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/, or "
                                  "a save_pretrained directory with --task")
     p.add_argument("--input", help="a .txt file, a directory of .txt files, a .tsv file with a "
@@ -86,7 +86,7 @@ def common_arguments(p: argparse.ArgumentParser, output_help: str) -> None:
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The checks of common_arguments' options that argparse cannot make (p.error: exit 2)."""
-    from ernie_doc.predict.inputs import STDIO
+    from ernie_doc.predict.documents import STDIO
     if args.input is None and args.format != TASK_FORMAT:
         p.error("--input is required (except with --format task: the run's data)")
     if args.format == TASK_FORMAT and args.input == STDIO:
@@ -106,7 +106,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def check_input(path: str, error: type) -> None:
     """--input must be a directory or a regular file (a FIFO or a device is refused without
     being opened): error(one line) otherwise."""
-    from ernie_doc.predict.inputs import STDIO
+    from ernie_doc.predict.documents import STDIO
     from ernie_doc.utils import regular_file_problem
     if path == STDIO:
         return
@@ -120,7 +120,7 @@ def check_input(path: str, error: type) -> None:
 
 def model_directories(args: argparse.Namespace) -> List[str]:
     """The model folder(s) predict reads: MODEL's, and --answer-model's when given."""
-    from ernie_doc.predict.inputs import model_directory
+    from ernie_doc.predict.model_folder import model_directory
     return [model_directory(args.model, args.task)] + \
         ([model_directory(args.answer_model, args.task)] if args.answer_model else [])
 
@@ -128,7 +128,8 @@ def model_directories(args: argparse.Namespace) -> List[str]:
 def input_paths(args: argparse.Namespace) -> List[str]:
     """The files predict reads documents from (standard input aside): --input, else with
     --format task the run's data_dir."""
-    from ernie_doc.predict.inputs import STDIO, task_record
+    from ernie_doc.predict.documents import STDIO
+    from ernie_doc.predict.model_folder import task_record
     if args.input is not None:
         return [] if args.input == STDIO else [args.input]
     data_dir = task_record(model_directories(args)[0], args.task)["config"].get("data_dir")
@@ -137,19 +138,17 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 
 def check_paths(args: argparse.Namespace):
     """Input and output checked before the model loads (PipelineError, one line) → (InputSet,
-    file id of an existing --output or None), by ernie_doc.predict.outputs' rule."""
+    file id of an existing --output or None), by ernie_doc.outputs' rule."""
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import STDIO, provenance_path
-    from ernie_doc.predict.outputs import InputSet, check_appendable, check_output, check_stream
+    from ernie_doc.outputs import InputSet, check_appendable, check_output, check_stream
+    from ernie_doc.predict.documents import STDIO
+    from ernie_doc.predict.records import provenance_path
     for path in input_paths(args):
         check_input(path, PipelineError)
     inputs = InputSet(input_paths(args) + model_directories(args))
     if args.output == STDIO:   # standard output: no file to lock or resume; not an input
-        if sys.stdout is None:   # closed when Python started (`>&-`)
-            raise PipelineError("--output -: standard output is closed; give --output a "
-                                "file name")
-        try:
-            stdout = sys.stdout.fileno()
+        try:   # None: closed when Python started (`>&-`), which check_stream says
+            stdout = -1 if sys.stdout is None else sys.stdout.fileno()
         except (AttributeError, OSError, ValueError):   # a stream with no file (a notebook)
             return inputs, False
         check_stream(stdout, inputs, error=PipelineError)
@@ -179,8 +178,9 @@ def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[i
     --format task, else the records of the file. No document at all is a PipelineError (one
     line saying why) unless --allow-empty; standard input's first record is read to know."""
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import no_documents, task_record
-    from ernie_doc.predict.pipeline import count_inputs, read_inputs, task_documents, task_split
+    from ernie_doc.predict.documents import count_inputs, no_documents, read_inputs
+    from ernie_doc.predict.model_folder import task_record
+    from ernie_doc.predict.pipeline import task_documents, task_split
     if args.format == TASK_FORMAT:
         record = task_record(model_directories(args)[0], args.task)
         documents = task_documents(record, args.input, args.split)
@@ -207,7 +207,7 @@ def write_records(records: Iterable[dict], out: Any, counts: dict, progress: dic
     continues from it), counting documents and errors in `counts`, records in `progress` (and
     its first error record as "first_error"). `finish`: a record → the record to write (what
     goes beside it is written first)."""
-    from ernie_doc.predict.inputs import record_line
+    from ernie_doc.predict.records import record_line
     for record in records:
         if finish is not None:
             record = finish(record)
@@ -225,7 +225,7 @@ def nothing_predicted(summary: dict, predicted_before: int,
     """The line for a run whose output holds error records alone (every document of this run
     an error, and none of the records --resume kept a prediction), or None. A run with one
     prediction or more, or no document at all (--allow-empty), did its job."""
-    from ernie_doc.predict.inputs import STDIO
+    from ernie_doc.predict.documents import STDIO
     from ernie_doc.utils import clip
     errors = summary["errors"] + summary["skipped"]
     if summary["documents"] or predicted_before or not errors:
@@ -242,7 +242,7 @@ def report(args: argparse.Namespace, pipe: Any, counts: dict, seconds: float,
     """Print the run's summary (JSON; on stderr when the records take standard output) →
     it. NothingPredicted (exit 1) when no document could be predicted."""
     from ernie_doc.errors import NothingPredicted
-    from ernie_doc.predict.inputs import STDIO
+    from ernie_doc.predict.documents import STDIO
     summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,
                    output=args.output, seconds=round(seconds, 2),
                    documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
@@ -274,20 +274,20 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None,
     sidecar records beside the model's fingerprint (explain: its name and settings), which
     --resume must find again.
 
-    --output is written through its folder, opened once (ernie_doc.predict.outputs.OutputFolder),
+    --output is written through its folder, opened once (ernie_doc.outputs.OutputFolder),
     and locked for the run; --resume reads the checked file's records before the model loads;
     otherwise the sidecar and a new file are complete before they replace the old output.
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     import ernie_doc.predict.pipeline  # noqa: F401  (paddle first: its absence is the line)
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import (STDIO, completed_records, provenance, provenance_bytes,
-                                          provenance_path)
-    from ernie_doc.predict.outputs import OutputFolder
+    from ernie_doc.outputs import OutputFolder
+    from ernie_doc.predict import records
+    from ernie_doc.predict.documents import STDIO
     from ernie_doc.utils import progress_bar, set_paddle_threads
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
     inputs, checked = check_paths(args)
-    origin = dict(provenance(*model_directories(args)), **(origin or {}))
+    origin = dict(records.provenance(*model_directories(args)), **(origin or {}))
     to_stdout, stdout = args.output == STDIO, sys.stdout
     with contextlib.ExitStack() as stack:
         folder = None
@@ -300,7 +300,7 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None,
         done, predicted_before = [], 0
         if args.resume:
             folder.open_append(checked)
-            done, predicted_before = completed_records(args.output, origin, folder)
+            done, predicted_before = records.completed_records(args.output, origin, folder)
             progress.update(created=True, records=len(done))
         if args.threads:
             set_paddle_threads(args.threads, "--threads", PipelineError)
@@ -311,8 +311,8 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None,
                            unit="doc", desc=desc, requested=not args.no_progress,
                            dynamic_ncols=True, mininterval=1.0)
         if folder is not None and not args.resume:
-            folder.create({os.path.basename(provenance_path(args.output)):
-                           provenance_bytes(origin)}, replace=args.overwrite)
+            folder.create({os.path.basename(records.provenance_path(args.output)):
+                           records.provenance_bytes(origin)}, replace=args.overwrite)
         progress["created"] = True
         out = records_writer(stdout if to_stdout else folder.file)
         write_records(pipe.stream(documents, skip=done), out, counts, progress, bar, finish)
@@ -339,7 +339,7 @@ def interrupted_line(argv: List[str], output: str, progress: dict,
                      command: str = "predict") -> str:
     """The one line Ctrl-C prints: how many documents --output holds and the command that
     continues it (`argv`: predict's arguments, with --resume instead of --overwrite)."""
-    from ernie_doc.predict.inputs import STDIO
+    from ernie_doc.predict.documents import STDIO
     records = progress.get("records", 0)
     if not (records if output == STDIO else progress.get("created")):
         return "interrupted before anything was written: run the same command again"

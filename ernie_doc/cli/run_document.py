@@ -77,7 +77,7 @@ def check_inputs(args):
             not is_checkpoint_spec(args.tokenizer):
         raise InputError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.output is not None:
-        from ernie_doc.utils import unwritable_file
+        from ernie_doc.outputs import unwritable_file
         problem = unwritable_file(args.output)
         if problem:
             raise InputError(f"--output {problem}")

@@ -68,7 +68,7 @@ def _arguments_problem(args: argparse.Namespace) -> Optional[str]:
         return f"--num-threads must be in [1, 1024], got {args.num_threads}"
     if args.input_sentence_size < 0:
         return f"--input-sentence-size must be >= 0, got {args.input_sentence_size}"
-    from ernie_doc.utils import unwritable_file
+    from ernie_doc.outputs import unwritable_file
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
         return f"--output-dir {args.output_dir}: exists and is not a directory"
     problem = unwritable_file(os.path.join(args.output_dir, "spm.model"))

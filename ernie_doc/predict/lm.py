@@ -21,7 +21,8 @@ from ernie_doc.errors import ConfigError, DataError, PipelineError
 from ernie_doc.kinds import TASK_FILE
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.predict.inputs import DocumentStream, read_task_record
+from ernie_doc.predict.documents import DocumentStream
+from ernie_doc.predict.model_folder import read_task_record
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]
 
@@ -108,7 +109,7 @@ class LMPipeline(DocumentStream):
         """`directory`: a saved language model with task.json. batch_size None: the run's
         eval_batch_size. PipelineError (one line), memory estimates refused before loading."""
         from ernie_doc.errors import CheckpointError
-        from ernie_doc.predict.inputs import check_batch_size
+        from ernie_doc.predict.documents import check_batch_size
         check_batch_size(batch_size)
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)

@@ -125,8 +125,8 @@ def memory_curve(run_dir: str, text_path: str, mem_lens: Optional[Sequence[int]]
     "loss" (nats per token), "ppl", "seconds"}], "effective_context", "token_nll": {M: [N]
     float32}, "positions": [N] int64 (the stream index of each predicted token)}.
     ConfigError / DataError / PipelineError: one line."""
-    from ernie_doc.predict.inputs import model_directory
     from ernie_doc.predict.lm import LMPipeline
+    from ernie_doc.predict.model_folder import model_directory
     if mem_lens is not None:
         check_mem_lens(mem_lens)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(

@@ -23,14 +23,13 @@ from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.data.splits import RowOutputs, collect_row_outputs
 from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
+from ernie_doc.kinds import TASK_FILE
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.precision import AmpSettings
 # re-exported: `from ernie_doc.predict.pipeline import read_inputs` is the documented door
-from ernie_doc.predict.inputs import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO,  # noqa: F401
-                                      TASK_FILE, DocumentStream, InputProblem, check_batch_size,
-                                      completed_ids, count_inputs, input_format, model_directory,
-                                      read_inputs, read_task_record, task_record, to_document,
-                                      to_jsonable)
+from ernie_doc.predict.documents import (ENGINES, DocumentStream, InputProblem,  # noqa: F401
+                                         check_batch_size, read_inputs, to_document)
+from ernie_doc.predict.model_folder import model_directory, task_record
 from ernie_doc.resources import release_free_memory
 from ernie_doc.run_config import batch_rows
 from ernie_doc.utils import clip, threads_problem

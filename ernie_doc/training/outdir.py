@@ -11,10 +11,10 @@ import logging
 import os
 import shutil
 import stat
-import tempfile
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ernie_doc.errors import ConfigError
+from ernie_doc.outputs import check_output_folder, create_new, temp_name
 from ernie_doc.utils import atomic_path, path_within
 
 logger = logging.getLogger("ernie_doc.train")   # the run's log (training.runlog)
@@ -36,8 +36,6 @@ RUN_NAMES = (
 )
 CHECKPOINT_NAMES = ("step-[0-9]*", "best-step-[0-9]*", "latest")   # and each with .tmp
 LINKS = ("best", f"{CHECKPOINTS}/latest")   # the run's own symlinks, into checkpoints/
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -147,14 +145,12 @@ def _write_manifest(output_dir: str, entries: Iterable[str]) -> None:
     text = json.dumps({"format": _FORMAT, "written_by": "ernie-doc", "entries": entries},
                       indent=1) + "\n"
     path = os.path.join(output_dir, MANIFEST)
+    tmp = os.path.join(output_dir, temp_name(MANIFEST + ".", ".tmp"))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".tmp", dir=output_dir)
+        fd = create_new(tmp)
     except OSError as e:
         raise OSError(e.errno, e.strerror, path) from e
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)   # what a plain open() would give, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -406,10 +402,6 @@ def foreign_entries(directory: str) -> List[str]:
     return out
 
 
-def _real(path: str) -> str:
-    return os.path.realpath(os.fspath(path))
-
-
 def _shown(names: List[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
@@ -426,7 +418,7 @@ def check_resumable(output_dir: str, listed: List[str]) -> None:
     latest = f"{CHECKPOINTS}/latest"
     if latest not in names and os.path.lexists(os.path.join(output_dir, latest)):
         raise ConfigError(f"{where}: {_not_ours(output_dir, latest)}")
-    home = _real(os.path.join(output_dir, CHECKPOINTS))
+    home = os.path.realpath(os.path.join(output_dir, CHECKPOINTS))
     for entry in sorted(names):
         path = os.path.join(output_dir, entry.rstrip("/"))
         try:
@@ -434,7 +426,7 @@ def check_resumable(output_dir: str, listed: List[str]) -> None:
         except (FileNotFoundError, NotADirectoryError):
             continue
         if stat.S_ISLNK(info.st_mode) and entry in LINKS:
-            target = _real(path)
+            target = os.path.realpath(path)
             if not (path_within(target, home) and target != home and os.path.isdir(target)):
                 raise ConfigError(f"{where}: {path} points to {os.readlink(path)}, not to a "
                                   f"checkpoint of this run in {home}")
@@ -445,30 +437,6 @@ def check_resumable(output_dir: str, listed: List[str]) -> None:
             raise ConfigError(f"{where}: {path} is not a folder")
         elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
             raise ConfigError(f"{where}: {path} is not a regular file or folder")
-
-
-def _check_apart(out: str, where: str, inputs: Iterable[str], source: str) -> None:
-    """Refuse an output directory (`out`, resolved) that is, contains or lies inside an input
-    of the run, or is or contains the current directory, the repository, $HOME or /."""
-    for path in inputs:
-        for given in dict.fromkeys([os.fspath(path or ""),
-                                    os.path.expanduser(os.fspath(path or ""))]):
-            if not given or not os.path.exists(given):
-                continue
-            real = _real(given)
-            if path_within(out, real) or path_within(real, out):
-                relation = ("is" if out == real else "lies inside" if path_within(out, real)
-                            else "contains")
-                raise ConfigError(f"{source}: {where} {relation} {path}, an input of this "
-                                  "run: choose a directory of its own")
-    protected = [("the current directory", os.getcwd()), ("the repository", REPOSITORY),
-                 ("$HOME", os.path.expanduser("~")), ("the root directory", os.sep)]
-    for what, path in protected:
-        real = _real(path)
-        if path_within(real, out):
-            relation = "is" if out == real else "contains"
-            raise ConfigError(f"{source}: {where} {relation} {what} ({real}): choose a "
-                              "directory of its own")
 
 
 def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool = False,
@@ -483,18 +451,16 @@ def check_output_dir(output_dir: str, inputs: Iterable[str] = (), resume: bool =
     (check_resumable). Paths are taken as given (no `~` expansion: the caller resolves the
     config's paths once, and writes to what was checked). Nothing is created or changed
     here."""
-    out = _real(output_dir)
+    out = os.path.realpath(output_dir)
     where = f"output_dir {output_dir}"
-    _check_apart(out, where, inputs, source)
+    check_output_folder(out, where, inputs, source, ConfigError)
     if not os.path.lexists(out):
         return
     if not os.path.isdir(out):
         raise ConfigError(f"{source}: {where} exists and is not a directory")
     listed = read_manifest(out)
-    marker_info = None
-    with contextlib.suppress(OSError):
-        marker_info = os.lstat(os.path.join(out, marker))
-    has_run = marker_info is not None and stat.S_ISREG(marker_info.st_mode)
+    mark = os.path.join(out, marker)
+    has_run = os.path.isfile(mark) and not os.path.islink(mark)   # the run's own, no link
     if resume:
         if not has_run:
             raise ConfigError(f"--resume {output_dir}: no run there ({marker} missing)")

@@ -135,7 +135,7 @@ def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
     if folder is None:
         return None
     from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.inputs import read_task_record
+    from ernie_doc.predict.model_folder import read_task_record
     try:
         return folder, read_task_record(folder)
     except PipelineError as e:

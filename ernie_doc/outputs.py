@@ -1,20 +1,24 @@
-"""Where a command may write a file: one rule for every output path, checked before any work
-and before any byte is written. Errors are one line, raised as the caller's error class.
+"""Where a command may write: one rule for every output path, checked before any work and
+before any byte is written. Errors are one line, raised as the caller's error class.
 
-An output is never an input (by device and inode), never inside an input folder, never in /dev,
-/proc or /sys, never a FIFO or device; replaced only with `--overwrite`, appended to only with
-`--resume`. Details: docs/design-notes.md, "Output paths". Imports no paddle."""
+An output file is never an input (by device and inode), never inside an input folder, never in
+/dev, /proc or /sys, never a FIFO or device; replaced only with `--overwrite`, appended to only
+with `--resume` (check_output, OutputFolder). An output folder (a training run's OUTPUT_DIR)
+is no input, holds none and lies in none, and is not the current directory, the repository,
+$HOME or / (check_output_folder); what a run may put in it is training.outdir's manifest.
+Details: docs/design-notes.md, "Output paths". Imports no paddle."""
 import os
 import stat
 from typing import BinaryIO, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from ernie_doc.errors import OutputError
-from ernie_doc.utils import mode_kind
+from ernie_doc.utils import mode_kind, path_within
 
 FileId = Tuple[int, int]   # (st_dev, st_ino): what a path is, whatever its spelling
 # The most entries of the input folders walked to learn what an existing output may not be:
 # past it, an existing output is refused (it cannot be shown not to be an input).
 MAX_SCANNED = 1_000_000
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME_MAX, PATH_MAX = 255, 4096   # when the filesystem does not say (os.pathconf)
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | \
     getattr(os, "O_CLOEXEC", 0)
@@ -22,9 +26,10 @@ _OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
     getattr(os, "O_CLOEXEC", 0)
 
 
-def _stat(path: str, follow: bool = True) -> Optional[os.stat_result]:
+def _stat(path: str, follow: bool = True, dir_fd: Optional[int] = None) \
+        -> Optional[os.stat_result]:
     try:
-        return os.stat(path, follow_symlinks=follow)
+        return os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
     except (OSError, ValueError):   # missing, a dangling link, a NUL byte, no permission
         return None
 
@@ -196,10 +201,59 @@ def check_appendable(path: str, *, what: str = "--output",
                     f"the others too")
 
 
-def temp_name() -> str:
-    """A fresh name for a temporary file beside an output: short, whatever the output's name
-    (an output name near the length limit must not make its temporary name too long)."""
-    return ".tmp-ernie-doc-" + os.urandom(8).hex()
+def check_output_folder(folder: str, where: str, inputs: Iterable[str], source: str,
+                        error: Type[Exception] = OutputError) -> None:
+    """Refuse an output folder (`folder`, resolved) that is, contains or lies inside one of
+    `inputs`, or is or contains the current directory, the repository, $HOME or / (error, one
+    line: "{source}: {where} lies inside ...")."""
+    for path in inputs:
+        for given in dict.fromkeys([os.fspath(path or ""),
+                                    os.path.expanduser(os.fspath(path or ""))]):
+            if not given or not os.path.exists(given):
+                continue
+            real = os.path.realpath(given)
+            if path_within(folder, real) or path_within(real, folder):
+                relation = ("is" if folder == real else "lies inside"
+                            if path_within(folder, real) else "contains")
+                raise error(f"{source}: {where} {relation} {path}, an input of this "
+                            "run: choose a directory of its own")
+    protected = [("the current directory", os.getcwd()), ("the repository", REPOSITORY),
+                 ("$HOME", os.path.expanduser("~")), ("the root directory", os.sep)]
+    for what, path in protected:
+        real = os.path.realpath(path)
+        if path_within(real, folder):
+            relation = "is" if folder == real else "contains"
+            raise error(f"{source}: {where} {relation} {what} ({real}): choose a "
+                        "directory of its own")
+
+
+def unwritable_file(path: str) -> Optional[str]:
+    """Why `path` cannot be written as a file (checked before a long job), or None: the nearest
+    existing parent must be a writable directory and `path` no directory."""
+    path = os.fspath(path)
+    if path.endswith(os.sep) or os.path.isdir(path):
+        return f"{path}: is a directory; give a file name"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{path}: {parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK):
+        return f"{path}: cannot write in {parent}"
+    return None
+
+
+def temp_name(prefix: str = ".tmp-ernie-doc-", suffix: str = "") -> str:
+    """A fresh name for a temporary file beside an output, for create_new: short, whatever the
+    output's name (an output name near the length limit must not make its temporary too long)."""
+    return prefix + os.urandom(8).hex() + suffix
+
+
+def create_new(path: str, dir_fd: Optional[int] = None) -> int:
+    """A write-only descriptor of a new regular file at `path` (mode 0666 less the umask, what
+    open() gives); FileExistsError when anything is there, a planted link included."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o666,
+                   dir_fd=dir_fd)
 
 
 class OutputFolder:
@@ -278,14 +332,14 @@ class OutputFolder:
                              f"or choose another path") from None
         except OSError:
             return
-        st = _stat_at(name, self.fd)
+        st = _stat(name, False, self.fd)
         if st is None or _file_id(st) != _file_id(os.fstat(fd)):
             raise self.error(f"{self.where}: changed while it was opened; run again")
 
     def read(self, name: str, limit: int) -> Optional[bytes]:
         """The bytes of the regular file `name` beside the output (never through a link, a
         FIFO never opened), at most `limit`; None when there is none. Larger: error."""
-        st = _stat_at(name, self.fd)
+        st = _stat(name, False, self.fd)
         if st is None:
             return None
         if mode_kind(st.st_mode):   # a device or FIFO is never opened (opening may act)
@@ -308,7 +362,7 @@ class OutputFolder:
     def open_append(self, expected: Optional[FileId] = None) -> BinaryIO:
         """The existing output opened "r+b" and locked: a regular file with one name, no input,
         and (when given) the checked file `expected`; anything else is refused unread."""
-        st = _stat_at(self.name, self.fd)
+        st = _stat(self.name, False, self.fd)
         if st is None or mode_kind(st.st_mode):
             raise self.error(f"{self.where}: changed since it was checked; run again")
         try:
@@ -334,8 +388,7 @@ class OutputFolder:
     def _create(self, name: str, exclusive_name: bool = False) -> Tuple[int, str]:
         name = name if exclusive_name else temp_name()
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o666,
-                         dir_fd=self.fd)
+            fd = create_new(name, self.fd)
         except FileExistsError:
             raise self.error(f"{self.where}: appeared after it was checked ({name}); run "
                              f"again") from None
@@ -343,7 +396,7 @@ class OutputFolder:
 
     def _remove(self, name: str, file_id: FileId) -> None:
         """Remove `name` if it is still the file this run created (`file_id`)."""
-        st = _stat_at(name, self.fd)
+        st = _stat(name, False, self.fd)
         if st is not None and _file_id(st) == file_id:
             os.unlink(name, dir_fd=self.fd)
 
@@ -379,7 +432,7 @@ class OutputFolder:
     def _lock_old(self) -> None:
         """The file that `create(replace=True)` replaces: when it is a regular file, its lock
         (another run writing it refuses this one) and no input."""
-        st = _stat_at(self.name, self.fd)
+        st = _stat(self.name, False, self.fd)
         if st is None or mode_kind(st.st_mode):   # missing, a link (replaced, never followed)
             return
         try:
@@ -394,10 +447,3 @@ class OutputFolder:
         if found:
             raise self.error(f"{self.where}: is {found} (the same file)")
         self._lock(fd, self.name)
-
-
-def _stat_at(name: str, dir_fd: int) -> Optional[os.stat_result]:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return None

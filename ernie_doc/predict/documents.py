@@ -1,19 +1,20 @@
-"""What every predict pipeline shares (ernie_doc.predict.pipeline for the document kinds,
-ernie_doc.predict.lm for the language model): finding a saved model's directory and its
-task.json, turning inputs into Documents, reading input files one document at a time, and
-resuming a predictions file. No model code: both pipelines import it."""
+"""Documents in, for every predict pipeline (ernie_doc.predict.pipeline for the document
+kinds, ernie_doc.predict.lm for the language model): input items turned into Documents and
+named (DocumentStream), and input files (txt, a folder of them, TSV, JSON Lines, standard
+input) read one document at a time. No model code: both pipelines import it."""
+import contextlib
 import json
 import os
+import stat
+import sys
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Set, Union
 
 import numpy as np
 
-from ernie_doc.config import MAX_TASK_FILE_BYTES, run_model_folder, training_checkpoint_problem
 from ernie_doc.data.document import TOO_DEEP, Document, without_bom
-from ernie_doc.errors import CheckpointError, DuplicateKey, PipelineError
-from ernie_doc.kinds import TASK_FILE
-from ernie_doc.utils import clip, unique_keys
+from ernie_doc.errors import DuplicateKey, PipelineError
+from ernie_doc.utils import clip, open_regular, unique_keys
 
 ON_ERROR = ("record", "fail")
 ENGINES = ("auto", "dygraph", "inference")
@@ -67,16 +68,6 @@ def _not_unicode(value: Any, key: str = "") -> Optional[str]:
             stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
     return None
 
-
-def record_line(record: dict) -> str:
-    """One predictions-file line (JSON, UTF-8); a record holding a lone surrogate is written
-    with \\uXXXX escapes instead, so writing never fails."""
-    line = json.dumps(to_jsonable(record), ensure_ascii=False)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        line = json.dumps(to_jsonable(record))
-    return line + "\n"
 
 
 class DocumentStream:
@@ -188,107 +179,6 @@ def check_batch_size(batch_size: Optional[int]) -> None:
                                    or batch_size < 1):
         raise PipelineError(f"batch_size must be a positive integer or None, got "
                             f"{clip(repr(batch_size))}")
-
-
-MODEL_CONFIG = "config.json"   # what save_pretrained writes beside the weights
-
-
-def model_directory(path: str, task: Optional[str] = None) -> str:
-    """A run directory (best/, else final/) or saved model directory → the one with task.json;
-    with `task`, also a save_pretrained directory."""
-    if not os.path.isdir(path):
-        raise PipelineError(f"{path}: not a directory (give a fine-tuning run's OUTPUT_DIR, "
-                            f"or its best/ or final/)")
-    try:
-        folder = run_model_folder(path)   # the one rule AutoModel and AutoTokenizer follow too
-    except CheckpointError as e:   # a run's OUTPUT_DIR without a saved model
-        raise PipelineError(str(e)) from None
-    if os.path.isfile(os.path.join(folder, TASK_FILE)):
-        return folder
-    if os.path.isfile(os.path.join(folder, MODEL_CONFIG)):
-        if task is not None:
-            return folder
-        from ernie_doc.kinds.folders import task_names
-        raise PipelineError(f"{folder}: a model saved without its task (no {TASK_FILE}): pass "
-                            f"--task NAME (task= in Python), one of {', '.join(task_names())}")
-    problem = training_checkpoint_problem(path)
-    if problem:
-        raise PipelineError(problem)
-    raise PipelineError(f"{path}: no {TASK_FILE} here or in best/ or final/: predict needs a "
-                        f"model fine-tuned by this version (a released pretrained model has "
-                        f"no trained head; fine-tune it first)")
-
-
-def read_task_record(directory: str) -> dict:
-    """task.json of a saved model, checked: `task`, `kind` (its config's), `labels`, `config`;
-    at most MAX_TASK_FILE_BYTES."""
-    from ernie_doc.utils import open_regular, parse_json
-    path = os.path.join(directory, TASK_FILE)
-    try:
-        with open_regular(path, TASK_FILE, PipelineError) as f:
-            data = f.read(MAX_TASK_FILE_BYTES + 1)
-    except OSError as e:
-        raise PipelineError(f"{path}: cannot read ({e.strerror})") from None
-    if len(data) > MAX_TASK_FILE_BYTES:
-        raise PipelineError(f"{path}: over {MAX_TASK_FILE_BYTES >> 20} MiB; a task.json "
-                            f"holds a task, its kind, labels and config")
-    try:
-        record = parse_json(data.decode("utf-8"), path, PipelineError)
-    except UnicodeDecodeError as e:
-        raise PipelineError(f"{path}: invalid UTF-8 (byte {e.start})") from None
-    if not isinstance(record, dict):
-        raise PipelineError(f"{path}: expected a JSON object (task, kind, labels, config), "
-                            f"got {type(record).__name__}")
-    for key, kind in (("task", str), ("kind", str), ("labels", list), ("config", dict)):
-        if not isinstance(record.get(key), kind):
-            raise PipelineError(f"{path}: {key!r} must be a {kind.__name__}")
-    if not all(isinstance(label, str) for label in record["labels"]):
-        raise PipelineError(f"{path}: 'labels' must be a list of strings")
-    inner = record["config"].get("kind", record["kind"])
-    if inner != record["kind"]:
-        raise PipelineError(f"{path}: 'kind' {clip(repr(record['kind']))} disagrees with "
-                            f"config.kind {clip(repr(inner))}")
-    return record
-
-
-def task_record(directory: str, task: Optional[str] = None) -> dict:
-    """What a saved model is for: its task.json; without one, with `task` named, that task's
-    config.yaml and labels. A task.json naming another task is refused."""
-    if os.path.isfile(os.path.join(directory, TASK_FILE)):
-        record = read_task_record(directory)
-        if task is not None and task != record["task"]:
-            raise PipelineError(f"{os.path.join(directory, TASK_FILE)}: the model was "
-                                f"fine-tuned for task {record['task']!r}, not {clip(task)!r}")
-        return record
-    from ernie_doc.config import ErnieDocConfig
-    from ernie_doc.errors import ConfigError, NotSet
-    from ernie_doc.kinds.folders import task_config, task_hint, task_names
-    from ernie_doc.run_config import load_yaml
-    path = task_config(task) if isinstance(task, str) else None
-    if path is None:
-        raise PipelineError(f"task {clip(repr(task))}: not a task folder{task_hint(task)} (one "
-                            f"of {', '.join(task_names())})")
-    try:
-        values = load_yaml(path)
-        model = ErnieDocConfig.from_json(os.path.join(directory, MODEL_CONFIG))
-    except ConfigError as e:
-        raise PipelineError(str(e)) from None
-    from ernie_doc.errors import DataError
-    from ernie_doc.kinds.base import load_reader
-    labels = None
-    reader = load_reader(task)
-    if callable(getattr(reader, "labels", None)):
-        try:   # most readers know their labels; others read them from a data directory
-            labels = [str(x) for x in reader.labels("", dict(values.get("reader") or {}))]
-        except (DataError, NotSet, OSError):
-            labels = None
-    if labels is None:
-        labels = [str(i) for i in range(int(getattr(model, "num_labels", 0) or 0))] \
-            if callable(getattr(reader, "labels", None)) else []
-    limit = model.max_position_embeddings
-    if isinstance(values.get("max_seq_len"), int) and values["max_seq_len"] > limit:
-        values["max_seq_len"] = limit
-    return {"task": task, "kind": values.get("kind"), "labels": labels, "config": values}
 
 
 def _positional(item: Any) -> bool:
@@ -418,7 +308,6 @@ _HEADER_COLUMNS = {"qid", "id", "label", "text", "text_a", "text_b", "question",
 def _header_in_txt(path: str) -> Optional[List[str]]:
     """The columns of `path`'s first line when it looks like a TSV header (tab-separated,
     naming a known field), else None. Only a regular file is opened (a FIFO would block)."""
-    import stat
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -443,14 +332,9 @@ def _decode(data: bytes, where: str, first: bool = True,
     return without_bom(text) if first else text
 
 
-def _too_big(what: str) -> str:
-    return f"{what}, over the {MAX_ITEM_BYTES >> 20} MiB one document may hold"
-
-
 def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
     """A .txt document → {"id": name, "text"}; InputProblem when it is no readable regular file
     (never blocking), exceeds MAX_ITEM_BYTES (never read whole) or is not UTF-8."""
-    from ernie_doc.utils import open_regular
     where = shown(path)
     try:
         with open_regular(path, "input document", PipelineError) as f:
@@ -461,7 +345,8 @@ def _read_document(path: str, name: Optional[str]) -> Union[dict, InputProblem]:
     except OSError as e:
         return InputProblem(name, f"{where}: cannot read ({e.strerror})")
     if size > MAX_ITEM_BYTES or len(data) > MAX_ITEM_BYTES:
-        return InputProblem(name, f"{where}: {_too_big(f'{max(size, len(data)):,} bytes')}")
+        return InputProblem(name, f"{where}: {max(size, len(data)):,} bytes, over the "
+                                  f"{MAX_ITEM_BYTES >> 20} MiB one document may hold")
     text = _decode(data, where, doc_id=name)
     return text if isinstance(text, InputProblem) else {"id": name, "text": text}
 
@@ -518,10 +403,7 @@ def _open_input(path: str):
     """--input as a binary file object: standard input for `-` (left open), else a regular
     file (ernie_doc.utils.open_regular)."""
     if path == STDIO:
-        import contextlib
-        import sys
         return contextlib.nullcontext(sys.stdin.buffer)
-    from ernie_doc.utils import open_regular
     return open_regular(path, "--input", PipelineError)
 
 
@@ -599,7 +481,6 @@ def read_inputs(path: str, fmt: str = "auto") -> Iterator[Union[dict, InputProbl
                 yield _read_document(full, name)
         return
     if fmt == "txt" and path == STDIO:   # one document: standard input to its end
-        import sys
         data = sys.stdin.buffer.read(MAX_ITEM_BYTES + 1)
         text = InputProblem("stdin", f"standard input: more than the {MAX_ITEM_BYTES >> 20} "
                                      f"MiB one document may hold") \
@@ -645,150 +526,3 @@ def no_documents(path: str, fmt: str = "auto") -> str:
             else "the file holds only blank lines"
     return f"--input {shown(path)}: no documents: {why}"
 
-
-# -- the predictions file and its provenance ---------------------------------------------------
-# One record per line; what wrote it lives in `<output>.meta.json`, written before the first
-# record. --resume continues only a file whose sidecar names this model.
-PROVENANCE_SUFFIX = ".meta.json"
-WRITTEN_BY = "ernie-doc predict"
-_WHOLE_FILE = 16 << 20      # files up to this size are hashed whole
-_SAMPLES, _BLOCK = 16, 1 << 20
-
-
-def provenance_path(output: str) -> str:
-    """The sidecar of a predictions file."""
-    return os.fspath(output) + PROVENANCE_SUFFIX
-
-
-def _file_digest(path: str, size: int, digest) -> None:
-    """Feed a file's size and bytes to `digest`; over 16 MiB, 16 evenly spread 1 MiB blocks
-    (enough to tell two trainings' weights apart)."""
-    from ernie_doc.utils import open_regular
-    digest.update(str(size).encode() + b"\0")
-    with open_regular(path, "model file", PipelineError) as f:
-        if size <= _WHOLE_FILE:
-            for block in iter(lambda: f.read(_BLOCK), b""):
-                digest.update(block)
-            return
-        for i in range(_SAMPLES):
-            f.seek((size - _BLOCK) * i // (_SAMPLES - 1))
-            digest.update(f.read(_BLOCK))
-
-
-def model_fingerprint(directory: str) -> str:
-    """sha256 (hex) of a saved model folder: names and contents of its regular, non-hidden
-    files (large ones sampled), so a copy elsewhere has the same fingerprint."""
-    import hashlib
-    digest = hashlib.sha256()
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if entry.name.startswith(".") or not entry.is_file():   # links followed
-            continue
-        digest.update(entry.name.encode("utf-8", "surrogateescape") + b"\0")
-        _file_digest(entry.path, entry.stat().st_size, digest)
-    return digest.hexdigest()
-
-
-def provenance(model_dir: str, answer_dir: Optional[str] = None) -> dict:
-    """The sidecar record of predictions by the model in `model_dir` (and, for HotpotQA's two
-    stages, the answer model in `answer_dir`)."""
-    return {"written_by": WRITTEN_BY, "format": 1, "model": model_fingerprint(model_dir),
-            "answer_model": model_fingerprint(answer_dir) if answer_dir else None}
-
-
-def provenance_bytes(record: dict) -> bytes:
-    """The sidecar's content for `record` (provenance)."""
-    return (json.dumps(record, indent=1) + "\n").encode("utf-8")
-
-
-# A sidecar is a few hundred bytes; a record is one line, none longer than MAX_RECORD_LINE.
-MAX_SIDECAR = 64 << 10
-MAX_RECORD_LINE = 64 << 20
-
-
-def check_provenance(output: str, record: dict, sidecar: Optional[bytes]) -> None:
-    """PipelineError (one line) unless `sidecar` (the bytes of `output`'s sidecar, None when
-    there is none) says this tool wrote `output` with the model(s) of `record`."""
-    from ernie_doc.utils import clip, decode_utf8, parse_json
-    side = provenance_path(output)
-    if sidecar is None:
-        raise PipelineError(f"--resume: {output} has no {os.path.basename(side)} beside it, so "
-                            f"ernie-doc predict did not write it: nothing changed; --overwrite "
-                            f"replaces it")
-    found = parse_json(decode_utf8(sidecar, side, PipelineError), side, PipelineError)
-    writer = record.get("written_by", WRITTEN_BY)
-    if not isinstance(found, dict) or found.get("written_by") != writer:
-        raise PipelineError(f"--resume: {side}: not a record of {writer}; nothing changed")
-    if found.get("settings") != record.get("settings"):   # explain's method, target ...
-        raise PipelineError(f"--resume: {output} was written with other settings "
-                            f"({clip(json.dumps(found.get('settings')), 200)}, now "
-                            f"{clip(json.dumps(record.get('settings')), 200)}): nothing "
-                            f"changed; --overwrite replaces it")
-    for key, name in (("model", "MODEL"), ("answer_model", "--answer-model")):
-        if found.get(key) != record[key]:
-            raise PipelineError(f"--resume: {output} was written by a different model (its "
-                                f"{key} fingerprint {str(found.get(key))[:12]}, {name}'s "
-                                f"{str(record[key])[:12]}): nothing changed; --overwrite "
-                                f"replaces it")
-
-
-def completed_ids(output: str, record: dict, folder=None) -> List[str]:
-    """Document ids already in a predictions file written for `record`'s model (sidecar checked
-    first); a cut-short last line is removed, other bad lines refused. Read line by line."""
-    return completed_records(output, record, folder)[0]
-
-
-def completed_records(output: str, record: dict, folder=None) -> Tuple[List[str], int]:
-    """completed_ids, and how many of those records are predictions (not error records)."""
-    from ernie_doc.predict.outputs import InputSet, OutputFolder
-    own = folder is None
-    if own:
-        folder = OutputFolder(output, InputSet(), error=PipelineError)
-    try:
-        if own:
-            folder.open_append()
-        side = os.path.basename(provenance_path(output))
-        check_provenance(output, record, folder.read(side, MAX_SIDECAR))
-        return _read_ids(output, folder.file)
-    finally:
-        if own:
-            folder.close()
-
-
-def _read_ids(output: str, f) -> Tuple[List[str], int]:
-    """completed_records' reading of the open predictions file `f` (binary, read-write)."""
-    ids, good, number, predicted = [], 0, 0, 0
-    while True:
-        line = f.readline(MAX_RECORD_LINE + 1)
-        if not line:
-            break
-        number += 1
-        if not line.endswith(b"\n"):
-            if len(line) > MAX_RECORD_LINE:
-                raise PipelineError(f"{output}:{number}: a line over {MAX_RECORD_LINE >> 20} "
-                                    f"MiB, not a prediction record; nothing changed")
-            f.truncate(good)   # the last line, cut short by an interrupted run
-            break
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
-            item = None
-        if not isinstance(item, dict) or "doc_id" not in item:
-            raise PipelineError(f"{output}:{number}: not a prediction record; nothing changed")
-        ids.append(str(item["doc_id"]))
-        predicted += "error" not in item
-        good += len(line)
-    f.seek(0, os.SEEK_END)
-    return ids, predicted
-
-
-def to_jsonable(value: Any) -> Any:
-    """numpy scalars and arrays in a record → plain JSON values."""
-    if isinstance(value, dict):
-        return {k: to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
