@@ -5,22 +5,12 @@ of a document drove the log-probability of a span of its tokens.
     pipe = pipeline("out/lm")                         # an LMPipeline
     pipe.explain(["a document , one paragraph per line ."], method="gradient", span=(3, 9))
 
-The document is read as LMPipeline reads it (ernie_doc.predict.lm: one row of tgt_len windows
-under the run's evaluation protocol, memories carried from one window to the next); the
-segments are those windows. The target is the summed log-probability of the tokens [t0, t1)
-(−Σ nll; default: the document's last tgt_len tokens), so a positive segment score means the
-segment helped predict the span. Token indices count the document's tokens as the model reads
-them: the words of each line and an `<eos>` at each line's end (with prepend_eos, an `<eos>`
-first); token 0 is never predicted.
-
-- Occlusion: variant s replaces segment s's input tokens by `<unk>` wherever they are read
-  (the targets stay the document's: occluding never changes what is predicted); a segment
-  inside the span is occluded too, so its score includes losing its own context.
-- Gradient × (x − x') and integrated gradients (midpoint rule) on the adaptive embedding's
-  output, x' the embedding of `<unk>`, with the memories attached (`memory_gradient`).
-
-Segments after the span cannot change it (the model reads left to right): they score exactly
-0 and are not read. Costs: docs/explain.md, "The language model"."""
+The document is read as LMPipeline reads it (ernie_doc.predict.lm); the segments are its
+tgt_len windows. The target is the summed log-probability of the tokens [t0, t1) (−Σ nll;
+default: the document's last tgt_len tokens); token indices count the words of each line and an
+`<eos>` at each line's end. Occlusion replaces a segment's input tokens by `<unk>`; the gradient
+methods use the embedding of `<unk>` as baseline. Segments after the span score exactly 0 and
+are not read. Details and costs: docs/explain.md, "The language model"."""
 import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
