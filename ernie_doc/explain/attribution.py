@@ -301,6 +301,28 @@ def occlusion_chunks(count: int, chunk: int, desc: str, progress: bool
         bar.close()
 
 
+def occlusion_deltas(read: Callable[[List[Optional[int]]], list],
+                     scorer: Callable[[Any], Callable[[Any], float]], count: int, chunk: int,
+                     desc: str, progress: bool) -> Tuple[np.ndarray, float]:
+    """(score(document) − score(segment s replaced) for each of `count` segments [count], the
+    document's score). `read(variants)` → each variant's result, read side by side; `scorer`:
+    the document's result → the score function of a result. Every read has the same rows, and
+    each variant is compared with the document read at its own row: a batch row's numbers can
+    differ in the last bit with its position, and a segment that cannot reach the target must
+    score exactly 0."""
+    width = min(chunk, count + 1)
+    plain = read([None] * width)
+    score = scorer(plain[0])
+    reference = [score(result) for result in plain]
+    deltas = np.zeros(count)
+    for part in occlusion_chunks(count, chunk, desc, progress):
+        found = read(part + [None] * (width - len(part)))
+        for p, v in enumerate(part):
+            if v is not None:
+                deltas[v] = reference[p] - score(found[p])
+    return deltas, reference[0]
+
+
 def check_method(method: str, replacement: str, steps: int) -> None:
     """DataError (one line) for an unknown method or replacement, or steps < 1."""
     if method not in METHODS:

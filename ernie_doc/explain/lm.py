@@ -21,7 +21,7 @@ import paddle
 from ernie_doc.data.document import Document
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, check_method, deep, gradient_pass,
-                                           occlusion_chunks, plan_passes)
+                                           occlusion_deltas, plan_passes)
 from ernie_doc.explain.explainer import MAX_SEGMENTS, TOP_TOKENS, Explaining
 from ernie_doc.explain.record import explanation_record
 from ernie_doc.resources import activation_bytes
@@ -199,20 +199,10 @@ class LMExplainer(Explaining):
                             f"max_segments {self.max_segments} (occlusion reads the document "
                             f"once per segment); raise it, or use method gradient")
         deltas = np.zeros(layout.segments)
-        width = min(self.chunk, layout.read + 1)
         with paddle.no_grad(), row_by_row(self.model.word_emb):
-            # every read has the same rows (the last padded with the document), each row
-            # embedded alone, and each variant is compared with the document read at its own
-            # row: a row's last bit may depend on its position, and a segment that cannot
-            # reach the span must score exactly 0
-            reference = [float(x) for x in self._read(layout, [None] * width)]
-            score = reference[0]
-            for part in occlusion_chunks(layout.read, self.chunk, f"occlude {doc.doc_id}",
-                                         self.progress):
-                found = [float(x) for x in self._read(layout, part + [None] * (width - len(part)))]
-                for p, v in enumerate(part):
-                    if v is not None:
-                        deltas[v] = reference[p] - found[p]
+            deltas[:layout.read], score = occlusion_deltas(
+                lambda variants: self._read(layout, variants), lambda _: float, layout.read,
+                self.chunk, f"occlude {doc.doc_id}", self.progress)
         return self._record(doc, layout, score, deltas, None, {})
 
     # -- gradients -------------------------------------------------------------------------------
