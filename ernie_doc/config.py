@@ -246,10 +246,9 @@ def language_model_problem(path: str) -> Optional[str]:
 
 def saved_reading(folder: str) -> Dict[str, Any]:
     """How the run that saved `folder` read a segment, from its task.json: {"retro_feed",
-    "max_seq_len", "max_doc_tokens", "stride" (when set), and for a classifier
-    "segment_layout"}; {} without a
-    readable one. For folders saved before config.json (retro_feed) and tokenizer_config.json
-    (segment_layout) recorded it; predict reports a broken task.json itself."""
+    "max_seq_len", "max_doc_tokens", "stride" (when set), and for a classifier "segment_layout"};
+    {} without a readable one (predict reports a broken task.json itself). For folders whose
+    config.json and tokenizer_config.json do not record it."""
     from ernie_doc.utils import read_json
     path = os.path.join(folder, TASK_FILE)
     try:

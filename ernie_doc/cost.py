@@ -1,10 +1,7 @@
 """What one forward of a model costs in matrix-multiply FLOPs (2 per multiply-add), counted
-from its config: the ERNIE-Doc encoder and the Transformer-XL language model.
-
-The count follows the products the code runs, shape by shape (tests/test_cost.py checks it
-against a count of the products a tiny model's forward actually calls). Elementwise work,
-softmax and layer norm are left out: the matmuls are what a GPU's tensor cores bound.
-`ernie-doc plan` turns these counts into GPU-hours (ernie_doc/plan.py)."""
+from its config, product by product as the code runs them (tests/test_cost.py checks it): the
+ERNIE-Doc encoder and the Transformer-XL language model. Elementwise work, softmax and layer
+norm are left out. `ernie-doc plan` turns these counts into GPU-hours (ernie_doc/plan.py)."""
 from typing import Any
 
 
@@ -15,8 +12,7 @@ def forward_matmul_flops(config: Any, batch: int, seq_len: int) -> float:
     feed-forward, the content scores and the weighted sum (T x K each) and the position
     scores, which each query block of s rows takes against K + s − 1 position rows
     (attention.QUERY_BLOCK); and per layer once, the projection of the 2T + M position rows.
-    The pooler and heads are left out (under 0.1 % at base size; plan.head_flops counts
-    heads that read every token)."""
+    The pooler and heads are left out (plan.head_flops counts heads that read every token)."""
     from ernie_doc.modeling.attention import QUERY_BLOCK
     t, h = seq_len, config.hidden_size
     m = 0 if config.recurrence == "none" else config.memory_len

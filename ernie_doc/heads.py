@@ -125,15 +125,11 @@ class Head(SegmentReader, PretrainedMixin, nn.Layer):
                 reset_memory: Optional[paddle.Tensor] = None,
                 memory_mask: Optional[paddle.Tensor] = None) -> HeadOutput:
         """input_ids [B, T] and the encoder's other arguments (ErnieDocModel.forward) →
-        HeadOutput: logits (shape per head), memories [L, B, M, H], memory_mask [B, M]. One
-        segment's reading; a fine-tuned model's prediction for a one-segment document is
-        `read(...)`, for any document `ernie_doc.pipeline` (or `segment_batches` and a loop)."""
+        HeadOutput: logits (shape per head), memories [L, B, M, H], memory_mask [B, M]: one
+        segment's reading (modeling/reading.py)."""
         enc = self.ernie_doc(input_ids, memories, token_type_ids, attention_mask, reset_memory,
                              memory_mask)
         return HeadOutput(self.logits(enc), enc.memories, enc.memory_mask, self._visible(enc))
-
-
-_Head = Head   # its former name, for task heads written against it
 
 
 class ErnieDocForSequenceClassification(Head):

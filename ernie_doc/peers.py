@@ -1,26 +1,9 @@
 """Ranks watching each other: when one rank stops (its process killed, its node gone), the others
-exit with one line naming it instead of waiting in a collective call.
+exit with one line naming it (status PEER_LOST) instead of waiting in a collective call.
 
-Every rank's watch adds 1 to its own counter in paddle's TCP store (the one
-`init_parallel_env` meets through, served by rank 0's process, reachable from every node) every
-`interval` seconds and reads the others' counters. A peer whose counter has not moved for
-`timeout` seconds (the run config's `peer_timeout`), or the store not answering (rank 0's
-process gone), ends this process: one `error:` line on stderr naming the rank, its node and the
-checkpoint to resume from, exit status PEER_LOST. After a collective call failed (`settle`), a
-live peer still beats, so `quick_window` seconds of silence decide.
-
-Before the watch: joining the process group (`init_parallel_env`) is bounded (`joining`, the
-run config's `peer_join_timeout`): a rank that never reaches it (an error before training on
-its node, a node not started) ends the ranks waiting for it with one line naming it, instead of
-paddle's wait of 900 s for its TCP store. From joining until training (`telling`), a rank that
-stops on its error leaves its line in the store, and the others, whose next collective call
-fails, end with that line.
-
-Why not paddle's own errors: a killed peer makes gloo raise at once, but with a traceback that
-names no rank, or abort the process from C++ when the failed call is the gradient all-reduce
-inside backward (`catch_abort` waits for the verdict there); a peer that hangs or whose node is
-cut off blocks gloo for its 30 s timeout, and NCCL for longer. Details: docs/pretraining.md,
-"Several nodes"."""
+`watch`: heartbeat counters in paddle's TCP store (rank 0's); `joining`: a bound on joining the
+process group; `telling`: an error before training travels to the other ranks. Why not paddle's
+own errors, and what each line says: docs/pretraining.md, "Several nodes"."""
 import contextlib
 import ctypes
 import os

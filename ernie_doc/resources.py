@@ -1,10 +1,6 @@
-"""Will it fit? Memory estimates made from a config before anything is allocated.
-
-A config that needs more memory than is available should be one error line with the numbers,
-not a MemoryError (or the OOM killer) minutes into a run. The estimate counts weights
-(×4 when training: gradients and Adam's moments), activations kept for backward (Korthikanti
-et al. 2022), the carried memories and a per-layer overhead. The parameter count is exact:
-the model is built under paddle.LazyGuard. Details: docs/design-notes.md, "Memory estimates"."""
+"""Will it fit? Memory estimates made from a config before anything is allocated, so that a
+config that needs more memory than is available is one error line with the numbers, not a
+MemoryError minutes into a run. The terms: docs/design-notes.md, "Memory estimates"."""
 import ctypes
 import functools
 import math
@@ -200,9 +196,8 @@ def _libc() -> Optional[ctypes.CDLL]:
 
 
 def release_free_memory() -> bool:
-    """Give the C heap's free pages back to the system (glibc's malloc_trim) → whether any
-    were. After a large transient, such as tokenizing a long document (sentencepiece's
-    buffers and a Python int a token: 100 MiB for a million tokens), the freed memory would
-    otherwise stay resident for the rest of the run. False without glibc."""
+    """Give the C heap's free pages back to the system (glibc's malloc_trim) → whether any were:
+    after a large transient (tokenizing a long document) the freed memory would otherwise stay
+    resident for the rest of the run. False without glibc."""
     libc = _libc()
     return bool(libc.malloc_trim(0)) if libc is not None else False

@@ -445,9 +445,7 @@ def progress_bar(iterable: Any = None, *, total: Optional[float] = None, desc: s
                  **bar_options: Any) -> Any:
     """The progress display of every command, on stderr: a tqdm bar on a terminal, plain
     ProgressLines elsewhere, a disabled tqdm when progress is off (progress_style). Used as
-    tqdm: iterate it or call update(n), set_postfix(...), close(); `bar_options` (unit_scale,
-    unit_divisor, initial, mininterval, dynamic_ncols...) go to tqdm (the first three to the
-    lines too)."""
+    tqdm; `bar_options` go to tqdm (unit_scale, unit_divisor and initial to the lines too)."""
     style = progress_style(requested)
     if style == "lines":
         kept = {k: bar_options[k] for k in ("unit_scale", "unit_divisor", "initial")
@@ -462,8 +460,7 @@ class ProgressLines:
     """Progress as plain lines on stderr, for a log file (no "\\r" redraws): a line each time
     another LINE_PERCENT of the total is done (and LINE_GAP seconds have passed), or after
     LINE_SECONDS without one; at close, a last line (with `leave`, or when lines were written).
-    A line is tqdm's statistics without the bar: `train imdb:  45% 90/200 [00:42<00:51,
-    2.14it/s, loss=0.41]`. Used as a tqdm bar."""
+    A line is tqdm's statistics without the bar. Used as a tqdm bar."""
 
     def __init__(self, iterable: Any = None, total: Optional[float] = None, desc: str = "",
                  unit: str = "it", leave: bool = True, initial: float = 0,

@@ -41,9 +41,6 @@ OFFICIAL_CONFIG_KEYS = ("attention_probs_dropout_prob", "hidden_act", "hidden_dr
                         "num_attention_heads", "num_hidden_layers", "sent_type_vocab_size",
                         "task_type_vocab_size", "vocab_size", "memory_len", "epsilon")
 
-# Arguments of head constructors that a config file may carry (old PaddleNLP top-level keys).
-HEAD_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes", "dropout")
-
 
 @dataclass
 class Checkpoint:

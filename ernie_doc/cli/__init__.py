@@ -1,12 +1,5 @@
-"""`ernie-doc`: the installed command, one subcommand per tool.
-
-    ernie-doc finetune CONFIG|TASK [--set key=value ...] [--nproc N]
-    ernie-doc pretrain --config CONFIG [--set ...] [--nproc N]
-    ernie-doc predict MODEL --input FILE|DIR --output preds.jsonl
-    ernie-doc explain MODEL --input FILE|DIR --output DIR
-    ernie-doc context --output DIR --group NAME MODEL ... [--group ...]
-    ernie-doc plan CONFIG|TASK --gpus N [--set key=value ...]   (memory, GPU-hours: estimates)
-    ernie-doc export | convert | train-tokenizer | run-document | download ...
+"""`ernie-doc`: the installed command, one subcommand per tool (finetune, pretrain, predict,
+explain, context, plan, export, convert, train-tokenizer, run-document, download ...).
 
 Each subcommand is a module of this package with `main(argv)` (for callers in Python) and
 `command(argv)` (the command line's exit status); `tools/<name>.py` in a source checkout are

@@ -2,13 +2,9 @@
 segments back on the last segment's prediction (occlusion |Δ| and gradient norm, by distance);
 for language models, the loss as a function of the memory allowed at test time.
 
-    ernie-doc context out/hyp/none-s1 out/hyp/xl-s1 out/hyp/enhanced-s1 --format task \\
-        --output ctx/hyp                              # each model's own dev split
-    ernie-doc context out/lm/xl out/lm/enhanced --input wiki.test.tokens --output ctx/lm
-
 --output DIR receives context.json (every curve), context.md (one table) and context.png (the
 curves). Runs named `<variant>-s<seed>` are also summarised per variant (mean, min–max over
-seeds). Definitions and costs: docs/explain.md, "How far back a model looks"."""
+seeds). Usage, definitions and costs: docs/explain.md, "How far back a model looks"."""
 import argparse
 import json
 import os

@@ -1,15 +1,10 @@
 """Explain predictions: which segments and words of each document drove the model's decision.
 
-    ernie-doc explain output/imdb --input reviews/ --output why/
-    ernie-doc explain output/imdb --input reviews/ --output why/ --method gradient
-    ernie-doc explain output/cmrc2018 --input questions.jsonl --output why/ --target "北京"
-    ernie-doc explain output/lm --input articles/ --output why/ --target 100:150
+    ernie-doc explain output/imdb --input reviews/ --output why/ [--method gradient]
 
---output DIR receives `explanations.jsonl` (one JSON line per document: its per-segment
-scores and top tokens with character offsets) and, per document, a PNG of the segment scores
-along the document and a self-contained HTML page of the text coloured by attribution. The
-documents, error records, --resume and the output checks are predict's (ernie-doc predict).
-Methods and costs: docs/explain.md."""
+--output DIR receives `explanations.jsonl` (one JSON line per document) and, per document, a
+PNG of the segment scores and an HTML page of the text coloured by attribution. The documents,
+error records, --resume and the output checks are predict's. Methods and costs: docs/explain.md."""
 import argparse
 import os
 import sys

@@ -1,14 +1,9 @@
 """Estimate a run before running it: memory per device and GPU-hours, from its config.
 
     ernie-doc plan tasks/imdb/config.yaml --gpus 8 [--set key=value ...]   (or tools/plan.py)
-    ernie-doc plan configs/pretrain/base.yaml --gpus 40
-    ernie-doc plan triviaqa --gpus 8 --set batch_size=8 amp=true --device a100
 
-Prints the parameters, the memory per device with and without recompute (the trainer's own
-estimate, which it refuses a run by), the matmul FLOPs per token and the GPU-hours at a stated
-device peak and utilisation, every GPU figure an estimate (ernie_doc/plan.py; the assumptions:
-docs/reproduce.md). Reads no data and allocates no model. A bad config or option prints one
-`error:` line and exits with 2.
+Every GPU figure is an estimate (ernie_doc/plan.py; the assumptions: docs/reproduce.md). Reads
+no data and allocates no model. A bad config or option prints one `error:` line, exit 2.
 """
 import argparse
 import sys

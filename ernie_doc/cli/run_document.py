@@ -1,13 +1,10 @@
 """Run one long document through ERNIE-Doc segment by segment, carrying the memories.
 
-    ernie-doc run-document                                         # offline built-in default
-    ernie-doc run-document --model ernie-doc-base-en --text doc.txt
-    ernie-doc run-document --model CHECKPOINT_DIR --text doc.txt
+    ernie-doc run-document [--model ernie-doc-base-en|CHECKPOINT_DIR --text doc.txt]
 
-Prints each segment's shapes and time, then a JSON summary. The built-in default is a
-randomly initialised `ernie-doc-small` on a deterministic 4,096-token synthetic document.
-A bad argument or input file prints one `error:` line and exits with 2 (--debug: traceback);
-the model's loading notes go to stdout with the rest of the report.
+Prints each segment's shapes and time, then a JSON summary; with no --model, a randomly
+initialised `ernie-doc-small` on a deterministic synthetic document (offline). A bad argument
+or input prints one `error:` line, exit 2 (--debug: traceback).
 """
 import argparse
 import json

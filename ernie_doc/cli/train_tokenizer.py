@@ -14,8 +14,6 @@ import os
 import sys
 from typing import List, Optional
 
-# Runnable from a checkout without installing the package.
-
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,15 +1,10 @@
-"""Cut documents into the batches of segments the model reads, for your own loop.
-
-    from ernie_doc.data import segment_batches
-    for ids, mask, new_doc in segment_batches(docs, seq_len=512, batch_size=2,
-                                              tokenizer=tok, return_tensors="pd"):
-        out = model(ids, memories, attention_mask=mask, reset_memory=new_doc)
-        memories = out.memories
+"""Cut documents into the batches of segments the model reads, for your own loop
+(`segment_batches`; the loop: docs/model.md).
 
 The pieces are the trainer's (data.segment, data.schedule, data.collate), and documents are
 read as a stream: only those in the batch rows are held. With a fine-tuned run's tokenizer,
 `stride` the run's and `retro_feed=model.config.retro_feed`, the segments are those its
-evaluation and `pipeline` read (docs/model.md: a classifier's loop)."""
+evaluation and `pipeline` read."""
 from collections import namedtuple
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 

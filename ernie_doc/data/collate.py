@@ -46,10 +46,9 @@ def collate(rows: List[Optional[Segment]], resets, seq_len, pad_id,
 class TensorStage:
     """A stream's numpy batches → paddle tensors, one per name (`stage(batch)`).
 
-    On CPU each name's array is copied into a buffer that one zero-copy tensor shares, and
-    that tensor is cloned: no tensor is built from an ndarray per step, which on paddle 3.x
-    leaks a Python list (about 100 bytes) a call; a long document's tens of thousands of
-    steps would add megabytes. The clone is the caller's own copy. Elsewhere: paddle.to_tensor."""
+    On CPU each name's array is copied into a buffer one zero-copy tensor shares, and that tensor
+    is cloned (the caller's own copy): a tensor built from an ndarray per step leaks on paddle 3.x
+    (docs/design-notes.md). Elsewhere: paddle.to_tensor."""
 
     def __init__(self):
         self.slots: Dict[str, tuple] = {}   # name → (buffer, the tensor sharing it)

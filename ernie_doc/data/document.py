@@ -126,18 +126,24 @@ def read_text(path) -> str:
     return without_bom(read_utf8(path, DataError))
 
 
-def read_json_file(path) -> Any:
-    """The JSON value of a UTF-8 regular file; malformed JSON raises DataError naming the
-    file and line."""
-    text = read_text(path)
+def _loads(text: str, path, line: Optional[int] = None) -> Any:
+    """`text` (of file `path`, or of its line `line`) parsed as JSON; DataError naming the file
+    and line for invalid JSON, a key held twice in one object or nesting too deep."""
     try:
         return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
-        raise DataError(f"{os.fspath(path)}:{e.lineno}: invalid JSON ({e.msg})") from None
+        raise DataError(f"{where(path, e.lineno if line is None else line)}: invalid JSON "
+                        f"({e.msg})") from None
     except DuplicateKey as e:
-        raise DataError(f"{os.fspath(path)}: {e}") from None
+        raise DataError(f"{where(path, line)}: {e}") from None
     except RecursionError:
-        raise DataError(f"{os.fspath(path)}: {TOO_DEEP}") from None
+        raise DataError(f"{where(path, line)}: {TOO_DEEP}") from None
+
+
+def read_json_file(path) -> Any:
+    """The JSON value of a UTF-8 regular file; malformed JSON raises DataError naming the
+    file and line."""
+    return _loads(read_text(path), path)
 
 
 def read_lines(path):
@@ -174,14 +180,7 @@ def read_tsv(path, required=()) -> Tuple[List[str], List[Tuple[int, Dict[str, st
 def parse_json_line(raw, path, line):
     """One line of a JSON-lines file → its object; malformed JSON or a non-object raises
     DataError naming the file and line."""
-    try:
-        record = json.loads(raw, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where(path, line)}: invalid JSON ({e.msg})") from None
-    except DuplicateKey as e:
-        raise DataError(f"{where(path, line)}: {e}") from None
-    except RecursionError:
-        raise DataError(f"{where(path, line)}: {TOO_DEEP}") from None
+    record = _loads(raw, path, line)
     if not isinstance(record, dict):
         raise DataError(f"{where(path, line)}: expected a JSON object, got "
                         f"{type(record).__name__}")

@@ -1,23 +1,11 @@
 """Which segments and tokens of a document drove a prediction: occlusion, and gradients that
 follow the prediction back through the recurrence memory.
 
-A document is read as prediction reads it (its reading passes: under the retrospective feed a
-skim reading, then the retrospective one that predicts), and several *variants* of it are read
-side by side as batch rows of one stream: the document as is, copies with one segment's
-tokens replaced (occlusion), or copies whose token embeddings are moved toward a baseline
-(integrated gradients). Rows never see each other, so a variant reads exactly as the document
-alone would.
-
-- Occlusion (exact): variant s replaces segment s's tokens with [PAD] or [MASK] in every
-  reading, keeping the layout; the segment's score is target(document) − target(variant).
-- Gradient: (x − x') · ∂target/∂x on each token's embedding x, x' the replacement token's
-  embedding, with the memories attached for this pass only (`memory_gradient`), so an earlier
-  segment receives the gradient that crossed the memory.
-- Integrated gradients (Sundararajan et al., 2017): (x − x') · mean over N midpoints α of
-  ∂target/∂z at z = x' + α (x − x'); their sum is target(document) − target(baseline), the
-  baseline being every token replaced.
-
-Details and costs: docs/explain.md."""
+A document is read as prediction reads it, and several *variants* of it are read side by side
+as batch rows of one stream (rows never see each other): the document as is, copies with one
+segment's tokens replaced (occlusion: target(document) − target(variant)), or copies whose
+token embeddings move toward a baseline (gradient × (x − x'), integrated gradients), with the
+memories attached for this pass only (`memory_gradient`). Details and costs: docs/explain.md."""
 import contextlib
 import math
 from collections.abc import Sequence as SequenceABC
@@ -120,9 +108,8 @@ def read_variants(model: Any, task: Any, layout: Layout, seq_len: int, pad_id: i
 
 class VariantRows(SequenceABC):
     """Each variant's final-reading rows [(segment index, row)], sliced from the steps' score
-    tensors [variants, ...] when a variant is asked for. One tensor a step is kept, not one
-    a step and variant: thousands of small tensors that outlive the read pin the heap pages
-    of every step's temporaries, and the resident memory grew with variants × segments."""
+    tensors [variants, ...] when asked for: one tensor a step, since thousands of small tensors
+    outliving the read pin the heap pages of every step's temporaries."""
 
     def __init__(self, variants: int):
         self.variants = variants
@@ -182,12 +169,10 @@ class EmbeddingProbe:
 
 @contextlib.contextmanager
 def gradient_pass(model: Any, recompute: bool) -> Iterator[None]:
-    """Inside: gradients are built, the memories stay attached (memory_gradient), each layer
-    is recomputed in backward when `recompute`, and the weights get no gradient (only the
-    embeddings' is wanted; LayerNorm scales excepted, their gradient discarded). Everything
-    is restored on the way out. `model`: a document model
-    (its encoder `.ernie_doc`) or a model that is its own encoder (the language model, which
-    has no recompute: ValueError when asked for it)."""
+    """Inside: gradients are built, the memories stay attached (memory_gradient), each layer is
+    recomputed in backward when `recompute`, and only the embeddings get a gradient; all restored on
+    the way out. `model`: a document model (encoder `.ernie_doc`) or its own encoder (the language
+    model, which has no recompute: ValueError when asked for it)."""
     encoder = getattr(model, "ernie_doc", model)
     switches = {"memory_gradient": True}
     if hasattr(encoder, "recompute"):
@@ -314,6 +299,28 @@ def occlusion_chunks(count: int, chunk: int, desc: str, progress: bool
             bar.update(len(part))
     finally:
         bar.close()
+
+
+def occlusion_deltas(read: Callable[[List[Optional[int]]], list],
+                     scorer: Callable[[Any], Callable[[Any], float]], count: int, chunk: int,
+                     desc: str, progress: bool) -> Tuple[np.ndarray, float]:
+    """(score(document) − score(segment s replaced) for each of `count` segments [count], the
+    document's score). `read(variants)` → each variant's result, read side by side; `scorer`:
+    the document's result → the score function of a result. Every read has the same rows, and
+    each variant is compared with the document read at its own row: a batch row's numbers can
+    differ in the last bit with its position, and a segment that cannot reach the target must
+    score exactly 0."""
+    width = min(chunk, count + 1)
+    plain = read([None] * width)
+    score = scorer(plain[0])
+    reference = [score(result) for result in plain]
+    deltas = np.zeros(count)
+    for part in occlusion_chunks(count, chunk, desc, progress):
+        found = read(part + [None] * (width - len(part)))
+        for p, v in enumerate(part):
+            if v is not None:
+                deltas[v] = reference[p] - score(found[p])
+    return deltas, reference[0]
 
 
 def check_method(method: str, replacement: str, steps: int) -> None:

@@ -1,14 +1,7 @@
 """How far back a document model looks: the influence of the segment d segments back on the
-last segment's prediction, by occlusion |Δ| and by gradient norm, averaged over documents.
-
-For each document of two segments or more, the target is the last segment's own prediction
-(its row of the final reading: the probability of its predicted label). Occluding segment s
-(every reading) changes it by Δ_s; the gradient pass gives ‖∂target/∂x‖ over segment s's
-token embeddings, through the memories, of the target's log-odds where the kind gives them
-(a probability near 1 has a vanishing gradient). Segment s lies d = S − 1 − s segments back. A curve
-averages each distance over the documents long enough to have it; the *reach* is the distance
-from which the occlusion curve stays under 1 % of its value at d = 0 (the last segment
-itself). Details: docs/explain.md, "How far back a model looks"."""
+last segment's prediction, by occlusion |Δ| and by gradient norm, averaged over documents; the
+*reach* is the distance from which the occlusion curve stays under THRESHOLD of its value at
+d = 0. Details: docs/explain.md, "How far back a model looks"."""
 from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np

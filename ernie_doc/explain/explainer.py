@@ -15,7 +15,7 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_method, deep,
-                                           document_layout, gradient_pass, occlusion_chunks,
+                                           document_layout, gradient_pass, occlusion_deltas,
                                            plan_passes, read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
 from ernie_doc.resources import activation_bytes, layer_input_bytes
@@ -148,23 +148,12 @@ class Explainer(Explaining):
 
     def occlusion_deltas(self, layout: Layout, desc: str,
                          scorer: Callable[[Any], Callable[[Any], float]]) -> np.ndarray:
-        """score(document) − score(segment s replaced) for each segment [S]. `scorer`: the
-        document's rows → the score function of a variant's rows. Every read has the same
-        rows, and each variant is compared with the document read at its own row: a batch
-        row's numbers can differ in the last bit with its position, and a segment that
-        cannot reach the target must score exactly 0."""
-        width = min(self.chunk, layout.segments + 1)
-        deltas = np.zeros(layout.segments)
+        """score(document) − score(segment s replaced) for each segment [S]
+        (attribution.occlusion_deltas). `scorer`: the document's rows → the score function of
+        a variant's rows."""
         with paddle.no_grad():
-            plain = self._read(layout, [None] * width)
-            score = scorer(plain[0])
-            reference = [score(plain[p]) for p in range(width)]
-            for part in occlusion_chunks(layout.segments, self.chunk, desc, self.progress):
-                read = self._read(layout, part + [None] * (width - len(part)))
-                for p, v in enumerate(part):
-                    if v is not None:
-                        deltas[v] = reference[p] - score(read[p])
-        return deltas
+            return occlusion_deltas(lambda variants: self._read(layout, variants), scorer,
+                                    layout.segments, self.chunk, desc, self.progress)[0]
 
     # -- gradients -------------------------------------------------------------------------------
     def graph_bytes(self, layout: Layout, rows: int, recompute: bool) -> int:

@@ -5,22 +5,12 @@ of a document drove the log-probability of a span of its tokens.
     pipe = pipeline("out/lm")                         # an LMPipeline
     pipe.explain(["a document , one paragraph per line ."], method="gradient", span=(3, 9))
 
-The document is read as LMPipeline reads it (ernie_doc.predict.lm: one row of tgt_len windows
-under the run's evaluation protocol, memories carried from one window to the next); the
-segments are those windows. The target is the summed log-probability of the tokens [t0, t1)
-(−Σ nll; default: the document's last tgt_len tokens), so a positive segment score means the
-segment helped predict the span. Token indices count the document's tokens as the model reads
-them: the words of each line and an `<eos>` at each line's end (with prepend_eos, an `<eos>`
-first); token 0 is never predicted.
-
-- Occlusion: variant s replaces segment s's input tokens by `<unk>` wherever they are read
-  (the targets stay the document's: occluding never changes what is predicted); a segment
-  inside the span is occluded too, so its score includes losing its own context.
-- Gradient × (x − x') and integrated gradients (midpoint rule) on the adaptive embedding's
-  output, x' the embedding of `<unk>`, with the memories attached (`memory_gradient`).
-
-Segments after the span cannot change it (the model reads left to right): they score exactly
-0 and are not read. Costs: docs/explain.md, "The language model"."""
+The document is read as LMPipeline reads it (ernie_doc.predict.lm); the segments are its
+tgt_len windows. The target is the summed log-probability of the tokens [t0, t1) (−Σ nll;
+default: the document's last tgt_len tokens); token indices count the words of each line and an
+`<eos>` at each line's end. Occlusion replaces a segment's input tokens by `<unk>`; the gradient
+methods use the embedding of `<unk>` as baseline. Segments after the span score exactly 0 and
+are not read. Details and costs: docs/explain.md, "The language model"."""
 import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
@@ -31,7 +21,7 @@ import paddle
 from ernie_doc.data.document import Document
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, check_method, deep, gradient_pass,
-                                           occlusion_chunks, plan_passes)
+                                           occlusion_deltas, plan_passes)
 from ernie_doc.explain.explainer import MAX_SEGMENTS, TOP_TOKENS, Explaining
 from ernie_doc.explain.record import explanation_record
 from ernie_doc.resources import activation_bytes
@@ -209,20 +199,10 @@ class LMExplainer(Explaining):
                             f"max_segments {self.max_segments} (occlusion reads the document "
                             f"once per segment); raise it, or use method gradient")
         deltas = np.zeros(layout.segments)
-        width = min(self.chunk, layout.read + 1)
         with paddle.no_grad(), row_by_row(self.model.word_emb):
-            # every read has the same rows (the last padded with the document), each row
-            # embedded alone, and each variant is compared with the document read at its own
-            # row: a row's last bit may depend on its position, and a segment that cannot
-            # reach the span must score exactly 0
-            reference = [float(x) for x in self._read(layout, [None] * width)]
-            score = reference[0]
-            for part in occlusion_chunks(layout.read, self.chunk, f"occlude {doc.doc_id}",
-                                         self.progress):
-                found = [float(x) for x in self._read(layout, part + [None] * (width - len(part)))]
-                for p, v in enumerate(part):
-                    if v is not None:
-                        deltas[v] = reference[p] - found[p]
+            deltas[:layout.read], score = occlusion_deltas(
+                lambda variants: self._read(layout, variants), lambda _: float, layout.read,
+                self.chunk, f"occlude {doc.doc_id}", self.progress)
         return self._record(doc, layout, score, deltas, None, {})
 
     # -- gradients -------------------------------------------------------------------------------

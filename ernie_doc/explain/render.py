@@ -1,15 +1,7 @@
-"""The picture and the page of one explanation, drawn from the JSON-able record `ernie-doc
-explain` writes for a document (read, never changed):
-
-- render_png: the segment scores along the document, the retrospective feed's two readings
-  side by side when the method splits them;
-- render_html: one self-contained page (no script, font or image from anywhere), the text
-  coloured token by token: red raises the target score, blue lowers it, white is 0;
-- figure_names: the two files' names inside the output directory.
-
+"""The picture (render_png) and the self-contained page (render_html) of one explanation, drawn
+from the JSON-able record `ernie-doc explain` writes for a document (read, never changed).
 numpy and the standard library only; matplotlib is imported by render_png alone, never pyplot
-(a user's chosen backend is left as it is). The page is built from token spans, so a text of
-a million characters costs one pass over its tokens, not over its characters."""
+(a user's chosen backend is left as it is)."""
 import html
 import json
 import numbers
@@ -36,11 +28,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def figure_names(index: int, doc_id: str) -> Tuple[str, str]:
-    """The PNG and HTML file names of the `index`-th document (0-based, input order) inside
-    the output directory: `00007-<safe>.png`, `00007-<safe>.html`. <safe> is `doc_id` reduced
-    to [A-Za-z0-9._-] (anything else, leading dots too, becomes `_`), at most 60 characters,
-    `doc` when nothing is left; the zero-padded index keeps the names in input order and
-    unique when two ids reduce alike. No name leaves the directory or hides in it."""
+    """The PNG and HTML file names of the `index`-th document (0-based, input order) in the
+    output directory: `00007-<safe>.png`, <safe> being `doc_id` reduced to [A-Za-z0-9._-] (no
+    leading dot, at most 60 characters, `doc` when nothing is left). No name leaves the
+    directory or hides in it."""
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
         raise ValueError(f"figure_names: index must be an int >= 0, not {index!r}")
     index = int(index)
@@ -178,12 +169,9 @@ def _draw_segments(ax, record: dict) -> None:
 
 
 def render_png(record: dict, path: str) -> None:
-    """Write `path`: the record's segment scores along the document (x: segment, in document
-    order; y: attribution, positive raises the target score), the two readings of the
-    retrospective feed side by side when `by_reading` splits them, a single series otherwise;
-    titled with the document, the target, its score and the method. Wider with more segments,
-    up to 16 inches. Atomic: a temporary file beside `path`, then os.replace.
-    Raises MissingDependency (one line) without matplotlib."""
+    """Write `path` atomically: the record's segment scores along the document (x: segment; y:
+    attribution, positive raises the target score), the retrospective feed's two readings side by
+    side when `by_reading` splits them. MissingDependency (one line) without matplotlib."""
     Figure, FigureCanvasAgg, MaxNLocator = _matplotlib()
     n = len(record.get("segments") or [])
     fig = Figure(figsize=(min(16.0, 5.0 + 0.12 * n), 4.0), dpi=100)
@@ -344,9 +332,8 @@ def page_html(record: dict) -> str:
 
 
 def render_html(record: dict, path: str) -> None:
-    """Write `path`: the record's page (page_html), UTF-8, self-contained (inline CSS; no
-    script, font or image from anywhere: it opens with no network). Atomic: a temporary file
-    beside `path`, then os.replace. A lone surrogate (not UTF-8) is written as \\uXXXX."""
+    """Write `path` atomically: the record's page (page_html), UTF-8, with no script, font or image
+    from anywhere. A lone surrogate (not UTF-8) is written as \\uXXXX."""
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(page_html(record))

@@ -13,7 +13,7 @@ import zlib
 from typing import Dict, List, Optional
 
 from ernie_doc.errors import HubError
-from ernie_doc.hub.fetch import CHUNK, check_space, shown
+from ernie_doc.hub.fetch import CHUNK, check_space, shown, write_all
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
 MAX_MEMBERS = 10_000          # a released archive holds a few hundred files
@@ -160,12 +160,7 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parent_fd: int,
             if not block:
                 break
             written += len(block)
-            view = memoryview(block)
-            try:
-                while view:
-                    view = view[os.write(fd, view):]
-            except OSError as e:   # a full disk: a write failure naming the file
-                raise OSError(e.errno, e.strerror, path) from None
+            write_all(fd, block, path)
     finally:
         os.close(fd)
     if written != member.size:

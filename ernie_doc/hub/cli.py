@@ -1,12 +1,7 @@
 """`ernie-doc download`: fill the cache ahead of time (for a machine that later goes offline).
 
-    ernie-doc download ernie-doc-base-en                 weights (official) + tokenizer
-    ernie-doc download ernie-doc-base-zh --source all    both copies of the weights
-    ernie-doc download ernie-doc-large-en --tokenizer-only
-    ernie-doc download --list                            names, sources and what is cached
-
 Then copy $ERNIE_DOC_HOME (default ~/.cache/ernie_doc) to the offline machine and set
-ERNIE_DOC_OFFLINE=1 there. Errors print one line and exit with status 2.
+ERNIE_DOC_OFFLINE=1 there (docs/checkpoints.md). Errors print one line and exit with status 2.
 """
 import argparse
 import logging

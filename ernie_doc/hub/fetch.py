@@ -584,7 +584,7 @@ class _Body:
             if self.size > limit:
                 raise HubError(f"{fetched}: the body is longer than {limit:,} bytes, "
                                f"{why}; nothing was kept; {by_hand}")
-            _write_all(fd, block, dest)
+            write_all(fd, block, dest)
             self.digest.update(block)
             bar.update(len(block))
 
@@ -648,7 +648,8 @@ def _network_error(e: BaseException, body: _Body, deadline: float,
     return HubError(f"{fetched}: cannot download ({what}); {by_hand}")
 
 
-def _write_all(fd: int, data: bytes, path: str) -> None:
+def write_all(fd: int, data: bytes, path: str) -> None:
+    """Write all of `data` to `fd`; a failure (a full disk) is an OSError naming `path`."""
     view = memoryview(data)
     try:
         while view:

@@ -25,9 +25,7 @@ PathArg = Union[str, os.PathLike]
 
 EOS = "<eos>"
 UNK = "<unk>"
-# 2: files are keyed by a hash of their bytes (1 keyed them by path, size and mtime, which an
-# edit that keeps the size and restores the mtime fooled).
-CACHE_VERSION = 2
+CACHE_VERSION = 2   # a cache written under another version is rebuilt
 HASH_CHUNK = 1 << 20
 SPLITTER_VERSION = 1
 

@@ -34,23 +34,20 @@ _SIZE_FROM_CHECKPOINT = {"num_labels": ("linear.bias", 0),
                          "num_reorder_classes": ("reorder_head.bias", 0)}
 
 
+@dataclass(eq=False, repr=False)
 class LoadReport:
     """What from_pretrained did. Lists hold checkpoint names (unexpected, ignored) or model
     keys (missing); also usable as a dict (report["missing"])."""
-
-    def __init__(self, format: str, path: str, config_source: str, loaded: List[str],
-                 missing: List[str], unexpected: List[str], ignored: List[str],
-                 other_head: Optional[str] = None):
-        self.format = format
-        # the head class the checkpoint records when it is another class's (its tensors are
-        # then in `unexpected`, this model's head in `missing`), else None
-        self.other_head = other_head
-        self.path = path
-        self.config_source = config_source
-        self.loaded = loaded
-        self.missing = missing
-        self.unexpected = unexpected
-        self.ignored = ignored
+    format: str
+    path: str
+    config_source: str
+    loaded: List[str]
+    missing: List[str]
+    unexpected: List[str]
+    ignored: List[str]
+    # the head class the checkpoint records when it is another class's (its tensors are
+    # then in `unexpected`, this model's head in `missing`), else None
+    other_head: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {"format": self.format, "path": self.path, "config_source": self.config_source,

@@ -1,13 +1,7 @@
-"""How a fine-tuned model reads one segment, and what a call without memories is not.
-
-Fine-tuning and `pipeline` read a document segment by segment with memory; under the
-retrospective feed (paper §3.1) they read the whole document twice and predict from the second
-reading. For a document that fits in one segment, `read` is that reading in one call: the
-segment from empty memory, then (retrospective feed) the same segment again with the memory
-the first reading left. A plain call (`model(**enc)`: no memories, no reset flags) is only the
-first reading; `check_plain_call` says so once per model, and also when [CLS] is not where
-the model was fine-tuned to find it or [PAD] comes without an attention mask. Longer
-documents: `ernie_doc.pipeline` or `ernie_doc.segment_batches`."""
+"""How a fine-tuned model reads one segment (`read`: under the retrospective feed, twice), and
+what a call without memories is not: only the first reading, which `check_plain_call` says once
+per model, and also when [CLS] is not where the model was fine-tuned to find it or [PAD] comes
+without an attention mask."""
 import warnings
 from typing import Any, Optional
 

@@ -1,8 +1,5 @@
-"""The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer.
-
-    tok = AutoTokenizer.from_pretrained("ernie-doc-base-zh")
-    tok(["a", "b c"], padding=True, max_length=512, truncation=True, return_tensors="np")
-    tok.decode(ids, skip_special_tokens=True), tok.save_pretrained("dir")
+"""The calling convention PaddleNLP and Hugging Face users know, shared by every tokenizer
+(usage: docs/tokenizers.md).
 
 Layout `[CLS] A [SEP] B [SEP]`, token types 0 / 1. The tokenizer of a fine-tuned classifier
 (its tokenizer_config.json records `segment_layout`) lays every text out as the segment the

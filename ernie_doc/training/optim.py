@@ -1,14 +1,9 @@
 """AdamW with decoupled weight decay, layer-wise LR decay and the warmup/decay schedules.
 
 Layer-wise decay is done with parameter groups (the group learning rate is a ratio of the
-scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle).
-
-Two rules (`layer_decay_rule`). "official" (ERNIE-Doc's `model/optimization.py`): the ratio
-scales only the Adam step, and the decoupled weight decay uses the global scheduled LR and the
-value before the step, p ← p_old + ratio·Δ_adam(lr) − wd·lr·p_old; ratios by official name
-(official_ratio). "paddlenlp" (PaddleNLP's AdamW with `lr_ratio`): the decay shrinks with the
-ratio too, p ← p_old + ratio·Δ_adam(lr) − wd·ratio·lr·p_old; ratios by our name
-(paddlenlp_ratio)."""
+scheduled one), which works on CPU, unlike AdamW's `lr_ratio` (GPU/XPU only in paddle). The two
+rules (`layer_decay_rule`: "official", ratios by official name; "paddlenlp", by our name):
+docs/fine-tuning.md and `group_weight_decay`."""
 import math
 import re
 from typing import Any, Dict, Mapping, Tuple
