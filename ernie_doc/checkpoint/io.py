@@ -22,7 +22,7 @@ import numpy as np
 from ernie_doc import config as config_module
 from ernie_doc.checkpoint import lodtensor, names, safe_pickle
 from ernie_doc.checkpoint.lodtensor import PathLike
-from ernie_doc.errors import CheckpointError, LoDTensorFormatError
+from ernie_doc.errors import CheckpointError, ConfigError, LoDTensorFormatError
 from ernie_doc.utils import atomic_write_text
 
 if TYPE_CHECKING:   # for the annotations only
@@ -63,8 +63,8 @@ class Checkpoint:
 def normalize_format(fmt: str) -> str:
     fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
-        raise ValueError(f"unknown checkpoint format {fmt!r}; choose one of "
-                         f"{', '.join(FORMATS)} (or 'ours' = safetensors)")
+        raise ConfigError(f"unknown checkpoint format {fmt!r}; choose one of "
+                          f"{', '.join(FORMATS)} (or 'ours' = safetensors)")
     return fmt
 
 

@@ -760,7 +760,7 @@ def resolve(spec, kind: str = "model", source: Optional[str] = None) -> str:
     """A local path for `spec`, fetched into the cache if needed. kind: "model" or "tokenizer";
     source: "official" or "paddlenlp" (default $ERNIE_DOC_SOURCE). HubError, one line."""
     if kind not in KINDS:
-        raise ValueError(f"kind {kind!r}: choose one of {KINDS}")
+        raise HubError(f"kind {kind!r}: choose one of {KINDS}")
     spec = os.fspath(spec)
     if source is not None and source not in registry.SOURCES:
         raise HubError(f"source {source!r}: choose one of {', '.join(registry.SOURCES)}")
