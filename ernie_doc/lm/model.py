@@ -146,9 +146,8 @@ class TransformerXLConfig:
         if self.d_model % 2:
             raise ConfigError(f"d_model must be even (the sinusoid encoding is [sin, cos] "
                               f"halves), got {self.d_model}")
-        if isinstance(self.cutoffs, (str, bytes)) or not hasattr(self.cutoffs, "__iter__"):
-            raise ConfigError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
-        if any(isinstance(c, bool) for c in self.cutoffs):
+        if isinstance(self.cutoffs, (str, bytes)) or not hasattr(self.cutoffs, "__iter__") \
+                or any(isinstance(c, bool) for c in self.cutoffs):
             raise ConfigError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
         # The adaptive layers' own checks; their messages start with the argument's name.
         self.cutoffs = cluster_layout(self.vocab_size, self.embed_dim, self.d_model,
