@@ -17,7 +17,7 @@ from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.io import Checkpoint
 from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.config import training_checkpoint_problem
-from ernie_doc.errors import CheckpointError
+from ernie_doc.errors import CheckpointError, ConfigError
 from ernie_doc.heads import HEADS, Head
 from ernie_doc.kinds.folders import load_task_folders, register
 from ernie_doc.modeling.model import ErnieDocModel
@@ -70,7 +70,7 @@ def head_class(name: str) -> Type[Head]:
     """The head class registered under `name`; ValueError naming the choices otherwise."""
     cls = _registry.get(name) or head_classes().get(name)
     if cls is None:
-        raise ValueError(f"unknown head {name!r}; choose one of {', '.join(head_names())}")
+        raise ConfigError(f"unknown head {name!r}; choose one of {', '.join(head_names())}")
     return cls
 
 

@@ -54,6 +54,11 @@ class TokenizerError(ErnieDocError, ValueError):
     line) and what is wrong; a missing file is a FileNotFoundError instead."""
 
 
+class ModelInputError(ErnieDocError, ValueError):
+    """A tensor given to a model or head (input_ids, memories, targets ...) with the wrong
+    shape, dtype or values; the message names it."""
+
+
 # -- checkpoints and released models ------------------------------------------------------------
 class CheckpointError(ErnieDocError, ValueError):
     """A checkpoint that cannot be found or read; the message names the path."""

@@ -12,6 +12,7 @@ import paddle.nn as nn
 
 from ernie_doc.checkpoint import names
 from ernie_doc.config import ErnieDocConfig
+from ernie_doc.errors import ModelInputError
 from ernie_doc.modeling.attention import truncated_normal
 from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
 from ernie_doc.modeling.linear import Linear
@@ -214,7 +215,7 @@ class ErnieDocForMultipleChoice(Head):
         rows = enc.pooled_output
         problem = paddle.in_dynamic_mode() and self.rows_problem("batch rows", rows.shape[0])
         if problem:
-            raise ValueError(problem)
+            raise ModelInputError(problem)
         return self.linear(self.dropout(rows)).reshape([-1, self.num_choices])
 
 
@@ -240,7 +241,7 @@ class ErnieDocForPairMatching(Head):
         rows = enc.pooled_output
         problem = paddle.in_dynamic_mode() and self.rows_problem("batch rows", rows.shape[0])
         if problem:
-            raise ValueError(problem)
+            raise ModelInputError(problem)
         pairs = rows.reshape([-1, 2, self.config.hidden_size])
         return self.linear(self.dropout(pairs[:, 0] - pairs[:, 1])).reshape([-1])
 

@@ -12,6 +12,8 @@ from typing import NamedTuple, Optional, Tuple, Union
 
 import paddle
 
+from ernie_doc.errors import ConfigError
+
 AMP_VALUES = (False, True, "fp16", "bf16")
 
 
@@ -79,7 +81,7 @@ def amp_settings(value: Union[bool, str], device: str,
     reason) for fp16 on CPU, unsupported CPU bf16, a GPU too old, an unknown value."""
     problem = check_amp_value(value)
     if problem:
-        raise ValueError(problem)
+        raise ConfigError(problem)
     if value is False:
         return AmpSettings()
     precision = "fp16" if value is True else value
@@ -89,17 +91,17 @@ def amp_settings(value: Union[bool, str], device: str,
                                   "step: set compile: true (paddle's dygraph autocast does "
                                   "nothing on CPU)")
         if problem:
-            raise ValueError(f"{problem}; bf16 prediction: ernie-doc predict --precision bf16")
+            raise ConfigError(f"{problem}; bf16 prediction: ernie-doc predict --precision bf16")
         return AmpSettings(True, "bfloat16", loss_scaling=False, in_program=True)
     if device != "gpu":
-        raise ValueError(f"{precision} training needs a GPU (device is {device}): paddle's "
-                         f"autocast runs on GPU only and it has no CPU {precision} matmul "
-                         f"kernels for training")
+        raise ConfigError(f"{precision} training needs a GPU (device is {device}): paddle's "
+                          f"autocast runs on GPU only and it has no CPU {precision} matmul "
+                          f"kernels for training")
     needed = MIN_CAPABILITY[precision]
     if capability is not None and tuple(capability) < needed:
-        raise ValueError(f"{precision} training needs a GPU of compute capability "
-                         f"{needed[0]}.{needed[1]} or newer, this one has "
-                         f"{capability[0]}.{capability[1]}")
+        raise ConfigError(f"{precision} training needs a GPU of compute capability "
+                          f"{needed[0]}.{needed[1]} or newer, this one has "
+                          f"{capability[0]}.{capability[1]}")
     if precision == "bf16":
         return AmpSettings(True, "bfloat16", loss_scaling=False)
     return AmpSettings(True, "float16", loss_scaling=True)

@@ -8,6 +8,8 @@ and the weights are trusted on first use (`Remote.sha256` None) until a value is
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from ernie_doc.errors import HubError
+
 SOURCES = ("official", "paddlenlp")
 DEFAULT_SOURCE = "official"
 
@@ -37,11 +39,11 @@ class Release:
     def weights_for(self, source: str) -> Remote:
         """The weights of `source`; ValueError naming the sources this release has."""
         if source not in SOURCES:
-            raise ValueError(f"source {source!r}: choose one of {', '.join(SOURCES)}")
+            raise HubError(f"source {source!r}: choose one of {', '.join(SOURCES)}")
         if source not in self.weights:
             have = ", ".join(sorted(self.weights))
-            raise ValueError(f"{self.name}: no {source!r} copy of the weights was released "
-                             f"(sources: {have})")
+            raise HubError(f"{self.name}: no {source!r} copy of the weights was released "
+                           f"(sources: {have})")
         return self.weights[source]
 
 

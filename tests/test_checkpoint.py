@@ -355,6 +355,26 @@ def test_shared_biases_and_head_names_map():
         assert all(k.startswith("ernie_doc.") or k in cls.official_names for k in mapping)
 
 
+def test_encoder_gaps_from_the_config_else_the_tensors(tmp_path):
+    """What a checkpoint must hold is checkpoint/'s: the official encoder names it lacks, its
+    layer count and bias layout from its config, else guessed from its own tensors."""
+    config = tiny(rel_pos_params_sharing=True)
+    full = {n: np.zeros(1, np.float32) for n in names.expected_backbone_names(config)}
+    assert io.encoder_gaps(io.Checkpoint("official", "x", full, config.to_dict())) == []
+    first = names.expected_backbone_names(config)[0]
+    partial = {n: a for n, a in full.items() if n not in (first, "encoder_r_w_bias")}
+    gaps = [first, "encoder_r_w_bias"]
+    assert io.encoder_gaps(io.Checkpoint("official", "x", partial)) == gaps   # shared: guessed
+    ours = {"ernie_doc." + names.official_to_backbone(n): a for n, a in partial.items()}
+    assert io.encoder_gaps(io.Checkpoint("safetensors", "x", ours, config.to_dict())) == gaps
+    assert io.write_config(tmp_path, "official", config) == io.OFFICIAL_CONFIG_FILE
+    assert json.loads((tmp_path / io.OFFICIAL_CONFIG_FILE).read_text()) == \
+        io.official_config_dict(config)
+    assert io.write_config(tmp_path, "safetensors", "ernie-doc-base-en") == io.CONFIG_FILE
+    assert json.loads((tmp_path / io.CONFIG_FILE).read_text()) == \
+        ErnieDocConfig.from_preset("ernie-doc-base-en").to_dict()
+
+
 def test_optimizer_state_names_are_ignored():
     for name in OPTIMIZER_FILES + ("encoder_layer_3_ffn_fc_0.w_0_moment1_0", "mean_0.tmp_0"):
         assert names.is_ignored_official(name), name

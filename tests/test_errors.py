@@ -2,6 +2,7 @@
 ErnieDocError (ernie_doc/errors.py, a module that imports nothing of the package), and the
 command line turns one into its one `error:` line and exit status in one place."""
 import ast
+import collections
 import importlib
 import inspect
 import re
@@ -19,7 +20,8 @@ PUBLIC = [c for _, c in inspect.getmembers(errors, inspect.isclass)
 # what a user's `except ValueError` / `except RuntimeError` around our API relies on
 VALUE_ERRORS = {"ConfigError", "UntrainedHead", "DataError", "NotSet", "TokenizerError",
                 "CheckpointError", "LoDTensorFormatError", "HubError", "PipelineError",
-                "ExportError", "PredictorInputError", "EngineError", "OutputError"}
+                "ExportError", "PredictorInputError", "EngineError", "OutputError",
+                "ModelInputError"}
 RUNTIME_ERRORS = {"TrainingError", "Bf16ProgramError", "CheckpointStateError"}
 # exceptions that never leave their module (turned into one of ours there), and the
 # benchmarks' own failures (reported by the benchmark itself)
@@ -115,3 +117,77 @@ def test_a_command_reports_its_own_errors(capsys, tmp_path):
     for error, debug in ((KeyError("step"), False), (errors.DataError("d"), True)):
         assert cli.exit_on_user_error(error, debug, str(tmp_path)) is None
     assert capsys.readouterr().err == ""
+
+
+# Every `raise ValueError` / `raise RuntimeError` left in the package, as (file, function):
+# (how many, why it is not one of ours). Bad input raises one of ours; these are not bad input.
+NOT_YET = "not converted yet: its file was being restructured by another branch"
+BUILTIN_RAISES = {
+    ("data/schedule.py", "RowScheduler.step"):
+        (1, "invariant: our segmenters give every document a segment"),
+    ("data/schedule.py", "schedule_rows"):
+        (1, "invariant: our segmenters give every document a segment"),
+    ("data/segment.py", "pack_row"):
+        (1, "invariant: its callers cut the parts to fit the row first"),
+    ("explain/lm.py", "parse_span"):
+        (1, "control flow: caught on the next lines, where it becomes the DataError"),
+    ("explain/render.py", "figure_names"):
+        (1, "a wrong call by our code: the index comes from our own records"),
+    ("hub/archive.py", "_parts"):
+        (7, "a reason fragment: extract turns it into a HubError naming the archive member"),
+    ("hub/cache.py", "_read_checksums"):
+        (2, "a reason fragment: the caller turns it into a HubError naming the file"),
+    ("hub/cache.py", "_read_manifest"):
+        (3, "a reason fragment: the caller turns it into a HubError naming the manifest"),
+    ("lm/adaptive.py", "ProjectedAdaptiveLogSoftmax.tie_to"):
+        (1, "a wrong call by our code: the model ties layers it built from one config"),
+    ("lm/adaptive.py", "_share"):
+        (1, "invariant of paddle's ParameterList that this code relies on"),
+    ("metrics/classification.py", "aggregate_segments"):
+        (1, "invariant: every document a task predicts has a segment"),
+    ("tokenization/sentences.py", "split_sentences"):
+        (1, "use_nltk=True without nltk: documented as RuntimeError, a missing dependency"),
+    ("training/compiled.py", "CompiledForward.__call__"):
+        (1, "a wrong call by our code: evaluation calls the model itself"),
+    ("kinds/__init__.py", "kind_name"): (1, NOT_YET),
+    ("kinds/__init__.py", "register_kind.register_class"): (1, NOT_YET),
+    ("kinds/base.py", "aggregate_rows"): (1, NOT_YET),
+    ("kinds/folders.py", "register"): (1, NOT_YET),
+    ("predict/lm_context.py", "_aligned"): (4, NOT_YET),
+    ("predict/lm_context.py", "effective_context"): (1, NOT_YET),
+    ("predict/lm_context.py", "relative_gains"): (1, NOT_YET),
+    ("training/outdir.py", "claim"): (1, NOT_YET),
+}
+
+
+def _builtin_raises(node, where=""):
+    """Counter {qualified function name: how many} of the `raise ValueError(...)` / `raise
+    RuntimeError(...)` statements under `node` (a module, class or function)."""
+    found = collections.Counter()
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found += _builtin_raises(child, f"{where}{child.name}.")
+        elif isinstance(child, ast.Raise) and child.exc is not None:
+            exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
+            if isinstance(exc, ast.Name) and exc.id in ("ValueError", "RuntimeError"):
+                found[where[:-1] or "<module>"] += 1
+        else:
+            found += _builtin_raises(child, where)
+    return found
+
+
+def test_builtin_raises_are_listed_and_justified():
+    """Bad input raises the package's errors: a built-in ValueError / RuntimeError is left
+    only where BUILTIN_RAISES says why, and the list is exact (a new one fails, and so does a
+    listed one that is gone)."""
+    package = ROOT / "ernie_doc"
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for name, count in _builtin_raises(tree).items():
+            found[(path.relative_to(package).as_posix(), name)] = count
+    listed = {key: count for key, (count, _) in BUILTIN_RAISES.items()}
+    assert found == listed, {"new or changed": {k: v for k, v in found.items()
+                                                if listed.get(k) != v},
+                             "gone": sorted(set(listed) - set(found))}
+    assert all(why for _, why in BUILTIN_RAISES.values())

@@ -10,8 +10,10 @@ layouts"."""
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, List, Optional, Set, Tuple
 
@@ -20,7 +22,8 @@ import numpy as np
 from ernie_doc import config as config_module
 from ernie_doc.checkpoint import lodtensor, names, safe_pickle
 from ernie_doc.checkpoint.lodtensor import PathLike
-from ernie_doc.errors import CheckpointError, LoDTensorFormatError
+from ernie_doc.errors import CheckpointError, ConfigError, LoDTensorFormatError
+from ernie_doc.utils import atomic_write_text
 
 if TYPE_CHECKING:   # for the annotations only
     from ernie_doc.config import ErnieDocConfig
@@ -57,8 +60,8 @@ class Checkpoint:
 def normalize_format(fmt: str) -> str:
     fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
-        raise ValueError(f"unknown checkpoint format {fmt!r}; choose one of "
-                         f"{', '.join(FORMATS)} (or 'ours' = safetensors)")
+        raise ConfigError(f"unknown checkpoint format {fmt!r}; choose one of "
+                          f"{', '.join(FORMATS)} (or 'ours' = safetensors)")
     return fmt
 
 
@@ -212,6 +215,26 @@ def read_checkpoint(path: PathLike, upcast: bool = True,
     return Checkpoint(fmt, weights, tensors, config, config_path, architecture, ignored)
 
 
+def encoder_gaps(ckpt: Checkpoint) -> List[str]:
+    """The official names of encoder tensors `ckpt` lacks (its layer count and bias layout
+    from its config, else from its own tensors)."""
+    present = set()
+    for name in ckpt.tensors:
+        official = name if ckpt.format == "official" else \
+            names.backbone_to_official(names.strip_prefix(name))
+        if official:
+            present.add(official)
+    if ckpt.config is not None:
+        layout = config_module.ErnieDocConfig.from_any(ckpt.config)
+    else:
+        layers = [int(m.group(1)) for m in map(re.compile(r"encoder_layer_(\d+)_").match,
+                                                present) if m]
+        layout = types.SimpleNamespace(
+            num_hidden_layers=max(layers, default=0) + 1,
+            rel_pos_params_sharing=any(n in present for n in names.SHARED_BIAS_NAMES.values()))
+    return [n for n in names.expected_backbone_names(layout) if n not in present]
+
+
 # -- writing ------------------------------------------------------------------------------------
 def commit_files(directory: PathLike, writers: Dict[str, Callable[[str], None]]) -> None:
     """Write several files into `directory` all or nothing: each writer(tmp_path) fills a file
@@ -270,6 +293,18 @@ def paddlenlp_config_dict(config: "ErnieDocConfig", architecture: Dict[str, Any]
     values["architectures"] = [architecture["class"]]
     values["architecture"] = architecture  # ours: head arguments PaddleNLP has no slot for
     return values
+
+
+def write_config(directory: PathLike, fmt: str, config: Any) -> str:
+    """Write `config` (an ErnieDocConfig or a preset name) into a `fmt` checkpoint directory
+    that has none → the file name (ernie_config.json for "official", else config.json)."""
+    config = config_module.ErnieDocConfig.from_any(config)
+    if fmt == "official":
+        text, name = json.dumps(official_config_dict(config), indent=2), OFFICIAL_CONFIG_FILE
+    else:
+        text, name = json.dumps(config.to_dict(), indent=2, sort_keys=True), CONFIG_FILE
+    atomic_write_text(os.path.join(os.fspath(directory), name), text + "\n")
+    return name
 
 
 def write_checkpoint(directory: PathLike, fmt: str, tensors: Dict[str, Any],

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ernie_doc.errors import LoDTensorFormatError
+from ernie_doc.errors import CheckpointError, LoDTensorFormatError
 from ernie_doc.utils import atomic_path
 
 # A file or directory path: str or pathlib.Path (a string: os.PathLike is subscriptable only
@@ -60,7 +60,7 @@ def decode_varint(buf: bytes, pos: int) -> Tuple[int, int]:
     result, shift = 0, 0
     while True:
         if pos >= len(buf):
-            raise ValueError("varint runs past the end of the TensorDesc")
+            raise LoDTensorFormatError("varint runs past the end of the TensorDesc")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
@@ -68,7 +68,7 @@ def decode_varint(buf: bytes, pos: int) -> Tuple[int, int]:
             return result & ((1 << 64) - 1), pos
         shift += 7
         if shift >= 70:
-            raise ValueError("varint longer than 10 bytes")
+            raise LoDTensorFormatError("varint longer than 10 bytes")
 
 
 def _as_int64(value):
@@ -100,24 +100,25 @@ def decode_tensor_desc(buf: bytes) -> Tuple[int, List[int]]:
             length, pos = decode_varint(buf, pos)
             end = pos + length
             if end > len(buf):
-                raise ValueError("length-delimited field runs past the end of the TensorDesc")
+                raise LoDTensorFormatError("length-delimited field runs past the end of the "
+                                           "TensorDesc")
             if field == 2:  # packed dims
                 while pos < end:
                     value, pos = decode_varint(buf, pos)
                     dims.append(_as_int64(value))
                 if pos != end:
-                    raise ValueError("packed dims overrun their length")
+                    raise LoDTensorFormatError("packed dims overrun their length")
             pos = end
         elif wire == 1:
             pos += 8
         elif wire == 5:
             pos += 4
         else:
-            raise ValueError(f"unsupported protobuf wire type {wire} (field {field})")
+            raise LoDTensorFormatError(f"unsupported protobuf wire type {wire} (field {field})")
         if pos > len(buf):
-            raise ValueError("field runs past the end of the TensorDesc")
+            raise LoDTensorFormatError("field runs past the end of the TensorDesc")
     if data_type is None:
-        raise ValueError("TensorDesc has no data_type")
+        raise LoDTensorFormatError("TensorDesc has no data_type")
     return data_type, dims
 
 
@@ -233,7 +234,7 @@ def dtype_enum(dtype) -> int:
     dt = np.dtype(dtype)
     code = _ENUM_OF.get((dt.kind, dt.itemsize))
     if code is None:
-        raise ValueError(f"dtype {dt} cannot be stored in a LoDTensor file")
+        raise CheckpointError(f"dtype {dt} cannot be stored in a LoDTensor file")
     return code
 
 
@@ -299,7 +300,7 @@ def write_official_dir(directory: PathLike, tensors: Dict[str, np.ndarray]) -> N
     directory = os.fspath(directory)
     for name in tensors:
         if not name or os.sep in name or name.startswith(".") or (os.altsep and os.altsep in name):
-            raise ValueError(f"{name!r} cannot be a file name in {directory}")
+            raise CheckpointError(f"{name!r} cannot be a file name in {directory}")
     os.makedirs(directory, exist_ok=True)
     for name, array in tensors.items():
         write_lodtensor(os.path.join(directory, name), array)

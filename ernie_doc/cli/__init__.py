@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ernie_doc._version import __version__
-from ernie_doc.errors import ErnieDocError
+from ernie_doc.errors import ConfigError, ErnieDocError
 
 # what a command that needs paddle says when it is not installed (one line, exit 2)
 PADDLE_MISSING = ("paddle is not installed: pip install paddlepaddle==3.3.1 (CPU) or "
@@ -187,7 +187,7 @@ def split_nproc(argv: List[str]) -> Tuple[int, List[str]]:
                 (argv[i + 1] if i + 1 < len(argv) else "")
             i += 1 if "=" in arg else 2
             if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"--nproc: must be a positive integer, got {value!r}")
+                raise ConfigError(f"--nproc: must be a positive integer, got {value!r}")
             nproc = int(value)
             continue
         rest.append(arg)

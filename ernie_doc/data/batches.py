@@ -14,6 +14,7 @@ from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import (ClassificationSegmenter, LazySteps, Segment, reading_passes,
                                     window_count, window_span)
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.utils import clip
 
 # The largest segment and batch segment_batches cuts: a segment's [batch_size, seq_len] arrays
@@ -69,14 +70,14 @@ def segment_batches(documents: Iterable[Any], seq_len: int, batch_size: int = 1,
     if stride is not None:
         _check_size("stride", stride, MAX_SEQ_LEN)
     if tokenizer is not None and special_tokens and seq_len < 3:
-        raise ValueError(f"seq_len must be at least 3 with special tokens ([SEP], [CLS] and a "
-                         f"token), got {seq_len}")
+        raise ConfigError(f"seq_len must be at least 3 with special tokens ([SEP], [CLS] and a "
+                          f"token), got {seq_len}")
     if return_tensors not in (None, "np", "pd"):
-        raise ValueError(f"return_tensors must be None, 'np' or 'pd', got {return_tensors!r}")
+        raise ConfigError(f"return_tensors must be None, 'np' or 'pd', got {return_tensors!r}")
     if pad_id is None:
         pad_id = getattr(tokenizer, "pad_token_id", None)
         if pad_id is None:
-            raise ValueError("pad_id: give it, or a tokenizer that has one")
+            raise ConfigError("pad_id: give it, or a tokenizer that has one")
     cut = _document_cutter(seq_len, tokenizer if special_tokens else None, stride, pad_id,
                            bool(retro_feed))
     vocab = getattr(tokenizer, "vocab_size", None)
@@ -136,19 +137,20 @@ def _check_reading(seq_len: int, tokenizer: Any, retro_feed: Any) -> None:
     """ValueError for a retro_feed that is no bool (None: False), or a seq_len other than the
     segments a fine-tuned run's tokenizer lays out (its model_max_length)."""
     if not isinstance(retro_feed, (bool, type(None))):
-        raise ValueError(f"retro_feed must be True or False, got {clip(repr(retro_feed), 80)}")
+        raise ConfigError(f"retro_feed must be True or False, got {clip(repr(retro_feed), 80)}")
     run_length = getattr(tokenizer, "model_max_length", None)
     if getattr(tokenizer, "segment_layout", None) and seq_len != run_length:
-        raise ValueError(f"seq_len {seq_len}: this tokenizer lays out its run's segments of "
-                         f"{run_length} tokens (its model_max_length); the model was "
-                         f"fine-tuned on those")
+        raise ConfigError(f"seq_len {seq_len}: this tokenizer lays out its run's segments of "
+                          f"{run_length} tokens (its model_max_length); the model was "
+                          f"fine-tuned on those")
 
 
 def _check_size(name: str, value: Any, high: int) -> None:
     """ValueError naming `name` unless value is an int from 1 to `high` (checked before a
     [batch_size, seq_len] array is allocated)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise ValueError(f"{name} must be an integer from 1 to {high}, got {clip(repr(value), 80)}")
+        raise ConfigError(f"{name} must be an integer from 1 to {high}, got "
+                          f"{clip(repr(value), 80)}")
 
 
 def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) -> np.ndarray:
@@ -156,26 +158,26 @@ def _document_ids(doc: Any, index: int, tokenizer: Any, vocab: Optional[int]) ->
     the document for a str without a tokenizer or ids outside [0, vocab)."""
     if isinstance(doc, str):
         if tokenizer is None:
-            raise ValueError(f"document {index}: documents are token ids: pass a tokenizer or "
-                             f"tok.encode(text)")
+            raise DataError(f"document {index}: documents are token ids: pass a tokenizer or "
+                            f"tok.encode(text)")
         doc = tokenizer.encode(doc)
     elif isinstance(doc, (bytes, bytearray)):
-        raise ValueError(f"document {index}: documents are token ids (or str with a "
-                         f"tokenizer), got {type(doc).__name__}")
+        raise DataError(f"document {index}: documents are token ids (or str with a "
+                        f"tokenizer), got {type(doc).__name__}")
     if hasattr(doc, "numpy"):
         doc = doc.numpy()
     ids = np.asarray(doc)
     if ids.size == 0:
-        raise ValueError(f"document {index}: no tokens (an empty or blank text): nothing to "
-                         f"read (the pipeline gives it an error record)")
+        raise DataError(f"document {index}: no tokens (an empty or blank text): nothing to "
+                        f"read (the pipeline gives it an error record)")
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
-        raise ValueError(f"document {index}: expected a sequence of integer token ids, got "
-                         f"{'shape ' + str(list(ids.shape)) if ids.ndim != 1 else ids.dtype}")
+        raise DataError(f"document {index}: expected a sequence of integer token ids, got "
+                        f"{'shape ' + str(list(ids.shape)) if ids.ndim != 1 else ids.dtype}")
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or (vocab is not None and high >= vocab):
         bad = low if low < 0 else high
-        raise ValueError(f"document {index}: token id {bad} is outside the vocabulary "
-                         f"[0, {vocab if vocab is not None else 'inf'})")
+        raise DataError(f"document {index}: token id {bad} is outside the vocabulary "
+                        f"[0, {vocab if vocab is not None else 'inf'})")
     return ids.astype(np.int64, copy=False)
 
 

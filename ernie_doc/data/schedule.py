@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ernie_doc.errors import CheckpointError, ConfigError
+
 
 @dataclass
 class Schedule:
@@ -41,7 +43,7 @@ class RowScheduler:
 
     def __init__(self, rows: int):
         if rows < 1:
-            raise ValueError(f"rows must be positive, got {rows}")
+            raise ConfigError(f"rows must be positive, got {rows}")
         self.rows = rows
         self.current = [None] * rows     # key of the document in each row
         self.position = [0] * rows       # its next step
@@ -75,7 +77,7 @@ class RowScheduler:
 
     def load_state(self, rows):
         if len(rows) != self.rows:
-            raise ValueError(f"a state of {len(rows)} rows for a scheduler of {self.rows}")
+            raise CheckpointError(f"a state of {len(rows)} rows for a scheduler of {self.rows}")
         for r, (key, pos, rem) in enumerate(rows):
             self.current[r], self.position[r], self.remaining[r] = key, pos, rem
 

@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ernie_doc.errors import ConfigError
+
 LAYOUTS = ("cls_last", "cls_first")
 CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's cls_token_idx
 
@@ -44,7 +46,7 @@ def window_count(num_tokens: int, window: int, stride: int) -> int:
     """How many windows `windows` cuts: 1 up to `window` tokens, else
     ceil((num_tokens − window) / min(window, stride)) + 1."""
     if window < 1 or stride < 1:
-        raise ValueError(f"window ({window}) and stride ({stride}) must be positive")
+        raise ConfigError(f"window ({window}) and stride ({stride}) must be positive")
     return 1 + max(0, -(-(num_tokens - window) // min(window, stride)))
 
 
@@ -85,9 +87,9 @@ class ClassificationSegmenter:
 
     def __init__(self, seq_len, stride, cls_id, sep_id, pad_id, layout="cls_last"):
         if layout not in LAYOUTS:
-            raise ValueError(f"segment layout {layout!r}: expected one of {LAYOUTS}")
+            raise ConfigError(f"segment layout {layout!r}: expected one of {LAYOUTS}")
         if seq_len < 3:
-            raise ValueError(f"seq_len {seq_len} leaves no room for tokens besides [CLS]/[SEP]")
+            raise ConfigError(f"seq_len {seq_len} leaves no room for tokens besides [CLS]/[SEP]")
         self.seq_len, self.stride, self.layout = seq_len, stride, layout
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
 

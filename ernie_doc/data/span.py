@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ernie_doc.data.segment import Segment, windows
+from ernie_doc.errors import ConfigError
 from ernie_doc.tokenization.wordpiece import is_cjk_char, is_punctuation
 
 
@@ -55,7 +56,7 @@ class TokenizedText:
     def spans(self, unit: str = "word") -> Tuple[np.ndarray, np.ndarray]:
         """(starts [N], ends [N]) of each token's word ("word") or own characters ("token")."""
         if unit not in UNITS:
-            raise ValueError(f"unit {unit!r} is not one of {list(UNITS)}")
+            raise ConfigError(f"unit {unit!r} is not one of {list(UNITS)}")
         return (self.piece_starts, self.piece_ends) if unit == "token" else (self.starts,
                                                                              self.ends)
 
@@ -136,7 +137,7 @@ class SpanSegmenter:
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):
         if answer_unit not in UNITS:
-            raise ValueError(f"answer_unit {answer_unit!r} is not one of {list(UNITS)}")
+            raise ConfigError(f"answer_unit {answer_unit!r} is not one of {list(UNITS)}")
         self.seq_len, self.stride, self.max_query_len = seq_len, stride, max_query_len
         self.cls_id, self.pad_id, self.open_id, self.close_id = cls_id, pad_id, open_id, close_id
         self.answer_unit = answer_unit
@@ -146,8 +147,8 @@ class SpanSegmenter:
         question = list(question_ids)[:self.max_query_len]
         window = self.seq_len - len(question) - 3
         if window < 1:
-            raise ValueError(f"max_seq_len {self.seq_len} leaves no room for the context next to "
-                             f"a {len(question)}-token question (max_query_len)")
+            raise ConfigError(f"max_seq_len {self.seq_len} leaves no room for the context next to "
+                              f"a {len(question)}-token question (max_query_len)")
         gold = [context.token_span(s, e, self.answer_unit) for s, e in gold_chars]
         gold = sorted({g for g in gold if g is not None})
         spans = windows(len(context), window, self.stride)
@@ -197,9 +198,9 @@ def best_spans(segments, logits, n_best=20, max_answer_len=30, pool="context", u
     """Candidate answers of one example, best first → [(score, char_start, char_end)]; logits:
     [T, 2] per final-pass segment `meta`; ranked by start + end logit (official)."""
     if pool not in POOLS:
-        raise ValueError(f"pool {pool!r} is not one of {list(POOLS)}")
+        raise ConfigError(f"pool {pool!r} is not one of {list(POOLS)}")
     if unit not in UNITS:
-        raise ValueError(f"unit {unit!r} is not one of {list(UNITS)}")
+        raise ConfigError(f"unit {unit!r} is not one of {list(UNITS)}")
     found = {}
     for meta, lg in zip(segments, logits):
         n = meta["window"][1] - meta["window"][0]

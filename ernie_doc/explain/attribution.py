@@ -17,7 +17,7 @@ import paddle
 
 from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.segment import Segment, reading_passes, step_members
-from ernie_doc.errors import DataError
+from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.resources import available_memory, describe
 
 METHODS = ("occlusion", "gradient", "integrated_gradients")
@@ -178,7 +178,7 @@ def gradient_pass(model: Any, recompute: bool) -> Iterator[None]:
     if hasattr(encoder, "recompute"):
         switches["recompute"] = recompute
     elif recompute:
-        raise ValueError(f"{type(encoder).__name__} cannot recompute its layers in backward")
+        raise ConfigError(f"{type(encoder).__name__} cannot recompute its layers in backward")
     params = [p for p in model.parameters()]
     frozen = [p.stop_gradient for p in params]
     # Paddle (2.6 and 3.x) computes LayerNorm's input gradient as if its scale were 1 when

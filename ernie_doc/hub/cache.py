@@ -17,7 +17,6 @@ import os
 import re
 import stat
 import tempfile
-import types
 import urllib.parse
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, List, Optional, Tuple
@@ -609,28 +608,6 @@ def _relative(message: str, root: str) -> str:
     return shown(message.replace(root + os.sep, "").replace(root, "."))
 
 
-def _encoder_gaps(ckpt) -> List[str]:
-    """The official names of encoder tensors `ckpt` lacks (its layer count and bias layout
-    from its config, else from its own tensors)."""
-    from ernie_doc.checkpoint import names
-    from ernie_doc.config import ErnieDocConfig
-    present = set()
-    for name in ckpt.tensors:
-        official = name if ckpt.format == "official" else \
-            names.backbone_to_official(names.strip_prefix(name))
-        if official:
-            present.add(official)
-    if ckpt.config is not None:
-        layout = ErnieDocConfig.from_any(ckpt.config)
-    else:
-        layers = [int(m.group(1)) for m in map(re.compile(r"encoder_layer_(\d+)_").match,
-                                                present) if m]
-        layout = types.SimpleNamespace(
-            num_hidden_layers=max(layers, default=0) + 1,
-            rel_pos_params_sharing=any(n in present for n in names.SHARED_BIAS_NAMES.values()))
-    return [n for n in names.expected_backbone_names(layout) if n not in present]
-
-
 def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
     """Read the checkpoint in `root` once before trusting its checksum → whether there is one.
     HubError naming `origin`: not weights, a missing encoder tensor, none when `required`."""
@@ -643,8 +620,7 @@ def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
                            f"({_relative(str(e), root)})") from None
         return False
     try:
-        ckpt = io.read_checkpoint(root, upcast=False)
-        gaps = _encoder_gaps(ckpt)
+        gaps = io.encoder_gaps(io.read_checkpoint(root, upcast=False))
     except (CheckpointError, ValueError, TypeError) as e:
         raise HubError(f"{origin}: the fetched checkpoint does not load "
                        f"({_relative(str(e), root)}); nothing was kept") from None
@@ -681,21 +657,13 @@ def _complete_model_dir(root: str, release: registry.Release, origin: str) -> No
     """Add a missing config (the release's preset) and tokenizer files (pinned); only regular
     files are read or written (O_EXCL | O_NOFOLLOW)."""
     from ernie_doc.checkpoint import io
-    from ernie_doc.config import ErnieDocConfig
     try:
         fmt, _, config_path = io.detect_format(root)
     except CheckpointError as e:
         raise HubError(f"{origin}: holds no ERNIE-Doc checkpoint ({_relative(str(e), root)})") \
             from None
     if config_path is None:
-        config = ErnieDocConfig.from_any(release.preset)
-        if fmt == "official":
-            text = json.dumps(io.official_config_dict(config), indent=2) + "\n"
-            name = io.OFFICIAL_CONFIG_FILE
-        else:
-            text = json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"
-            name = io.CONFIG_FILE
-        atomic_write_text(os.path.join(root, name), text)
+        name = io.write_config(root, fmt, release.preset)
         logger.info("%s: no config in the release; wrote %s from preset %s", origin, name,
                     release.preset)
     _check_checkpoint(root, origin, required=True)
@@ -792,7 +760,7 @@ def resolve(spec, kind: str = "model", source: Optional[str] = None) -> str:
     """A local path for `spec`, fetched into the cache if needed. kind: "model" or "tokenizer";
     source: "official" or "paddlenlp" (default $ERNIE_DOC_SOURCE). HubError, one line."""
     if kind not in KINDS:
-        raise ValueError(f"kind {kind!r}: choose one of {KINDS}")
+        raise HubError(f"kind {kind!r}: choose one of {KINDS}")
     spec = os.fspath(spec)
     if source is not None and source not in registry.SOURCES:
         raise HubError(f"source {source!r}: choose one of {', '.join(registry.SOURCES)}")

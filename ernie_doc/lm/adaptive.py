@@ -11,6 +11,8 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from ernie_doc.errors import ConfigError, ModelInputError
+
 __all__ = ["AdaptiveEmbedding", "ProjectedAdaptiveLogSoftmax", "cluster_layout"]
 
 
@@ -18,9 +20,9 @@ def _positive_int(value, name):
     try:
         value = operator.index(value)
     except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
     if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+        raise ConfigError(f"{name} must be >= 1, got {value}")
     return value
 
 
@@ -35,20 +37,20 @@ def cluster_layout(vocab_size: int, d_embed: int, d_model: int, cutoffs: Sequenc
     try:
         cutoffs = [operator.index(c) for c in cutoffs]
     except TypeError:
-        raise ValueError(f"cutoffs must be a sequence of integers, got {cutoffs!r}") from None
+        raise ConfigError(f"cutoffs must be a sequence of integers, got {cutoffs!r}") from None
     for c in cutoffs:
         # vocab_size itself is implicit (the end of the last cluster): a cutoff equal to it
         # would make an empty cluster, and an empty softmax is undefined.
         if not 0 < c < vocab_size:
-            raise ValueError(f"cutoffs must lie strictly between 0 and vocab_size={vocab_size}, "
-                             f"got {cutoffs}")
+            raise ConfigError(f"cutoffs must lie strictly between 0 and vocab_size={vocab_size}, "
+                              f"got {cutoffs}")
     if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
-        raise ValueError(f"cutoffs must be strictly increasing, got {cutoffs}")
+        raise ConfigError(f"cutoffs must be strictly increasing, got {cutoffs}")
     if div_val > 1 and cutoffs and d_embed % div_val ** len(cutoffs):
         # Transformer-XL floors d_embed / div_val**i; demanding exact division keeps every
         # cluster dimension what the config says, and never zero.
-        raise ValueError(f"d_embed={d_embed} must be divisible by div_val**len(cutoffs)="
-                         f"{div_val ** len(cutoffs)} when div_val > 1")
+        raise ConfigError(f"d_embed={d_embed} must be divisible by div_val**len(cutoffs)="
+                          f"{div_val ** len(cutoffs)} when div_val > 1")
     cutoff_ends = [0] + cutoffs + [vocab_size]
     dims = [d_embed // div_val ** i for i in range(len(cutoffs) + 1)]
     return vocab_size, d_embed, d_model, cutoffs, div_val, cutoff_ends, dims
@@ -203,8 +205,8 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
             tie_projs = [tie_projs] * self.n_clusters
         tie_projs = list(tie_projs)
         if len(tie_projs) != self.n_clusters or not all(isinstance(t, bool) for t in tie_projs):
-            raise ValueError(f"tie_projs must be {self.n_clusters} booleans (one per cluster), "
-                             f"got {tie_projs}")
+            raise ConfigError(f"tie_projs must be {self.n_clusters} booleans (one per cluster), "
+                              f"got {tie_projs}")
         if tie_weight:
             for i in range(len(self.out_weights)):
                 _share(self.out_weights, i, embedding.emb_weights[i])
@@ -229,7 +231,8 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
 
     def _flatten(self, hidden):
         if hidden.shape[-1] != self.d_model:
-            raise ValueError(f"hidden must end with d_model={self.d_model}, got {hidden.shape}")
+            raise ModelInputError(f"hidden must end with d_model={self.d_model}, got "
+                                  f"{hidden.shape}")
         return hidden.reshape([-1, self.d_model])
 
     def log_prob(self, hidden: paddle.Tensor) -> paddle.Tensor:
@@ -248,8 +251,8 @@ class ProjectedAdaptiveLogSoftmax(_Adaptive):
         """hidden [..., d_model], target [...] → nll [...] = -log p(target | hidden), in order."""
         lead = list(hidden.shape[:-1])
         if list(target.shape) != lead:
-            raise ValueError(f"target must have shape {lead} (hidden without its last axis), "
-                             f"got {list(target.shape)}")
+            raise ModelInputError(f"target must have shape {lead} (hidden without its last axis), "
+                                  f"got {list(target.shape)}")
         flat = self._flatten(hidden)
         tgt = target.reshape([-1]).astype("int64")
         head = log_softmax(self._logits(flat, 0))

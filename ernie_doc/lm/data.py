@@ -16,7 +16,7 @@ from typing import (Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optiona
 import numpy as np
 
 from ernie_doc.data.document import open_regular, require_file, utf8_lines
-from ernie_doc.errors import DataError
+from ernie_doc.errors import CheckpointError, ConfigError, DataError
 from ernie_doc.utils import atomic_path, atomic_write_text
 
 log = logging.getLogger("ernie_doc.lm")
@@ -95,7 +95,7 @@ class Vocabulary:
                     max_size: Optional[int] = None) -> "Vocabulary":
         """From token counts in first-occurrence order (a dict or Counter filled in text order)."""
         if max_size is not None and max_size < 2:
-            raise ValueError(f"max_size must be at least 2 ({EOS} and {UNK}), got {max_size}")
+            raise ConfigError(f"max_size must be at least 2 ({EOS} and {UNK}), got {max_size}")
         order = {token: i for i, token in enumerate(counts)}
         ranked = sorted((t for t in counts if t != EOS), key=lambda t: (-counts[t], order[t]))
         kept = [t for t in ranked if counts[t] >= min_freq or t == UNK]
@@ -282,7 +282,7 @@ def sega_positions(source, scheme: str = "local") -> np.ndarray:
     """[3, N] int32 (paragraph, sentence, token) per token of `encode_file`'s stream for the
     same source; scheme "local" or "global" (module docstring)."""
     if scheme not in ("local", "global"):
-        raise ValueError(f"scheme must be 'local' or 'global', got {scheme!r}")
+        raise ConfigError(f"scheme must be 'local' or 'global', got {scheme!r}")
     if isinstance(source, (str, os.PathLike)):
         token_lines = read_token_lines(source)
     else:
@@ -417,7 +417,7 @@ def load_corpus(paths: Mapping[str, PathArg], vocab_path: Optional[PathArg] = No
     """Vocabulary + encoded splits (`paths`: {split: .tokens path}), cached under `cache_dir`
     and re-encoded when source or vocabulary changed. `positions`: None, "local", "global"."""
     if positions not in (None, "local", "global"):
-        raise ValueError(f"positions must be None, 'local' or 'global', got {positions!r}")
+        raise ConfigError(f"positions must be None, 'local' or 'global', got {positions!r}")
     if not paths:
         raise DataError("load_corpus: no split given")
     if cache_dir is not None:
@@ -523,10 +523,10 @@ class LMStreams:
                  positions: Optional[np.ndarray] = None):
         data = np.asarray(data)
         if data.ndim != 1:
-            raise ValueError(f"data must be 1-D, got shape {data.shape}")
+            raise ConfigError(f"data must be 1-D, got shape {data.shape}")
         if bsz < 1 or tgt_len < 1 or ext_len < 0:
-            raise ValueError(f"need bsz >= 1, tgt_len >= 1, ext_len >= 0 "
-                             f"(got {bsz}, {tgt_len}, {ext_len})")
+            raise ConfigError(f"need bsz >= 1, tgt_len >= 1, ext_len >= 0 "
+                              f"(got {bsz}, {tgt_len}, {ext_len})")
         self.bsz, self.tgt_len, self.ext_len = int(bsz), int(tgt_len), int(ext_len)
         self.n_step = len(data) // self.bsz
         if self.n_step < 2:
@@ -538,7 +538,7 @@ class LMStreams:
         if positions is not None:
             positions = np.asarray(positions)
             if positions.ndim != 2 or positions.shape[1] != len(data):
-                raise ValueError(f"positions must be [K, {len(data)}], got {positions.shape}")
+                raise ConfigError(f"positions must be [K, {len(data)}], got {positions.shape}")
             self.positions = positions[:, :used].reshape(len(positions), self.bsz, self.n_step)
         self.n_batch = -(-(self.n_step - 1) // self.tgt_len)
         self._next = 0
@@ -572,9 +572,9 @@ class LMStreams:
     def load_state(self, state: Mapping):
         for name in ("bsz", "tgt_len", "n_step"):
             if name in state and state[name] != getattr(self, name):
-                raise ValueError(f"state is for {name}={state[name]}, these streams have "
-                                 f"{getattr(self, name)}")
+                raise CheckpointError(f"state is for {name}={state[name]}, these streams have "
+                                      f"{getattr(self, name)}")
         batch = int(state["batch"])
         if not 0 <= batch <= self.n_batch:
-            raise ValueError(f"state batch {batch} outside 0..{self.n_batch}")
+            raise CheckpointError(f"state batch {batch} outside 0..{self.n_batch}")
         self._next = batch

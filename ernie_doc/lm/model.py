@@ -17,7 +17,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ernie_doc.config import LM_CONFIG_FILE, MAX_DIM
-from ernie_doc.errors import CheckpointError, ConfigError
+from ernie_doc.errors import CheckpointError, ConfigError, ModelInputError
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
 from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
@@ -86,31 +86,31 @@ class TransformerXLConfig:
         """`value` as an int in [low, high]; high: the largest tensor dimension paddle takes
         (config.MAX_DIM)."""
         if isinstance(value, bool):
-            raise ValueError(f"{key} must be an integer, got {value!r}")
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
         try:
             value = operator.index(value)
         except TypeError:
-            raise ValueError(f"{key} must be an integer, got {value!r}") from None
+            raise ConfigError(f"{key} must be an integer, got {value!r}") from None
         if value < low:
-            raise ValueError(f"{key} must be >= {low}, got {value}")
+            raise ConfigError(f"{key} must be >= {low}, got {value}")
         if value > high:
-            raise ValueError(f"{key} must be at most {high}, got {value}")
+            raise ConfigError(f"{key} must be at most {high}, got {value}")
         return value
 
     @staticmethod
     def _bool(key, value):
         if not isinstance(value, bool):
-            raise ValueError(f"{key} must be True or False, got {value!r}")
+            raise ConfigError(f"{key} must be True or False, got {value!r}")
         return value
 
     @staticmethod
     def _float(key, value, low, high, high_open):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{key} must be a number, got {value!r}")
+            raise ConfigError(f"{key} must be a number, got {value!r}")
         value = float(value)
         if not (low <= value and (value < high if high_open else value <= high)):
             bracket = ")" if high_open else "]"
-            raise ValueError(f"{key} must be in [{low}, {high}{bracket}, got {value}")
+            raise ConfigError(f"{key} must be in [{low}, {high}{bracket}, got {value}")
         return value
 
     def validate(self) -> "TransformerXLConfig":
@@ -132,24 +132,23 @@ class TransformerXLConfig:
         for key in ("init_std", "proj_init_std"):
             value = self._float(key, getattr(self, key), 0.0, math.inf, True)
             if value <= 0:
-                raise ValueError(f"{key} must be > 0, got {value}")
+                raise ConfigError(f"{key} must be > 0, got {value}")
             setattr(self, key, value)
         for key in ("tie_weight", "same_length", "pre_lnorm", "segment_positions", "untie_r"):
             self._bool(key, getattr(self, key))
         if self.recurrence not in RECURRENCES:
-            raise ValueError(f"recurrence must be one of {RECURRENCES}, got {self.recurrence!r}")
+            raise ConfigError(f"recurrence must be one of {RECURRENCES}, got {self.recurrence!r}")
         if self.sega_relative not in SEGA_RELATIVE:
-            raise ValueError(f"sega_relative must be one of {SEGA_RELATIVE}, got "
-                             f"{self.sega_relative!r}")
+            raise ConfigError(f"sega_relative must be one of {SEGA_RELATIVE}, got "
+                              f"{self.sega_relative!r}")
         if self.d_embed is not None:
             self.d_embed = self._int("d_embed", self.d_embed, 1)
         if self.d_model % 2:
-            raise ValueError(f"d_model must be even (the sinusoid encoding is [sin, cos] "
-                             f"halves), got {self.d_model}")
-        if isinstance(self.cutoffs, (str, bytes)) or not hasattr(self.cutoffs, "__iter__"):
-            raise ValueError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
-        if any(isinstance(c, bool) for c in self.cutoffs):
-            raise ValueError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
+            raise ConfigError(f"d_model must be even (the sinusoid encoding is [sin, cos] "
+                              f"halves), got {self.d_model}")
+        if isinstance(self.cutoffs, (str, bytes)) or not hasattr(self.cutoffs, "__iter__") \
+                or any(isinstance(c, bool) for c in self.cutoffs):
+            raise ConfigError(f"cutoffs must be a list of integers, got {self.cutoffs!r}")
         # The adaptive layers' own checks; their messages start with the argument's name.
         self.cutoffs = cluster_layout(self.vocab_size, self.embed_dim, self.d_model,
                                       self.cutoffs, self.div_val)[3]
@@ -161,16 +160,16 @@ class TransformerXLConfig:
             tie = [tie] * n_clusters
         if (isinstance(tie, (str, bytes)) or not hasattr(tie, "__iter__")
                 or len(list(tie)) != n_clusters or not all(isinstance(t, bool) for t in tie)):
-            raise ValueError(f"tie_projs must be None, a bool or {n_clusters} bools (one per "
-                             f"cluster), got {self.tie_projs!r}")
+            raise ConfigError(f"tie_projs must be None, a bool or {n_clusters} bools (one per "
+                              f"cluster), got {self.tie_projs!r}")
         self.tie_projs = list(tie)
         if self.same_length and self.mem_len < 1:
-            raise ValueError("same_length needs mem_len >= 1 (a query sees mem_len keys)")
+            raise ConfigError("same_length needs mem_len >= 1 (a query sees mem_len keys)")
         if self.segment_positions:
             d_t, _, d_p = sega_dims(self.d_model)
             if d_t < 1 or d_p < 1:
-                raise ValueError(f"segment_positions: d_model={self.d_model} is too small to "
-                                 "split into token/sentence/paragraph encodings (need >= 6)")
+                raise ConfigError(f"segment_positions: d_model={self.d_model} is too small to "
+                                  "split into token/sentence/paragraph encodings (need >= 6)")
         return self
 
     @property
@@ -186,8 +185,8 @@ class TransformerXLConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"{unknown[0]}: unknown TransformerXLConfig key "
-                             f"(all unknown: {unknown})")
+            raise ConfigError(f"{unknown[0]}: unknown TransformerXLConfig key "
+                              f"(all unknown: {unknown})")
         return cls(**dict(values))
 
 
@@ -212,7 +211,7 @@ def load_lm_config(source: Union[None, str, Dict[str, Any]] = None,
     try:
         return TransformerXLConfig.from_dict(values)
     except ValueError as e:   # name the file the bad value came from
-        if path is None or isinstance(e, ConfigError):
+        if path is None:
             raise
         raise ConfigError(f"{path}: {e}") from None
 
@@ -529,44 +528,44 @@ class TransformerXLLM(nn.Layer):
     def _check(self, input_ids, target, memories, reset_memory, positions, memory_positions):
         c = self.config
         if len(input_ids.shape) != 2 or input_ids.dtype not in (paddle.int64, paddle.int32):
-            raise ValueError(f"input_ids must be an int [batch, seq_len] tensor, got "
-                             f"{input_ids.dtype} {_shape_list(input_ids)}")
+            raise ModelInputError(f"input_ids must be an int [batch, seq_len] tensor, got "
+                                  f"{input_ids.dtype} {_shape_list(input_ids)}")
         batch, seg_len = _shape_list(input_ids)
         if seg_len < 1:
-            raise ValueError("input_ids has seq_len 0")
+            raise ModelInputError("input_ids has seq_len 0")
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= c.vocab_size:
-            raise ValueError(f"input_ids values must be in [0, {c.vocab_size}), got min {lo} "
-                             f"max {hi}")
+            raise ModelInputError(f"input_ids values must be in [0, {c.vocab_size}), got min {lo} "
+                                  f"max {hi}")
         if target is not None:
             if (len(target.shape) != 2 or target.shape[0] != batch
                     or not 1 <= target.shape[1] <= seg_len):
-                raise ValueError(f"target must be [batch, T'] with 1 <= T' <= seq_len "
-                                 f"(= {seg_len}), got {_shape_list(target)}")
+                raise ModelInputError(f"target must be [batch, T'] with 1 <= T' <= seq_len "
+                                      f"(= {seg_len}), got {_shape_list(target)}")
             lo, hi = int(target.min()), int(target.max())
             if lo < 0 or hi >= c.vocab_size:
-                raise ValueError(f"target values must be in [0, {c.vocab_size}), got min {lo} "
-                                 f"max {hi}")
+                raise ModelInputError(f"target values must be in [0, {c.vocab_size}), got min {lo} "
+                                      f"max {hi}")
         check_reset_memory(reset_memory, batch)
         if c.segment_positions:
             if positions is None:
-                raise ValueError("positions [3, batch, seq_len] (paragraph, sentence, token "
-                                 "running counters) are required when config.segment_positions"
-                                 " is True")
+                raise ModelInputError("positions [3, batch, seq_len] (paragraph, sentence, token "
+                                      "running counters) are required when config.segment_positions"
+                                      " is True")
             if _shape_list(positions) != [3, batch, seg_len]:
-                raise ValueError(f"positions must be [3, batch, seq_len] = {[3, batch, seg_len]}"
-                                 f", got {_shape_list(positions)}")
+                raise ModelInputError(f"positions must be [3, batch, seq_len] = "
+                                      f"{[3, batch, seg_len]}, got {_shape_list(positions)}")
             if seg_len > 1 and not bool((positions[:, :, 1:] >= positions[:, :, :-1]).all()):
-                raise ValueError("positions must be Segatron's global running counters, "
-                                 "non-decreasing along time (sega_positions(..., "
-                                 "scheme='global') or to_global), got a decreasing row")
+                raise ModelInputError("positions must be Segatron's global running counters, "
+                                      "non-decreasing along time (sega_positions(..., "
+                                      "scheme='global') or to_global), got a decreasing row")
         elif positions is not None or memory_positions is not None:
-            raise ValueError("positions given but config.segment_positions is False")
+            raise ModelInputError("positions given but config.segment_positions is False")
         if not self.uses_memory:
             return
         if seg_len <= c.ext_len:
-            raise ValueError(f"seq_len {seg_len} must exceed ext_len {c.ext_len} (the last "
-                             "ext_len positions are not cached)")
+            raise ModelInputError(f"seq_len {seg_len} must exceed ext_len {c.ext_len} (the last "
+                                  "ext_len positions are not cached)")
         if memories is not None:
             self._check_memories(memories, memory_positions, batch)
 
@@ -576,23 +575,24 @@ class TransformerXLLM(nn.Layer):
         with their memory_positions [3, batch, M] when segment_positions (and M > 0)."""
         c = self.config
         if len(memories) != c.n_layer:
-            raise ValueError(f"memories must hold n_layer = {c.n_layer} tensors, got "
-                             f"{len(memories)}")
+            raise ModelInputError(f"memories must hold n_layer = {c.n_layer} tensors, got "
+                                  f"{len(memories)}")
         mem_shape = _shape_list(memories[0])
         for m in memories:
             if len(m.shape) != 3 or _shape_list(m)[0] != batch \
                     or _shape_list(m)[2] != c.d_model or _shape_list(m) != mem_shape:
-                raise ValueError(f"memories must be [n_layer, batch, M, d_model] = "
-                                 f"[{c.n_layer}, {batch}, M, {c.d_model}], got a layer "
-                                 f"{_shape_list(m)}")
+                raise ModelInputError(f"memories must be [n_layer, batch, M, d_model] = "
+                                      f"[{c.n_layer}, {batch}, M, {c.d_model}], got a layer "
+                                      f"{_shape_list(m)}")
         if c.segment_positions and mem_shape[1] > 0:
             if memory_positions is None:
-                raise ValueError("memory_positions [3, batch, M] are required with memories "
-                                 "when config.segment_positions is True (out.memory_positions)")
+                raise ModelInputError("memory_positions [3, batch, M] are required with "
+                                      "memories when config.segment_positions is True "
+                                      "(out.memory_positions)")
             if _shape_list(memory_positions) != [3, batch, mem_shape[1]]:
-                raise ValueError(f"memory_positions must be [3, batch, M] = "
-                                 f"{[3, batch, mem_shape[1]]}, got "
-                                 f"{_shape_list(memory_positions)}")
+                raise ModelInputError(f"memory_positions must be [3, batch, M] = "
+                                      f"{[3, batch, mem_shape[1]]}, got "
+                                      f"{_shape_list(memory_positions)}")
 
     def _read_memories(self, memories: Union[paddle.Tensor, Sequence[paddle.Tensor]],
                        reset_memory: Optional[paddle.Tensor],

@@ -1,6 +1,8 @@
 """Document-level classification: aggregate segment probabilities, then accuracy / F1."""
 import numpy as np
 
+from ernie_doc.errors import ConfigError
+
 
 def aggregate_segments(segment_probs, how="mean"):
     """segment_probs: [(seg_index, probs [C])] of one document's predicted (final-pass)
@@ -18,7 +20,7 @@ def aggregate_segments(segment_probs, how="mean"):
     if how == "last":
         return np.asarray(ordered[-1], dtype=np.float64)
     if how != "mean":
-        raise ValueError(f"unknown aggregation {how!r}")
+        raise ConfigError(f"unknown aggregation {how!r}")
     return np.mean(ordered, axis=0)
 
 
@@ -56,5 +58,5 @@ def classification_metrics(pred, gold, num_classes, names=("accuracy", "f1"), po
         elif name == "macro_f1":
             out[name] = f1_score(pred, gold, "macro")
         else:
-            raise ValueError(f"unknown classification metric {name!r}")
+            raise ConfigError(f"unknown classification metric {name!r}")
     return out

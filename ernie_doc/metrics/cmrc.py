@@ -7,6 +7,7 @@ tokenizer. Deviations: docs/design-notes.md, "Metrics: CMRC2018"."""
 import re
 from typing import Dict, List, Sequence
 
+from ernie_doc.errors import ConfigError
 from ernie_doc.metrics.squad import average_scores
 
 # The official list, in its order. Only one-character entries can ever match.
@@ -78,7 +79,7 @@ def treebank_tokenize(text: str, nltk_rules: str = "3.6") -> List[str]:
     """Word tokens of `text` by nltk.word_tokenize's Treebank rules. nltk_rules: "3.6" (nltk
     3.6.2, ERNIE-Doc's pin; default) or "3.7" (later nltk: splits a run-initial '')."""
     if nltk_rules not in _CLOSING:
-        raise ValueError(f"nltk_rules {nltk_rules!r} is not one of {list(NLTK_RULES)}")
+        raise ConfigError(f"nltk_rules {nltk_rules!r} is not one of {list(NLTK_RULES)}")
     for pattern, repl in _OPENING + _PUNCT:
         text = pattern.sub(repl, text)
     # The closing-quote rules look for a following space: pad both ends.

@@ -13,6 +13,8 @@ from typing import Optional
 
 import paddle
 
+from ernie_doc.errors import ModelInputError
+
 
 def memory_source(mode: str, layer_input: paddle.Tensor,
                   layer_output: paddle.Tensor) -> paddle.Tensor:
@@ -44,5 +46,5 @@ def reset_rows(tensor: paddle.Tensor, reset: paddle.Tensor, batch_axis: int) -> 
 def check_reset_memory(reset_memory: Optional[paddle.Tensor], batch: int) -> None:
     """reset_memory must be None or [batch] (one flag per row)."""
     if reset_memory is not None and [int(d) for d in reset_memory.shape] != [batch]:
-        raise ValueError(f"reset_memory must be [batch] = [{batch}], got "
-                         f"{[int(d) for d in reset_memory.shape]}")
+        raise ModelInputError(f"reset_memory must be [batch] = [{batch}], got "
+                              f"{[int(d) for d in reset_memory.shape]}")

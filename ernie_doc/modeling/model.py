@@ -19,6 +19,7 @@ import paddle.nn.functional as F
 from paddle.distributed.fleet.utils import recompute
 
 from ernie_doc.config import ErnieDocConfig
+from ernie_doc.errors import ModelInputError
 from ernie_doc.modeling.attention import (RelativeMultiHeadAttention, relative_position_ids,
                                           truncated_normal)
 from ernie_doc.modeling.embeddings import ErnieDocEmbeddings
@@ -164,42 +165,42 @@ class ErnieDocModel(SegmentReader, PretrainedMixin, nn.Layer):
                       memory_mask):
         c = self.config
         if len(input_ids.shape) != 2:
-            raise ValueError(f"input_ids must be [batch, seq_len] int64, got shape "
-                             f"{_int_shape(input_ids)}")
+            raise ModelInputError(f"input_ids must be [batch, seq_len] int64, got shape "
+                                  f"{_int_shape(input_ids)}")
         if input_ids.dtype not in (paddle.int64, paddle.int32):
-            raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+            raise ModelInputError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
         batch, seg_len = _int_shape(input_ids)
         if seg_len > c.max_position_embeddings:
-            raise ValueError(f"input_ids has seq_len {seg_len} > max_position_embeddings "
-                             f"{c.max_position_embeddings}: split the document into segments")
+            raise ModelInputError(f"input_ids has seq_len {seg_len} > max_position_embeddings "
+                                  f"{c.max_position_embeddings}: split the document into segments")
         if self.memory_len and seg_len < 1:
-            raise ValueError("input_ids has seq_len 0")
+            raise ModelInputError("input_ids has seq_len 0")
         if batch and seg_len:
             lo, hi = int(input_ids.min()), int(input_ids.max())
             if lo < 0 or hi >= c.vocab_size:
-                raise ValueError(f"input_ids values must be in [0, {c.vocab_size}), got min {lo} "
-                                 f"max {hi}")
+                raise ModelInputError(f"input_ids values must be in [0, {c.vocab_size}), got "
+                                      f"min {lo} max {hi}")
         for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
             if t is not None and _int_shape(t) != [batch, seg_len]:
-                raise ValueError(f"{name} must have the shape of input_ids {[batch, seg_len]}, "
-                                 f"got {_int_shape(t)}")
+                raise ModelInputError(f"{name} must have the shape of input_ids "
+                                      f"{[batch, seg_len]}, got {_int_shape(t)}")
         if token_type_ids is not None and batch and seg_len:
             lo, hi = int(token_type_ids.min()), int(token_type_ids.max())
             if lo < 0 or hi >= c.task_type_vocab_size:
-                raise ValueError(f"token_type_ids values must be in [0, "
-                                 f"{c.task_type_vocab_size}), got min {lo} max {hi}")
+                raise ModelInputError(f"token_type_ids values must be in [0, "
+                                      f"{c.task_type_vocab_size}), got min {lo} max {hi}")
         check_reset_memory(reset_memory, batch)
         if memories is not None and self.memory_len:
             want = [c.num_hidden_layers, batch, self.memory_len, c.hidden_size]
             if _int_shape(memories) != want:
-                raise ValueError(f"memories must be [layers, batch, memory_len, hidden] = {want},"
-                                 f" got {_int_shape(memories)}")
+                raise ModelInputError(f"memories must be [layers, batch, memory_len, hidden] = "
+                                      f"{want}, got {_int_shape(memories)}")
         if memory_mask is not None:
             if not c.mask_empty_memory:
-                raise ValueError("memory_mask given but config.mask_empty_memory is False")
+                raise ModelInputError("memory_mask given but config.mask_empty_memory is False")
             if _int_shape(memory_mask) != [batch, self.memory_len]:
-                raise ValueError(f"memory_mask must be [batch, memory_len] = "
-                                 f"{[batch, self.memory_len]}, got {_int_shape(memory_mask)}")
+                raise ModelInputError(f"memory_mask must be [batch, memory_len] = "
+                                      f"{[batch, self.memory_len]}, got {_int_shape(memory_mask)}")
 
     def _memory_keys(self, memories: Optional[paddle.Tensor],
                      reset_memory: Optional[paddle.Tensor], token_type_ids: paddle.Tensor,

@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 import paddle
 
+from ernie_doc.errors import ModelInputError
+
 # What a plain call is told, at most once per model each. The advice is the head's: a
 # classifier's tokenizer lays out its segment from one text (the folder records it), other
 # kinds pack several fields their own way.
@@ -50,7 +52,7 @@ class SegmentReader:
             retro_feed = bool(getattr(self.config, "retro_feed", None))
         padded = unmasked_padding(self.config, input_ids, attention_mask)
         if padded:
-            raise ValueError(NO_MASK.format(**padded))
+            raise ModelInputError(NO_MASK.format(**padded))
         rows = int(input_ids.shape[0])
         out = self(input_ids, memories=None, token_type_ids=token_type_ids,
                    attention_mask=attention_mask, reset_memory=paddle.ones([rows], "bool"),

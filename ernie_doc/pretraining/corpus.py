@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from ernie_doc.data.document import (NOT_REGULAR, Skips, file_kind, parse_json_line, utf8_lines,
                                      where)
-from ernie_doc.errors import DataError
+from ernie_doc.errors import ConfigError, DataError
 
 log = logging.getLogger("ernie_doc.pretrain")
 
@@ -141,13 +141,13 @@ def _json_documents(path, text_field) -> Iterator[Tuple[int, str]]:
 
 def _check_args(rank, world_size, split, min_chars):
     if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        raise ConfigError(f"world_size must be a positive int, got {world_size!r}")
     if not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
+        raise ConfigError(f"rank must be in [0, {world_size}), got {rank!r}")
     if split not in SPLITS:
         raise DataError(f"corpus split {split!r} is not one of {list(SPLITS)}")
     if min_chars < 0:
-        raise ValueError(f"min_chars must be >= 0, got {min_chars}")
+        raise ConfigError(f"min_chars must be >= 0, got {min_chars}")
 
 
 def _file_documents(path, text_field, split) -> Iterator[Tuple[int, str]]:

@@ -13,6 +13,7 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ernie_doc.errors import ConfigError
 from ernie_doc.tokenization.wordpiece import is_cjk_char
 
 __all__ = [
@@ -38,7 +39,7 @@ _DEFAULT_NUM_CLASSES = 33  # == heads.NUM_REORDER_CLASSES (not imported: keeps t
 def num_reorder_classes(max_chunks: int = DEFAULT_MAX_CHUNKS) -> int:
     """K = sum_{k=1..m} k!  (m=1..5 → 1, 3, 9, 33, 153)."""
     if max_chunks < 1:
-        raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
+        raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
     return sum(math.factorial(k) for k in range(1, max_chunks + 1))
 
 
@@ -47,7 +48,7 @@ def permutations_table(max_chunks: int = DEFAULT_MAX_CHUNKS) -> Tuple[Tuple[int,
     """All permutations of range(k), k = 1..max_chunks (k ascending, then lexicographic): a
     tuple of K tuples, entry ``label`` being ``permutation_of(label)``."""
     if max_chunks < 1:
-        raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
+        raise ConfigError(f"max_chunks must be >= 1, got {max_chunks}")
     # itertools.permutations of a sorted input yields lexicographic order.
     return tuple(p for k in range(1, max_chunks + 1) for p in itertools.permutations(range(k)))
 
@@ -55,7 +56,7 @@ def permutations_table(max_chunks: int = DEFAULT_MAX_CHUNKS) -> Tuple[Tuple[int,
 def _check_perm(perm: Sequence[int]) -> Tuple[int, ...]:
     perm = tuple(int(p) for p in perm)
     if not perm or sorted(perm) != list(range(len(perm))):
-        raise ValueError(f"not a permutation of range(k), k >= 1: {perm}")
+        raise ConfigError(f"not a permutation of range(k), k >= 1: {perm}")
     return perm
 
 
@@ -77,7 +78,7 @@ def permutation_of(label: int) -> Tuple[int, ...]:
     """Inverse of ``reorder_label``: the permutation (tuple of length k) for a label >= 0."""
     label = int(label)
     if label < 0:
-        raise ValueError(f"reorder label must be >= 0, got {label}")
+        raise ConfigError(f"reorder label must be >= 0, got {label}")
     k, rank = 1, label
     while rank >= math.factorial(k):  # skip the blocks of shorter permutations
         rank -= math.factorial(k)
@@ -93,7 +94,7 @@ def permutation_of(label: int) -> Tuple[int, ...]:
 def chunk_bounds(n: int, k: int) -> np.ndarray:
     """[k + 1] int64 boundaries of the ``numpy.array_split`` chunks of n tokens into k."""
     if not 1 <= k <= n:
-        raise ValueError(f"cannot cut {n} tokens into {k} non-empty chunks")
+        raise ConfigError(f"cannot cut {n} tokens into {k} non-empty chunks")
     q, r = divmod(n, k)
     sizes = np.full(k, q, dtype=np.int64)
     sizes[:r] += 1  # the first n % k chunks take one extra token (array_split convention)
@@ -102,7 +103,7 @@ def chunk_bounds(n: int, k: int) -> np.ndarray:
 
 def _check_classes(max_chunks: int, num_classes: int) -> None:
     if num_reorder_classes(max_chunks) > num_classes:
-        raise ValueError(
+        raise ConfigError(
             f"segment reordering with max_chunks={max_chunks} needs "
             f"{num_reorder_classes(max_chunks)} classes but the head has {num_classes}")
 
@@ -115,10 +116,10 @@ def reorder_document(ids, rng: np.random.Generator, max_chunks: int = DEFAULT_MA
     _check_classes(max_chunks, num_classes)
     ids = np.asarray(ids)
     if ids.ndim != 1:
-        raise ValueError(f"reorder_document expects a 1-D token sequence, got shape {ids.shape}")
+        raise ConfigError(f"reorder_document expects a 1-D token sequence, got shape {ids.shape}")
     n = ids.shape[0]
     if n == 0:
-        raise ValueError("cannot reorder an empty document")
+        raise ConfigError("cannot reorder an empty document")
     # Draw k before clamping so the number of draws does not depend on the length.
     k = min(int(rng.integers(1, max_chunks + 1)), n)
     perm = tuple(int(p) for p in rng.permutation(k))
@@ -202,22 +203,22 @@ def mask_tokens(ids, rng: np.random.Generator, vocab_size: int, mask_id: int,
     labels [N] int64); positions are ascending flat indices into ids.reshape(-1).
     special_ids are never masked nor drawn; word_starts: whole-word masking."""
     if not 0.0 < mask_prob <= 1.0:
-        raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob}")
+        raise ConfigError(f"mask_prob must be in (0, 1], got {mask_prob}")
     src = np.asarray(ids)
     if src.ndim not in (1, 2):
-        raise ValueError(f"mask_tokens expects [T] or [B, T] ids, got shape {src.shape}")
+        raise ConfigError(f"mask_tokens expects [T] or [B, T] ids, got shape {src.shape}")
     rows = src.astype(np.int64).reshape(-1, src.shape[-1])  # a copy: the input stays untouched
     specials = np.union1d(np.asarray(sorted(set(int(s) for s in special_ids)), dtype=np.int64),
                           [int(mask_id)])
     allowed = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), specials)
     if allowed.size == 0:
-        raise ValueError("no non-special id to draw random replacements from")
+        raise ConfigError("no non-special id to draw random replacements from")
     if word_starts is None:
         starts = np.ones(rows.shape, dtype=bool)
     else:
         starts = np.asarray(word_starts, dtype=bool)
         if starts.shape != src.shape:
-            raise ValueError(f"word_starts shape {starts.shape} != ids shape {src.shape}")
+            raise ConfigError(f"word_starts shape {starts.shape} != ids shape {src.shape}")
         starts = starts.reshape(rows.shape)
     maskable = ~np.isin(rows, specials)
 

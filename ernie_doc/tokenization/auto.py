@@ -54,7 +54,7 @@ def _find_spm(directory: Path) -> Optional[Path]:
             return directory / name
     models = sorted(p for p in directory.glob("*.model") if _regular(p))
     if len(models) > 1:
-        raise ValueError(
+        raise TokenizerError(
             f"several SentencePiece models in {directory}: {[p.name for p in models]}; "
             "pass the .model file itself"
         )

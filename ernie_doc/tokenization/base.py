@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from ernie_doc.errors import ConfigError
+
 Offsets = List[Tuple[int, int]]
 # max_position_embeddings of every released ERNIE-Doc model: the segment one forward takes
 DEFAULT_MODEL_MAX_LENGTH = 512
@@ -228,15 +230,15 @@ class TokenizerCallMixin:
         if truncation is True:
             truncation = "longest_first"
         if truncation not in (False, None) and truncation not in TRUNCATIONS:
-            raise ValueError(f"truncation={truncation!r}: choose True, False or one of "
-                             f"{', '.join(TRUNCATIONS)}")
+            raise ConfigError(f"truncation={truncation!r}: choose True, False or one of "
+                              f"{', '.join(TRUNCATIONS)}")
         if padding is True:
             padding = "longest"
         if padding not in (False, None) and padding not in PADDINGS:
-            raise ValueError(f"padding={padding!r}: choose True, False, 'longest' or "
-                             f"'max_length'")
+            raise ConfigError(f"padding={padding!r}: choose True, False, 'longest' or "
+                              f"'max_length'")
         if return_tensors not in (None, "np", "pd"):
-            raise ValueError(f"return_tensors={return_tensors!r}: choose None, 'np' or 'pd'")
+            raise ConfigError(f"return_tensors={return_tensors!r}: choose None, 'np' or 'pd'")
         rows = [self._one(t, p, add_special_tokens, max_length, truncation or False,
                           return_offsets_mapping) for t, p in zip(texts, pairs)]
         mask = return_attention_mask is not False
@@ -291,8 +293,8 @@ class TokenizerCallMixin:
                             f"str, or a list of texts with a list of pairs")
         pairs = list(text_pair) if batched else [text_pair]
         if len(pairs) != len(texts):
-            raise ValueError(f"text_pair must match text: {len(texts)} text(s), "
-                             f"{len(pairs)} pair(s)")
+            raise ConfigError(f"text_pair must match text: {len(texts)} text(s), "
+                              f"{len(pairs)} pair(s)")
         return pairs
 
     def _pad(self, rows: List[Dict[str, list]], width: int, before_last: bool = False) -> None:
@@ -330,8 +332,8 @@ class TokenizerCallMixin:
         if return_tensors is not None:
             lengths = {len(r["input_ids"]) for r in rows}
             if len(lengths) > 1:
-                raise ValueError(f"return_tensors={return_tensors!r}: the texts have "
-                                 f"{len(lengths)} different lengths; pass padding=True")
+                raise ConfigError(f"return_tensors={return_tensors!r}: the texts have "
+                                  f"{len(lengths)} different lengths; pass padding=True")
             # one str keeps its batch axis of 1 here: tensors go to a model, which takes [B, T]
             return BatchEncoding({k: self._tensor(v, return_tensors) for k, v in out.items()})
         if not batched:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from ernie_doc.errors import TokenizerError
+from ernie_doc.errors import ConfigError, TokenizerError
 
 from .base import TokenizerCallMixin
 from .vocab import PathLike, SpecialTokensMixin, read_tokenizer_bytes
@@ -47,7 +47,7 @@ def train(
     spm = _sentencepiece()
     files = _training_files(files)
     if model_type not in ("unigram", "bpe", "char", "word"):
-        raise ValueError(f"unknown model_type {model_type!r}")
+        raise ConfigError(f"unknown model_type {model_type!r}")
     prefix = os.fspath(model_prefix)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     options = dict(
@@ -86,7 +86,7 @@ def _training_files(files: Union[PathLike, Sequence[PathLike]]) -> List[str]:
         files = [files]
     files = [os.fspath(f) for f in files]
     if not files:
-        raise ValueError("no training files given")
+        raise ConfigError("no training files given")
     from ernie_doc.utils import file_kind
 
     for f in files:

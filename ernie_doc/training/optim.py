@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Tuple
 import paddle
 
 from ernie_doc.checkpoint import names
+from ernie_doc.errors import ConfigError
 
 _LAYER = re.compile(r"(?:^|\.)encoder\.layers\.(\d+)\.")
 
@@ -53,7 +54,7 @@ def layer_ratios(model: paddle.nn.Layer, num_layers: int, decay: float,
     if rule == "paddlenlp":
         return {name: paddlenlp_ratio(name, num_layers, decay) for name in params}
     if rule != "official":
-        raise ValueError(f"layer_decay_rule: {rule!r} is not one of ['official', 'paddlenlp']")
+        raise ConfigError(f"layer_decay_rule: {rule!r} is not one of ['official', 'paddlenlp']")
     inner = getattr(model, "_layers", model)   # paddle.DataParallel names its model _layers
     head_names = getattr(type(inner), "official_names", {})
     ratios, layers = {}, 0
@@ -63,7 +64,7 @@ def layer_ratios(model: paddle.nn.Layer, num_layers: int, decay: float,
         layers += official.startswith("encoder_layer_")
         ratios[name] = official_ratio(official, num_layers, decay)
     if not layers:
-        raise ValueError("layer_decay: no ERNIE-Doc encoder layer among the model's parameters")
+        raise ConfigError("layer_decay: no ERNIE-Doc encoder layer among the model's parameters")
     return ratios
 
 
