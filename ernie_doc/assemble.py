@@ -108,14 +108,14 @@ def saved_run(directory: str, record: Mapping[str, Any], source: str, device: st
 def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
     """How the run that saved a folder (its task.json, `record`) read documents: its values of
     READING_KEYS (the default of one it lacks; of `reader`, the reading options it set), with
-    the tokenizer the folder's own (the kind's saved_reading)."""
+    the tokenizer the folder's own (the kind's saved_settings)."""
     config = record["config"]
     values = {key: copy.deepcopy(config.get(key, DEFAULTS[key]))
               for key in dict.fromkeys(k.split(".")[0] for k in READING_KEYS)}
     values["doc_prediction"] = resolved_doc_prediction(values)
     reader = values["reader"] if isinstance(values["reader"], dict) else {}
     values["reader"] = {k: v for k, v in reader.items() if is_reading_key(f"reader.{k}")}
-    saved_kind(record["kind"]).saved_reading(values, {**DEFAULTS, **config})
+    saved_kind(record["kind"]).saved_settings(values, {**DEFAULTS, **config})
     return values
 
 

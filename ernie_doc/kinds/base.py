@@ -312,7 +312,7 @@ class Task:
         raise NotImplementedError
 
     @classmethod
-    def saved_reading(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
+    def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
         """assemble.trained_reading for this kind: the reading values of a saved run whose
         config was `config`, completed in place (the tokenizer, what the kind reads by)."""
         raise NotImplementedError
@@ -456,7 +456,7 @@ class DocumentTask(Task):
         return dict(io.read_config_file(path)[0]) if path else {}
 
     @classmethod
-    def saved_reading(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
+    def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
         values["tokenizer"] = ""   # the folder's own
 
     @classmethod

@@ -386,7 +386,7 @@ class LanguageModelTask(Task):
         return dataclasses.asdict(load_lm_config(folder))
 
     @classmethod
-    def saved_reading(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
+    def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
         """The model config comes from the folder alone (its lm_config.json holds the run's
         model_overrides), no tokenizer, and the run's eval_batch_size rows: Transformer-XL's
         protocol cuts the stream so; another number reads other context and gives another
