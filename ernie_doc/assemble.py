@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ernie_doc.errors import ConfigError
+from ernie_doc.errors import ConfigError, ErnieDocError
 from ernie_doc.kinds import build_task, kind_class, saved_kind
 from ernie_doc.precision import AmpSettings
 from ernie_doc.run_config import (DEFAULTS, READING_KEYS, TrainConfig, batch_rows,
@@ -119,16 +119,6 @@ def trained_reading(record: Mapping[str, Any]) -> Dict[str, Any]:
     return values
 
 
-def saved_model_config(folder: str, kind: Any) -> Dict[str, Any]:
-    """The model config a saved folder of `kind` holds, as a mapping; {} when it cannot be
-    read (loading the model then says why)."""
-    from ernie_doc.errors import ErnieDocError
-    try:
-        return saved_kind(kind).saved_model_config(folder)
-    except (ErnieDocError, OSError):
-        return {}
-
-
 UNSET = object()   # a reader option not set: the reader's default
 
 
@@ -157,7 +147,10 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
         del trained["reader"]
     model = {}   # what a model_overrides entry the run did not set was trained with
     if cfg.model_overrides:
-        model = saved_model_config(folder, record["kind"])
+        try:
+            model = saved_kind(record["kind"]).saved_model_config(folder)
+        except (ErnieDocError, OSError):   # loading the model then says why
+            pass
     values, lines = {}, []
     if "tokenizer" in trained and cfg.tokenizer == "train":
         # evaluation trains nothing: a new tokenizer's ids are not the ones the model learned

@@ -266,40 +266,37 @@ class Task:
         it out), else None (the kind packs several fields its own way)."""
         return None
 
-    # -- the run: training.prepare, assemble.saved_run and ernie-doc plan call these in order
-    # (`run`: an assemble.Assembly with cfg, device, rank, world; what they build goes into it)
+    # -- the run: training.prepare and assemble.saved_run call these in order (`run`: an
+    # assemble.Assembly, which they fill) --------------------------------------------------------
     def read_inputs(self, run: Any) -> Optional[str]:
-        """Read the data a training run needs and choose its tokenizer (run.tokenizer,
-        run.special) → the directory of a freshly trained SentencePiece model, or None."""
+        """Read the training data and choose run.tokenizer, run.special → the directory of a
+        freshly trained SentencePiece model, or None."""
         raise NotImplementedError
 
     def memory_plan(self, config: Any = None) -> MemoryPlan:
-        """(model builder n → the model with n layers, layers, hidden, heads, tokens per row,
-        memory length) of the model over `config` (None: the kind's own), for the memory
-        estimate (document.check_memory) and ernie-doc plan, before anything is built."""
+        """(builder: n → the model with n layers, layers, hidden, heads, tokens per row, memory
+        length) of the model over `config` (None: the kind's own), for memory estimates."""
         raise NotImplementedError
 
     def build_model(self, run: Any) -> paddle.nn.Layer:
-        """The model to train or evaluate (init_checkpoint's, or new), the memory estimate
-        checked first (ConfigError)."""
+        """The model to train or evaluate, its memory estimate checked first."""
         raise NotImplementedError
 
     def build_splits(self, run: Any) -> Tuple[Optional[Split], Dict[str, Split]]:
-        """→ (this rank's train split, None with eval_only; {name: split} of eval_splits and
-        test_splits), read as run.model reads."""
+        """→ (the train split, None with eval_only; {name: split} of eval and test splits)."""
         raise NotImplementedError
 
     def describe(self, run: Any) -> List[str]:
-        """The run's summary lines (data, model, reading), once build_splits ran."""
+        """The run's summary lines, once build_splits ran."""
         raise NotImplementedError
 
     def load_saved(self, run: Any, directory: str,
                    load_model: Optional[Callable[[Any], Any]] = None) -> None:
-        """A saved model folder into `run` (eval_only): its tokenizer (run.tokenizer,
-        run.special), the model (`load_model(run)` when given: an exported one) and reading,
-        the memory estimate for run.eval_rows checked before loading."""
+        """A saved folder's tokenizer, model (`load_model(run)`: an exported one) and reading
+        into `run`, the memory estimate for run.eval_rows checked first."""
         raise NotImplementedError
 
+    # -- a saved folder of the kind, before its config is read -----------------------------------
     @classmethod
     def model_config_keys(cls) -> Tuple[str, List[str]]:
         """(the model config's class name, the keys model_overrides may set)."""
@@ -307,22 +304,19 @@ class Task:
 
     @classmethod
     def saved_model_config(cls, folder: str) -> Dict[str, Any]:
-        """The model config a saved folder of this kind holds, as a mapping (ErnieDocError /
-        OSError when it cannot be read)."""
+        """The model config a saved folder holds, as a mapping."""
         raise NotImplementedError
 
     @classmethod
     def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
-        """assemble.trained_reading for this kind: the reading values of a saved run whose
-        config was `config`, completed in place (the tokenizer, what the kind reads by)."""
+        """assemble.trained_reading's `values` completed for the kind (`config`: the run's)."""
         raise NotImplementedError
 
     @classmethod
     def saved_reader(cls, record: Mapping[str, Any], task: str, documents: Any = None,
                      folder: str = "") -> Any:
-        """The reader of a saved folder of this kind (task.json `record`): `documents`, the
-        data's task reader (eval_only: SavedReader checks its labels), or None (predict: the
-        documents come from its input)."""
+        """The reader of a saved folder (task.json `record`) over `documents`, the data's task
+        reader (None: predict's input holds the documents)."""
         raise NotImplementedError
 
 
