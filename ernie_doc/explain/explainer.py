@@ -18,6 +18,8 @@ from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_me
                                            document_layout, gradient_pass, occlusion_chunks,
                                            plan_passes, read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
+from ernie_doc.kinds import builtin_kinds
+from ernie_doc.kinds.base import DocumentTask
 from ernie_doc.resources import activation_bytes, layer_input_bytes
 
 MAX_SEGMENTS = 256   # occlusion reads a document once per segment: more is refused
@@ -27,14 +29,7 @@ TOP_TOKENS = 20
 def explains(kind: type) -> bool:
     """Whether the task kind `kind` (a class) says what an explanation follows
     (DocumentTask.explain_target)."""
-    from ernie_doc.kinds.base import DocumentTask
     return getattr(kind, "explain_target", None) not in (None, DocumentTask.explain_target)
-
-
-def explained_kinds() -> List[str]:
-    """The built-in kinds that have an explanation target."""
-    from ernie_doc.kinds import builtin_kinds
-    return [name for name, kind in builtin_kinds().items() if explains(kind)]
 
 
 class Explaining:
@@ -90,9 +85,9 @@ class Explainer(Explaining):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise PipelineError(f"{key} must be an integer >= {least}, got {value!r}")
         if not explains(type(pipe.task)):
+            have = [name for name, kind in builtin_kinds().items() if explains(kind)]
             raise PipelineError(f"explain: kind {pipe.cfg.kind!r} has no explanation target "
-                                f"(the document kinds that have one: "
-                                f"{', '.join(explained_kinds())})")
+                                f"(the document kinds that have one: {', '.join(have)})")
         self.pipe, self.task, self.cfg, self.model = pipe, pipe.task, pipe.cfg, pipe.model
         self.method, self.target, self.steps = method, target, steps
         self.max_segments, self.top_tokens = max_segments, top_tokens

@@ -296,28 +296,29 @@ class Task:
         into `run`, the memory estimate for run.eval_rows checked first."""
         raise NotImplementedError
 
-    # -- a saved folder of the kind, before its config is read -----------------------------------
+    # -- a saved folder of the kind, before its config is read: the ERNIE-Doc model's ------------
     @classmethod
     def model_config_keys(cls) -> Tuple[str, List[str]]:
         """(the model config's class name, the keys model_overrides may set)."""
-        raise NotImplementedError
+        return "ErnieDocConfig", sorted(known_keys())
 
     @classmethod
     def saved_model_config(cls, folder: str) -> Dict[str, Any]:
         """The model config a saved folder holds, as a mapping."""
-        raise NotImplementedError
+        path = io.detect_format(folder)[2]
+        return dict(io.read_config_file(path)[0]) if path else {}
 
     @classmethod
     def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
         """assemble.trained_reading's `values` completed for the kind (`config`: the run's)."""
-        raise NotImplementedError
+        values["tokenizer"] = ""   # the folder's own
 
     @classmethod
     def saved_reader(cls, record: Mapping[str, Any], task: str, documents: Any = None,
                      folder: str = "") -> Any:
         """The reader of a saved folder (task.json `record`) over `documents`, the data's task
         reader (None: predict's input holds the documents)."""
-        raise NotImplementedError
+        return SavedReader(record["labels"], task, documents, folder)
 
 
 class DocumentTask(Task):
@@ -406,10 +407,12 @@ class DocumentTask(Task):
 
     # -- the run: an ERNIE-Doc head (kinds.document) --------------------------------------------
     def read_inputs(self, run: Any) -> Optional[str]:
-        self.docs = document.read_documents(run)
-        names = list(self.docs)
+        cfg = self.cfg
+        train = [] if self.streaming or cfg.eval_only else ["train"]
+        names = list(dict.fromkeys(train + list(cfg.eval_splits) + list(cfg.test_splits)))
+        self.docs = {split: self.read(split) for split in names}
         run.tokenizer, run.special, spm_dir = document.choose_tokenizer(
-            run, self.docs.get("train", self.docs[names[0]] if self.cfg.eval_only else None))
+            run, self.docs.get("train", self.docs[names[0]] if cfg.eval_only else None))
         return spm_dir
 
     def memory_plan(self, config: Any = None) -> MemoryPlan:
@@ -439,24 +442,6 @@ class DocumentTask(Task):
         else:
             run.model = document.build_head(run)
         document.setup_reading(run)
-
-    @classmethod
-    def model_config_keys(cls) -> Tuple[str, List[str]]:
-        return "ErnieDocConfig", sorted(known_keys())
-
-    @classmethod
-    def saved_model_config(cls, folder: str) -> Dict[str, Any]:
-        path = io.detect_format(folder)[2]
-        return dict(io.read_config_file(path)[0]) if path else {}
-
-    @classmethod
-    def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
-        values["tokenizer"] = ""   # the folder's own
-
-    @classmethod
-    def saved_reader(cls, record: Mapping[str, Any], task: str, documents: Any = None,
-                     folder: str = "") -> Any:
-        return SavedReader(record["labels"], task, documents, folder)
 
     def head_flops(self, config: Any, head_params: int, tokens: int) -> Tuple[float, str]:
         """ernie-doc plan: (forward FLOPs of the head on a row of `tokens` tokens over the

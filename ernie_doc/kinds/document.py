@@ -1,13 +1,7 @@
-"""An ERNIE-Doc head's run: the tokenizer, the model (its memory estimate first), the reading
-set up for it and the document splits. DocumentTask's build_model, build_splits, load_saved
-and memory_plan (kinds.base) come here; so does the language model's memory check.
-
-    choose_tokenizer(run, docs)  the tokenizer: given, released, the checkpoint's, or trained
-    build_head(run)              the task's ERNIE-Doc head, the memory estimate checked first
-    setup_reading(run)           the kind's segmenter set up for the model
-    document_splits(run, docs)   the read documents as training and evaluation splits
-
-`run` is an assemble.Assembly (a training.prepare.PreparedRun when training)."""
+"""An ERNIE-Doc head's run (DocumentTask's read_inputs, build_model, build_splits, load_saved):
+the tokenizer (choose_tokenizer), the head (build_head, its memory estimate first: check_memory,
+which the language model's build_model calls too), the reading set up for it (setup_reading)
+and the documents as splits (document_splits). `run`: an assemble.Assembly."""
 import contextlib
 import logging
 import math
@@ -19,11 +13,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle
 
+from ernie_doc import resources
+from ernie_doc.checkpoint import io
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
-from ernie_doc.errors import ConfigError, DataError, UntrainedHead
+from ernie_doc.errors import ConfigError, DataError, HubError, UntrainedHead
+from ernie_doc.hub import is_released, resolve
 from ernie_doc.kinds.folders import missing_key
+from ernie_doc.tokenization import load_tokenizer
+from ernie_doc.tokenization.spm import train
 from ernie_doc.utils import clip
 
 logger = logging.getLogger("ernie_doc.train")   # a run's log (training.runlog sets it up)
@@ -75,9 +74,6 @@ def choose_tokenizer(run: Any, train_docs: Optional[Sequence]) -> Tuple[object, 
             raise ConfigError(f"{cfg.source}: tokenizer: task {cfg.task} reads token ids, "
                               f"not text; it uses no tokenizer (got {cfg.tokenizer!r})")
         return None, vocabulary[0], None
-    from ernie_doc.errors import HubError
-    from ernie_doc.hub import is_released, resolve
-    from ernie_doc.tokenization import load_tokenizer
     spm_dir = None
     if cfg.tokenizer == "train":
         spm_dir = train_spm(run, train_docs)
@@ -111,7 +107,6 @@ def choose_tokenizer(run: Any, train_docs: Optional[Sequence]) -> Tuple[object, 
 def train_spm(run: Any, train_docs: Optional[Sequence]) -> Optional[str]:
     """SentencePiece on the train split (for from-scratch runs), in a temporary directory
     → that directory, or None when resuming a run that already has one."""
-    from ernie_doc.tokenization.spm import train
     cfg, task = run.cfg, run.task
     if run.resume and os.path.isfile(os.path.join(run.out, "tokenizer", "spm.model")):
         return None
@@ -169,7 +164,6 @@ def check_memory(run: Any, plan: MemoryPlan, recompute: bool = False) -> None:
     """Refuse (ConfigError) a run whose estimated memory exceeds the device's, before the model
     is built; `plan`: the kind's memory_plan. Eval-only runs count no gradients; `recompute`:
     the training activations are recomputed in backward."""
-    from ernie_doc import resources
     cfg = run.cfg
     build, layers, hidden, heads, tokens, memory_len = plan
     if cfg.eval_only and run.eval_rows:   # the batch rows a prediction asked for
@@ -217,7 +211,6 @@ def check_head_memory(run: Any, config: ErnieDocConfig) -> None:
 def checkpoint_config(cfg: Any, overrides: Dict[str, Any]) -> Optional[ErnieDocConfig]:
     """init_checkpoint's model config with `overrides`, read from its config file alone
     (no tensor is loaded), or None when it has none (from_pretrained then says so)."""
-    from ernie_doc.checkpoint import io
     _, _, path = io.detect_format(cfg.init_checkpoint)
     if path is None:
         return None
@@ -229,7 +222,6 @@ def checkpoint_config(cfg: Any, overrides: Dict[str, Any]) -> Optional[ErnieDocC
 def _loader_line_held(held: bool):
     """While loading a checkpoint: the loader's "loaded N tensors" line dropped when `held`
     (the run log reports it instead)."""
-    import logging
     if not held:
         yield
         return
@@ -303,16 +295,6 @@ def build_head(run: Any) -> paddle.nn.Layer:
                           f"{vocab}: a model of another vocabulary")
     model.ernie_doc.recompute = cfg.recompute
     return model
-
-
-def read_documents(run: Any) -> Dict[str, list]:
-    """The documents of every split a run trains and evaluates on → {split: documents}."""
-    cfg, names = run.cfg, []
-    train = [] if run.task.streaming or cfg.eval_only else ["train"]
-    for split in train + list(cfg.eval_splits) + list(cfg.test_splits):
-        if split not in names:
-            names.append(split)
-    return {split: run.task.read(split) for split in names}
 
 
 def document_splits(run: Any, docs: Dict[str, list]

@@ -18,8 +18,10 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping,
 import numpy as np
 import paddle
 
+from ernie_doc import resources
 from ernie_doc.data.splits import Batch, Evaluation, Split
 from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.hub import home
 from ernie_doc.kinds.base import Config, Task, data_dir_required
 from ernie_doc.kinds.document import MemoryPlan, check_memory
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
@@ -32,7 +34,6 @@ VOCAB_FILE = "vocab.txt"
 
 def default_cache_dir(files, options):
     """One folder per set of token files and vocabulary options."""
-    from ernie_doc.hub import home
     root = os.environ.get("ERNIE_DOC_CACHE") or home()   # the cache of released models too
     key = json.dumps({"files": {k: os.path.abspath(v) for k, v in sorted(files.items())},
                       "vocab": [options[k] for k in ("vocab", "vocab_from", "min_freq",
@@ -279,7 +280,6 @@ class LanguageModelTask(Task):
         """Refuse (ConfigError naming the eval protocol's keys, or `what`) an evaluation of
         `rows` rows (with memory `mem_len`, None: the protocol's) whose memory estimate
         exceeds what `device` has, before anything is built."""
-        from ernie_doc import resources
         c, lengths = self.config, self.eval_lengths()
         mem = lengths["mem_len"] if mem_len is None else mem_len
         params = resources.parameter_count(self.memory_plan()[0], c.n_layer)

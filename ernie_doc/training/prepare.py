@@ -143,11 +143,9 @@ def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]) -> 
     """eval_only of a fine-tuned folder of this kind: the kind's saved_reader, which gives its
     task.json's labels (the order of the model's outputs) and reads the data with the task's
     reader; else None (build_task's own reader)."""
-    if fine_tuned is None:
+    if fine_tuned is None or fine_tuned[1]["kind"] != cfg.kind:
         return None
     folder, record = fine_tuned
-    if record["kind"] != cfg.kind:
-        return None
     from ernie_doc.kinds.base import load_reader
     return kind_class(cfg.kind).saved_reader(record, cfg.task, load_reader(cfg.task), folder)
 
