@@ -189,10 +189,7 @@ class LanguageModelTask(Task):
                 raise ConfigError(f"{cfg.source}: eval_splits/test_splits: 'train' is the "
                                   f"training stream; name a split of reader.files")
         try:
-            if cfg.init_checkpoint:
-                self.config = load_lm_config(cfg.init_checkpoint, **cfg.model_overrides)
-            else:
-                self.config = load_lm_config(cfg.model, **cfg.model_overrides)
+            self.config = load_lm_config(cfg.init_checkpoint or cfg.model, **cfg.model_overrides)
         except ValueError as e:
             raise ConfigError(f"{cfg.source}: model / model_overrides: {e}") from None
         self.corpus = None
@@ -387,10 +384,9 @@ class LanguageModelTask(Task):
 
     @classmethod
     def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
-        """The model config comes from the folder alone (its lm_config.json holds the run's
-        model_overrides), no tokenizer, and the run's eval_batch_size rows: Transformer-XL's
-        protocol cuts the stream so; another number reads other context and gives another
-        perplexity."""
+        """The model config from the folder alone (its lm_config.json holds model_overrides),
+        no tokenizer, and the run's eval rows: another number cuts the stream otherwise, reads
+        other context and gives another perplexity."""
         values["model_overrides"] = {}
         del values["tokenizer"]
         values["eval_batch_size"] = config["eval_batch_size"] or config["batch_size"]
