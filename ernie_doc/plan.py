@@ -131,8 +131,8 @@ class Plan:
 
 def _task(cfg: Any) -> Any:
     """The config's task kind; a pretraining corpus is never read, so data_dir may be empty."""
-    from ernie_doc.kinds import build_task
-    if cfg.kind == "pretraining" and not cfg.data_dir:
+    from ernie_doc.kinds import build_task, kind_class
+    if not kind_class(cfg.kind).task_reader and not cfg.data_dir:
         cfg = copy.copy(cfg)   # a TrainConfig: its source and user_keys come along
         cfg["data_dir"] = "(not read)"
     return build_task(cfg)
@@ -245,24 +245,16 @@ def _language_model(task: Any, rows: int) -> _Model:
 
 def _ernie_doc(cfg: Any, task: Any, rows: int) -> _Model:
     from ernie_doc import cost, resources
-    from ernie_doc.assemble import head_memory_plan, reading_stride
+    from ernie_doc.kinds.document import reading_stride
     from ernie_doc.modeling.model import ErnieDocModel
     config = model_config(cfg, task)
-    plan = head_memory_plan(task, config, cfg.max_seq_len)
+    plan = task.memory_plan(config)
     build, layers, hidden, _, tokens, _ = plan
     stride = reading_stride(cfg, config)   # the trainer's refusals first
     params = resources.parameter_count(build, layers)
     encoder = resources.parameter_count(
         lambda n: ErnieDocModel(config.replace(num_hidden_layers=n)), layers)
-    if cfg.kind == "pretraining":
-        share = task.options["mask_prob"]
-        head = share * 2 * hidden * (hidden + config.vocab_size) * tokens
-        note = (f"masked LM on {share:.0%} of the tokens: transform and the tied decoder over "
-                f"{config.vocab_size:,} words")
-    else:
-        head = 2.0 * (params - encoder) * tokens
-        note = ("2 per head parameter and token: exact for a head that reads every token, "
-                "above it for a [CLS] head")
+    head, note = task.head_flops(config, params - encoder, tokens)
     name = cfg.init_checkpoint or cfg.model
     return _Model(f"{name}, {task.head_class.__name__} ({layers} layers, hidden {hidden}, "
                   f"{config.num_attention_heads} heads, recurrence {config.recurrence})",
@@ -277,6 +269,7 @@ def make_plan(cfg: Any, gpus: int = 1, device: str = "v100",
     """The plan of the run `cfg` (run_config.load_config) describes on `gpus` GPUs of
     `device` (DEVICES; device_memory and peak_tflops replace its figures)."""
     from ernie_doc import resources
+    from ernie_doc.kinds.base import DocumentTask
     from ernie_doc.run_config import batch_rows
     if device not in DEVICES:
         raise ConfigError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
@@ -292,7 +285,10 @@ def make_plan(cfg: Any, gpus: int = 1, device: str = "v100",
     precision = _precision(cfg, dev)
     task = _task(cfg)
     rows = batch_rows(cfg, task.group_size)
-    model = _language_model(task, rows) if task.builds_model else _ernie_doc(cfg, task, rows)
+    # an ERNIE-Doc head is costed from its encoder; another model (the language model's
+    # Transformer-XL) as a whole
+    model = _ernie_doc(cfg, task, rows) if isinstance(task, DocumentTask) else \
+        _language_model(task, rows)
     _, layers, hidden, heads, tokens, memory_len = model.memory_plan
     memory = {name: resources.training_parts(model.params, layers, rows, tokens, memory_len,
                                              hidden, heads, recompute=name == "with")

@@ -14,8 +14,9 @@ from typing import Any, FrozenSet, Iterator, NoReturn, TextIO, Tuple, Union
 
 import yaml
 
-from ernie_doc.config import integer_problem, known_keys
+from ernie_doc.config import integer_problem
 from ernie_doc.errors import ConfigError
+from ernie_doc.kinds import kind_class
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
@@ -217,8 +218,6 @@ CHOICES = {
     "batch_unit": ("examples", "rows"),
     "layer_decay_rule": ("official", "paddlenlp"),
 }
-# kinds that stream their training data for max_steps (eval_splits may be empty)
-STREAMED_KINDS = ("pretraining", "language_model")
 FREE_DICTS = ("reader", "model_overrides", "task_options", "max_examples")
 # Integer keys → the least value each takes (the greatest is MAX_DIM); seed and threads are
 # checked below; null means the default in stride and eval_batch_size.
@@ -488,14 +487,7 @@ def _check_model_overrides(cfg) -> None:
     overrides = cfg.model_overrides
     if not isinstance(overrides, dict):
         return
-    if cfg.kind == "language_model":
-        import dataclasses
-
-        from ernie_doc.lm.model import TransformerXLConfig
-        name, known = "TransformerXLConfig", sorted(
-            f.name for f in dataclasses.fields(TransformerXLConfig))
-    else:
-        name, known = "ErnieDocConfig", sorted(known_keys())
+    name, known = kind_class(cfg.kind).model_config_keys()
     for key in overrides:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=3) if isinstance(key, str) else []
@@ -509,6 +501,13 @@ def _fail(cfg: TrainConfig, key: str, message: str) -> NoReturn:
     """Raise the ConfigError naming `key`; the message quotes the value given: at most a few
     lines' worth."""
     raise ConfigError(f"{cfg.source}: {clip(key)}: {clip(message, 300)}")
+
+
+def _refuse(cfg: TrainConfig, key: str) -> None:
+    """`key` set for a kind that refuses it (Task.refused): its ConfigError."""
+    why = kind_class(cfg.kind).refused.get(key)
+    if cfg[key] and why:
+        _fail(cfg, key, why)
 
 
 def _check_names(cfg: TrainConfig) -> None:
@@ -585,8 +584,7 @@ def _check_numbers(cfg: TrainConfig) -> None:
     threads = threads_problem(cfg.threads)
     if threads:
         _fail(cfg, "threads", threads)
-    if cfg.max_doc_tokens and cfg.kind == "language_model":
-        _fail(cfg, "max_doc_tokens", "does not apply to language_model (it reads token streams)")
+    _refuse(cfg, "max_doc_tokens")
     amp_problem = check_amp_value(cfg.amp)
     if amp_problem:
         _fail(cfg, "amp", amp_problem)
@@ -639,12 +637,10 @@ def _check_splits(cfg: TrainConfig) -> None:
         if not cfg.init_checkpoint:
             raise missing_key(cfg, "init_checkpoint", "eval_only evaluates it (a trained "
                                                       "model directory)")
-        if cfg.kind == "pretraining":
-            _fail(cfg, "eval_only", "not for pretraining (its held-out MLM metrics come with "
-                              "training runs: reader.eval_corpus)")
+        _refuse(cfg, "eval_only")
         if not (cfg.eval_splits or cfg.test_splits):
             _fail(cfg, "eval_only", "give eval_splits or test_splits to evaluate")
-    elif cfg.kind in STREAMED_KINDS:
+    elif kind_class(cfg.kind).streaming:   # eval_splits may be empty
         if not cfg.max_steps:
             _fail(cfg, "max_steps", f"{cfg.kind} streams its corpus: give the number of steps")
     elif not cfg.eval_splits:

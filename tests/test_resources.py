@@ -148,7 +148,9 @@ def test_the_estimate_counts_the_rows_of_an_example(monkeypatch):
     num_choices rows, and its message names both."""
     from types import SimpleNamespace
 
-    from ernie_doc import assemble, resources
+    from ernie_doc import resources
+    from ernie_doc.assemble import Assembly
+    from ernie_doc.kinds.document import check_memory
     from ernie_doc.run_config import load_config
     seen = []
     monkeypatch.setattr(resources, "parameter_count", lambda build, layers: 1000)
@@ -158,9 +160,8 @@ def test_the_estimate_counts_the_rows_of_an_example(monkeypatch):
     monkeypatch.setattr(resources, "check_fits", lambda parts, where, device: seen.append(where))
     cfg = load_config(None, ["task=c3", "kind=multiple_choice", "batch_size=6",
                              "eval_batch_size=8"])
-    run = SimpleNamespace(cfg=cfg, task=SimpleNamespace(group_size=4), eval_rows=None,
-                          device="cpu")
-    assemble.check_memory(run, None, 2, 16, 2, 16, 8)
+    run = Assembly(cfg=cfg, task=SimpleNamespace(group_size=4), device="cpu")
+    check_memory(run, (None, 2, 16, 2, 16, 8))
     assert seen == [24, f"{cfg.source}: 1,000 parameters, batch_size 6 (24 rows), 16 tokens "
                         f"per row", 32, f"{cfg.source}: 1,000 parameters, eval_batch_size 8 "
                                         f"(32 rows), 16 tokens per row"]
@@ -172,7 +173,9 @@ def test_the_trainers_estimate_follows_recompute(monkeypatch, recompute):
     layer's activations), so a batch that fits only with recompute is not refused."""
     from types import SimpleNamespace
 
-    from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, assemble, resources
+    from ernie_doc import ErnieDocConfig, ErnieDocForSequenceClassification, resources
+    from ernie_doc.assemble import Assembly
+    from ernie_doc.kinds.document import check_head_memory
     from ernie_doc.run_config import load_config
     seen = []
     monkeypatch.setattr(resources, "check_fits",
@@ -183,8 +186,7 @@ def test_the_trainers_estimate_follows_recompute(monkeypatch, recompute):
                            model_kwargs=lambda: {"num_labels": 2})
     config = ErnieDocConfig(hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
                             memory_len=4, max_position_embeddings=16)
-    assemble.check_head_memory(SimpleNamespace(cfg=cfg, task=task, eval_rows=None,
-                                               device="cpu"), config)
+    check_head_memory(Assembly(cfg=cfg, task=task, device="cpu"), config)
     kept = resources.recomputed_activation_bytes if recompute else resources.activation_bytes
     checked = [parts for parts in seen if "activations" in parts]   # not the model's own
     assert checked[0]["activations"] == kept(2, 3, 16, 20, 8, 2)

@@ -8,7 +8,7 @@ from helpers import write
 
 from ernie_doc.data.document import Document
 from ernie_doc.kinds import build_task
-from ernie_doc.kinds.base import label_notes
+from ernie_doc.kinds.document import label_notes
 from ernie_doc.run_config import load_config
 
 

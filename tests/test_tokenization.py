@@ -677,7 +677,7 @@ def test_vocab_ids_must_be_dense(tmp_path):
     assert message == (f"{f}:2: id 1000000000 leaves a gap: the 2 lines must have the ids "
                        f"0..1, each once")
     assert peak < 10 * 2 ** 20  # refused before anything is sized by the id
-    with pytest.raises(ValueError, match="leaves a gap"):  # what assemble.choose_tokenizer catches
+    with pytest.raises(ValueError, match="leaves a gap"):  # what kinds.document.choose_tokenizer catches
         WordPieceTokenizer(f)
     assert vocab_error(tmp_path, "a\t0\nb\t2\nc\t1\nd\t5\ne\t3\n") == \
         f"{f}:4: id 5 leaves a gap: the 5 lines must have the ids 0..4, each once"

@@ -218,9 +218,11 @@ def check_output(args: argparse.Namespace) -> bool:
 def measure(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any]:
     """Measure every model → (what context.json holds, the figure)."""
     from ernie_doc.errors import PipelineError
+    from ernie_doc.kinds import saved_kind
     from ernie_doc.predict.lm_context import plot_memory_curves
     from ernie_doc.predict.model_folder import model_directory, task_record
-    kinds = {task_record(model_directory(m))["kind"] == "language_model" for m in args.models}
+    kinds = {saved_kind(task_record(model_directory(m))["kind"]).scores_tokens
+             for m in args.models}
     if len(kinds) > 1:
         raise PipelineError("give document models or language models, not both")
     if kinds == {True}:

@@ -60,9 +60,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def explainer(args: argparse.Namespace) -> Any:
     """The explainer the arguments ask for: LMExplainer on a language model's LMPipeline,
     else Explainer on the model's Pipeline."""
+    from ernie_doc.kinds import saved_kind
     from ernie_doc.predict.model_folder import model_directory, task_record
     directory = model_directory(args.model, args.task)
-    if task_record(directory, args.task)["kind"] == "language_model":
+    if saved_kind(task_record(directory, args.task)["kind"]).scores_tokens:
         return lm_explainer(args, directory)
     from ernie_doc.explain.explainer import Explainer
     from ernie_doc.predict.pipeline import Pipeline

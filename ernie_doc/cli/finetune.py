@@ -66,7 +66,8 @@ def config_path(config):
     return config
 
 
-def main(argv=None, description=__doc__, config_flag=False, kind=None):
+def main(argv=None, description=__doc__, config_flag=False, kind=None,
+         command="ernie-doc finetune"):
     """kind: the task kind accepted (None: any). Exit 2 (one `error:` line) for bad input or
     output, 1 for a non-finite loss, 130 / 143 for SIGINT / SIGTERM; bugs keep their traceback."""
     args = parse_args(argv, description, config_flag)
@@ -107,7 +108,7 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None):
         if args.debug:
             import traceback
             traceback.print_exc()
-        line = e.message("ernie-doc pretrain" if kind == "pretraining" else "ernie-doc finetune")
+        line = e.message(command)
         if line:
             print(line, file=sys.stderr)
         sys.exit(e.status)

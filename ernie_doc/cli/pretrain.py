@@ -18,7 +18,8 @@ from ernie_doc.cli.finetune import main as _main
 
 
 def main(argv=None):
-    return _main(argv, description=__doc__, config_flag=True, kind="pretraining")
+    return _main(argv, description=__doc__, config_flag=True, kind="pretraining",
+                 command="ernie-doc pretrain")
 
 
 def command(argv=None) -> int:

@@ -18,17 +18,18 @@ from ernie_doc.explain.attribution import (ALL, EmbeddingProbe, Layout, check_me
                                            document_layout, gradient_pass, occlusion_deltas,
                                            plan_passes, read_variants, token_attributions)
 from ernie_doc.explain.record import explanation_record
+from ernie_doc.kinds import builtin_kinds
+from ernie_doc.kinds.base import DocumentTask
 from ernie_doc.resources import activation_bytes, layer_input_bytes
 
-EXPLAINED = ("classification", "span", "multiple_choice", "pair_matching")
 MAX_SEGMENTS = 256   # occlusion reads a document once per segment: more is refused
 TOP_TOKENS = 20
 
 
-def explains(task: Any) -> bool:
-    """Whether `task`'s kind says what an explanation follows (Task.explain_target)."""
-    from ernie_doc.kinds.base import DocumentTask
-    return type(task).explain_target is not DocumentTask.explain_target
+def explains(kind: type) -> bool:
+    """Whether the task kind `kind` (a class) says what an explanation follows
+    (DocumentTask.explain_target)."""
+    return getattr(kind, "explain_target", None) not in (None, DocumentTask.explain_target)
 
 
 class Explaining:
@@ -83,9 +84,10 @@ class Explainer(Explaining):
                                   ("max_memory", 1 if max_memory is None else max_memory, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise PipelineError(f"{key} must be an integer >= {least}, got {value!r}")
-        if not explains(pipe.task):
+        if not explains(type(pipe.task)):
+            have = [name for name, kind in builtin_kinds().items() if explains(kind)]
             raise PipelineError(f"explain: kind {pipe.cfg.kind!r} has no explanation target "
-                                f"(the document kinds that have one: {', '.join(EXPLAINED)})")
+                                f"(the document kinds that have one: {', '.join(have)})")
         self.pipe, self.task, self.cfg, self.model = pipe, pipe.task, pipe.cfg, pipe.model
         self.method, self.target, self.steps = method, target, steps
         self.max_segments, self.top_tokens = max_segments, top_tokens

@@ -68,6 +68,16 @@ def kind_class(name: object) -> Type[Any]:
     return builtin_kinds().get(name) or _kinds[name]
 
 
+def saved_kind(name: object) -> Type[Any]:
+    """The class of a saved folder's kind; DocumentTask for a name no kind has (loading the
+    folder then says so)."""
+    try:
+        return kind_class(name)
+    except ValueError:
+        from ernie_doc.kinds.base import DocumentTask
+        return DocumentTask
+
+
 def build_task(cfg: Any, reader: Optional[Any] = None) -> Any:
     """The task kind of `cfg` over its reader: tasks/<cfg.task>/reader.py, or `reader` when
     given (predict: a saved model's labels)."""
@@ -76,7 +86,6 @@ def build_task(cfg: Any, reader: Optional[Any] = None) -> Any:
         kind = kind_name(cfg.kind)
     except ValueError as e:   # validate() has said so already, for a config it checked
         raise ConfigError(f"{cfg.source}: kind: {e}") from None
-    # pretraining streams a corpus (data_dir) itself: no tasks/<name>/reader.py
-    if reader is None and kind != "pretraining":
+    if reader is None and kind_class(kind).task_reader:
         reader = load_reader(cfg.task)
     return kind_class(kind)(cfg, reader)

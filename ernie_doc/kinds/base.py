@@ -17,11 +17,16 @@ from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping
 import numpy as np
 import paddle
 
+from ernie_doc.checkpoint import io
+from ernie_doc.config import known_keys
 from ernie_doc.data.document import Document
 from ernie_doc.data.segment import step_members
 from ernie_doc.data.splits import Split
 from ernie_doc.errors import ConfigError, DataError, NotSet
+from ernie_doc.kinds import document
+from ernie_doc.kinds.document import MemoryPlan
 from ernie_doc.kinds.folders import missing_key, task_hint, task_names, task_package
+from ernie_doc.precision import AmpSettings, amp_settings
 from ernie_doc.utils import clip
 
 Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute access
@@ -103,27 +108,6 @@ def stratified_counts(sizes: Sequence[int], limit: int, rng: np.random.Generator
     return counts
 
 
-def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
-    """The run summary's lines on a split's labels (documents per label), with a WARNING when a
-    task of several labels sees one only (accuracy then says nothing)."""
-    counts: Dict[str, int] = {}
-    for doc in docs:
-        label = getattr(doc, "label", None)   # spans, corpora: no labels
-        if label is not None:
-            counts[str(label)] = counts.get(str(label), 0) + 1
-    if not counts:
-        return []
-    shown = ", ".join(f"{clip(label, 40)}: {n}" for label, n in sorted(counts.items())[:20])
-    more = f" (+{len(counts) - 20} more)" if len(counts) > 20 else ""
-    notes = [f"split {split}: {len(docs)} documents; labels {shown}{more}"]
-    if len(counts) == 1 and num_labels > 1:
-        (label, n), = counts.items()
-        notes.append(f"WARNING split {split}: all {n} labelled documents have label "
-                     f"{clip(label, 40)!r} of {num_labels} labels: its metrics cannot tell "
-                     f"the model from a constant")
-    return notes
-
-
 @contextlib.contextmanager
 def data_dir_required(cfg: Config) -> Iterator[None]:
     """Around a reader call: a reader that needed data_dir and got "" (NotSet) becomes the
@@ -154,6 +138,42 @@ def load_reader(task: Any) -> ModuleType:
     return module
 
 
+class SavedReader:
+    """The reader of a saved model's kind: the labels its task.json lists, in the order of the
+    model's outputs (output i means labels[i]), whatever a data directory lists (and a
+    pre-tokenized task's `id_vocabulary` when its folder is there). Predict reads no documents
+    here (its input holds them); eval_only reads them with the data's task reader
+    (`documents`), and a label that reader lists and the model was not trained on is a
+    DataError naming it (`model`: the saved folder)."""
+
+    def __init__(self, labels: Sequence[str], task: str, documents: Any = None,
+                 model: str = ""):
+        self.saved, self.documents, self.model = list(labels), documents, model
+        self.id_vocabulary = None
+        try:
+            self.id_vocabulary = getattr(documents or load_reader(task), "id_vocabulary", None)
+        except DataError:   # a task folder that is not installed: a text task reads none
+            pass
+
+    def labels(self, data_dir: str, options: Dict[str, Any]) -> List[str]:
+        listed = getattr(self.documents, "labels", None)   # a reader's optional function
+        unknown = [str(x) for x in listed(data_dir, options) if str(x) not in self.saved] \
+            if listed else []
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise DataError(f"{data_dir or 'the data'}: label {clip(repr(unknown[0]), 80)}"
+                            f"{more} is not one of the {len(self.saved)} labels {self.model} "
+                            f"was trained on (its task.json: "
+                            f"{clip(', '.join(self.saved), 120)}): the model has no output "
+                            f"for it")
+        return self.saved
+
+    def read(self, data_dir: str, split: str, options: Dict[str, Any]) -> list:
+        if self.documents is None:
+            raise DataError("a saved model's task reads its documents from the predict input")
+        return self.documents.read(data_dir, split, options)
+
+
 class Task:
     """What the trainer asks of every task kind. The "carry": the dict of tensors a row stream
     carries between segments (memories [L, B, M, H] ...). `options`: see `option_defaults`."""
@@ -161,10 +181,13 @@ class Task:
     metric_names: Tuple[str, ...] = ()   # what evaluation reports (the trainer adds "loss"):
                                          # main_metric's choices, checked before anything runs
     option_defaults: Dict[str, Any] = {}
+    # facts the config checks and the commands read through kinds.kind_class(name)
     streaming = False      # the train split is a stream run for max_steps, not epochs
     group_size = 1         # batch rows one example takes (batch_unit: examples counts these)
-    builds_model = False   # the task builds its model and splits itself (memory_plan,
-                           # build_model, build_splits, describe: see LanguageModelTask)
+    task_reader = True     # reads tasks/<task>/reader.py (False: a corpus in data_dir itself)
+    uses_tokenizer = True  # reads text through a tokenizer (False: its own vocabulary)
+    scores_tokens = False  # predicts each token's likelihood (predict.lm), not documents
+    refused: Dict[str, str] = {}   # run-config keys the kind refuses when set → why
 
     def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
@@ -242,6 +265,60 @@ class Task:
         document's one text ("cls_last" / "cls_first": a saved model's tokenizer then lays
         it out), else None (the kind packs several fields its own way)."""
         return None
+
+    # -- the run: training.prepare and assemble.saved_run call these in order (`run`: an
+    # assemble.Assembly, which they fill) --------------------------------------------------------
+    def read_inputs(self, run: Any) -> Optional[str]:
+        """Read the training data and choose run.tokenizer, run.special → the directory of a
+        freshly trained SentencePiece model, or None."""
+        raise NotImplementedError
+
+    def memory_plan(self, config: Any = None) -> MemoryPlan:
+        """(builder: n → the model with n layers, layers, hidden, heads, tokens per row, memory
+        length) of the model over `config` (None: the kind's own), for memory estimates."""
+        raise NotImplementedError
+
+    def build_model(self, run: Any) -> paddle.nn.Layer:
+        """The model to train or evaluate, its memory estimate checked first."""
+        raise NotImplementedError
+
+    def build_splits(self, run: Any) -> Tuple[Optional[Split], Dict[str, Split]]:
+        """→ (the train split, None with eval_only; {name: split} of eval and test splits)."""
+        raise NotImplementedError
+
+    def describe(self, run: Any) -> List[str]:
+        """The run's summary lines, once build_splits ran."""
+        raise NotImplementedError
+
+    def load_saved(self, run: Any, directory: str,
+                   load_model: Optional[Callable[[Any], Any]] = None) -> None:
+        """A saved folder's tokenizer, model (`load_model(run)`: an exported one) and reading
+        into `run`, the memory estimate for run.eval_rows checked first."""
+        raise NotImplementedError
+
+    # -- a saved folder of the kind, before its config is read: the ERNIE-Doc model's ------------
+    @classmethod
+    def model_config_keys(cls) -> Tuple[str, List[str]]:
+        """(the model config's class name, the keys model_overrides may set)."""
+        return "ErnieDocConfig", sorted(known_keys())
+
+    @classmethod
+    def saved_model_config(cls, folder: str) -> Dict[str, Any]:
+        """The model config a saved folder holds, as a mapping."""
+        path = io.detect_format(folder)[2]
+        return dict(io.read_config_file(path)[0]) if path else {}
+
+    @classmethod
+    def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
+        """assemble.trained_reading's `values` completed for the kind (`config`: the run's)."""
+        values["tokenizer"] = ""   # the folder's own
+
+    @classmethod
+    def saved_reader(cls, record: Mapping[str, Any], task: str, documents: Any = None,
+                     folder: str = "") -> Any:
+        """The reader of a saved folder (task.json `record`) over `documents`, the data's task
+        reader (None: predict's input holds the documents)."""
+        return SavedReader(record["labels"], task, documents, folder)
 
 
 class DocumentTask(Task):
@@ -327,6 +404,50 @@ class DocumentTask(Task):
         """The train split when it is streamed (`streaming`), else None: it is then built
         from `read("train")` like every other split."""
         return None
+
+    # -- the run: an ERNIE-Doc head (kinds.document) --------------------------------------------
+    def read_inputs(self, run: Any) -> Optional[str]:
+        cfg = self.cfg
+        train = [] if self.streaming or cfg.eval_only else ["train"]
+        names = list(dict.fromkeys(train + list(cfg.eval_splits) + list(cfg.test_splits)))
+        self.docs = {split: self.read(split) for split in names}
+        run.tokenizer, run.special, spm_dir = document.choose_tokenizer(
+            run, self.docs.get("train", self.docs[names[0]] if cfg.eval_only else None))
+        return spm_dir
+
+    def memory_plan(self, config: Any = None) -> MemoryPlan:
+        return document.head_memory_plan(self, config, self.cfg.max_seq_len)
+
+    def build_model(self, run: Any) -> paddle.nn.Layer:
+        return document.build_head(run)
+
+    def build_splits(self, run: Any) -> Tuple[Optional[Split], Dict[str, Split]]:
+        train, evaluated, self.summary = document.document_splits(run, self.docs)
+        return train, evaluated
+
+    def describe(self, run: Any) -> List[str]:
+        return self.summary
+
+    def load_saved(self, run: Any, directory: str,
+                   load_model: Optional[Callable[[Any], Any]] = None) -> None:
+        # a model trained with amp on a GPU predicts with its autocast there; on CPU fp32
+        run.amp = amp_settings(self.cfg.amp, run.device) if run.device == "gpu" \
+            else AmpSettings()
+        pretokenized = self.id_vocabulary() is not None
+        run.tokenizer, run.special, _ = document.choose_tokenizer(
+            run, [] if pretokenized else None)
+        if load_model is not None:
+            run.model = load_model(run)
+            document.check_head_memory(run, run.model.config)   # the rows an export reads
+        else:
+            run.model = document.build_head(run)
+        document.setup_reading(run)
+
+    def head_flops(self, config: Any, head_params: int, tokens: int) -> Tuple[float, str]:
+        """ernie-doc plan: (forward FLOPs of the head on a row of `tokens` tokens over the
+        encoder `config`, how they are counted); `head_params`: the head's parameters."""
+        return 2.0 * head_params * tokens, ("2 per head parameter and token: exact for a head "
+                                            "that reads every token, above it for a [CLS] head")
 
     # -- the model ----------------------------------------------------------------------------
     def model_kwargs(self) -> Dict[str, Any]:

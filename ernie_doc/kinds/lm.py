@@ -13,16 +13,19 @@ import json
 import math
 import os
 import zlib
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import paddle
 
+from ernie_doc import resources
 from ernie_doc.data.splits import Batch, Evaluation, Split
 from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.hub import home
 from ernie_doc.kinds.base import Config, Task, data_dir_required
+from ernie_doc.kinds.document import MemoryPlan, check_memory
 from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
-from ernie_doc.lm.model import TransformerXLLM, load_lm_config
+from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM, load_lm_config
 
 EVAL_DEFAULTS = {"eval_tgt_len": None, "eval_mem_len": None, "eval_clamp_len": None,
                  "eval_same_length": None, "eval_ext_len": None}
@@ -31,7 +34,6 @@ VOCAB_FILE = "vocab.txt"
 
 def default_cache_dir(files, options):
     """One folder per set of token files and vocabulary options."""
-    from ernie_doc.hub import home
     root = os.environ.get("ERNIE_DOC_CACHE") or home()   # the cache of released models too
     key = json.dumps({"files": {k: os.path.abspath(v) for k, v in sorted(files.items())},
                       "vocab": [options[k] for k in ("vocab", "vocab_from", "min_freq",
@@ -153,10 +155,12 @@ class LMEvaluation(Evaluation):
 
 
 class LanguageModelTask(Task):
-    """Word-level language modelling with the memory-enhanced Transformer-XL (`builds_model`):
-    training.prepare calls check_data, memory_plan, build_model, build_splits, describe."""
-    builds_model = True     # the trainer asks for the model and splits (no tokenizer)
+    """Word-level language modelling with the memory-enhanced Transformer-XL: its own model,
+    vocabulary and token streams (check_data reads them before any collective call)."""
     streaming = True        # the train split is a stream run for max_steps
+    uses_tokenizer = False
+    scores_tokens = True
+    refused = {"max_doc_tokens": "does not apply to language_model (it reads token streams)"}
     main_metric = "ppl"
     metric_names = ("ppl", "loss", "bpt", "tokens", "unk_in_split")
     option_defaults = EVAL_DEFAULTS
@@ -185,10 +189,7 @@ class LanguageModelTask(Task):
                 raise ConfigError(f"{cfg.source}: eval_splits/test_splits: 'train' is the "
                                   f"training stream; name a split of reader.files")
         try:
-            if cfg.init_checkpoint:
-                self.config = load_lm_config(cfg.init_checkpoint, **cfg.model_overrides)
-            else:
-                self.config = load_lm_config(cfg.model, **cfg.model_overrides)
+            self.config = load_lm_config(cfg.init_checkpoint or cfg.model, **cfg.model_overrides)
         except ValueError as e:
             raise ConfigError(f"{cfg.source}: model / model_overrides: {e}") from None
         self.corpus = None
@@ -263,33 +264,32 @@ class LanguageModelTask(Task):
                 "ext_len": ext}
 
     # -- what the trainer builds ----------------------------------------------------------------
-    def memory_plan(self) -> Tuple[Callable[[], TransformerXLLM], int, int, int, int, int]:
-        """(model builder, layers, hidden, heads, tokens per row, memory length) for the memory
-        estimate (assemble.check_memory), before build_model."""
-        c = self.config
-        return self._build_layers, c.n_layer, c.d_model, c.n_head, c.tgt_len, c.mem_len
+    def read_inputs(self, run: Any) -> Optional[str]:
+        return None   # check_data has read the corpus; no tokenizer
 
-    def _build_layers(self, n: int) -> TransformerXLLM:
-        """The model with `n` layers (resources.parameter_count builds 1 and 2)."""
-        return TransformerXLLM(dataclasses.replace(self.config, n_layer=n))
+    def memory_plan(self, config: Any = None) -> MemoryPlan:
+        c = config or self.config
+        return (lambda n: TransformerXLLM(dataclasses.replace(c, n_layer=n)), c.n_layer,
+                c.d_model, c.n_head, c.tgt_len, c.mem_len)
 
     def check_eval_memory(self, rows: int, device: Optional[str] = None,
                           mem_len: Optional[int] = None, what: Optional[str] = None) -> None:
         """Refuse (ConfigError naming the eval protocol's keys, or `what`) an evaluation of
         `rows` rows (with memory `mem_len`, None: the protocol's) whose memory estimate
         exceeds what `device` has, before anything is built."""
-        from ernie_doc import resources
         c, lengths = self.config, self.eval_lengths()
         mem = lengths["mem_len"] if mem_len is None else mem_len
-        params = resources.parameter_count(self._build_layers, c.n_layer)
+        params = resources.parameter_count(self.memory_plan()[0], c.n_layer)
         parts = resources.training_parts(params, c.n_layer, rows, lengths["tgt_len"], mem,
                                          c.d_model, c.n_head, training=False)
         what = what or f"{self.cfg.source}: task_options eval_mem_len {mem}"
         resources.check_fits(parts, f"{what}, eval_tgt_len {lengths['tgt_len']}, {rows} rows "
                                     f"of {params:,} parameters", device)
 
-    def build_model(self) -> TransformerXLLM:
+    def build_model(self, run: Any) -> TransformerXLLM:
         """The Transformer-XL from init_checkpoint, or new from the config."""
+        check_memory(run, self.memory_plan())
+        paddle.seed(self.cfg.seed)   # the same initial weights on every rank
         if self.cfg.init_checkpoint:
             model = TransformerXLLM.from_pretrained(self.cfg.init_checkpoint,
                                                     **self.cfg.model_overrides)
@@ -298,12 +298,9 @@ class LanguageModelTask(Task):
         self.params = sum(int(np.prod(p.shape)) for p in model.parameters())
         return model
 
-    def build_splits(self, rank: int, world: int) \
-            -> Tuple[Optional[LMTrainStream], Dict[str, LMEvalStream]]:
-        """→ (this rank's training stream, or None with eval_only; {split: evaluation
-        stream} for eval_splits and test_splits)."""
+    def build_splits(self, run: Any) -> Tuple[Optional[LMTrainStream], Dict[str, LMEvalStream]]:
         c, data, pos = self.config, self.corpus.data, self.corpus.positions
-        cfg = self.cfg
+        cfg, rank, world = self.cfg, run.rank, run.world
         train = None
         if not cfg.eval_only:
             train = LMTrainStream(data["train"], pos.get("train"), cfg.batch_size, rank, world,
@@ -317,9 +314,8 @@ class LanguageModelTask(Task):
         self.train = train
         return train, evaluated
 
-    def describe(self, device: str, world: int) -> List[str]:
-        """The run's summary lines: data, model, evaluation protocol."""
-        c, cfg = self.config, self.cfg
+    def describe(self, run: Any) -> List[str]:
+        c, cfg, device, world = self.config, self.cfg, run.device, run.world
         counts = ", ".join(f"{s} {len(self.corpus.data[s]):,} tokens"
                            + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")
                            for s in self.files)
@@ -369,13 +365,36 @@ class LanguageModelTask(Task):
     def better(self, metric: str, value: float, best: float) -> bool:
         return value < best if metric in ("ppl", "loss", "bpt") else value > best
 
-    def load_saved(self, directory: str, rows: int, device: str
-                   ) -> Tuple[TransformerXLLM, Vocabulary]:
-        """A saved language model in `directory` → (model, vocabulary), the eval memory
-        estimate for `rows` rows on `device` checked before loading."""
-        self.check_eval_memory(rows, device)
-        vocab = load_vocabulary(directory)
-        return TransformerXLLM.from_pretrained(directory), vocab
+    def load_saved(self, run: Any, directory: str,
+                   load_model: Optional[Callable[[Any], Any]] = None) -> None:
+        """The vocabulary is the tokenizer; the run's eval_batch_size rows by default."""
+        run.eval_rows = run.eval_rows or run.batch_rows(evaluation=True)
+        self.check_eval_memory(run.eval_rows, "gpu" if run.device == "gpu" else "cpu")
+        run.tokenizer = load_vocabulary(directory)
+        run.model = TransformerXLLM.from_pretrained(directory)
+
+    @classmethod
+    def model_config_keys(cls) -> Tuple[str, List[str]]:
+        return "TransformerXLConfig", sorted(f.name for f in dataclasses.fields(
+            TransformerXLConfig))
+
+    @classmethod
+    def saved_model_config(cls, folder: str) -> Dict[str, Any]:
+        return dataclasses.asdict(load_lm_config(folder))
+
+    @classmethod
+    def saved_settings(cls, values: Dict[str, Any], config: Mapping[str, Any]) -> None:
+        """The model config from the folder alone (its lm_config.json holds model_overrides),
+        no tokenizer, and the run's eval rows: another number cuts the stream otherwise, reads
+        other context and gives another perplexity."""
+        values["model_overrides"] = {}
+        del values["tokenizer"]
+        values["eval_batch_size"] = config["eval_batch_size"] or config["batch_size"]
+
+    @classmethod
+    def saved_reader(cls, record: Mapping[str, Any], task: str, documents: Any = None,
+                     folder: str = "") -> Any:
+        return documents or OptionsReader()
 
     def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
         if self.vocab_file is None:   # no cache: keep a copy in the run's folder
@@ -383,6 +402,17 @@ class LanguageModelTask(Task):
                 self.corpus.vocab.save(tmp)   # listed in the run's manifest first
             self.vocab_file = os.path.join(self.cfg.output_dir, VOCAB_FILE)
         return [self.vocab_file]
+
+
+class OptionsReader:
+    """The reader of a saved language model: its options only."""
+
+    @staticmethod
+    def options(given: Dict[str, Any]) -> Dict[str, Any]:
+        return dict(given)
+
+    def read(self, data_dir: str, split: str, options: Dict[str, Any]) -> list:
+        raise DataError("a saved language model reads its documents from the predict input")
 
 
 def load_vocabulary(directory):

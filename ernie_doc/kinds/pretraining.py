@@ -64,6 +64,9 @@ class PretrainingTask(DocumentTask):
                     "masked_tokens", "documents")
     option_defaults = OBJECTIVE_DEFAULTS
     streaming = True   # the trainer streams the train split (pretraining.stream)
+    task_reader = False   # its corpus is data_dir, read by pretraining.stream
+    refused = {"eval_only": "not for pretraining (its held-out MLM metrics come with training "
+                            "runs: reader.eval_corpus)"}
 
     def __init__(self, cfg: Config, reader: Any = None):
         super().__init__(cfg, None)
@@ -103,6 +106,12 @@ class PretrainingTask(DocumentTask):
                               f"documents are reader.eval_corpus)")
 
     # -- corpus -------------------------------------------------------------------------------
+    def head_flops(self, config: Any, head_params: int, tokens: int) -> Tuple[float, str]:
+        share, hidden = self.options["mask_prob"], config.hidden_size
+        return share * 2 * hidden * (hidden + config.vocab_size) * tokens, (
+            f"masked LM on {share:.0%} of the tokens: transform and the tied decoder over "
+            f"{config.vocab_size:,} words")
+
     def corpus_args(self) -> Dict[str, Any]:
         c = self.corpus_options
         return dict(text_field=c["text_field"], min_chars=c["min_chars"], split=c["format"])

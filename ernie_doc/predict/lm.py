@@ -18,7 +18,7 @@ import paddle
 from ernie_doc.assemble import saved_run
 from ernie_doc.data.document import Document
 from ernie_doc.errors import ConfigError, DataError, PipelineError
-from ernie_doc.kinds import TASK_FILE
+from ernie_doc.kinds import TASK_FILE, saved_kind
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
 from ernie_doc.predict.documents import DocumentStream
@@ -113,7 +113,7 @@ class LMPipeline(DocumentStream):
         check_batch_size(batch_size)
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)
-        if record["kind"] != "language_model":
+        if not saved_kind(record["kind"]).scores_tokens:
             raise PipelineError(f"{source}: kind {record['kind']!r}, not a language model "
                                 f"(use ernie_doc.predict.pipeline.Pipeline)")
         try:

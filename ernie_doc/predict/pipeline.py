@@ -23,7 +23,7 @@ from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.data.splits import RowOutputs, collect_row_outputs
 from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
-from ernie_doc.kinds import TASK_FILE
+from ernie_doc.kinds import TASK_FILE, saved_kind
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.precision import AmpSettings
 # re-exported: `from ernie_doc.predict.pipeline import read_inputs` is the documented door
@@ -386,7 +386,7 @@ def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = 
         raise PipelineError(f"{directory}: a {record['kind']} model (task {record['task']}), "
                             f"not one for {hf_task!r} ({' or '.join(HF_TASKS[hf_task])}); "
                             f"pipeline({model!r}) reads it as what it is")
-    if record["kind"] == "language_model":
+    if saved_kind(record["kind"]).scores_tokens:
         if answer_model:
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
         if engine == "inference" or precision != "fp32":

@@ -10,23 +10,20 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import paddle
 
 from ernie_doc import distributed as dist
 from ernie_doc import peers
-from ernie_doc.assemble import (Assembly, SavedReader, build_model, check_memory, choose_tokenizer,
-                                read_as_trained, resolve_inputs, setup_reading)
+from ernie_doc.assemble import Assembly, read_as_trained, resolve_inputs
 from ernie_doc.config import RUN_CONFIG_FILE, model_folders
-from ernie_doc.data.segment import reading_passes
-from ernie_doc.data.splits import DocumentSplit, Split
-from ernie_doc.errors import ConfigError, DataError
+from ernie_doc.data.splits import Split
+from ernie_doc.errors import ConfigError
 from ernie_doc.kinds import TASK_FILE, build_task, kind_class
-from ernie_doc.kinds.base import Task, label_notes
+from ernie_doc.kinds.base import Task
 from ernie_doc.precision import AmpSettings, amp_settings, gpu_capability
-from ernie_doc.run_config import TrainConfig, batch_rows, with_values
+from ernie_doc.run_config import TrainConfig, with_values
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
 from ernie_doc.training.runlog import logger, setup_logging
@@ -120,7 +117,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
 def check_evaluated_tokenizer(cfg: TrainConfig) -> None:
     """eval_only trains no tokenizer: a new one's ids are not the ones the model learned (a
     fine-tuned folder's `tokenizer: train` already reads with its own: read_as_trained)."""
-    if cfg.eval_only and cfg.tokenizer == "train" and not kind_class(cfg.kind).builds_model:
+    if cfg.eval_only and cfg.tokenizer == "train" and kind_class(cfg.kind).uses_tokenizer:
         raise ConfigError(f"{cfg.source}: tokenizer \"train\" with eval_only would train a new "
                           f"tokenizer, whose ids are not the ones {cfg.init_checkpoint} learned; "
                           f"give the tokenizer it was trained with (tokenizer=\"\": the "
@@ -142,18 +139,15 @@ def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
         raise ConfigError(f"{cfg.source}: init_checkpoint: {e}") from None
 
 
-def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]
-                   ) -> Optional[SavedReader]:
-    """eval_only of a fine-tuned folder of this kind: the reader that gives its task.json's
-    labels (the order of the model's outputs) and reads the data with the task's reader; else
-    None (build_task's own reader)."""
-    if fine_tuned is None:
+def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]) -> Any:
+    """eval_only of a fine-tuned folder of this kind: the kind's saved_reader, which gives its
+    task.json's labels (the order of the model's outputs) and reads the data with the task's
+    reader; else None (build_task's own reader)."""
+    if fine_tuned is None or fine_tuned[1]["kind"] != cfg.kind:
         return None
     folder, record = fine_tuned
-    if record["kind"] != cfg.kind or kind_class(cfg.kind).builds_model:
-        return None
     from ernie_doc.kinds.base import load_reader
-    return SavedReader(record["labels"], cfg.task, load_reader(cfg.task), folder)
+    return kind_class(cfg.kind).saved_reader(record, cfg.task, load_reader(cfg.task), folder)
 
 
 def fine_tuned_folder(path: str) -> Optional[str]:
@@ -183,16 +177,10 @@ def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bo
     setup_logging(None, rank == 0)   # console now; the file once OUTPUT_DIR exists
     run = PreparedRun(cfg=cfg, given=given, task=task, resume=resume, device=device,
                       rank=rank, world=world, amp=amp)   # model and splits: built below
-    spm_dir = None
-    if task.builds_model:   # the language model: its own model and token streams
-        check_memory(run, *task.memory_plan())
-        paddle.seed(cfg.seed)   # the same initial weights on every rank
-        run.model = task.build_model()
-        run.train, run.evaluated = task.build_splits(rank, world)
-        run.summary = task.describe(device, world)
-    else:
-        spm_dir = prepare_documents(run)
-    run.summary += notes
+    spm_dir = task.read_inputs(run)
+    run.model = task.build_model(run)
+    run.train, run.evaluated = task.build_splits(run)
+    run.summary = task.describe(run) + notes
     run.wrapped = dist.wrap(run.model)
     if run.train is not None:
         run.total_steps = count_steps(cfg, run.train)
@@ -256,64 +244,6 @@ def input_paths(cfg: TrainConfig) -> List[str]:
 
 
 # -- document tasks -----------------------------------------------------------------------------
-def prepare_documents(run: PreparedRun) -> Optional[str]:
-    """A document task's tokenizer, ERNIE-Doc model and splits into `run` (its summary
-    too) → the directory of a freshly trained SentencePiece model, or None."""
-    cfg, task = run.cfg, run.task
-    names = []
-    train = [] if task.streaming or cfg.eval_only else ["train"]
-    for split in train + list(cfg.eval_splits) + list(cfg.test_splits):
-        if split not in names:
-            names.append(split)
-    docs = {split: task.read(split) for split in names}
-    run.tokenizer, special, spm_dir = choose_tokenizer(
-        run, docs.get("train", docs[names[0]] if cfg.eval_only else None))
-    run.special = special
-    run.model = build_model(run, special)
-    config = run.model.config
-    stride = setup_reading(run, special)
-    group = task.group_size
-    train_rows, eval_rows = batch_rows(cfg, group), batch_rows(cfg, group, evaluation=True)
-    notes, splits = [], []
-
-    def document_split(name, split_docs, passes, rows, shuffle):
-        return DocumentSplit(name, split_docs, passes, group, rows, cfg.max_seq_len,
-                             special["pad"], run.rank, run.world, cfg.seed, shuffle)
-
-    for name, split_docs in docs.items():
-        passes = []   # per document: its reading passes (skim, then retrospective) as steps
-        task.take_cuts()   # count this split's cut documents alone
-        for i, doc in enumerate(split_docs):
-            try:
-                steps = task.document_segments(doc, i, run.tokenizer)
-            except DataError as e:
-                raise DataError(f"split {name!r}: {e}") from None
-            passes.append(reading_passes(steps, cfg.retro_feed, cfg.train_skim))
-        rows = train_rows if name == "train" else eval_rows
-        if name == "train" and not cfg.eval_only:
-            run.train = document_split(name, split_docs, passes, train_rows, cfg.shuffle)
-        if name in cfg.eval_splits or name in cfg.test_splits:   # evaluation reads in order
-            run.evaluated[name] = document_split(name, split_docs, passes, eval_rows, False)
-        splits.append(run.evaluated[name] if name in run.evaluated else run.train)
-        notes += label_notes(name, split_docs, len(task.labels))
-        notes += length_notes(splits[-1], rows // group, run.world, task.take_cuts(),
-                              cfg.max_doc_tokens)
-    if task.streaming and not cfg.eval_only:
-        run.train = task.train_stream(run.rank, run.world, cfg.batch_size, cfg.max_seq_len,
-                                      special["pad"], cfg.seed)
-        splits.append(run.train)
-    labels = f"{len(task.labels)} labels; " if task.labels else ""
-    reads = ("no training" if cfg.eval_only else "streamed" if task.streaming else
-             f"{sum(run.train.lengths)} training segment reads per epoch")
-    run.summary = [f"task {cfg.task} ({cfg.kind}): {labels}"
-                   + ", ".join(s.describe() for s in splits),
-                   f"model: L={config.num_hidden_layers} H={config.hidden_size} "
-                   f"vocab={config.vocab_size} T={cfg.max_seq_len} M={config.memory_len} "
-                   f"stride={stride} recurrence={config.recurrence} "
-                   f"retro_feed={cfg.retro_feed} on {run.device} x{run.world}; {reads}"] + notes
-    return spm_dir
-
-
 def task_record(run: PreparedRun) -> dict:
     """task.json of best/ and final/: the config as written and the label names, for reading
     new documents as this run did."""
@@ -327,33 +257,6 @@ def task_record(run: PreparedRun) -> dict:
             "labels": list(getattr(run.task, "labels", [])), "config": config}
 
 
-LONG_DOCUMENT_READS = 100   # below this, one long document is no concern
-
-
-def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tokens) \
-        -> List[str]:
-    """Log lines on a split's longest documents (they bound an epoch's steps from below) and
-    on the documents max_doc_tokens cut short."""
-    lengths = np.asarray(split.lengths)
-    if not len(lengths):
-        return []
-    order = np.argsort(-lengths, kind="stable")[:3]
-    longest = ", ".join(f"{split.docs[i].doc_id} {lengths[i]:,}" for i in order)
-    notes = [f"{split.name}: longest documents (segment reads): {longest}; median "
-             f"{int(np.median(lengths)):,}"]
-    shared = math.ceil(lengths.sum() / max(1, slots * world))   # if rows balanced
-    longest = int(lengths.max())
-    if longest > 2 * shared and longest >= LONG_DOCUMENT_READS:
-        notes.append(f"WARNING {split.name}: document {split.docs[order[0]].doc_id} alone "
-                     f"takes {longest:,} segment reads, so an epoch needs at least "
-                     f"{longest:,} steps (its rows would need {shared:,}); max_doc_tokens "
-                     "caps a document's length")
-    if len(cuts):
-        notes.append(f"{split.name}: {cuts.describe(max_doc_tokens)}")
-    return notes
-
-
-# -- resume and OUTPUT_DIR ----------------------------------------------------------------------
 def read_resume_state(run: PreparedRun) -> tuple:
     """--resume: the latest checkpoint checked (weights restored) and logs checked, before any
     write → (path, trainer state, this rank's arrays, optimizer state)."""
