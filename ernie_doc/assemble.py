@@ -7,12 +7,15 @@ one place that assembles them, for training, evaluation and prediction; the kind
     read_as_trained(cfg, folder, record)  eval_only of such a folder: the reading settings it
                                  was trained with (trained_reading), but those the user set"""
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ernie_doc.errors import ConfigError, ErnieDocError
-from ernie_doc.kinds import build_task, kind_class, saved_kind
+from ernie_doc.errors import ConfigError, ErnieDocError, HubError
+from ernie_doc.hub import is_url, resolve
+from ernie_doc.hub.archive import is_archive
+from ernie_doc.kinds import TASK_FILE, build_task, kind_class, saved_kind
 from ernie_doc.precision import AmpSettings
 from ernie_doc.run_config import (DEFAULTS, READING_KEYS, TrainConfig, batch_rows,
                                   config_from_values, is_reading_key, resolved_doc_prediction,
@@ -46,9 +49,6 @@ class Assembly:
 def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     """`cfg` with `init_checkpoint`, `tokenizer` and a URL / archive `model` resolved to local
     paths (ernie_doc.hub.resolve); a released name as `model` stays a config preset."""
-    from ernie_doc.errors import HubError
-    from ernie_doc.hub import is_url, resolve
-    from ernie_doc.hub.archive import is_archive
     resolved = copy.copy(cfg)
     # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
     # OUTPUT_DIR and every write into it see the same directory
@@ -124,7 +124,6 @@ UNSET = object()   # a reader option not set: the reader's default
 
 def _shown(key: str, value: Any) -> str:
     """A setting's value in a log line, as YAML / JSON write it (null, true, "last")."""
-    import json
     if key == "tokenizer" and value == "":
         return "the folder's own"
     if value is UNSET:
@@ -139,7 +138,6 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
     set (`cfg.user_keys`; a map's entries one by one) → (the values to set, at most three log
     lines: `tokenizer: train` read as the folder's own tokenizer, the config's values
     replaced, the user's that differ from the run's)."""
-    from ernie_doc.kinds import TASK_FILE
     trained = trained_reading(record)
     if record["kind"] != cfg.kind:   # another kind's options do not apply
         del trained["task_options"]

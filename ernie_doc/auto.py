@@ -19,6 +19,7 @@ from ernie_doc.checkpoint.lodtensor import PathLike
 from ernie_doc.config import training_checkpoint_problem
 from ernie_doc.errors import CheckpointError, ConfigError
 from ernie_doc.heads import HEADS, Head
+from ernie_doc.hub import resolve
 from ernie_doc.kinds.folders import load_task_folders, register
 from ernie_doc.modeling.model import ErnieDocModel
 from ernie_doc.utils import clip
@@ -188,5 +189,4 @@ def _read_any(path: Any, source: Optional[str]) -> Checkpoint:
     registered head's official names."""
     if isinstance(path, Checkpoint):
         return path
-    from ernie_doc.hub import resolve
     return read_checkpoint(resolve(path, kind="model", source=source))

@@ -11,7 +11,9 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Tuple, Type
 
-from ernie_doc.errors import ConfigError
+from ernie_doc import releases as registry  # a released name: its config (no download)
+from ernie_doc.errors import CheckpointError, ConfigError
+from ernie_doc.utils import atomic_write_text, clip, did_you_mean, read_json
 
 # Config files: ours and PaddleNLP's, PaddleNLP's older name, the official one.
 CONFIG_FILES = ("config.json", "model_config.json", "ernie_config.json")
@@ -30,6 +32,9 @@ HEAD_SIZE_ARGUMENTS = ("num_labels", "num_choices", "num_reorder_classes")
 _SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
               "max_position_embeddings", "task_type_vocab_size", "num_labels")
 POSITION_MAPPINGS = ("pretrained", "official")
+# The attention takes its queries in blocks of this many rows: a block of s queries needs only
+# K+s−1 of the 2T+M position rows, and the score tensors stay small (cost.py counts by it).
+QUERY_BLOCK = 256
 
 # Official / PaddleNLP spellings of the same hyper-parameter.
 _ALIASES = {
@@ -195,7 +200,6 @@ def parse_config_dict(raw: Any, source: str = "config", error: Type[Exception] =
 def read_config_file(path: "str | os.PathLike[str]", error: Type[Exception] = ValueError
                      ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """JSON config file → (ErnieDocConfig kwargs, architecture or None); `error` names it."""
-    from ernie_doc.utils import read_json
     return parse_config_dict(read_json(path, error), os.fspath(path), error)
 
 
@@ -212,7 +216,6 @@ def run_model_folder(path: str) -> str:
             if any(os.path.isfile(os.path.join(folder, name)) for name in names):
                 return folder
     if os.path.isfile(os.path.join(path, RUN_CONFIG_FILE)):
-        from ernie_doc.errors import CheckpointError
         raise CheckpointError(f"{path}: a run's OUTPUT_DIR with no best/ or final/ (a run "
                               f"saves its model there at its first evaluation and at its end; "
                               f"an eval_only run saves none)")
@@ -249,7 +252,6 @@ def saved_reading(folder: str) -> Dict[str, Any]:
     "max_seq_len", "max_doc_tokens", "stride" (when set), and for a classifier "segment_layout"};
     {} without a readable one (predict reports a broken task.json itself). For folders whose
     config.json and tokenizer_config.json do not record it."""
-    from ernie_doc.utils import read_json
     path = os.path.join(folder, TASK_FILE)
     try:
         if os.path.getsize(path) > MAX_TASK_FILE_BYTES:
@@ -298,7 +300,6 @@ def integer_problem(value: object, low: int = 0, high: int = MAX_DIM,
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        from ernie_doc.utils import clip
         what = {0: "a non-negative integer", 1: "a positive integer"}.get(
             low, f"an integer >= {low}")
         return f"must be {what}{' or null' if nullable else ''}, got {clip(repr(value), 80)}"
@@ -317,7 +318,6 @@ class ErnieDocConfig:
             if key in _IGNORED:
                 continue
             if key not in _DEFAULTS:
-                from ernie_doc.utils import did_you_mean
                 raise ConfigError(
                     f"unknown config key {key!r}{did_you_mean(key, sorted(_DEFAULTS))}; "
                     f"known keys: {', '.join(sorted(_DEFAULTS))}")
@@ -420,13 +420,11 @@ class ErnieDocConfig:
 
     @classmethod
     def from_json(cls, path):
-        from ernie_doc.utils import read_json
         return cls.from_dict(read_json(path, ConfigError), source=os.fspath(path))
 
     def to_json(self, path=None):
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
         if path is not None:
-            from ernie_doc.utils import atomic_write_text
             atomic_write_text(path, text)
         return text
 
@@ -447,7 +445,6 @@ class ErnieDocConfig:
         if isinstance(spec, str) and spec in PRESETS:
             return cls.from_preset(spec, **overrides)
         if isinstance(spec, str) and not os.path.exists(spec):
-            from ernie_doc import releases as registry  # a released name: its config (no download)
             release = registry.release(spec)
             if release is not None:
                 return cls.from_any(release.preset, **overrides)
@@ -478,7 +475,6 @@ class ErnieDocConfig:
                 raise ConfigError(f"{spec}: no config file ({', '.join(CONFIG_FILES)})")
             values, _ = read_config_file(found, ConfigError)
             return cls.from_dict({**values, **overrides}, source=found)
-        from ernie_doc import releases as registry
         if spec not in PRESETS and registry.release(spec) is None:
             raise ConfigError(f"{spec}: no such file or directory, and not a released name or "
                               f"preset ({', '.join(PRESETS)})")
@@ -494,7 +490,6 @@ class ErnieDocConfig:
         target = os.path.join(directory, CONFIG_FILES[0])
         values = self.to_dict()
         if os.path.isfile(target):
-            from ernie_doc.utils import read_json
             old_values, _ = read_config_file(target, ConfigError)   # refuses a broken file
             raw = read_json(target, ConfigError)
             owned = set(_DEFAULTS) | set(_ALIASES) | {"num_classes", "init_args"}
@@ -513,7 +508,6 @@ class ErnieDocConfig:
             for alias, key in _ALIASES.items():   # a PaddleNLP spelling stays, up to date
                 if alias in raw:
                     values[alias] = values[key]
-        from ernie_doc.utils import atomic_write_text
         atomic_write_text(target, json.dumps(values, indent=2, sort_keys=True) + "\n")
         return directory
 

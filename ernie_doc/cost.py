@@ -4,6 +4,8 @@ ERNIE-Doc encoder and the Transformer-XL language model. Elementwise work, softm
 norm are left out. `ernie-doc plan` turns these counts into GPU-hours (ernie_doc/plan.py)."""
 from typing import Any
 
+from ernie_doc.config import QUERY_BLOCK
+
 
 def forward_matmul_flops(config: Any, batch: int, seq_len: int) -> float:
     """The matmul work one forward of ErnieDocModel over a [batch, seq_len] segment needs
@@ -11,9 +13,8 @@ def forward_matmul_flops(config: Any, batch: int, seq_len: int) -> float:
     the q and output projections over T tokens, k and v over the K = M + T keys, the
     feed-forward, the content scores and the weighted sum (T x K each) and the position
     scores, which each query block of s rows takes against K + s − 1 position rows
-    (attention.QUERY_BLOCK); and per layer once, the projection of the 2T + M position rows.
+    (config.QUERY_BLOCK); and per layer once, the projection of the 2T + M position rows.
     The pooler and heads are left out (plan.head_flops counts heads that read every token)."""
-    from ernie_doc.modeling.attention import QUERY_BLOCK
     t, h = seq_len, config.hidden_size
     m = 0 if config.recurrence == "none" else config.memory_len
     k, inner = m + t, config.intermediate_size

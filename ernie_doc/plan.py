@@ -16,7 +16,11 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ernie_doc import cost, resources
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.data.segment import window_count
 from ernie_doc.errors import ConfigError
+from ernie_doc.kinds import build_task, kind_class
 from ernie_doc.resources import describe
 
 
@@ -76,7 +80,6 @@ def mean_windows(percentiles: Sequence[int], window: int, stride: int,
     spread linearly between the stated percentiles (0 tokens at the 0th, the longest at the
     100th), integrated over `bins` equal slices of the distribution; `cap` > 0: documents cut
     to that many tokens (max_doc_tokens)."""
-    from ernie_doc.data.segment import window_count
     points = (0,) + tuple(percentiles)
     total = 0.0
     for b in range(bins):
@@ -131,7 +134,6 @@ class Plan:
 
 def _task(cfg: Any) -> Any:
     """The config's task kind; a pretraining corpus is never read, so data_dir may be empty."""
-    from ernie_doc.kinds import build_task, kind_class
     if not kind_class(cfg.kind).task_reader and not cfg.data_dir:
         cfg = copy.copy(cfg)   # a TrainConfig: its source and user_keys come along
         cfg["data_dir"] = "(not read)"
@@ -142,7 +144,6 @@ def model_config(cfg: Any, task: Any) -> Any:
     """The ERNIE-Doc config the trainer would build (assemble.build_model): init_checkpoint's
     (a released name: its preset, a folder: its config file) or `model`'s, with the task's and
     the config's overrides; tokenizer=train: tokenizer_vocab_size words."""
-    from ernie_doc.config import ErnieDocConfig
     overrides = dict(task.model_config_overrides())
     if cfg.tokenizer == "train":
         overrides["vocab_size"] = cfg.tokenizer_vocab_size
@@ -232,7 +233,6 @@ class _Model:
 
 
 def _language_model(task: Any, rows: int) -> _Model:
-    from ernie_doc import cost, resources
     plan = task.memory_plan()
     build, layers, _, _, tokens, _ = plan
     c = task.config
@@ -244,7 +244,6 @@ def _language_model(task: Any, rows: int) -> _Model:
 
 
 def _ernie_doc(cfg: Any, task: Any, rows: int) -> _Model:
-    from ernie_doc import cost, resources
     from ernie_doc.kinds.document import reading_stride
     from ernie_doc.modeling.model import ErnieDocModel
     config = model_config(cfg, task)
@@ -268,7 +267,6 @@ def make_plan(cfg: Any, gpus: int = 1, device: str = "v100",
               peak_tflops: Optional[float] = None) -> Plan:
     """The plan of the run `cfg` (run_config.load_config) describes on `gpus` GPUs of
     `device` (DEVICES; device_memory and peak_tflops replace its figures)."""
-    from ernie_doc import resources
     from ernie_doc.kinds.base import DocumentTask
     from ernie_doc.run_config import batch_rows
     if device not in DEVICES:

@@ -15,12 +15,13 @@ from typing import Any, FrozenSet, Iterator, NoReturn, TextIO, Tuple, Union
 import yaml
 
 from ernie_doc.config import integer_problem
+from ernie_doc.distributed import gpu_problem
 from ernie_doc.errors import ConfigError
-from ernie_doc.kinds import kind_class
+from ernie_doc.kinds import kind_class, kind_name
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import check_amp_value
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
-                             threads_problem)
+                             regular_file_problem, threads_problem)
 
 # Every key: (name, default, meaning), in groups: the one source of DEFAULTS, `--help-config`
 # and suggest_keys.
@@ -338,7 +339,6 @@ def dump_yaml(values) -> str:
 
 
 def load_yaml(path):
-    from ernie_doc.utils import regular_file_problem
     problem = regular_file_problem(path, "config file")   # a FIFO would block the read
     if problem:
         raise ConfigError(problem)
@@ -524,7 +524,6 @@ def _check_names(cfg: TrainConfig) -> None:
     if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
         _fail(cfg, "task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
     # the closed registry of kinds: a name is looked up, never imported
-    from ernie_doc.kinds import kind_name
     try:
         kind_name(cfg.kind)
     except ValueError as e:
@@ -545,7 +544,6 @@ def _check_names(cfg: TrainConfig) -> None:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             _fail(cfg, key, f"{cfg[key]!r} is not one of {list(choices)}{hint}")
     if cfg.device == "gpu":
-        from ernie_doc.distributed import gpu_problem
         problem = gpu_problem()
         if problem:
             _fail(cfg, "device", f"gpu: {problem}")

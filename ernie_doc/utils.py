@@ -1,15 +1,20 @@
 """Small shared helpers: atomic file writes, JSON reading with file:line errors, CPU threads,
 and the one-line report of a failed write (full disk, read-only filesystem) for the tools."""
 import contextlib
+import ctypes
+import difflib
 import errno
 import json
 import logging
 import os
+import platform
 import re
 import stat
 import sys
 import tempfile
+import time
 import unicodedata
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ernie_doc.errors import DuplicateKey
@@ -233,7 +238,6 @@ def did_you_mean(value: object, known: Iterable[str]) -> str:
     """The hint an error line about an unknown name ends with: " (did you mean 'imdb'?)" for
     the nearest of `known` (difflib's near miss, case ignored: 'IMDB' and 'Imbd' are near
     'imdb'; the hint spells it as `known` does), else ""; a value that is no string gets none."""
-    import difflib
     if not isinstance(value, str):
         return ""
     spelled: Dict[str, str] = {}
@@ -307,8 +311,6 @@ _FENV_SIZE, _MXCSR_OFFSET = 32, 28   # glibc's x86-64 fenv_t: the x87 state, the
 
 def _fenv():
     """(libm, a fenv_t buffer read by fegetenv) on x86-64 Linux with glibc, else None."""
-    import ctypes
-    import platform
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
         return None
     try:
@@ -337,8 +339,6 @@ def denormals_flushed() -> Optional[bool]:
 def flush_denormals(enable: bool = True) -> bool:
     """Flush denormal floats to zero (FTZ, DAZ) in this thread and those it starts;
     `enable=False` restores them → whether applied (only on x86-64 Linux/glibc)."""
-    import ctypes
-    import warnings
     got = _fenv()
     if got is None:
         return False
@@ -466,7 +466,6 @@ class ProgressLines:
                  unit: str = "it", leave: bool = True, initial: float = 0,
                  unit_scale: bool = False, unit_divisor: int = 1000, file: Any = None,
                  clock: Any = None):
-        import time
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, List, Optional, Set, Tuple
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from ernie_doc import config as config_module
 from ernie_doc.checkpoint import lodtensor, names, safe_pickle
@@ -155,7 +156,6 @@ def detect_format(path: PathLike, head_names: Optional[Collection[str]] = None
 
 # -- reading ------------------------------------------------------------------------------------
 def read_safetensors(path: PathLike) -> Dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
     try:
         return load_file(path)
     except Exception as e:  # safetensors raises its own error types
@@ -313,7 +313,6 @@ def write_checkpoint(directory: PathLike, fmt: str, tensors: Dict[str, Any],
     and the config into `directory`, all or nothing."""
     fmt = normalize_format(fmt)
     if fmt == "safetensors":
-        from safetensors.numpy import save_file
         arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
         meta = dict(config.to_dict(), architecture=architecture)
         writers = {SAFETENSORS_FILE: lambda p: save_file(arrays, p, metadata={"format": "np"}),

@@ -8,12 +8,19 @@ launcher (`python -m paddle.distributed.launch`, what `fleetrun` is) with N proc
 """
 import contextlib
 import importlib
+import importlib.util
+import logging
 import os
+import signal
+import subprocess
 import sys
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ernie_doc._version import __version__
 from ernie_doc.errors import ConfigError, ErnieDocError
+from ernie_doc.utils import (clip, notes_to_stdout, quiet_failed_closes, write_error_types,
+                             write_failure)
 
 # what a command that needs paddle says when it is not installed (one line, exit 2)
 PADDLE_MISSING = ("paddle is not installed: pip install paddlepaddle==3.3.1 (CPU) or "
@@ -67,14 +74,12 @@ def nothing_written_yet():
 def report_error(error: BaseException, message: Optional[str] = None) -> None:
     """Print the one `error:` line for `error` (its message, or `message`) on stderr,
     bounded: a message that quotes a value from a file whole must not be megabytes."""
-    from ernie_doc.utils import clip
     print(f"error: {clip(str(error) if message is None else message, 1000)}", file=sys.stderr)
 
 
 def user_error_types() -> tuple:
     """What a command's `except` clause hands to `exit_on_user_error`: ErnieDocError and the
     errors of a failed write (OSError, safetensors' serialisation error)."""
-    from ernie_doc.utils import write_error_types
     return (ErnieDocError,) + write_error_types()
 
 
@@ -88,7 +93,6 @@ def exit_on_user_error(error: BaseException, debug: bool,
     if isinstance(error, ErnieDocError):
         report_error(error)
         sys.exit(error.exit_status)
-    from ernie_doc.utils import quiet_failed_closes, write_failure
     message = write_failure(error, target, what, target_is_dir) if target else None
     if message is None:
         return
@@ -108,7 +112,6 @@ def report_run(run: Callable[[], Any], args: Any, interrupted: Callable[[], str]
         return 0
     except KeyboardInterrupt:
         if args.debug:
-            import traceback
             traceback.print_exc()
         print(interrupted(), file=sys.stderr)
         return INTERRUPTED_STATUS
@@ -126,7 +129,6 @@ def is_paddle_missing(error: BaseException) -> bool:
 
 def paddle_installed() -> bool:
     """Whether paddle can be imported, without importing it (that takes seconds)."""
-    import importlib.util
     try:
         return importlib.util.find_spec("paddle") is not None
     except (ImportError, ValueError):   # ValueError: sys.modules["paddle"] is None
@@ -148,9 +150,6 @@ def head_choices(**options) -> Optional[List[str]]:
 def with_notes_on_stdout(main, argv: Optional[List[str]]) -> int:
     """Run a tool's main(argv) with readers' and loaders' notes on stdout (stderr holds only an
     error line) → the exit status (0 when main returns a result)."""
-    import logging
-
-    from ernie_doc.utils import notes_to_stdout
     log = logging.getLogger("ernie_doc")
     saved = log.handlers[:], log.propagate, log.level
     notes_to_stdout()
@@ -208,8 +207,6 @@ def launch_command(command: str, nproc: int, argv: List[str],
 def run_launcher(cmd: List[str], env: Dict[str, str], log_dir: str) -> int:
     """Run paddle's launcher in its own session → its exit status (128 + the signal after an
     interruption); SIGINT / SIGTERM relayed once, SIGHUP as SIGTERM."""
-    import signal
-    import subprocess
     log = os.path.join(log_dir, "workerlog.0")
     start = os.path.getsize(log) if os.path.isfile(log) else 0   # an earlier job's lines
     env = dict(env)
@@ -284,7 +281,6 @@ def run_command(command, argv: Optional[List[str]] = None) -> int:
         return 2
     except KeyboardInterrupt as e:
         if "--debug" in argv:
-            import traceback
             traceback.print_exc()
         if isinstance(e, InterruptedEarly):
             line = "interrupted before anything was written: run the same command again"

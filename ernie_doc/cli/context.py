@@ -12,12 +12,22 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from ernie_doc.cli import report_run, with_notes_on_stdout
+from ernie_doc.cli.explain import output_directory
+from ernie_doc.cli.predict import TASK_FORMAT, check_input
+from ernie_doc.errors import PipelineError
+from ernie_doc.explain.render import new_figure, save_figure
+from ernie_doc.kinds import saved_kind
+from ernie_doc.outputs import InputSet
+from ernie_doc.outputs import check_output as check_file
+from ernie_doc.predict.documents import INPUT_FORMATS, read_inputs
+from ernie_doc.predict.model_folder import model_directory, task_record
+from ernie_doc.utils import atomic_path, progress_bar, set_paddle_threads
+
 FILES = ("context.json", "context.md", "context.png")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.cli.predict import TASK_FORMAT
-    from ernie_doc.predict.documents import INPUT_FORMATS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="+", help="fine-tuning runs (OUTPUT_DIR or best/), all "
                                              "document models or all language models")
@@ -66,10 +76,6 @@ def run_name(path: str) -> str:
 
 def model_documents(args: argparse.Namespace, model: str) -> List[Any]:
     """The documents a document model is measured on: --input, or its own task's split."""
-    from ernie_doc.cli.predict import TASK_FORMAT, check_input
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.documents import read_inputs
-    from ernie_doc.predict.model_folder import model_directory, task_record
     from ernie_doc.predict.pipeline import task_documents
     if args.format == TASK_FORMAT:
         return task_documents(task_record(model_directory(model)), args.input, args.split)
@@ -79,11 +85,9 @@ def model_documents(args: argparse.Namespace, model: str) -> List[Any]:
 
 def measure_document_models(args: argparse.Namespace) -> Dict[str, Any]:
     """{run name: measure_documents' result} for every model."""
-    from ernie_doc.errors import PipelineError
     from ernie_doc.explain.context import measure_documents
     from ernie_doc.explain.explainer import Explainer
     from ernie_doc.predict.pipeline import Pipeline
-    from ernie_doc.utils import progress_bar
     found = {}
     for model in args.models:
         name = run_name(model)
@@ -142,7 +146,6 @@ def relative_text(curve: List[float]) -> str:
 def plot_document_curves(found: Dict[str, Any]) -> Any:
     """context.png: occlusion |Δ| and gradient norm by distance, each run's curve divided by
     its value at d = 0, one colour per variant (log scale)."""
-    from ernie_doc.explain.render import new_figure
     fig = new_figure(10, 4)
     colours: Dict[str, str] = {}
     for i, method in enumerate(("occlusion", "gradient")):
@@ -167,8 +170,6 @@ def plot_document_curves(found: Dict[str, Any]) -> Any:
 
 def measure_lm_models(args: argparse.Namespace) -> Dict[str, Any]:
     """measure_language_models for the language models of the arguments."""
-    from ernie_doc.cli.predict import check_input
-    from ernie_doc.errors import PipelineError
     from ernie_doc.predict.lm_context import measure_language_models
     if args.input is None:
         raise PipelineError("language models: give --input, the evaluation text (a "
@@ -198,11 +199,6 @@ def check_output(args: argparse.Namespace) -> bool:
     """--output's directory, made if missing (its parent must exist) → whether this run made
     it. PipelineError (one line) when it is in a model folder or an input folder, or holds
     the files already without --overwrite."""
-    from ernie_doc.cli.explain import output_directory
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.outputs import InputSet
-    from ernie_doc.outputs import check_output as check_file
-    from ernie_doc.predict.model_folder import model_directory
     inputs = InputSet([model_directory(m) for m in args.models] +
                       ([args.input] if args.input else []))
     present = [f for f in FILES if os.path.lexists(os.path.join(args.output, f))]
@@ -217,10 +213,7 @@ def check_output(args: argparse.Namespace) -> bool:
 
 def measure(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any]:
     """Measure every model → (what context.json holds, the figure)."""
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.kinds import saved_kind
     from ernie_doc.predict.lm_context import plot_memory_curves
-    from ernie_doc.predict.model_folder import model_directory, task_record
     kinds = {saved_kind(task_record(model_directory(m))["kind"]).scores_tokens
              for m in args.models}
     if len(kinds) > 1:
@@ -236,9 +229,6 @@ def measure(args: argparse.Namespace) -> Tuple[Dict[str, Any], Any]:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Measure every model and write --output's three files, all or none → what context.json
     holds. The files are written once every measurement is done."""
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.explain.render import new_figure, save_figure
-    from ernie_doc.utils import atomic_path, set_paddle_threads
     new_figure(1, 1)   # no matplotlib: one line now, not after the measuring
     made = check_output(args)
     try:
@@ -264,14 +254,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Exit 2 with one `error:` line for a bad model, input or output; Ctrl-C: one line and
     130, nothing written; --debug: the traceback."""
     args = parse_args(argv)
-    from ernie_doc.cli import report_run
     return report_run(lambda: run(args), args,
                       lambda: "interrupted: nothing written; run the same command again",
                       target_is_dir=True)
 
 
 def command(argv: Optional[List[str]] = None) -> int:
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

@@ -17,12 +17,17 @@ import os
 import sys
 from typing import List, Optional
 
+from ernie_doc.checkpoint import io, lodtensor
+from ernie_doc.cli import head_choices
+from ernie_doc.errors import CheckpointError, ErnieDocError, OutputError
+from ernie_doc.hub import resolve
+from ernie_doc.outputs import InputSet, check_output
+
 TARGETS = {"ours": "safetensors", "safetensors": "safetensors", "paddlenlp": "paddlenlp",
            "official": "official"}
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.cli import head_choices
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("src", help="checkpoint directory or weights file to read")
     p.add_argument("dst", help="directory to write (created if needed)")
@@ -48,7 +53,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def written_names(dst: str, fmt: str) -> List[str]:
     """The files of DST that converting to `fmt` writes (for "official", the tensor files
     DST already holds stand for the ones it writes: their names come from the model)."""
-    from ernie_doc.checkpoint import io, lodtensor
     if fmt == "official":
         tensors = lodtensor.list_tensor_files(dst) if os.path.isdir(dst) else []
         return [io.OFFICIAL_CONFIG_FILE] + tensors
@@ -58,9 +62,7 @@ def written_names(dst: str, fmt: str) -> List[str]:
 def check_destination(args: argparse.Namespace, source: str) -> None:
     """Refuse (OutputError, one line) a DST that is, aliases or lies inside `source`, a FIFO or
     device, or that exists without --overwrite."""
-    from ernie_doc.outputs import InputSet, check_output
     if os.path.exists(args.dst) and not os.path.isdir(args.dst):
-        from ernie_doc.errors import OutputError
         raise OutputError(f"{args.dst}: is a file, not a directory")
     # a weights file is read with the config beside it: its folder is an input too
     # (every file of the folder, links followed, is an input: see ernie_doc.outputs)
@@ -73,11 +75,9 @@ def check_destination(args: argparse.Namespace, source: str) -> None:
 def convert(args: argparse.Namespace):
     """Read args.src, load it into its model class, write args.dst; → the model."""
     from ernie_doc import auto
-    from ernie_doc.errors import CheckpointError
 
     if os.path.abspath(args.src) == os.path.abspath(args.dst):
         raise CheckpointError(f"{args.dst}: the destination must differ from the source")
-    from ernie_doc.hub import resolve
     source = resolve(args.src, kind="model", source=args.source)
     check_destination(args, os.fspath(source))
     ckpt = auto.read_checkpoint(source)
@@ -100,7 +100,6 @@ def main(argv: Optional[List[str]] = None, configure_logging: bool = False) -> i
     if configure_logging:
         logging.basicConfig(level=logging.ERROR if args.quiet else logging.WARNING,
                             format="%(levelname)s: %(message)s", force=True)  # paddle set one
-    from ernie_doc.errors import ErnieDocError
     try:
         model = convert(args)
     except (ErnieDocError, ValueError, KeyError, OSError) as e:

@@ -7,15 +7,23 @@ PNG of the segment scores and an HTML page of the text coloured by attribution. 
 error records, --resume and the output checks are predict's. Methods and costs: docs/explain.md."""
 import argparse
 import os
+import re
 import sys
 from typing import Any, List, Optional
+
+from ernie_doc.cli import report_run, with_notes_on_stdout
+from ernie_doc.cli.predict import check_args, common_arguments, interrupted_line
+from ernie_doc.cli.predict import run as predict_run
+from ernie_doc.errors import PipelineError
+from ernie_doc.explain.render import figure_names, render_html, render_png
+from ernie_doc.kinds import saved_kind
+from ernie_doc.predict.model_folder import model_directory, task_record
 
 RECORDS = "explanations.jsonl"
 LEAN = ("token_scores", "texts")   # kept out of the JSON line: the page shows them
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.cli.predict import check_args, common_arguments
     from ernie_doc.explain.attribution import METHODS, REPLACEMENTS
     from ernie_doc.explain.explainer import MAX_SEGMENTS, TOP_TOKENS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,8 +68,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def explainer(args: argparse.Namespace) -> Any:
     """The explainer the arguments ask for: LMExplainer on a language model's LMPipeline,
     else Explainer on the model's Pipeline."""
-    from ernie_doc.kinds import saved_kind
-    from ernie_doc.predict.model_folder import model_directory, task_record
     directory = model_directory(args.model, args.task)
     if saved_kind(task_record(directory, args.task)["kind"]).scores_tokens:
         return lm_explainer(args, directory)
@@ -75,7 +81,6 @@ def explainer(args: argparse.Namespace) -> Any:
 
 def lm_explainer(args: argparse.Namespace, directory: str) -> Any:
     """LMExplainer for the language model in `directory` (--target: the span T0:T1)."""
-    from ernie_doc.errors import PipelineError
     from ernie_doc.explain.lm import LMExplainer, parse_span
     from ernie_doc.predict.lm import LMPipeline
     if args.replace is not None:
@@ -90,8 +95,6 @@ def lm_explainer(args: argparse.Namespace, directory: str) -> Any:
 def figure_writer(args: argparse.Namespace, directory: str):
     """record → the record to write: a document's PNG and HTML page written first (each
     atomically), named in its "files"; the long per-token fields left out."""
-    from ernie_doc.explain.render import figure_names, render_html, render_png
-
     def finish(record: dict) -> dict:
         if "error" in record:
             return record
@@ -111,7 +114,6 @@ def figure_writer(args: argparse.Namespace, directory: str):
 def output_directory(path: str) -> bool:
     """Make --output's directory (its parent must exist) → whether this run created it;
     PipelineError (one line) for a path that is no directory."""
-    from ernie_doc.errors import PipelineError
     if os.path.isdir(path):
         return False
     if os.path.lexists(path):
@@ -126,7 +128,6 @@ def output_directory(path: str) -> bool:
 
 def foreign_figures(directory: str) -> List[str]:
     """The files of `directory` named like explain's figures (render.figure_names)."""
-    import re
     if not os.path.isdir(directory):
         return []
     return sorted(n for n in os.listdir(directory) if re.fullmatch(r"\d{5,}-.*\.(png|html)", n))
@@ -135,8 +136,6 @@ def foreign_figures(directory: str) -> List[str]:
 def run(args: argparse.Namespace, progress: Optional[dict] = None) -> dict:
     """Explain --input into --output (see the module docstring) → the run's summary. A new
     run (neither --resume nor --overwrite) never replaces a file named like a figure."""
-    from ernie_doc.cli.predict import run as predict_run
-    from ernie_doc.errors import PipelineError
     directory = args.output
     found = [] if args.resume or args.overwrite else foreign_figures(directory)
     if found:
@@ -166,8 +165,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     (--on-error fail) or output; 1 when every document is an error record; Ctrl-C: 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ernie_doc.cli import report_run
-    from ernie_doc.cli.predict import interrupted_line
     progress: dict = {}
     return report_run(lambda: run(args, progress), args,
                       lambda: interrupted_line(argv, args.output, progress, "explain"),
@@ -176,7 +173,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def command(argv: Optional[List[str]] = None) -> int:
     """The command line (the loaders' notes go to stdout with the summary)."""
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

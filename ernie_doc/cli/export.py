@@ -15,12 +15,20 @@ exit 2.
 """
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import sys
 import warnings
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import Any, Dict, List, Optional
+
+from ernie_doc.cli import exit_on_user_error, head_choices, user_error_types, with_notes_on_stdout
+from ernie_doc.cli.run_document import is_checkpoint_spec
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.errors import ConfigError, ExportError
+from ernie_doc.outputs import InputSet, check_output, create_new, temp_name
+from ernie_doc.utils import open_regular, read_json
 
 # the static-graph conversion warns about its own internals on stderr, where only an error
 # line belongs (GLOG_minloglevel=0 shows the C++ ones again)
@@ -33,7 +41,6 @@ MAX_LABELS = 1_000_000
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.cli import head_choices
     heads = head_choices(exportable=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True,
@@ -83,8 +90,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def head_kwargs(args: argparse.Namespace, cls: Optional[type] = None) -> Dict[str, Any]:
     """The constructor arguments of the head `cls` (default: args.head's) that the command
     line gives: --num-labels (when given) and --num-choices, to the heads that take them."""
-    import inspect
-
     from ernie_doc import auto
     if cls is None:
         if args.head == "none":
@@ -101,11 +106,11 @@ def head_kwargs(args: argparse.Namespace, cls: Optional[type] = None) -> Dict[st
 
 def build_model(args: argparse.Namespace):
     """The model to export: (model, where its weights came from)."""
-    from ernie_doc import ErnieDocConfig, ErnieDocModel, auto
+    from ernie_doc import auto
+    from ernie_doc.modeling import ErnieDocModel
 
     cls = ErnieDocModel if args.head == "none" else auto.head_class(args.head)
     kwargs = head_kwargs(args, cls) if args.head != "none" else {}
-    from ernie_doc.cli.run_document import is_checkpoint_spec
     if os.path.isdir(args.config) or is_checkpoint_spec(args.config):
         return cls.from_pretrained(args.config, **kwargs), f"from_pretrained({args.config})"
     return cls(ErnieDocConfig.from_any(args.config), **kwargs), "random"
@@ -115,7 +120,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     """→ 0 after a complete export. Bad input or an unwritable output: one `error:` line
     and exit status 2 (SystemExit)."""
     args = parse_args(argv)
-    from ernie_doc.cli import exit_on_user_error, user_error_types
     try:
         return _export(args)
     except user_error_types() as e:   # or full disk, read-only, a file for a dir
@@ -139,8 +143,6 @@ def predict_files(source: str) -> List[str]:
 
 def run_seq_len(source: str) -> Optional[int]:
     """The max_seq_len a fine-tuned model was trained with (its task.json), or None."""
-    from ernie_doc.errors import ConfigError
-    from ernie_doc.utils import read_json
     path = os.path.join(source, "task.json")
     if not os.path.isfile(path):
         return None
@@ -155,8 +157,6 @@ EXPORT_SUFFIXES = (".json", ".pdmodel", ".pdiparams", ".pdiparams.info", ".meta.
 def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
     """Every file the export writes, checked by ernie_doc.outputs' rule (ExportError,
     one line) before anything is written → the paths of the predict files to write."""
-    from ernie_doc.errors import ExportError
-    from ernie_doc.outputs import InputSet, check_output
     inputs = InputSet([args.config] if os.path.exists(args.config) else [])
     out_dir = os.path.dirname(os.path.abspath(args.output))
     copies = [os.path.join(out_dir, os.path.basename(path))
@@ -169,9 +169,6 @@ def check_outputs(args: argparse.Namespace, directory: str) -> List[str]:
 def stage_copies(sources: List[str], out_dir: str) -> List[str]:
     """Copy `sources` into `out_dir` under new temporary names (O_EXCL) → those names, renamed
     once the export is done. ExportError (one line) for an unreadable source, copies removed."""
-    from ernie_doc.errors import ExportError
-    from ernie_doc.outputs import create_new, temp_name
-    from ernie_doc.utils import open_regular
     staged = []
     try:
         for source in sources:
@@ -201,7 +198,6 @@ def remove_files(paths: List[str]) -> None:
 
 
 def _export(args):
-    from ernie_doc.errors import ExportError
     from ernie_doc.predict.export import export
     directory = args.config if os.path.isdir(args.config) else ""
     copies = check_outputs(args, directory)
@@ -252,7 +248,6 @@ def _export(args):
 
 
 def command(argv: Optional[List[str]] = None) -> int:
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

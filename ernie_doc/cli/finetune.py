@@ -15,8 +15,15 @@ Bad input or configuration prints one `error:` line and exits with 2 (--debug: t
 """
 import argparse
 import os
+import signal
 import sys
+import traceback
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
+
+from ernie_doc.cli import (exit_on_user_error, nothing_written_yet, user_error_types,
+                           with_notes_on_stdout)
+from ernie_doc.errors import ConfigError
+from ernie_doc.kinds.folders import named_config, task_hint, task_names, task_variants
 
 
 def parse_args(argv=None, description=__doc__, config_flag=False):
@@ -56,10 +63,8 @@ def config_path(config):
     shadows the task). A name that is neither (no such path, no "/" nor ".") is a ConfigError
     naming the nearest task."""
     if config and not os.path.isfile(config):
-        from ernie_doc.kinds.folders import named_config, task_hint
         path = named_config(config)
         if path is None and not os.path.lexists(config) and not set(config) & {os.sep, "."}:
-            from ernie_doc.errors import ConfigError
             raise ConfigError(f"{config}: no such config file, nor a task{task_hint(config)}; "
                               f"ernie-doc finetune --list-tasks lists the tasks")
         return path or config
@@ -76,18 +81,15 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None,
         sys.stdout.write(help_config())
         return 0
     if args.list_tasks:   # the task folders only: no paddle needed
-        from ernie_doc.kinds.folders import named_config, task_names, task_variants
         for name in [n for task in task_names() for n in (task, *task_variants(task))]:
             print(f"{name:<22} {named_config(name)}")
         return 0
-    from ernie_doc.cli import exit_on_user_error, nothing_written_yet, user_error_types
     try:   # a file or a task's name, before paddle's import: a misspelt name answers at once
         config = config_path(args.config)
     except user_error_types() as e:
         exit_on_user_error(e, args.debug)
         raise
     with nothing_written_yet():   # paddle's import takes seconds: Ctrl-C is likely here
-        from ernie_doc.errors import ConfigError
         from ernie_doc.run_config import load_config
         from ernie_doc.training.trainer import RUN_CONFIG, Interrupted, run
     output_dir = args.resume   # known once the config is read
@@ -103,10 +105,8 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None,
         return run(cfg, resume=bool(args.resume))
     except KeyboardInterrupt as e:   # Ctrl-C / SIGTERM: one line saying how to go on
         if not isinstance(e, Interrupted):   # before the run's handlers were installed
-            import signal
             e = Interrupted(signal.SIGINT)
         if args.debug:
-            import traceback
             traceback.print_exc()
         line = e.message(command)
         if line:
@@ -118,7 +118,6 @@ def main(argv=None, description=__doc__, config_flag=False, kind=None,
 
 
 def command(argv=None) -> int:
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

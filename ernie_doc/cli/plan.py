@@ -9,6 +9,9 @@ import argparse
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
+from ernie_doc.cli.finetune import config_path
+from ernie_doc.plan import UTILISATION, describe_plan, make_plan, parse_bytes
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
@@ -40,8 +43,6 @@ def main(argv=None) -> int:
     """Print the plan → 0; a ConfigError (bad config, key or option) is raised for the
     caller's one `error:` line."""
     args = parse_args(argv)
-    from ernie_doc.cli.finetune import config_path
-    from ernie_doc.plan import UTILISATION, describe_plan, make_plan, parse_bytes
     from ernie_doc.run_config import load_config
     cfg = load_config(config_path(args.config), args.overrides)
     memory = None if args.device_memory is None else parse_bytes(args.device_memory)

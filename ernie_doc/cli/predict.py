@@ -23,6 +23,16 @@ import time
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 from typing import Any, Callable, Iterable, List, Optional, Tuple
 
+from ernie_doc.cli import report_run, with_notes_on_stdout
+from ernie_doc.errors import NothingPredicted, PipelineError
+from ernie_doc.outputs import InputSet, OutputFolder, check_appendable, check_output, check_stream
+from ernie_doc.predict import records
+from ernie_doc.predict.documents import (ENGINES, INPUT_FORMATS, ON_ERROR, STDIO, count_inputs,
+                                         no_documents, read_inputs)
+from ernie_doc.predict.model_folder import model_directory, task_record
+from ernie_doc.predict.records import provenance_path, record_line
+from ernie_doc.utils import clip, progress_bar, regular_file_problem, set_paddle_threads
+
 # paddle is imported only once the arguments are read: --help and a bad argument answer at
 # once (the paddle import takes seconds); its ccache warning is silenced in ernie_doc
 TASK_FORMAT = "task"   # --format task: the model's own task reader reads --input
@@ -30,7 +40,6 @@ ALLOW_EMPTY = " (--allow-empty writes an empty --output instead)"
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc.predict.documents import ENGINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common_arguments(p, "predictions, one JSON object per line; - for standard output")
     p.add_argument("--answer-model", help="HotpotQA: the answer-stage model; MODEL is then the "
@@ -49,7 +58,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def common_arguments(p: argparse.ArgumentParser, output_help: str) -> None:
     """The options predict shares with explain: the model, the documents, --output, the
     error and resume rules, threads, progress and --debug."""
-    from ernie_doc.predict.documents import INPUT_FORMATS, ON_ERROR
     p.add_argument("model", help="a fine-tuning run's OUTPUT_DIR, or its best/ or final/, or "
                                  "a save_pretrained directory with --task")
     p.add_argument("--input", help="a .txt file, a directory of .txt files, a .tsv file with a "
@@ -86,7 +94,6 @@ def common_arguments(p: argparse.ArgumentParser, output_help: str) -> None:
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The checks of common_arguments' options that argparse cannot make (p.error: exit 2)."""
-    from ernie_doc.predict.documents import STDIO
     if args.input is None and args.format != TASK_FORMAT:
         p.error("--input is required (except with --format task: the run's data)")
     if args.format == TASK_FORMAT and args.input == STDIO:
@@ -106,8 +113,6 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def check_input(path: str, error: type) -> None:
     """--input must be a directory or a regular file (a FIFO or a device is refused without
     being opened): error(one line) otherwise."""
-    from ernie_doc.predict.documents import STDIO
-    from ernie_doc.utils import regular_file_problem
     if path == STDIO:
         return
     if not os.path.exists(path):
@@ -120,7 +125,6 @@ def check_input(path: str, error: type) -> None:
 
 def model_directories(args: argparse.Namespace) -> List[str]:
     """The model folder(s) predict reads: MODEL's, and --answer-model's when given."""
-    from ernie_doc.predict.model_folder import model_directory
     return [model_directory(args.model, args.task)] + \
         ([model_directory(args.answer_model, args.task)] if args.answer_model else [])
 
@@ -128,8 +132,6 @@ def model_directories(args: argparse.Namespace) -> List[str]:
 def input_paths(args: argparse.Namespace) -> List[str]:
     """The files predict reads documents from (standard input aside): --input, else with
     --format task the run's data_dir."""
-    from ernie_doc.predict.documents import STDIO
-    from ernie_doc.predict.model_folder import task_record
     if args.input is not None:
         return [] if args.input == STDIO else [args.input]
     data_dir = task_record(model_directories(args)[0], args.task)["config"].get("data_dir")
@@ -139,10 +141,6 @@ def input_paths(args: argparse.Namespace) -> List[str]:
 def check_paths(args: argparse.Namespace):
     """Input and output checked before the model loads (PipelineError, one line) → (InputSet,
     file id of an existing --output or None), by ernie_doc.outputs' rule."""
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.outputs import InputSet, check_appendable, check_output, check_stream
-    from ernie_doc.predict.documents import STDIO
-    from ernie_doc.predict.records import provenance_path
     for path in input_paths(args):
         check_input(path, PipelineError)
     inputs = InputSet(input_paths(args) + model_directories(args))
@@ -177,9 +175,6 @@ def input_documents(args: argparse.Namespace) -> Tuple[Iterable[Any], Optional[i
     """The documents --input holds, and how many (None when unknown): a task's split under
     --format task, else the records of the file. No document at all is a PipelineError (one
     line saying why) unless --allow-empty; standard input's first record is read to know."""
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.documents import count_inputs, no_documents, read_inputs
-    from ernie_doc.predict.model_folder import task_record
     from ernie_doc.predict.pipeline import task_documents, task_split
     if args.format == TASK_FORMAT:
         record = task_record(model_directories(args)[0], args.task)
@@ -207,7 +202,6 @@ def write_records(records: Iterable[dict], out: Any, counts: dict, progress: dic
     continues from it), counting documents and errors in `counts`, records in `progress` (and
     its first error record as "first_error"). `finish`: a record → the record to write (what
     goes beside it is written first)."""
-    from ernie_doc.predict.records import record_line
     for record in records:
         if finish is not None:
             record = finish(record)
@@ -225,8 +219,6 @@ def nothing_predicted(summary: dict, predicted_before: int,
     """The line for a run whose output holds error records alone (every document of this run
     an error, and none of the records --resume kept a prediction), or None. A run with one
     prediction or more, or no document at all (--allow-empty), did its job."""
-    from ernie_doc.predict.documents import STDIO
-    from ernie_doc.utils import clip
     errors = summary["errors"] + summary["skipped"]
     if summary["documents"] or predicted_before or not errors:
         return None
@@ -241,8 +233,6 @@ def report(args: argparse.Namespace, pipe: Any, counts: dict, seconds: float,
            predicted_before: int, first_error: Optional[dict]) -> dict:
     """Print the run's summary (JSON; on stderr when the records take standard output) →
     it. NothingPredicted (exit 1) when no document could be predicted."""
-    from ernie_doc.errors import NothingPredicted
-    from ernie_doc.predict.documents import STDIO
     summary = dict(counts, model=args.model, task=pipe.cfg.task, kind=pipe.cfg.kind,
                    output=args.output, seconds=round(seconds, 2),
                    documents_per_sec=round(counts["documents"] / max(seconds, 1e-9), 2))
@@ -279,11 +269,6 @@ def run(args: argparse.Namespace, progress: Optional[dict] = None,
     otherwise the sidecar and a new file are complete before they replace the old output.
     --output -: the records alone go to standard output (summary, notes, progress: stderr)."""
     import ernie_doc.predict.pipeline  # noqa: F401  (paddle first: its absence is the line)
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.outputs import OutputFolder
-    from ernie_doc.predict import records
-    from ernie_doc.predict.documents import STDIO
-    from ernie_doc.utils import progress_bar, set_paddle_threads
     progress = {} if progress is None else progress
     progress.update(created=False, records=0)
     inputs, checked = check_paths(args)
@@ -339,7 +324,6 @@ def interrupted_line(argv: List[str], output: str, progress: dict,
                      command: str = "predict") -> str:
     """The one line Ctrl-C prints: how many documents --output holds and the command that
     continues it (`argv`: predict's arguments, with --resume instead of --overwrite)."""
-    from ernie_doc.predict.documents import STDIO
     records = progress.get("records", 0)
     if not (records if output == STDIO else progress.get("created")):
         return "interrupted before anything was written: run the same command again"
@@ -357,7 +341,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     shows the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ernie_doc.cli import report_run
     progress: dict = {}
     return report_run(lambda: run(args, progress), args,
                       lambda: interrupted_line(argv, args.output, progress))
@@ -366,7 +349,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 def command(argv: Optional[List[str]] = None) -> int:
     """The command line: the loaders' notes go to stdout with the summary, or to stderr with
     it when the records take standard output (--output -)."""
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

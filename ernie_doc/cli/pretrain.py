@@ -14,6 +14,7 @@ with tools/finetune.py). Bad input or configuration prints one `error:` line and
 import sys
 import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/__init__)
 
+from ernie_doc.cli import with_notes_on_stdout
 from ernie_doc.cli.finetune import main as _main
 
 
@@ -23,7 +24,6 @@ def main(argv=None):
 
 
 def command(argv=None) -> int:
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

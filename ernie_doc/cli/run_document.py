@@ -16,7 +16,16 @@ import zlib  # noqa: F401  before paddle (2.6.2 import-order bug, see ernie_doc/
 
 import numpy as np
 
+from ernie_doc.cli import exit_on_user_error, user_error_types, with_notes_on_stdout
+from ernie_doc.config import ErnieDocConfig
+from ernie_doc.data import segment_batches
 from ernie_doc.errors import InputError
+from ernie_doc.hub import is_released, is_url
+from ernie_doc.hub.archive import is_archive
+from ernie_doc.outputs import unwritable_file
+from ernie_doc.resources import release_free_memory
+from ernie_doc.tokenization import load_tokenizer
+from ernie_doc.utils import atomic_write_text, read_utf8
 
 MAX_TOKENS = 10_000_000   # the synthetic document is held as int64 ids (80 MB at the most)
 
@@ -74,7 +83,6 @@ def check_inputs(args):
             not is_checkpoint_spec(args.tokenizer):
         raise InputError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.output is not None:
-        from ernie_doc.outputs import unwritable_file
         problem = unwritable_file(args.output)
         if problem:
             raise InputError(f"--output {problem}")
@@ -83,13 +91,11 @@ def check_inputs(args):
 def is_checkpoint_spec(spec) -> bool:
     """A released name, URL or archive: weights that ernie_doc.hub.resolve fetches (a preset
     that was never released, e.g. ernie-doc-small, is a config: random weights)."""
-    from ernie_doc.hub import is_released, is_url
-    from ernie_doc.hub.archive import is_archive
     return is_released(spec) or is_url(spec) or (os.path.isfile(spec) and is_archive(spec))
 
 
 def load_model(spec, recurrence=None):
-    from ernie_doc import ErnieDocConfig, ErnieDocModel
+    from ernie_doc.modeling import ErnieDocModel
     overrides = {"recurrence": recurrence} if recurrence else {}
     if os.path.isdir(spec) or is_checkpoint_spec(spec):
         return ErnieDocModel.from_pretrained(spec, **overrides)
@@ -102,8 +108,6 @@ def document_ids(args, config):
     if args.text is None:
         rng = np.random.RandomState(args.seed)
         return rng.randint(4, config.vocab_size, args.tokens).astype(np.int64, copy=False), None
-    from ernie_doc.tokenization import load_tokenizer
-    from ernie_doc.utils import read_utf8
     source = args.tokenizer or args.model
     try:
         tokenizer = load_tokenizer(source)
@@ -114,7 +118,6 @@ def document_ids(args, config):
     if not text.strip():
         raise InputError(f"--text {args.text}: the file holds no text")
     ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
-    from ernie_doc.resources import release_free_memory
     release_free_memory()   # what tokenizing a long text freed (a Python int a token ...)
     if not len(ids):
         raise InputError(f"--text {args.text}: the text has no tokens for this tokenizer")
@@ -124,7 +127,6 @@ def document_ids(args, config):
 def run(args):
     import paddle
 
-    from ernie_doc.data import segment_batches
     paddle.seed(args.seed)
     model = load_model(args.model, args.recurrence)
     model.eval()
@@ -156,7 +158,6 @@ def run(args):
                "pooled_output_norm": round(float(paddle.linalg.norm(out.pooled_output)), 6)}
     print(json.dumps(summary))
     if args.output:
-        from ernie_doc.utils import atomic_write_text
         atomic_write_text(args.output, json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -164,7 +165,6 @@ def run(args):
 def main(argv=None):
     """→ the JSON summary (dict). Bad input: one `error:` line and exit status 2."""
     args = parse_args(argv)
-    from ernie_doc.cli import exit_on_user_error, user_error_types
     try:
         check_inputs(args)
         return run(args)
@@ -174,7 +174,6 @@ def main(argv=None):
 
 
 def command(argv=None) -> int:
-    from ernie_doc.cli import with_notes_on_stdout
     return with_notes_on_stdout(main, argv)
 
 

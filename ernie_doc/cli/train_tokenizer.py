@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from typing import List, Optional
+
+from ernie_doc.data.document import file_kind, utf8_lines
+from ernie_doc.errors import DataError
+from ernie_doc.outputs import unwritable_file
+from ernie_doc.tokenization.spm import train
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -35,9 +42,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def check_input(path: str) -> Optional[str]:
     """None when `path` is a readable UTF-8 regular file with some text, else why not."""
-    from ernie_doc.data.document import file_kind, utf8_lines
-    from ernie_doc.errors import DataError
-
     kind = file_kind(path)  # a regular file only: sentencepiece would block on a FIFO
     if kind is not None:
         return f"{path}: input file " + ("not found" if kind == "missing"
@@ -66,7 +70,6 @@ def _arguments_problem(args: argparse.Namespace) -> Optional[str]:
         return f"--num-threads must be in [1, 1024], got {args.num_threads}"
     if args.input_sentence_size < 0:
         return f"--input-sentence-size must be >= 0, got {args.input_sentence_size}"
-    from ernie_doc.outputs import unwritable_file
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
         return f"--output-dir {args.output_dir}: exists and is not a directory"
     problem = unwritable_file(os.path.join(args.output_dir, "spm.model"))
@@ -88,10 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if problem:
         return fail(problem)
 
-    import shutil
-    import tempfile
 
-    from ernie_doc.tokenization.spm import train
 
     tmp = tempfile.mkdtemp(prefix="spm-")
     try:

@@ -8,6 +8,7 @@ token embeddings move toward a baseline (gradient × (x − x'), integrated grad
 memories attached for this pass only (`memory_gradient`). Details and costs: docs/explain.md."""
 import contextlib
 import math
+import threading
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -19,6 +20,7 @@ from ernie_doc.data.collate import TensorStage, collate
 from ernie_doc.data.segment import Segment, reading_passes, step_members
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.resources import available_memory, describe
+from ernie_doc.utils import progress_bar
 
 METHODS = ("occlusion", "gradient", "integrated_gradients")
 REPLACEMENTS = ("pad", "mask")
@@ -261,7 +263,6 @@ def deep(fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args) on a thread with a DEEP_STACK stack (virtual memory, touched only as deep as
     the graph goes), everything it builds freed there → its result; its exception raised
     here. A daemon thread: Ctrl-C in the caller does not wait for it."""
-    import threading
     result: List[Any] = []
     failed: List[BaseException] = []
 
@@ -288,7 +289,6 @@ def occlusion_chunks(count: int, chunk: int, desc: str, progress: bool
     """Occlusion's variants, the document itself (None) then each of `count` segments, in
     parts of `chunk` read side by side; a progress bar of reads when asked and there is more
     than one part."""
-    from ernie_doc.utils import progress_bar
     variants: List[Optional[int]] = [None] + list(range(count))
     bar = progress_bar(total=len(variants), unit="read", desc=desc,
                        requested=progress and len(variants) > chunk, leave=False)

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from ernie_doc import releases as registry
+from ernie_doc.checkpoint import io
 from ernie_doc.config import run_model_folder
 from ernie_doc.errors import CheckpointError, DuplicateKey, HubError
 from ernie_doc.hub import archive
 from ernie_doc.hub.fetch import (CHUNK, check_url, download, file_lock, looks_like_html, offline,
                                  open_own, sha256_file, sha256_of, shown)
-from ernie_doc.utils import atomic_write_text, clip, open_regular, parse_json, unique_keys
+from ernie_doc.utils import (atomic_write_text, clip, decode_utf8, open_regular, parse_json,
+                             short_list, unique_keys)
 
 logger = logging.getLogger("ernie_doc.hub")
 
@@ -611,7 +613,6 @@ def _relative(message: str, root: str) -> str:
 def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
     """Read the checkpoint in `root` once before trusting its checksum → whether there is one.
     HubError naming `origin`: not weights, a missing encoder tensor, none when `required`."""
-    from ernie_doc.checkpoint import io
     try:
         io.detect_format(root)
     except CheckpointError as e:
@@ -625,7 +626,6 @@ def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
         raise HubError(f"{origin}: the fetched checkpoint does not load "
                        f"({_relative(str(e), root)}); nothing was kept") from None
     if gaps:
-        from ernie_doc.utils import short_list
         raise HubError(f"{origin}: the fetched checkpoint lacks {len(gaps)} encoder tensors "
                        f"({short_list(gaps, 3)}): incomplete, not trusted; nothing was kept")
     return True
@@ -634,7 +634,6 @@ def _check_checkpoint(root: str, origin: str, required: bool) -> bool:
 def _check_tokenizer_files(root: str, origin: str) -> None:
     """A URL entry without a checkpoint must hold tokenizer files, each what its name says:
     UTF-8 text (a JSON object for .json), never an HTML page. HubError naming `origin`."""
-    from ernie_doc.utils import decode_utf8
     found = [n for n in TOKENIZER_FILES if os.path.lexists(os.path.join(root, n))]
     if not found:
         raise HubError(f"{origin}: holds neither an ERNIE-Doc checkpoint nor tokenizer files "
@@ -656,7 +655,6 @@ def _check_tokenizer_files(root: str, origin: str) -> None:
 def _complete_model_dir(root: str, release: registry.Release, origin: str) -> None:
     """Add a missing config (the release's preset) and tokenizer files (pinned); only regular
     files are read or written (O_EXCL | O_NOFOLLOW)."""
-    from ernie_doc.checkpoint import io
     try:
         fmt, _, config_path = io.detect_format(root)
     except CheckpointError as e:

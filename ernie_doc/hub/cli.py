@@ -9,9 +9,13 @@ import os
 import sys
 from typing import List, Optional
 
+from ernie_doc import releases as registry
+from ernie_doc.errors import ErnieDocError
+from ernie_doc.hub import cache
+from ernie_doc.hub.cache import resolve
+
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    from ernie_doc import releases as registry
     p = argparse.ArgumentParser(prog="ernie-doc download",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", metavar="NAME",
@@ -26,8 +30,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def _listing() -> str:
-    from ernie_doc import releases as registry
-    from ernie_doc.hub import cache
     lines = [f"cache: {cache.home()}"]
     for release in registry.RELEASES.values():
         lines.append(f"{release.name}: {release.description}")
@@ -60,9 +62,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from ernie_doc import releases as registry
-    from ernie_doc.errors import ErnieDocError
-    from ernie_doc.hub.cache import resolve
     if args.list:
         print(_listing())
         return 0

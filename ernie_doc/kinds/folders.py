@@ -8,10 +8,12 @@ import importlib
 import importlib.util
 import logging
 import os
+import sys
 from types import ModuleType
 from typing import Any, Dict, List, Mapping, Optional, TypeVar
 
 from ernie_doc.errors import ConfigError
+from ernie_doc.utils import did_you_mean
 
 # ernie_doc/ is imported from here: a source checkout (tasks/ beside it) or site-packages (the
 # installed copy ernie_doc_tasks/ beside it)
@@ -59,7 +61,6 @@ def _same_file(origin: Optional[str], folder: str) -> bool:
 def _load_installed() -> None:
     """Make `ernie_doc_tasks` the copy installed beside this package (or this checkout's
     tasks/), never one found first on sys.path (the current directory under `python -m`)."""
-    import sys
     folder = next((f for f in (_INSTALLED_TASKS, _CHECKOUT_TASKS) if _ours(f)), None)
     module = sys.modules.get("ernie_doc_tasks")
     if folder is None or (module is not None and
@@ -121,7 +122,6 @@ def _task_file(path: str) -> Optional[str]:
 def task_hint(name: object) -> str:
     """What an error about a task name that names no task folder ends with: " (did you mean
     'imdb'?)" for a near miss (for "task:variant", the nearest variant), else ""."""
-    from ernie_doc.utils import did_you_mean
     if isinstance(name, str) and ":" in name:
         return did_you_mean(name, [v for n in task_names() for v in task_variants(n)])
     return did_you_mean(name, task_names())

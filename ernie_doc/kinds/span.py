@@ -16,6 +16,8 @@ from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.heads import ErnieDocForQuestionAnswering
 from ernie_doc.kinds.base import (Config, DocumentTask, ExplainTarget, masked_mean, with_gold,
                                   without_training)
+from ernie_doc.metrics import cmrc, triviaqa
+from ernie_doc.metrics.triviaqa import ground_truths
 
 NEG = -1e9
 
@@ -170,7 +172,6 @@ class SpanTask(DocumentTask):
 
     def references(self, doc: Document) -> List[str]:
         if self.options["metric"] == "triviaqa" and doc.fields.get("answer"):
-            from ernie_doc.metrics.triviaqa import ground_truths
             return ground_truths(doc.fields["answer"])
         return list(doc.fields.get("references", []))
 
@@ -182,10 +183,7 @@ class SpanTask(DocumentTask):
         if scored and self.options["unreferenced"] == "count":
             scored = refs   # the official metric's denominator: every question
         answers = {p["doc_id"]: p["pred"] for p in predictions}
-        if self.options["metric"] == "triviaqa":
-            from ernie_doc.metrics.triviaqa import evaluate
-        else:
-            from ernie_doc.metrics.cmrc import evaluate
+        evaluate = triviaqa.evaluate if self.options["metric"] == "triviaqa" else cmrc.evaluate
         # a split without answers (DuReader's test) is predicted but not scored
         metrics = {k: float(v) for k, v in evaluate(answers, scored).items()
                    if isinstance(v, (int, float))} if scored else {}

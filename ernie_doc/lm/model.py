@@ -15,11 +15,15 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
+from safetensors.numpy import save_file
 
+from ernie_doc import resources
+from ernie_doc.checkpoint import io
 from ernie_doc.config import LM_CONFIG_FILE, MAX_DIM
 from ernie_doc.errors import CheckpointError, ConfigError, ModelInputError
 from ernie_doc.lm.adaptive import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, cluster_layout
 from ernie_doc.modeling.memory import check_reset_memory, memory_source, reset_rows, update_memory
+from ernie_doc.modeling.pretrained import assign_array, cast_problem
 from ernie_doc.utils import atomic_path, atomic_write_text, dtype_name, read_json
 
 __all__ = ["TransformerXLConfig", "TransformerXLLM", "LMOutput", "pad_reshape_rel_shift",
@@ -396,7 +400,6 @@ class TransformerXLLM(nn.Layer):
         c = self.config = config.validate()
         # Refuse weights that cannot fit before allocating them (a lower bound: attention and
         # feed-forward matrices, and the head cluster's embedding rows).
-        from ernie_doc import resources
         attention = 4 * c.n_head * c.d_head * c.d_model + 2 * c.d_model * c.d_inner
         head_rows = (c.cutoffs[0] if c.cutoffs else c.vocab_size) * c.embed_dim
         resources.check_fits({"weights": 4 * (c.n_layer * attention + head_rows)},
@@ -420,7 +423,6 @@ class TransformerXLLM(nn.Layer):
     def save_pretrained(self, directory: str) -> str:
         """directory/lm_config.json + model.safetensors (the state_dict; no pickle), each
         written atomically; other files, e.g. the vocabulary, are kept → directory."""
-        from safetensors.numpy import save_file
         os.makedirs(directory, exist_ok=True)
         arrays = {k: np.ascontiguousarray(v.numpy()) for k, v in self.state_dict().items()}
         with atomic_path(os.path.join(directory, WEIGHTS_FILE)) as tmp:
@@ -434,8 +436,6 @@ class TransformerXLLM(nn.Layer):
                         **overrides: Any) -> "TransformerXLLM":
         """A `save_pretrained` directory → the model (`overrides` replace config keys); every
         tensor of model.safetensors must match by name, shape and dtype, else CheckpointError."""
-        from ernie_doc.checkpoint import io
-        from ernie_doc.modeling.pretrained import assign_array, cast_problem
         directory = os.fspath(directory)
         if not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
             raise CheckpointError(f"{directory}: not a language-model directory (no "

@@ -16,13 +16,10 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from ernie_doc.config import ErnieDocConfig
+from ernie_doc.config import QUERY_BLOCK, ErnieDocConfig
 from ernie_doc.modeling.linear import Linear
 
 MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
-# Queries are processed in blocks of this many rows: a block of s queries needs only K+s−1
-# of the 2T+M position rows, and the score tensors stay small.
-QUERY_BLOCK = 256
 
 
 def truncated_normal(std: float) -> paddle.ParamAttr:

@@ -18,6 +18,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.distributed.fleet.utils import recompute
 
+from ernie_doc import resources
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.errors import ModelInputError
 from ernie_doc.modeling.attention import (RelativeMultiHeadAttention, relative_position_ids,
@@ -130,7 +131,6 @@ class ErnieDocModel(SegmentReader, PretrainedMixin, nn.Layer):
         self.config = config
         # Refuse weights that cannot fit before allocating them (a hostile or mistyped
         # config.json can ask for terabytes).
-        from ernie_doc import resources
         resources.check_fits({"weights": 4 * config.min_parameters},
                              f"ErnieDocModel(hidden_size={config.hidden_size}, num_hidden_layers="
                              f"{config.num_hidden_layers}, vocab_size={config.vocab_size})")

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar
 
 import numpy as np
+import paddle
 
 from ernie_doc.checkpoint import io, names
 from ernie_doc.checkpoint.lodtensor import PathLike, bf16_to_fp32
 from ernie_doc.config import (ErnieDocConfig, known_keys, language_model_problem, saved_reading,
                               training_checkpoint_problem)
 from ernie_doc.errors import CheckpointError
+from ernie_doc.hub import resolve
 from ernie_doc.utils import clip, dtype_name, short_list
 
 if TYPE_CHECKING:   # for the annotations only (paddle is imported where it is used)
@@ -134,8 +136,6 @@ def cast_problem(array: np.ndarray, param_dtype: str) -> Optional[str]:
 def assign_array(param: "paddle.Tensor", array: np.ndarray) -> None:
     """Copy ndarray `array` into `param` (same shape), cast to the parameter's dtype (uint16 =
     bfloat16 bits, see cast_problem)."""
-    import paddle
-
     if array.dtype == np.uint16 and dtype_name(param.dtype) in _FLOAT_PARAMS:
         array = bf16_to_fp32(array)
     np_dtype = {paddle.float32: np.float32, paddle.float16: np.float16,
@@ -234,7 +234,6 @@ def _read(cls: type, path: Any, source: Optional[str]) -> io.Checkpoint:
     Checkpoint, its tensors named as stored."""
     if isinstance(path, io.Checkpoint):
         return path
-    from ernie_doc.hub import resolve
     return io.read_checkpoint(resolve(path, kind="model", source=source),
                               head_names=_official_head_names(cls))
 
@@ -493,8 +492,6 @@ class PretrainedMixin:
     def save_pretrained(self, directory: PathLike, format: str = "safetensors") -> PathLike:
         """Write weights and config into `directory` → `directory`; format: "safetensors",
         "paddlenlp" or "official". All files appear together or not at all."""
-        import paddle
-
         fmt = io.normalize_format(format)
         state = self.state_dict()
         if fmt == "paddlenlp":

@@ -13,12 +13,15 @@ from typing import AbstractSet, Any, Dict, Iterable, Iterator, List, Optional, T
 
 import numpy as np
 import paddle
+from paddle import inference
+from paddle.base import core
 
 from ernie_doc.checkpoint.lodtensor import PathLike, combined_shapes
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.errors import EngineError, ExportError, LoDTensorFormatError, PredictorInputError
 from ernie_doc.precision import MIN_CAPABILITY, gpu_capability
 from ernie_doc.predict.export import FORMAT_VERSION, META_SUFFIX
+from ernie_doc.utils import read_json
 
 # paddle 3.x (PIR) inference passes that break this model under oneDNN (seen on 3.3.1):
 # constant_folding_pass ("Tensor holds no memory" at create_predictor),
@@ -64,7 +67,6 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
     except OSError:
         pass
     try:
-        from paddle.base import core
         return frozenset({"avx512_bf16"}) if core.supports_bfloat16_fast_performance() \
             else frozenset()
     except (ImportError, AttributeError):
@@ -154,7 +156,6 @@ def _find_meta(path):
 def _read_meta(meta_path):
     """The sidecar of an export, checked (every key Predictor uses, typed; file names inside
     the export's directory): ExportError naming it and the key otherwise."""
-    from ernie_doc.utils import read_json
     meta = read_json(meta_path, ExportError)
     if not isinstance(meta, dict):
         raise ExportError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
@@ -284,7 +285,6 @@ def _check_file(path, meta_path, what):
 
 def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
     """Apply `settings` to a paddle.inference.Config (2.6 and 3.x spell these alike)."""
-    from paddle import inference
     if settings.device == "gpu":
         # enable_use_gpu's precision_mode runs the auto_mixed_precision pass (paddle ≥ 2.5);
         # inputs and outputs stay float32. The CPU tests cannot run this path.
@@ -310,7 +310,6 @@ def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
 def _check_paddle_bf16() -> None:
     """paddle's own test before enable_mkldnn_bfloat16 (a build without oneDNN, or a CPU it
     judges unable): where it says no, paddle would quietly run fp32 instead."""
-    from paddle.base import core
     check = getattr(core, "supports_bfloat16", None)
     if check is not None and not check():
         raise EngineError("precision 'bf16': this paddle build cannot run oneDNN bf16 on this "
@@ -324,7 +323,6 @@ class Predictor:
 
     def __init__(self, path: PathLike, threads: int = 1, enable_onednn: bool = True,
                  device: str = "cpu", precision: str = "fp32"):
-        from paddle import inference
         self.settings = machine_settings(device, precision, enable_onednn)
         if self.settings.onednn_bf16:
             _check_paddle_bf16()

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import paddle
 import paddle.nn as nn
+from paddle.static import InputSpec
 
 from ernie_doc import auto
 from ernie_doc.checkpoint.lodtensor import PathLike
@@ -116,7 +117,6 @@ def io_signature(model: paddle.nn.Layer, seq_len: int, batch_size: Optional[int]
 
 
 def _input_specs(inputs):
-    from paddle.static import InputSpec
     return [InputSpec([None if d == -1 else d for d in spec["shape"]], spec["dtype"],
                       name=spec["name"]) for spec in inputs]
 

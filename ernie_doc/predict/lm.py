@@ -17,11 +17,12 @@ import paddle
 
 from ernie_doc.assemble import saved_run
 from ernie_doc.data.document import Document
-from ernie_doc.errors import ConfigError, DataError, PipelineError
+from ernie_doc.errors import CheckpointError, ConfigError, DataError, PipelineError
+from ernie_doc.explain.lm import LMExplainer
 from ernie_doc.kinds import TASK_FILE, saved_kind
 from ernie_doc.lm.data import EOS, LMStreams, Vocabulary, sega_positions, to_global
 from ernie_doc.lm.model import TransformerXLLM
-from ernie_doc.predict.documents import DocumentStream
+from ernie_doc.predict.documents import DocumentStream, check_batch_size
 from ernie_doc.predict.model_folder import read_task_record
 
 __all__ = ["LMPipeline", "document_lines", "encode_document"]
@@ -108,8 +109,6 @@ class LMPipeline(DocumentStream):
                         prepend_eos: bool = False) -> "LMPipeline":
         """`directory`: a saved language model with task.json. batch_size None: the run's
         eval_batch_size. PipelineError (one line), memory estimates refused before loading."""
-        from ernie_doc.errors import CheckpointError
-        from ernie_doc.predict.documents import check_batch_size
         check_batch_size(batch_size)
         record = read_task_record(directory)
         source = os.path.join(directory, TASK_FILE)
@@ -224,5 +223,4 @@ class LMPipeline(DocumentStream):
         its tokens → one record per document, in input order
         (ernie_doc.explain.lm.LMExplainer: `method`, `span`, `steps` ...; docs/explain.md,
         "The language model")."""
-        from ernie_doc.explain.lm import LMExplainer
         return LMExplainer(self, **options)(documents)

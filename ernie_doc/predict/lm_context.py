@@ -28,6 +28,9 @@ import paddle
 from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.kinds.lm import VOCAB_FILE, LMEvalStream
 from ernie_doc.lm.data import load_corpus
+from ernie_doc.predict.lm import LMPipeline
+from ernie_doc.predict.model_folder import model_directory
+from ernie_doc.utils import progress_bar
 
 __all__ = ["memory_curve", "recl", "relative_gains", "effective_context",
            "measure_language_models", "context_table", "plot_memory_curves", "RECL_RATIOS",
@@ -77,7 +80,6 @@ def _read(pipe: Any, data: np.ndarray, positions: Optional[np.ndarray], rows: in
           lengths: Dict[str, Any], progress: bool) -> np.ndarray:
     """One evaluation pass (the trainer's: LMEvalStream under `lengths`, the task's forward
     carrying memories) → per-token nll [rows, n_step − 1]."""
-    from ernie_doc.utils import progress_bar
     split = LMEvalStream("eval", data, positions, rows, 0, 1, lengths, 0)
     carry: Dict[str, Any] = {}
     found = []
@@ -125,8 +127,6 @@ def memory_curve(run_dir: str, text_path: str, mem_lens: Optional[Sequence[int]]
     "loss" (nats per token), "ppl", "seconds"}], "effective_context", "token_nll": {M: [N]
     float32}, "positions": [N] int64 (the stream index of each predicted token)}.
     ConfigError / DataError / PipelineError: one line."""
-    from ernie_doc.predict.lm import LMPipeline
-    from ernie_doc.predict.model_folder import model_directory
     if mem_lens is not None:
         check_mem_lens(mem_lens)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
@@ -307,7 +307,9 @@ def plot_memory_curves(found: Mapping[str, Any]) -> Any:
     """A matplotlib Figure of measure_language_models' result: each run's perplexity against
     the memory length (left) and its relative gain from one length to the next (right, the
     1 % line dotted)."""
-    from matplotlib.figure import Figure
+    # matplotlib is optional (banned at the top in ruff.toml; ruff's exemption is off in a
+    # module that imports paddle at its top)
+    from matplotlib.figure import Figure  # noqa: PLC0415
     fig = Figure(figsize=(10, 4), dpi=100)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for name, run in found["runs"].items():

@@ -22,17 +22,23 @@ from ernie_doc.data.document import Document
 from ernie_doc.data.schedule import RowScheduler
 from ernie_doc.data.segment import reading_passes, step_members
 from ernie_doc.data.splits import RowOutputs, collect_row_outputs
-from ernie_doc.errors import ConfigError, DataError, PipelineError, UntrainedHead
+from ernie_doc.errors import (ConfigError, DataError, EngineError, ExportError, NotSet,
+                              PipelineError, PredictorInputError, UntrainedHead)
+from ernie_doc.explain.explainer import Explainer
 from ernie_doc.kinds import TASK_FILE, saved_kind
-from ernie_doc.kinds.base import load_reader
+from ernie_doc.kinds.base import DocumentTask, load_reader
+from ernie_doc.kinds.folders import task_config
 from ernie_doc.precision import AmpSettings
 # re-exported: `from ernie_doc.predict.pipeline import read_inputs` is the documented door
 from ernie_doc.predict.documents import (ENGINES, DocumentStream, InputProblem,  # noqa: F401
                                          check_batch_size, read_inputs, to_document)
+from ernie_doc.predict.engine import Predictor, machine_settings
+from ernie_doc.predict.export import META_SUFFIX
+from ernie_doc.predict.lm import LMPipeline
 from ernie_doc.predict.model_folder import model_directory, task_record
 from ernie_doc.resources import release_free_memory
 from ernie_doc.run_config import batch_rows
-from ernie_doc.utils import clip, threads_problem
+from ernie_doc.utils import clip, regular_file_problem, threads_problem
 
 DEVICES = ("cpu", "gpu")
 # a document of this many segments (about 130k tokens at stride 126) gives the heap's free
@@ -43,8 +49,6 @@ LONG_DOCUMENT_SEGMENTS = 1024
 def check_device(device: str) -> str:
     """`device` when this host and paddle build can run it (inference_settings decides); else
     PipelineError naming what is missing."""
-    from ernie_doc.errors import EngineError
-    from ernie_doc.predict.engine import machine_settings
     if device not in DEVICES:
         raise PipelineError(f"device must be one of {DEVICES}, got {device!r}")
     try:
@@ -57,13 +61,11 @@ def check_device(device: str) -> str:
 def reads_token_ids(task) -> bool:
     """Whether documents of `task` may be given as token ids: its kind cuts them with
     DocumentTask's document_segments (span, choice, keyphrase, HotpotQA read none)."""
-    from ernie_doc.kinds.base import DocumentTask
     return getattr(type(task), "document_segments", None) is DocumentTask.document_segments
 
 
 def is_export(directory: str) -> bool:
     """Whether `directory` holds a model exported for paddle.inference (a *.meta.json)."""
-    from ernie_doc.predict.export import META_SUFFIX
     return any(name.endswith(META_SUFFIX) for name in os.listdir(directory))
 
 
@@ -84,7 +86,6 @@ class ExportedModel:
             return None if t is None else t.numpy()
         if not self.predictor.has_memory:   # recurrence none: the export takes no memory
             memories = reset_memory = memory_mask = None
-        from ernie_doc.errors import ExportError, PredictorInputError
         try:
             outputs = self.predictor.run(host(input_ids), host(attention_mask),
                                          host(token_type_ids), host(memories),
@@ -104,8 +105,6 @@ def exported_model(directory: str, cfg, task, device: str, precision: str,
                    threads: int, tokenizer=None) -> ExportedModel:
     """The export in `directory` under paddle.inference, checked against the task: head class,
     max_seq_len, and a vocabulary holding every id the tokenizer produces."""
-    from ernie_doc.errors import EngineError, ExportError
-    from ernie_doc.predict.engine import Predictor
     try:
         predictor = Predictor(directory, threads=threads, device=device, precision=precision)
     except (EngineError, ExportError) as e:
@@ -176,7 +175,6 @@ class Pipeline(DocumentStream):
         record = task_record(directory, task)
         source = os.path.join(directory, TASK_FILE)
         if not os.path.isfile(source):   # save_pretrained's folder: the task's own config
-            from ernie_doc.kinds.folders import task_config
             source = task_config(record["task"])
         # the model, tokenizer and label names come from the directory; nothing is written
         load = None
@@ -267,7 +265,6 @@ class Pipeline(DocumentStream):
         """Explain the prediction of each document → one record per document, in input order
         (ernie_doc.explain.explainer.Explainer: `method`, `target`, `replace`, `steps` ...;
         docs/explain.md)."""
-        from ernie_doc.explain.explainer import Explainer
         return Explainer(self, **options)(documents)
 
 
@@ -328,8 +325,6 @@ def task_documents(record: dict, path: Optional[str] = None,
                    split: Optional[str] = None) -> List[Document]:
     """Documents read by a saved model's own task reader from `path` (a data directory read as
     `split`, or one file); PipelineError (one line) for what the reader refuses."""
-    from ernie_doc.errors import NotSet
-    from ernie_doc.utils import regular_file_problem
     task, options = record["task"], dict(record["config"].get("reader") or {})
     split = task_split(record, split)
     data_dir = record["config"].get("data_dir") if path is None else path
@@ -391,7 +386,6 @@ def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = 
             raise PipelineError("answer_model: only with a HotpotQA evidence model")
         if engine == "inference" or precision != "fp32":
             raise PipelineError("the language model predicts on the dygraph engine in fp32")
-        from ernie_doc.predict.lm import LMPipeline
         return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
     options = dict(batch_size=batch_size, on_error=on_error, device=device, engine=engine,
                    precision=precision, threads=threads)

@@ -16,13 +16,15 @@ from typing import List, Optional, Union
 from ernie_doc.config import (TASK_FILE, language_model_problem, run_model_folder, saved_reading,
                               training_checkpoint_problem)
 from ernie_doc.errors import TokenizerError
-from ernie_doc.utils import clip
+from ernie_doc.hub import is_released, is_url, resolve
+from ernie_doc.hub.archive import is_archive
+from ernie_doc.utils import clip, file_kind
 
 from . import base
-from .base import check_model_max_length
+from .base import CONFIG_FILE, check_model_max_length
 from .bpe import BPETokenizer
 from .spm import SentencePieceTokenizer
-from .vocab import PathLike
+from .vocab import PathLike, read_tokenizer_json
 from .wordpiece import WordPieceTokenizer
 
 __all__ = ["load_tokenizer", "AutoTokenizer"]
@@ -40,8 +42,6 @@ Tokenizer = Union[BPETokenizer, SentencePieceTokenizer, WordPieceTokenizer]
 def _regular(path: Path) -> bool:
     """Path.is_file() (a regular file, links followed), logging a FIFO, socket or device that
     stands under the name instead."""
-    from ernie_doc.utils import file_kind
-
     kind = file_kind(path)
     if kind not in (None, "missing", "a directory"):
         log.warning("%s: skipped, %s, not a regular file", path, kind)
@@ -68,11 +68,9 @@ _WORDPIECE_OPTIONS = ("do_lower_case", "split_symbols")
 
 def _saved_config(directory: Path) -> dict:
     """tokenizer_config.json (written by save_pretrained), checked; {} when absent."""
-    from .base import CONFIG_FILE
     path = directory / CONFIG_FILE
     if not _regular(path):
         return {}
-    from .vocab import read_tokenizer_json
     config = read_tokenizer_json(path, "tokenizer config")
     if not isinstance(config, dict):
         raise TokenizerError(f"{path}: expected a JSON object")
@@ -107,7 +105,6 @@ def _model_value(directory: Path, key: str) -> Optional[int]:
     """A positive integer `key` of the model config in `directory` ("max_position_embeddings",
     "memory_len"), or None (no config, or one this cannot read: loading the model reports
     that, the tokenizer does not need it)."""
-    from .vocab import read_tokenizer_json
     for name in ("config.json", "ernie_config.json"):
         if _regular(directory / name):
             try:
@@ -129,7 +126,6 @@ def _missing(directory: Path, names) -> List[str]:
 def _from_directory(directory: Path, do_lower_case: Optional[bool]) -> Optional[Tokenizer]:
     """The tokenizer of `directory`: the type its tokenizer_config.json records (its files
     required), else the one its files show; None when it holds no tokenizer."""
-    from .base import CONFIG_FILE
     problem = language_model_problem(str(directory))
     if problem:   # its vocab.txt is a word list, no WordPiece vocabulary
         raise TokenizerError(problem)
@@ -207,10 +203,6 @@ def load_tokenizer(path: PathLike, do_lower_case: Optional[bool] = None,
     a directory (its parent searched too; a run's OUTPUT_DIR: its best/, else final/) or a
     file. Priority: encoder.json + vocab.bpe + vocab.txt → BPE, ``*.model`` → SentencePiece,
     vocab.txt → WordPiece."""
-    from ernie_doc.hub import is_released, is_url, resolve
-    from ernie_doc.hub.archive import is_archive
-    from ernie_doc.utils import file_kind
-
     spec = os.fspath(path)
     if is_url(spec) or is_released(spec) or (os.path.isfile(spec) and is_archive(spec)):
         path = resolve(spec, kind="tokenizer")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from ernie_doc.errors import ConfigError
+from ernie_doc.errors import ConfigError, TokenizerError
 
 Offsets = List[Tuple[int, int]]
 # max_position_embeddings of every released ERNIE-Doc model: the segment one forward takes
@@ -110,7 +110,6 @@ class TokenizerCallMixin:
     @segment_layout.setter
     def segment_layout(self, value: Optional[str]) -> None:
         if value is not None and value not in SEGMENT_LAYOUTS:
-            from ernie_doc.errors import TokenizerError
             raise TokenizerError(f"segment_layout must be None or one of "
                                  f"{', '.join(SEGMENT_LAYOUTS)}, got {value!r}")
         self._segment_layout = value
@@ -130,7 +129,6 @@ class TokenizerCallMixin:
                         model_max_length: Optional[int] = None):
         """Load the tokenizer of `path` (anything load_tokenizer reads); a folder holding another
         class is a TokenizerError (AutoTokenizer.from_pretrained takes whichever it holds)."""
-        from ernie_doc.errors import TokenizerError
         tokenizer = _loader(path, do_lower_case=do_lower_case,
                             model_max_length=model_max_length)
         if not isinstance(tokenizer, cls):
@@ -219,7 +217,6 @@ class TokenizerCallMixin:
         pairs = self._pairs_of(texts, text_pair, batched)
         segments = add_special_tokens and self.segment_layout is not None
         if segments and max_length not in (None, self.model_max_length):
-            from ernie_doc.errors import TokenizerError
             raise TokenizerError(f"max_length={max_length}: this tokenizer lays a text out as "
                                  f"the segment its model was fine-tuned on, "
                                  f"{self.model_max_length} tokens; another length is another "
@@ -273,7 +270,6 @@ class TokenizerCallMixin:
         if max_length is not None and (isinstance(max_length, bool)
                                        or not isinstance(max_length, int)
                                        or not 1 <= max_length <= MAX_MODEL_MAX_LENGTH):
-            from ernie_doc.errors import TokenizerError
             raise TokenizerError(f"max_length must be an integer from 1 to "
                                  f"{MAX_MODEL_MAX_LENGTH}, got {max_length!r}")
 
@@ -314,7 +310,6 @@ class TokenizerCallMixin:
         for row in rows:
             n = len(row["input_ids"])
             if n > width:
-                from ernie_doc.errors import TokenizerError
                 raise TokenizerError(
                     f"a text of {n} tokens with [CLS] and [SEP] does not fit one segment of "
                     f"{width} (this tokenizer lays a text out as the segment its model was "
@@ -404,7 +399,6 @@ def whitespace_chunks(text: str, size: int = ENCODE_CHUNK_CHARS) -> Iterator[str
 def check_model_max_length(value: Any, where: str) -> int:
     """`value` as a model_max_length: an int in [1, MAX_MODEL_MAX_LENGTH] (not a bool), else a
     TokenizerError naming `where`."""
-    from ernie_doc.errors import TokenizerError
     if isinstance(value, bool) or not isinstance(value, int) or \
             not 1 <= value <= MAX_MODEL_MAX_LENGTH:
         raise TokenizerError(f"{where}: model_max_length must be an integer from 1 to "

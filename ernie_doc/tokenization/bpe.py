@@ -14,7 +14,7 @@ import regex
 
 from ernie_doc.errors import TokenizerError
 
-from .base import ENCODE_CHUNK_CHARS, TokenizerCallMixin
+from .base import ENCODE_CHUNK_CHARS, TokenizerCallMixin, as_ids, char_offsets_of_bytes
 from .sentences import rule_split_sentences, split_sentences
 from .vocab import PathLike, SpecialTokensMixin, Vocab, read_tokenizer_json, read_tokenizer_text
 
@@ -285,7 +285,6 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def _sentence_offsets(self, sentence: str) -> List[Tuple[str, Tuple[int, int]]]:
         """encode_sentence_gpt2's tokens with their character spans in `sentence`."""
-        from .base import char_offsets_of_bytes
         out: List[Tuple[str, Tuple[int, int]]] = []
         start = 0
         for i, word in enumerate(sentence.split(" ")):
@@ -340,7 +339,6 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
         """Readable tokens: byte-mapped pieces ("Ġworld") and special words."""
-        from .base import as_ids
         strings = self.vocab.to_tokens(as_ids(ids))
         return [piece if piece is not None else string
                 for string, piece in zip(strings, map(self._piece_of, strings))]
@@ -348,7 +346,6 @@ class BPETokenizer(TokenizerCallMixin, SpecialTokensMixin):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Best-effort text for ``ids`` (UTF-8 bytes, special words spaced); the space between
         sentences is put back where the rule-based splitter starts one ("end.Next")."""
-        from .base import as_ids
         text = ""
         tentative: List[int] = []   # where a space was put back between two sentences
         run: List[str] = []         # byte-mapped pieces not yet decoded

@@ -11,8 +11,9 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ernie_doc.errors import ConfigError, TokenizerError
+from ernie_doc.utils import file_kind
 
-from .base import TokenizerCallMixin
+from .base import TokenizerCallMixin, as_ids, char_offsets_of_bytes
 from .vocab import PathLike, SpecialTokensMixin, read_tokenizer_bytes
 
 __all__ = ["SentencePieceTokenizer", "train", "SPECIAL_TOKENS"]
@@ -87,7 +88,6 @@ def _training_files(files: Union[PathLike, Sequence[PathLike]]) -> List[str]:
     files = [os.fspath(f) for f in files]
     if not files:
         raise ConfigError("no training files given")
-    from ernie_doc.utils import file_kind
 
     for f in files:
         kind = file_kind(f)  # a regular file only: sentencepiece would block on a FIFO
@@ -142,7 +142,6 @@ class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
     def encode_with_offsets(self, text: str) -> Tuple[List[int], List[Tuple[int, int]]]:
         """encode(text) and each piece's (start, end) character offsets in `text`, from
         sentencepiece's byte alignment ("▁" covers no character)."""
-        from .base import char_offsets_of_bytes
         proto = self.sp.encode(text, return_type="proto")
         chars = char_offsets_of_bytes(text)
         ids, offsets = [], []
@@ -165,14 +164,12 @@ class SentencePieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
         return [self.sp.piece_to_id(t) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
-        from .base import as_ids
         size = self.sp.get_piece_size()
         return [self.sp.id_to_piece(i) if 0 <= i < size else self.unk_token for i in as_ids(ids)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """sentencepiece's own decoding ("▁" is the space before a word); `ids`: a list, a
         1-D array or tensor. skip_special_tokens drops [PAD] [CLS] [SEP] [MASK] [UNK]."""
-        from .base import as_ids
         size = self.sp.get_piece_size()
         ids = [i if 0 <= i < size else self.sp.unk_id() for i in as_ids(ids)]
         if skip_special_tokens:

@@ -12,6 +12,7 @@ import os
 from typing import Dict, List, Optional, Union
 
 from ernie_doc.errors import TokenizerError
+from ernie_doc.utils import decode_utf8, file_kind, open_regular, parse_json
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -19,8 +20,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 def read_tokenizer_bytes(path: PathLike, what: str = "tokenizer file") -> bytes:
     """The bytes of a regular file: FileNotFoundError if missing, a TokenizerError for anything
     else there (a FIFO would block), never opened."""
-    from ernie_doc.utils import file_kind, open_regular
-
     path = os.fspath(path)
     if file_kind(path) == "missing":
         raise FileNotFoundError(f"{path}: {what} does not exist")
@@ -33,14 +32,12 @@ def read_tokenizer_bytes(path: PathLike, what: str = "tokenizer file") -> bytes:
 
 def read_tokenizer_text(path: PathLike, what: str = "tokenizer file") -> str:
     """`read_tokenizer_bytes` decoded as UTF-8 (invalid bytes: TokenizerError with the line)."""
-    from ernie_doc.utils import decode_utf8
     return decode_utf8(read_tokenizer_bytes(path, what), f"{os.fspath(path)}", TokenizerError)
 
 
 def read_tokenizer_json(path: PathLike, what: str = "tokenizer file"):
     """`read_tokenizer_text` parsed as JSON; invalid or too deeply nested JSON is a
     TokenizerError naming the file (and the line)."""
-    from ernie_doc.utils import parse_json
     return parse_json(read_tokenizer_text(path, what), os.fspath(path), TokenizerError)
 
 

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from typing import Dict, Iterator, List, Sequence, Tuple
 
-from .base import TokenizerCallMixin, whitespace_chunks
+from .base import TokenizerCallMixin, as_ids, whitespace_chunks
 from .vocab import PathLike, SpecialTokensMixin, Vocab
 
 __all__ = ["WordPieceTokenizer", "basic_tokenize", "is_cjk_char", "is_punctuation"]
@@ -241,13 +241,11 @@ class WordPieceTokenizer(TokenizerCallMixin, SpecialTokensMixin):
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
         """Tokens of `ids` (a list, a 1-D array or tensor, or one id)."""
-        from .base import as_ids
         return self.vocab.to_tokens(as_ids(ids))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Best-effort text, as Hugging Face's BERT decode ("##" glued, no space before
         punctuation, contractions or around CJK). `ids`: a list, 1-D array or tensor."""
-        from .base import as_ids
         specials = {self.pad_token, self.cls_token, self.sep_token, self.mask_token, self.unk_token}
         text = ""
         for tok in self.convert_ids_to_tokens(as_ids(ids)):

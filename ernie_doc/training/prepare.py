@@ -19,15 +19,16 @@ from ernie_doc import peers
 from ernie_doc.assemble import Assembly, read_as_trained, resolve_inputs
 from ernie_doc.config import RUN_CONFIG_FILE, model_folders
 from ernie_doc.data.splits import Split
-from ernie_doc.errors import ConfigError
+from ernie_doc.errors import ConfigError, PipelineError
 from ernie_doc.kinds import TASK_FILE, build_task, kind_class
-from ernie_doc.kinds.base import Task
+from ernie_doc.kinds.base import Task, load_reader
 from ernie_doc.precision import AmpSettings, amp_settings, gpu_capability
-from ernie_doc.run_config import TrainConfig, with_values
+from ernie_doc.predict.model_folder import read_task_record
+from ernie_doc.run_config import TrainConfig, dump_yaml, load_yaml, with_values
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
-from ernie_doc.training.runlog import logger, setup_logging
-from ernie_doc.utils import flush_denormals
+from ernie_doc.training.runlog import check_run_logs, logger, setup_logging
+from ernie_doc.utils import flush_denormals, set_paddle_threads
 
 RUN_CONFIG = RUN_CONFIG_FILE
 
@@ -81,7 +82,6 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         raise ConfigError(f"{cfg.source}: amp: bf16 on CPU runs in the compiled step, which "
                           f"does not run with {world} data-parallel ranks yet")
     if cfg.threads:
-        from ernie_doc.utils import set_paddle_threads
         set_paddle_threads(cfg.threads, f"{cfg.source}: threads", ConfigError)
     # before any compute: a saturating loss's denormal gradients slow a CPU step several-fold
     flush_denormals(cfg.flush_denormals)
@@ -131,8 +131,6 @@ def fine_tuned_record(cfg: TrainConfig) -> Optional[Tuple[str, dict]]:
     folder = fine_tuned_folder(cfg.init_checkpoint) if cfg.eval_only else None
     if folder is None:
         return None
-    from ernie_doc.errors import PipelineError
-    from ernie_doc.predict.model_folder import read_task_record
     try:
         return folder, read_task_record(folder)
     except PipelineError as e:
@@ -146,7 +144,6 @@ def trained_labels(cfg: TrainConfig, fine_tuned: Optional[Tuple[str, dict]]) -> 
     if fine_tuned is None or fine_tuned[1]["kind"] != cfg.kind:
         return None
     folder, record = fine_tuned
-    from ernie_doc.kinds.base import load_reader
     return kind_class(cfg.kind).saved_reader(record, cfg.task, load_reader(cfg.task), folder)
 
 
@@ -260,7 +257,6 @@ def task_record(run: PreparedRun) -> dict:
 def read_resume_state(run: PreparedRun) -> tuple:
     """--resume: the latest checkpoint checked (weights restored) and logs checked, before any
     write → (path, trainer state, this rank's arrays, optimizer state)."""
-    from ernie_doc.training.runlog import check_run_logs
     path = ckpt.latest_checkpoint(run.out)
     if path is None:
         raise ConfigError(f"--resume {run.out}: the run saved no checkpoint (it stopped "
@@ -284,7 +280,6 @@ LIMITS = ("max_steps", "epochs")   # what --resume may raise to continue a finis
 def check_extension(run: PreparedRun, state: dict) -> int:
     """--resume of a finished run: only when --set raised max_steps or epochs, else
     ConfigError naming the keys → the new total_steps."""
-    from ernie_doc.run_config import load_yaml
     cfg, step = run.cfg, state["step"]
     saved = load_yaml(os.path.join(run.out, RUN_CONFIG))
     changed = [k for k in LIMITS if k in saved and saved[k] != cfg[k]]
@@ -316,7 +311,6 @@ def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
             dst = os.path.join(run.out, "tokenizer", "spm.model")
             shutil.copy2(os.path.join(spm_dir, "spm.model"), dst)
             run.tokenizer.source_files = [dst]
-        from ernie_doc.run_config import dump_yaml, load_yaml
         if not run.resume:
             outdir.write_text(run.out, RUN_CONFIG, dump_yaml(dict(run.given)))
         elif run.extends is not None:

@@ -6,6 +6,8 @@ import math
 import os
 import sys
 
+from ernie_doc.errors import DataError
+from ernie_doc.training import outdir
 from ernie_doc.utils import CurrentStdout
 
 logger = logging.getLogger("ernie_doc.train")
@@ -42,7 +44,6 @@ class _RunFileHandler(logging.FileHandler):
         super().handleError(record)
 
     def _open(self):
-        from ernie_doc.training import outdir
         return outdir.open_append(self.baseFilename)   # never through a link
 
 
@@ -90,7 +91,6 @@ class RunLog:
 
 
 def _append(path, record):
-    from ernie_doc.training import outdir
     try:
         with outdir.open_append(path) as f:   # never through a link
             f.write(json.dumps(record, sort_keys=True) + "\n")
@@ -110,7 +110,6 @@ def check_run_logs(output_dir):
 def _records(path, warn=True):
     """[(line number, record, raw bytes)] of a JSON-lines log; a cut-short last line is dropped
     with a warning, any other bad line (or no integer step) is a DataError."""
-    from ernie_doc.errors import DataError
     if not os.path.lexists(path):
         return []
     try:
@@ -149,7 +148,6 @@ def _truncate_after(path, step):
     line cut short; the file is replaced atomically, never left half-written."""
     if not os.path.lexists(path):
         return
-    from ernie_doc.training import outdir
     keep = [raw.decode("utf-8") + "\n" for _, record, raw in _records(path)
             if record["step"] <= step]
     outdir.write_text(os.path.dirname(path), os.path.basename(path), "".join(keep))
@@ -184,7 +182,6 @@ def plot_curves(output_dir, metric):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ernie_doc.training import outdir
 
     train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval_history.jsonl"))

@@ -11,13 +11,18 @@ docs/design-notes.md, "Training: checkpoints"."""
 import json
 import os
 import shutil
+import time
 import zipfile
 from typing import Optional
 
 import numpy as np
 import paddle
+from safetensors import numpy as st
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
 from ernie_doc import distributed as dist
+from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
 from ernie_doc.config import TRAINER_STATE
 from ernie_doc.errors import CheckpointStateError
 from ernie_doc.kinds import TASK_FILE
@@ -108,7 +113,6 @@ def _to_numpy(tensor):
 def _from_numpy(array, dtype_name):
     """The inverse of _to_numpy: ndarray (uint16 bits for bfloat16) → paddle Tensor."""
     if dtype_name == "bfloat16":
-        from ernie_doc.checkpoint.lodtensor import bf16_to_fp32
         return paddle.to_tensor(bf16_to_fp32(array)).astype("bfloat16")  # exact
     return paddle.to_tensor(array)
 
@@ -116,13 +120,11 @@ def _from_numpy(array, dtype_name):
 def _save_tensors(path, arrays, metadata=None):
     """{name: ndarray} → a safetensors file (no pickle; the header is JSON). Looked up at
     call time so a test can stand in for the writer."""
-    from safetensors import numpy as st
     st.save_file(arrays, path, metadata=metadata)
 
 
 def _load_tensors(path):
     """A safetensors file → {name: ndarray}; CheckpointStateError naming an unreadable one."""
-    from safetensors.numpy import load_file
     if not os.path.isfile(path):
         raise CheckpointStateError(f"{path}: missing")
     try:
@@ -198,7 +200,6 @@ TEST_PAUSE = "ERNIE_DOC_TEST_PAUSE_IN_SAVE"
 
 def _test_pause(step):
     if os.environ.get(TEST_PAUSE) == str(step):
-        import time
         time.sleep(60)
 
 
@@ -247,7 +248,6 @@ def _load_model(path, model):
     shapes and dtypes), then assign them."""
     source = os.path.join(path, MODEL_FILE)
     arrays = _load_tensors(source)
-    from safetensors import safe_open
     with safe_open(source, framework="np") as f:
         meta = f.metadata() or {}
     try:

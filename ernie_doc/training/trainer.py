@@ -34,7 +34,8 @@ from ernie_doc.training import state as ckpt
 from ernie_doc.training.compiled import compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer, describe_optimizer, run_warmup
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record, training_plan
-from ernie_doc.training.runlog import RunLog, logger, plot_curves
+from ernie_doc.training.runlog import RunLog, logger, plot_curves, read_jsonl
+from ernie_doc.utils import progress_bar
 
 __all__ = ["RUN_CONFIG", "Interrupted", "StopSignals", "Trainer", "run",
            "step_seed"]
@@ -307,7 +308,6 @@ class Trainer:
         """The progress bar of the optimizer steps (main rank, when progress is shown), after
         logging the run's plan (epochs, steps, rows per step) and its optimiser."""
         cfg, train, total_steps = self.cfg, self.run.train, self.run.total_steps
-        from ernie_doc.utils import progress_bar
         bar = progress_bar(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
                            requested=self.is_main and cfg.progress, dynamic_ncols=True,
                            mininterval=1.0)
@@ -539,7 +539,6 @@ class Trainer:
     def evaluate(self, split_name: str):
         """Read an evaluated split once from an empty memory state (eval mode) → (metrics,
         predictions or None) on every rank."""
-        from ernie_doc.utils import progress_bar
         split = self.run.evaluated[split_name]
         evaluation = split.evaluation(self.task)
         self.wrapped.eval()
@@ -612,7 +611,6 @@ class Trainer:
     def _finish_streamed(self):
         """A streamed split's end: OUTPUT_DIR/final and results.json (training scalars over
         the last tenth of the steps, and the last evaluation)."""
-        from ernie_doc.training.runlog import read_jsonl
         records = read_jsonl(os.path.join(self.out, "train_log.jsonl")) if self.is_main else []
         tail = records[-max(1, len(records) // 10):]
         keys = sorted({k for r in tail for k in r if k not in ("step", "epoch")})
