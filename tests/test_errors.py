@@ -121,7 +121,6 @@ def test_a_command_reports_its_own_errors(capsys, tmp_path):
 
 # Every `raise ValueError` / `raise RuntimeError` left in the package, as (file, function):
 # (how many, why it is not one of ours). Bad input raises one of ours; these are not bad input.
-NOT_YET = "not converted yet: its file was being restructured by another branch"
 BUILTIN_RAISES = {
     ("data/schedule.py", "RowScheduler.step"):
         (1, "invariant: our segmenters give every document a segment"),
@@ -149,14 +148,14 @@ BUILTIN_RAISES = {
         (1, "use_nltk=True without nltk: documented as RuntimeError, a missing dependency"),
     ("training/compiled.py", "CompiledForward.__call__"):
         (1, "a wrong call by our code: evaluation calls the model itself"),
-    ("kinds/__init__.py", "kind_name"): (1, NOT_YET),
-    ("kinds/__init__.py", "register_kind.register_class"): (1, NOT_YET),
-    ("kinds/base.py", "aggregate_rows"): (1, NOT_YET),
-    ("kinds/folders.py", "register"): (1, NOT_YET),
-    ("predict/lm_context.py", "_aligned"): (4, NOT_YET),
-    ("predict/lm_context.py", "effective_context"): (1, NOT_YET),
-    ("predict/lm_context.py", "relative_gains"): (1, NOT_YET),
-    ("training/outdir.py", "claim"): (1, NOT_YET),
+    ("kinds/__init__.py", "register_kind.register_class"):
+        (1, "a wrong call by a task folder's code: it registers a built-in kind's name"),
+    ("kinds/base.py", "aggregate_rows"):
+        (1, "invariant: every document a task predicts has a segment"),
+    ("kinds/folders.py", "register"):
+        (1, "a wrong call by a task folder's code: it registers one name twice"),
+    ("training/outdir.py", "claim"):
+        (1, "a wrong call by our code: the run claims only the names it writes"),
 }
 
 

@@ -53,13 +53,13 @@ def kind_names() -> List[str]:
 
 
 def kind_name(value: object) -> str:
-    """`value` when it names a registered kind; else a ValueError listing the known kinds (and
-    the nearest). Nothing is imported but the kinds' own modules."""
+    """`value` when it names a registered kind; a ConfigError listing the known kinds (and
+    the nearest) otherwise. Nothing is imported but the kinds' own modules."""
     if isinstance(value, str) and (value in builtin_kinds() or value in kind_names()):
         return value
     known = kind_names()
-    raise ValueError(f"{clip(repr(value), 80)} is not a task kind{did_you_mean(value, known)}; "
-                     f"known kinds: {', '.join(known)}")
+    raise ConfigError(f"{clip(repr(value), 80)} is not a task kind{did_you_mean(value, known)}; "
+                      f"known kinds: {', '.join(known)}")
 
 
 def kind_class(name: object) -> Type[Any]:

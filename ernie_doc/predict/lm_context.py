@@ -171,7 +171,7 @@ def effective_context(losses: Mapping[int, float],
     true value may lie further out)}."""
     grid = sorted(losses)
     if not grid:
-        raise ValueError("effective_context: no context length")
+        raise DataError("effective_context: no context length")
     # the longest length always qualifies (nothing longer was measured)
     c = next(c for i, c in enumerate(grid)
              if all(1.0 - math.exp(losses[d] - losses[c]) < threshold for d in grid[i + 1:]))
@@ -182,26 +182,26 @@ def effective_context(losses: Mapping[int, float],
 def _aligned(curves: Mapping[str, Mapping[int, Losses]]) -> Tuple[List[int],
                                                                   Dict[str, Dict[int, np.ndarray]]]:
     """Every model's per-token losses as float64 arrays of one length, on one grid of context
-    lengths (ValueError naming the model otherwise)."""
+    lengths (DataError naming the model otherwise)."""
     if not curves:
-        raise ValueError("recl: no model")
+        raise DataError("recl: no model")
     grids = {name: sorted(curve) for name, curve in curves.items()}
     first = next(iter(curves))
     arrays: Dict[str, Dict[int, np.ndarray]] = {}
     size = None
     for name, curve in curves.items():
         if grids[name] != grids[first]:
-            raise ValueError(f"recl: {name} has context lengths {grids[name]}, {first} has "
+            raise DataError(f"recl: {name} has context lengths {grids[name]}, {first} has "
                              f"{grids[first]}: every model needs the same ones")
         arrays[name] = {c: np.atleast_1d(np.asarray(v, dtype=np.float64)).reshape(-1)
                         for c, v in curve.items()}
         for c, a in arrays[name].items():
             size = a.size if size is None else size
             if a.size != size or size == 0:
-                raise ValueError(f"recl: {name} at context {c} has {a.size} token losses, "
+                raise DataError(f"recl: {name} at context {c} has {a.size} token losses, "
                                  f"expected {size} (the same predicted tokens for all)")
     if not grids[first]:
-        raise ValueError("recl: no context length")
+        raise DataError("recl: no context length")
     return grids[first], arrays
 
 
@@ -213,7 +213,7 @@ def relative_gains(curves: Mapping[str, Mapping[int, Losses]], c: int, c_long: i
     min(b(c, t), l_i(c', t)); g_i = (exp f_i(c, c) − exp f_i(c, c')) / exp f_i(c, c)
     (f_i(c, c) is the mean of b over T). → {model: g_i}."""
     if not 0.0 < r <= 1.0:
-        raise ValueError(f"r must be in (0, 1], got {r}")
+        raise ConfigError(f"r must be in (0, 1], got {r}")
     _, arrays = _aligned(curves)
     base = np.min(np.stack([a[c] for a in arrays.values()]), axis=0)     # b(c, t) [n]
     hard = np.argsort(-base, kind="stable")[:max(1, math.ceil(r * base.size))]
