@@ -10,6 +10,7 @@ one place that assembles them, for training, evaluation and prediction.
                                  was trained with (trained_reading), but those the user set"""
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import shutil
@@ -58,7 +59,7 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     from ernie_doc.errors import HubError
     from ernie_doc.hub import is_url, resolve
     from ernie_doc.hub.archive import is_archive
-    resolved = copy.copy(cfg)
+    resolved: Dict[str, Any] = {}
     # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
     # OUTPUT_DIR and every write into it see the same directory
     if isinstance(cfg.output_dir, str):
@@ -74,7 +75,7 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
             resolved["model"] = resolve(cfg.model, "model")
     except HubError as e:
         raise ConfigError(f"{cfg.source}: {e}") from None
-    return resolved
+    return dataclasses.replace(cfg, **resolved)
 
 
 def reading_stride(cfg: TrainConfig, config: ErnieDocConfig) -> int:
@@ -104,8 +105,9 @@ def setup_reading(run: Assembly, special: Dict[str, int]) -> int:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
     group = task.group_size
     for key in ("batch_size", "eval_batch_size"):
-        if cfg.batch_unit == "rows" and cfg[key] and cfg[key] % group:
-            raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
+        size = getattr(cfg, key)
+        if cfg.batch_unit == "rows" and size and size % group:
+            raise ConfigError(f"{cfg.source}: {key} {size} must be a multiple of "
                               f"{group} (rows per example of task kind {cfg.kind!r}; "
                               f"batch_unit: rows)")
     return getattr(task.segmenter, "stride", stride)   # a segmenter may fix its own
@@ -138,11 +140,11 @@ def choose_tokenizer(run: Assembly, train_docs) -> Tuple[object, Dict[str, int],
                 raise ConfigError(f"{cfg.source}: tokenizer (of model {cfg.model}): "
                                   f"{e}") from None
         if not source:
-            raise missing_key(cfg, "tokenizer", f"model {cfg.model!r} is not a released "
-                              f"model and there is no init_checkpoint to take one from: "
-                              f"a tokenizer directory, a released name such as "
-                              f"ernie-doc-base-en, or train (SentencePiece on the train "
-                              f"split)")
+            raise missing_key(cfg.source, cfg.task, "tokenizer",
+                              f"model {cfg.model!r} is not a released model and there is no "
+                              f"init_checkpoint to take one from: a tokenizer directory, a "
+                              f"released name such as ernie-doc-base-en, or train "
+                              f"(SentencePiece on the train split)")
     try:
         tokenizer = load_tokenizer(source)
     except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included
@@ -224,7 +226,7 @@ def check_memory(run: Assembly, build, layers: int, hidden: int, heads: int, tok
     else:
         key = "eval_batch_size" if cfg.eval_only and cfg.eval_batch_size else "batch_size"
         rows = batch_rows(cfg, group, cfg.eval_only)
-        words = _batch_words(key, cfg[key], rows)
+        words = _batch_words(key, getattr(cfg, key), rows)
     params = resources.parameter_count(build, layers)
     parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
                                      heads, training=not cfg.eval_only, recompute=recompute)
@@ -548,7 +550,7 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
         mine = _user_set(cfg, key)
         if not mine:
             values[key] = ran
-        differ[mine] += [] if cfg[key] == ran else [(key, ran, cfg[key])]
+        differ[mine] += [] if getattr(cfg, key) == ran else [(key, ran, getattr(cfg, key))]
     where = f"{folder} was trained (its {TASK_FILE})"
     lines += [f"eval_only: reading as {where}, not as {cfg.source} says: " + ", ".join(
         f"{k} {_shown(k, run)} (config {_shown(k, value)})" for k, run, value in differ[False])
@@ -566,7 +568,7 @@ def _map_as_trained(cfg: TrainConfig, key: str, ran: Dict[str, Any], model: Dict
     config's entries that are not reading ones (reader: where the data is), the run's, and
     the user's; `differ` gets the entries that change. A reader option only the run set is
     listed too (the config leaves the reader's default)."""
-    given = cfg[key]
+    given = getattr(cfg, key)
     reading = [e for e in dict.fromkeys([*ran, *given]) if is_reading_key(f"{key}.{e}")]
     mine = {e: given[e] for e in reading if e in given and _user_set(cfg, f"{key}.{e}")}
     value = {e: v for e, v in given.items() if e not in reading}

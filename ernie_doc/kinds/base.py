@@ -22,9 +22,10 @@ from ernie_doc.data.segment import step_members
 from ernie_doc.data.splits import Split
 from ernie_doc.errors import ConfigError, DataError, NotSet
 from ernie_doc.kinds.folders import missing_key, task_hint, task_names, task_package
+from ernie_doc.run_keys import TrainConfig
 from ernie_doc.utils import clip
 
-Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute access
+Config = TrainConfig   # what a task kind is built from: a run's config, checked
 
 
 def truncate_tokens(tokens: Any, limit: int) -> Any:
@@ -131,9 +132,9 @@ def data_dir_required(cfg: Config) -> Iterator[None]:
     try:
         yield
     except NotSet:
-        raise missing_key(cfg, "data_dir", f"the {cfg.task} task reads its data from a "
-                                           f"directory (which files: the Tasks table of "
-                                           f"README.md)") from None
+        raise missing_key(cfg.source, cfg.task, "data_dir",
+                          f"the {cfg.task} task reads its data from a directory (which "
+                          f"files: the Tasks table of README.md)") from None
 
 
 def load_reader(task: Any) -> ModuleType:
@@ -168,11 +169,11 @@ class Task:
 
     def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
-        unknown = set(cfg.get("task_options") or {}) - set(self.option_defaults)
+        unknown = set(cfg.task_options) - set(self.option_defaults)
         if unknown:
             raise ConfigError(f"{cfg.source}: task_options: unknown {sorted(unknown)} for kind "
                               f"{cfg.kind!r} (known: {sorted(self.option_defaults)})")
-        self.options = dict(self.option_defaults, **(cfg.get("task_options") or {}))
+        self.options = dict(self.option_defaults, **cfg.task_options)
 
     def option_error(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.cfg.source}: task_options.{key}: {message}")
@@ -263,7 +264,7 @@ class DocumentTask(Task):
     def read(self, split: str) -> list:
         with data_dir_required(self.cfg):
             docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
-        limit = (self.cfg.get("max_examples") or {}).get(split)
+        limit = self.cfg.max_examples.get(split)
         if limit:
             docs = sample_examples(docs, limit, self.cfg.seed, split)
         if not docs:
@@ -299,7 +300,7 @@ class DocumentTask(Task):
     def cap(self, tokens: Any, doc: Document) -> Any:
         """A document's tokens cut to `max_doc_tokens` (0 = no limit); cuts are counted in
         `self.cuts`."""
-        limit = self.cfg.get("max_doc_tokens") or 0
+        limit = self.cfg.max_doc_tokens
         if not limit or len(tokens) <= limit:
             return tokens
         self.cuts.add(doc.doc_id, len(tokens) - limit)

@@ -9,7 +9,7 @@ import importlib.util
 import logging
 import os
 from types import ModuleType
-from typing import Any, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Dict, List, Optional, TypeVar
 
 from ernie_doc.errors import ConfigError
 
@@ -31,15 +31,16 @@ RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
                     "task_options.evidence_file": "STAGE=answer EVIDENCE=..."}
 
 
-def missing_key(cfg: Mapping[str, Any], key: str, what: str) -> ConfigError:
-    """The one-line error for a required key left empty: the config file, the key, what it
-    holds and how to set it (`--set`, and run.sh's environment variable if any)."""
+def missing_key(source: str, task: Any, key: str, what: str) -> ConfigError:
+    """The one-line error for a required key left empty: the config file (`source`), the key,
+    what it holds and how to set it (`--set`, and `task`'s run.sh's environment variable if
+    any)."""
     how = f"give it with --set {key}=..."
     variable = RUN_SH_VARIABLES.get(key)
-    run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
+    run_sh = os.path.join("tasks", str(task), "run.sh")
     if variable and os.path.isfile(os.path.join(_ROOT, run_sh)):
         how += f", or {variable} bash {run_sh}"
-    return ConfigError(f"{cfg.source}: {key} is not set: {what}; {how}")
+    return ConfigError(f"{source}: {key} is not set: {what}; {how}")
 
 
 def _ours(folder: str) -> bool:

@@ -8,6 +8,7 @@ document's last segment, behind the same Task interface the fine-tuning trainer 
 All draws come from (seed, epoch, document id), so a resume rebuilds exactly the same rows.
 Targets per segment: `mlm_labels` [T] (the original id at masked positions, −1 elsewhere)
 and `reorder_label` (the document's label; its loss is taken on the last segment only)."""
+import dataclasses
 import math
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -94,10 +95,12 @@ class PretrainingTask(DocumentTask):
                 raise ConfigError(f"{cfg.source}: reader.{key}: must be a non-negative "
                                   f"integer")
         if not cfg.data_dir:
-            raise missing_key(cfg, "data_dir", "the pretraining corpus (files or "
-                                               "directories, or a list of them)")
-        # evaluation: the held-out corpus, as split "dev" (none without one)
-        cfg["eval_splits"] = ["dev"] if c["eval_corpus"] else []
+            raise missing_key(cfg.source, cfg.task, "data_dir", "the pretraining corpus "
+                              "(files or directories, or a list of them)")
+        # evaluation: the held-out corpus, as split "dev" (none without one); the run reads
+        # its config from here (task.cfg)
+        self.cfg = cfg = dataclasses.replace(cfg, eval_splits=["dev"] if c["eval_corpus"]
+                                             else [])
         if cfg.test_splits:
             raise ConfigError(f"{cfg.source}: test_splits: pretraining has none (its held-out "
                               f"documents are reader.eval_corpus)")
