@@ -19,7 +19,7 @@ from ernie_doc.config import integer_problem, known_keys
 from ernie_doc.errors import ConfigError
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import check_amp_value
-from ernie_doc.run_keys import DEFAULTS, KEY_GROUPS, TrainConfig
+from ernie_doc.run_keys import DEFAULTS, GROUP_STARTS, MEANINGS, TrainConfig
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              threads_problem)
 
@@ -89,10 +89,10 @@ def help_config() -> str:
     lines = ["run-config keys: a config.yaml's top level, or --set key=value (values are "
              "YAML; dotted keys reach into reader, task_options, model_overrides and "
              "max_examples: --set reader.dev_ratio=0.2 max_examples.train=400)"]
-    for group, keys in KEY_GROUPS:
-        lines += ["", f"{group}:"]
-        lines += [f"  {name:<{width}}  {shown[name]:<{value_width}}  {meaning}"
-                  for name, _, meaning in keys]
+    for name, meaning in MEANINGS.items():
+        if name in GROUP_STARTS:
+            lines += ["", f"{GROUP_STARTS[name]}:"]
+        lines.append(f"  {name:<{width}}  {shown[name]:<{value_width}}  {meaning}")
     return "\n".join(lines) + "\n"
 
 CHOICES = {

@@ -1,10 +1,10 @@
 """Every run-config key, once: TrainConfig, the frozen dataclass of a run's config, gives each
-key its type, default and meaning; DEFAULTS and KEY_GROUPS (`--help-config`) are read from it.
+key its type, default and meaning; DEFAULTS, MEANINGS and `--help-config` are read from it.
 run_config loads and checks a config into it; the task kinds take it (kinds.base.Config)."""
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, Optional, Union
 
 
 def _key(default: Any, meaning: str) -> Any:
@@ -139,8 +139,3 @@ MEANINGS = {f.name: f.metadata["meaning"] for f in KEYS}
 GROUP_STARTS = {"task": "what to run", "model": "model, weights, tokenizer",
                 "max_seq_len": "segments and reading", "batch_size": "optimisation",
                 "eval_splits": "evaluation, checkpoints, logging"}
-KEY_GROUPS: List[Tuple[str, List[Tuple[str, Any, str]]]] = []
-for _name in DEFAULTS:
-    if _name in GROUP_STARTS:
-        KEY_GROUPS.append((GROUP_STARTS[_name], []))
-    KEY_GROUPS[-1][1].append((_name, DEFAULTS[_name], MEANINGS[_name]))
