@@ -33,7 +33,7 @@ def truncate_tokens(tokens: Any, limit: int) -> Any:
     `truncate(limit)`, or a dataclass of per-token arrays (every field cut alike)."""
     if hasattr(tokens, "truncate"):
         return tokens.truncate(limit)
-    if dataclasses.is_dataclass(tokens):
+    if dataclasses.is_dataclass(type(tokens)):
         n = len(tokens)
         return dataclasses.replace(tokens, **{
             f.name: getattr(tokens, f.name)[:limit] for f in dataclasses.fields(tokens)
@@ -248,7 +248,7 @@ class Task:
 class DocumentTask(Task):
     """The document family: reading, label ids, segment passes, an ERNIE-Doc head. `group_size`
     g > 1: an example takes g rows in lockstep (steps: tuples of g Segments)."""
-    head_class = None
+    head_class: Any = None   # the ERNIE-Doc head class of the kind
 
     def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
@@ -257,7 +257,7 @@ class DocumentTask(Task):
             self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] \
                 if labels else []
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
-        self.segmenter = None
+        self.segmenter: Any = None   # setup() builds it: (ids, doc_index, ...) → [Segment]
         self.cuts = Cuts()
 
     # -- documents ----------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def _ours(folder: str) -> bool:
 
 
 def _same_file(origin: Optional[str], folder: str) -> bool:
-    return bool(origin) and os.path.realpath(origin) == \
+    return origin is not None and os.path.realpath(origin) == \
         os.path.realpath(os.path.join(folder, "__init__.py"))
 
 
@@ -72,6 +72,7 @@ def _load_installed() -> None:
     spec = importlib.util.spec_from_file_location(
         "ernie_doc_tasks", os.path.join(folder, "__init__.py"),
         submodule_search_locations=[folder])
+    assert spec is not None and spec.loader is not None   # a .py file's location has both
     module = importlib.util.module_from_spec(spec)
     sys.modules["ernie_doc_tasks"] = module
     spec.loader.exec_module(module)
@@ -91,7 +92,7 @@ def task_package() -> str:
 
 
 def _tasks_folder() -> str:
-    return os.path.dirname(importlib.import_module(task_package()).__file__)
+    return os.path.dirname(importlib.import_module(task_package()).__file__ or "")
 
 
 def task_names() -> List[str]:

@@ -11,7 +11,7 @@ ratio too, p ← p_old + ratio·Δ_adam(lr) − wd·ratio·lr·p_old; ratios by 
 (paddlenlp_ratio)."""
 import math
 import re
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import paddle
 
@@ -143,7 +143,7 @@ class GlobalNormClip(paddle.nn.ClipGradByGlobalNorm):
         super().__init__(clip_norm)
         self._params = [p for params in groups for p in params]
         self._group_of = {id(p): i for i, params in enumerate(groups) for p in params}
-        self._pending = set()    # groups not clipped yet in the current step
+        self._pending: Set[int] = set()    # groups not clipped yet in the current step
         self._scale = None
 
     @paddle.no_grad()
@@ -187,15 +187,16 @@ def build_optimizer(model: paddle.nn.Layer, cfg: TrainConfig, total_steps: int,
     weight_decay = float(cfg.weight_decay)   # paddle 2.6's AdamW refuses an int (0)
     rule = cfg.layer_decay_rule
     ratios = layer_ratios(model, num_layers, cfg.layer_decay, rule)
-    groups = {}
+    groups: Dict[Tuple[float, float], List[paddle.Tensor]] = {}
     for name, param in model.named_parameters():
         if param.stop_gradient:
             continue
         ratio = ratios[name]
         key = (ratio, group_weight_decay(weight_decay, ratio, rule) if decays(param) else 0.0)
         groups.setdefault(key, []).append(param)
-    param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
-                    for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
+    # a list of paddle's parameter-group dicts (its stub's TypedDict is private)
+    param_groups: List[Any] = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
+                               for (ratio, wd), params in sorted(groups.items())]
     clip = (GlobalNormClip(max_grad_norm, [g["params"] for g in param_groups])
             if max_grad_norm else None)
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,
