@@ -59,19 +59,17 @@ def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     from ernie_doc.errors import HubError
     from ernie_doc.hub import is_url, resolve
     from ernie_doc.hub.archive import is_archive
-    resolved: Dict[str, Any] = {}
+
     # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
     # OUTPUT_DIR and every write into it see the same directory
-    if isinstance(cfg.output_dir, str):
-        resolved["output_dir"] = os.path.expanduser(cfg.output_dir)
+    resolved: Dict[str, Any] = {"output_dir": os.path.expanduser(cfg.output_dir)}
     try:
         if cfg.init_checkpoint:
             resolved["init_checkpoint"] = resolve(cfg.init_checkpoint, "model",
                                                   cfg.model_source)
         if cfg.tokenizer and cfg.tokenizer != "train":
             resolved["tokenizer"] = resolve(cfg.tokenizer, "tokenizer")
-        if isinstance(cfg.model, str) and (is_url(cfg.model) or (
-                os.path.isfile(cfg.model) and is_archive(cfg.model))):
+        if is_url(cfg.model) or (os.path.isfile(cfg.model) and is_archive(cfg.model)):
             resolved["model"] = resolve(cfg.model, "model")
     except HubError as e:
         raise ConfigError(f"{cfg.source}: {e}") from None

@@ -11,8 +11,8 @@ import dataclasses
 import importlib
 import zlib
 from types import ModuleType
-from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple)
+from typing import (Any, Callable, Collection, ContextManager, Dict, Iterator, List, Mapping,
+                    Optional, Sequence, Tuple)
 
 import numpy as np
 import paddle
@@ -179,7 +179,7 @@ class Task:
         return ConfigError(f"{self.cfg.source}: task_options.{key}: {message}")
 
     def check_options(self, positive: Sequence[str] = (),
-                      choices: Optional[Dict[str, Sequence]] = None) -> None:
+                      choices: Optional[Dict[str, Collection]] = None) -> None:
         """task_options checks: `positive` keys must be positive integers, `choices` maps a
         key to its allowed values."""
         for key in positive:

@@ -73,7 +73,7 @@ class SpanTask(DocumentTask):
         self.metric_names = self.REPORTS[self.options["metric"]]
         if self.options["n_best_pool"] == "auto":   # decode where the loss trained
             self.options["n_best_pool"] = self.options["loss_positions"]
-        self._word_cache = {}
+        self._word_cache: Dict[str, Any] = {}   # tokenize_with_offsets' cache
 
     def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
               tokenizer: Any = None) -> None:
