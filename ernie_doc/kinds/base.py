@@ -191,9 +191,10 @@ class Task:
                 raise self.option_error(key, f"{self.options[key]!r} is not one of "
                                              f"{list(allowed)}")
 
-    def check_data(self, world: int) -> None:
+    def check_data(self, world: int) -> Optional[int]:
         """Before any collective call, on every rank alike: data that cannot be read raises
-        here (a streamed corpus is checked whole; document splits are read in prepare)."""
+        here (a streamed corpus is checked whole → its documents counted; document splits are
+        read in prepare)."""
 
     # -- one micro-step ---------------------------------------------------------------------
     def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
@@ -314,7 +315,7 @@ class DocumentTask(Task):
     def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         """One reading pass of a document → [Segment] (or [tuple of Segments] for groups).
         Default: tokenize doc.text (or take doc.ids) and cut it with `segments`."""
-        ids = doc.ids if doc.ids is not None else encode_ids(tokenizer, doc.text)
+        ids = doc.ids if doc.ids is not None else encode_ids(tokenizer, doc.text or "")
         if len(ids) == 0:
             raise DataError(f"document {doc.doc_id!r} has no tokens")
         return self.segments(doc, doc_index, self.cap(ids, doc))
@@ -389,7 +390,7 @@ class DocumentTask(Task):
         the ids, space-separated."""
         if doc.ids is not None and doc.text is None:
             return {"text": ids_text(doc.ids)}
-        return {"text": text_offsets(tokenizer, doc.text)}
+        return {"text": text_offsets(tokenizer, doc.text or "")}
 
     def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                  passes: Any) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:

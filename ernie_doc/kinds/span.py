@@ -154,7 +154,8 @@ class SpanTask(DocumentTask):
                            self.options["n_best"], self.options["max_answer_len"],
                            self.options["n_best_pool"], self.options["answer_unit"])
         context = doc.fields["context"]
-        n_best, seen = [], set()
+        n_best: List[Dict[str, Any]] = []   # each text once (the official n-best)
+        seen = set()
         for score, a, b in cands:
             if len(n_best) == self.options["n_best"]:
                 break
