@@ -40,7 +40,7 @@ class Assembly:
     `eval_rows`: rows read without gradients (None: the batch size); `resume`: --resume."""
     cfg: TrainConfig             # released names and URLs resolved to local paths
     task: Any                    # kinds.base.Task
-    tokenizer: object = None
+    tokenizer: Any = None        # a tokenization class's, or the language model's Vocabulary
     special: Dict[str, int] = field(default_factory=dict)
     model: Optional[Any] = None  # a paddle.nn.Layer, or an exported model behind its call
     device: str = "cpu"
@@ -532,7 +532,8 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
     model = {}   # what a model_overrides entry the run did not set was trained with
     if cfg.model_overrides:
         model = saved_model_config(folder, _builds_model(record["kind"]))
-    values, lines = {}, []
+    values: Dict[str, Any] = {}   # the keys to read as the run did, with its values
+    lines = []
     if "tokenizer" in trained and cfg.tokenizer == "train":
         # evaluation trains nothing: a new tokenizer's ids are not the ones the model learned
         # (the training command with eval_only=true added must not score 0.5 in silence)
@@ -540,7 +541,8 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
                      "trained with (the folder's own); evaluation trains none")
         cfg = with_values(cfg, {"tokenizer": ""})
         values["tokenizer"] = ""
-    differ = {True: [], False: []}   # user-set or not → [(key, the run's value, cfg's)]
+    # user-set or not → [(key, the run's value, cfg's)]
+    differ: Dict[bool, list] = {True: [], False: []}
     for key, ran in trained.items():
         if isinstance(ran, dict):   # a map: entry by entry
             values[key] = _map_as_trained(cfg, key, ran, model, differ)

@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -88,8 +88,8 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         set_paddle_threads(cfg.threads, f"{cfg.source}: threads", ConfigError)
     # before any compute: a saturating loss's denormal gradients slow a CPU step several-fold
     flush_denormals(cfg.flush_denormals)
-    check = dict(inputs=input_paths(cfg), resume=resume, marker=RUN_CONFIG,
-                 overwrite=cfg.overwrite_output_dir, source=cfg.source)
+    check: Dict[str, Any] = dict(inputs=input_paths(cfg), resume=resume, marker=RUN_CONFIG,
+                                 overwrite=cfg.overwrite_output_dir, source=cfg.source)
     # one run at a time in OUTPUT_DIR: the main process locks it (training.outdir) before
     # looking into it, or, when it does not exist yet, once it is checked (then again)
     locked, created = rank == 0 and os.path.isdir(cfg.output_dir), False
@@ -317,6 +317,7 @@ def prepare_documents(run: PreparedRun) -> Optional[str]:
 def task_record(run: PreparedRun) -> dict:
     """task.json of best/ and final/: the config as written and the label names, for reading
     new documents as this run did."""
+    assert run.given is not None   # prepare() keeps it
     config = run.given.as_dict()
     options = getattr(run.task, "options", None)
     if options:
@@ -338,8 +339,8 @@ def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tok
     if not len(lengths):
         return []
     order = np.argsort(-lengths, kind="stable")[:3]
-    longest = ", ".join(f"{split.docs[i].doc_id} {lengths[i]:,}" for i in order)
-    notes = [f"{split.name}: longest documents (segment reads): {longest}; median "
+    top = ", ".join(f"{split.docs[i].doc_id} {lengths[i]:,}" for i in order)
+    notes = [f"{split.name}: longest documents (segment reads): {top}; median "
              f"{int(np.median(lengths)):,}"]
     shared = math.ceil(lengths.sum() / max(1, slots * world))   # if rows balanced
     longest = int(lengths.max())
@@ -414,6 +415,7 @@ def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
             shutil.copy2(os.path.join(spm_dir, "spm.model"), dst)
             run.tokenizer.source_files = [dst]
         from ernie_doc.run_config import dump_yaml, load_yaml
+        assert run.given is not None   # prepare() keeps it
         if not run.resume:
             outdir.write_text(run.out, RUN_CONFIG, dump_yaml(run.given.as_dict()))
         elif run.extends is not None:
