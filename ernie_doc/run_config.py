@@ -406,7 +406,7 @@ def _check_names(v: Dict[str, Any], source: str) -> None:
     if not all(isinstance(d, str) for d in data) or (isinstance(v["data_dir"], list)
                                                      and not v["data_dir"]):
         _fail(source, "data_dir", f"must be a path (or, for pretraining, a list of paths), got "
-                         f"{v['data_dir']!r}")
+                                  f"{v['data_dir']!r}")
     for key, choices in CHOICES.items():
         if v[key] not in choices:
             close = difflib.get_close_matches(v[key], choices, n=1) \
@@ -472,7 +472,7 @@ def _check_switches(v: Dict[str, Any], source: str) -> None:
                                  "dygraph only); turn one of them off")
     if v["train_skim"] and not v["retro_feed"]:
         _fail(source, "train_skim", "trains the skim pass of the retrospective feed; with "
-                           "retro_feed: false there is none")
+                                    "retro_feed: false there is none")
     for key in FREE_DICTS:
         if not isinstance(v[key], dict):
             _fail(source, key, f"must be a mapping, got {v[key]!r}")
@@ -497,7 +497,7 @@ def _check_splits(v: Dict[str, Any], source: str) -> None:
     for split, n in v["max_examples"].items():
         if split not in splits:
             _fail(source, f"max_examples.{split}", f"{split!r} is not a split of this run "
-                                          f"({', '.join(dict.fromkeys(splits))})")
+                                                   f"({', '.join(dict.fromkeys(splits))})")
         problem = integer_problem(n, 1)
         if problem:
             _fail(source, f"max_examples.{split}", problem)
@@ -508,8 +508,8 @@ def _check_splits(v: Dict[str, Any], source: str) -> None:
             raise missing_key(source, v["task"], "init_checkpoint",
                               "eval_only evaluates it (a trained model directory)")
         if v["kind"] == "pretraining":
-            _fail(source, "eval_only", "not for pretraining (its held-out MLM metrics come with "
-                              "training runs: reader.eval_corpus)")
+            _fail(source, "eval_only", "not for pretraining (its held-out MLM metrics come "
+                                       "with training runs: reader.eval_corpus)")
         if not (v["eval_splits"] or v["test_splits"]):
             _fail(source, "eval_only", "give eval_splits or test_splits to evaluate")
     elif v["kind"] in STREAMED_KINDS:
