@@ -191,10 +191,10 @@ class Task:
                 raise self.option_error(key, f"{self.options[key]!r} is not one of "
                                              f"{list(allowed)}")
 
-    def check_data(self, world: int) -> Optional[int]:
+    def check_data(self, world: int) -> object:
         """Before any collective call, on every rank alike: data that cannot be read raises
-        here (a streamed corpus is checked whole → its documents counted; document splits are
-        read in prepare)."""
+        here (a streamed corpus is checked whole → what the kind found; document splits are read
+        in prepare)."""
 
     # -- one micro-step ---------------------------------------------------------------------
     def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
