@@ -7,6 +7,7 @@ one place that assembles them, for training, evaluation and prediction; the kind
     read_as_trained(cfg, folder, record)  eval_only of such a folder: the reading settings it
                                  was trained with (trained_reading), but those the user set"""
 import copy
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ class Assembly:
     `eval_rows`: rows read without gradients (None: the batch size); `resume`: --resume."""
     cfg: TrainConfig             # released names and URLs resolved to local paths
     task: Any                    # kinds.base.Task
-    tokenizer: object = None
+    tokenizer: Any = None        # a tokenization class's, or the language model's Vocabulary
     special: Dict[str, int] = field(default_factory=dict)
     model: Optional[Any] = None  # a paddle.nn.Layer, or an exported model behind its call
     device: str = "cpu"
@@ -49,23 +50,20 @@ class Assembly:
 def resolve_inputs(cfg: TrainConfig) -> TrainConfig:
     """`cfg` with `init_checkpoint`, `tokenizer` and a URL / archive `model` resolved to local
     paths (ernie_doc.hub.resolve); a released name as `model` stays a config preset."""
-    resolved = copy.copy(cfg)
     # `~/x` means the home's x, as in a shell: expanded once, here, so that the checks of
     # OUTPUT_DIR and every write into it see the same directory
-    if isinstance(cfg.output_dir, str):
-        resolved["output_dir"] = os.path.expanduser(cfg.output_dir)
+    resolved: Dict[str, Any] = {"output_dir": os.path.expanduser(cfg.output_dir)}
     try:
         if cfg.init_checkpoint:
             resolved["init_checkpoint"] = resolve(cfg.init_checkpoint, "model",
                                                   cfg.model_source)
         if cfg.tokenizer and cfg.tokenizer != "train":
             resolved["tokenizer"] = resolve(cfg.tokenizer, "tokenizer")
-        if isinstance(cfg.model, str) and (is_url(cfg.model) or (
-                os.path.isfile(cfg.model) and is_archive(cfg.model))):
+        if is_url(cfg.model) or (os.path.isfile(cfg.model) and is_archive(cfg.model)):
             resolved["model"] = resolve(cfg.model, "model")
     except HubError as e:
         raise ConfigError(f"{cfg.source}: {e}") from None
-    return resolved
+    return dataclasses.replace(cfg, **resolved)
 
 
 def tokenizer_record(cfg: TrainConfig, task: Any, saved: Dict[str, Any]) -> Dict[str, Any]:
@@ -149,7 +147,8 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
             model = saved_kind(record["kind"]).saved_model_config(folder)
         except (ErnieDocError, OSError):   # loading the model then says why
             pass
-    values, lines = {}, []
+    values: Dict[str, Any] = {}   # the keys to read as the run did, with its values
+    lines = []
     if "tokenizer" in trained and cfg.tokenizer == "train":
         # evaluation trains nothing: a new tokenizer's ids are not the ones the model learned
         # (the training command with eval_only=true added must not score 0.5 in silence)
@@ -157,7 +156,8 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
                      "trained with (the folder's own); evaluation trains none")
         cfg = with_values(cfg, {"tokenizer": ""})
         values["tokenizer"] = ""
-    differ = {True: [], False: []}   # user-set or not → [(key, the run's value, cfg's)]
+    # user-set or not → [(key, the run's value, cfg's)]
+    differ: Dict[bool, list] = {True: [], False: []}
     for key, ran in trained.items():
         if isinstance(ran, dict):   # a map: entry by entry
             values[key] = _map_as_trained(cfg, key, ran, model, differ)
@@ -165,7 +165,7 @@ def read_as_trained(cfg: TrainConfig, folder: str, record: Mapping[str, Any]
         mine = _user_set(cfg, key)
         if not mine:
             values[key] = ran
-        differ[mine] += [] if cfg[key] == ran else [(key, ran, cfg[key])]
+        differ[mine] += [] if getattr(cfg, key) == ran else [(key, ran, getattr(cfg, key))]
     where = f"{folder} was trained (its {TASK_FILE})"
     lines += [f"eval_only: reading as {where}, not as {cfg.source} says: " + ", ".join(
         f"{k} {_shown(k, run)} (config {_shown(k, value)})" for k, run, value in differ[False])
@@ -183,7 +183,7 @@ def _map_as_trained(cfg: TrainConfig, key: str, ran: Dict[str, Any], model: Dict
     config's entries that are not reading ones (reader: where the data is), the run's, and
     the user's; `differ` gets the entries that change. A reader option only the run set is
     listed too (the config leaves the reader's default)."""
-    given = cfg[key]
+    given = getattr(cfg, key)
     reading = [e for e in dict.fromkeys([*ran, *given]) if is_reading_key(f"{key}.{e}")]
     mine = {e: given[e] for e in reading if e in given and _user_set(cfg, f"{key}.{e}")}
     value = {e: v for e, v in given.items() if e not in reading}

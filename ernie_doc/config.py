@@ -9,7 +9,7 @@ import json
 import logging
 import math
 import os
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type
 
 from ernie_doc import releases as registry  # a released name: its config (no download)
 from ernie_doc.errors import CheckpointError, ConfigError
@@ -324,6 +324,9 @@ class ErnieDocConfig:
             values[key] = value
         self.__dict__.update(values)
         self.validate()
+
+    if TYPE_CHECKING:   # the type checker: the keys of _DEFAULTS, which __init__ sets
+        def __getattr__(self, name: str) -> Any: ...
 
     # -- checks ------------------------------------------------------------------------------
     def validate(self):

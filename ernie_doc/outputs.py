@@ -9,7 +9,7 @@ $HOME or / (check_output_folder); what a run may put in it is training.outdir's 
 Details: docs/design-notes.md, "Output paths". Imports no paddle."""
 import os
 import stat
-from typing import BinaryIO, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import BinaryIO, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from ernie_doc.errors import OutputError
 from ernie_doc.utils import mode_kind, path_within
@@ -47,8 +47,8 @@ class InputSet:
         self.folders: Dict[FileId, str] = {}
         self.entries: Dict[FileId, Tuple[str, str]] = {}   # id → (entry, its input folder)
         self.complete = True   # False: a folder had more than MAX_SCANNED entries
-        for given in paths:
-            st = _stat(os.fspath(given)) if given else None
+        for given in filter(None, paths):   # None or "": nothing given
+            st = _stat(os.fspath(given))
             if st is not None:
                 (self.folders if stat.S_ISDIR(st.st_mode) else self.files)[_file_id(st)] = \
                     os.fspath(given)
@@ -270,7 +270,7 @@ class OutputFolder:
             self.fd = os.open(real, _DIR_FLAGS)
         except OSError as e:
             raise error(f"{self.where}: cannot open its folder {real} ({e.strerror})") from None
-        self._held = []   # descriptors whose locks last for the run
+        self._held: List[int] = []   # descriptors whose locks last for the run
         self.file: Optional[BinaryIO] = None   # the output, once opened or created
         try:
             self._check_folder()

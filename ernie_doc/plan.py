@@ -11,7 +11,6 @@ the run reads, divided by a device's peak rate at a stated utilisation. A fine-t
 rows come from the paper's dataset statistics (appendix, "English / Chinese Datasets
 statistics": train examples and token-length percentiles) or from --train-segments. Every
 GPU figure is an estimate; nothing here has been timed on a GPU."""
-import copy
 import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -135,8 +134,7 @@ class Plan:
 def _task(cfg: Any) -> Any:
     """The config's task kind; a pretraining corpus is never read, so data_dir may be empty."""
     if not kind_class(cfg.kind).task_reader and not cfg.data_dir:
-        cfg = copy.copy(cfg)   # a TrainConfig: its source and user_keys come along
-        cfg["data_dir"] = "(not read)"
+        cfg = dataclasses.replace(cfg, data_dir="(not read)")
     return build_task(cfg)
 
 

@@ -1,16 +1,17 @@
-"""Fine-tuning run configuration: a task's config.yaml plus `--set key=value` overrides.
+"""Fine-tuning run configuration: a task's config.yaml plus `--set key=value` overrides, loaded
+and checked into a TrainConfig.
 
-Every key, its default and its meaning are listed once, in KEY_GROUPS (`ernie-doc finetune
---help-config` prints them). Unknown keys (in the file or in an override) are an error naming
-the file:line or the key and the nearest keys. `model_overrides` (ErnieDocConfig keys, checked
-when the model is built) and `reader` (the task reader's options, checked by the reader) are
-free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them."""
+Every key, its default and its meaning are listed once, in run_keys.TrainConfig (`ernie-doc
+finetune --help-config` prints them). Unknown keys (in the file or in an override) are an error
+naming the file:line or the key and the nearest keys. `model_overrides` (ErnieDocConfig keys,
+checked when the model is built) and `reader` (the task reader's options, checked by the reader)
+are free-form dicts; `--set reader.dev_ratio=0.2` reaches inside them."""
 import copy
 import difflib
 import json
 import math
 import os
-from typing import Any, FrozenSet, Iterator, NoReturn, TextIO, Tuple, Union
+from typing import Any, Dict, FrozenSet, Iterator, NoReturn, TextIO, Tuple, Union
 
 import yaml
 
@@ -20,122 +21,10 @@ from ernie_doc.errors import ConfigError
 from ernie_doc.kinds import kind_class, kind_name
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.precision import check_amp_value
+from ernie_doc.run_keys import DEFAULTS, GROUP_STARTS, MEANINGS, TrainConfig
 from ernie_doc.utils import (MAX_INT_DIGITS, clip, control_character, long_integer_problem,
                              regular_file_problem, threads_problem)
 
-# Every key: (name, default, meaning), in groups: the one source of DEFAULTS, `--help-config`
-# and suggest_keys.
-KEY_GROUPS: Tuple[Tuple[str, Tuple[Tuple[str, Any, str], ...]], ...] = (
-    ("what to run", (
-        ("task", None, "the task: a folder tasks/<task>/ with reader.py (--list-tasks)"),
-        ("kind", "classification", "a registered kind: classification, span, "
-                                   "multiple_choice, pair_matching, pretraining, "
-                                   "language_model, or a task's own (hotpotqa, keyphrase)"),
-        ("data_dir", "", "the task's data folder (pretraining: a list of corpus paths)"),
-        ("output_dir", "", "where the run writes; \"\" = output/<task>"),
-        ("overwrite_output_dir", False, "replace a previous run in output_dir (only what "
-                                        "its manifest lists)"),
-        ("reader", {}, "options for the task's reader (reader.dev_ratio=0.2 ...)"),
-        ("task_options", {}, "options of the task kind (span: max_query_len ...)"),
-        ("max_examples", {}, "{split: N}: N examples drawn by seed (stratified by label, "
-                             "kept in file order) for quick runs; pretraining: the first N"),
-        ("max_doc_tokens", 0, "read at most this many tokens of a document's text (0 = all); "
-                              "cut documents are counted and logged"),
-    )),
-    ("model, weights, tokenizer", (
-        ("model", "ernie-doc-small", "preset name, config json, checkpoint directory, URL or "
-                                     ".tar.gz (a released name here is its config: no "
-                                     "weights)"),
-        ("init_checkpoint", "", "weights: a released name, a URL, a .tar.gz, a directory; "
-                                "\"\" = from scratch"),
-        ("model_source", "official", "a released name's weights: official | paddlenlp"),
-        ("allow_partial_checkpoint", False, "load init_checkpoint even when encoder tensors "
-                                            "are missing or unknown ones are left over"),
-        ("eval_only", False, "no training: evaluate init_checkpoint on the eval_splits and "
-                             "test_splits given (none given: the config's); a fine-tuned "
-                             "folder reads as its task.json says"),
-        ("model_overrides", {}, "ErnieDocConfig keys (recurrence, memory_len, dropouts ...)"),
-        ("tokenizer", "", "a released name, a directory or a file; \"\" = init_checkpoint's, "
-                          "else model's; train = SentencePiece on the train split"),
-        ("tokenizer_vocab_size", 8000, "vocabulary size of a tokenizer trained with "
-                                       "tokenizer=train"),
-    )),
-    ("segments and reading", (
-        ("max_seq_len", 512, "tokens per segment, special tokens included"),
-        ("stride", None, "window advance in tokens; null = memory_len (official)"),
-        ("segment_layout", "cls_last", "where [CLS] sits in a segment: cls_last | cls_first"),
-        ("retro_feed", True, "read every document twice (skim, then retrospective)"),
-        ("train_skim", False, "also train on the skim pass"),
-        ("loss_segments", "all", "which final-pass segments train: all (official) | last "
-                                 "(the paper's appendix: the last segment's [CLS])"),
-        ("doc_prediction", None, "document = mean of segment probabilities (official), or "
-                                 "the last segment's: mean | last; null = last when "
-                                 "loss_segments is last, else mean"),
-    )),
-    ("optimisation", (
-        ("batch_size", 16, "examples per rank (batch_unit)"),
-        ("eval_batch_size", None, "examples per rank in evaluation; null = batch_size"),
-        ("batch_unit", "examples", "what batch sizes count: examples (a C3 question = "
-                                   "num_choices rows, a CAIL triplet = 2; PaddleNLP's) | rows "
-                                   "(memory streams)"),
-        ("epochs", 3, "passes over the train split"),
-        ("max_steps", 0, "stop after this many optimizer steps (0 = run epochs); a streamed "
-                         "corpus needs it"),
-        ("learning_rate", 7e-5, "peak learning rate"),
-        ("lr_schedule", "linear", "linear (warmup, decay to 0; PaddleNLP's) | official (the "
-                                  "official code's: warmup, a jump, decay to 0; constant "
-                                  "without warmup) | cosine (Transformer-XL's)"),
-        ("warmup_proportion", 0.1, "warm up over this fraction of the steps"),
-        ("warmup_steps", 0, "> 0: warm up over this many steps instead of the proportion"),
-        ("weight_decay", 0.01, "AdamW weight decay"),
-        ("layer_decay", 1.0, "layer-wise LR decay: layer l of L gets decay^(L-l), "
-                             "embeddings decay^(L+1)"),
-        ("layer_decay_rule", "official", "official: layer_decay scales the Adam step only, "
-                                         "weight decay uses the global LR | paddlenlp: it "
-                                         "scales both"),
-        ("max_grad_norm", None, "clip gradients by their global norm (0 = no clipping); "
-                                "null = the official rule: 1.0 when the run has no warmup "
-                                "steps, else none"),
-        ("adam_epsilon", None, "AdamW epsilon; null = the official rule: 1e-6 when the run "
-                               "has no warmup steps, else 1e-8"),
-        ("grad_accum_steps", 1, "micro-batches per optimizer step"),
-        ("amp", False, "mixed precision: false | true (= fp16) | fp16 | bf16 (GPU; CPU bf16 "
-                       "with compile)"),
-        ("recompute", False, "recompute each layer's activations in backward (saves memory)"),
-        ("compile", False, "run the training forward as a captured program "
-                           "(paddle.jit.to_static)"),
-        ("flush_denormals", True, "CPU: denormal floats (< 1.2e-38) read and written as 0"),
-        ("seed", 1, "seed of weights, dropout, shuffling and max_examples sampling"),
-        ("shuffle", True, "shuffle the train documents each epoch"),
-    )),
-    ("evaluation, checkpoints, logging", (
-        ("eval_splits", ["dev"], "splits evaluated during training; the first picks the best "
-                                 "checkpoint"),
-        ("test_splits", [], "evaluated once with the best checkpoint at the end"),
-        ("eval_steps", 0, "also evaluate every N optimizer steps (0 = at epoch ends)"),
-        ("eval_every_epoch", True, "evaluate at the end of every epoch"),
-        ("metrics", ["accuracy", "f1"], "classification: accuracy, f1 (binary / macro), "
-                                        "macro_f1"),
-        ("main_metric", None, "the metric that picks the best checkpoint; null = the first "
-                              "of metrics"),
-        ("positive_label", None, "the class binary F1 scores; null = label id 1"),
-        ("save_steps", 0, "resumable checkpoint every N steps (0 = at evaluations)"),
-        ("keep_checkpoints", 1, "resumable checkpoints kept"),
-        ("logging_steps", 10, "a log line every N optimizer steps (0 = none)"),
-        ("stop_at_step", 0, "stop after this step as if interrupted (--resume continues)"),
-        ("device", "auto", "auto | cpu | gpu"),
-        ("threads", 0, "CPU math threads (0 = paddle's default)"),
-        ("peer_timeout", 20, "several ranks: a rank whose peer shows no sign of life for this "
-                             "many seconds exits with one line naming it (0 = wait as paddle "
-                             "does)"),
-        ("peer_join_timeout", 120, "several ranks: a rank waits this many seconds for the "
-                                   "others to join at the start, then exits with one line "
-                                   "naming those that did not (0 = wait as paddle does)"),
-        ("progress", True, "progress bars (false: none; ERNIE_DOC_PROGRESS=0 turns every "
-                           "bar off)"),
-    )),
-)
-DEFAULTS = {name: default for _, keys in KEY_GROUPS for name, default, _ in keys}
 # The keys that decide how a model reads a document: a fine-tuned folder's task.json holds the
 # run's, and both its prediction and its evaluation (eval_only) read with them
 # (assemble.trained_reading). A map is read entry by entry; of `reader`, only the options that
@@ -150,7 +39,6 @@ READING_KEYS = ("max_seq_len", "stride", "segment_layout", "retro_feed", "train_
                 "reader.max_docs",             # dureader: documents joined into the context
                 "reader.max_evidence_chars",   # triviaqa: evidence cut to this many characters
                 "reader.special_ids")          # longdep: the [PAD] / [CLS] / [SEP] ids
-MEANINGS = {name: meaning for _, keys in KEY_GROUPS for name, _, meaning in keys}
 # The names a Hugging Face / PaddleNLP user types by habit → ours (suggest_keys).
 KEY_ALIASES = {
     "num_train_epochs": "epochs", "num_epochs": "epochs",
@@ -203,10 +91,10 @@ def help_config() -> str:
     lines = ["run-config keys: a config.yaml's top level, or --set key=value (values are "
              "YAML; dotted keys reach into reader, task_options, model_overrides and "
              "max_examples: --set reader.dev_ratio=0.2 max_examples.train=400)"]
-    for group, keys in KEY_GROUPS:
-        lines += ["", f"{group}:"]
-        lines += [f"  {name:<{width}}  {shown[name]:<{value_width}}  {meaning}"
-                  for name, _, meaning in keys]
+    for name, meaning in MEANINGS.items():
+        if name in GROUP_STARTS:
+            lines += ["", f"{GROUP_STARTS[name]}:"]
+        lines.append(f"  {name:<{width}}  {shown[name]:<{value_width}}  {meaning}")
     return "\n".join(lines) + "\n"
 
 CHOICES = {
@@ -237,20 +125,6 @@ OFFICIAL_RULE_KEYS = ("max_grad_norm", "adam_epsilon")
 # metrics; each one listed is a full evaluation pass).
 NAME_LISTS = ("eval_splits", "test_splits", "metrics")
 MAX_NAMES = 64
-
-
-class TrainConfig(dict):
-    """A dict with attribute access; `source` names where it came from; `user_keys` the keys
-    the user set (load_config), dotted for an entry of a free-form map: "task_options.n_best"."""
-
-    def __getattr__(self, key):
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(key) from None
-
-    source = "config"
-    user_keys: FrozenSet[str] = frozenset()
 
 
 def _key_lines(path):
@@ -435,11 +309,7 @@ def config_from_values(given: dict, source: str, overrides=(),
                           + (list(given) if given_by_user else []))
     if values["eval_only"] is True:
         named_splits(values, user_keys)
-    cfg = TrainConfig(values)
-    cfg.source = source
-    cfg.user_keys = user_keys
-    validate(cfg)
-    return cfg
+    return validate(values, source, user_keys)
 
 
 SPLIT_KEYS = ("eval_splits", "test_splits")
@@ -458,9 +328,7 @@ def named_splits(values: dict, user_keys: FrozenSet[str]) -> None:
 
 def with_values(cfg: TrainConfig, values: dict) -> TrainConfig:
     """A copy of `cfg` (its source and user_keys kept) with `values` set, validated again."""
-    new = copy.copy(cfg)
-    new.update(copy.deepcopy(values))
-    return validate(new)
+    return validate({**cfg.as_dict(), **copy.deepcopy(values)}, cfg.source, cfg.user_keys)
 
 
 def _strings(values: dict) -> Iterator[Tuple[str, str]]:
@@ -481,168 +349,168 @@ def _strings(values: dict) -> Iterator[Tuple[str, str]]:
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
 
 
-def _check_model_overrides(cfg) -> None:
+def _check_model_overrides(v: Dict[str, Any], source: str) -> None:
     """model_overrides' keys are the model config's (the language model's own for that kind):
     an unknown one is one line with the nearest keys."""
-    overrides = cfg.model_overrides
+    overrides = v["model_overrides"]
     if not isinstance(overrides, dict):
         return
-    name, known = kind_class(cfg.kind).model_config_keys()
+    name, known = kind_class(v["kind"]).model_config_keys()
     for key in overrides:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=3) if isinstance(key, str) else []
             hint = (f" (did you mean: {', '.join('model_overrides.' + c for c in close)}?)"
                     if close else "")
-            raise ConfigError(f"{cfg.source}: model_overrides.{clip(str(key), 80)}: unknown "
+            raise ConfigError(f"{source}: model_overrides.{clip(str(key), 80)}: unknown "
                               f"{name} key{hint}")
 
 
-def _fail(cfg: TrainConfig, key: str, message: str) -> NoReturn:
+def _fail(source: str, key: str, message: str) -> NoReturn:
     """Raise the ConfigError naming `key`; the message quotes the value given: at most a few
     lines' worth."""
-    raise ConfigError(f"{cfg.source}: {clip(key)}: {clip(message, 300)}")
+    raise ConfigError(f"{source}: {clip(key)}: {clip(message, 300)}")
 
 
-def _refuse(cfg: TrainConfig, key: str) -> None:
+def _refuse(v: Dict[str, Any], source: str, key: str) -> None:
     """`key` set for a kind that refuses it (Task.refused): its ConfigError."""
-    why = kind_class(cfg.kind).refused.get(key)
-    if cfg[key] and why:
-        _fail(cfg, key, why)
+    why = kind_class(v["kind"]).refused.get(key)
+    if v[key] and why:
+        _fail(source, key, why)
 
 
-def _check_names(cfg: TrainConfig) -> None:
+def _check_names(v: Dict[str, Any], source: str) -> None:
     """Check the names, paths and choices: task, kind, model_overrides, the paths, data_dir."""
     # names and paths: a NUL cannot reach the OS; a newline, CR or tab in a name or path is
     # a slip (a pasted line end), never meant
-    for key, text in _strings(cfg):
+    for key, text in _strings(v):
         control = control_character(text)
         if control:
-            _fail(cfg, repr(key) if control_character(key) else key,
+            _fail(source, repr(key) if control_character(key) else key,
                  f"holds a control character ({control}): {text!r}")
-    if not cfg.task:
-        raise missing_key(cfg, "task", "the name of a folder in tasks/")
-    if not isinstance(cfg.task, str) or not cfg.task.isidentifier():
-        _fail(cfg, "task", f"must be the name of a folder in tasks/, got {cfg.task!r}")
+    if not v["task"]:
+        raise missing_key(source, v["task"], "task", "the name of a folder in tasks/")
+    if not isinstance(v["task"], str) or not v["task"].isidentifier():
+        _fail(source, "task", f"must be the name of a folder in tasks/, got {v['task']!r}")
     # the closed registry of kinds: a name is looked up, never imported
     try:
-        kind_name(cfg.kind)
+        kind_name(v["kind"])
     except ValueError as e:
-        _fail(cfg, "kind", str(e))
-    _check_model_overrides(cfg)
+        _fail(source, "kind", str(e))
+    _check_model_overrides(v, source)
     for key in ("output_dir", "model", "init_checkpoint", "tokenizer"):
-        if not isinstance(cfg[key], str):
-            _fail(cfg, key, f"must be a string (a name or a path), got {cfg[key]!r}")
-    data = cfg.data_dir if isinstance(cfg.data_dir, list) else [cfg.data_dir]
-    if not all(isinstance(d, str) for d in data) or (isinstance(cfg.data_dir, list)
-                                                     and not cfg.data_dir):
-        _fail(cfg, "data_dir", f"must be a path (or, for pretraining, a list of paths), got "
-                         f"{cfg.data_dir!r}")
+        if not isinstance(v[key], str):
+            _fail(source, key, f"must be a string (a name or a path), got {v[key]!r}")
+    data = v["data_dir"] if isinstance(v["data_dir"], list) else [v["data_dir"]]
+    if not all(isinstance(d, str) for d in data) or (isinstance(v["data_dir"], list)
+                                                     and not v["data_dir"]):
+        _fail(source, "data_dir", f"must be a path (or, for pretraining, a list of paths), got "
+                                  f"{v['data_dir']!r}")
     for key, choices in CHOICES.items():
-        if cfg[key] not in choices:
-            close = difflib.get_close_matches(cfg[key], choices, n=1) \
-                if isinstance(cfg[key], str) else []
+        if v[key] not in choices:
+            close = difflib.get_close_matches(v[key], choices, n=1) \
+                if isinstance(v[key], str) else []
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            _fail(cfg, key, f"{cfg[key]!r} is not one of {list(choices)}{hint}")
-    if cfg.device == "gpu":
+            _fail(source, key, f"{v[key]!r} is not one of {list(choices)}{hint}")
+    if v["device"] == "gpu":
         problem = gpu_problem()
         if problem:
-            _fail(cfg, "device", f"gpu: {problem}")
+            _fail(source, "device", f"gpu: {problem}")
 
 
-def _check_numbers(cfg: TrainConfig) -> None:
+def _check_numbers(v: Dict[str, Any], source: str) -> None:
     """Check the numbers (integers, rates, seed, threads) and amp; floats given as strings are
     read as floats."""
-    if cfg.max_doc_tokens is None:   # null = no limit, as 0
-        cfg["max_doc_tokens"] = 0
+    if v["max_doc_tokens"] is None:   # null = no limit, as 0
+        v["max_doc_tokens"] = 0
     for key, low in INTEGER_KEYS.items():   # true and false are not integers here
-        problem = integer_problem(cfg[key], low, nullable=key in NULLABLE_KEYS)
+        problem = integer_problem(v[key], low, nullable=key in NULLABLE_KEYS)
         if problem:
-            _fail(cfg, key, problem)
+            _fail(source, key, problem)
     for key in ("learning_rate", "warmup_proportion", "weight_decay", "layer_decay",
                 "max_grad_norm", "adam_epsilon"):
-        if cfg[key] is None and key in OFFICIAL_RULE_KEYS:   # training.optim decides
+        if v[key] is None and key in OFFICIAL_RULE_KEYS:   # training.optim decides
             continue
-        if isinstance(cfg[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
+        if isinstance(v[key], str):   # YAML 1.1 reads 7e-5 (no dot) as a string
             try:
-                cfg[key] = float(cfg[key])
+                v[key] = float(v[key])
             except ValueError:
                 pass
-        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) \
-                or not math.isfinite(cfg[key]) or cfg[key] < 0:
-            _fail(cfg, key, f"must be a finite non-negative number, got {cfg[key]!r}")
-    if cfg.warmup_proportion > 1:
-        _fail(cfg, "warmup_proportion", "must be at most 1")
-    if cfg.adam_epsilon == 0:   # Adam divides by sqrt(v) + epsilon: 0/0 on unused weights
-        _fail(cfg, "adam_epsilon", "must be positive, got 0")
-    if cfg.layer_decay == 0:   # a zero ratio freezes layers (the official code reads 0 as off)
-        _fail(cfg, "layer_decay", "must be positive (1 = no layer-wise decay), got 0")
-    seed = cfg.seed
+        if not isinstance(v[key], (int, float)) or isinstance(v[key], bool) \
+                or not math.isfinite(v[key]) or v[key] < 0:
+            _fail(source, key, f"must be a finite non-negative number, got {v[key]!r}")
+    if v["warmup_proportion"] > 1:
+        _fail(source, "warmup_proportion", "must be at most 1")
+    if v["adam_epsilon"] == 0:   # Adam divides by sqrt(v) + epsilon: 0/0 on unused weights
+        _fail(source, "adam_epsilon", "must be positive, got 0")
+    if v["layer_decay"] == 0:   # a zero ratio freezes layers (the official code reads 0 as off)
+        _fail(source, "layer_decay", "must be positive (1 = no layer-wise decay), got 0")
+    seed = v["seed"]
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
-        _fail(cfg, "seed", f"must be an integer in [0, 2^32), got {seed!r}")
-    threads = threads_problem(cfg.threads)
+        _fail(source, "seed", f"must be an integer in [0, 2^32), got {seed!r}")
+    threads = threads_problem(v["threads"])
     if threads:
-        _fail(cfg, "threads", threads)
-    _refuse(cfg, "max_doc_tokens")
-    amp_problem = check_amp_value(cfg.amp)
+        _fail(source, "threads", threads)
+    _refuse(v, source, "max_doc_tokens")
+    amp_problem = check_amp_value(v["amp"])
     if amp_problem:
-        _fail(cfg, "amp", amp_problem)
+        _fail(source, "amp", amp_problem)
 
 
-def _check_switches(cfg: TrainConfig) -> None:
+def _check_switches(v: Dict[str, Any], source: str) -> None:
     """Check the true/false switches and how they combine, the mappings and the name lists."""
     for key in ("retro_feed", "train_skim", "shuffle", "eval_every_epoch", "progress",
                 "overwrite_output_dir", "recompute", "compile", "flush_denormals", "eval_only",
                 "allow_partial_checkpoint"):
-        if not isinstance(cfg[key], bool):
-            _fail(cfg, key, f"must be true or false, got {cfg[key]!r}")
-    if cfg.compile and cfg.recompute:   # recompute hooks into dygraph's autograd only
-        _fail(cfg, "compile", "cannot be combined with recompute: true (recompute runs in dygraph "
-                        "only); turn one of them off")
-    if cfg.train_skim and not cfg.retro_feed:
-        _fail(cfg, "train_skim", "trains the skim pass of the retrospective feed; with "
-                           "retro_feed: false there is none")
+        if not isinstance(v[key], bool):
+            _fail(source, key, f"must be true or false, got {v[key]!r}")
+    if v["compile"] and v["recompute"]:   # recompute hooks into dygraph's autograd only
+        _fail(source, "compile", "cannot be combined with recompute: true (recompute runs in "
+                                 "dygraph only); turn one of them off")
+    if v["train_skim"] and not v["retro_feed"]:
+        _fail(source, "train_skim", "trains the skim pass of the retrospective feed; with "
+                                    "retro_feed: false there is none")
     for key in FREE_DICTS:
-        if not isinstance(cfg[key], dict):
-            _fail(cfg, key, f"must be a mapping, got {cfg[key]!r}")
+        if not isinstance(v[key], dict):
+            _fail(source, key, f"must be a mapping, got {v[key]!r}")
     for key in NAME_LISTS:
-        if isinstance(cfg[key], str):
-            cfg[key] = [cfg[key]]
-        if not isinstance(cfg[key], list) or not all(isinstance(x, str) for x in cfg[key]):
-            _fail(cfg, key, f"must be a list of names, got {cfg[key]!r}")
-        if len(cfg[key]) > MAX_NAMES:
-            _fail(cfg, key, f"lists {len(cfg[key])} names; at most {MAX_NAMES}")
+        if isinstance(v[key], str):
+            v[key] = [v[key]]
+        if not isinstance(v[key], list) or not all(isinstance(x, str) for x in v[key]):
+            _fail(source, key, f"must be a list of names, got {v[key]!r}")
+        if len(v[key]) > MAX_NAMES:
+            _fail(source, key, f"lists {len(v[key])} names; at most {MAX_NAMES}")
         seen = set()
-        for name in cfg[key]:
+        for name in v[key]:
             if name in seen:
-                _fail(cfg, key, f"names {name!r} twice")
+                _fail(source, key, f"names {name!r} twice")
             seen.add(name)
 
 
-def _check_splits(cfg: TrainConfig) -> None:
+def _check_splits(v: Dict[str, Any], source: str) -> None:
     """Check max_examples and main_metric against the run's splits, and what the run needs to
     train or evaluate (init_checkpoint, max_steps, eval_splits)."""
-    splits = ["train"] + list(cfg.eval_splits) + list(cfg.test_splits)
-    for split, n in cfg.max_examples.items():
+    splits = ["train"] + list(v["eval_splits"]) + list(v["test_splits"])
+    for split, n in v["max_examples"].items():
         if split not in splits:
-            _fail(cfg, f"max_examples.{split}", f"{split!r} is not a split of this run "
-                                          f"({', '.join(dict.fromkeys(splits))})")
+            _fail(source, f"max_examples.{split}", f"{split!r} is not a split of this run "
+                                                   f"({', '.join(dict.fromkeys(splits))})")
         problem = integer_problem(n, 1)
         if problem:
-            _fail(cfg, f"max_examples.{split}", problem)
-    if cfg.main_metric is not None and not isinstance(cfg.main_metric, str):
-        _fail(cfg, "main_metric", f"must be a metric name, got {cfg.main_metric!r}")
-    if cfg.eval_only:
-        if not cfg.init_checkpoint:
-            raise missing_key(cfg, "init_checkpoint", "eval_only evaluates it (a trained "
-                                                      "model directory)")
-        _refuse(cfg, "eval_only")
-        if not (cfg.eval_splits or cfg.test_splits):
-            _fail(cfg, "eval_only", "give eval_splits or test_splits to evaluate")
-    elif kind_class(cfg.kind).streaming:   # eval_splits may be empty
-        if not cfg.max_steps:
-            _fail(cfg, "max_steps", f"{cfg.kind} streams its corpus: give the number of steps")
-    elif not cfg.eval_splits:
-        _fail(cfg, "eval_splits", "needs at least one split (it picks the best checkpoint)")
+            _fail(source, f"max_examples.{split}", problem)
+    if v["main_metric"] is not None and not isinstance(v["main_metric"], str):
+        _fail(source, "main_metric", f"must be a metric name, got {v['main_metric']!r}")
+    if v["eval_only"]:
+        if not v["init_checkpoint"]:
+            raise missing_key(source, v["task"], "init_checkpoint",
+                              "eval_only evaluates it (a trained model directory)")
+        _refuse(v, source, "eval_only")
+        if not (v["eval_splits"] or v["test_splits"]):
+            _fail(source, "eval_only", "give eval_splits or test_splits to evaluate")
+    elif kind_class(v["kind"]).streaming:   # eval_splits may be empty
+        if not v["max_steps"]:
+            _fail(source, "max_steps", f"{v['kind']} streams its corpus: give the number of steps")
+    elif not v["eval_splits"]:
+        _fail(source, "eval_splits", "needs at least one split (it picks the best checkpoint)")
 
 
 def resolved_doc_prediction(values: dict) -> Any:
@@ -654,16 +522,18 @@ def resolved_doc_prediction(values: dict) -> Any:
     return "last" if values.get("loss_segments", DEFAULTS["loss_segments"]) == "last" else "mean"
 
 
-def validate(cfg: TrainConfig) -> TrainConfig:
-    """Check every key of `cfg` (in place: some values are normalised) and return it."""
-    cfg["doc_prediction"] = resolved_doc_prediction(cfg)
-    _check_names(cfg)
-    _check_numbers(cfg)
-    _check_switches(cfg)
-    _check_splits(cfg)
-    if not cfg.output_dir:
-        cfg["output_dir"] = os.path.join("output", str(cfg.task))
-    return cfg
+def validate(v: Dict[str, Any], source: str, user_keys: FrozenSet[str] = frozenset()
+             ) -> TrainConfig:
+    """Check every key of `v` (in place: some values are normalised; errors name `source`) →
+    the TrainConfig."""
+    v["doc_prediction"] = resolved_doc_prediction(v)
+    _check_names(v, source)
+    _check_numbers(v, source)
+    _check_switches(v, source)
+    _check_splits(v, source)
+    if not v["output_dir"]:
+        v["output_dir"] = os.path.join("output", str(v["task"]))
+    return TrainConfig(**v, source=source, user_keys=user_keys)
 
 
 def batch_rows(cfg: TrainConfig, group: int, evaluation: bool = False) -> int:

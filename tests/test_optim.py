@@ -6,11 +6,14 @@ without loss still advance Adam's moments and apply weight decay,
 steps restated from model/optimization.py and from PaddleNLP."""
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from helpers import tiny_config, tiny_longdep
 from safetensors.numpy import load_file
+
+from ernie_doc.run_keys import TrainConfig
 
 BETA1, BETA2 = 0.9, 0.999   # AdamW's betas (training.optim)
 
@@ -79,9 +82,9 @@ def test_max_grad_norm_clips_the_global_gradient_norm(layer_decay):
     norm = np.sqrt(sum((g ** 2).sum() for g in grads.values()))
     clip = norm / 4   # every gradient is scaled by clip / norm = 1/4
     lr, wd, eps = 0.1, 0.01, 1.0   # epsilon 1: Adam's first step depends on the scale
-    cfg = dict(learning_rate=lr, warmup_proportion=0.0, lr_schedule="linear",
-               weight_decay=wd, layer_decay=layer_decay, layer_decay_rule="paddlenlp",
-               max_grad_norm=clip, adam_epsilon=eps)
+    cfg = TrainConfig(learning_rate=lr, warmup_proportion=0.0, lr_schedule="linear",
+                      weight_decay=wd, layer_decay=layer_decay, layer_decay_rule="paddlenlp",
+                      max_grad_norm=clip, adam_epsilon=eps)
     optimizer, _ = build_optimizer(model, cfg, total_steps=10, num_layers=2)
     assert len(optimizer._param_groups) >= (2 if layer_decay == 1.0 else 6)
     optimizer.step()
@@ -122,12 +125,12 @@ def test_clipping_and_epsilon_default_to_the_official_rule_for_the_warmup():
     from ernie_doc.training.optim import build_optimizer, describe_optimizer
     assert DEFAULTS["max_grad_norm"] is None and DEFAULTS["adam_epsilon"] is None
     model, _ = tiny_classifier()
-    base = dict(learning_rate=1e-3, lr_schedule="official", weight_decay=0.0, layer_decay=1.0,
-                layer_decay_rule="official", warmup_proportion=0.1,
-                max_grad_norm=None, adam_epsilon=None)
+    base = TrainConfig(learning_rate=1e-3, lr_schedule="official", weight_decay=0.0,
+                       layer_decay=1.0, layer_decay_rule="official", warmup_proportion=0.1,
+                       max_grad_norm=None, adam_epsilon=None)
 
     def built(total_steps, **given):
-        optimizer, _ = build_optimizer(model, dict(base, **given), total_steps, num_layers=0)
+        optimizer, _ = build_optimizer(model, replace(base, **given), total_steps, num_layers=0)
         clip = optimizer._grad_clip
         return (clip.clip_norm if clip is not None else None), optimizer._epsilon
 
@@ -141,7 +144,7 @@ def test_clipping_and_epsilon_default_to_the_official_rule_for_the_warmup():
         "optimizer: AdamW, official schedule, peak lr 0.001, warmup 0 of 9 steps, gradients "
         "clipped to global norm 1, epsilon 1e-06 (max_grad_norm and adam_epsilon null: the "
         "official code's values without warmup)")
-    assert describe_optimizer(dict(base, adam_epsilon=1e-6), 20) == (
+    assert describe_optimizer(replace(base, adam_epsilon=1e-6), 20) == (
         "optimizer: AdamW, official schedule, peak lr 0.001, warmup 2 of 20 steps, no gradient "
         "clipping, epsilon 1e-06 (max_grad_norm null: the official code's values with warmup)")
 
@@ -304,9 +307,9 @@ def test_layer_decay_rules_step_by_step(rule):
     ratio alike."""
     from ernie_doc.training.optim import build_optimizer
     model, official = tiny_classifier()
-    cfg = dict(learning_rate=LD_PEAK, warmup_proportion=0.0, lr_schedule="linear",
-               weight_decay=WD, layer_decay=LAYER_DECAY, layer_decay_rule=rule,
-               max_grad_norm=0.0, adam_epsilon=EPS)
+    cfg = TrainConfig(learning_rate=LD_PEAK, warmup_proportion=0.0, lr_schedule="linear",
+                      weight_decay=WD, layer_decay=LAYER_DECAY, layer_decay_rule=rule,
+                      max_grad_norm=0.0, adam_epsilon=EPS)
     optimizer, scheduler = build_optimizer(model, cfg, total_steps=N_STEPS, num_layers=LAYERS)
     adam = {name: AdamByHand() for name in official}
     ln_far = decay_far = 0.0
@@ -377,8 +380,9 @@ def test_without_layer_decay_both_rules_train_alike():
     after = {}
     for rule in ("official", "paddlenlp"):
         model, _ = tiny_classifier()
-        cfg = dict(learning_rate=LD_PEAK, warmup_proportion=0.0, lr_schedule="linear",
-                   weight_decay=WD, layer_decay=1.0, layer_decay_rule=rule, max_grad_norm=0.0)
+        cfg = TrainConfig(learning_rate=LD_PEAK, warmup_proportion=0.0, lr_schedule="linear",
+                          weight_decay=WD, layer_decay=1.0, layer_decay_rule=rule,
+                          max_grad_norm=0.0)
         optimizer, scheduler = build_optimizer(model, cfg, total_steps=N_STEPS, num_layers=0)
         assert sorted((g["learning_rate"], g["weight_decay"]) for g in optimizer._param_groups) \
             == [(1.0, 0.0), (1.0, WD)]

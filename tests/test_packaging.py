@@ -13,7 +13,7 @@ import setuptools
 ROOT = Path(__file__).resolve().parents[1]
 # development tools and the references (PaddleNLP with what it pulls in, nltk): never a user's
 # install
-DEV_ONLY = {"pytest", "pytest-xdist", "ruff", "isort", "paddlenlp", "datasets", "pyarrow",
+DEV_ONLY = {"pytest", "pytest-xdist", "ruff", "isort", "mypy", "paddlenlp", "datasets", "pyarrow",
             "huggingface-hub", "aistudio-sdk", "fastapi", "uvicorn", "nltk"}
 PADDLE = {"paddlepaddle", "paddlepaddle-gpu"}
 
@@ -94,7 +94,7 @@ def test_the_users_requirements_run_the_model_and_nothing_else(name):
 def test_the_development_files_include_the_users():
     user, dev = requirements("requirements.txt"), requirements("requirements-dev.txt")
     assert dev.items() >= user.items()
-    assert {"pytest", "pytest-xdist", "ruff", "isort", "paddlenlp"} <= set(dev)
+    assert {"pytest", "pytest-xdist", "ruff", "isort", "mypy", "paddlenlp"} <= set(dev)
     # nltk at ERNIE-Doc's pin, the `nltk` extra's: the tests against nltk run in CI
     assert setup_arguments()["extras_require"]["nltk"] == [f"nltk=={dev['nltk']}"] == \
         ["nltk==3.6.2"]

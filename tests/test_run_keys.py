@@ -2,8 +2,10 @@
 Hugging Face / PaddleNLP user means by a name of theirs), and `finetune --help-config` (pretrain
 and tools/finetune.py too) lists every key with its default and meaning, from the same table
 the defaults come from."""
+import dataclasses
 import json
 import os
+from dataclasses import replace
 
 import pytest
 from helpers import ROOT, write
@@ -62,7 +64,7 @@ def test_nested_keys_name_the_dotted_key_and_suggest():
 
 def test_every_key_has_a_meaning_and_the_help_lists_it(capsys):
     from ernie_doc.cli.finetune import main
-    from ernie_doc.run_config import KEY_GROUPS
+    from ernie_doc.run_keys import GROUP_STARTS, MEANINGS
     assert main(["--help-config"]) == 0
     out = capsys.readouterr().out
     listed = {}
@@ -71,12 +73,11 @@ def test_every_key_has_a_meaning_and_the_help_lists_it(capsys):
         if line.startswith("  ") and parts and parts[0] in DEFAULTS:
             listed[parts[0]] = parts[1]
     assert list(listed) == list(DEFAULTS)   # every key, in the table's order
-    for group, keys in KEY_GROUPS:
-        assert f"{group}:" in out
-        for name, default, meaning in keys:
-            assert meaning.strip() and "\n" not in meaning
-            assert listed[name].startswith(json.dumps(default) + " ")
-            assert listed[name].endswith(meaning)
+    assert all(f"\n\n{group}:\n  {name} " in out for name, group in GROUP_STARTS.items())
+    for name, meaning in MEANINGS.items():
+        assert meaning.strip() and "\n" not in meaning
+        assert listed[name].startswith(json.dumps(DEFAULTS[name]) + " ")
+        assert listed[name].endswith(meaning)
 
 
 def test_help_config_in_pretrain_and_tools_finetune(capsys):
@@ -218,16 +219,40 @@ def test_a_fine_tuned_folders_reader_options_that_change_the_text(tmp_path):
     # the run left it to the reader: the config's value goes, and the line says so
     del trained["reader"]["remove_urls"]
     cfg = load_config(packaged, ev)
-    cfg["reader"] = {"remove_urls": False, "dev_ratio": 0.5}
+    cfg = replace(cfg, reader={"remove_urls": False, "dev_ratio": 0.5})
     values, lines = read_as_trained(cfg, str(folder), record)
     assert values["reader"] == {"dev_ratio": 0.5}
     assert lines[0].endswith("reader.remove_urls not set (config false)")
     # another task's data: its reader's options are its own
     cfg = load_config(str(ROOT / "tasks" / "iflytek" / "config.yaml"), ev)
-    cfg["reader"] = {"remove_spaces": False}
+    cfg = replace(cfg, reader={"remove_spaces": False})
     trained["reader"] = {"remove_spaces": True}
     values, lines = read_as_trained(cfg, str(folder), record)
     assert "reader" not in values and not any("reader." in line for line in lines)
     assert is_reading_key("reader.remove_spaces") and is_reading_key("model_overrides.x")
     assert not is_reading_key("reader.files") and not is_reading_key("reader.dev_ratio")
     assert "reader" not in READING_KEYS   # where the data is belongs to the data evaluated
+
+
+def test_load_config_gives_the_frozen_typed_config():
+    """load_config → a TrainConfig, frozen; its fields are the key table (DEFAULTS, KEY_GROUPS,
+    --help-config), each with a meaning; with_values is a checked copy."""
+    from ernie_doc.run_config import with_values
+    from ernie_doc.run_keys import KEYS, TrainConfig
+    cfg = load_config(None, ["task=longdep", "epochs=2"])
+    assert type(cfg) is TrainConfig and cfg.user_keys == {"task", "epochs"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epochs = 9
+    assert [f.name for f in KEYS] == list(DEFAULTS) == list(cfg.as_dict())
+    fresh = TrainConfig()
+    for f in KEYS:
+        assert f.metadata["meaning"] and getattr(fresh, f.name) == DEFAULTS[f.name], f.name
+    assert fresh.eval_splits is not TrainConfig().eval_splits   # a list default is not shared
+    copy = cfg.as_dict()
+    copy["reader"]["x"] = 1
+    assert "x" not in cfg.reader
+    new = with_values(cfg, {"epochs": 5, "eval_splits": "dev"})
+    assert (new.epochs, new.eval_splits, cfg.epochs) == (5, ["dev"], 2)
+    assert (new.source, new.user_keys) == (cfg.source, cfg.user_keys)
+    with pytest.raises(ConfigError, match="overrides: epochs: must be"):
+        with_values(cfg, {"epochs": 0})

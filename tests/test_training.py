@@ -14,6 +14,7 @@ from helpers import ROOT, in_process, launch_two_ranks, tiny_config
 
 from ernie_doc.data.document import Document
 from ernie_doc.metrics.classification import aggregate_segments, classification_metrics, f1_score
+from ernie_doc.run_keys import TrainConfig
 from ernie_doc.training.optim import build_optimizer, lr_lambda, paddlenlp_ratio
 
 PY = sys.executable
@@ -64,8 +65,9 @@ def test_layer_ratio_and_weight_decay_groups(rule):
     from ernie_doc import ErnieDocForSequenceClassification
     from ernie_doc.training.optim import layer_ratios
     model = ErnieDocForSequenceClassification(tiny_config(), num_labels=3)
-    cfg = dict(learning_rate=1e-3, warmup_proportion=0.1, lr_schedule="linear",
-               weight_decay=0.01, layer_decay=0.5, layer_decay_rule=rule, max_grad_norm=0.0)
+    cfg = TrainConfig(learning_rate=1e-3, warmup_proportion=0.1, lr_schedule="linear",
+                      weight_decay=0.01, layer_decay=0.5, layer_decay_rule=rule,
+                      max_grad_norm=0.0)
     opt, _ = build_optimizer(model, cfg, total_steps=10, num_layers=2)
     by_param = {}
     for group in opt._param_groups:

@@ -11,8 +11,8 @@ import dataclasses
 import importlib
 import zlib
 from types import ModuleType
-from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple)
+from typing import (Any, Callable, Collection, ContextManager, Dict, Iterator, List, Mapping,
+                    Optional, Sequence, Tuple)
 
 import numpy as np
 import paddle
@@ -27,9 +27,10 @@ from ernie_doc.kinds import document
 from ernie_doc.kinds.document import MemoryPlan
 from ernie_doc.kinds.folders import missing_key, task_hint, task_names, task_package
 from ernie_doc.precision import AmpSettings, amp_settings
+from ernie_doc.run_keys import TrainConfig
 from ernie_doc.utils import clip
 
-Config = Mapping[str, Any]   # run_config.TrainConfig: a dict with attribute access
+Config = TrainConfig   # what a task kind is built from: a run's config, checked
 
 
 def truncate_tokens(tokens: Any, limit: int) -> Any:
@@ -37,7 +38,7 @@ def truncate_tokens(tokens: Any, limit: int) -> Any:
     `truncate(limit)`, or a dataclass of per-token arrays (every field cut alike)."""
     if hasattr(tokens, "truncate"):
         return tokens.truncate(limit)
-    if dataclasses.is_dataclass(tokens):
+    if dataclasses.is_dataclass(type(tokens)):
         n = len(tokens)
         return dataclasses.replace(tokens, **{
             f.name: getattr(tokens, f.name)[:limit] for f in dataclasses.fields(tokens)
@@ -115,9 +116,9 @@ def data_dir_required(cfg: Config) -> Iterator[None]:
     try:
         yield
     except NotSet:
-        raise missing_key(cfg, "data_dir", f"the {cfg.task} task reads its data from a "
-                                           f"directory (which files: the Tasks table of "
-                                           f"README.md)") from None
+        raise missing_key(cfg.source, cfg.task, "data_dir",
+                          f"the {cfg.task} task reads its data from a directory (which "
+                          f"files: the Tasks table of README.md)") from None
 
 
 def load_reader(task: Any) -> ModuleType:
@@ -191,17 +192,17 @@ class Task:
 
     def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
-        unknown = set(cfg.get("task_options") or {}) - set(self.option_defaults)
+        unknown = set(cfg.task_options) - set(self.option_defaults)
         if unknown:
             raise ConfigError(f"{cfg.source}: task_options: unknown {sorted(unknown)} for kind "
                               f"{cfg.kind!r} (known: {sorted(self.option_defaults)})")
-        self.options = dict(self.option_defaults, **(cfg.get("task_options") or {}))
+        self.options = dict(self.option_defaults, **cfg.task_options)
 
     def option_error(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.cfg.source}: task_options.{key}: {message}")
 
     def check_options(self, positive: Sequence[str] = (),
-                      choices: Optional[Dict[str, Sequence]] = None) -> None:
+                      choices: Optional[Dict[str, Collection]] = None) -> None:
         """task_options checks: `positive` keys must be positive integers, `choices` maps a
         key to its allowed values."""
         for key in positive:
@@ -213,9 +214,10 @@ class Task:
                 raise self.option_error(key, f"{self.options[key]!r} is not one of "
                                              f"{list(allowed)}")
 
-    def check_data(self, world: int) -> None:
+    def check_data(self, world: int) -> object:
         """Before any collective call, on every rank alike: data that cannot be read raises
-        here (a streamed corpus is checked whole; document splits are read in prepare)."""
+        here (a streamed corpus is checked whole → what the kind found; document splits are read
+        in prepare)."""
 
     # -- one micro-step ---------------------------------------------------------------------
     def init_carry(self, model: paddle.nn.Layer, rows: int) -> Dict[str, Any]:
@@ -324,7 +326,7 @@ class Task:
 class DocumentTask(Task):
     """The document family: reading, label ids, segment passes, an ERNIE-Doc head. `group_size`
     g > 1: an example takes g rows in lockstep (steps: tuples of g Segments)."""
-    head_class = None
+    head_class: Any = None   # the ERNIE-Doc head class of the kind
 
     def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
@@ -333,14 +335,14 @@ class DocumentTask(Task):
             self.labels = [str(x) for x in labels(cfg.data_dir, dict(cfg.reader))] \
                 if labels else []
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
-        self.segmenter = None
+        self.segmenter: Any = None   # setup() builds it: (ids, doc_index, ...) → [Segment]
         self.cuts = Cuts()
 
     # -- documents ----------------------------------------------------------------------------
     def read(self, split: str) -> list:
         with data_dir_required(self.cfg):
             docs = self.reader.read(self.cfg.data_dir, split, dict(self.cfg.reader))
-        limit = (self.cfg.get("max_examples") or {}).get(split)
+        limit = self.cfg.max_examples.get(split)
         if limit:
             docs = sample_examples(docs, limit, self.cfg.seed, split)
         if not docs:
@@ -376,7 +378,7 @@ class DocumentTask(Task):
     def cap(self, tokens: Any, doc: Document) -> Any:
         """A document's tokens cut to `max_doc_tokens` (0 = no limit); cuts are counted in
         `self.cuts`."""
-        limit = self.cfg.get("max_doc_tokens") or 0
+        limit = self.cfg.max_doc_tokens
         if not limit or len(tokens) <= limit:
             return tokens
         self.cuts.add(doc.doc_id, len(tokens) - limit)
@@ -390,7 +392,7 @@ class DocumentTask(Task):
     def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
         """One reading pass of a document → [Segment] (or [tuple of Segments] for groups).
         Default: tokenize doc.text (or take doc.ids) and cut it with `segments`."""
-        ids = doc.ids if doc.ids is not None else encode_ids(tokenizer, doc.text)
+        ids = doc.ids if doc.ids is not None else encode_ids(tokenizer, doc.text or "")
         if len(ids) == 0:
             raise DataError(f"document {doc.doc_id!r} has no tokens")
         return self.segments(doc, doc_index, self.cap(ids, doc))
@@ -509,7 +511,7 @@ class DocumentTask(Task):
         the ids, space-separated."""
         if doc.ids is not None and doc.text is None:
             return {"text": ids_text(doc.ids)}
-        return {"text": text_offsets(tokenizer, doc.text)}
+        return {"text": text_offsets(tokenizer, doc.text or "")}
 
     def evaluate(self, docs: Sequence[Document], rows: Mapping[int, List[Tuple[int, Any]]],
                  passes: Any) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:

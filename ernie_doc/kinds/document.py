@@ -87,11 +87,11 @@ def choose_tokenizer(run: Any, train_docs: Optional[Sequence]) -> Tuple[object, 
                 raise ConfigError(f"{cfg.source}: tokenizer (of model {cfg.model}): "
                                   f"{e}") from None
         if not source:
-            raise missing_key(cfg, "tokenizer", f"model {cfg.model!r} is not a released "
-                              f"model and there is no init_checkpoint to take one from: "
-                              f"a tokenizer directory, a released name such as "
-                              f"ernie-doc-base-en, or train (SentencePiece on the train "
-                              f"split)")
+            raise missing_key(cfg.source, cfg.task, "tokenizer",
+                              f"model {cfg.model!r} is not a released model and there is no "
+                              f"init_checkpoint to take one from: a tokenizer directory, a "
+                              f"released name such as ernie-doc-base-en, or train "
+                              f"(SentencePiece on the train split)")
     try:
         tokenizer = load_tokenizer(source)
     except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included
@@ -356,8 +356,8 @@ def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tok
     if not len(lengths):
         return []
     order = np.argsort(-lengths, kind="stable")[:3]
-    longest = ", ".join(f"{split.docs[i].doc_id} {lengths[i]:,}" for i in order)
-    notes = [f"{split.name}: longest documents (segment reads): {longest}; median "
+    top = ", ".join(f"{split.docs[i].doc_id} {lengths[i]:,}" for i in order)
+    notes = [f"{split.name}: longest documents (segment reads): {top}; median "
              f"{int(np.median(lengths)):,}"]
     shared = math.ceil(lengths.sum() / max(1, slots * world))   # if rows balanced
     longest = int(lengths.max())

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 from types import ModuleType
-from typing import Any, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Dict, List, Optional, TypeVar
 
 from ernie_doc.errors import ConfigError
 from ernie_doc.utils import did_you_mean
@@ -33,15 +33,16 @@ RUN_SH_VARIABLES = {"data_dir": "DATA_DIR=...", "output_dir": "OUTPUT_DIR=...",
                     "task_options.evidence_file": "STAGE=answer EVIDENCE=..."}
 
 
-def missing_key(cfg: Mapping[str, Any], key: str, what: str) -> ConfigError:
-    """The one-line error for a required key left empty: the config file, the key, what it
-    holds and how to set it (`--set`, and run.sh's environment variable if any)."""
+def missing_key(source: str, task: Any, key: str, what: str) -> ConfigError:
+    """The one-line error for a required key left empty: the config file (`source`), the key,
+    what it holds and how to set it (`--set`, and `task`'s run.sh's environment variable if
+    any)."""
     how = f"give it with --set {key}=..."
     variable = RUN_SH_VARIABLES.get(key)
-    run_sh = os.path.join("tasks", str(cfg.get("task")), "run.sh")
+    run_sh = os.path.join("tasks", str(task), "run.sh")
     if variable and os.path.isfile(os.path.join(_ROOT, run_sh)):
         how += f", or {variable} bash {run_sh}"
-    return ConfigError(f"{cfg.source}: {key} is not set: {what}; {how}")
+    return ConfigError(f"{source}: {key} is not set: {what}; {how}")
 
 
 def _ours(folder: str) -> bool:
@@ -54,7 +55,7 @@ def _ours(folder: str) -> bool:
 
 
 def _same_file(origin: Optional[str], folder: str) -> bool:
-    return bool(origin) and os.path.realpath(origin) == \
+    return origin is not None and os.path.realpath(origin) == \
         os.path.realpath(os.path.join(folder, "__init__.py"))
 
 
@@ -72,6 +73,7 @@ def _load_installed() -> None:
     spec = importlib.util.spec_from_file_location(
         "ernie_doc_tasks", os.path.join(folder, "__init__.py"),
         submodule_search_locations=[folder])
+    assert spec is not None and spec.loader is not None   # a .py file's location has both
     module = importlib.util.module_from_spec(spec)
     sys.modules["ernie_doc_tasks"] = module
     spec.loader.exec_module(module)
@@ -91,7 +93,7 @@ def task_package() -> str:
 
 
 def _tasks_folder() -> str:
-    return os.path.dirname(importlib.import_module(task_package()).__file__)
+    return os.path.dirname(importlib.import_module(task_package()).__file__ or "")
 
 
 def task_names() -> List[str]:

@@ -24,7 +24,7 @@ from ernie_doc.errors import ConfigError, DataError
 from ernie_doc.hub import home
 from ernie_doc.kinds.base import Config, Task, data_dir_required
 from ernie_doc.kinds.document import MemoryPlan, check_memory
-from ernie_doc.lm.data import LMStreams, Vocabulary, load_corpus
+from ernie_doc.lm.data import Corpus, LMStreams, Vocabulary, load_corpus
 from ernie_doc.lm.model import TransformerXLConfig, TransformerXLLM, load_lm_config
 
 EVAL_DEFAULTS = {"eval_tgt_len": None, "eval_mem_len": None, "eval_clamp_len": None,
@@ -192,7 +192,7 @@ class LanguageModelTask(Task):
             self.config = load_lm_config(cfg.init_checkpoint or cfg.model, **cfg.model_overrides)
         except ValueError as e:
             raise ConfigError(f"{cfg.source}: model / model_overrides: {e}") from None
-        self.corpus = None
+        self.corpus: Optional[Corpus] = None   # check_data reads it
 
     # -- data (before any collective call: every rank fails alike) ----------------------------
     def split_files(self) -> Dict[str, Any]:
@@ -203,7 +203,7 @@ class LanguageModelTask(Task):
             return {s: self.reader.read(self.cfg.data_dir, s, opts)
                     for s in dict.fromkeys(names)}
 
-    def check_data(self, world: int) -> None:
+    def check_data(self, world: int) -> Corpus:
         """Find, encode (or load from the cache) and check every split; the vocabulary comes
         from reader.vocab, the init checkpoint, or is counted on reader.vocab_from."""
         o = self.reader_options

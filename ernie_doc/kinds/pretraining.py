@@ -8,6 +8,7 @@ document's last segment, behind the same Task interface the fine-tuning trainer 
 All draws come from (seed, epoch, document id), so a resume rebuilds exactly the same rows.
 Targets per segment: `mlm_labels` [T] (the original id at masked positions, −1 elsewhere)
 and `reorder_label` (the document's label; its loss is taken on the last segment only)."""
+import dataclasses
 import math
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -97,10 +98,12 @@ class PretrainingTask(DocumentTask):
                 raise ConfigError(f"{cfg.source}: reader.{key}: must be a non-negative "
                                   f"integer")
         if not cfg.data_dir:
-            raise missing_key(cfg, "data_dir", "the pretraining corpus (files or "
-                                               "directories, or a list of them)")
-        # evaluation: the held-out corpus, as split "dev" (none without one)
-        cfg["eval_splits"] = ["dev"] if c["eval_corpus"] else []
+            raise missing_key(cfg.source, cfg.task, "data_dir", "the pretraining corpus "
+                              "(files or directories, or a list of them)")
+        # evaluation: the held-out corpus, as split "dev" (none without one); the run reads
+        # its config from here (task.cfg)
+        self.cfg = cfg = dataclasses.replace(cfg, eval_splits=["dev"] if c["eval_corpus"]
+                                             else [])
         if cfg.test_splits:
             raise ConfigError(f"{cfg.source}: test_splits: pretraining has none (its held-out "
                               f"documents are reader.eval_corpus)")
@@ -126,7 +129,7 @@ class PretrainingTask(DocumentTask):
                               f"the {self.cfg.batch_size * world} rows of a global batch")
         return shards
 
-    def check_data(self, world: int) -> None:
+    def check_data(self, world: int) -> int:
         """Before any collective call, on every rank alike: bad corpus files and empty
         corpora raise here, on every rank at once."""
         shards = self.num_shards(world)
@@ -196,7 +199,8 @@ class PretrainingTask(DocumentTask):
         raise ConfigError(f"{self.cfg.source}: task_options.whole_word_mask: needs a WordPiece "
                           f"or SentencePiece tokenizer, got {kind}")
 
-    def document_steps(self, doc: Document, epoch: int, doc_index: int) -> Optional[list]:
+    def document_steps(self, doc: corpus.CorpusDocument, epoch: int, doc_index: int
+                       ) -> Optional[Sequence]:
         """One corpus document → its reading passes (steps), or None when it is too short
         to train on (the caller counts the skip)."""
         segments = self._segments(doc, epoch, doc_index)
@@ -220,15 +224,16 @@ class PretrainingTask(DocumentTask):
         return self.segmenter(masked, doc_index, targets={"reorder_label": label},
                               aligned={"mlm_labels": mlm})
 
-    def document_segments(self, doc: Document, doc_index: int, tokenizer: Any) -> list:
-        """Held-out documents: one pass, with the masks and shuffle of epoch 0 (fixed)."""
+    def document_segments(self, doc: Any, doc_index: int, tokenizer: Any) -> list:
+        """Held-out documents (corpus.CorpusDocument): one pass, with the masks and shuffle of
+        epoch 0 (fixed)."""
         segments = self._segments(doc, 0, doc_index)
         if segments is None:
             raise DataError(f"{doc.path}:{doc.line}: held-out document shorter than "
                             f"{self.min_doc_tokens} tokens")
         return segments
 
-    def tokenizer_texts(self, doc: Document) -> List[str]:
+    def tokenizer_texts(self, doc: Any) -> List[str]:   # a corpus.CorpusDocument
         return [doc.text]
 
     # -- model ---------------------------------------------------------------------------------
@@ -302,6 +307,7 @@ class PretrainingTask(DocumentTask):
     # -- evaluation ----------------------------------------------------------------------------
     def row_outputs(self, out: Any, batch: Optional[Dict[str, Any]] = None) -> Any:
         """Per row: MLM (nll sum, correct, count) and the reorder (prediction, label)."""
+        assert batch is not None   # read from the batch: evaluation always gives it
         mlm, reorder = self._terms(out, batch, paddle.ones([batch["input_ids"].shape[0]]))
         nll, correct, w = (t.numpy() for t in mlm)
         rows = (self.model_inputs(batch)["masked_positions"] // self.seq_len).numpy()

@@ -75,7 +75,7 @@ class SpanTask(DocumentTask):
         self.metric_names = self.REPORTS[self.options["metric"]]
         if self.options["n_best_pool"] == "auto":   # decode where the loss trained
             self.options["n_best_pool"] = self.options["loss_positions"]
-        self._word_cache = {}
+        self._word_cache: Dict[str, Any] = {}   # tokenize_with_offsets' cache
 
     def setup(self, special_ids: Dict[str, int], max_seq_len: int, stride: int,
               tokenizer: Any = None) -> None:
@@ -156,7 +156,8 @@ class SpanTask(DocumentTask):
                            self.options["n_best"], self.options["max_answer_len"],
                            self.options["n_best_pool"], self.options["answer_unit"])
         context = doc.fields["context"]
-        n_best, seen = [], set()
+        n_best: List[Dict[str, Any]] = []   # each text once (the official n-best)
+        seen = set()
         for score, a, b in cands:
             if len(n_best) == self.options["n_best"]:
                 break

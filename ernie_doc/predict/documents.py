@@ -137,7 +137,7 @@ class DocumentStream:
         doc = to_document(index, item)
         if isinstance(doc, InputProblem):
             given = doc.doc_id is not None
-            name = doc.doc_id if given else f"#{index}"
+            name = doc.doc_id if doc.doc_id is not None else f"#{index}"
         else:
             given, name = not _positional(item), doc.doc_id
         taken = seen.get(name)
@@ -192,6 +192,7 @@ def to_document(index: int, item: Any) -> Union[Document, InputProblem]:
     position. InputProblem: both `text` and `ids`, a bad id, invalid Unicode."""
     if isinstance(item, InputProblem):
         return item
+    values: Any   # what is checked for Unicode: the item's text and fields
     if isinstance(item, Document):
         doc_id, values = item.doc_id, {"text": item.text, "fields": item.fields}
     elif isinstance(item, str):

@@ -288,6 +288,7 @@ def _configure(cfg, settings: InferenceSettings, ir: str, threads: int) -> None:
     if settings.device == "gpu":
         # enable_use_gpu's precision_mode runs the auto_mixed_precision pass (paddle ≥ 2.5);
         # inputs and outputs stay float32. The CPU tests cannot run this path.
+        assert settings.gpu_precision is not None   # inference_settings names it for a GPU
         precision = getattr(inference.PrecisionType, settings.gpu_precision)
         cfg.enable_use_gpu(GPU_MEMORY_POOL_MB, 0, precision)
     else:
@@ -447,7 +448,7 @@ class Predictor:
                                       f"{group} (the rows of one example)")
         return ids, batch
 
-    def _memory_feeds(self, feeds: Dict[str, np.ndarray], batch: int, memories: Any,
+    def _memory_feeds(self, feeds: Dict[str, Any], batch: int, memories: Any,
                       reset_memory: Any, memory_mask: Any) -> None:
         """Add the checked (or default) memory inputs to `feeds`; refuse them for a model
         without memory."""

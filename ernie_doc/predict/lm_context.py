@@ -142,7 +142,8 @@ def memory_curve(run_dir: str, text_path: str, mem_lens: Optional[Sequence[int]]
         raise DataError(f"{text_path}: {len(data)} tokens, too few for {rows} rows (2 tokens "
                         f"per row)")
     _check(pipe, directory, mems, rows, device)
-    points, token_nll = [], {}
+    points: List[Dict[str, Any]] = []   # per memory length: its loss, perplexity, seconds
+    token_nll: Dict[int, np.ndarray] = {}
     for m in mems:
         start = time.perf_counter()
         nll = _read(pipe, data, positions, rows, _protocol(pipe.lengths, m), progress)
@@ -270,6 +271,7 @@ def measure_language_models(models: Mapping[str, str], text_path: str,
                                     progress=progress)
         mem_lens, rows = curves[name]["mem_lens"], curves[name]["rows"]
     token_nll = {name: curve["token_nll"] for name, curve in curves.items()}
+    assert mem_lens is not None   # the first run's, read by them all
     found = {"kind": "language_model", "text": text_path, "mem_lens": list(mem_lens),
              "runs": {name: {k: v for k, v in curve.items() if k not in ARRAYS}
                       for name, curve in curves.items()},

@@ -12,7 +12,7 @@ import os
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, DefaultDict, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import paddle
 
@@ -134,6 +134,7 @@ class Pipeline(DocumentStream):
         if rows < 1 or rows % group:
             raise PipelineError(f"batch size {rows} must be a positive multiple of {group} "
                                 f"(rows per example of task kind {run.cfg.kind!r})")
+        assert run.model is not None   # saved_run loaded it
         self.run, self.task, self.model, self.tokenizer = run, run.task, run.model, run.tokenizer
         self.cfg, self.rows, self.group = run.cfg, rows, group
         self.pad_id = run.special["pad"]
@@ -175,7 +176,7 @@ class Pipeline(DocumentStream):
         record = task_record(directory, task)
         source = os.path.join(directory, TASK_FILE)
         if not os.path.isfile(source):   # save_pretrained's folder: the task's own config
-            source = task_config(record["task"])
+            source = task_config(record["task"]) or source   # task_record checked the task
         # the model, tokenizer and label names come from the directory; nothing is written
         load = None
         if engine == "inference":
@@ -208,10 +209,12 @@ class Pipeline(DocumentStream):
         """Predict documents as they come → records in finishing order, each with its input
         `index`. `skip`: document ids not to predict (resume)."""
         task, g = self.task, self.group
-        skip, seen = self.skip_ids(skip), {}
+        seen: Dict[str, Tuple[bool, int]] = {}   # record names given so far (admit)
+        skip = self.skip_ids(skip)
         source = enumerate(self.items(documents))
         inflight: Dict[int, tuple] = {}     # key → (input index, document, passes)
-        outputs = defaultdict(RowOutputs)   # key → its (segment index, row output) pairs
+        # key → its (segment index, row output) pairs
+        outputs: DefaultDict[int, RowOutputs] = defaultdict(RowOutputs)
         ready: List[dict] = []              # problems met while filling rows
         keys = iter(range(1 << 62))
 
@@ -243,7 +246,8 @@ class Pipeline(DocumentStream):
             ready.clear()
             if all(key is None for key, _, _ in step):
                 return
-            rows, resets = [], []
+            rows: List[Any] = []   # a step's Segments, None for an idle row
+            resets: List[bool] = []
             for key, seg, reset in step:
                 rows.extend([None] * g if key is None else step_members(inflight[key][2][seg]))
                 resets.extend([reset] * g)
@@ -387,8 +391,8 @@ def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = 
         if engine == "inference" or precision != "fp32":
             raise PipelineError("the language model predicts on the dygraph engine in fp32")
         return LMPipeline.from_pretrained(directory, batch_size, on_error, device)
-    options = dict(batch_size=batch_size, on_error=on_error, device=device, engine=engine,
-                   precision=precision, threads=threads)
+    options: Dict[str, Any] = dict(batch_size=batch_size, on_error=on_error, device=device,
+                                   engine=engine, precision=precision, threads=threads)
     first = Pipeline.from_pretrained(directory, task=task, **options)
     if not answer_model:
         return first

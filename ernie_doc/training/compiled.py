@@ -7,7 +7,7 @@ Details: docs/design-notes.md, "Training: the compiled step"."""
 import contextlib
 import inspect
 import re
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Callable, ContextManager, Optional, Set
 
 import paddle
 
@@ -59,7 +59,7 @@ class CompiledForward:
         self._flat = _FlatForward(model, self.amp.program_autocast)
         self._program = paddle.jit.to_static(self._flat.forward, full_graph=True)
         self._signature = inspect.signature(model.forward)
-        self._checked = set()   # ids of the programs bf16_program_problem passed
+        self._checked: Set[int] = set()   # ids of the programs bf16_program_problem passed
         self.proven = False   # set by the trainer once a whole micro-step ran compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -6,12 +6,13 @@ rules (`layer_decay_rule`: "official", ratios by official name; "paddlenlp", by 
 docs/fine-tuning.md and `group_weight_decay`."""
 import math
 import re
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import paddle
 
 from ernie_doc.checkpoint import names
 from ernie_doc.errors import ConfigError
+from ernie_doc.run_keys import TrainConfig
 
 _LAYER = re.compile(r"(?:^|\.)encoder\.layers\.(\d+)\.")
 
@@ -75,10 +76,10 @@ def decays(param: paddle.Tensor) -> bool:
     return len(param.shape) > 1
 
 
-def run_warmup(cfg: Mapping[str, Any], total_steps: int) -> int:
+def run_warmup(cfg: TrainConfig, total_steps: int) -> int:
     """The warmup steps of a run of `total_steps`: warmup_steps when > 0, else
     int(total_steps × warmup_proportion), as the official scripts count them."""
-    return cfg.get("warmup_steps") or int(total_steps * cfg["warmup_proportion"])
+    return cfg.warmup_steps or int(total_steps * cfg.warmup_proportion)
 
 
 # model/optimization.py: with warmup, Adam (ε 1e-8) and no clipping; without (a constant LR),
@@ -87,25 +88,26 @@ OFFICIAL_WITH_WARMUP = (0.0, 1e-8)
 OFFICIAL_WITHOUT_WARMUP = (1.0, 1e-6)
 
 
-def clip_and_epsilon(cfg: Mapping[str, Any], warmup: int) -> Tuple[float, float]:
+def clip_and_epsilon(cfg: TrainConfig, warmup: int) -> Tuple[float, float]:
     """(max_grad_norm, adam_epsilon) of a run with `warmup` warmup steps: the config's values;
     a null (or missing) one takes the official code's for that warmup (OFFICIAL_WITH_WARMUP,
     OFFICIAL_WITHOUT_WARMUP). max_grad_norm 0 = no clipping."""
     official = OFFICIAL_WITH_WARMUP if warmup > 0 else OFFICIAL_WITHOUT_WARMUP
-    given = (cfg.get("max_grad_norm"), cfg.get("adam_epsilon"))
-    return tuple(float(official[i] if v is None else v) for i, v in enumerate(given))
+    given = (cfg.max_grad_norm, cfg.adam_epsilon)
+    return (float(official[0] if given[0] is None else given[0]),
+            float(official[1] if given[1] is None else given[1]))
 
 
-def describe_optimizer(cfg: Mapping[str, Any], total_steps: int) -> str:
+def describe_optimizer(cfg: TrainConfig, total_steps: int) -> str:
     """The optimiser a run of `total_steps` builds, for its log: schedule, warmup, clipping
     and epsilon, saying which values the official rule chose for a null key."""
     warmup = run_warmup(cfg, total_steps)
     clip, eps = clip_and_epsilon(cfg, warmup)
-    ruled = [k for k in ("max_grad_norm", "adam_epsilon") if cfg.get(k) is None]
+    ruled = [k for k in ("max_grad_norm", "adam_epsilon") if getattr(cfg, k) is None]
     rule = (f" ({' and '.join(ruled)} null: the official code's values "
             f"{'with' if warmup else 'without'} warmup)" if ruled else "")
     clipping = f"gradients clipped to global norm {clip:g}" if clip else "no gradient clipping"
-    return (f"optimizer: AdamW, {cfg['lr_schedule']} schedule, peak lr {cfg['learning_rate']:g}, "
+    return (f"optimizer: AdamW, {cfg.lr_schedule} schedule, peak lr {cfg.learning_rate:g}, "
             f"warmup {warmup} of {total_steps} steps, {clipping}, epsilon {eps:g}{rule}")
 
 
@@ -137,7 +139,7 @@ class GlobalNormClip(paddle.nn.ClipGradByGlobalNorm):
         super().__init__(clip_norm)
         self._params = [p for params in groups for p in params]
         self._group_of = {id(p): i for i, params in enumerate(groups) for p in params}
-        self._pending = set()    # groups not clipped yet in the current step
+        self._pending: Set[int] = set()    # groups not clipped yet in the current step
         self._scale = None
 
     @paddle.no_grad()
@@ -169,7 +171,7 @@ def group_weight_decay(weight_decay: float, ratio: float, rule: str) -> float:
     return weight_decay / ratio if rule == "official" else weight_decay
 
 
-def build_optimizer(model: paddle.nn.Layer, cfg: Mapping[str, Any], total_steps: int,
+def build_optimizer(model: paddle.nn.Layer, cfg: TrainConfig, total_steps: int,
                     num_layers: int) -> Tuple[paddle.optimizer.AdamW, Any]:
     """→ (AdamW, LRScheduler). cfg: learning_rate, warmup_proportion (or warmup_steps),
     lr_schedule, weight_decay, layer_decay, layer_decay_rule, max_grad_norm and adam_epsilon
@@ -177,19 +179,20 @@ def build_optimizer(model: paddle.nn.Layer, cfg: Mapping[str, Any], total_steps:
     warmup = run_warmup(cfg, total_steps)
     max_grad_norm, epsilon = clip_and_epsilon(cfg, warmup)
     scheduler = paddle.optimizer.lr.LambdaDecay(
-        cfg["learning_rate"], lr_lambda(cfg["lr_schedule"], warmup, total_steps))
-    weight_decay = float(cfg["weight_decay"])   # paddle 2.6's AdamW refuses an int (0)
-    rule = cfg["layer_decay_rule"]
-    ratios = layer_ratios(model, num_layers, cfg["layer_decay"], rule)
-    groups = {}
+        cfg.learning_rate, lr_lambda(cfg.lr_schedule, warmup, total_steps))
+    weight_decay = float(cfg.weight_decay)   # paddle 2.6's AdamW refuses an int (0)
+    rule = cfg.layer_decay_rule
+    ratios = layer_ratios(model, num_layers, cfg.layer_decay, rule)
+    groups: Dict[Tuple[float, float], List[paddle.Tensor]] = {}
     for name, param in model.named_parameters():
         if param.stop_gradient:
             continue
         ratio = ratios[name]
         key = (ratio, group_weight_decay(weight_decay, ratio, rule) if decays(param) else 0.0)
         groups.setdefault(key, []).append(param)
-    param_groups = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
-                    for (ratio, wd), params in sorted(groups.items(), key=lambda kv: kv[0])]
+    # a list of paddle's parameter-group dicts (its stub's TypedDict is private)
+    param_groups: List[Any] = [{"params": params, "learning_rate": ratio, "weight_decay": wd}
+                               for (ratio, wd), params in sorted(groups.items())]
     clip = (GlobalNormClip(max_grad_norm, [g["params"] for g in param_groups])
             if max_grad_norm else None)
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=param_groups,

@@ -209,6 +209,7 @@ def _path(output_dir: str, entry: str) -> Optional[str]:
     """The path of `entry`, or None when its folder is not a real folder (a link put in
     its place is never followed)."""
     parts = _parts(entry)
+    assert parts is not None   # a listed entry: the manifest's were checked when read
     if len(parts) == 2:
         parent = os.path.join(output_dir, parts[0])
         if os.path.islink(parent) or not os.path.isdir(parent):
@@ -222,7 +223,7 @@ def _remove_listed(output_dir: str, listed: List[str], entries: Iterable[str]) \
     never followed; a listed folder goes only once nothing unlisted is in it."""
     removed, kept = [], []
     gone: Set[str] = set()
-    for entry in sorted(entries, key=lambda e: (-len(_parts(e)), e.endswith("/"), e)):
+    for entry in sorted(entries, key=lambda e: (-len(_parts(e) or ()), e.endswith("/"), e)):
         path = _path(output_dir, entry)
         if path is None or not os.path.lexists(path):
             removed.append(entry)   # nothing there: no longer listed
@@ -253,7 +254,7 @@ def remove_entries(output_dir: str, entries: Iterable[str]) -> bool:
     gone = all(not os.path.lexists(os.path.join(output_dir, e))
                for e in entries if e not in names)
     mine = [e for e in entries if e in names]
-    if not mine:
+    if not mine or loaded is None:
         return gone
     removed, _ = _remove_listed(output_dir, loaded[0], mine)
     if removed:
@@ -411,9 +412,9 @@ def check_resumable(output_dir: str, listed: List[str]) -> None:
     `listed` and real (`best`, `checkpoints/latest`: links into checkpoints/)."""
     where = f"--resume {output_dir}"
     names = set(listed)
-    for entry in sorted(os.scandir(output_dir), key=lambda e: e.name):
-        name = entry.name + ("/" if entry.name == CHECKPOINTS else "")
-        if _matches(entry.name, RUN_NAMES + (CHECKPOINTS,)) and name not in names:
+    for item in sorted(os.scandir(output_dir), key=lambda e: e.name):
+        name = item.name + ("/" if item.name == CHECKPOINTS else "")
+        if _matches(item.name, RUN_NAMES + (CHECKPOINTS,)) and name not in names:
             raise ConfigError(f"{where}: {_not_ours(output_dir, name)}")
     latest = f"{CHECKPOINTS}/latest"
     if latest not in names and os.path.lexists(os.path.join(output_dir, latest)):

@@ -85,8 +85,8 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         set_paddle_threads(cfg.threads, f"{cfg.source}: threads", ConfigError)
     # before any compute: a saturating loss's denormal gradients slow a CPU step several-fold
     flush_denormals(cfg.flush_denormals)
-    check = dict(inputs=input_paths(cfg), resume=resume, marker=RUN_CONFIG,
-                 overwrite=bool(cfg.get("overwrite_output_dir")), source=cfg.source)
+    check: Dict[str, Any] = dict(inputs=input_paths(cfg), resume=resume, marker=RUN_CONFIG,
+                                 overwrite=cfg.overwrite_output_dir, source=cfg.source)
     # one run at a time in OUTPUT_DIR: the main process locks it (training.outdir) before
     # looking into it, or, when it does not exist yet, once it is checked (then again)
     locked, created = rank == 0 and os.path.isdir(cfg.output_dir), False
@@ -103,7 +103,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
             _abandon(cfg.output_dir, created)
         raise
     try:
-        return _prepare_locked(cfg, given, task, resume, rank, world, device, amp, notes)
+        return _prepare_locked(task.cfg, given, task, resume, rank, world, device, amp, notes)
     except BaseException as e:
         if rank == 0:
             _abandon(cfg.output_dir, created)
@@ -244,7 +244,8 @@ def input_paths(cfg: TrainConfig) -> List[str]:
 def task_record(run: PreparedRun) -> dict:
     """task.json of best/ and final/: the config as written and the label names, for reading
     new documents as this run did."""
-    config = dict(run.given)
+    assert run.given is not None   # prepare() keeps it
+    config = run.given.as_dict()
     options = getattr(run.task, "options", None)
     if options:
         # every task option as this run resolved it, defaults included: a later release that
@@ -282,7 +283,7 @@ def check_extension(run: PreparedRun, state: dict) -> int:
     ConfigError naming the keys → the new total_steps."""
     cfg, step = run.cfg, state["step"]
     saved = load_yaml(os.path.join(run.out, RUN_CONFIG))
-    changed = [k for k in LIMITS if k in saved and saved[k] != cfg[k]]
+    changed = [k for k in LIMITS if k in saved and saved[k] != getattr(cfg, k)]
     if changed and run.total_steps > step:
         return state["total_steps"]
     if run.train.endless:
@@ -311,11 +312,12 @@ def create_output_dir(run: PreparedRun, spm_dir: Optional[str]) -> None:
             dst = os.path.join(run.out, "tokenizer", "spm.model")
             shutil.copy2(os.path.join(spm_dir, "spm.model"), dst)
             run.tokenizer.source_files = [dst]
+        assert run.given is not None   # prepare() keeps it
         if not run.resume:
-            outdir.write_text(run.out, RUN_CONFIG, dump_yaml(dict(run.given)))
+            outdir.write_text(run.out, RUN_CONFIG, dump_yaml(run.given.as_dict()))
         elif run.extends is not None:
             values = load_yaml(os.path.join(run.out, RUN_CONFIG))
-            values.update({k: run.given[k] for k in LIMITS})
+            values.update({k: getattr(run.given, k) for k in LIMITS})
             outdir.write_text(run.out, RUN_CONFIG, dump_yaml(values))
         outdir.claim(run.out, "train.log")   # setup_logging opens it next
     dist.barrier()

@@ -18,7 +18,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, DefaultDict, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import paddle
@@ -26,12 +26,13 @@ import paddle
 from ernie_doc import distributed as dist
 from ernie_doc import peers
 from ernie_doc.assemble import tokenizer_record
+from ernie_doc.data.splits import Split
 from ernie_doc.errors import (Bf16ProgramError, CheckpointStateError, ConfigError, ErnieDocError,
                               TrainingError)
 from ernie_doc.run_config import batch_rows
 from ernie_doc.training import outdir
 from ernie_doc.training import state as ckpt
-from ernie_doc.training.compiled import compiled_or_none, try_compiled
+from ernie_doc.training.compiled import CompiledForward, compiled_or_none, try_compiled
 from ernie_doc.training.optim import build_optimizer, describe_optimizer, run_warmup
 from ernie_doc.training.prepare import RUN_CONFIG, PreparedRun, prepare, task_record, training_plan
 from ernie_doc.training.runlog import RunLog, logger, plot_curves, read_jsonl
@@ -203,18 +204,19 @@ class Trainer:
     def __init__(self, run: PreparedRun):
         self.run = run
         self.cfg, self.task = run.cfg, run.task
+        assert run.model is not None and run.wrapped is not None   # prepare() built both
         self.model, self.wrapped = run.model, run.wrapped
         self.tokenizer = run.tokenizer
         self.rank, self.world, self.is_main = run.rank, run.world, run.is_main
         self.out = run.out
-        self.state = None          # the trainer state a checkpoint saves (see train())
+        self.state: Dict[str, Any] = {}   # the trainer state a checkpoint saves (train())
         self.last_memories = None  # numpy [L, B, M, H] after training (tests compare ranks)
-        self.compiled = None       # the compiled training forward (compile: true)
+        self.compiled: Optional[CompiledForward] = None   # the training forward (compile: true)
         self.signals = StopSignals()   # run() installs its handlers
         self._stop_signal = None   # a stop signal every rank has seen (`_over_ranks`)
 
     # -- training ------------------------------------------------------------------------------
-    def train(self) -> dict:
+    def train(self) -> Optional[dict]:
         """Train to the end (or to stop_at_step) → eval_results.json's content (results.json's
         for a streamed run without held-out data); None when stopped at stop_at_step. With
         several ranks each watches the others (`ernie_doc.peers`, `peer_timeout`): a lost one
@@ -241,16 +243,18 @@ class Trainer:
         return (f"the last complete checkpoint is {os.path.join(out, ckpt.CHECKPOINTS)}"
                 f"/step-{step}; resume with --resume {shlex.quote(out)} on every node")
 
-    def _train(self) -> dict:
+    def _train(self) -> Optional[dict]:
         cfg, run = self.cfg, self.run
         train, total_steps, accum = run.train, run.total_steps, cfg.grad_accum_steps
-        optimizer, scheduler, scaler = self._set_up_optimizer()
+        assert train is not None and total_steps is not None   # a training run's
+        optimizer, scheduler, scaler = self._set_up_optimizer(total_steps)
         state, carry = self._start(optimizer, scheduler)   # trainer state, rows' memories
         log = self._run_log(state["step"])
-        bar = self._progress_bar()
+        bar = self._progress_bar(train, total_steps)
         self.wrapped.train()
         # per micro-step since the last optimizer step: (mean loss, rows), task metric sums
-        losses, metrics, tokens, t0 = [], defaultdict(lambda: [0.0, 0.0]), 0, time.perf_counter()
+        metrics: DefaultDict[str, List[float]] = defaultdict(lambda: [0.0, 0.0])
+        losses, tokens, t0 = [], 0, time.perf_counter()
         self._since_log = (0.0, 0.0)   # loss sum and rows since the last log line
         # wall time of the optimizer steps, and the part of it spent waiting for the next batch
         # (reading, tokenizing, segmenting, collating): timing.json
@@ -293,18 +297,18 @@ class Trainer:
         bar.close()
         return self._end_of_run(log, timing, carry, stop, interrupt)
 
-    def _set_up_optimizer(self) -> Tuple[Any, Any, Any]:
+    def _set_up_optimizer(self, total_steps: int) -> Tuple[Any, Any, Any]:
         """→ (optimizer, LR scheduler, fp16 loss scaler or None) for the run's total steps;
         the compiled training forward is built here too (compile: true)."""
         cfg, run = self.cfg, self.run
         # layer-wise LR decay needs the encoder's depth (kinds without layers refuse decay)
         layers = self.model.config.num_hidden_layers if cfg.layer_decay != 1.0 else 0
-        optimizer, scheduler = build_optimizer(self.wrapped, cfg, run.total_steps, layers)
+        optimizer, scheduler = build_optimizer(self.wrapped, cfg, total_steps, layers)
         self.optimizer = optimizer
         self.compiled = compiled_or_none(self.model, cfg.compile, self.world, run.amp)
         return optimizer, scheduler, run.amp.scaler()   # the scaler: fp16 only
 
-    def _progress_bar(self) -> Any:
+    def _progress_bar(self, train: Split, total_steps: int) -> Any:
         """The progress bar of the optimizer steps (main rank, when progress is shown), after
         logging the run's plan (epochs, steps, rows per step) and its optimiser."""
         cfg, train, total_steps = self.cfg, self.run.train, self.run.total_steps
@@ -542,7 +546,7 @@ class Trainer:
         split = self.run.evaluated[split_name]
         evaluation = split.evaluation(self.task)
         self.wrapped.eval()
-        carry = {}
+        carry: Dict[str, Any] = {}
         with paddle.no_grad(), split.protocol(self.model):
             for _, batch in progress_bar(split.batches(0, 0), total=split.num_steps(0),
                                          desc=f"eval {split_name}", leave=False,
@@ -705,7 +709,7 @@ def run(cfg, resume: bool = False):
     except Interrupted as e:   # aborted (a second signal, or before training): say where
         if e.output_dir is None and prepared is not None:
             e.output_dir = prepared.out
-        if e.step is None and trainer is not None and trainer.state is not None:
+        if e.step is None and trainer is not None and trainer.state:
             e.step = trainer.state["step"]
             e.finished = trainer.state["step"] == trainer.state["total_steps"]
         raise

@@ -339,7 +339,7 @@ class HotpotTask(DocumentTask):
         if self.stage == "evidence" and o["evidence_file"]:
             raise self.option_error("evidence_file", "is stage 2's input (stage: answer)")
         if self.stage == "answer" and o["evidence"] == "predicted" and not o["evidence_file"]:
-            raise missing_key(self.cfg, "task_options.evidence_file",
+            raise missing_key(self.cfg.source, self.cfg.task, "task_options.evidence_file",
                               "stage answer reads stage 1's predictions (its output directory "
                               "or a predictions_<split>.jsonl; task_options.evidence=gold "
                               "reads the gold paragraphs instead)")
