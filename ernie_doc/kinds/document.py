@@ -56,8 +56,8 @@ def setup_reading(run: Any) -> int:
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
     group = task.group_size
     for key in ("batch_size", "eval_batch_size"):
-        if cfg.batch_unit == "rows" and cfg[key] and cfg[key] % group:
-            raise ConfigError(f"{cfg.source}: {key} {cfg[key]} must be a multiple of "
+        if cfg.batch_unit == "rows" and getattr(cfg, key) and getattr(cfg, key) % group:
+            raise ConfigError(f"{cfg.source}: {key} {getattr(cfg, key)} must be a multiple of "
                               f"{group} (rows per example of task kind {cfg.kind!r}; "
                               f"batch_unit: rows)")
     return getattr(task.segmenter, "stride", stride)   # a segmenter may fix its own
@@ -171,7 +171,7 @@ def check_memory(run: Any, plan: MemoryPlan, recompute: bool = False) -> None:
     else:
         key = "eval_batch_size" if cfg.eval_only and cfg.eval_batch_size else "batch_size"
         rows = run.batch_rows(cfg.eval_only)
-        words = _batch_words(key, cfg[key], rows)
+        words = _batch_words(key, getattr(cfg, key), rows)
     params = resources.parameter_count(build, layers)
     parts = resources.training_parts(params, layers, rows, tokens, memory_len, hidden,
                                      heads, training=not cfg.eval_only, recompute=recompute)
