@@ -34,7 +34,7 @@ class Segment:
     final: bool = True
     has_loss: bool = True
     targets: Dict[str, object] = field(default_factory=dict)
-    meta: Optional[Dict[str, object]] = None
+    meta: Optional[Dict[str, Any]] = None
     sources: Tuple[Tuple[str, int, int, int], ...] = ()
 
     @property

@@ -96,8 +96,8 @@ def choose_tokenizer(run: Any, train_docs: Optional[Sequence]) -> Tuple[object, 
         tokenizer = load_tokenizer(source)
     except (FileNotFoundError, ValueError) as e:   # TokenizerError, DataError included
         raise ConfigError(f"{cfg.source}: tokenizer: {e}") from None
-    special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
-               "pad": tokenizer.pad_token_id}
+    special: Dict[str, Any] = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                               "pad": tokenizer.pad_token_id}
     missing = [k for k, v in special.items() if v is None]
     if missing:
         raise ConfigError(f"{cfg.source}: tokenizer {source}: no {missing} token")
@@ -306,7 +306,10 @@ def document_splits(run: Any, docs: Dict[str, list]
     stride = setup_reading(run)
     group = task.group_size
     train_rows, eval_rows = run.batch_rows(), run.batch_rows(evaluation=True)
-    notes, splits, train, evaluated = [], [], None, {}
+    notes: List[str] = []
+    splits: List[Any] = []   # every split read, in order (the summary line lists them)
+    train: Any = None
+    evaluated: Dict[str, Split] = {}
 
     def document_split(name, split_docs, passes, rows, shuffle):
         return DocumentSplit(name, split_docs, passes, group, rows, cfg.max_seq_len,

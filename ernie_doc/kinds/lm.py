@@ -298,8 +298,14 @@ class LanguageModelTask(Task):
         self.params = sum(int(np.prod(p.shape)) for p in model.parameters())
         return model
 
-    def build_splits(self, run: Any) -> Tuple[Optional[LMTrainStream], Dict[str, LMEvalStream]]:
-        c, data, pos = self.config, self.corpus.data, self.corpus.positions
+    def read(self) -> Corpus:
+        """The corpus check_data read (prepare calls it before the others)."""
+        assert self.corpus is not None, "check_data reads the corpus first"
+        return self.corpus
+
+    def build_splits(self, run: Any) -> Tuple[Optional[Split], Dict[str, Split]]:
+        corpus = self.read()
+        c, data, pos = self.config, corpus.data, corpus.positions
         cfg, rank, world = self.cfg, run.rank, run.world
         train = None
         if not cfg.eval_only:
@@ -308,20 +314,21 @@ class LanguageModelTask(Task):
         rows = cfg.eval_batch_size or cfg.batch_size
         if cfg.eval_splits or cfg.test_splits:
             self.check_eval_memory(rows)
-        evaluated = {split: LMEvalStream(split, data[split], pos.get(split), rows, rank, world,
-                                         self.lengths, self.corpus.oov[split])
-                     for split in list(cfg.eval_splits) + list(cfg.test_splits)}
+        evaluated: Dict[str, Split] = {
+            split: LMEvalStream(split, data[split], pos.get(split), rows, rank, world,
+                                self.lengths, corpus.oov[split])
+            for split in list(cfg.eval_splits) + list(cfg.test_splits)}
         self.train = train
         return train, evaluated
 
     def describe(self, run: Any) -> List[str]:
-        c, cfg, device, world = self.config, self.cfg, run.device, run.world
-        counts = ", ".join(f"{s} {len(self.corpus.data[s]):,} tokens"
-                           + (f" ({self.corpus.oov[s]:,} <unk>)" if self.corpus.oov[s] else "")
+        c, cfg, device, world, corpus = self.config, self.cfg, run.device, run.world, self.read()
+        counts = ", ".join(f"{s} {len(corpus.data[s]):,} tokens"
+                           + (f" ({corpus.oov[s]:,} <unk>)" if corpus.oov[s] else "")
                            for s in self.files)
         steps = (f"{len(self.train)} micro-steps per pass over train" if self.train is not None
                  else "evaluation only")
-        return [f"task {cfg.task} (language_model): vocabulary {len(self.corpus.vocab):,}; "
+        return [f"task {cfg.task} (language_model): vocabulary {len(corpus.vocab):,}; "
                 f"{counts}; cache {self.cache_dir or 'off'}",
                 f"model: Transformer-XL L={c.n_layer} d={c.d_model} heads={c.n_head} "
                 f"d_inner={c.d_inner} params={self.params:,} recurrence={c.recurrence} "
@@ -399,7 +406,7 @@ class LanguageModelTask(Task):
     def model_files(self, atomic_entry: Callable[[str, str], ContextManager[str]]) -> List[str]:
         if self.vocab_file is None:   # no cache: keep a copy in the run's folder
             with atomic_entry(self.cfg.output_dir, VOCAB_FILE) as tmp:
-                self.corpus.vocab.save(tmp)   # listed in the run's manifest first
+                self.read().vocab.save(tmp)   # listed in the run's manifest first
             self.vocab_file = os.path.join(self.cfg.output_dir, VOCAB_FILE)
         return [self.vocab_file]
 

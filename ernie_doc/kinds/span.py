@@ -125,6 +125,7 @@ class SpanTask(DocumentTask):
     def field_offsets(self, doc: Document, tokenizer: Any) -> Dict[str, Tuple[str, np.ndarray]]:
         context = doc.fields["context"]
         tokens = tokenize_with_offsets(context, tokenizer, self._word_cache)
+        assert tokens.piece_starts is not None and tokens.piece_ends is not None   # it sets both
         return {"context": (context, np.stack([tokens.piece_starts, tokens.piece_ends], 1))}
 
     def explain_target(self, doc: Document, steps: Sequence, rows: List[Tuple[int, Any]],
@@ -150,6 +151,7 @@ class SpanTask(DocumentTask):
                          steps: Optional[Sequence]) -> Dict[str, Any]:
         """→ {doc_id, question, pred (task_options.empty_answer without a span), score (start
         + end logit, 4 decimals), start / end (context[start:end] == pred), n_best, segments}."""
+        assert steps is not None   # a span needs the document's segments (its character maps)
         metas = {m.seg_index: m.meta for step in steps for m in step_members(step) if m.final}
         got = sorted(rows, key=lambda x: x[0])
         cands = best_spans([metas[s] for s, _ in got], [lg for _, lg in got],

@@ -5,7 +5,7 @@ F1 over the longest common run of segments (CJK characters, punctuation, Treeban
 without punctuation, max over gold answers. `treebank_tokenize` reimplements nltk 3.6.2's word
 tokenizer. Deviations: docs/design-notes.md, "Metrics: CMRC2018"."""
 import re
-from typing import Dict, List, Sequence
+from typing import Dict, List, Mapping, Sequence
 
 from ernie_doc.errors import ConfigError
 from ernie_doc.metrics.squad import average_scores
@@ -154,7 +154,7 @@ def exact_match(prediction: str, answers) -> float:
     return float(any(remove_punctuation(a) == pred for a in _as_list(answers)))
 
 
-def evaluate(predictions: Dict[str, str], references: Dict[str, Sequence[str]],
+def evaluate(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]],
              nltk_rules: str = "3.6") -> Dict[str, float]:
     """predictions: qid -> answer; references: qid -> gold answers ([] scores against [""]) →
     {"em", "f1", "avg"} ×100, "total", "skipped". nltk_rules: see treebank_tokenize."""

@@ -86,7 +86,7 @@ class LMPipeline(DocumentStream):
     protocol; `rows`: documents read at once."""
 
     def __init__(self, model: TransformerXLLM, vocab: Vocabulary, lengths: Dict[str, Any],
-                 rows: int = 1, on_error: str = "record", prepend_eos: bool = False,
+                 rows: Any = 1, on_error: str = "record", prepend_eos: bool = False,
                  cfg=None, task=None):
         self.on_error = self.check_on_error(on_error)
         if not isinstance(rows, int) or rows < 1:
@@ -119,6 +119,7 @@ class LMPipeline(DocumentStream):
             run = saved_run(directory, record, source, device, batch_size)
         except (ConfigError, DataError, CheckpointError, ValueError) as e:
             raise PipelineError(str(e).splitlines()[0] if str(e) else repr(e)) from None
+        assert run.model is not None   # load_saved built it
         return cls(run.model, run.tokenizer, run.task.eval_lengths(), run.eval_rows, on_error,
                    prepend_eos, run.cfg, run.task)
 
@@ -175,10 +176,11 @@ class LMPipeline(DocumentStream):
                 positions = paddle.to_tensor(np.concatenate([b.positions for _, b in members],
                                                             axis=1))
             if mlen:
-                memories = paddle.concat([r.memories for r, _ in members], axis=1)
+                # mlen > 0: every row of the group has read a segment, so holds memories
+                memories = paddle.concat([r.memories for r, _ in members], axis=1)  # type: ignore[misc]
                 if self.model.config.segment_positions:
-                    memory_positions = paddle.concat([r.memory_positions for r, _ in members],
-                                                     axis=1)
+                    memory_positions = paddle.concat(
+                        [r.memory_positions for r, _ in members], axis=1)  # type: ignore[misc]
             with paddle.no_grad():
                 out = self.model(inputs, target, memories, None, positions, memory_positions)
             nll = out.nll.astype("float32").numpy()       # [rows, T]
@@ -193,7 +195,8 @@ class LMPipeline(DocumentStream):
     def stream(self, documents: Iterable[Any], skip: Iterable[str] = ()) -> Iterator[dict]:
         """Score documents as they come → records in finishing order ({"doc_id", "ppl", "nll",
         "tokens", "unk", "oov", "token_logprobs", "index"}, or an error record / PipelineError)."""
-        skip, seen = self.skip_ids(skip), {}
+        skip = self.skip_ids(skip)
+        seen: Dict[str, Tuple[bool, int]] = {}   # record names given so far (admit)
         source = enumerate(self.items(documents))
         active: List[_Reading] = []
         exhausted = False

@@ -59,7 +59,8 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
     if resume and cfg.eval_only:
         raise ConfigError(f"{cfg.source}: eval_only: nothing to resume")
     given, cfg = cfg, resolve_inputs(cfg)
-    fine_tuned, notes = fine_tuned_record(cfg), []
+    fine_tuned = fine_tuned_record(cfg)
+    notes: List[str] = []
     if fine_tuned is not None:   # run_config.yaml records how this evaluation reads
         reading, notes = read_as_trained(cfg, *fine_tuned)
         given, cfg = with_values(given, reading), with_values(cfg, reading)
@@ -110,7 +111,7 @@ def prepare(cfg: TrainConfig, resume: bool = False) -> PreparedRun:
         # a signal from here on (training.trainer.Interrupted) may find run_config.yaml
         # written: its message reads OUTPUT_DIR (checked, so this run's or the one resumed)
         if isinstance(e, KeyboardInterrupt) and getattr(e, "output_dir", False) is None:
-            e.output_dir = cfg.output_dir
+            setattr(e, "output_dir", cfg.output_dir)   # an attribute of ours on paddle's
         raise
 
 
@@ -195,7 +196,8 @@ def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bo
 def epoch_steps(cfg: TrainConfig, train: Split) -> List[int]:
     """Optimizer steps of each epoch: its micro-steps over grad_accum_steps (an epoch's last
     partial step counts)."""
-    return [math.ceil(train.num_steps(e) / cfg.grad_accum_steps) for e in range(cfg.epochs)]
+    counts = [train.num_steps(e) for e in range(cfg.epochs)]
+    return [math.ceil(n / cfg.grad_accum_steps) for n in counts if n is not None]
 
 
 def count_steps(cfg: TrainConfig, train: Split) -> int:
@@ -286,6 +288,7 @@ def check_extension(run: PreparedRun, state: dict) -> int:
     changed = [k for k in LIMITS if k in saved and saved[k] != getattr(cfg, k)]
     if changed and run.total_steps > step:
         return state["total_steps"]
+    assert run.train is not None   # a resumed run trains
     if run.train.endless:
         raise ConfigError(f"--resume {run.out}: the run finished at step {step} (max_steps "
                           f"{cfg.max_steps}): raise max_steps to continue (--set "

@@ -311,7 +311,7 @@ class Trainer:
     def _progress_bar(self, train: Split, total_steps: int) -> Any:
         """The progress bar of the optimizer steps (main rank, when progress is shown), after
         logging the run's plan (epochs, steps, rows per step) and its optimiser."""
-        cfg, train, total_steps = self.cfg, self.run.train, self.run.total_steps
+        cfg = self.cfg
         bar = progress_bar(total=total_steps, initial=self.state["step"], desc=f"train {cfg.task}",
                            requested=self.is_main and cfg.progress, dynamic_ncols=True,
                            mininterval=1.0)
