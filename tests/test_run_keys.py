@@ -257,7 +257,7 @@ def test_a_fine_tuned_folders_reader_options_that_change_the_text(tmp_path):
 
 
 def test_load_config_gives_the_frozen_typed_config():
-    """load_config → a TrainConfig, frozen; its fields are the key table (DEFAULTS, KEY_GROUPS,
+    """load_config → a TrainConfig, frozen; its fields are the key table (DEFAULTS, GROUP_STARTS,
     --help-config), each with a meaning; with_values is a checked copy."""
     from ernie_doc.run_config import with_values
     from ernie_doc.run_keys import KEYS, TrainConfig
