@@ -273,15 +273,15 @@ def apply_override(values, text) -> str:
                           f"{clip(repr('.'.join(path)))}")
     if path[0] not in DEFAULTS:
         raise unknown_key(f"override {clip(repr(text))}", path[0])
-    if len(path) > 1:
-        if path[0] not in FREE_DICTS:
-            raise ConfigError(f"override {clip(repr(text))}: {path[0]!r} is not a mapping")
-        target = values.setdefault(path[0], {})
-        for part in path[1:-1]:
-            target = target.setdefault(part, {})
-        target[path[-1]] = value
-    else:
-        values[path[0]] = value
+    if len(path) > 1 and path[0] not in FREE_DICTS:
+        raise ConfigError(f"override {clip(repr(text))}: {path[0]!r} is not a mapping")
+    target = values
+    for i, part in enumerate(path[:-1]):
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):   # an earlier override's value, or a file's null
+            raise ConfigError(f"override {clip(repr(text))}: "
+                              f"{clip(repr('.'.join(path[:i + 1])))} is not a mapping")
+    target[path[-1]] = value
     return ".".join(path)
 
 

@@ -62,6 +62,28 @@ def test_nested_keys_name_the_dotted_key_and_suggest():
         assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("overrides, part", [
+    (["reader=5", "reader.x=1"], "'reader'"),
+    (["reader.x=2", "reader.x.y=1"], "'reader.x'"),
+    (["model_overrides={a: [1]}", "model_overrides.a.b=1"], "'model_overrides.a'"),
+])
+def test_a_dotted_key_into_a_value_that_is_no_mapping_is_one_line(overrides, part):
+    """--set reaching inside a value that is not a mapping (an earlier override's, or a
+    config file's `reader:` left empty, which YAML reads as null) is a ConfigError naming
+    the key, not a TypeError."""
+    with pytest.raises(ConfigError, match=f"override '{overrides[1]}': {part} is not a "
+                                          "mapping") as info:
+        load_config(None, ["task=longdep", *overrides])
+    assert "\n" not in str(info.value)
+
+
+def test_a_dotted_key_into_a_file_section_left_empty_is_one_line(tmp_path):
+    write(tmp_path, {"c.yaml": "task: longdep\nreader:\n"})
+    with pytest.raises(ConfigError, match="override 'reader.dev_ratio=0.2': 'reader' is not a "
+                                          "mapping"):
+        load_config(str(tmp_path / "c.yaml"), ["reader.dev_ratio=0.2"])
+
+
 def test_every_key_has_a_meaning_and_the_help_lists_it(capsys):
     from ernie_doc.cli.finetune import main
     from ernie_doc.run_keys import GROUP_STARTS, MEANINGS
@@ -235,7 +257,7 @@ def test_a_fine_tuned_folders_reader_options_that_change_the_text(tmp_path):
 
 
 def test_load_config_gives_the_frozen_typed_config():
-    """load_config → a TrainConfig, frozen; its fields are the key table (DEFAULTS, KEY_GROUPS,
+    """load_config → a TrainConfig, frozen; its fields are the key table (DEFAULTS, GROUP_STARTS,
     --help-config), each with a meaning; with_values is a checked copy."""
     from ernie_doc.run_config import with_values
     from ernie_doc.run_keys import KEYS, TrainConfig
