@@ -189,6 +189,7 @@ class Task:
     uses_tokenizer = True  # reads text through a tokenizer (False: its own vocabulary)
     scores_tokens = False  # predicts each token's likelihood (predict.lm), not documents
     refused: Dict[str, str] = {}   # run-config keys the kind refuses when set → why
+    pipeline_tasks: Tuple[str, ...] = ()   # Hugging Face pipeline tasks it does (predict)
 
     def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
