@@ -401,3 +401,31 @@ def test_hugging_face_tasks_are_read_from_the_kinds():
                      "question-answering": ["span", "hotpotqa"],
                      "multiple-choice": ["multiple_choice"],
                      "token-classification": ["keyphrase"]}
+
+
+def test_a_kind_registered_from_outside_runs_like_the_one_it_extends(saved, tmp_path,
+                                                                     monkeypatch):
+    """A DocumentTask subclass a plugin registers (register_kind, as tasks/hotpotqa does) gets
+    the protocol (read_inputs, build_model, build_splits, describe, load_saved) for free:
+    trained, evaluated and predicted under its own name, it writes what the kind it extends
+    writes, but for that name."""
+    from ernie_doc.kinds.classification import ClassificationTask
+    run, _ = saved
+    monkeypatch.setattr(kinds, "_kinds", dict(kinds._kinds))   # the registry as it was after
+    kinds.register_kind("plugged")(type("PluggedTask", (ClassificationTask,), {}))
+    plugged = tiny_classifier(tmp_path, "kind=plugged")
+    for name in ("eval_results.json", "predictions_test.jsonl"):
+        assert (plugged / name).read_text() == (run / name).read_text(), name
+    record = json.loads((plugged / "best" / "task.json").read_text())
+    assert record["kind"] == record["config"]["kind"] == "plugged"
+    from ernie_doc.cli import finetune
+    finetune.main(["imdb", "--set", f"data_dir={tmp_path / 'imdb'}", "kind=plugged",
+                   f"output_dir={tmp_path / 'eval'}", f"init_checkpoint={plugged / 'best'}",
+                   "eval_only=true", "eval_splits=[test]", "progress=false"])
+    assert json.loads((tmp_path / "eval" / "test_results.json").read_text())["accuracy"] == \
+        json.loads((run / "eval_results.json").read_text())["accuracy"]
+    texts = ["good movie", "awful plot, poor actor"]
+    assert Pipeline.from_pretrained(str(plugged))(texts) == \
+        Pipeline.from_pretrained(str(run))(texts)
+    with pytest.raises(PipelineError, match="a plugged model .* not one for 'question-an"):
+        pipeline("question-answering", model=str(plugged))
