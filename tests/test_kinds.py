@@ -285,7 +285,8 @@ def test_a_tasks_package_in_the_current_directory_is_never_imported(tmp_path, pa
 def kind_name_tests(source, names):
     """[(line, what)] of `source` that tests a kind by name: a comparison (==, !=, in, not in)
     or a `match` case with a kind name as a string literal (alone or in a literal tuple, list
-    or set), a tuple / list / set of kind names only (a table of kinds, wherever it sits), a
+    or set), a tuple / list / set of kind names only or a dict keyed by two or more of them
+    only (a table of kinds, wherever it sits; {"pretraining": ...} may be a head's), a
     module-level alias of a kind name, an expression ending in `kind` compared with, or tested
     to start or end with, a part of a kind name, or the `builds_model` flag. One per line."""
     import ast
@@ -326,6 +327,9 @@ def kind_name_tests(source, names):
             line, what = node.pattern.lineno, f"case {ast.unparse(node.pattern.value)}"
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts and \
                 all(named(e) for e in node.elts):
+            what = ast.unparse(node)
+        elif isinstance(node, ast.Dict) and len(node.keys) > 1 and \
+                all(k is not None and named(k) for k in node.keys):
             what = ast.unparse(node)
         elif isinstance(node, (ast.Name, ast.Attribute, ast.arg, ast.FunctionDef)) and \
                 "builds_model" in (getattr(node, "id", None), getattr(node, "attr", None),
@@ -384,9 +388,10 @@ def test_the_kind_name_check_finds_what_it_forbids():
               'TABLE = {"qa": ("span", "hotpotqa")}\n'
               'ok = record["kind"] in TABLE["qa"] or "lm" in task.name\n'
               'if "pretrain" in record.get("kind"): pass\n'
-              'if value.dtype.kind in "iu" or kind == "missing": pass\n')
+              'if value.dtype.kind in "iu" or kind == "missing": pass\n'
+              'run = {"span": 1, "pretraining": 2}[cfg.kind]\n')
     assert [line for line, _ in kind_name_tests(source, KNOWN)] == [1, 2, 3, 4, 5, 8, 9, 10,
-                                                                    13, 15, 17]
+                                                                    13, 15, 17, 19]
 
 
 def test_hugging_face_tasks_are_read_from_the_kinds():
