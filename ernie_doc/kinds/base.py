@@ -278,7 +278,8 @@ class Task:
 
     def memory_plan(self, config: Any = None) -> MemoryPlan:
         """(builder: n → the model with n layers, layers, hidden, heads, tokens per row, memory
-        length) of the model over `config` (None: the kind's own), for memory estimates."""
+        length) of the model over `config`, for memory estimates; None: the kind's own, for a
+        kind that holds one (the language model; a document kind is given its encoder's)."""
         raise NotImplementedError
 
     def build_model(self, run: Any) -> paddle.nn.Layer:
