@@ -189,6 +189,7 @@ class Task:
     uses_tokenizer = True  # reads text through a tokenizer (False: its own vocabulary)
     scores_tokens = False  # predicts each token's likelihood (predict.lm), not documents
     refused: Dict[str, str] = {}   # run-config keys the kind refuses when set → why
+    pipeline_tasks: Tuple[str, ...] = ()   # Hugging Face pipeline tasks it does (predict)
 
     def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
@@ -277,7 +278,8 @@ class Task:
 
     def memory_plan(self, config: Any = None) -> MemoryPlan:
         """(builder: n → the model with n layers, layers, hidden, heads, tokens per row, memory
-        length) of the model over `config` (None: the kind's own), for memory estimates."""
+        length) of the model over `config`, for memory estimates; None: the kind's own, for a
+        kind that holds one (the language model; a document kind is given its encoder's)."""
         raise NotImplementedError
 
     def build_model(self, run: Any) -> paddle.nn.Layer:

@@ -113,6 +113,7 @@ class MultipleChoiceTask(_GroupTask):
     option_defaults = {"num_choices": 4, "max_query_len": 64, "token_types": "paddlenlp",
                        "window": "paddlenlp", "missing_choices": "mask"}
     input_fields = ("context", "question", "choices")
+    pipeline_tasks = ("multiple-choice",)
 
     def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)
@@ -241,6 +242,7 @@ class PairMatchingTask(_GroupTask):
     group_size = 2
     positive = "B"
     input_fields = ("A", "B", "C")
+    pipeline_tasks = ("text-classification",)
     option_defaults = {"token_types": "paddlenlp"}
 
     def __init__(self, cfg: Config, reader: Any):

@@ -20,6 +20,7 @@ class ClassificationTask(DocumentTask):
     head_class = ErnieDocForSequenceClassification
     main_metric = "accuracy"
     input_fields = ("text",)
+    pipeline_tasks = ("text-classification", "sentiment-analysis")
 
     def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)

@@ -45,6 +45,7 @@ class SpanTask(DocumentTask):
     head_class = ErnieDocForQuestionAnswering
     main_metric = "f1"
     input_fields = ("context", "question")
+    pipeline_tasks = ("question-answering",)
     option_defaults = {
         "question_format": "sep",   # sep: [SEP] q [SEP] · markers: [q] q [/q] (TriviaQA)
         "max_query_len": 64,        # question tokens kept (official)

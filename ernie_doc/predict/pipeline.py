@@ -25,7 +25,7 @@ from ernie_doc.data.splits import RowOutputs, collect_row_outputs
 from ernie_doc.errors import (ConfigError, DataError, EngineError, ExportError, NotSet,
                               PipelineError, PredictorInputError, UntrainedHead)
 from ernie_doc.explain.explainer import Explainer
-from ernie_doc.kinds import TASK_FILE, saved_kind
+from ernie_doc.kinds import TASK_FILE, builtin_kinds, kind_class, kind_names, saved_kind
 from ernie_doc.kinds.base import DocumentTask, load_reader
 from ernie_doc.kinds.folders import task_config
 from ernie_doc.precision import AmpSettings
@@ -358,12 +358,9 @@ def task_documents(record: dict, path: Optional[str] = None,
         raise PipelineError(str(e)) from None
 
 
-# Hugging Face's pipeline task names → the kinds of model that do that task
-HF_TASKS = {"text-classification": ("classification", "pair_matching"),
-            "sentiment-analysis": ("classification",),
-            "question-answering": ("span", "hotpotqa"),
-            "multiple-choice": ("multiple_choice",),
-            "token-classification": ("keyphrase",)}
+# Hugging Face's pipeline task names (a kind lists those it does: Task.pipeline_tasks)
+HF_TASKS = ("text-classification", "sentiment-analysis", "question-answering",
+            "multiple-choice", "token-classification")
 
 
 def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = None,
@@ -381,9 +378,11 @@ def pipeline(model_or_task: Optional[str] = None, answer_model: Optional[str] = 
     check_device(device)
     directory = model_directory(model, task)
     record = task_record(directory, task)
-    if hf_task is not None and record["kind"] not in HF_TASKS[hf_task]:
+    if hf_task is not None and hf_task not in saved_kind(record["kind"]).pipeline_tasks:
+        doing = [name for name in dict.fromkeys([*builtin_kinds(), *kind_names()])
+                 if hf_task in kind_class(name).pipeline_tasks]   # the built-in ones first
         raise PipelineError(f"{directory}: a {record['kind']} model (task {record['task']}), "
-                            f"not one for {hf_task!r} ({' or '.join(HF_TASKS[hf_task])}); "
+                            f"not one for {hf_task!r} ({' or '.join(doing)}); "
                             f"pipeline({model!r}) reads it as what it is")
     if saved_kind(record["kind"]).scores_tokens:
         if answer_model:

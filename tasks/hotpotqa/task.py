@@ -307,6 +307,7 @@ class HotpotTask(DocumentTask):
     # doc_id's entry in task_options.evidence_file (all paragraphs with evidence: gold), so
     # `evidence` is no required field (check_input looks the doc_id up).
     input_fields = ("question", "paragraphs")
+    pipeline_tasks = ("question-answering",)
     option_defaults = {
         "stage": "evidence",       # evidence (stage 1) | answer (stage 2)
         "max_query_len": 64,       # question tokens kept

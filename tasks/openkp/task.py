@@ -164,6 +164,7 @@ class KeyphraseTask(DocumentTask):
     # (the text's words without URLs, which the text then equals joined), which are read
     # instead when present. See _words.
     input_fields = ("text",)
+    pipeline_tasks = ("token-classification",)
 
     def __init__(self, cfg, reader):
         super().__init__(cfg, reader)
