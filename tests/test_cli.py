@@ -515,6 +515,23 @@ def test_run_document_bad_files(files, capsys, argv, parts):
     assert listing(files) == before
 
 
+@pytest.mark.parametrize("output, parts", [
+    ("doc.txt", ["--output {d}/doc.txt: is the input {d}/doc.txt (the same file)"]),
+    ("vocab/vocab.txt", ["--output {d}/vocab/vocab.txt: inside the input folder {d}/vocab"]),
+    ("fifo", ["--output {d}/fifo: is a FIFO, not a regular file"]),
+])
+def test_run_document_output_follows_the_output_rule(files, capsys, output, parts):
+    """--output is refused, untouched, when it is an input, inside one or a FIFO (it was
+    replaced: the --text read, a FIFO made a file, /dev/null as root made a file)."""
+    os.mkfifo(files / "fifo")
+    before = listing(files)
+    exits(2, lambda: run_document("--model", str(files / "tiny.json"), "--text",
+                                  str(files / "doc.txt"), "--tokenizer", str(files / "vocab"),
+                                  "--output", str(files / output)))
+    one_error_line(capsys, *[p.format(d=files) for p in parts])
+    assert listing(files) == before
+
+
 def test_run_document_writes_its_summary(files):
     summary = run_document("--model", str(files / "tiny.json"), "--text",
                            str(files / "doc.txt"), "--tokenizer", str(files / "vocab"),

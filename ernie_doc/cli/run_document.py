@@ -22,7 +22,7 @@ from ernie_doc.data import segment_batches
 from ernie_doc.errors import InputError
 from ernie_doc.hub import is_released, is_url
 from ernie_doc.hub.archive import is_archive
-from ernie_doc.outputs import unwritable_file
+from ernie_doc.outputs import check_output, unwritable_file
 from ernie_doc.resources import release_free_memory
 from ernie_doc.tokenization import load_tokenizer
 from ernie_doc.utils import atomic_write_text, read_utf8
@@ -86,6 +86,8 @@ def check_inputs(args):
         problem = unwritable_file(args.output)
         if problem:
             raise InputError(f"--output {problem}")
+        check_output(args.output, [args.text, args.tokenizer, args.model], exists_ok=True,
+                     error=InputError)   # replaced as before, but never an input nor a FIFO
 
 
 def is_checkpoint_spec(spec) -> bool:

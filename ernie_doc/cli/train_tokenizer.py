@@ -91,8 +91,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if problem:
         return fail(problem)
 
-
-
     tmp = tempfile.mkdtemp(prefix="spm-")
     try:
         try:

@@ -50,9 +50,9 @@ def setup_reading(run: Any) -> int:
     stride = reading_stride(cfg, config)
     try:
         task.setup(run.special, cfg.max_seq_len, stride, run.tokenizer)
-    except ValueError as e:   # the segmenter's limits (no room for tokens ...)
-        if isinstance(e, (ConfigError, DataError)):
-            raise
+    except ValueError as e:   # the segmenter's limits (no room for tokens ...) name no key
+        if isinstance(e, DataError) or str(e).startswith((f"{cfg.source}:", f"task {cfg.task}:")):
+            raise   # the kind's own error names the run's config already
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
     group = task.group_size
     for key in ("batch_size", "eval_batch_size"):

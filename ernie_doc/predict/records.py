@@ -141,7 +141,6 @@ def _read_ids(output: str, f) -> Tuple[List[str], int]:
     return ids, predicted
 
 
-
 def record_line(record: dict) -> str:
     """One predictions-file line (JSON, UTF-8); a record holding a lone surrogate is written
     with \\uXXXX escapes instead, so writing never fails."""
