@@ -139,7 +139,7 @@ def _task(cfg: Any) -> Any:
 
 
 def model_config(cfg: Any, task: Any) -> Any:
-    """The ERNIE-Doc config the trainer would build (assemble.build_model): init_checkpoint's
+    """The ERNIE-Doc config the trainer would build (DocumentTask.build_model): init_checkpoint's
     (a released name: its preset, a folder: its config file) or `model`'s, with the task's and
     the config's overrides; tokenizer=train: tokenizer_vocab_size words."""
     overrides = dict(task.model_config_overrides())
