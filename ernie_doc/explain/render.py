@@ -28,10 +28,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def figure_names(index: int, doc_id: str) -> Tuple[str, str]:
-    """The PNG and HTML file names of the `index`-th document (0-based, input order) in the
-    output directory: `00007-<safe>.png`, <safe> being `doc_id` reduced to [A-Za-z0-9._-] (no
-    leading dot, at most 60 characters, `doc` when nothing is left). No name leaves the
-    directory or hides in it."""
+    """The PNG and HTML names of the `index`-th document (0-based, input order) in the output
+    directory: `00007-<safe>.png`, <safe> being `doc_id` reduced to [A-Za-z0-9._-] (no leading
+    dot, at most 60 characters, `doc` when nothing is left): none leaves the directory or hides
+    in it, and the index keeps them in input order and unique when two ids reduce alike."""
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
         raise ValueError(f"figure_names: index must be an int >= 0, not {index!r}")
     index = int(index)

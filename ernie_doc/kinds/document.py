@@ -244,7 +244,6 @@ def reading_record(cfg: Any, special: Dict[str, int]) -> Dict[str, Any]:
     return {"retro_feed": bool(cfg.retro_feed), "cls_token_id": special.get("cls")}
 
 
-
 def build_head(run: Any) -> paddle.nn.Layer:
     """The task's ERNIE-Doc head: from init_checkpoint, or new from the `model` preset or
     config with the tokenizer's vocabulary; the memory estimate is checked first."""
@@ -373,8 +372,6 @@ def length_notes(split: DocumentSplit, slots: int, world: int, cuts, max_doc_tok
         notes.append(f"{split.name}: {cuts.describe(max_doc_tokens)}")
     return notes
 
-
-# -- resume and OUTPUT_DIR ----------------------------------------------------------------------
 
 def label_notes(split: str, docs: Sequence, num_labels: int) -> List[str]:
     """The run summary's lines on a split's labels (documents per label), with a WARNING when a

@@ -299,7 +299,7 @@ class LanguageModelTask(Task):
         return model
 
     def read(self) -> Corpus:
-        """The corpus check_data read (prepare calls it before the others)."""
+        """The corpus check_data read (prepare calls check_data before the rest)."""
         assert self.corpus is not None, "check_data reads the corpus first"
         return self.corpus
 

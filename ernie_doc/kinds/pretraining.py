@@ -109,12 +109,6 @@ class PretrainingTask(DocumentTask):
                               f"documents are reader.eval_corpus)")
 
     # -- corpus -------------------------------------------------------------------------------
-    def head_flops(self, config: Any, head_params: int, tokens: int) -> Tuple[float, str]:
-        share, hidden = self.options["mask_prob"], config.hidden_size
-        return share * 2 * hidden * (hidden + config.vocab_size) * tokens, (
-            f"masked LM on {share:.0%} of the tokens: transform and the tied decoder over "
-            f"{config.vocab_size:,} words")
-
     def corpus_args(self) -> Dict[str, Any]:
         c = self.corpus_options
         return dict(text_field=c["text_field"], min_chars=c["min_chars"], split=c["format"])
@@ -237,6 +231,12 @@ class PretrainingTask(DocumentTask):
         return [doc.text]
 
     # -- model ---------------------------------------------------------------------------------
+    def head_flops(self, config: Any, head_params: int, tokens: int) -> Tuple[float, str]:
+        share, hidden = self.options["mask_prob"], config.hidden_size
+        return share * 2 * hidden * (hidden + config.vocab_size) * tokens, (
+            f"masked LM on {share:.0%} of the tokens: transform and the tied decoder over "
+            f"{config.vocab_size:,} words")
+
     def model_kwargs(self) -> Dict[str, Any]:
         return {"num_reorder_classes": self.options["reorder_classes"]}
 

@@ -11,7 +11,7 @@ import inspect
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar
 
 import numpy as np
 import paddle
@@ -23,9 +23,6 @@ from ernie_doc.config import (ErnieDocConfig, known_keys, language_model_problem
 from ernie_doc.errors import CheckpointError
 from ernie_doc.hub import resolve
 from ernie_doc.utils import clip, dtype_name, short_list
-
-if TYPE_CHECKING:   # for the annotations only (paddle is imported where it is used)
-    import paddle
 
 logger = logging.getLogger("ernie_doc.checkpoint")
 
@@ -133,7 +130,7 @@ def cast_problem(array: np.ndarray, param_dtype: str) -> Optional[str]:
     return f"a {array.dtype} tensor cannot load into a {param_dtype} parameter"
 
 
-def assign_array(param: "paddle.Tensor", array: np.ndarray) -> None:
+def assign_array(param: paddle.Tensor, array: np.ndarray) -> None:
     """Copy ndarray `array` into `param` (same shape), cast to the parameter's dtype (uint16 =
     bfloat16 bits, see cast_problem)."""
     if array.dtype == np.uint16 and dtype_name(param.dtype) in _FLOAT_PARAMS:

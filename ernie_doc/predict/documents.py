@@ -29,7 +29,8 @@ class InputProblem:
     message: str
 
 
-# The most one input item (document, task.json) may hold, checked before it is read whole:
+# The most one input item (a document; a task.json has its own bound) may hold, checked before
+# it is read whole:
 # 64 MiB is some 15 million words, far beyond any document.
 MAX_ITEM_BYTES = 64 << 20
 
@@ -67,7 +68,6 @@ def _not_unicode(value: Any, key: str = "") -> Optional[str]:
         elif isinstance(value, (list, tuple)):
             stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
     return None
-
 
 
 class DocumentStream:

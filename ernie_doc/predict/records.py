@@ -152,7 +152,6 @@ def record_line(record: dict) -> str:
     return line + "\n"
 
 
-
 def to_jsonable(value: Any) -> Any:
     """numpy scalars and arrays in a record → plain JSON values."""
     if isinstance(value, dict):

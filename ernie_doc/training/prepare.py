@@ -242,7 +242,7 @@ def input_paths(cfg: TrainConfig) -> List[str]:
     return [p for p in paths if isinstance(p, str) and p and os.path.exists(p)]
 
 
-# -- document tasks -----------------------------------------------------------------------------
+# -- task.json, resume and OUTPUT_DIR -----------------------------------------------------------
 def task_record(run: PreparedRun) -> dict:
     """task.json of best/ and final/: the config as written and the label names, for reading
     new documents as this run did."""

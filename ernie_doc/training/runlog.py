@@ -182,7 +182,6 @@ def plot_curves(output_dir, metric):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval_history.jsonl"))
              if metric in r]
