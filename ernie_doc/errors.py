@@ -54,6 +54,12 @@ class TokenizerError(ErnieDocError, ValueError):
     line) and what is wrong; a missing file is a FileNotFoundError instead."""
 
 
+class SegmenterError(ConfigError):
+    """A segmenter refused the reading it was given (layout, room for tokens, answer unit): the
+    message names no config key, so the run's reading set-up (kinds.document.setup_reading)
+    puts its config file and max_seq_len in front."""
+
+
 class ModelInputError(ErnieDocError, ValueError):
     """A tensor given to a model or head (input_ids, memories, targets ...) with the wrong
     shape, dtype or values; the message names it."""

@@ -21,7 +21,7 @@ PUBLIC = [c for _, c in inspect.getmembers(errors, inspect.isclass)
 VALUE_ERRORS = {"ConfigError", "UntrainedHead", "DataError", "NotSet", "TokenizerError",
                 "CheckpointError", "LoDTensorFormatError", "HubError", "PipelineError",
                 "ExportError", "PredictorInputError", "EngineError", "OutputError",
-                "ModelInputError"}
+                "ModelInputError", "SegmenterError"}
 RUNTIME_ERRORS = {"TrainingError", "Bf16ProgramError", "CheckpointStateError"}
 # exceptions that never leave their module (turned into one of ours there), and the
 # benchmarks' own failures (reported by the benchmark itself)

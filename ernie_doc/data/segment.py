@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ernie_doc.errors import ConfigError
+from ernie_doc.errors import ConfigError, SegmenterError
 
 LAYOUTS = ("cls_last", "cls_first")
 CLS_INDEX = {"cls_last": -1, "cls_first": 0}   # where [CLS] sits: the model's cls_token_idx
@@ -87,9 +87,10 @@ class ClassificationSegmenter:
 
     def __init__(self, seq_len, stride, cls_id, sep_id, pad_id, layout="cls_last"):
         if layout not in LAYOUTS:
-            raise ConfigError(f"segment layout {layout!r}: expected one of {LAYOUTS}")
+            raise SegmenterError(f"segment layout {layout!r}: expected one of {LAYOUTS}")
         if seq_len < 3:
-            raise ConfigError(f"seq_len {seq_len} leaves no room for tokens besides [CLS]/[SEP]")
+            raise SegmenterError(f"seq_len {seq_len} leaves no room for tokens besides "
+                                 f"[CLS]/[SEP]")
         self.seq_len, self.stride, self.layout = seq_len, stride, layout
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
 

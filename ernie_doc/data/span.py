@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ernie_doc.data.segment import Segment, windows
-from ernie_doc.errors import ConfigError
+from ernie_doc.errors import ConfigError, SegmenterError
 from ernie_doc.tokenization.wordpiece import is_cjk_char, is_punctuation
 
 
@@ -137,7 +137,7 @@ class SpanSegmenter:
     def __init__(self, seq_len, stride, cls_id, pad_id, open_id, close_id, max_query_len=64,
                  answer_unit="token"):
         if answer_unit not in UNITS:
-            raise ConfigError(f"answer_unit {answer_unit!r} is not one of {list(UNITS)}")
+            raise SegmenterError(f"answer_unit {answer_unit!r} is not one of {list(UNITS)}")
         self.seq_len, self.stride, self.max_query_len = seq_len, stride, max_query_len
         self.cls_id, self.pad_id, self.open_id, self.close_id = cls_id, pad_id, open_id, close_id
         self.answer_unit = answer_unit

@@ -18,7 +18,7 @@ from ernie_doc.checkpoint import io
 from ernie_doc.config import ErnieDocConfig
 from ernie_doc.data.segment import reading_passes
 from ernie_doc.data.splits import DocumentSplit, Split
-from ernie_doc.errors import ConfigError, DataError, HubError, UntrainedHead
+from ernie_doc.errors import ConfigError, DataError, HubError, SegmenterError, UntrainedHead
 from ernie_doc.hub import is_released, resolve
 from ernie_doc.kinds.folders import missing_key
 from ernie_doc.tokenization import load_tokenizer
@@ -51,7 +51,7 @@ def setup_reading(run: Any) -> int:
     try:
         task.setup(run.special, cfg.max_seq_len, stride, run.tokenizer)
     except ValueError as e:   # the segmenter's limits (no room for tokens ...) name no key
-        if isinstance(e, DataError) or str(e).startswith((f"{cfg.source}:", f"task {cfg.task}:")):
+        if isinstance(e, (ConfigError, DataError)) and not isinstance(e, SegmenterError):
             raise   # the kind's own error names the run's config already
         raise ConfigError(f"{cfg.source}: max_seq_len {cfg.max_seq_len}: {e}") from None
     group = task.group_size
