@@ -269,8 +269,8 @@ class Task:
         it out), else None (the kind packs several fields its own way)."""
         return None
 
-    # -- the run: training.prepare and assemble.saved_run call these in order (`run`: an
-    # assemble.Assembly, which they fill) --------------------------------------------------------
+    # -- the run: training.prepare calls these in order, assemble.saved_run load_saved (`run`:
+    # an assemble.Assembly, which they fill) -----------------------------------------------------
     def read_inputs(self, run: Any) -> Optional[str]:
         """Read the training data and choose run.tokenizer, run.special → the directory of a
         freshly trained SentencePiece model, or None."""

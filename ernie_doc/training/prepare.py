@@ -196,8 +196,12 @@ def _prepare_locked(cfg: TrainConfig, given: TrainConfig, task: Task, resume: bo
 def epoch_steps(cfg: TrainConfig, train: Split) -> List[int]:
     """Optimizer steps of each epoch: its micro-steps over grad_accum_steps (an epoch's last
     partial step counts)."""
-    counts = [train.num_steps(e) for e in range(cfg.epochs)]
-    return [math.ceil(n / cfg.grad_accum_steps) for n in counts if n is not None]
+    steps = []
+    for epoch in range(cfg.epochs):
+        micro = train.num_steps(epoch)
+        assert micro is not None, "an endless split has no epochs (its callers ask first)"
+        steps.append(math.ceil(micro / cfg.grad_accum_steps))
+    return steps
 
 
 def count_steps(cfg: TrainConfig, train: Split) -> int:
