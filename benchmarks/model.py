@@ -21,7 +21,11 @@
     paddle's allocator holds for live tensors after n and after 2n segments, of the stream
     and of a forward + backward stream of the same segments, must be equal (the RSS of a
     small model is mostly the process itself, so its ratio could not show a leak).
-(c) --threads N sets OMP_NUM_THREADS / MKL_NUM_THREADS before paddle is imported (paddle
+(c) the CPU's matmul limits: numpy's sgemm (fp32) and, where bf16 can run, one bfloat16
+    product in a captured program through oneDNN (AMX or AVX512-BF16), with each figure's
+    share of the limit of its precision; and the per-segment overhead of a small model (the
+    demo's L1 H64 encoder): its time per segment against the time of its matmul work.
+(d) --threads N sets OMP_NUM_THREADS / MKL_NUM_THREADS before paddle is imported (paddle
     reads them at import; left unset, paddle itself sets OMP_NUM_THREADS=1) and calls
     paddle's set_num_threads where the version has it; the streaming subprocesses inherit it.
 
@@ -78,6 +82,12 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="also profile one forward+backward step of ours: time per operator "
                         "family (matmul, softmax, layer norm, gather ...) and outside them")
+    p.add_argument("--overhead-shape", type=int, nargs=3, default=[32, 8, 8],
+                   metavar=("B", "T", "M"),
+                   help="rows, segment and memory length of the per-segment overhead "
+                        "measurement (an L1 H64 model, the offline demo's); default the demo's")
+    p.add_argument("--no-overhead", action="store_true",
+                   help="skip the per-segment overhead measurement")
     p.add_argument("--stream-lengths", type=int, nargs="*", default=[2048, 32768],
                    help="document lengths (tokens) to stream; none to skip")
     p.add_argument("--stream-batch-size", type=int, default=1,
@@ -124,6 +134,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
     problem = None if args.threads is None else threads_problem(args.threads)
     if problem:
         p.error(f"--threads {problem}")
+    if min(args.overhead_shape[:2]) < 1 or args.overhead_shape[2] < 0:
+        p.error("--overhead-shape: B and T must be >= 1, M >= 0")
     if any(n < 1 for n in args.stream_lengths):
         p.error("--stream-lengths must be positive")
     check_output(p, args)
@@ -287,6 +299,104 @@ def sgemm_gflops(size: int = 2048, repeats: int = 3) -> float:
     # one untimed product first: it warms up the library's threads
     best = min(time_steps(lambda: a @ a, repeats, warmup=1))
     return 2 * size ** 3 / best / 1e9
+
+
+def bf16_gflops(size: int = 2048, repeats: int = 3) -> float:
+    """This CPU's bf16 matrix multiply rate through oneDNN (AMX or AVX512-BF16): a captured
+    program holding one bfloat16 size³ product, best of `repeats`, in GFLOP/s. Only a corner
+    of the product leaves the program, in float32 (paddle 3.3.1 crashes on a bfloat16 program
+    output), so the time is the product's."""
+    import numpy as np
+    import paddle
+
+    class OneProduct(paddle.nn.Layer):
+        def forward(self, a, b):
+            return paddle.matmul(a, b)[:1, :1].astype("float32")
+
+    layer = OneProduct()
+    program = paddle.jit.to_static(layer.forward, full_graph=True)
+    a = paddle.to_tensor(np.random.RandomState(0).standard_normal((size, size))
+                         .astype("float32")).astype("bfloat16")
+    best = min(time_steps(lambda: float(program(a, a)), repeats, warmup=1))
+    return 2 * size ** 3 / best / 1e9
+
+
+def bf16_limit(config: "ErnieDocConfig", args: argparse.Namespace, tp: Dict[str, Any]
+               ) -> Dict[str, Any]:
+    """The tokens/s the bf16 matmul rate (bf16_gflops) would allow for the same matmul work
+    as matmul_limit counts, and the compiled bf16 step's share of it; the reason instead
+    where this paddle and CPU cannot run bf16 (precision.cpu_bf16_problem)."""
+    from ernie_doc.precision import cpu_bf16_problem
+    problem = cpu_bf16_problem()
+    if problem:
+        return {"skipped": problem}
+    rate = bf16_gflops()
+    per_token = forward_matmul_flops(config, args.batch_size, args.seq_len) / (
+        args.batch_size * args.seq_len)
+    limits = {"forward_tokens_per_s": rate * 1e9 / per_token,
+              "forward_backward_tokens_per_s": rate * 1e9 / (3 * per_token)}
+    out = {"bf16_2048_gflops": round(rate, 1),
+           "limit_tokens_per_s": {k: round(v, 1) for k, v in limits.items()}}
+    if "ours_compiled_bf16" in tp:
+        key = "forward_backward_tokens_per_s"
+        out["share_of_limit"] = {"ours_compiled_bf16": {
+            key: round(tp["ours_compiled_bf16"][key] / limits[key], 3)}}
+    return out
+
+
+# the offline demo's encoder (tasks/longdep/config.yaml): L1 H64, dropout 0.1, 32 tokens
+OVERHEAD_MODEL = dict(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                      hidden_dropout_prob=0.1, vocab_size=32, pad_token_id=0)
+
+
+def segment_overhead(args: argparse.Namespace, sgemm_rate: float) -> Dict[str, Any]:
+    """Time per segment of an L1 H64 model (OVERHEAD_MODEL) at --overhead-shape B T M against
+    the time its matmul work (forward_matmul_flops; 3x to train) takes at this CPU's sgemm
+    rate: eval forward and dygraph forward + backward, and the compiled step (compile: true)
+    unless --no-compile, medians of --repeats alternating rounds. What is above the matmul
+    time is per-segment overhead: operator dispatch, small kernels, autograd."""
+    import statistics
+
+    import numpy as np
+    import paddle
+
+    from ernie_doc import ErnieDocConfig
+    batch, seq_len, memory_len = args.overhead_shape
+    config = ErnieDocConfig.from_preset("ernie-doc-small", memory_len=memory_len,
+                                        max_position_embeddings=max(seq_len, 8),
+                                        **OVERHEAD_MODEL)
+    model = build_ours(config, args.seed)
+    inputs = Inputs(config, batch, seq_len, np.random.RandomState(args.seed))
+    model.eval()
+    with paddle.no_grad():
+        memories = inputs.run_ours(model, model.init_memories(batch))[2]
+    contenders = {"dygraph": dict(name="L1 H64 dygraph", model=model, run=inputs.run_ours)}
+    if not args.no_compile:
+        from ernie_doc.training.compiled import CompiledForward
+        contenders["compiled"] = dict(name="L1 H64 compiled", model=model, run=inputs.run_ours,
+                                      forward=False, call=CompiledForward(model))
+    steps = max(args.steps, 20)   # a step takes milliseconds: enough of them to time
+    timing = argparse.Namespace(**{**vars(args), "steps": steps, "warmup": max(args.warmup, 3)})
+    rounds: Dict[str, List[Dict[str, List[float]]]] = {name: [] for name in contenders}
+    for _ in range(args.repeats):
+        for name, kw in contenders.items():
+            rounds[name].append(measure(memories=memories, args=timing, **kw))
+    flops = forward_matmul_flops(config, batch, seq_len)
+    matmul_s = {"forward": flops / (sgemm_rate * 1e9),
+                "forward_backward": 3 * flops / (sgemm_rate * 1e9)}
+    out: Dict[str, Any] = {"shape": {"layers": 1, "hidden_size": 64, "batch_size": batch,
+                                     "seq_len": seq_len, "memory_len": memory_len},
+                           "matmul_mflop_forward": round(flops / 1e6, 3),
+                           "matmul_ms_at_sgemm_rate": {k: round(v * 1e3, 4)
+                                                       for k, v in matmul_s.items()}}
+    for name, rs in rounds.items():
+        for key in rs[0]:
+            ms = statistics.median(1e3 * sum(r[key]) / len(r[key]) for r in rs)
+            out[f"{name}_{key}"] = {"ms_per_segment": round(ms, 3),
+                                    "tokens_per_s": round(batch * seq_len / ms * 1e3, 1),
+                                    "overhead_ms": round(ms - matmul_s[key] * 1e3, 3),
+                                    "times_matmul": round(ms / (matmul_s[key] * 1e3), 1)}
+    return out
 
 
 def matmul_limit(config: "ErnieDocConfig", args: argparse.Namespace, tp: Dict[str, Any],
@@ -633,6 +743,13 @@ def run(args: argparse.Namespace) -> int:
         tp["bf16_skipped"] = bf16_skipped
     result["throughput"] = tp
     result["matmul_limit"] = matmul_limit(config, args, tp, contenders)
+    if not args.no_bf16:
+        print("[benchmark] the bf16 matmul limit", file=sys.stderr, flush=True)
+        result["bf16_limit"] = bf16_limit(config, args, tp)
+    if not args.no_overhead:
+        print("[benchmark] per-segment overhead (L1 H64)", file=sys.stderr, flush=True)
+        result["segment_overhead"] = segment_overhead(
+            args, result["matmul_limit"]["sgemm_2048_gflops"])
     if args.profile:
         print("[benchmark] profiling one forward+backward step of ours", file=sys.stderr,
               flush=True)

@@ -66,6 +66,33 @@ def test_benchmark_quick(tmp_path):
         assert share == pytest.approx(tp["ours"][key] / tokens, abs=2e-3)
     assert "forward_tokens_per_s" not in limit["share_of_limit"]["ours_compiled"]
 
+    # the bf16 limit: one oneDNN bf16 product in a captured program, where bf16 can run
+    if cpu_bf16_problem() is None:
+        bf16 = result["bf16_limit"]
+        assert bf16["bf16_2048_gflops"] > 1
+        key = "forward_backward_tokens_per_s"
+        assert bf16["share_of_limit"]["ours_compiled_bf16"][key] == pytest.approx(
+            tp["ours_compiled_bf16"][key] / bf16["limit_tokens_per_s"][key], abs=2e-3)
+        assert bf16["limit_tokens_per_s"][key] == pytest.approx(
+            limit["limit_tokens_per_s"][key] * bf16["bf16_2048_gflops"]
+            / limit["sgemm_2048_gflops"], rel=2e-3)
+    else:
+        assert result["bf16_limit"] == {"skipped": cpu_bf16_problem()}
+
+    # per-segment overhead: the demo's L1 H64 model against its matmul time
+    overhead = result["segment_overhead"]
+    assert overhead["shape"] == {"layers": 1, "hidden_size": 64, "batch_size": 32,
+                                 "seq_len": 8, "memory_len": 8}
+    for name in ("dygraph_forward", "dygraph_forward_backward", "compiled_forward_backward"):
+        row = overhead[name]
+        mode = "forward" if name.endswith("_forward") else "forward_backward"
+        matmul_ms = overhead["matmul_ms_at_sgemm_rate"][mode]
+        assert row["overhead_ms"] == pytest.approx(row["ms_per_segment"] - matmul_ms, abs=2e-3)
+        assert row["times_matmul"] == pytest.approx(row["ms_per_segment"] / matmul_ms, rel=0.02)
+        assert row["tokens_per_s"] == pytest.approx(256e3 / row["ms_per_segment"], rel=1e-3)
+    assert overhead["matmul_ms_at_sgemm_rate"]["forward_backward"] == pytest.approx(
+        3 * overhead["matmul_ms_at_sgemm_rate"]["forward"], abs=2e-4)
+
     parity = result["parity"]
     assert parity["ok"] and parity["max"] <= 1e-5
     assert set(parity["max_abs_diff"]) == {"sequence_output", "pooled_output", "memories"}
