@@ -23,6 +23,7 @@ from test_tasks import WORDS, finetune_task, iflytek_json, imdb_tsv, text, vocab
 
 from ernie_doc.cli import predict
 from ernie_doc.data.document import parse_json_line, read_json_file, read_tsv
+from ernie_doc.data.schedule import schedule_rows
 from ernie_doc.errors import DataError, PipelineError
 from ernie_doc.kinds.base import load_reader
 from ernie_doc.predict.documents import to_document
@@ -106,6 +107,32 @@ def test_eval_only_run_writes_the_same_predictions(imdb_run, tmp_path):
     docs = load_reader("imdb").read(str(data), "test", {})
     assert_same_predictions(read_jsonl(ev / "predictions_test.jsonl"),
                             Pipeline.from_pretrained(str(out))(docs))
+
+
+def test_pipeline_drops_rows_left_idle(imdb_run, monkeypatch):
+    """Once the documents ran out, the rows they leave idle are dropped for good: the model
+    reads the live rows alone (their memories gathered), and every record stays as the full
+    batch, or a batch of as many rows as documents, gives it."""
+    data, out = imdb_run
+    docs = load_reader("imdb").read(str(data), "test", {})[:5]
+    pipe = Pipeline.from_pretrained(str(out), batch_size=4)
+    lengths = [len(pipe._passes(d, 0)) for d in docs]
+    live = (schedule_rows(lengths, 4).doc >= 0).sum(axis=1).tolist()   # rows reading per step
+    assert lengths == [6, 6, 10, 8, 6] and live == [4] * 6 + [3, 3, 2, 2, 1, 1]
+    seen = []
+    forward = pipe.task.forward
+
+    def spy(model, batch, carry):
+        seen.append(int(batch["input_ids"].shape[0]))
+        return forward(model, batch, carry)
+
+    monkeypatch.setattr(pipe.task, "forward", spy)
+    records = pipe(docs)
+    assert seen == live
+    seen.clear()
+    pipe.compact = False
+    assert pipe(docs) == records and seen == [4] * len(live)
+    assert Pipeline.from_pretrained(str(out), batch_size=len(docs))(docs) == records
 
 
 # How this run reads differs from the packaged IMDB config's (T 512, stride = memory_len,
@@ -380,10 +407,23 @@ def test_choice_predict_equals_evaluation(tmp_path):
     assert "(8 rows/rank x 1 ranks x 1 accumulation)" in (out / "train.log").read_text()
     pipe = Pipeline.from_pretrained(str(out))
     assert pipe.rows == 8
+    seen = []
+    forward = pipe.task.forward
+
+    def spy(model, batch, carry):
+        seen.append(int(batch["input_ids"].shape[0]))
+        return forward(model, batch, carry)
+
+    pipe.task.forward = spy
     records = pipe(inputs)
     assert_same_predictions(read_jsonl(out / "predictions_dev.jsonl"), records)
     for r, d in zip(records, docs):
         assert len(r["probs"]) == len(d.fields["choices"])
+    # the last question reads alone once the others are done: its group of 4 rows, memories
+    # gathered, gives the records the full batch of 8 gives
+    assert seen[0] == 8 and seen[-1] == 4
+    pipe.compact = False
+    assert pipe(inputs) == records
     with pytest.raises(PipelineError, match="batch size 6 must be a positive multiple of 4"):
         Pipeline.from_pretrained(str(out), batch_size=6)
 
@@ -457,6 +497,12 @@ def test_exported_model_predicts_like_dygraph(imdb_run, tmp_path):
     for a, b in zip(dygraph, exported):
         assert a["pred"] == b["pred"] and a["segments"] == b["segments"]
         np.testing.assert_allclose(a["probs"], b["probs"], atol=1e-5)
+    # an export of a fixed batch reads every step at that batch: no idle row is dropped
+    in_process(command, ["--config", str(out / "best"), "--head", "sequence_classification",
+                         "--output", str(tmp_path / "fixed" / "model"), "--batch-size", "2"])
+    fixed = Pipeline.from_pretrained(str(tmp_path / "fixed"), batch_size=2)
+    assert not fixed.compact and engine.compact
+    assert fixed(docs) == exported
     from ernie_doc.predict.engine import BF16_CPU_FLAGS, cpu_flags
     if set(BF16_CPU_FLAGS) & cpu_flags():
         bf16 = Pipeline.from_pretrained(str(export), precision="bf16")(docs)

@@ -168,6 +168,25 @@ def test_row_scheduler_state_round_trip(seed):
         assert np.array_equal(reset, full[2]), k
 
 
+def test_row_scheduler_drops_idle_rows():
+    """drop_idle after a step keeps the rows that read something, each with its own document,
+    position and remaining steps: predict's rows after the documents ran out."""
+    scheduler = RowScheduler(4)
+    steps, _ = drive(scheduler, [3, 1, 2], [0, 1, 2], steps=1)
+    assert steps[0] == [(0, 0, True), (1, 0, True), (2, 0, True), (None, 0, True)]
+    assert scheduler.drop_idle() == [0, 1, 2] and scheduler.rows == 3
+    kept, sizes = [], []
+    while True:
+        step, _ = drive(scheduler, [3, 1, 2], [], steps=1)
+        if all(key is None for key, _, _ in step[0]):
+            break
+        kept.append(scheduler.drop_idle())
+        sizes.append(scheduler.rows)
+    # step 1: doc 1 is done, its row dropped; step 2: doc 0 reads its last, doc 2 is done
+    assert kept == [[0, 2], [0]] and sizes == [2, 1]
+    assert scheduler.state() == [[None, 3, 0]]
+
+
 def test_row_scheduler_errors():
     with pytest.raises(ValueError):
         RowScheduler(0)

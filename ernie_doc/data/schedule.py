@@ -6,7 +6,7 @@ the next document starts in the row that frees first, with `reset` set. Unlike t
 reader, nothing is dropped or counted twice (finished rows are padded). With R ranks, rank r
 reads rows r·B … r·B+B−1 of R·B, so all ranks run the same number of steps."""
 from dataclasses import dataclass
-from typing import Sequence
+from typing import List, Sequence
 
 import numpy as np
 
@@ -70,6 +70,19 @@ class RowScheduler:
             self.position[r] += 1
             self.remaining[r] -= 1
         return out
+
+    def drop_idle(self) -> List[int]:
+        """After a step: remove the rows that read nothing in it → the indices (among the
+        rows before) of those kept, in order. A row is idle only once next_doc found no
+        document, so with a source that stays exhausted it would stay idle for good
+        (predict's pipeline, where idle rows are computed for nothing)."""
+        kept = [r for r in range(self.rows) if self.current[r] is not None]
+        if len(kept) < self.rows:
+            self.current = [self.current[r] for r in kept]
+            self.position = [self.position[r] for r in kept]
+            self.remaining = [self.remaining[r] for r in kept]
+            self.rows = len(kept)
+        return kept
 
     def state(self):
         """Json-able: the row contents (key, next step, remaining)."""

@@ -190,6 +190,8 @@ class Task:
     scores_tokens = False  # predicts each token's likelihood (predict.lm), not documents
     refused: Dict[str, str] = {}   # run-config keys the kind refuses when set → why
     pipeline_tasks: Tuple[str, ...] = ()   # Hugging Face pipeline tasks it does (predict)
+    # the batch axis of each carry tensor: ERNIE-Doc's memories [L, B, M, H], memory_mask [B, M]
+    carry_axes: Dict[str, int] = {"memories": 1, "memory_mask": 0}
 
     def __init__(self, cfg: Config, reader: Any):
         self.cfg, self.reader = cfg, reader
@@ -230,6 +232,13 @@ class Task:
         """The model on one batch of tensors with the rows' memory state → (outputs, the new
         memory state). `carry` is {} at the start of an evaluation."""
         raise NotImplementedError
+
+    def carry_rows(self, carry: Dict[str, Any], rows: Sequence[int]) -> Dict[str, Any]:
+        """The carry of batch rows `rows` alone, in that order (each tensor gathered on its
+        carry_axes axis; None stays None)."""
+        index = paddle.to_tensor(np.asarray(rows, dtype=np.int64))
+        return {k: None if v is None else paddle.gather(v, index, axis=self.carry_axes[k])
+                for k, v in carry.items()}
 
     def train_weight(self, batch: Dict[str, np.ndarray]) -> np.ndarray:
         """numpy [B]: 1 for the rows of a batch that train."""

@@ -76,6 +76,7 @@ class ExportedModel:
     def __init__(self, predictor):
         self.predictor = predictor
         self.config = predictor.config
+        self.fixed_rows = predictor.batch_size   # None: the export takes any batch
 
     def eval(self) -> "ExportedModel":
         return self
@@ -144,6 +145,8 @@ class Pipeline(DocumentStream):
         self.reads_text = self.tokenizer is not None
         # the run's autocast (GPU only) for a dygraph model; an export has its own precision
         self.amp = run.amp if isinstance(self.model, paddle.nn.Layer) else AmpSettings()
+        # rows left idle at the end are dropped (stream), unless the export's batch is fixed
+        self.compact = getattr(self.model, "fixed_rows", None) is None
         self.model.eval()
 
     @classmethod
@@ -246,17 +249,11 @@ class Pipeline(DocumentStream):
             ready.clear()
             if all(key is None for key, _, _ in step):
                 return
-            rows: List[Any] = []   # a step's Segments, None for an idle row
-            resets: List[bool] = []
-            for key, seg, reset in step:
-                rows.extend([None] * g if key is None else step_members(inflight[key][2][seg]))
-                resets.extend([reset] * g)
-            batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
-            tensors = stage(batch)
-            # as evaluation reads: under AMP when the run trained with it (dygraph on a GPU)
-            with paddle.no_grad(), self.amp.autocast():
-                out, carry = task.forward(self.model, tensors, carry)
-            collect_row_outputs(task, batch, tensors, out, g, outputs)
+            if self.compact:
+                step, carry = self._live_rows(scheduler, step, carry)
+            segments = [(inflight[key][2][seg] if key is not None else None, reset)
+                        for key, seg, reset in step]
+            carry = self._read_step(segments, stage, carry, outputs)
             for key, seg, _ in step:
                 if key is not None and seg == len(inflight[key][2]) - 1:   # its last step
                     index, doc, passes = inflight.pop(key)
@@ -264,6 +261,35 @@ class Pipeline(DocumentStream):
                                           [passes])[0]
                     yield dict(record, index=index)
 
+    def _live_rows(self, scheduler: RowScheduler, step: List[tuple], carry: Dict[str, Any]
+                   ) -> Tuple[List[tuple], Dict[str, Any]]:
+        """(step, carry) for the rows that read something: a row idle once the documents ran
+        out stays idle, so it is dropped for good (its carry with it; groups of g rows
+        together) and the model computes the live rows alone."""
+        kept = scheduler.drop_idle()
+        if len(kept) == len(step):
+            return step, carry
+        g = self.group
+        return ([step[r] for r in kept],
+                self.task.carry_rows(carry, [r * g + j for r in kept for j in range(g)]))
+
+    def _read_step(self, segments: List[Tuple[Any, bool]], stage: TensorStage,
+                   carry: Dict[str, Any], outputs: Dict[int, RowOutputs]) -> Dict[str, Any]:
+        """One step through the model: per row its step (g Segments; None: idle) and reset →
+        the new carry; each predicted row's output appended to outputs[its doc key]."""
+        g = self.group
+        rows: List[Any] = []   # the step's Segments, None for an idle row
+        resets: List[bool] = []
+        for members, reset in segments:
+            rows.extend([None] * g if members is None else step_members(members))
+            resets.extend([reset] * g)
+        batch = collate(rows, resets, self.cfg.max_seq_len, self.pad_id)
+        tensors = stage(batch)
+        # as evaluation reads: under AMP when the run trained with it (dygraph on a GPU)
+        with paddle.no_grad(), self.amp.autocast():
+            out, carry = self.task.forward(self.model, tensors, carry)
+        collect_row_outputs(self.task, batch, tensors, out, g, outputs)
+        return carry
 
     def explain(self, documents: Iterable[Any], **options: Any) -> List[dict]:
         """Explain the prediction of each document → one record per document, in input order
