@@ -15,7 +15,7 @@ from ernie_doc.config import ErnieDocConfig
 from ernie_doc.errors import ModelInputError
 from ernie_doc.modeling.attention import truncated_normal
 from ernie_doc.modeling.embeddings import EMBEDDING_LN_EPS
-from ernie_doc.modeling.linear import Linear
+from ernie_doc.modeling.linear import Linear, add_broadcast
 from ernie_doc.modeling.model import ErnieDocModel, activation
 from ernie_doc.modeling.pretrained import PretrainedMixin
 from ernie_doc.modeling.reading import READ_ADVICE, SegmentReader
@@ -265,8 +265,8 @@ class MaskedLMHead(nn.Layer):
     def forward(self, hidden: paddle.Tensor) -> paddle.Tensor:
         """hidden [N, H] → logits [N, V]."""
         h = self.layer_norm(self.act(self.transform(hidden)))
-        return paddle.matmul(h, self._word_embedding[0].weight, transpose_y=True) + \
-            self.decoder_bias
+        return add_broadcast(paddle.matmul(h, self._word_embedding[0].weight, transpose_y=True),
+                             self.decoder_bias)
 
 
 class ErnieDocForPretraining(Head):

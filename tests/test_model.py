@@ -431,3 +431,46 @@ def test_memory_slots_take_their_own_rows_first_task_type(monkeypatch):
     np.testing.assert_allclose(ref[0], seq[0], rtol=0, atol=1e-5)
     # ~9e-3 here, 1,000 times the rounding the row-by-row comparison allows
     assert np.abs(ref[1] - seq[1]).max() > 1e-3
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [([3, 5, 8], [8]), ([7, 8], [8]),
+                                             ([2, 2, 5, 6], [2, 2, 1, 6])])
+def test_add_broadcast_gradient_is_the_broadcast_adds(x_shape, y_shape):
+    """add_broadcast: y's gradient as one product with ones (paddle's CPU sum over broadcast
+    axes is many times slower), the values and gradients those of x + y."""
+    from ernie_doc.modeling.linear import add_broadcast
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal(x_shape).astype("float32")
+    y0 = rng.standard_normal(y_shape).astype("float32")
+    results = []
+    for add in (add_broadcast, lambda x, y: x + y):
+        x, y = paddle.to_tensor(x0, stop_gradient=False), paddle.to_tensor(y0, stop_gradient=False)
+        out = add(x, y)
+        ((out * out).sum() + out.sum()).backward()
+        results.append((out.numpy(), x.grad.numpy(), y.grad.numpy()))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    x, y = paddle.to_tensor(x0, stop_gradient=False), paddle.to_tensor(y0, stop_gradient=False)
+    assert "_BroadcastAdd" in add_broadcast(x, y).grad_fn.name()   # the fast gradient
+    with paddle.no_grad():   # nothing to record: the plain add
+        np.testing.assert_array_equal(add_broadcast(x, y).numpy(), (x + y).numpy())
+
+
+def test_task_term_as_one_product_equals_the_multiply_and_sum():
+    """The attention's task correction s(t − u)·T_j in fp32 dygraph is a product with the
+    block-diagonal matrix of s(t − u): the values and gradients of the multiply-and-sum form
+    (compiled and bf16 steps keep)."""
+    config = tiny_config()
+    attn = RelativeMultiHeadAttention(config)
+    rng = np.random.default_rng(0)
+    t0 = rng.standard_normal([2, 6, config.hidden_size]).astype("float32")
+    c0 = rng.standard_normal([config.hidden_size]).astype("float32")
+    results = []
+    for form in (attn._task_bias, lambda t, c: attn._heads(t * c).sum(axis=-1).unsqueeze(2)):
+        t, c = paddle.to_tensor(t0, stop_gradient=False), paddle.to_tensor(c0, stop_gradient=False)
+        out = form(t, c)
+        (out * out).sum().backward()
+        results.append((out.numpy(), t.grad.numpy(), c.grad.numpy()))
+    assert results[0][0].shape == (2, config.num_attention_heads, 1, 6)
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -295,3 +295,43 @@ def test_whole_word_masking_masks_every_piece_of_a_word(tmp_path, whole_word):
     # whole words: never part of a word (pieces a window edge cuts off count as their own
     # group here, and are all masked or all kept as well)
     assert (split_words == 0) if whole_word else (split_words > 10), split_words
+
+
+def test_training_mlm_logits_only_for_the_rows_that_train():
+    """While gradients are recorded, the MLM head reads the masked tokens of the rows that
+    train only (a skim pass's rows have weight 0); the loss and metrics are those of every
+    row's logits with the skim rows weighted 0. Evaluation (no gradients) reads every row."""
+    import paddle
+    from helpers import tiny_config
+
+    from ernie_doc.heads import ErnieDocForPretraining
+    from ernie_doc.kinds.pretraining import OBJECTIVE_DEFAULTS, PretrainingTask
+    task = PretrainingTask.__new__(PretrainingTask)   # the methods under test read these
+    task.cfg = type("Cfg", (), {"loss_segments": "all"})()
+    task.options, task.seq_len = dict(OBJECTIVE_DEFAULTS), 8
+    rng = np.random.default_rng(0)
+    labels = np.full([3, 8], -1, dtype=np.int64)
+    labels[:, 2:6] = rng.integers(5, 60, [3, 4])
+    batch = {"input_ids": paddle.to_tensor(rng.integers(5, 60, [3, 8])),
+             "target_mlm_labels": paddle.to_tensor(labels),
+             "target_reorder_label": paddle.to_tensor(np.array([[1], [0], [2]])),
+             "has_loss": paddle.to_tensor(np.array([True, False, True])),
+             "is_last": paddle.to_tensor(np.array([True, True, False]))}
+    weight = paddle.to_tensor(np.array([1.0, 0.0, 1.0], dtype="float32"))
+    paddle.seed(0)
+    model = ErnieDocForPretraining(tiny_config(max_position_embeddings=8))
+    model.eval()   # no dropout: both readings see the same model
+    results = []
+    for grad in (True, False):
+        with paddle.set_grad_enabled(grad):
+            positions = task.model_inputs(batch)["masked_positions"].numpy()
+            out = model(batch["input_ids"], masked_positions=paddle.to_tensor(positions))
+            loss, metrics = task.train_loss(out, batch, weight)
+        results.append((positions, float(loss), metrics))
+    (train_pos, train_loss, train_metrics), (all_pos, all_loss, all_metrics) = results
+    assert sorted(set(train_pos // 8)) == [0, 2] and len(train_pos) == 8
+    assert sorted(set(all_pos // 8)) == [0, 1, 2] and len(all_pos) == 12
+    np.testing.assert_allclose(train_loss, all_loss, rtol=1e-6)
+    assert train_metrics.keys() == all_metrics.keys()
+    for name, (total, count) in train_metrics.items():
+        np.testing.assert_allclose([total, count], all_metrics[name], rtol=1e-6)

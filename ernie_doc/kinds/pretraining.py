@@ -244,8 +244,14 @@ class PretrainingTask(DocumentTask):
         return {"cls_token_idx": CLS_INDEX[self.cfg.segment_layout]}
 
     def model_inputs(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        labels = batch["target_mlm_labels"].reshape([-1])
-        positions = paddle.nonzero(labels >= 0).reshape([-1])
+        """The flat positions [N] the MLM head reads: while gradients are recorded (training),
+        the masked tokens of the rows that train only (a skim pass's rows have no loss, so
+        their logits would only add zeros), else every masked token."""
+        labels = batch["target_mlm_labels"]   # [B, T]
+        if paddle.is_grad_enabled():
+            rows: Any = self.train_weight(batch)   # on the batch's tensors: a tensor
+            labels = paddle.where(rows.unsqueeze(-1), labels, paddle.full_like(labels, -1))
+        positions = paddle.nonzero(labels.reshape([-1]) >= 0).reshape([-1])
         if positions.shape[0] == 0:   # no masked token in this batch: one dummy, weight 0
             positions = paddle.zeros([1], dtype="int64")
         return {"masked_positions": positions}
@@ -254,7 +260,7 @@ class PretrainingTask(DocumentTask):
         """→ per-masked-token (nll, correct, weight) and per-row (nll, correct, weight) of
         the reorder objective (rows at their document's last segment)."""
         labels = batch["target_mlm_labels"].reshape([-1])
-        positions = self.model_inputs(batch)["masked_positions"]
+        positions = self.model_inputs(batch)["masked_positions"]   # those the forward read
         targets = paddle.gather(labels, positions)
         rows = positions // self.seq_len
         w_mlm = paddle.gather(weight, rows) * (targets >= 0).astype("float32")

@@ -17,7 +17,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ernie_doc.config import QUERY_BLOCK, ErnieDocConfig
-from ernie_doc.modeling.linear import Linear
+from ernie_doc.modeling.linear import Linear, add_broadcast
 
 MASK_VALUE = 1e9  # official additive mask constant (PaddleNLP uses 1e8)
 
@@ -86,6 +86,16 @@ class RelativeMultiHeadAttention(nn.Layer):
         perm[-3], perm[-2] = perm[-2], perm[-3]
         return x.transpose(perm)
 
+    def _task_bias(self, task: paddle.Tensor, coef: paddle.Tensor) -> paddle.Tensor:
+        """task [B,K,H] · coef [H], summed per head → [B,n,1,K]. In fp32 dygraph as one product
+        with the block-diagonal [H, n] matrix of coef (a broadcast multiply's CPU gradient is
+        many times slower); elsewhere (a compiled or bf16 step) the multiply and sum."""
+        if not (paddle.in_dynamic_mode() and task.dtype == paddle.float32):
+            return self._heads(task * coef).sum(axis=-1).unsqueeze(2)
+        n, d = self.num_heads, self.head_dim
+        diag = coef.reshape([n, d, 1]) * paddle.eye(n, dtype=coef.dtype).reshape([n, 1, n])
+        return paddle.matmul(task, diag.reshape([n * d, n])).transpose([0, 2, 1]).unsqueeze(2)
+
     def forward(self, x: paddle.Tensor, memory: Optional[paddle.Tensor], pos_emb: paddle.Tensor,
                 task_emb: Optional[paddle.Tensor], key_task_ids: Optional[paddle.Tensor],
                 mask_bias: Optional[paddle.Tensor]) -> paddle.Tensor:
@@ -110,16 +120,14 @@ class RelativeMultiHeadAttention(nn.Layer):
         values = self._heads(self.v_proj(context))
         rel = self._heads(self.r_proj(pos_emb))                            # [(B,)n,R,d]
 
-        q_w = self._heads((q + r_w) * scale)                               # [B,n,T,d]
-        q_r = self._heads((q + r_r) * scale)
+        q_w = self._heads(add_broadcast(q, r_w) * scale)                   # [B,n,T,d]
+        q_r = self._heads(add_broadcast(q, r_r) * scale)
         if len(rel.shape) == 3 and (self.training or (paddle.in_dynamic_mode()
                                                       and paddle.is_grad_enabled())):
             # expand, not a broadcasting matmul: its gradient fails on paddle 3.3.1 CPU
             rel = rel.unsqueeze(0).expand([q_w.shape[0]] + list(rel.shape))
-        task_bias = None
-        if task is not None:
-            # s(t − u)·T_j: the task term's correction, one value per key.
-            task_bias = self._heads(task * ((r_t - r_w) * scale)).sum(axis=-1).unsqueeze(2)
+        # s(t − u)·T_j: the task term's correction, one value per key and head
+        task_bias = None if task is None else self._task_bias(task, (r_t - r_w) * scale)
         seg_len = q_w.shape[2]
         blocks = []
         for start in range(0, seg_len, QUERY_BLOCK):
@@ -132,7 +140,7 @@ class RelativeMultiHeadAttention(nn.Layer):
             score = score + gather_rel_shift(paddle.matmul(q_blk, window, transpose_y=True),
                                              key_len, offset=size - 1)
             if task_bias is not None:
-                score = score + task_bias
+                score = add_broadcast(score, task_bias)
             if mask_bias is not None:
                 score = score + mask_bias[:, :, start:start + size]
             weights = self.dropout(F.softmax(score, axis=-1))
