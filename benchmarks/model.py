@@ -31,8 +31,9 @@
 
 Inputs: random ids, attention_mask all ones and token_type_ids zeros, as in a plain document
 stream; ours then skips the mask and the task term (its dygraph shortcuts), PaddleNLP computes
-both. Prints one JSON object (also written atomically to --output); exits with 1 when the
-parity check fails.
+both. Ours runs as every ernie-doc command runs on CPU, with paddle's stride kernels off
+(utils.set_device), PaddleNLP with paddle's default (on), as its scripts run. Prints one JSON
+object (also written atomically to --output); exits with 1 when the parity check fails.
 """
 import argparse
 import functools
@@ -87,6 +88,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    metavar=("B", "T", "M"),
                    help="rows, segment and memory length of the per-segment overhead "
                         "measurement (an L1 H64 model, the offline demo's); default the demo's")
+    p.add_argument("--overhead-threads", type=int, default=1,
+                   help="paddle's threads for the overhead measurement (default 1, as the "
+                        "demo trains; --threads is restored after)")
     p.add_argument("--no-overhead", action="store_true",
                    help="skip the per-segment overhead measurement")
     p.add_argument("--stream-lengths", type=int, nargs="*", default=[2048, 32768],
@@ -137,6 +141,9 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace,
         p.error(f"--threads {problem}")
     if min(args.overhead_shape[:2]) < 1 or args.overhead_shape[2] < 0:
         p.error("--overhead-shape: B and T must be >= 1, M >= 0")
+    problem = threads_problem(args.overhead_threads)
+    if problem:
+        p.error(f"--overhead-threads {problem}")
     if any(n < 1 for n in args.stream_lengths):
         p.error("--stream-lengths must be positive")
     check_output(p, args)
@@ -350,12 +357,37 @@ OVERHEAD_MODEL = dict(num_hidden_layers=1, hidden_size=64, num_attention_heads=4
                       hidden_dropout_prob=0.1, vocab_size=32, pad_token_id=0)
 
 
-def segment_overhead(args: argparse.Namespace, sgemm_rate: float) -> Dict[str, Any]:
-    """Time per segment of an L1 H64 model (OVERHEAD_MODEL) at --overhead-shape B T M against
-    the time its matmul work (forward_matmul_flops; 3x to train) takes at this CPU's sgemm
-    rate: eval forward and dygraph forward + backward, and the compiled step (compile: true)
-    unless --no-compile, medians of --repeats alternating rounds. What is above the matmul
-    time is per-segment overhead: operator dispatch, small kernels, autograd."""
+def paddle_gemm_gflops(size: int = 2048, repeats: int = 3) -> float:
+    """paddle's own fp32 matmul rate (dygraph, size³, best of `repeats`) with the threads
+    paddle is set to now, in GFLOP/s."""
+    import numpy as np
+    import paddle
+    a = paddle.to_tensor(np.random.RandomState(0).standard_normal((size, size))
+                         .astype("float32"))
+    best = min(time_steps(lambda: float(paddle.matmul(a, a)[0, 0]), repeats, warmup=1))
+    return 2 * size ** 3 / best / 1e9
+
+
+def segment_overhead(args: argparse.Namespace) -> Dict[str, Any]:
+    """Time per segment of an L1 H64 model (OVERHEAD_MODEL) at --overhead-shape B T M with
+    --overhead-threads (the demo trains with one), against the time its matmul work
+    (forward_matmul_flops; 3x to train) takes at paddle's fp32 matmul rate with those threads:
+    eval forward and dygraph forward + backward, and the compiled step (compile: true) unless
+    --no-compile, medians of --repeats alternating rounds. What is above the matmul time is
+    per-segment overhead: operator dispatch, small kernels, autograd. Leaves paddle at
+    --threads where it was given."""
+    apply_paddle_threads(args.overhead_threads)
+    try:
+        rate = paddle_gemm_gflops()
+        result = {"threads": args.overhead_threads,
+                  "paddle_gemm_2048_gflops": round(rate, 1)}
+        return {**result, **overhead_rounds(args, rate)}
+    finally:
+        apply_paddle_threads(args.threads)
+
+
+def overhead_rounds(args: argparse.Namespace, gemm_rate: float) -> Dict[str, Any]:
+    """segment_overhead's measurement, with paddle's threads already set."""
     import statistics
 
     import numpy as np
@@ -383,12 +415,12 @@ def segment_overhead(args: argparse.Namespace, sgemm_rate: float) -> Dict[str, A
         for name, kw in contenders.items():
             rounds[name].append(measure(memories=memories, args=timing, **kw))
     flops = forward_matmul_flops(config, batch, seq_len)
-    matmul_s = {"forward": flops / (sgemm_rate * 1e9),
-                "forward_backward": 3 * flops / (sgemm_rate * 1e9)}
+    matmul_s = {"forward": flops / (gemm_rate * 1e9),
+                "forward_backward": 3 * flops / (gemm_rate * 1e9)}
     out: Dict[str, Any] = {"shape": {"layers": 1, "hidden_size": 64, "batch_size": batch,
                                      "seq_len": seq_len, "memory_len": memory_len},
                            "matmul_mflop_forward": round(flops / 1e6, 3),
-                           "matmul_ms_at_sgemm_rate": {k: round(v * 1e3, 4)
+                           "matmul_ms_at_gemm_rate": {k: round(v * 1e3, 4)
                                                        for k, v in matmul_s.items()}}
     for name, rs in rounds.items():
         for key in rs[0]:
@@ -443,12 +475,25 @@ def train_step(model: Any, run: Callable[..., tuple], memories: Optional["paddle
 
 
 def measure(name: str, model: Any, run: Callable[..., tuple], memories: Optional["paddle.Tensor"],
-            args: argparse.Namespace, forward: bool = True, call: Any = None
-            ) -> Dict[str, List[float]]:
+            args: argparse.Namespace, forward: bool = True, call: Any = None,
+            strided: bool = False) -> Dict[str, List[float]]:
     """One round for one model → the step times of forward (eval, no_grad; skipped when not
-    `forward`) and of forward+backward (train mode, through `call`, default the model)."""
+    `forward`) and of forward+backward (train mode, through `call`, default the model).
+    `strided`: with paddle's stride kernels on (its default, as PaddleNLP runs), else off
+    (as every ernie-doc command runs on CPU: utils.set_device)."""
     import paddle
     call = call or model
+    paddle.set_flags({"FLAGS_use_stride_kernel": strided})
+    try:
+        return _measure(name, model, run, memories, args, forward, call)
+    finally:
+        paddle.set_flags({"FLAGS_use_stride_kernel": False})
+
+
+def _measure(name: str, model: Any, run: Callable[..., tuple],
+             memories: Optional["paddle.Tensor"], args: argparse.Namespace, forward: bool,
+             call: Any) -> Dict[str, List[float]]:
+    import paddle
 
     def forward_only():
         with paddle.no_grad():
@@ -557,7 +602,10 @@ def stream_worker(args: argparse.Namespace) -> Dict[str, Any]:
     """Stream one document of args.stream_worker tokens; returns the result dict."""
     import numpy as np
     import paddle
+
+    from ernie_doc.utils import set_device
     apply_paddle_threads(args.threads)
+    set_device("cpu")
     config = build_config(args)
     model = build_ours(config, args.seed)
     model.eval()
@@ -683,7 +731,10 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
     import paddle
+
+    from ernie_doc.utils import set_device
     apply_paddle_threads(args.threads)
+    set_device("cpu")   # ours as every ernie-doc command runs it: stride kernels off
     t_total = time.perf_counter()
     from ernie_doc.errors import ConfigError
     try:
@@ -698,7 +749,8 @@ def run(args: argparse.Namespace) -> int:
                   "quick": args.quick, "hidden_size": config.hidden_size,
                   "layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
                   "inputs": "random ids, attention_mask all ones, token_type_ids zeros, "
-                            "memories carried from a previous segment"},
+                            "memories carried from a previous segment",
+                  "stride_kernels": {"ours": False, "paddlenlp": True}},
         "environment": environment(args),
     }
     rng = np.random.RandomState(args.seed)
@@ -729,7 +781,8 @@ def run(args: argparse.Namespace) -> int:
                 forward=False,
                 call=CompiledForward(ours, amp_settings("bf16", "cpu", compiled=True)))
     if pn is not None:
-        contenders["paddlenlp"] = dict(name="paddlenlp", model=pn, run=inputs.run_paddlenlp)
+        contenders["paddlenlp"] = dict(name="paddlenlp", model=pn, run=inputs.run_paddlenlp,
+                                       strided=True)
     tp = throughput(contenders, memories, args)
     if pn is not None:
         tp["ratio_ours_over_paddlenlp"] = {
@@ -753,10 +806,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_bf16:
         print("[benchmark] the bf16 matmul limit", file=sys.stderr, flush=True)
         result["bf16_limit"] = bf16_limit(config, args, tp)
-    if not args.no_overhead:
-        print("[benchmark] per-segment overhead (L1 H64)", file=sys.stderr, flush=True)
-        result["segment_overhead"] = segment_overhead(
-            args, result["matmul_limit"]["sgemm_2048_gflops"])
     if args.profile:
         print("[benchmark] profiling one forward+backward step of ours", file=sys.stderr,
               flush=True)
@@ -767,6 +816,10 @@ def run(args: argparse.Namespace) -> int:
                                                  kw.get("call")))
             for name, kw in contenders.items() if name.startswith("ours")}
         ours.eval()
+    if not args.no_overhead:
+        # last: it sets paddle's threads (--overhead-threads)
+        print("[benchmark] per-segment overhead (L1 H64)", file=sys.stderr, flush=True)
+        result["segment_overhead"] = segment_overhead(args)
     result["main_process_peak_rss_mb"] = mb(memory_kb()[1])
     del ours, pn, inputs, memories
 

@@ -46,6 +46,8 @@ def test_benchmark_quick(tmp_path):
     if "ours_compiled_bf16" in profiles:   # the autocast's conversions are their own family
         assert profiles["ours_compiled_bf16"]["seconds"]["cast (fp32 <-> bf16)"] > 0
 
+    # ours as ernie-doc runs on CPU (stride kernels off), PaddleNLP as paddle's default
+    assert result["setup"]["stride_kernels"] == {"ours": False, "paddlenlp": True}
     tp = result["throughput"]
     for model in ("ours", "paddlenlp"):
         assert tp[model]["forward_tokens_per_s"] > 0
@@ -89,17 +91,18 @@ def test_benchmark_quick(tmp_path):
 
     # per-segment overhead: the demo's L1 H64 model against its matmul time
     overhead = result["segment_overhead"]
+    assert overhead["threads"] == 1 and overhead["paddle_gemm_2048_gflops"] > 1
     assert overhead["shape"] == {"layers": 1, "hidden_size": 64, "batch_size": 32,
                                  "seq_len": 8, "memory_len": 8}
     for name in ("dygraph_forward", "dygraph_forward_backward", "compiled_forward_backward"):
         row = overhead[name]
         mode = "forward" if name.endswith("_forward") else "forward_backward"
-        matmul_ms = overhead["matmul_ms_at_sgemm_rate"][mode]
+        matmul_ms = overhead["matmul_ms_at_gemm_rate"][mode]
         assert row["overhead_ms"] == pytest.approx(row["ms_per_segment"] - matmul_ms, abs=2e-3)
         assert row["times_matmul"] == pytest.approx(row["ms_per_segment"] / matmul_ms, rel=0.02)
         assert row["tokens_per_s"] == pytest.approx(256e3 / row["ms_per_segment"], rel=1e-3)
-    assert overhead["matmul_ms_at_sgemm_rate"]["forward_backward"] == pytest.approx(
-        3 * overhead["matmul_ms_at_sgemm_rate"]["forward"], abs=2e-4)
+    assert overhead["matmul_ms_at_gemm_rate"]["forward_backward"] == pytest.approx(
+        3 * overhead["matmul_ms_at_gemm_rate"]["forward"], abs=2e-4)
 
     parity = result["parity"]
     assert parity["ok"] and parity["max"] <= 1e-5
@@ -123,6 +126,35 @@ def test_benchmark_quick(tmp_path):
     assert result["memory_retention"] == {"flat": True, "retained_growth_bytes": {
         "512": {"eval": 0, "train": 0}, "2048": {"eval": 0, "train": 0}}}
     assert result["environment"]["paddle"]
+
+
+def test_each_contender_is_measured_with_its_own_stride_kernels():
+    """Ours with paddle's stride kernels off (as ernie-doc runs on CPU), PaddleNLP with them
+    on (paddle's default): the flag each model call sees, and off again after."""
+    import argparse
+
+    import paddle
+
+    class Model:
+        def eval(self):
+            pass
+
+        train = clear_gradients = eval
+
+    seen = []
+
+    def run(call, memories):
+        seen.append(paddle.get_flags("FLAGS_use_stride_kernel")["FLAGS_use_stride_kernel"])
+        out = paddle.ones([1], dtype="float32")
+        out.stop_gradient = False
+        return out, out, None
+
+    args = argparse.Namespace(steps=1, warmup=0)
+    for strided in (True, False):
+        seen.clear()
+        benchmark_model.measure("m", Model(), run, None, args, strided=strided)
+        assert seen == [strided, strided]   # forward, then forward + backward
+        assert not paddle.get_flags("FLAGS_use_stride_kernel")["FLAGS_use_stride_kernel"]
 
 
 def test_throughput_is_the_median_of_alternating_rounds(capsys):
