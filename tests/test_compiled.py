@@ -240,3 +240,25 @@ def test_first_line_finds_the_error_paddle_wrapped():
                                    "take_along_axis, input: arr, arr.dtype: bfloat16")
     assert first_line(ValueError("In user code:\n\n    cannot capture this op\n")) == \
         "ValueError: cannot capture this op"
+
+
+def test_compile_is_the_default_nowhere():
+    """On CPU the compiled step measured slower than dygraph at every shape (the demo's and
+    base-en; docs/benchmarks.md), so no default turns it on: not the run keys, not a task's or
+    a pretraining config, not a launcher script."""
+    import yaml
+    from helpers import ROOT
+
+    from ernie_doc.run_keys import DEFAULTS
+    assert DEFAULTS["compile"] is False
+    files = [p for folder in ("tasks", "configs") for p in (ROOT / folder).rglob("*")
+             if p.suffix in (".yaml", ".yml", ".sh")]
+    assert len(files) > 20
+    for path in files:
+        text = path.read_text()
+        if path.suffix == ".sh":
+            assert "compile=true" not in text, path
+            continue
+        values = yaml.safe_load(text) or {}
+        assert not values.get("compile"), path
+        assert "compile" not in str(values.get("variants", "")), path
