@@ -456,6 +456,47 @@ def test_add_broadcast_gradient_is_the_broadcast_adds(x_shape, y_shape):
         np.testing.assert_array_equal(add_broadcast(x, y).numpy(), (x + y).numpy())
 
 
+@pytest.mark.parametrize("frozen", ["x", "y", "both"])
+@pytest.mark.parametrize("x_shape,y_shape", [([4, 6], [6]), ([2, 3, 5, 7], [2, 3, 1, 7]),
+                                             ([4, 6], [1, 1, 6]), ([6], [1, 6])])
+def test_add_broadcast_with_a_frozen_side_or_more_axes_is_the_plain_add(x_shape, y_shape, frozen):
+    """A side that takes no gradient (a frozen layer's output, a frozen bias), or a y with
+    more axes than x: add_broadcast is x + y, values and the gradients that exist (its own
+    gradient would have to return one for an input that takes none, which paddle refuses)."""
+    from ernie_doc.modeling.linear import add_broadcast
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal(x_shape).astype("float32")
+    y0 = rng.standard_normal(y_shape).astype("float32")
+    results = []
+    for add in (add_broadcast, lambda x, y: x + y):
+        x = paddle.to_tensor(x0, stop_gradient=frozen in ("x", "both"))
+        y = paddle.to_tensor(y0, stop_gradient=frozen in ("y", "both"))
+        out = add(x, y)
+        if frozen != "both":
+            (out * out).sum().backward()
+        results.append([out.numpy()] + [t.grad.numpy() for t in (x, y) if t.grad is not None])
+    assert len(results[0]) == len(results[1]) == (1 if frozen == "both" else 2)
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_frozen_layer_before_trainable_shared_biases_trains():
+    """Frozen embeddings and first layer, shared r_w / r_r / r_t still training
+    (rel_pos_params_sharing): the backward runs and reaches the shared biases."""
+    config = tiny_config().replace(rel_pos_params_sharing=True)
+    paddle.seed(0)
+    model = ErnieDocModel(config)
+    model.train()
+    for name, p in model.named_parameters():
+        if "embedding" in name or ".0." in name:
+            p.stop_gradient = True
+    ids = paddle.to_tensor(np.random.default_rng(0).integers(5, config.vocab_size, (2, 8)))
+    out = model(ids, None, paddle.zeros([2, 8], dtype="int64"), paddle.ones([2, 8]))
+    out.pooled_output.sum().backward()
+    shared = [p for n, p in model.named_parameters() if "r_w_bias" in n and not p.stop_gradient]
+    assert shared and all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in shared)
+
+
 def test_task_term_as_one_product_equals_the_multiply_and_sum():
     """The attention's task correction s(t − u)·T_j in fp32 dygraph is a product with the
     block-diagonal matrix of s(t − u): the values and gradients of the multiply-and-sum form

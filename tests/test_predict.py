@@ -135,6 +135,27 @@ def test_pipeline_drops_rows_left_idle(imdb_run, monkeypatch):
     assert Pipeline.from_pretrained(str(out), batch_size=len(docs))(docs) == records
 
 
+def test_a_carry_without_batch_axes_keeps_every_row(imdb_run, monkeypatch):
+    """A kind whose carry holds a tensor it names no batch axis for (Task.carry_axes; a
+    third-party kind's own state) is read with every row kept, as before rows were dropped:
+    no KeyError once the documents ran out, the same records."""
+    data, out = imdb_run
+    docs = load_reader("imdb").read(str(data), "test", {})[:5]
+    pipe = Pipeline.from_pretrained(str(out), batch_size=4)
+    expected = pipe(docs)
+    seen = []
+    forward = pipe.task.forward
+
+    def with_own_state(model, batch, carry):
+        seen.append(int(batch["input_ids"].shape[0]))
+        out, new = forward(model, batch, carry)
+        return out, dict(new, positions=paddle.zeros([batch["input_ids"].shape[0], 3]))
+
+    monkeypatch.setattr(pipe.task, "forward", with_own_state)
+    assert pipe(docs) == expected
+    assert seen == [4] * 12   # nothing dropped
+
+
 # How this run reads differs from the packaged IMDB config's (T 512, stride = memory_len,
 # mean of the segments): T 16, stride 5, the last segment decides, documents cut at 30 tokens.
 # Its model has room for 512 positions, so reading as the packaged config says runs quietly;

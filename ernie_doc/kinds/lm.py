@@ -164,7 +164,6 @@ class LanguageModelTask(Task):
     main_metric = "ppl"
     metric_names = ("ppl", "loss", "bpt", "tokens", "unk_in_split")
     option_defaults = EVAL_DEFAULTS
-    carry_axes = {"memories": 1, "memory_positions": 1}   # [L, B, M, d], [3, B, M]
 
     def __init__(self, cfg: Config, reader: Any):
         super().__init__(cfg, reader)

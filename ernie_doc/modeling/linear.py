@@ -36,6 +36,8 @@ class _BroadcastAdd(PyLayer):
 def _split(x_shape: List[int], y_shape: List[int]) -> Tuple[int, int, int]:
     """(A, T, R) with x = [A, T, R] and y = [A, 1, R] when y broadcasts over one run of x's
     axes (leading axes missing count as broadcast), else (0, 0, 0)."""
+    if len(y_shape) > len(x_shape):   # y would add axes: not a broadcast onto x
+        return 0, 0, 0
     y_shape = [1] * (len(x_shape) - len(y_shape)) + list(y_shape)
     bcast = [i for i, (a, b) in enumerate(zip(x_shape, y_shape)) if a != b]
     if not bcast or any(y_shape[i] != 1 for i in bcast) or bcast[-1] - bcast[0] + 1 != len(bcast):
@@ -46,9 +48,10 @@ def _split(x_shape: List[int], y_shape: List[int]) -> Tuple[int, int, int]:
 
 
 def _fast_gradient(x: paddle.Tensor, y: paddle.Tensor) -> bool:
-    """Whether x + y records y's gradient in dygraph, both fp32 (_BroadcastAdd's case)."""
+    """Whether x + y records both gradients in dygraph, both fp32 (_BroadcastAdd's case: a
+    PyLayer must not return a gradient for an input that takes none)."""
     return paddle.in_dynamic_mode() and paddle.is_grad_enabled() and not y.stop_gradient \
-        and x.dtype == paddle.float32 and y.dtype == paddle.float32
+        and not x.stop_gradient and x.dtype == paddle.float32 and y.dtype == paddle.float32
 
 
 def add_broadcast(x: paddle.Tensor, y: paddle.Tensor) -> paddle.Tensor:

@@ -265,7 +265,10 @@ class Pipeline(DocumentStream):
                    ) -> Tuple[List[tuple], Dict[str, Any]]:
         """(step, carry) for the rows that read something: a row idle once the documents ran
         out stays idle, so it is dropped for good (its carry with it; groups of g rows
-        together) and the model computes the live rows alone."""
+        together) and the model computes the live rows alone. A carry with a tensor the kind
+        gives no batch axis for (Task.carry_axes) keeps every row."""
+        if not set(carry) <= set(self.task.carry_axes):
+            return step, carry
         kept = scheduler.drop_idle()
         if len(kept) == len(step):
             return step, carry
