@@ -40,6 +40,7 @@ import functools
 import json
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -304,8 +305,13 @@ def sgemm_gflops(size: int = 2048, repeats: int = 3) -> float:
     `repeats`, in GFLOP/s, with the threads the benchmark set."""
     import numpy as np
     a = np.random.RandomState(0).standard_normal((size, size)).astype("float32")
-    # one untimed product first: it warms up the library's threads
-    best = min(time_steps(lambda: a @ a, repeats, warmup=1))
+    return product_gflops(lambda: a @ a, size, repeats)
+
+
+def product_gflops(product: Callable[[], Any], size: int, repeats: int) -> float:
+    """GFLOP/s of `product`, a size³ matrix product, best of `repeats` after one untimed call
+    (it warms up the library's threads)."""
+    best = min(time_steps(product, repeats, warmup=1))
     return 2 * size ** 3 / best / 1e9
 
 
@@ -325,8 +331,7 @@ def bf16_gflops(size: int = 2048, repeats: int = 3) -> float:
     program = paddle.jit.to_static(layer.forward, full_graph=True)
     a = paddle.to_tensor(np.random.RandomState(0).standard_normal((size, size))
                          .astype("float32")).astype("bfloat16")
-    best = min(time_steps(lambda: float(program(a, a)), repeats, warmup=1))
-    return 2 * size ** 3 / best / 1e9
+    return product_gflops(lambda: float(program(a, a)), size, repeats)
 
 
 def bf16_limit(config: "ErnieDocConfig", args: argparse.Namespace, tp: Dict[str, Any]
@@ -339,16 +344,11 @@ def bf16_limit(config: "ErnieDocConfig", args: argparse.Namespace, tp: Dict[str,
     if problem:
         return {"skipped": problem}
     rate = bf16_gflops()
-    per_token = forward_matmul_flops(config, args.batch_size, args.seq_len) / (
-        args.batch_size * args.seq_len)
-    limits = {"forward_tokens_per_s": rate * 1e9 / per_token,
-              "forward_backward_tokens_per_s": rate * 1e9 / (3 * per_token)}
+    _, limits = tokens_limits(config, args, rate)
     out = {"bf16_2048_gflops": round(rate, 1),
            "limit_tokens_per_s": {k: round(v, 1) for k, v in limits.items()}}
     if "ours_compiled_bf16" in tp:
-        key = "forward_backward_tokens_per_s"
-        out["share_of_limit"] = {"ours_compiled_bf16": {
-            key: round(tp["ours_compiled_bf16"][key] / limits[key], 3)}}
+        out["share_of_limit"] = limit_shares(tp, ["ours_compiled_bf16"], limits)
     return out
 
 
@@ -364,8 +364,7 @@ def paddle_gemm_gflops(size: int = 2048, repeats: int = 3) -> float:
     import paddle
     a = paddle.to_tensor(np.random.RandomState(0).standard_normal((size, size))
                          .astype("float32"))
-    best = min(time_steps(lambda: float(paddle.matmul(a, a)[0, 0]), repeats, warmup=1))
-    return 2 * size ** 3 / best / 1e9
+    return product_gflops(lambda: float(paddle.matmul(a, a)[0, 0]), size, repeats)
 
 
 def segment_overhead(args: argparse.Namespace) -> Dict[str, Any]:
@@ -388,8 +387,6 @@ def segment_overhead(args: argparse.Namespace) -> Dict[str, Any]:
 
 def overhead_rounds(args: argparse.Namespace, gemm_rate: float) -> Dict[str, Any]:
     """segment_overhead's measurement, with paddle's threads already set."""
-    import statistics
-
     import numpy as np
     import paddle
 
@@ -408,12 +405,11 @@ def overhead_rounds(args: argparse.Namespace, gemm_rate: float) -> Dict[str, Any
         from ernie_doc.training.compiled import CompiledForward
         contenders["compiled"] = dict(name="L1 H64 compiled", model=model, run=inputs.run_ours,
                                       forward=False, call=CompiledForward(model))
-    steps = max(args.steps, 20)   # a step takes milliseconds: enough of them to time
-    timing = argparse.Namespace(**{**vars(args), "steps": steps, "warmup": max(args.warmup, 3)})
-    rounds: Dict[str, List[Dict[str, List[float]]]] = {name: [] for name in contenders}
-    for _ in range(args.repeats):
-        for name, kw in contenders.items():
-            rounds[name].append(measure(memories=memories, args=timing, **kw))
+    # a step takes milliseconds: enough of them to time
+    timing = argparse.Namespace(**{**vars(args), "steps": max(args.steps, 20),
+                                   "warmup": max(args.warmup, 3), "batch_size": batch,
+                                   "seq_len": seq_len})
+    tp = throughput(contenders, memories, timing)
     flops = forward_matmul_flops(config, batch, seq_len)
     matmul_s = {"forward": flops / (gemm_rate * 1e9),
                 "forward_backward": 3 * flops / (gemm_rate * 1e9)}
@@ -422,11 +418,14 @@ def overhead_rounds(args: argparse.Namespace, gemm_rate: float) -> Dict[str, Any
                            "matmul_mflop_forward": round(flops / 1e6, 3),
                            "matmul_ms_at_gemm_rate": {k: round(v * 1e3, 4)
                                                        for k, v in matmul_s.items()}}
-    for name, rs in rounds.items():
-        for key in rs[0]:
-            ms = statistics.median(1e3 * sum(r[key]) / len(r[key]) for r in rs)
+    for name, measured in tp.items():
+        for key in matmul_s:
+            if f"{key}_tokens_per_s" not in measured:
+                continue
+            tokens_per_s = measured[f"{key}_tokens_per_s"]   # the median round's
+            ms = 1e3 * batch * seq_len / tokens_per_s
             out[f"{name}_{key}"] = {"ms_per_segment": round(ms, 3),
-                                    "tokens_per_s": round(batch * seq_len / ms * 1e3, 1),
+                                    "tokens_per_s": round(tokens_per_s, 1),
                                     "overhead_ms": round(ms - matmul_s[key] * 1e3, 3),
                                     "times_matmul": round(ms / (matmul_s[key] * 1e3), 1)}
     return out
@@ -435,22 +434,34 @@ def overhead_rounds(args: argparse.Namespace, gemm_rate: float) -> Dict[str, Any
 def matmul_limit(config: "ErnieDocConfig", args: argparse.Namespace, tp: Dict[str, Any],
                  contenders: Iterable[str]) -> Dict[str, Any]:
     """The tokens/s this CPU's sgemm rate would allow if the model did only its necessary
-    matmul work (forward: forward_matmul_flops; training: 3x, the backward needing two
-    products per forward one), and the share of that limit of each of `contenders` (names
+    matmul work (tokens_limits), and the share of that limit of each of `contenders` (names
     in `tp`, throughput's result)."""
     rate = sgemm_gflops()
-    per_token = forward_matmul_flops(config, args.batch_size, args.seq_len) / (
-        args.batch_size * args.seq_len)
-    limits = {"forward_tokens_per_s": rate * 1e9 / per_token,
-              "forward_backward_tokens_per_s": rate * 1e9 / (3 * per_token)}
-    shares = {name: {key: round(tp[name][key] / limit, 3)
-                     for key, limit in limits.items() if key in tp[name]}
-              for name in contenders}
+    per_token, limits = tokens_limits(config, args, rate)
     return {"sgemm_2048_gflops": round(rate, 1),
             "forward_mflop_per_token": round(per_token / 1e6, 1),
             "training_mflop_per_token": round(3 * per_token / 1e6, 1),
             "limit_tokens_per_s": {k: round(v, 1) for k, v in limits.items()},
-            "share_of_limit": shares}
+            "share_of_limit": limit_shares(tp, contenders, limits)}
+
+
+def tokens_limits(config: "ErnieDocConfig", args: argparse.Namespace, gflops: float
+                  ) -> Tuple[float, Dict[str, float]]:
+    """(matmul FLOPs per token forward, {measure: the tokens/s a matmul rate of `gflops`
+    allows}): forward does forward_matmul_flops, training 3x (the backward needing two
+    products per forward one)."""
+    per_token = forward_matmul_flops(config, args.batch_size, args.seq_len) / (
+        args.batch_size * args.seq_len)
+    return per_token, {"forward_tokens_per_s": gflops * 1e9 / per_token,
+                       "forward_backward_tokens_per_s": gflops * 1e9 / (3 * per_token)}
+
+
+def limit_shares(tp: Dict[str, Any], names: Iterable[str], limits: Dict[str, float]
+                 ) -> Dict[str, Dict[str, float]]:
+    """Each of `names`' (throughput's result `tp`) tokens/s as a share of `limits`."""
+    return {name: {key: round(tp[name][key] / limit, 3)
+                   for key, limit in limits.items() if key in tp[name]}
+            for name in names}
 
 
 def time_steps(fn: Callable[[], Any], steps: int, warmup: int) -> List[float]:
@@ -554,13 +565,23 @@ PROFILE_FAMILIES = (
     ("reshape / transpose / expand", r"reshape|transpose|expand|squeeze|flatten|contiguous|"
                                      r"assign|copy"),
     ("dropout", r"dropout"),
-    ("cast (fp32 <-> bf16)", r"cast"),
+    ("cast (fp32 <-> bf16)", r"\bcast"),   # not "broadcast"
     ("elementwise", r"add|subtract|multiply|divide|scale|gelu|relu|tanh|exp|where|full|"
                     r"fill|mean|sum|sqrt|pow|accumulation"),
 )
-# Events that wrap other operators' events (a compiled step's backward program): left out,
-# their inner operators count.
-PROFILE_WRAPPERS = ("global_dy2stgradnode",)
+# Events that wrap other operators' events (a compiled step's backward program, a PyLayer's
+# backward such as add_broadcast's): left out, their inner operators count.
+PROFILE_WRAPPERS = re.compile(r"dy2stgradnode|gradnodepylayer")
+
+
+def operator_family(name: str) -> Optional[str]:
+    """The PROFILE_FAMILIES family of a profiler event (the first pattern that matches its
+    lower-cased name), "other operators", or None for a wrapper (PROFILE_WRAPPERS)."""
+    name = name.lower()
+    if PROFILE_WRAPPERS.search(name):
+        return None
+    return next((f for f, pattern in PROFILE_FAMILIES if re.search(pattern, name)),
+                "other operators")
 
 
 def profile_step(fn: Callable[[], Any]) -> Dict[str, Any]:
@@ -568,7 +589,6 @@ def profile_step(fn: Callable[[], Any]) -> Dict[str, Any]:
     paddle's CPU profiler → seconds per operator family (PROFILE_FAMILIES, "other operators")
     and "outside operators" (the step's wall time minus its operators' time: Python, dispatch
     and autograd bookkeeping), with each one's share of the wall time."""
-    import re
 
     import paddle.profiler as profiler
     from paddle.profiler.profiler_statistic import EventSummary
@@ -584,11 +604,9 @@ def profile_step(fn: Callable[[], Any]) -> Dict[str, Any]:
     seconds = {name: 0.0 for name, _ in PROFILE_FAMILIES}
     seconds["other operators"] = 0.0
     for name, item in summary.items.items():
-        if name.lower() in PROFILE_WRAPPERS:
-            continue
-        family = next((f for f, pattern in PROFILE_FAMILIES
-                       if re.search(pattern, name.lower())), "other operators")
-        seconds[family] += item.cpu_time / 1e9
+        family = operator_family(name)
+        if family is not None:
+            seconds[family] += item.cpu_time / 1e9
     seconds["outside operators"] = max(0.0, wall - sum(seconds.values()))
     return {"wall_s": round(wall, 4),
             "seconds": {k: round(v, 4) for k, v in seconds.items()},

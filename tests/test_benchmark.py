@@ -128,6 +128,20 @@ def test_benchmark_quick(tmp_path):
     assert result["environment"]["paddle"]
 
 
+def test_profile_events_fall_in_their_operator_family():
+    """The autocast's conversions are casts, a broadcast is not; the events that wrap other
+    operators (the compiled backward, add_broadcast's PyLayer backward) count nowhere (their
+    operators count)."""
+    family = benchmark_model.operator_family
+    assert family("pd_op.cast") == family("cast dygraph") == "cast (fp32 <-> bf16)"
+    assert family("CastGradNode") == "cast (fp32 <-> bf16)"
+    assert family("pd_op.broadcast_tensors") != "cast (fp32 <-> bf16)"   # no cast in it
+    assert family("onednn_op.matmul_grad") == "matmul"
+    assert family("Global_Dy2StGradNode") is None
+    assert family("Global_GradNodePyLayer__BroadcastAdd") is None
+    assert family("builtin_combine_instruction") == "other operators"
+
+
 def test_each_contender_is_measured_with_its_own_stride_kernels():
     """Ours with paddle's stride kernels off (as ernie-doc runs on CPU), PaddleNLP with them
     on (paddle's default): the flag each model call sees, and off again after."""
